@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Cupcake builds and tests with, when they are missing.
+# Usage: scripts/install-deps.sh   (as root, or with sudo available)
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libprotobuf-dev protobuf-compiler
+  libboost-program-options-dev
+  libsqlite3-dev sqlite3
+  libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev
+  gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
