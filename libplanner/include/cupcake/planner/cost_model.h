@@ -1,0 +1,100 @@
+// The iteration-time model of DESIGN.md section 4 (v1: fusion).
+//
+// A Problem is a model's tensors plus the curves one compressor needs on one device,
+// resolved once from a Model and a Profile. GroupCost() prices one contiguous group and
+// Evaluate() runs the two-resource timeline for a whole strategy:
+//
+//   enc_k = pack(s_k) [|G_k| >= 2] + encode(n_k)      (no encode for fp32)
+//   com_k = comm(op, global, payload(n_k))
+//   dec_k = decode(n_k) + unpack(s_k) [|G_k| >= 2]    (no decode for fp32)
+//   C_k = sum(b_i, i <= last(G_k)) + sum(enc_m, m <= k)
+//   F_0 = 0;   F_k = max(C_k, F_{k-1}) + com_k
+//   D_0 = C_K; D_k = max(D_{k-1}, F_k) + dec_k
+//   iteration_us = forward_us + D_K + update_us
+//
+// Problems are immutable values; everything here is pure and deterministic.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cupcake/cupcake.pb.h"
+#include "cupcake/planner/curve.h"
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/status.h"
+
+namespace cupcake::planner {
+
+struct PlanRequest {
+  std::string compressor = "fp32";
+  double ratio = kDefaultRatio;      // used by topk, randk, dgc
+  pb::Device device = pb::DEVICE_UNSPECIFIED;  // unspecified: gpu if the profile has its curves
+  std::string memory;                // empty: the compressor's default
+  uint64_t seed = 0;
+};
+
+struct Problem {
+  // Per tensor, in gradient-ready order.
+  std::vector<int64_t> numel;
+  std::vector<int64_t> bytes;
+  std::vector<double> backward_us;
+  // Prefix sums: numel_prefix[i] = sum of numel[0..i-1]; same for bytes and backward_us.
+  std::vector<int64_t> numel_prefix;
+  std::vector<int64_t> bytes_prefix;
+  std::vector<double> backward_prefix;
+  double forward_us = 0;
+  double update_us = 0;
+
+  const CompressorInfo* compressor = nullptr;
+  double ratio = kDefaultRatio;
+  pb::Device device = pb::GPU;
+  int world_size = 1;
+  bool compress = false;  // false for fp32: no encode or decode
+  Curve encode, decode, comm, pack, unpack;
+
+  int size() const { return static_cast<int>(numel.size()); }
+  int64_t GroupNumel(int first, int last) const { return numel_prefix[last + 1] - numel_prefix[first]; }
+  int64_t GroupBytes(int first, int last) const { return bytes_prefix[last + 1] - bytes_prefix[first]; }
+  int64_t PayloadOf(int64_t n) const { return PayloadBytes(*compressor, n, ratio); }
+};
+
+// Resolves the curves `request` needs from `profile`. Errors name what is missing, e.g.
+// `profile: curve "encode topk gpu" not found; ...`.
+StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request);
+
+struct GroupCost {
+  double enc_us = 0;
+  double com_us = 0;
+  double dec_us = 0;
+};
+
+GroupCost CostOfGroup(const Problem& problem, int first, int last);
+
+// One group's place on the predicted timeline.
+struct GroupTimes {
+  int first = 0;
+  int last = 0;
+  GroupCost cost;
+  double encode_start_us = 0, encode_end_us = 0;
+  double comm_start_us = 0, comm_end_us = 0;
+  double decode_start_us = 0, decode_end_us = 0;
+};
+
+struct Timeline {
+  std::vector<GroupTimes> groups;
+  double iteration_us = 0;
+};
+
+// A strategy is the last tensor of each group, increasing, ending at size() - 1.
+Timeline Evaluate(const Problem& problem, std::span<const int> group_ends);
+double IterationTime(const Problem& problem, std::span<const int> group_ends);
+
+// Baseline strategies (DESIGN.md section 4).
+std::vector<int> LayerwiseStrategy(const Problem& problem);
+std::vector<int> OneGroupStrategy(const Problem& problem);
+// Appends tensors in order and closes a bucket as soon as its uncompressed bytes reach cap.
+std::vector<int> BucketStrategy(const Problem& problem, int64_t cap_bytes);
+
+}  // namespace cupcake::planner

@@ -1,0 +1,50 @@
+// The fusion search: the strategy (a cut of the tensors into contiguous groups) with the
+// minimum predicted iteration time over all 2^(N-1) of them, under cost_model.h's model.
+// See docs/MODEL.md for the algorithm and the proof of every pruning rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cupcake/planner/cost_model.h"
+#include "cupcake/proto/status.h"
+
+namespace cupcake::planner {
+
+enum class Algorithm {
+  kBranchAndBound,  // exact DP over prefixes with dominance and bounds (the default)
+  kExhaustive,      // every partition; the tests' oracle, refused above kMaxExhaustiveTensors
+};
+
+inline constexpr int kMaxExhaustiveTensors = 24;
+inline constexpr int64_t kDefaultStateBudget = 2'000'000;
+
+struct SearchOptions {
+  Algorithm algorithm = Algorithm::kBranchAndBound;
+  // States (prefix labels) expanded before the search stops with the best strategy found.
+  int64_t state_budget = kDefaultStateBudget;
+};
+
+struct SearchStats {
+  std::string algorithm;    // "branch_and_bound" or "exhaustive"
+  int64_t states = 0;       // labels expanded (exhaustive: partitions evaluated)
+  int64_t transitions = 0;  // groups priced
+  int64_t pruned = 0;       // labels dropped by a bound or by dominance
+  int64_t budget = 0;
+  bool optimal = false;     // proven: the search finished within its budget
+};
+
+struct SearchResult {
+  std::vector<int> group_ends;  // the last tensor of each group
+  double iteration_us = 0;
+  SearchStats stats;
+};
+
+StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options);
+
+std::string AlgorithmName(Algorithm a);
+// "branch_and_bound" / "bnb" / "exhaustive"; error names the flag and the choices.
+StatusOr<Algorithm> ParseAlgorithm(const std::string& name);
+
+}  // namespace cupcake::planner

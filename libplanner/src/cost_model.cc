@@ -1,0 +1,173 @@
+#include "cupcake/planner/cost_model.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "cupcake/proto/names.h"
+
+namespace cupcake::planner {
+namespace {
+
+const pb::Curve* FindCurve(const pb::Profile& profile, const std::string& key) {
+  for (const auto& c : profile.curves())
+    if (CurveKey(c) == key) return &c;
+  return nullptr;
+}
+
+Status MissingCurve(const pb::Profile& profile, const std::string& key) {
+  std::string kind = key.substr(0, key.find(' '));
+  std::string have;
+  for (const auto& c : profile.curves()) {
+    std::string k = CurveKey(c);
+    if (k.compare(0, kind.size() + 1, kind + " ") == 0) have += (have.empty() ? "" : ", ") + k.substr(kind.size() + 1);
+  }
+  return NotFoundError("profile " + profile.cluster().name() + ": curve \"" + key + "\" not found; the profile has " +
+                       kind + " curves for: " + (have.empty() ? "none" : have));
+}
+
+std::string EncodeKey(const std::string& compressor, pb::Device d) {
+  return "encode " + compressor + " " + std::string(Name(d));
+}
+std::string DecodeKey(const std::string& compressor, pb::Device d) {
+  return "decode " + compressor + " " + std::string(Name(d));
+}
+
+}  // namespace
+
+StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request) {
+  Problem p;
+  p.compressor = FindCompressor(request.compressor);
+  if (p.compressor == nullptr) return UnknownCompressorError("--compressor", request.compressor);
+  CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratio", request.ratio));
+  p.ratio = request.ratio;
+  p.compress = p.compressor->name != "fp32";
+  if (model.tensors().empty())
+    return InvalidArgumentError("model " + model.name() + ": tensors: empty; expected at least one tensor");
+
+  const int n = model.tensors_size();
+  p.numel.reserve(n);
+  p.numel_prefix.assign(1, 0);
+  p.bytes_prefix.assign(1, 0);
+  p.backward_prefix.assign(1, 0.0);
+  for (int i = 0; i < n; ++i) {
+    const auto& t = model.tensors(i);
+    if (t.dtype() != pb::FLOAT32) {
+      std::ostringstream os;
+      os << "model " << model.name() << ": tensors[" << i << "] (" << t.name() << "): dtype not supported; got "
+         << Name(t.dtype()) << ", expected float32";
+      return InvalidArgumentError(os.str());
+    }
+    p.numel.push_back(t.numel());
+    p.bytes.push_back(t.numel() * DTypeBytes(t.dtype()));
+    p.backward_us.push_back(t.backward_us());
+    p.numel_prefix.push_back(p.numel_prefix.back() + t.numel());
+    p.bytes_prefix.push_back(p.bytes_prefix.back() + p.bytes.back());
+    p.backward_prefix.push_back(p.backward_prefix.back() + t.backward_us());
+  }
+  p.forward_us = model.forward_us();
+  p.update_us = model.update_us();
+
+  const auto& cluster = profile.cluster();
+  p.world_size = cluster.nodes() * cluster.devices_per_node();
+  if (p.world_size < 1) {
+    std::ostringstream os;
+    os << "profile " << cluster.name() << ": cluster: world size must be positive; got nodes " << cluster.nodes()
+       << " x devices_per_node " << cluster.devices_per_node();
+    return InvalidArgumentError(os.str());
+  }
+
+  // Device: as requested, else the one whose curves the profile has, gpu if both.
+  p.device = request.device;
+  if (p.device == pb::DEVICE_UNSPECIFIED) {
+    p.device = pb::GPU;
+    if (p.compress && !FindCurve(profile, EncodeKey(request.compressor, pb::GPU)) &&
+        FindCurve(profile, EncodeKey(request.compressor, pb::CPU)))
+      p.device = pb::CPU;
+  }
+  if (p.compress) {
+    for (const std::string& key : {EncodeKey(request.compressor, p.device), DecodeKey(request.compressor, p.device)}) {
+      if (!FindCurve(profile, key)) return MissingCurve(profile, key);
+    }
+    p.encode = Curve(*FindCurve(profile, EncodeKey(request.compressor, p.device)));
+    p.decode = Curve(*FindCurve(profile, DecodeKey(request.compressor, p.device)));
+  }
+  const std::string comm_key = "comm " + std::string(Name(p.compressor->collective)) + " global";
+  const pb::Curve* comm = FindCurve(profile, comm_key);
+  if (!comm) return MissingCurve(profile, comm_key);
+  p.comm = Curve(*comm);
+  const std::string device(Name(p.device));
+  if (const pb::Curve* c = FindCurve(profile, "copy pack " + device)) p.pack = Curve(*c);
+  if (const pb::Curve* c = FindCurve(profile, "copy unpack " + device)) p.unpack = Curve(*c);
+  return p;
+}
+
+GroupCost CostOfGroup(const Problem& p, int first, int last) {
+  const int64_t n = p.GroupNumel(first, last);
+  const int64_t s = p.GroupBytes(first, last);
+  const bool fused = last > first;
+  GroupCost c;
+  c.enc_us = (fused ? p.pack.At(static_cast<double>(s)) : 0.0) + (p.compress ? p.encode.At(static_cast<double>(n)) : 0.0);
+  c.com_us = p.comm.At(static_cast<double>(p.PayloadOf(n)));
+  c.dec_us = (p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) + (fused ? p.unpack.At(static_cast<double>(s)) : 0.0);
+  return c;
+}
+
+Timeline Evaluate(const Problem& p, std::span<const int> group_ends) {
+  CUPCAKE_CHECK(!group_ends.empty());
+  CUPCAKE_CHECK_EQ(group_ends.back(), p.size() - 1);
+  Timeline t;
+  t.groups.reserve(group_ends.size());
+  double encode_total = 0, network_free = 0;
+  int first = 0;
+  for (int last : group_ends) {
+    CUPCAKE_CHECK_LE(first, last);
+    GroupTimes g;
+    g.first = first;
+    g.last = last;
+    g.cost = CostOfGroup(p, first, last);
+    // The compute stream runs backward and every encode in order: C_k.
+    g.encode_start_us = p.backward_prefix[last + 1] + encode_total;
+    encode_total += g.cost.enc_us;
+    g.encode_end_us = g.encode_start_us + g.cost.enc_us;
+    // The network runs collectives in group order: F_k.
+    g.comm_start_us = std::max(g.encode_end_us, network_free);
+    g.comm_end_us = g.comm_start_us + g.cost.com_us;
+    network_free = g.comm_end_us;
+    t.groups.push_back(g);
+    first = last + 1;
+  }
+  // Decodes run on the compute stream after backward and every encode, in group order: D_k.
+  double compute_free = t.groups.back().encode_end_us;
+  for (auto& g : t.groups) {
+    g.decode_start_us = std::max(compute_free, g.comm_end_us);
+    g.decode_end_us = g.decode_start_us + g.cost.dec_us;
+    compute_free = g.decode_end_us;
+  }
+  t.iteration_us = p.forward_us + compute_free + p.update_us;
+  return t;
+}
+
+double IterationTime(const Problem& p, std::span<const int> group_ends) { return Evaluate(p, group_ends).iteration_us; }
+
+std::vector<int> LayerwiseStrategy(const Problem& p) {
+  std::vector<int> ends(p.size());
+  for (int i = 0; i < p.size(); ++i) ends[i] = i;
+  return ends;
+}
+
+std::vector<int> OneGroupStrategy(const Problem& p) { return {p.size() - 1}; }
+
+std::vector<int> BucketStrategy(const Problem& p, int64_t cap_bytes) {
+  std::vector<int> ends;
+  int64_t bucket = 0;
+  for (int i = 0; i < p.size(); ++i) {
+    bucket += p.bytes[i];
+    if (bucket >= cap_bytes || i == p.size() - 1) {
+      ends.push_back(i);
+      bucket = 0;
+    }
+  }
+  return ends;
+}
+
+}  // namespace cupcake::planner

@@ -1,0 +1,266 @@
+// The exact fusion search. The algorithm and the proofs of its pruning rules are in
+// docs/MODEL.md ("Search"); the step numbers below refer to it.
+#include "cupcake/planner/search.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace cupcake::planner {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Prices groups [first, last] for one `first` and increasing `last`, with amortized O(1)
+// curve lookups. Gives exactly CostOfGroup's values.
+class GroupPricer {
+ public:
+  explicit GroupPricer(const Problem& p)
+      : p_(p), pack_(p.pack), encode_(p.encode), comm_(p.comm), decode_(p.decode), unpack_(p.unpack) {}
+
+  void Start(int first) {
+    first_ = first;
+    pack_.Reset();
+    encode_.Reset();
+    comm_.Reset();
+    decode_.Reset();
+    unpack_.Reset();
+  }
+
+  GroupCost Price(int last) {
+    const int64_t n = p_.GroupNumel(first_, last);
+    const double s = static_cast<double>(p_.GroupBytes(first_, last));
+    const bool fused = last > first_;
+    GroupCost c;
+    c.enc_us = (fused ? pack_.At(s) : 0.0) + (p_.compress ? encode_.At(static_cast<double>(n)) : 0.0);
+    c.com_us = comm_.At(static_cast<double>(p_.PayloadOf(n)));
+    c.dec_us = (p_.compress ? decode_.At(static_cast<double>(n)) : 0.0) + (fused ? unpack_.At(s) : 0.0);
+    return c;
+  }
+
+ private:
+  const Problem& p_;
+  int first_ = 0;
+  CurveCursor pack_, encode_, comm_, decode_, unpack_;
+};
+
+// Lower bounds on what the tensors j..N-1 still cost, over every way to group them
+// (step 2 of the search). Index N is the empty suffix.
+struct SuffixBounds {
+  std::vector<double> enc, dec, com, enc_dec;  // min over partitions of the sum
+  std::vector<double> last_dec;                // min over the last group (l..N-1), l >= j, of dec
+  std::vector<double> last_com_dec;            // ... of com + dec
+  double min_com = kInf, min_dec = kInf;       // over every group of the model
+};
+
+SuffixBounds ComputeSuffixBounds(const Problem& p, GroupPricer& pricer, int64_t& transitions) {
+  const int n = p.size();
+  SuffixBounds b;
+  b.enc.assign(n + 1, kInf);
+  b.dec.assign(n + 1, kInf);
+  b.com.assign(n + 1, kInf);
+  b.enc_dec.assign(n + 1, kInf);
+  b.last_dec.assign(n + 1, kInf);
+  b.last_com_dec.assign(n + 1, kInf);
+  b.enc[n] = b.dec[n] = b.com[n] = b.enc_dec[n] = 0;
+  for (int j = n - 1; j >= 0; --j) {
+    pricer.Start(j);
+    for (int q = j; q < n; ++q) {
+      GroupCost c = pricer.Price(q);
+      ++transitions;
+      b.enc[j] = std::min(b.enc[j], c.enc_us + b.enc[q + 1]);
+      b.dec[j] = std::min(b.dec[j], c.dec_us + b.dec[q + 1]);
+      b.com[j] = std::min(b.com[j], c.com_us + b.com[q + 1]);
+      b.enc_dec[j] = std::min(b.enc_dec[j], c.enc_us + c.dec_us + b.enc_dec[q + 1]);
+      b.min_com = std::min(b.min_com, c.com_us);
+      b.min_dec = std::min(b.min_dec, c.dec_us);
+      if (q == n - 1) {
+        b.last_dec[j] = std::min(b.last_dec[j + 1], c.dec_us);
+        b.last_com_dec[j] = std::min(b.last_com_dec[j + 1], c.com_us + c.dec_us);
+      }
+    }
+  }
+  return b;
+}
+
+// A prefix label: tensors 0..end-1 are grouped. Every field only ever raises the final
+// time (docs/MODEL.md, "Dominance"), so a label no better in all four is dropped.
+struct Label {
+  double e;  // sum of the encodes so far (C = backward_prefix[end] + e)
+  double f;  // F: when the network finishes the last collective so far
+  double x;  // the decode chain started at 0: max(x, F_k) + dec_k
+  double s;  // sum of the decodes so far
+  int32_t parent;
+  int32_t end;
+};
+
+bool Dominates(const Label& a, const Label& b) { return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.s <= b.s; }
+
+SearchResult Exhaustive(const Problem& p) {
+  const int n = p.size();
+  SearchResult best;
+  best.iteration_us = kInf;
+  std::vector<int> ends;
+  const uint64_t count = uint64_t{1} << (n - 1);
+  for (uint64_t mask = 0; mask < count; ++mask) {
+    ends.clear();
+    for (int i = 0; i < n - 1; ++i)
+      if (mask >> i & 1) ends.push_back(i);
+    ends.push_back(n - 1);
+    double t = IterationTime(p, ends);
+    ++best.stats.states;
+    best.stats.transitions += static_cast<int64_t>(ends.size());
+    if (t < best.iteration_us) {
+      best.iteration_us = t;
+      best.group_ends = ends;
+    }
+  }
+  best.stats.optimal = true;
+  return best;
+}
+
+SearchResult BranchAndBound(const Problem& p, int64_t budget) {
+  const int n = p.size();
+  const double fixed = p.forward_us + p.update_us;
+  const double backward_total = p.backward_prefix[n];
+  SearchResult result;
+  SearchStats& st = result.stats;
+  st.budget = budget;
+  GroupPricer pricer(p);
+
+  // Step 1: the incumbent is the best baseline.
+  double incumbent = kInf;
+  for (const auto& ends : {OneGroupStrategy(p), LayerwiseStrategy(p), BucketStrategy(p, int64_t{25} << 20),
+                           BucketStrategy(p, int64_t{64} << 20)}) {
+    double t = IterationTime(p, ends);
+    if (t < incumbent) {
+      incumbent = t;
+      result.group_ends = ends;
+    }
+  }
+
+  // Step 2: suffix bounds.
+  const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
+  auto lower_bound = [&](const Label& l) {
+    const int j = l.end;
+    double lb = backward_total + l.e + l.s + sb.enc_dec[j];        // C_K + sum of decodes
+    lb = std::max(lb, l.x + sb.dec[j]);                             // the decode chain
+    lb = std::max(lb, l.f + sb.com[j] + sb.last_dec[j]);            // the network, then one decode
+    lb = std::max(lb, backward_total + l.e + sb.enc[j] + sb.last_com_dec[j]);  // C_K, last com, dec
+    return fixed + lb;
+  };
+
+  // Step 3: labels by prefix length, expanded in increasing prefix length.
+  std::vector<Label> labels;
+  std::vector<char> alive;
+  std::vector<std::vector<int32_t>> at(n);
+  labels.push_back({0, 0, 0, 0, -1, 0});
+  alive.push_back(1);
+  at[0].push_back(0);
+  int32_t best_label = -1;  // parent of the best complete strategy the search found
+  bool stopped = false;
+
+  for (int j = 0; j < n && !stopped; ++j) {
+    for (int32_t id : at[j]) {
+      if (!alive[id]) continue;
+      const Label l = labels[id];
+      if (lower_bound(l) >= incumbent) {
+        ++st.pruned;
+        continue;
+      }
+      if (st.states >= budget) {
+        stopped = true;
+        break;
+      }
+      ++st.states;
+      pricer.Start(j);
+      for (int q = j; q < n; ++q) {
+        // Step 4: every later q closes this group later still (docs/MODEL.md, "Cutoff").
+        if (fixed + p.backward_prefix[q + 1] + l.e + sb.min_com + sb.min_dec >= incumbent) break;
+        GroupCost c = pricer.Price(q);
+        ++st.transitions;
+        Label next;
+        next.e = l.e + c.enc_us;
+        const double c_k = p.backward_prefix[q + 1] + next.e;
+        next.f = std::max(c_k, l.f) + c.com_us;
+        next.x = std::max(l.x, next.f) + c.dec_us;
+        next.s = l.s + c.dec_us;
+        next.parent = id;
+        next.end = q + 1;
+        if (q == n - 1) {
+          double t = fixed + std::max(c_k + next.s, next.x);
+          if (t < incumbent) {
+            incumbent = t;
+            best_label = id;
+          }
+          continue;
+        }
+        if (lower_bound(next) >= incumbent) {
+          ++st.pruned;
+          continue;
+        }
+        // Step 5: dominance among the labels of the same prefix.
+        bool dominated = false;
+        for (int32_t other : at[q + 1]) {
+          if (!alive[other]) continue;
+          if (Dominates(labels[other], next)) {
+            dominated = true;
+            break;
+          }
+          if (Dominates(next, labels[other])) {
+            alive[other] = 0;
+            ++st.pruned;
+          }
+        }
+        if (dominated) {
+          ++st.pruned;
+          continue;
+        }
+        labels.push_back(next);
+        alive.push_back(1);
+        at[q + 1].push_back(static_cast<int32_t>(labels.size() - 1));
+      }
+    }
+    at[j].clear();
+    at[j].shrink_to_fit();
+  }
+
+  if (best_label >= 0) {
+    result.group_ends.clear();
+    result.group_ends.push_back(n - 1);
+    for (int32_t id = best_label; labels[id].end > 0; id = labels[id].parent) result.group_ends.push_back(labels[id].end - 1);
+    std::reverse(result.group_ends.begin(), result.group_ends.end());
+  }
+  result.iteration_us = IterationTime(p, result.group_ends);
+  st.optimal = !stopped;
+  return result;
+}
+
+}  // namespace
+
+std::string AlgorithmName(Algorithm a) { return a == Algorithm::kExhaustive ? "exhaustive" : "branch_and_bound"; }
+
+StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
+  if (name == "branch_and_bound" || name == "bnb") return Algorithm::kBranchAndBound;
+  if (name == "exhaustive") return Algorithm::kExhaustive;
+  return InvalidArgumentError("--algorithm: unknown algorithm '" + name + "'; expected branch_and_bound or exhaustive");
+}
+
+StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options) {
+  CUPCAKE_CHECK_GE(problem.size(), 1);
+  if (options.state_budget < 1)
+    return InvalidArgumentError("--budget: must be positive; got " + std::to_string(options.state_budget));
+  SearchResult r;
+  if (options.algorithm == Algorithm::kExhaustive) {
+    if (problem.size() > kMaxExhaustiveTensors)
+      return InvalidArgumentError("--algorithm exhaustive: too many tensors; got " + std::to_string(problem.size()) +
+                                  ", expected <= " + std::to_string(kMaxExhaustiveTensors) +
+                                  " (2^(N-1) partitions); use branch_and_bound");
+    r = Exhaustive(problem);
+  } else {
+    r = BranchAndBound(problem, options.state_budget);
+  }
+  r.stats.algorithm = AlgorithmName(options.algorithm);
+  return r;
+}
+
+}  // namespace cupcake::planner

@@ -1,0 +1,165 @@
+#include "cupcake/planner/cost_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "test_problems.h"
+
+namespace cupcake::planner {
+namespace {
+
+using testing::MakeCurve;
+using ::testing::HasSubstr;
+
+// Three tensors, constant curves, so every number below can be checked by hand.
+pb::Profile HandProfile() {
+  pb::Profile p;
+  p.mutable_cluster()->set_name("hand");
+  p.mutable_cluster()->set_nodes(2);
+  p.mutable_cluster()->set_devices_per_node(2);
+  pb::Curve ag = MakeCurve(pb::COMM, {{1, 100}});
+  ag.set_comm_op(pb::ALLGATHER);
+  ag.set_scope(pb::GLOBAL);
+  *p.add_curves() = ag;
+  pb::Curve ar = MakeCurve(pb::COMM, {{1, 50}});
+  ar.set_comm_op(pb::ALLREDUCE);
+  ar.set_scope(pb::GLOBAL);
+  *p.add_curves() = ar;
+  pb::Curve enc = MakeCurve(pb::ENCODE, {{1, 10}});
+  enc.set_compressor("signsgd");
+  enc.set_device(pb::GPU);
+  *p.add_curves() = enc;
+  pb::Curve dec = MakeCurve(pb::DECODE, {{1, 20}});
+  dec.set_compressor("signsgd");
+  dec.set_device(pb::GPU);
+  *p.add_curves() = dec;
+  pb::Curve pack = MakeCurve(pb::COPY, {{1, 1}});
+  pack.set_copy_op(pb::PACK);
+  pack.set_device(pb::GPU);
+  *p.add_curves() = pack;
+  return p;
+}
+
+pb::Model HandModel() {
+  pb::Model m;
+  m.set_name("hand");
+  m.set_forward_us(1000);
+  m.set_update_us(7);
+  for (int i = 0; i < 3; ++i) {
+    auto* t = m.add_tensors();
+    t->set_name("t" + std::to_string(i));
+    t->set_numel(100);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(100);
+  }
+  return m;
+}
+
+TEST(CostModel, LayerwiseTimelineByHand) {
+  PlanRequest req;
+  req.compressor = "signsgd";
+  auto p = MakeProblem(HandModel(), HandProfile(), req);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->world_size, 4);
+  Timeline t = Evaluate(*p, std::vector<int>{0, 1, 2});
+  // C = 110, 220, 330; F = 210, 320, 430; D_0 = C_3 = 330: D = 350, 370, 450.
+  ASSERT_EQ(t.groups.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.groups[0].encode_end_us, 110);
+  EXPECT_DOUBLE_EQ(t.groups[1].encode_start_us, 210);
+  EXPECT_DOUBLE_EQ(t.groups[2].encode_end_us, 330);
+  EXPECT_DOUBLE_EQ(t.groups[0].comm_end_us, 210);
+  EXPECT_DOUBLE_EQ(t.groups[1].comm_start_us, 220);
+  EXPECT_DOUBLE_EQ(t.groups[2].comm_end_us, 430);
+  EXPECT_DOUBLE_EQ(t.groups[0].decode_start_us, 330);
+  EXPECT_DOUBLE_EQ(t.groups[1].decode_end_us, 370);
+  EXPECT_DOUBLE_EQ(t.groups[2].decode_start_us, 430);
+  EXPECT_DOUBLE_EQ(t.iteration_us, 1000 + 450 + 7);
+}
+
+TEST(CostModel, FusedGroupPaysPackButUnpackCurveIsOptional) {
+  PlanRequest req;
+  req.compressor = "signsgd";
+  auto p = MakeProblem(HandModel(), HandProfile(), req);
+  ASSERT_TRUE(p.ok());
+  GroupCost c = CostOfGroup(*p, 0, 2);
+  EXPECT_DOUBLE_EQ(c.enc_us, 11);  // pack 1 + encode 10
+  EXPECT_DOUBLE_EQ(c.com_us, 100);
+  EXPECT_DOUBLE_EQ(c.dec_us, 20);  // no unpack curve: 0
+  GroupCost single = CostOfGroup(*p, 1, 1);
+  EXPECT_DOUBLE_EQ(single.enc_us, 10);
+}
+
+TEST(CostModel, Fp32HasNoEncodeOrDecode) {
+  auto p = MakeProblem(HandModel(), HandProfile(), PlanRequest{});
+  ASSERT_TRUE(p.ok());
+  GroupCost c = CostOfGroup(*p, 0, 0);
+  EXPECT_DOUBLE_EQ(c.enc_us, 0);
+  EXPECT_DOUBLE_EQ(c.dec_us, 0);
+  EXPECT_DOUBLE_EQ(c.com_us, 50);
+}
+
+TEST(CostModel, BucketsCloseWhenTheyReachTheCap) {
+  auto p = MakeProblem(HandModel(), HandProfile(), PlanRequest{});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(BucketStrategy(*p, 800), (std::vector<int>{1, 2}));  // 400 + 400 reaches 800
+  EXPECT_EQ(BucketStrategy(*p, 801), (std::vector<int>{2}));
+  EXPECT_EQ(BucketStrategy(*p, 1), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(MakeProblem, MissingCurveIsNamed) {
+  PlanRequest req;
+  req.compressor = "topk";
+  auto p = MakeProblem(HandModel(), HandProfile(), req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "profile hand: curve \"encode topk gpu\" not found; the profile has encode curves for: signsgd gpu");
+}
+
+TEST(MakeProblem, CpuDeviceNeedsCpuCurves) {
+  PlanRequest req;
+  req.compressor = "signsgd";
+  req.device = pb::CPU;
+  auto p = MakeProblem(HandModel(), HandProfile(), req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("curve \"encode signsgd cpu\" not found"));
+}
+
+TEST(MakeProblem, RejectsEmptyModel) {
+  pb::Model m;
+  m.set_name("empty");
+  auto p = MakeProblem(m, HandProfile(), PlanRequest{});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "model empty: tensors: empty; expected at least one tensor");
+}
+
+TEST(MakeProblem, RejectsUnknownCompressor) {
+  PlanRequest req;
+  req.compressor = "topq";
+  auto p = MakeProblem(HandModel(), HandProfile(), req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("--compressor: unknown compressor 'topq' (did you mean 'topk'?)"));
+}
+
+TEST(MakeProblem, RejectsRatioOutOfRange) {
+  for (double r : {0.0, -0.5, 1.5}) {
+    PlanRequest req;
+    req.compressor = "topk";
+    req.ratio = r;
+    auto p = MakeProblem(HandModel(), HandProfile(), req);
+    ASSERT_FALSE(p.ok());
+    EXPECT_THAT(p.status().message(), HasSubstr("--ratio: ratio out of range"));
+    EXPECT_THAT(p.status().message(), HasSubstr("expected 0 < ratio <= 1"));
+  }
+}
+
+TEST(MakeProblem, RejectsNonFloat32Tensor) {
+  pb::Model m = HandModel();
+  m.mutable_tensors(1)->set_dtype(pb::FLOAT16);
+  auto p = MakeProblem(m, HandProfile(), PlanRequest{});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(),
+            "model hand: tensors[1] (t1): dtype not supported; got float16, expected float32");
+}
+
+}  // namespace
+}  // namespace cupcake::planner

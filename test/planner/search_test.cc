@@ -1,0 +1,111 @@
+#include "cupcake/planner/search.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "test_problems.h"
+
+namespace cupcake::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The property the search is built for: on random small instances with jagged curves, for
+// every compressor and both devices, it equals the exhaustive oracle and proves it.
+TEST(FusionSearch, MatchesExhaustiveSearch) {
+  std::mt19937_64 rng(20261122);
+  int checked = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 11);
+    pb::Model model = testing::RandomModel(rng, n);
+    pb::Profile profile = testing::RandomProfile(rng);
+    auto names = CompressorNames();
+    PlanRequest req;
+    req.compressor = std::string(names[rng() % names.size()]);
+    req.ratio = (rng() % 2) ? 0.01 : 0.3;
+    req.device = (rng() % 2) ? pb::GPU : pb::CPU;
+    auto problem = MakeProblem(model, profile, req);
+    ASSERT_TRUE(problem.ok()) << problem.status().ToString();
+    auto fast = Search(*problem, SearchOptions{});
+    auto oracle = Search(*problem, SearchOptions{Algorithm::kExhaustive});
+    ASSERT_TRUE(fast.ok() && oracle.ok());
+    EXPECT_TRUE(fast->stats.optimal);
+    EXPECT_NEAR(fast->iteration_us, oracle->iteration_us, 1e-9 * oracle->iteration_us)
+        << "trial " << trial << " n " << n << " " << req.compressor;
+    EXPECT_DOUBLE_EQ(fast->iteration_us, IterationTime(*problem, fast->group_ends));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 600);
+}
+
+TEST(FusionSearch, StrategyCoversEveryTensorInOrder) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    pb::Model model = testing::RandomModel(rng, 40);
+    pb::Profile profile = testing::RandomProfile(rng);
+    PlanRequest req;
+    req.compressor = "efsignsgd";
+    auto problem = MakeProblem(model, profile, req);
+    ASSERT_TRUE(problem.ok());
+    auto r = Search(*problem, SearchOptions{});
+    ASSERT_TRUE(r.ok());
+    ASSERT_FALSE(r->group_ends.empty());
+    EXPECT_EQ(r->group_ends.back(), 39);
+    for (size_t i = 1; i < r->group_ends.size(); ++i) EXPECT_LT(r->group_ends[i - 1], r->group_ends[i]);
+    // Never worse than a baseline.
+    EXPECT_LE(r->iteration_us, IterationTime(*problem, LayerwiseStrategy(*problem)));
+    EXPECT_LE(r->iteration_us, IterationTime(*problem, OneGroupStrategy(*problem)));
+  }
+}
+
+TEST(FusionSearch, BudgetExhaustedIsNotProvenOptimal) {
+  std::mt19937_64 rng(11);
+  pb::Model model = testing::RandomModel(rng, 60);
+  pb::Profile profile = testing::AffineProfile(50, 1e-3, 20);
+  PlanRequest req;
+  req.compressor = "efsignsgd";
+  auto problem = MakeProblem(model, profile, req);
+  ASSERT_TRUE(problem.ok());
+  auto full = Search(*problem, SearchOptions{});
+  ASSERT_TRUE(full.ok());
+  ASSERT_GT(full->stats.states, 1) << "instance too easy to exhaust the budget";
+  auto cut = Search(*problem, SearchOptions{Algorithm::kBranchAndBound, 1});
+  ASSERT_TRUE(cut.ok());
+  EXPECT_FALSE(cut->stats.optimal);
+  EXPECT_EQ(cut->stats.budget, 1);
+  EXPECT_GE(cut->iteration_us, full->iteration_us);
+  EXPECT_DOUBLE_EQ(cut->iteration_us, IterationTime(*problem, cut->group_ends));
+}
+
+TEST(FusionSearch, ExhaustiveRefusesLargeModels) {
+  std::mt19937_64 rng(3);
+  auto problem = MakeProblem(testing::RandomModel(rng, kMaxExhaustiveTensors + 1), testing::RandomProfile(rng),
+                             PlanRequest{});
+  ASSERT_TRUE(problem.ok());
+  auto r = Search(*problem, SearchOptions{Algorithm::kExhaustive});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--algorithm exhaustive: too many tensors; got 25, expected <= 24 (2^(N-1) partitions); use "
+            "branch_and_bound");
+}
+
+TEST(FusionSearch, RejectsNonPositiveBudget) {
+  std::mt19937_64 rng(3);
+  auto problem = MakeProblem(testing::RandomModel(rng, 3), testing::RandomProfile(rng), PlanRequest{});
+  ASSERT_TRUE(problem.ok());
+  auto r = Search(*problem, SearchOptions{Algorithm::kBranchAndBound, 0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--budget: must be positive; got 0");
+}
+
+TEST(ParseAlgorithm, NamesTheChoices) {
+  EXPECT_TRUE(ParseAlgorithm("exhaustive").ok());
+  auto a = ParseAlgorithm("greedy");
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message(), "--algorithm: unknown algorithm 'greedy'; expected branch_and_bound or exhaustive");
+}
+
+}  // namespace
+}  // namespace cupcake::planner
