@@ -1,0 +1,85 @@
+// The SQLite profile store (DESIGN.md 3.2): one DB file holds one cluster's profile (cluster
+// facts, cost curves) and the models measured on it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cupcake/cupcake.pb.h"
+#include "cupcake/proto/status.h"
+
+struct sqlite3;
+
+namespace cupcake::profile {
+
+// ProfileStore: an open profile DB.
+//
+// Ownership: owns its sqlite3 connection (closed by the destructor); move-only.
+// Thread-safety: one ProfileStore must be used by one thread at a time. Several ProfileStores
+// (in threads or processes) may open the same file: the DB runs in WAL mode, so readers see
+// the last committed state while a writer writes, and a writer waits up to kBusyTimeoutMs for
+// another writer before failing with Unavailable.
+// Durability: every mutating call is one transaction; a failed or interrupted call (error,
+// crash, kill) leaves the DB as it was before the call.
+// Validation: imports validate their input (ValidateProfile/ValidateModel); Load validates
+// what it reads and reports a DB edited into an invalid state as DataLoss.
+class ProfileStore {
+ public:
+  static constexpr int kBusyTimeoutMs = 10000;
+
+  // Opens `path`; with `create`, a missing file becomes an empty profile DB. Refuses files that
+  // are not SQLite, SQLite DBs that are not cupcake profiles, DBs with a newer schema version
+  // (FailedPrecondition) and corrupt or truncated DBs (DataLoss). Migrates an older schema.
+  static StatusOr<ProfileStore> Open(const std::string& path, bool create);
+
+  ProfileStore(ProfileStore&& other) noexcept;
+  ProfileStore& operator=(ProfileStore&& other) noexcept;
+  ProfileStore(const ProfileStore&) = delete;
+  ProfileStore& operator=(const ProfileStore&) = delete;
+  ~ProfileStore();
+
+  const std::string& path() const { return path_; }
+  // The schema version this build writes (PRAGMA user_version).
+  static int SchemaVersion();
+
+  // Imports a profile (cluster, curves, embedded models).
+  // - Empty DB: stores it.
+  // - The DB holds another cluster (other name): AlreadyExists, unless `replace`, which drops
+  //   everything the DB holds (cluster, curves, models) first.
+  // - Same cluster: its facts (nodes, devices_per_node, device, interconnect, network) must
+  //   agree unless `replace`; source and meta are updated. Without `replace`, a curve or model
+  //   the DB already has is AlreadyExists and new ones are appended; with `replace`, the DB's
+  //   curves become exactly the imported ones and same-named models are replaced.
+  Status ImportProfile(const pb::Profile& profile, bool replace);
+  // Adds a measured model. FailedPrecondition when the DB holds no profile yet; AlreadyExists
+  // when a model of that name is present, unless `replace` (it then keeps its position).
+  Status ImportModel(const pb::Model& model, bool replace);
+
+  // The profile: cluster, curves in import order, models in import order.
+  // FailedPrecondition when the DB holds no profile yet.
+  StatusOr<pb::Profile> Load() const;
+  // NotFound names the DB and lists its models.
+  StatusOr<pb::Model> LoadModel(const std::string& name) const;
+  StatusOr<std::vector<std::string>> ModelNames() const;
+  // The cluster, or nullopt for a DB that holds no profile yet.
+  StatusOr<std::optional<pb::Cluster>> LoadCluster() const;
+
+  // For the profiler, which commits each point as it is measured. In one transaction: creates
+  // the curve of `key_and_metadata`'s key (kind, op/scope or compressor/device) when missing,
+  // updates its metadata (method, warmup, iters, wrong) where given, and adds the point; its
+  // points are ignored. AlreadyExists when the curve has a point at `size`;
+  // FailedPrecondition when the DB holds no profile (cluster) yet.
+  Status AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us);
+  // The sizes the curve of `key`'s key has, ascending; empty when the curve is missing.
+  StatusOr<std::vector<int64_t>> PointSizes(const pb::Curve& key) const;
+
+ private:
+  ProfileStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace cupcake::profile

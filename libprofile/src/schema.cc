@@ -1,0 +1,102 @@
+#include "schema.h"
+
+#include <array>
+
+#include "sqlite.h"
+
+namespace cupcake::profile::internal {
+namespace {
+
+// Version 1. Names are stored as text (the names of names.h and catalogue.h) so `sqlite3`
+// shows them; key columns that do not apply to a kind hold '' so UNIQUE sees one key.
+constexpr std::string_view kSchemaV1 = R"sql(
+CREATE TABLE cluster (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  name TEXT NOT NULL,
+  nodes INTEGER NOT NULL,
+  devices_per_node INTEGER NOT NULL,
+  device TEXT,
+  interconnect TEXT,
+  network TEXT,
+  source TEXT
+);
+CREATE TABLE cluster_meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+CREATE TABLE curves (
+  id INTEGER PRIMARY KEY,
+  position INTEGER NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  op TEXT NOT NULL DEFAULT '',
+  scope TEXT NOT NULL DEFAULT '',
+  compressor TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  method TEXT,
+  warmup INTEGER,
+  iters INTEGER,
+  wrong INTEGER,
+  UNIQUE (kind, op, scope, compressor, device)
+);
+CREATE TABLE points (
+  curve_id INTEGER NOT NULL REFERENCES curves(id) ON DELETE CASCADE,
+  size INTEGER NOT NULL,
+  us REAL NOT NULL,
+  PRIMARY KEY (curve_id, size)
+) WITHOUT ROWID;
+CREATE TABLE models (
+  id INTEGER PRIMARY KEY,
+  position INTEGER NOT NULL UNIQUE,
+  name TEXT NOT NULL UNIQUE,
+  source TEXT,
+  forward_us REAL,
+  update_us REAL
+);
+CREATE TABLE tensors (
+  model_id INTEGER NOT NULL REFERENCES models(id) ON DELETE CASCADE,
+  position INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  numel INTEGER NOT NULL,
+  dtype TEXT NOT NULL,
+  backward_us REAL NOT NULL,
+  PRIMARY KEY (model_id, position)
+) WITHOUT ROWID;
+CREATE VIEW curve_points AS
+  SELECT c.kind, c.op, c.scope, c.compressor, c.device, p.size, p.us
+  FROM curves c JOIN points p ON p.curve_id = c.id
+  ORDER BY c.position, p.size;
+)sql";
+
+constexpr std::array<Migration, 1> kMigrations{{{1, kSchemaV1}}};
+
+}  // namespace
+
+std::span<const Migration> Migrations() { return kMigrations; }
+int SchemaVersion() { return kMigrations.back().to_version; }
+
+StatusOr<int64_t> PragmaInt(sqlite3* db, const std::string& path, std::string_view pragma) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare("PRAGMA " + std::string(pragma)));
+  CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return InternalError(path + ": PRAGMA " + std::string(pragma) + " returned no row");
+  return st.Int(0);
+}
+
+Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> migrations) {
+  Transaction tx(db, path);
+  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_ASSIGN_OR_RETURN(int64_t version, PragmaInt(db, path, "user_version"));
+  for (const Migration& m : migrations) {
+    if (m.to_version <= version) continue;
+    Status s = Exec(db, path, m.sql);
+    if (!s.ok())
+      return Status(s.code(), path + ": migration to schema version " + std::to_string(m.to_version) +
+                                  " failed: " + s.message());
+    CUPCAKE_RETURN_IF_ERROR(Exec(db, path, "PRAGMA user_version = " + std::to_string(m.to_version)));
+    version = m.to_version;
+  }
+  CUPCAKE_RETURN_IF_ERROR(Exec(db, path, "PRAGMA application_id = " + std::to_string(kApplicationId)));
+  return tx.Commit();
+}
+
+}  // namespace cupcake::profile::internal

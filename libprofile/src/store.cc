@@ -1,0 +1,569 @@
+#include "cupcake/profile/store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "cupcake/profile/json_io.h"
+#include "cupcake/proto/names.h"
+#include "problems.h"
+#include "schema.h"
+#include "sqlite.h"
+#include "validate.h"
+
+namespace cupcake::profile {
+namespace {
+
+using internal::Quote;
+using internal::Statement;
+using internal::Transaction;
+
+constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
+
+// The text columns of a curve's key; '' where a column does not apply to the kind.
+struct KeyColumns {
+  std::string kind, op, scope, compressor, device;
+};
+
+KeyColumns Key(const pb::Curve& c) {
+  KeyColumns k;
+  k.kind = std::string(Name(c.kind()));
+  switch (c.kind()) {
+    case pb::COMM:
+      k.op = std::string(Name(c.comm_op()));
+      k.scope = std::string(Name(c.scope()));
+      break;
+    case pb::ENCODE:
+    case pb::DECODE:
+      k.compressor = c.compressor();
+      k.device = std::string(Name(c.device()));
+      break;
+    case pb::COPY:
+      k.op = std::string(Name(c.copy_op()));
+      k.device = std::string(Name(c.device()));
+      break;
+    default:
+      break;
+  }
+  return k;
+}
+
+std::string Printable(const char* data, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n && out.size() < 12; ++i) {
+    unsigned char ch = static_cast<unsigned char>(data[i]);
+    if (ch >= 0x20 && ch < 0x7f) out += static_cast<char>(ch);
+    else out += '.';
+  }
+  return Quote(out);
+}
+
+// Looks at the file before SQLite does, for messages SQLite cannot give.
+Status CheckHeader(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return FailedPreconditionError(path + ": cannot open: " + std::strerror(errno));
+  char head[100];
+  in.read(head, sizeof head);
+  size_t n = static_cast<size_t>(in.gcount());
+  if (n == 0) return Status::Ok();  // an empty file: SQLite treats it as an empty DB
+  if (n < sizeof kSqliteMagic || std::memcmp(head, kSqliteMagic, sizeof kSqliteMagic) != 0) {
+    std::string hint = head[0] == '{' ? " (a JSON file? import it with cupcake-profile import)" : "";
+    return InvalidArgumentError(path + ": not a cupcake profile DB; got a file starting with " + Printable(head, n) +
+                                ", expected an SQLite database" + hint);
+  }
+  if (n < sizeof head)
+    return DataLossError(path + ": truncated SQLite file; got " + std::to_string(n) +
+                         " bytes, expected at least a 100-byte header");
+  return Status::Ok();
+}
+
+std::string Hex(int64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%08llx", static_cast<unsigned long long>(static_cast<uint32_t>(v)));
+  return buf;
+}
+
+StatusOr<int64_t> QueryInt(sqlite3* db, const std::string& path, std::string_view sql) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare(sql));
+  CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row || st.IsNull(0)) return int64_t{0};
+  return st.Int(0);
+}
+
+// The id of the curve with `c`'s key, or nullopt.
+StatusOr<std::optional<int64_t>> FindCurve(sqlite3* db, const std::string& path, const pb::Curve& c) {
+  KeyColumns k = Key(c);
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(
+      st.Prepare("SELECT id FROM curves WHERE kind = ?1 AND op = ?2 AND scope = ?3 AND compressor = ?4 AND device = ?5"));
+  st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device);
+  CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<int64_t>();
+  return std::optional<int64_t>(st.Int(0));
+}
+
+StatusOr<int64_t> InsertCurve(sqlite3* db, const std::string& path, const pb::Curve& c) {
+  KeyColumns k = Key(c);
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare(
+      "INSERT INTO curves (position, kind, op, scope, compressor, device, method, warmup, iters, wrong) "
+      "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"));
+  st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device);
+  st.BindOpt(6, c.has_method(), c.method());
+  st.BindOptInt(7, c.has_warmup(), c.warmup()).BindOptInt(8, c.has_iters(), c.iters());
+  st.BindOptInt(9, c.has_wrong(), c.wrong());
+  CUPCAKE_RETURN_IF_ERROR(st.Run());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db));
+}
+
+Status InsertPoints(sqlite3* db, const std::string& path, int64_t curve_id, const pb::Curve& c) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare("INSERT INTO points (curve_id, size, us) VALUES (?1, ?2, ?3)"));
+  for (const pb::Point& p : c.points()) {
+    CUPCAKE_RETURN_IF_ERROR(st.Reset());
+    st.Bind(1, curve_id).Bind(2, static_cast<int64_t>(p.size())).Bind(3, p.us());
+    CUPCAKE_RETURN_IF_ERROR(st.Run());
+  }
+  return Status::Ok();
+}
+
+Status WriteCluster(sqlite3* db, const std::string& path, const pb::Cluster& c, bool clear_meta) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare(
+      "INSERT OR REPLACE INTO cluster (id, name, nodes, devices_per_node, device, interconnect, network, source) "
+      "VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+  st.Bind(1, c.name()).Bind(2, static_cast<int64_t>(c.nodes())).Bind(3, static_cast<int64_t>(c.devices_per_node()));
+  st.BindOpt(4, c.has_device(), c.device()).BindOpt(5, c.has_interconnect(), c.interconnect());
+  st.BindOpt(6, c.has_network(), c.network()).BindOpt(7, c.has_source(), c.source());
+  CUPCAKE_RETURN_IF_ERROR(st.Run());
+  if (clear_meta) CUPCAKE_RETURN_IF_ERROR(internal::Exec(db, path, "DELETE FROM cluster_meta"));
+  Statement meta(db, path);
+  CUPCAKE_RETURN_IF_ERROR(meta.Prepare("INSERT OR REPLACE INTO cluster_meta (key, value) VALUES (?1, ?2)"));
+  std::map<std::string, std::string> sorted(c.meta().begin(), c.meta().end());
+  for (const auto& [k, v] : sorted) {
+    CUPCAKE_RETURN_IF_ERROR(meta.Reset());
+    meta.Bind(1, k).Bind(2, v);
+    CUPCAKE_RETURN_IF_ERROR(meta.Run());
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::optional<pb::Cluster>> ReadCluster(sqlite3* db, const std::string& path) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare(
+      "SELECT name, nodes, devices_per_node, device, interconnect, network, source FROM cluster WHERE id = 1"));
+  CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<pb::Cluster>();
+  pb::Cluster c;
+  c.set_name(st.Text(0));
+  c.set_nodes(static_cast<int32_t>(st.Int(1)));
+  c.set_devices_per_node(static_cast<int32_t>(st.Int(2)));
+  if (!st.IsNull(3)) c.set_device(st.Text(3));
+  if (!st.IsNull(4)) c.set_interconnect(st.Text(4));
+  if (!st.IsNull(5)) c.set_network(st.Text(5));
+  if (!st.IsNull(6)) c.set_source(st.Text(6));
+  Statement meta(db, path);
+  CUPCAKE_RETURN_IF_ERROR(meta.Prepare("SELECT key, value FROM cluster_meta ORDER BY key"));
+  while (true) {
+    CUPCAKE_ASSIGN_OR_RETURN(bool more, meta.Step());
+    if (!more) break;
+    (*c.mutable_meta())[meta.Text(0)] = meta.Text(1);
+  }
+  return std::optional<pb::Cluster>(std::move(c));
+}
+
+// Cluster facts that must agree for a merge; "" when they do.
+std::string ClusterDifference(const pb::Cluster& db, const pb::Cluster& in) {
+  auto opt = [](bool has, const std::string& v) { return has ? Quote(v) : std::string("none"); };
+  if (db.nodes() != in.nodes())
+    return "cluster.nodes: differs from the DB's; got " + std::to_string(in.nodes()) + ", expected " +
+           std::to_string(db.nodes());
+  if (db.devices_per_node() != in.devices_per_node())
+    return "cluster.devices_per_node: differs from the DB's; got " + std::to_string(in.devices_per_node()) +
+           ", expected " + std::to_string(db.devices_per_node());
+  if (db.has_device() != in.has_device() || db.device() != in.device())
+    return "cluster.device: differs from the DB's; got " + opt(in.has_device(), in.device()) + ", expected " +
+           opt(db.has_device(), db.device());
+  if (db.has_interconnect() != in.has_interconnect() || db.interconnect() != in.interconnect())
+    return "cluster.interconnect: differs from the DB's; got " + opt(in.has_interconnect(), in.interconnect()) +
+           ", expected " + opt(db.has_interconnect(), db.interconnect());
+  if (db.has_network() != in.has_network() || db.network() != in.network())
+    return "cluster.network: differs from the DB's; got " + opt(in.has_network(), in.network()) + ", expected " +
+           opt(db.has_network(), db.network());
+  return "";
+}
+
+StatusOr<std::optional<int64_t>> FindModel(sqlite3* db, const std::string& path, const std::string& name) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare("SELECT id FROM models WHERE name = ?1"));
+  st.Bind(1, name);
+  CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return std::optional<int64_t>();
+  return std::optional<int64_t>(st.Int(0));
+}
+
+Status WriteModel(sqlite3* db, const std::string& path, const pb::Model& m, bool replace) {
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindModel(db, path, m.name()));
+  if (id && !replace)
+    return AlreadyExistsError(path + ": models: already present; got " + Quote(m.name()) +
+                              ", expected a model the DB does not hold (replace not requested)");
+  Statement st(db, path);
+  if (id) {
+    CUPCAKE_RETURN_IF_ERROR(st.Prepare("UPDATE models SET source = ?2, forward_us = ?3, update_us = ?4 WHERE id = ?1"));
+    st.Bind(1, *id);
+    Statement del(db, path);
+    CUPCAKE_RETURN_IF_ERROR(del.Prepare("DELETE FROM tensors WHERE model_id = ?1"));
+    del.Bind(1, *id);
+    CUPCAKE_RETURN_IF_ERROR(del.Run());
+  } else {
+    CUPCAKE_RETURN_IF_ERROR(st.Prepare(
+        "INSERT INTO models (position, name, source, forward_us, update_us) "
+        "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM models), ?1, ?2, ?3, ?4)"));
+    st.Bind(1, m.name());
+  }
+  st.BindOpt(2, m.has_source(), m.source()).BindOpt(3, m.has_forward_us(), m.forward_us());
+  st.BindOpt(4, m.has_update_us(), m.update_us());
+  CUPCAKE_RETURN_IF_ERROR(st.Run());
+  int64_t model_id = id ? *id : static_cast<int64_t>(sqlite3_last_insert_rowid(db));
+
+  Statement t(db, path);
+  CUPCAKE_RETURN_IF_ERROR(t.Prepare(
+      "INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const pb::Tensor& tensor = m.tensors(i);
+    CUPCAKE_RETURN_IF_ERROR(t.Reset());
+    t.Bind(1, model_id).Bind(2, static_cast<int64_t>(i)).Bind(3, tensor.name());
+    t.Bind(4, static_cast<int64_t>(tensor.numel())).Bind(5, Name(tensor.dtype())).Bind(6, tensor.backward_us());
+    CUPCAKE_RETURN_IF_ERROR(t.Run());
+  }
+  return Status::Ok();
+}
+
+StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, internal::Problems& problems,
+                              const std::string& where) {
+  pb::Model m;
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare("SELECT name, source, forward_us, update_us FROM models WHERE id = ?1"));
+  st.Bind(1, id);
+  CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
+  if (!row) return InternalError(path + ": model row " + std::to_string(id) + " vanished");
+  m.set_name(st.Text(0));
+  if (!st.IsNull(1)) m.set_source(st.Text(1));
+  if (!st.IsNull(2)) m.set_forward_us(st.Real(2));
+  if (!st.IsNull(3)) m.set_update_us(st.Real(3));
+  Statement t(db, path);
+  CUPCAKE_RETURN_IF_ERROR(
+      t.Prepare("SELECT name, numel, dtype, backward_us FROM tensors WHERE model_id = ?1 ORDER BY position"));
+  t.Bind(1, id);
+  while (true) {
+    CUPCAKE_ASSIGN_OR_RETURN(bool more, t.Step());
+    if (!more) break;
+    pb::Tensor* tensor = m.add_tensors();
+    tensor->set_name(t.Text(0));
+    tensor->set_numel(t.Int(1));
+    std::string dtype = t.Text(2);
+    if (auto d = ParseDType(dtype)) tensor->set_dtype(*d);
+    else
+      problems.Add(internal::Index(internal::Join(where, "tensors"), static_cast<size_t>(m.tensors_size() - 1)) +
+                       ".dtype",
+                   "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
+    tensor->set_backward_us(t.Real(3));
+  }
+  return m;
+}
+
+Status NoProfileYet(const std::string& path) {
+  return FailedPreconditionError(path + ": holds no profile yet; expected a cupcake.profile.v1 import first");
+}
+
+}  // namespace
+
+ProfileStore::ProfileStore(ProfileStore&& other) noexcept : db_(other.db_), path_(std::move(other.path_)) {
+  other.db_ = nullptr;
+}
+
+ProfileStore& ProfileStore::operator=(ProfileStore&& other) noexcept {
+  if (this != &other) {
+    if (db_ != nullptr) sqlite3_close_v2(db_);
+    db_ = other.db_;
+    path_ = std::move(other.path_);
+    other.db_ = nullptr;
+  }
+  return *this;
+}
+
+ProfileStore::~ProfileStore() {
+  if (db_ != nullptr) sqlite3_close_v2(db_);
+}
+
+int ProfileStore::SchemaVersion() { return internal::SchemaVersion(); }
+
+StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create) {
+  struct stat info;
+  bool exists = ::stat(path.c_str(), &info) == 0;
+  if (!exists && !create) return NotFoundError(path + ": no such profile DB");
+  if (exists && S_ISDIR(info.st_mode))
+    return InvalidArgumentError(path + ": is a directory; expected an SQLite profile DB");
+  if (exists) CUPCAKE_RETURN_IF_ERROR(CheckHeader(path));
+
+  sqlite3* raw = nullptr;
+  int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  ProfileStore store(raw, path);  // owns the handle from here, even on error
+  CUPCAKE_SQLITE_RETURN_IF_ERROR(rc, raw, path, "open");
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+  CUPCAKE_RETURN_IF_ERROR(internal::Exec(raw, path, "PRAGMA foreign_keys = ON"));
+
+  CUPCAKE_ASSIGN_OR_RETURN(int64_t app_id, internal::PragmaInt(raw, path, "application_id"));
+  CUPCAKE_ASSIGN_OR_RETURN(int64_t version, internal::PragmaInt(raw, path, "user_version"));
+  CUPCAKE_ASSIGN_OR_RETURN(int64_t objects, QueryInt(raw, path, "SELECT count(*) FROM sqlite_schema"));
+  if (app_id != internal::kApplicationId) {
+    bool empty = app_id == 0 && version == 0 && objects == 0;
+    if (!empty)
+      return InvalidArgumentError(path + ": not a cupcake profile DB; got an SQLite DB with application_id " +
+                                  Hex(app_id) + " and " + std::to_string(objects) +
+                                  " schema objects, expected application_id " + Hex(internal::kApplicationId));
+    if (!create)
+      return InvalidArgumentError(path + ": not a cupcake profile DB; got an empty SQLite DB, expected one written by "
+                                         "cupcake-profile import");
+  }
+  if (version > internal::SchemaVersion())
+    return FailedPreconditionError(path + ": schema version too new; got " + std::to_string(version) +
+                                   ", expected <= " + std::to_string(internal::SchemaVersion()) +
+                                   " (written by a newer cupcake; use that one)");
+  bool read_only = sqlite3_db_readonly(raw, "main") == 1;
+  if (!read_only) {
+    CUPCAKE_RETURN_IF_ERROR(internal::Exec(raw, path, "PRAGMA journal_mode = WAL"));
+    CUPCAKE_RETURN_IF_ERROR(internal::Exec(raw, path, "PRAGMA synchronous = FULL"));
+  }
+  if (version < internal::SchemaVersion()) {
+    if (read_only)
+      return FailedPreconditionError(path + ": schema version " + std::to_string(version) +
+                                     " needs a migration, but the file is read-only");
+    CUPCAKE_RETURN_IF_ERROR(internal::Migrate(raw, path, internal::Migrations()));
+  }
+
+  Statement check(raw, path);
+  CUPCAKE_RETURN_IF_ERROR(check.Prepare("PRAGMA quick_check(5)"));
+  std::string result;
+  while (true) {
+    auto more = check.Step();
+    if (!more.ok()) return DataLossError(path + ": corrupt or truncated DB: " + more.status().message());
+    if (!*more) break;
+    result += (result.empty() ? "" : "; ") + check.Text(0);
+  }
+  if (result != "ok") return DataLossError(path + ": corrupt or truncated DB: " + result);
+  return store;
+}
+
+StatusOr<std::optional<pb::Cluster>> ProfileStore::LoadCluster() const { return ReadCluster(db_, path_); }
+
+Status ProfileStore::ImportProfile(const pb::Profile& profile, bool replace) {
+  CUPCAKE_RETURN_IF_ERROR(ValidateProfile(profile, "profile " + Quote(profile.cluster().name())));
+  Transaction tx(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, ReadCluster(db_, path_));
+  const pb::Cluster& in = profile.cluster();
+  if (existing && existing->name() != in.name()) {
+    if (!replace)
+      return AlreadyExistsError(path_ + ": cluster.name: the DB holds another cluster's profile; got " +
+                                Quote(in.name()) + ", expected " + Quote(existing->name()) +
+                                " (one DB holds one profile; replace not requested)");
+    CUPCAKE_RETURN_IF_ERROR(internal::Exec(db_, path_,
+                                           "DELETE FROM points; DELETE FROM curves; DELETE FROM tensors; "
+                                           "DELETE FROM models; DELETE FROM cluster_meta; DELETE FROM cluster;"));
+    existing.reset();
+  }
+  if (existing && !replace) {
+    std::string diff = ClusterDifference(*existing, in);
+    if (!diff.empty()) return AlreadyExistsError(path_ + ": " + diff + " (replace not requested)");
+  }
+  if (existing && replace)
+    CUPCAKE_RETURN_IF_ERROR(internal::Exec(db_, path_, "DELETE FROM points; DELETE FROM curves;"));
+  CUPCAKE_RETURN_IF_ERROR(WriteCluster(db_, path_, in, replace));
+
+  for (const pb::Curve& c : profile.curves()) {
+    CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindCurve(db_, path_, c));
+    if (id)
+      return AlreadyExistsError(path_ + ": curves: already present; got " + Quote(CurveKey(c)) +
+                                ", expected a curve the DB does not hold (replace not requested)");
+    CUPCAKE_ASSIGN_OR_RETURN(int64_t new_id, InsertCurve(db_, path_, c));
+    CUPCAKE_RETURN_IF_ERROR(InsertPoints(db_, path_, new_id, c));
+  }
+  for (const pb::Model& m : profile.models()) CUPCAKE_RETURN_IF_ERROR(WriteModel(db_, path_, m, replace));
+  return tx.Commit();
+}
+
+Status ProfileStore::ImportModel(const pb::Model& model, bool replace) {
+  CUPCAKE_RETURN_IF_ERROR(ValidateModel(model, "model " + Quote(model.name())));
+  Transaction tx(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
+  if (!cluster)
+    return FailedPreconditionError(path_ + ": holds no profile yet; got model " + Quote(model.name()) +
+                                   ", expected a cupcake.profile.v1 import first (a model belongs to a cluster)");
+  CUPCAKE_RETURN_IF_ERROR(WriteModel(db_, path_, model, replace));
+  return tx.Commit();
+}
+
+StatusOr<pb::Profile> ProfileStore::Load() const {
+  // One read transaction, so the profile is one consistent snapshot under a concurrent writer.
+  CUPCAKE_RETURN_IF_ERROR(internal::Exec(db_, path_, "BEGIN"));
+  struct EndRead {
+    sqlite3* db;
+    ~EndRead() { sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr); }
+  } end_read{db_};
+
+  pb::Profile profile;
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
+  if (!cluster) return NoProfileYet(path_);
+  *profile.mutable_cluster() = std::move(*cluster);
+
+  internal::Problems problems(path_);
+  Statement curves(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(curves.Prepare(
+      "SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong FROM curves ORDER BY position"));
+  Statement points(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(points.Prepare("SELECT size, us FROM points WHERE curve_id = ?1 ORDER BY size"));
+  while (true) {
+    CUPCAKE_ASSIGN_OR_RETURN(bool more, curves.Step());
+    if (!more) break;
+    const std::string where = internal::Index("curves", static_cast<size_t>(profile.curves_size()));
+    pb::Curve* c = profile.add_curves();
+    auto bad = [&](std::string_view column, const std::string& value, const std::string& names) {
+      problems.Add(internal::Join(where, column),
+                   "unknown name in the DB; got " + Quote(value) + ", expected one of " + names);
+    };
+    std::string kind = curves.Text(1), op = curves.Text(2), scope = curves.Text(3), device = curves.Text(5);
+    if (auto k = ParseCurveKind(kind)) c->set_kind(*k);
+    else bad("kind", kind, CurveKindNames());
+    if (c->kind() == pb::COMM) {
+      if (auto o = ParseCommOp(op)) c->set_comm_op(*o);
+      else bad("op", op, CommOpNames());
+      if (auto s = ParseScope(scope)) c->set_scope(*s);
+      else bad("scope", scope, ScopeNames());
+    } else if (c->kind() == pb::COPY) {
+      if (auto o = ParseCopyOp(op)) c->set_copy_op(*o);
+      else bad("op", op, CopyOpNames());
+    }
+    if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE) c->set_compressor(curves.Text(4));
+    if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE || c->kind() == pb::COPY) {
+      if (auto d = ParseDevice(device)) c->set_device(*d);
+      else bad("device", device, DeviceNames());
+    }
+    if (!curves.IsNull(6)) c->set_method(curves.Text(6));
+    if (!curves.IsNull(7)) c->set_warmup(static_cast<int32_t>(curves.Int(7)));
+    if (!curves.IsNull(8)) c->set_iters(static_cast<int32_t>(curves.Int(8)));
+    if (!curves.IsNull(9)) c->set_wrong(static_cast<int32_t>(curves.Int(9)));
+    CUPCAKE_RETURN_IF_ERROR(points.Reset());
+    points.Bind(1, curves.Int(0));
+    while (true) {
+      CUPCAKE_ASSIGN_OR_RETURN(bool p, points.Step());
+      if (!p) break;
+      pb::Point* point = c->add_points();
+      point->set_size(points.Int(0));
+      point->set_us(points.Real(1));
+    }
+  }
+
+  Statement models(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(models.Prepare("SELECT id FROM models ORDER BY position"));
+  while (true) {
+    CUPCAKE_ASSIGN_OR_RETURN(bool more, models.Step());
+    if (!more) break;
+    const std::string where = internal::Index("models", static_cast<size_t>(profile.models_size()));
+    CUPCAKE_ASSIGN_OR_RETURN(*profile.add_models(), ReadModel(db_, path_, models.Int(0), problems, where));
+  }
+  internal::CheckProfile(profile, "", problems);
+  CUPCAKE_RETURN_IF_ERROR(problems.ToStatus(StatusCode::kDataLoss));
+  return profile;
+}
+
+StatusOr<std::vector<std::string>> ProfileStore::ModelNames() const {
+  Statement st(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare("SELECT name FROM models ORDER BY position"));
+  std::vector<std::string> names;
+  while (true) {
+    CUPCAKE_ASSIGN_OR_RETURN(bool more, st.Step());
+    if (!more) break;
+    names.push_back(st.Text(0));
+  }
+  return names;
+}
+
+StatusOr<pb::Model> ProfileStore::LoadModel(const std::string& name) const {
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindModel(db_, path_, name));
+  if (!id) {
+    CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::string> names, ModelNames());
+    std::vector<std::string_view> views(names.begin(), names.end());
+    return NotFoundError(path_ + ": models: no such model; got " + Quote(name) + DidYouMean(name, views) +
+                         ", expected one of " + (names.empty() ? "(none: the DB holds no models)" : internal::JoinNames(views)));
+  }
+  internal::Problems problems(path_);
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Model model, ReadModel(db_, path_, *id, problems, "model " + Quote(name)));
+  internal::CheckModel(model, "model " + Quote(name), problems);
+  CUPCAKE_RETURN_IF_ERROR(problems.ToStatus(StatusCode::kDataLoss));
+  return model;
+}
+
+Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us) {
+  const pb::Curve& c = key_and_metadata;
+  {
+    internal::Problems problems(path_ + ": AddPoint");
+    internal::CheckCurveKey(c, "", problems);
+    internal::CheckPoint(size, us, "point", problems);
+    CUPCAKE_RETURN_IF_ERROR(problems.ToStatus());
+  }
+  Transaction tx(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
+  if (!cluster) return NoProfileYet(path_);
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindCurve(db_, path_, c));
+  int64_t curve_id = 0;
+  if (id) {
+    curve_id = *id;
+    Statement st(db_, path_);
+    CUPCAKE_RETURN_IF_ERROR(st.Prepare(
+        "UPDATE curves SET method = COALESCE(?2, method), warmup = COALESCE(?3, warmup), "
+        "iters = COALESCE(?4, iters), wrong = COALESCE(?5, wrong) WHERE id = ?1"));
+    st.Bind(1, curve_id).BindOpt(2, c.has_method(), c.method()).BindOptInt(3, c.has_warmup(), c.warmup());
+    st.BindOptInt(4, c.has_iters(), c.iters()).BindOptInt(5, c.has_wrong(), c.wrong());
+    CUPCAKE_RETURN_IF_ERROR(st.Run());
+  } else {
+    CUPCAKE_ASSIGN_OR_RETURN(curve_id, InsertCurve(db_, path_, c));
+  }
+  Statement exists(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(exists.Prepare("SELECT 1 FROM points WHERE curve_id = ?1 AND size = ?2"));
+  exists.Bind(1, curve_id).Bind(2, size);
+  CUPCAKE_ASSIGN_OR_RETURN(bool present, exists.Step());
+  if (present)
+    return AlreadyExistsError(path_ + ": curve " + Quote(CurveKey(c)) + ": point already present; got size " +
+                              std::to_string(size) + " again, expected a size not measured yet");
+  Statement insert(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(insert.Prepare("INSERT INTO points (curve_id, size, us) VALUES (?1, ?2, ?3)"));
+  insert.Bind(1, curve_id).Bind(2, size).Bind(3, us);
+  CUPCAKE_RETURN_IF_ERROR(insert.Run());
+  return tx.Commit();
+}
+
+StatusOr<std::vector<int64_t>> ProfileStore::PointSizes(const pb::Curve& key) const {
+  std::vector<int64_t> sizes;
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindCurve(db_, path_, key));
+  if (!id) return sizes;
+  Statement st(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare("SELECT size FROM points WHERE curve_id = ?1 ORDER BY size"));
+  st.Bind(1, *id);
+  while (true) {
+    CUPCAKE_ASSIGN_OR_RETURN(bool more, st.Step());
+    if (!more) break;
+    sizes.push_back(st.Int(0));
+  }
+  return sizes;
+}
+
+}  // namespace cupcake::profile

@@ -1,0 +1,254 @@
+// The semantic checks of models and profiles (DESIGN.md 3.1, 3.2), shared by the JSON parser
+// and the store's imports.
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "cupcake/profile/json_io.h"
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/names.h"
+#include "problems.h"
+#include "validate.h"
+
+namespace cupcake::profile {
+namespace internal {
+
+std::string Join(const std::string& path, std::string_view key) {
+  if (path.empty()) return std::string(key);
+  return path + "." + std::string(key);
+}
+
+std::string Index(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+void Problems::Add(const std::string& path, const std::string& text) {
+  // A problem at "tensors[3]" covers "tensors[3].name" and "tensors[3][0]".
+  for (const std::string& p : paths_) {
+    if (path == p) return;
+    if (path.size() > p.size() && path.compare(0, p.size(), p) == 0 &&
+        (path[p.size()] == '.' || path[p.size()] == '[') && !p.empty())
+      return;
+  }
+  paths_.insert(path);
+  lines_.push_back(origin_ + ": " + (path.empty() ? "" : path + ": ") + text);
+}
+
+Status Problems::ToStatus(StatusCode code) const {
+  if (lines_.empty()) return Status::Ok();
+  std::string message;
+  for (size_t i = 0; i < lines_.size() && i < kMaxLines; ++i) {
+    if (i > 0) message += "\n";
+    message += lines_[i];
+  }
+  if (lines_.size() > kMaxLines)
+    message += "\n" + origin_ + ": ... and " + std::to_string(lines_.size() - kMaxLines) + " more problems";
+  return Status(code, message);
+}
+
+std::string JoinNames(const std::vector<std::string_view>& names) {
+  std::string out;
+  for (std::string_view n : names) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
+
+std::vector<std::string_view> SplitNames(const std::string& joined) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  std::string_view s(joined);
+  while (start <= s.size()) {
+    size_t comma = s.find(", ", start);
+    if (comma == std::string_view::npos) comma = s.size();
+    out.push_back(s.substr(start, comma - start));
+    start = comma + 2;
+  }
+  return out;
+}
+
+std::string FormatDouble(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+const std::vector<std::string_view>& MethodNames() {
+  static const std::vector<std::string_view> kMethods{"event", "kernel"};
+  return kMethods;
+}
+
+namespace {
+
+void CheckTime(const std::string& path, double v, Problems& p) {
+  if (!std::isfinite(v))
+    p.Add(path, "must be finite; got " + FormatDouble(v) + ", expected a finite time >= 0");
+  else if (v < 0)
+    p.Add(path, "must not be negative; got " + FormatDouble(v) + ", expected >= 0");
+}
+
+void CheckNonNegative(const std::string& path, int64_t v, Problems& p) {
+  if (v < 0) p.Add(path, "must not be negative; got " + std::to_string(v) + ", expected >= 0");
+}
+
+void NotAllowed(const std::string& path, std::string_view kind, const std::string& got, Problems& p) {
+  p.Add(path, "not allowed for kind " + std::string(kind) + "; got " + got + ", expected no value");
+}
+
+}  // namespace
+
+void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
+  if (m.name().empty()) p.Add(Join(path, "name"), "missing; expected a non-empty string");
+  if (m.has_forward_us()) CheckTime(Join(path, "forward_us"), m.forward_us(), p);
+  if (m.has_update_us()) CheckTime(Join(path, "update_us"), m.update_us(), p);
+  const std::string tensors = Join(path, "tensors");
+  if (m.tensors_size() == 0) p.Add(tensors, "empty tensor list; got 0 tensors, expected at least 1");
+  std::map<std::string, int> first;
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const pb::Tensor& t = m.tensors(i);
+    const std::string tp = Index(tensors, static_cast<size_t>(i));
+    if (t.name().empty()) {
+      p.Add(Join(tp, "name"), "missing; expected a non-empty string");
+    } else {
+      auto [it, inserted] = first.emplace(t.name(), i);
+      if (!inserted)
+        p.Add(Join(tp, "name"), "duplicate name; got " + Quote(t.name()) + ", expected unique names (first at " +
+                                    Index(tensors, static_cast<size_t>(it->second)) + ")");
+    }
+    if (t.numel() <= 0) p.Add(Join(tp, "numel"), "must be positive; got " + std::to_string(t.numel()) + ", expected > 0");
+    if (DTypeBytes(t.dtype()) == 0)
+      p.Add(Join(tp, "dtype"), "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) +
+                                   ", expected one of " + DTypeNames());
+    CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
+  }
+}
+
+void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
+  const std::string_view kind = Name(c.kind());
+  auto require = [&](bool present, std::string_view key, const std::string& expected) {
+    if (!present) p.Add(Join(path, key), "missing; expected one of " + expected);
+  };
+  switch (c.kind()) {
+    case pb::COMM:
+      require(c.comm_op() != pb::COMM_OP_UNSPECIFIED, "op", CommOpNames());
+      require(c.scope() != pb::SCOPE_UNSPECIFIED, "scope", ScopeNames());
+      if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);
+      if (c.device() != pb::DEVICE_UNSPECIFIED) NotAllowed(Join(path, "device"), kind, Quote(Name(c.device())), p);
+      if (c.copy_op() != pb::COPY_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.copy_op())), p);
+      break;
+    case pb::ENCODE:
+    case pb::DECODE:
+      if (c.compressor().empty()) {
+        p.Add(Join(path, "compressor"), "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
+      } else if (FindCompressor(c.compressor()) == nullptr) {
+        p.Add(Join(path, "compressor"), "unknown compressor; got " + Quote(c.compressor()) +
+                                            DidYouMean(c.compressor(), CompressorNames()) + ", expected one of " +
+                                            JoinNames({CompressorNames().begin(), CompressorNames().end()}));
+      }
+      require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());
+      if (c.comm_op() != pb::COMM_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.comm_op())), p);
+      if (c.copy_op() != pb::COPY_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.copy_op())), p);
+      if (c.scope() != pb::SCOPE_UNSPECIFIED) NotAllowed(Join(path, "scope"), kind, Quote(Name(c.scope())), p);
+      break;
+    case pb::COPY:
+      require(c.copy_op() != pb::COPY_OP_UNSPECIFIED, "op", CopyOpNames());
+      require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());
+      if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);
+      if (c.comm_op() != pb::COMM_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.comm_op())), p);
+      if (c.scope() != pb::SCOPE_UNSPECIFIED) NotAllowed(Join(path, "scope"), kind, Quote(Name(c.scope())), p);
+      break;
+    default:
+      p.Add(Join(path, "kind"), "missing; expected one of " + CurveKindNames());
+      break;
+  }
+  if (c.has_method() && c.method() != "event" && c.method() != "kernel")
+    p.Add(Join(path, "method"), "unknown method; got " + Quote(c.method()) + DidYouMean(c.method(), MethodNames()) +
+                                    ", expected one of event, kernel");
+  if (c.has_warmup()) CheckNonNegative(Join(path, "warmup"), c.warmup(), p);
+  if (c.has_iters()) CheckNonNegative(Join(path, "iters"), c.iters(), p);
+  if (c.has_wrong()) CheckNonNegative(Join(path, "wrong"), c.wrong(), p);
+}
+
+void CheckPoint(int64_t size, double us, const std::string& path, Problems& p) {
+  if (size <= 0) p.Add(Join(path, "size"), "must be positive; got " + std::to_string(size) + ", expected > 0");
+  CheckTime(Join(path, "us"), us, p);
+}
+
+void CheckCurve(const pb::Curve& c, const std::string& path, Problems& p) {
+  CheckCurveKey(c, path, p);
+  const std::string points = Join(path, "points");
+  if (c.points_size() == 0) p.Add(points, "no points; got 0 points, expected at least 1");
+  for (int j = 0; j < c.points_size(); ++j) {
+    const std::string pp = Index(points, static_cast<size_t>(j));
+    const pb::Point& pt = c.points(j);
+    CheckPoint(pt.size(), pt.us(), pp, p);
+    if (j == 0) continue;
+    int64_t prev = c.points(j - 1).size();
+    if (pt.size() == prev)
+      p.Add(Join(pp, "size"), "duplicate size; got " + std::to_string(pt.size()) + " again, expected distinct sizes");
+    else if (pt.size() < prev)
+      p.Add(Join(pp, "size"), "sizes not sorted; got " + std::to_string(pt.size()) + " after " + std::to_string(prev) +
+                                  ", expected increasing sizes");
+  }
+}
+
+void CheckProfile(const pb::Profile& profile, const std::string& path, Problems& p) {
+  const std::string cluster = Join(path, "cluster");
+  if (!profile.has_cluster()) {
+    p.Add(cluster, "missing; expected an object with name, nodes, devices_per_node");
+  } else {
+    const pb::Cluster& c = profile.cluster();
+    if (c.name().empty()) p.Add(Join(cluster, "name"), "missing; expected a non-empty string");
+    if (c.nodes() < 1) p.Add(Join(cluster, "nodes"), "must be positive; got " + std::to_string(c.nodes()) + ", expected >= 1");
+    if (c.devices_per_node() < 1)
+      p.Add(Join(cluster, "devices_per_node"),
+            "must be positive; got " + std::to_string(c.devices_per_node()) + ", expected >= 1");
+  }
+  const std::string curves = Join(path, "curves");
+  std::map<std::string, int> first;
+  for (int i = 0; i < profile.curves_size(); ++i) {
+    const std::string cp = Index(curves, static_cast<size_t>(i));
+    CheckCurve(profile.curves(i), cp, p);
+    if (profile.curves(i).kind() == pb::CURVE_KIND_UNSPECIFIED) continue;
+    std::string key = CurveKey(profile.curves(i));
+    auto [it, inserted] = first.emplace(key, i);
+    if (!inserted)
+      p.Add(cp, "duplicate curve; got " + Quote(key) + ", expected one curve per key (first at " +
+                    Index(curves, static_cast<size_t>(it->second)) + ")");
+  }
+  const std::string models = Join(path, "models");
+  std::map<std::string, int> first_model;
+  for (int i = 0; i < profile.models_size(); ++i) {
+    const std::string mp = Index(models, static_cast<size_t>(i));
+    CheckModel(profile.models(i), mp, p);
+    const std::string& name = profile.models(i).name();
+    if (name.empty()) continue;
+    auto [it, inserted] = first_model.emplace(name, i);
+    if (!inserted)
+      p.Add(Join(mp, "name"), "duplicate model; got " + Quote(name) + ", expected unique names (first at " +
+                                  Index(models, static_cast<size_t>(it->second)) + ")");
+  }
+}
+
+}  // namespace internal
+
+Status ValidateModel(const pb::Model& model, const std::string& origin) {
+  internal::Problems p(origin);
+  internal::CheckModel(model, "", p);
+  return p.ToStatus();
+}
+
+Status ValidateProfile(const pb::Profile& profile, const std::string& origin) {
+  internal::Problems p(origin);
+  internal::CheckProfile(profile, "", p);
+  return p.ToStatus();
+}
+
+Status ValidateCurveKey(const pb::Curve& curve, const std::string& origin) {
+  internal::Problems p(origin);
+  internal::CheckCurveKey(curve, "", p);
+  return p.ToStatus();
+}
+
+}  // namespace cupcake::profile
