@@ -59,7 +59,7 @@ std::string Printable(const char* data, size_t n) {
     if (ch >= 0x20 && ch < 0x7f) out += static_cast<char>(ch);
     else out += '.';
   }
-  return Quote(out);
+  return "'" + out + "'";
 }
 
 // Looks at the file before SQLite does, for messages SQLite cannot give.

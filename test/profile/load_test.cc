@@ -1,0 +1,51 @@
+#include "cupcake/profile/load.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cupcake/profile/json_io.h"
+#include "cupcake/profile/store.h"
+#include "test_files.h"
+
+namespace cupcake::profile {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+TEST(LoadProfileFile, ReadsJsonAndDbAlikeWhateverTheExtension) {
+  testing::TempDir dir;
+  const std::string json_path = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
+  auto from_json = LoadProfileFile(json_path);
+  ASSERT_TRUE(from_json.ok()) << from_json.status().ToString();
+  EXPECT_FALSE(IsSqliteFile(json_path));
+
+  const std::string db = dir.File("profile.data");  // no .db extension: detected by the header
+  {
+    auto store = ProfileStore::Open(db, true);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(store->ImportProfile(*from_json, false).ok());
+  }
+  EXPECT_TRUE(IsSqliteFile(db));
+  auto from_db = LoadProfileFile(db);
+  ASSERT_TRUE(from_db.ok()) << from_db.status().ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(*from_db, *from_json));
+
+  EXPECT_EQ(LoadProfileFile(dir.File("missing.json")).status().message(), dir.File("missing.json") + ": no such file");
+  EXPECT_EQ(LoadModelFile(db).status().message(),
+            db + ": is an SQLite profile DB; expected a cupcake.model.v1 JSON file (write one with: cupcake-profile "
+                 "export --db " + db + " --model NAME -o FILE)");
+}
+
+TEST(LoadModelFile, ReadsAModelAndNamesTheFileInErrors) {
+  auto m = LoadModelFile(testing::ExamplePath("models/gpt2.json"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->name(), "gpt2");
+  const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
+  EXPECT_EQ(LoadModelFile(profile).status().message(),
+            profile + R"(: format: wrong format; got "cupcake.profile.v1" (this is a profile), expected "cupcake.model.v1")");
+}
+
+}  // namespace
+}  // namespace cupcake::profile

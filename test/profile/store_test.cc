@@ -1,0 +1,385 @@
+#include "cupcake/profile/store.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cupcake/profile/json_io.h"
+#include "schema.h"
+#include "test_files.h"
+
+namespace cupcake::profile {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using testing::ReadExample;
+using testing::TempDir;
+
+pb::Profile ExampleProfile() {
+  auto p = ParseProfileJson(ReadExample("profiles/v100-8x8-pcie-25g.json"), "v100.json");
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return *p;
+}
+
+pb::Model ExampleModel(const std::string& name) {
+  auto m = ParseModelJson(ReadExample("models/" + name + ".json"), name);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return *m;
+}
+
+pb::Profile SmallProfile(const std::string& cluster) {
+  auto p = ParseProfileJson(R"({"format": "cupcake.profile.v1",
+      "cluster": {"name": ")" + cluster + R"(", "nodes": 2, "devices_per_node": 4, "meta": {"k": "v"}},
+      "curves": [{"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 10], [1024, 20.5]]}]})",
+                            "small.json");
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return *p;
+}
+
+// Runs SQL on the file through a separate raw connection.
+void RawExec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+std::string RawQuery(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  std::string out;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    for (int c = 0; c < sqlite3_column_count(st); ++c) {
+      const unsigned char* t = sqlite3_column_text(st, c);
+      out += (c ? "|" : "") + std::string(t ? reinterpret_cast<const char*>(t) : "NULL");
+    }
+    out += "\n";
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+class ProfileStoreTest : public ::testing::Test {
+ protected:
+  ProfileStore OpenStore(bool create = true) {
+    auto s = ProfileStore::Open(db_, create);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::move(s).value();
+  }
+  std::string OpenError(bool create = false) {
+    auto s = ProfileStore::Open(db_, create);
+    EXPECT_FALSE(s.ok());
+    return s.ok() ? "" : s.status().message();
+  }
+  pb::Profile Load(const ProfileStore& s) {
+    auto p = s.Load();
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? *p : pb::Profile();
+  }
+
+  TempDir dir_;
+  std::string db_ = dir_.File("p.db");
+};
+
+TEST_F(ProfileStoreTest, JsonToDbToJsonIsIdentical) {
+  pb::Profile profile = ExampleProfile();
+  *profile.add_models() = ExampleModel("resnet50");
+  *profile.add_models() = ExampleModel("ncf");
+  {
+    ProfileStore store = OpenStore();
+    ASSERT_TRUE(store.ImportProfile(profile, false).ok());
+  }
+  ProfileStore store = OpenStore(false);  // reopened: it was written to the file
+  pb::Profile loaded = Load(store);
+  EXPECT_TRUE(MessageDifferencer::Equals(loaded, profile));
+  EXPECT_EQ(ProfileToJson(loaded), ProfileToJson(profile));
+}
+
+TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 1);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
+            "comm|allreduce|global||\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, size, us FROM curve_points "
+                          "WHERE kind = 'encode' AND compressor = 'topk' AND device = 'gpu' AND size = 1"),
+            "encode|topk|gpu|1|356.0\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT t.name, t.numel, t.dtype FROM tensors t JOIN models m ON m.id = t.model_id "
+                          "WHERE m.name = 'vgg16' AND t.position = 0"),
+            "classifier.6.bias|1000|float32\n");
+}
+
+TEST_F(ProfileStoreTest, RefusesAnotherClusterUnlessReplace) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("ncf"), false).ok());
+  Status s = store.ImportProfile(SmallProfile("b"), false);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.message(), db_ + ": cluster.name: the DB holds another cluster's profile; got \"b\", expected \"a\" "
+                               "(one DB holds one profile; replace not requested)");
+  EXPECT_EQ(Load(store).cluster().name(), "a");
+
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("b"), true).ok());
+  pb::Profile loaded = Load(store);
+  EXPECT_TRUE(MessageDifferencer::Equals(loaded, SmallProfile("b")));  // ncf was a's: dropped
+}
+
+TEST_F(ProfileStoreTest, SameClusterMergesNewCurvesAndRefusesPresentOnes) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  pb::Profile before = Load(store);
+
+  Status again = store.ImportProfile(SmallProfile("a"), false);
+  EXPECT_EQ(again.message(), db_ + ": curves: already present; got \"comm allreduce global\", expected a curve the "
+                                   "DB does not hold (replace not requested)");
+
+  pb::Profile other_facts = SmallProfile("a");
+  other_facts.mutable_cluster()->set_nodes(3);
+  EXPECT_EQ(store.ImportProfile(other_facts, false).message(),
+            db_ + ": cluster.nodes: differs from the DB's; got 3, expected 2 (replace not requested)");
+  EXPECT_TRUE(MessageDifferencer::Equals(Load(store), before));
+
+  pb::Profile more = SmallProfile("a");
+  more.mutable_curves(0)->set_scope(pb::INTRA);
+  ASSERT_TRUE(store.ImportProfile(more, false).ok());
+  pb::Profile merged = Load(store);
+  ASSERT_EQ(merged.curves_size(), 2);
+  EXPECT_EQ(merged.curves(0).scope(), pb::GLOBAL);
+  EXPECT_EQ(merged.curves(1).scope(), pb::INTRA);
+
+  // With replace, the DB's curves become exactly the imported ones.
+  ASSERT_TRUE(store.ImportProfile(more, true).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(Load(store), more));
+}
+
+TEST_F(ProfileStoreTest, ModelsNeedAProfileAndAreNotSilentlyReplaced) {
+  ProfileStore store = OpenStore();
+  Status s = store.ImportModel(ExampleModel("ncf"), false);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), db_ + ": holds no profile yet; got model \"ncf\", expected a cupcake.profile.v1 import "
+                               "first (a model belongs to a cluster)");
+  EXPECT_EQ(store.Load().status().message(),
+            db_ + ": holds no profile yet; expected a cupcake.profile.v1 import first");
+
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("ncf"), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
+  pb::Model changed = ExampleModel("ncf");
+  changed.mutable_tensors(0)->set_backward_us(99);
+  changed.set_forward_us(7);
+  s = store.ImportModel(changed, false);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(s.message(), db_ + ": models: already present; got \"ncf\", expected a model the DB does not hold "
+                               "(replace not requested)");
+  ASSERT_TRUE(store.ImportModel(changed, true).ok());
+  auto names = store.ModelNames();
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, (std::vector<std::string>{"ncf", "vgg16"}));  // kept its position
+  auto loaded = store.LoadModel("ncf");
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(*loaded, changed));
+}
+
+TEST_F(ProfileStoreTest, LoadModelNotFoundListsTheModels) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  EXPECT_EQ(store.LoadModel("ncf").status().message(),
+            db_ + ": models: no such model; got \"ncf\", expected one of (none: the DB holds no models)");
+  ASSERT_TRUE(store.ImportModel(ExampleModel("resnet50"), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
+  Status s = store.LoadModel("resnet5").status();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), db_ + ": models: no such model; got \"resnet5\" (did you mean 'resnet50'?), expected one "
+                               "of resnet50, vgg16");
+}
+
+TEST_F(ProfileStoreTest, FailedImportLeavesThePreviousState) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("ncf"), false).ok());
+  pb::Profile before = Load(store);
+  // A new curve (written first), then a model the DB has: the whole import rolls back.
+  pb::Profile p = SmallProfile("a");
+  p.mutable_curves(0)->set_comm_op(pb::ALLGATHER);
+  *p.add_models() = ExampleModel("ncf");
+  EXPECT_EQ(store.ImportProfile(p, false).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(MessageDifferencer::Equals(Load(store), before));
+  // An invalid profile never reaches the DB.
+  p.mutable_curves(0)->mutable_points(0)->set_us(-1);
+  EXPECT_EQ(store.ImportProfile(p, true).message(),
+            "profile \"a\": curves[0].points[0].us: must not be negative; got -1, expected >= 0");
+  EXPECT_TRUE(MessageDifferencer::Equals(Load(store), before));
+}
+
+TEST_F(ProfileStoreTest, KilledWriterLeavesThePreviousState) {
+  {
+    ProfileStore store = OpenStore();
+    ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
+  }
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // A writer that dies mid-transaction, after deleting and rewriting rows.
+    sqlite3* db = nullptr;
+    sqlite3_open(db_.c_str(), &db);
+    sqlite3_exec(db, "BEGIN IMMEDIATE; DELETE FROM points; UPDATE cluster SET nodes = 99;", nullptr, nullptr, nullptr);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ProfileStore store = OpenStore(false);
+  EXPECT_TRUE(MessageDifferencer::Equals(Load(store), ExampleProfile()));
+}
+
+TEST_F(ProfileStoreTest, ReaderSeesTheLastCommitWhileAWriterWrites) {
+  ProfileStore reader = OpenStore();
+  ASSERT_TRUE(reader.ImportProfile(SmallProfile("a"), false).ok());
+  sqlite3* writer = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &writer), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(writer, "BEGIN IMMEDIATE; UPDATE cluster SET nodes = 5;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(Load(reader).cluster().nodes(), 2);  // not blocked, not dirty
+  ASSERT_EQ(sqlite3_exec(writer, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(writer);
+  EXPECT_EQ(Load(reader).cluster().nodes(), 5);
+}
+
+TEST_F(ProfileStoreTest, AddPointCommitsEachPointAndSkipsNone) {
+  ProfileStore store = OpenStore();
+  pb::Curve key;
+  key.set_kind(pb::ENCODE);
+  key.set_compressor("topk");
+  key.set_device(pb::GPU);
+  EXPECT_EQ(store.AddPoint(key, 4, 1.0).message(),
+            db_ + ": holds no profile yet; expected a cupcake.profile.v1 import first");
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+
+  auto sizes = store.PointSizes(key);
+  ASSERT_TRUE(sizes.ok());
+  EXPECT_TRUE(sizes->empty());
+  key.set_method("event");
+  key.set_iters(20);
+  ASSERT_TRUE(store.AddPoint(key, 1024, 30.25).ok());
+  key.clear_method();
+  key.set_wrong(1);
+  ASSERT_TRUE(store.AddPoint(key, 16, 3.5).ok());
+  // Another store on the same file (as another process would) sees the committed points.
+  ProfileStore other = OpenStore(false);
+  sizes = other.PointSizes(key);
+  ASSERT_TRUE(sizes.ok());
+  EXPECT_EQ(*sizes, (std::vector<int64_t>{16, 1024}));
+
+  Status dup = store.AddPoint(key, 16, 4.0);
+  EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(dup.message(), db_ + ": curve \"encode topk gpu\": point already present; got size 16 again, expected a "
+                                 "size not measured yet");
+
+  pb::Profile loaded = Load(other);
+  ASSERT_EQ(loaded.curves_size(), 2);
+  const pb::Curve& c = loaded.curves(1);
+  EXPECT_EQ(c.method(), "event");  // kept: the second call gave none
+  EXPECT_EQ(c.iters(), 20);
+  EXPECT_EQ(c.wrong(), 1);
+  ASSERT_EQ(c.points_size(), 2);
+  EXPECT_EQ(c.points(0).size(), 16);
+  EXPECT_EQ(c.points(0).us(), 3.5);
+  EXPECT_EQ(c.points(1).us(), 30.25);
+
+  pb::Curve bad;
+  bad.set_kind(pb::ENCODE);
+  bad.set_compressor("topkk");
+  EXPECT_EQ(store.AddPoint(bad, -1, 1.0).message(),
+            db_ + ": AddPoint: compressor: unknown compressor; got \"topkk\" (did you mean 'topk'?), expected one of "
+                  "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n" +
+                db_ + ": AddPoint: device: missing; expected one of gpu, cpu\n" + db_ +
+                ": AddPoint: point.size: must be positive; got -1, expected > 0");
+}
+
+TEST_F(ProfileStoreTest, RefusesFilesThatAreNotCupcakeProfiles) {
+  EXPECT_EQ(OpenError(), db_ + ": no such profile DB");
+  {
+    std::ofstream(db_) << ReadExample("models/ncf.json");
+  }
+  EXPECT_EQ(OpenError(), db_ + ": not a cupcake profile DB; got a file starting with '{. \"format\":', expected an "
+                               "SQLite database (a JSON file? import it with cupcake-profile import)");
+  std::filesystem::remove(db_);
+  RawExec(db_, "CREATE TABLE notes (text TEXT)");
+  EXPECT_EQ(OpenError(true), db_ + ": not a cupcake profile DB; got an SQLite DB with application_id 0x00000000 and "
+                                   "1 schema objects, expected application_id 0x43555043");
+}
+
+TEST_F(ProfileStoreTest, RefusesANewerSchema) {
+  {
+    ProfileStore store = OpenStore();
+  }
+  RawExec(db_, "PRAGMA user_version = 7");
+  Status s = ProfileStore::Open(db_, false).status();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 1 (written by a newer cupcake; use that "
+                               "one)");
+}
+
+TEST_F(ProfileStoreTest, RefusesATruncatedDb) {
+  {
+    ProfileStore store = OpenStore();
+    ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
+  }
+  auto size = std::filesystem::file_size(db_);
+  ASSERT_GT(size, 8192u);
+  std::filesystem::resize_file(db_, size / 2);
+  Status s = ProfileStore::Open(db_, false).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(s.message().starts_with(db_ + ": corrupt or truncated DB")) << s.message();
+
+  std::filesystem::resize_file(db_, 40);
+  EXPECT_EQ(OpenError(), db_ + ": truncated SQLite file; got 40 bytes, expected at least a 100-byte header");
+}
+
+TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
+  {
+    ProfileStore store = OpenStore();
+    ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  const internal::Migration failing[] = {{1, "CREATE TABLE x (a)"}, {2, "ALTER TABLE models ADD COLUMN note TEXT"},
+                                         {3, "THIS IS NOT SQL"}};
+  Status s = internal::Migrate(db, db_, failing);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 3 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 1);  // step 2 rolled back too
+  const internal::Migration next[] = {{1, "CREATE TABLE x (a)"}, {2, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 2);
+  sqlite3_close(db);
+  EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
+}
+
+TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  RawExec(db_, "UPDATE curves SET op = 'allgaher'; UPDATE points SET us = -3 WHERE size = 4");
+  Status s = store.Load().status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), db_ + ": curves[0].op: unknown name in the DB; got \"allgaher\", expected one of allreduce, "
+                               "allgather, reduce_scatter, alltoall, broadcast\n" +
+                             db_ + ": curves[0].points[0].us: must not be negative; got -3, expected >= 0");
+}
+
+}  // namespace
+}  // namespace cupcake::profile
