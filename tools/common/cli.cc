@@ -1,0 +1,110 @@
+#include "cupcake/tools/cli.h"
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "cupcake/proto/names.h"
+#include "cupcake/tools/version.h"
+
+namespace cupcake::tools {
+namespace po = boost::program_options;
+
+std::string ToolUsage(const ToolInfo& tool, const std::vector<Command>& commands) {
+  std::ostringstream os;
+  os << "usage: " << tool.name << " <command> [options]\n"
+     << tool.summary << "\n\ncommands:\n";
+  size_t width = 0;
+  for (const Command& c : commands) width = std::max(width, c.name.size());
+  for (const Command& c : commands) os << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.help << "\n";
+  if (commands.empty()) os << "  (none yet)\n";
+  os << "\noptions:\n  --help     show this help\n  --version  print the version\n"
+     << "\nRun '" << tool.name << " <command> --help' for a command's options.\n";
+  return os.str();
+}
+
+int Dispatch(const ToolInfo& tool, const std::vector<Command>& commands, const std::vector<std::string>& args,
+             std::ostream& out, std::ostream& err) {
+  const std::string hint = "run '" + tool.name + " --help' for the commands";
+  if (args.empty()) {
+    err << ToolUsage(tool, commands);
+    return kExitUsage;
+  }
+  const std::string& first = args[0];
+  if (first == "--help" || first == "-h" || first == "help") {
+    if (first == "help" && args.size() > 1) return Dispatch(tool, commands, {args[1], "--help"}, out, err);
+    out << ToolUsage(tool, commands);
+    return kExitOk;
+  }
+  if (first == "--version") {
+    out << tool.name << " " << CUPCAKE_VERSION << "\n";
+    return kExitOk;
+  }
+  std::vector<std::string_view> names;
+  for (const Command& c : commands) names.push_back(c.name);
+  std::string expected = "expected one of ";
+  for (size_t i = 0; i < names.size(); ++i) expected += (i ? ", " : "") + std::string(names[i]);
+  if (names.empty()) expected = "expected no command yet (this tool has none)";
+  if (first.starts_with("-")) {
+    err << tool.name << ": unknown option; got '" << first << "', expected a command or --help, --version; " << hint
+        << "\n";
+    return kExitUsage;
+  }
+  for (const Command& c : commands) {
+    if (c.name != first) continue;
+    Invocation inv{tool.name, c.name, std::vector<std::string>(args.begin() + 1, args.end()), out, err};
+    return c.run(inv);
+  }
+  err << tool.name << ": unknown command; got '" << first << "'" << DidYouMean(first, names) << ", " << expected
+      << "; " << hint << "\n";
+  return kExitUsage;
+}
+
+int RunMain(const ToolInfo& tool, const std::vector<Command>& commands, int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int code = Dispatch(tool, commands, args, std::cout, std::cerr);
+  std::cout.flush();
+  return code;
+}
+
+namespace {
+
+std::string CommandUsage(const Invocation& inv, const po::options_description& flags, const std::string& synopsis) {
+  std::ostringstream os;
+  os << "usage: " << inv.tool << " " << inv.command << " " << synopsis << "\n" << flags;
+  return os.str();
+}
+
+}  // namespace
+
+std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
+                              const po::positional_options_description& positional, const std::string& synopsis,
+                              po::variables_map& vm) {
+  flags.add_options()("help,h", "show this help");
+  try {
+    po::store(po::command_line_parser(inv.args).options(flags).positional(positional).run(), vm);
+    if (vm.count("help")) {
+      inv.out << CommandUsage(inv, flags, synopsis);
+      return kExitOk;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    inv.err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+int UsageError(Invocation& inv, const std::string& message) {
+  inv.err << inv.tool << " " << inv.command << ": " << message << "\n"
+          << "run '" << inv.tool << " " << inv.command << " --help' for its options\n";
+  return kExitUsage;
+}
+
+int Finish(Invocation& inv, const Status& status) {
+  if (status.ok()) return kExitOk;
+  inv.err << status.message() << "\n";
+  return kExitFailure;
+}
+
+}  // namespace cupcake::tools

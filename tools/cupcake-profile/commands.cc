@@ -1,0 +1,13 @@
+#include "commands.h"
+
+namespace cupcake::profile_cli {
+
+std::vector<tools::Command> Commands() {
+  return {
+      {"import", "import a JSON profile or model into a profile DB", ImportMain},
+      {"export", "write a profile DB, or one of its models, as JSON", ExportMain},
+      {"inspect", "summarize a profile: cluster, curves, models", InspectMain},
+  };
+}
+
+}  // namespace cupcake::profile_cli

@@ -1,0 +1,47 @@
+// cupcake-profile's subcommands. Each is a `Status RunX(const XOptions&, std::ostream& out)`
+// (callable from tests) plus an `int XMain(tools::Invocation&)` that parses its flags.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cupcake/proto/status.h"
+#include "cupcake/tools/cli.h"
+
+namespace cupcake::profile_cli {
+
+inline const tools::ToolInfo kTool{"cupcake-profile",
+                                   "Measures and stores a cluster's cost curves and models in an SQLite profile."};
+
+std::vector<tools::Command> Commands();
+
+// import --db DB FILE.json [--replace]
+struct ImportOptions {
+  std::string db;
+  std::string file;
+  bool replace = false;
+};
+// Imports a cupcake.profile.v1 (with its models) or cupcake.model.v1 file, told apart by
+// "format"; creates the DB when missing (and removes it again when the import fails).
+Status RunImport(const ImportOptions& options, std::ostream& out);
+int ImportMain(tools::Invocation& inv);
+
+// export --db DB [--model NAME] [-o FILE]
+struct ExportOptions {
+  std::string db;
+  std::string model;          // empty: the whole profile
+  std::string output = "-";   // "-": `out`
+};
+Status RunExport(const ExportOptions& options, std::ostream& out);
+int ExportMain(tools::Invocation& inv);
+
+// inspect --db DB [--format text|json]
+struct InspectOptions {
+  std::string db;  // a profile DB, or a profile JSON file
+  tools::OutputFormat format = tools::OutputFormat::kText;
+};
+Status RunInspect(const InspectOptions& options, std::ostream& out);
+int InspectMain(tools::Invocation& inv);
+
+}  // namespace cupcake::profile_cli

@@ -1,0 +1,69 @@
+#include <filesystem>
+
+#include "commands.h"
+#include "cupcake/profile/json_io.h"
+#include "cupcake/profile/store.h"
+#include "cupcake/proto/file_io.h"
+
+namespace cupcake::profile_cli {
+namespace po = boost::program_options;
+
+Status RunImport(const ImportOptions& options, std::ostream& out) {
+  // Validate the whole file before touching the DB.
+  CUPCAKE_ASSIGN_OR_RETURN(std::string text, ReadFile(options.file));
+  CUPCAKE_ASSIGN_OR_RETURN(profile::JsonFormat format, profile::DetectJsonFormat(text, options.file));
+  pb::Profile profile_in;
+  pb::Model model_in;
+  if (format == profile::JsonFormat::kProfile) {
+    CUPCAKE_ASSIGN_OR_RETURN(profile_in, profile::ParseProfileJson(text, options.file));
+  } else {
+    CUPCAKE_ASSIGN_OR_RETURN(model_in, profile::ParseModelJson(text, options.file));
+  }
+
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(options.db, ec);
+  Status status;
+  {
+    auto store = profile::ProfileStore::Open(options.db, /*create=*/true);
+    if (!store.ok()) {
+      status = store.status();
+    } else if (format == profile::JsonFormat::kProfile) {
+      status = store->ImportProfile(profile_in, options.replace);
+    } else {
+      status = store->ImportModel(model_in, options.replace);
+    }
+  }
+  if (!status.ok()) {
+    if (!existed) {  // do not leave an empty DB behind
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(options.db + suffix, ec);
+    }
+    if (status.code() == StatusCode::kAlreadyExists)
+      return Status(status.code(), status.message() + "\n" + options.db +
+                                       ": nothing imported; pass --replace to replace what the DB holds");
+    return status;
+  }
+  if (format == profile::JsonFormat::kProfile) {
+    out << "imported profile '" << profile_in.cluster().name() << "' (" << profile_in.curves_size() << " curves, "
+        << profile_in.models_size() << " models) from " << options.file << " into " << options.db << "\n";
+  } else {
+    out << "imported model '" << model_in.name() << "' (" << model_in.tensors_size() << " tensors) from "
+        << options.file << " into " << options.db << "\n";
+  }
+  return Status::Ok();
+}
+
+int ImportMain(tools::Invocation& inv) {
+  ImportOptions options;
+  po::options_description flags("options");
+  flags.add_options()
+      ("db", po::value(&options.db)->required(), "the profile DB (created when missing)")
+      ("file", po::value(&options.file)->required(), "a cupcake.profile.v1 or cupcake.model.v1 JSON file")
+      ("replace", po::bool_switch(&options.replace), "replace what the DB holds (another cluster, a present curve or model)");
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  po::variables_map vm;
+  if (auto code = tools::ParseFlags(inv, flags, positional, "--db DB FILE.json [--replace]", vm)) return *code;
+  return tools::Finish(inv, RunImport(options, inv.out));
+}
+
+}  // namespace cupcake::profile_cli

@@ -1,0 +1,137 @@
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "cupcake/profile/load.h"
+#include "cupcake/proto/names.h"
+
+namespace cupcake::profile_cli {
+namespace po = boost::program_options;
+namespace {
+
+// Sizes of comm and copy curves are bytes; of encode and decode, elements (DESIGN.md 3.2).
+bool SizesAreBytes(const pb::Curve& c) { return c.kind() == pb::COMM || c.kind() == pb::COPY; }
+
+std::string SizeRange(const pb::Curve& c) {
+  if (c.points_size() == 0) return "-";
+  int64_t lo = c.points(0).size(), hi = c.points(c.points_size() - 1).size();
+  if (SizesAreBytes(c)) return tools::HumanBytes(lo) + " .. " + tools::HumanBytes(hi);
+  return tools::HumanCount(lo) + " .. " + tools::HumanCount(hi) + " elements";
+}
+
+int64_t Parameters(const pb::Model& m) {
+  int64_t n = 0;
+  for (const auto& t : m.tensors()) n += t.numel();
+  return n;
+}
+
+int64_t GradientBytes(const pb::Model& m) {
+  int64_t n = 0;
+  for (const auto& t : m.tensors()) n += t.numel() * DTypeBytes(t.dtype());
+  return n;
+}
+
+void Text(const std::string& db, const pb::Profile& p, std::ostream& out) {
+  const pb::Cluster& c = p.cluster();
+  out << "profile " << db << "\n";
+  out << "cluster " << c.name() << ": " << c.nodes() << " nodes x " << c.devices_per_node() << " devices ("
+      << c.nodes() * c.devices_per_node() << " ranks)\n";
+  std::vector<std::pair<std::string, std::string>> facts;
+  if (c.has_device()) facts.emplace_back("device", c.device());
+  if (c.has_interconnect()) facts.emplace_back("interconnect", c.interconnect());
+  if (c.has_network()) facts.emplace_back("network", c.network());
+  if (c.has_source()) facts.emplace_back("source", c.source());
+  std::map<std::string, std::string> meta(c.meta().begin(), c.meta().end());
+  for (const auto& [k, v] : meta) facts.emplace_back("meta." + k, v);
+  size_t width = 0;
+  for (const auto& f : facts) width = std::max(width, f.first.size());
+  for (const auto& [k, v] : facts) out << "  " << k << ":" << std::string(width - k.size() + 1, ' ') << v << "\n";
+
+  out << "curves: " << p.curves_size() << "\n";
+  size_t key_width = 0;
+  for (const auto& curve : p.curves()) key_width = std::max(key_width, CurveKey(curve).size());
+  for (const auto& curve : p.curves()) {
+    std::string key = CurveKey(curve);
+    std::string points = std::to_string(curve.points_size()) + (curve.points_size() == 1 ? " point" : " points");
+    out << "  " << key << std::string(key_width - key.size() + 2, ' ') << std::string(10 - std::min<size_t>(10, points.size()), ' ')
+        << points << "  " << SizeRange(curve);
+    if (curve.has_method()) out << "  (" << curve.method() << ")";
+    if (curve.has_wrong() && curve.wrong() > 0) out << "  WRONG RESULTS: " << curve.wrong();
+    out << "\n";
+  }
+  out << "models: " << p.models_size() << "\n";
+  size_t name_width = 0;
+  for (const auto& m : p.models()) name_width = std::max(name_width, m.name().size());
+  for (const auto& m : p.models()) {
+    out << "  " << m.name() << std::string(name_width - m.name().size() + 2, ' ') << m.tensors_size() << " tensors, "
+        << Parameters(m) << " parameters (" << tools::HumanBytes(GradientBytes(m)) << " of gradients)\n";
+  }
+}
+
+void Json(const std::string& db, const pb::Profile& p, std::ostream& out) {
+  using nlohmann::ordered_json;
+  const pb::Cluster& c = p.cluster();
+  ordered_json j;
+  j["profile"] = db;
+  ordered_json cluster;
+  cluster["name"] = c.name();
+  cluster["nodes"] = c.nodes();
+  cluster["devices_per_node"] = c.devices_per_node();
+  if (c.has_device()) cluster["device"] = c.device();
+  if (c.has_interconnect()) cluster["interconnect"] = c.interconnect();
+  if (c.has_network()) cluster["network"] = c.network();
+  if (c.has_source()) cluster["source"] = c.source();
+  j["cluster"] = cluster;
+  ordered_json curves = ordered_json::array();
+  for (const auto& curve : p.curves()) {
+    ordered_json jc;
+    jc["key"] = CurveKey(curve);
+    jc["points"] = curve.points_size();
+    jc["unit"] = SizesAreBytes(curve) ? "bytes" : "elements";
+    if (curve.points_size() > 0) {
+      jc["min_size"] = curve.points(0).size();
+      jc["max_size"] = curve.points(curve.points_size() - 1).size();
+    }
+    curves.push_back(jc);
+  }
+  j["curves"] = curves;
+  ordered_json models = ordered_json::array();
+  for (const auto& m : p.models()) {
+    ordered_json jm;
+    jm["name"] = m.name();
+    jm["tensors"] = m.tensors_size();
+    jm["parameters"] = Parameters(m);
+    jm["gradient_bytes"] = GradientBytes(m);
+    models.push_back(jm);
+  }
+  j["models"] = models;
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+Status RunInspect(const InspectOptions& options, std::ostream& out) {
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Profile p, profile::LoadProfileFile(options.db));
+  if (options.format == tools::OutputFormat::kJson) Json(options.db, p, out);
+  else Text(options.db, p, out);
+  return Status::Ok();
+}
+
+int InspectMain(tools::Invocation& inv) {
+  InspectOptions options;
+  std::string format;
+  po::options_description flags("options");
+  flags.add_options()
+      ("db", po::value(&options.db)->required(), "the profile DB (or a profile JSON file)")
+      ("format", po::value(&format)->default_value("text"), "text or json");
+  po::variables_map vm;
+  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json]", vm)) return *code;
+  auto f = tools::ParseOutputFormat("--format", format);
+  if (!f.ok()) return tools::UsageError(inv, f.status().message());
+  options.format = *f;
+  return tools::Finish(inv, RunInspect(options, inv.out));
+}
+
+}  // namespace cupcake::profile_cli
