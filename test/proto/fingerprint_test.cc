@@ -1,0 +1,68 @@
+#include "cupcake/proto/fingerprint.h"
+
+#include <gtest/gtest.h>
+
+namespace cupcake {
+namespace {
+
+pb::Model TwoTensors() {
+  pb::Model m;
+  m.set_name("m");
+  for (const char* name : {"a", "b"}) {
+    auto* t = m.add_tensors();
+    t->set_name(name);
+    t->set_numel(10);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(1);
+  }
+  return m;
+}
+
+TEST(ModelFingerprint, CoversNamesSizesDtypesAndOrderOnly) {
+  pb::Model m = TwoTensors();
+  const std::string fp = ModelFingerprint(m);
+  EXPECT_EQ(fp.size(), 16u);
+  pb::Model timing = m;
+  timing.set_name("renamed");
+  timing.mutable_tensors(0)->set_backward_us(99);
+  EXPECT_EQ(ModelFingerprint(timing), fp);
+  pb::Model swapped = m;
+  swapped.mutable_tensors()->SwapElements(0, 1);
+  EXPECT_NE(ModelFingerprint(swapped), fp);
+  pb::Model bigger = m;
+  bigger.mutable_tensors(1)->set_numel(11);
+  EXPECT_NE(ModelFingerprint(bigger), fp);
+  pb::Model half = m;
+  half.mutable_tensors(1)->set_dtype(pb::FLOAT16);
+  EXPECT_NE(ModelFingerprint(half), fp);
+}
+
+TEST(ProfileFingerprint, IgnoresCurveOrderAndMetadata) {
+  pb::Profile p;
+  p.mutable_cluster()->set_name("c");
+  p.mutable_cluster()->set_nodes(2);
+  for (auto op : {pb::ALLREDUCE, pb::ALLGATHER}) {
+    auto* c = p.add_curves();
+    c->set_kind(pb::COMM);
+    c->set_comm_op(op);
+    c->set_scope(pb::GLOBAL);
+    auto* pt = c->add_points();
+    pt->set_size(4);
+    pt->set_us(op == pb::ALLREDUCE ? 1.0 : 2.0);
+  }
+  const std::string fp = ProfileFingerprint(p);
+  pb::Profile reordered = p;
+  reordered.mutable_curves()->SwapElements(0, 1);
+  (*reordered.mutable_cluster()->mutable_meta())["date"] = "today";
+  reordered.mutable_curves(0)->set_method("event");
+  EXPECT_EQ(ProfileFingerprint(reordered), fp);
+  pb::Profile changed = p;
+  changed.mutable_curves(0)->mutable_points(0)->set_us(1.0000001);
+  EXPECT_NE(ProfileFingerprint(changed), fp);
+  pb::Profile nodes = p;
+  nodes.mutable_cluster()->set_nodes(3);
+  EXPECT_NE(ProfileFingerprint(nodes), fp);
+}
+
+}  // namespace
+}  // namespace cupcake
