@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   libprotobuf-dev protobuf-compiler
   libboost-program-options-dev
   libsqlite3-dev sqlite3

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The main job end to end, as far as it goes today: install what is missing, build, import the
+# sample profile and a model into an SQLite profile, inspect it and export it again.
+# (Later issues extend this to profile, plan and train.)
+# Usage: scripts/demo.sh [DB]   (default: build/demo/profile.db)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${CUPCAKE_BUILD_DIR:-$root/build}"  # override to keep several build trees
+"$root/scripts/install-deps.sh"
+"$root/scripts/build.sh"
+
+profile_tool="$build/tools/cupcake-profile"
+db="${1:-$build/demo/profile.db}"
+mkdir -p "$(dirname "$db")"
+rm -f "$db" "$db-wal" "$db-shm"
+
+set -x
+"$profile_tool" import --db "$db" "$root/examples/profiles/v100-8x8-pcie-25g.json"
+"$profile_tool" import --db "$db" "$root/examples/models/resnet50.json"
+"$profile_tool" inspect --db "$db"
+"$profile_tool" export --db "$db" -o "$(dirname "$db")/profile.json"
+set +x
+echo "demo: profile DB at $db (try: sqlite3 $db 'SELECT * FROM curve_points LIMIT 5')"
