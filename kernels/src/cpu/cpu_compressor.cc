@@ -173,19 +173,23 @@ class CpuCompressor final : public Compressor {
       case CompressorKind::kTopk:
       case CompressorKind::kDgc: return DecodeSparse(p, out);
       case CompressorKind::kQsgd:
-        for (int r = 0; r < W; ++r) {
-          const u8* pr = p + r * L.payload_bytes;
-          const float f = LoadF(pr + n) / (detail::kQsgdLevels * wf);
-          const float nan = std::numeric_limits<float>::quiet_NaN();
-          if (r == 0) {
-            for (int64_t i = 0; i < n; ++i) {
-              const int8_t q = static_cast<int8_t>(pr[i]);
-              out[i] = q == -128 ? nan : static_cast<float>(q) * f;
-            }
-          } else {
-            for (int64_t i = 0; i < n; ++i) {
-              const int8_t q = static_cast<int8_t>(pr[i]);
-              out[i] += q == -128 ? nan : static_cast<float>(q) * f;
+        // Blocks of kBlock elements, all ranks per block, so `out` stays in L1.
+        for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+          const int64_t end = std::min(n, b0 + kBlock);
+          for (int r = 0; r < W; ++r) {
+            const u8* pr = p + r * L.payload_bytes;
+            const float f = LoadF(pr + n) / (detail::kQsgdLevels * wf);
+            const float nan = std::numeric_limits<float>::quiet_NaN();
+            if (r == 0) {
+              for (int64_t i = b0; i < end; ++i) {
+                const int8_t q = static_cast<int8_t>(pr[i]);
+                out[i] = q == -128 ? nan : static_cast<float>(q) * f;
+              }
+            } else {
+              for (int64_t i = b0; i < end; ++i) {
+                const int8_t q = static_cast<int8_t>(pr[i]);
+                out[i] += q == -128 ? nan : static_cast<float>(q) * f;
+              }
             }
           }
         }
@@ -194,27 +198,33 @@ class CpuCompressor final : public Compressor {
       case CompressorKind::kEfsignsgd:
       case CompressorKind::kSignum:
       case CompressorKind::kOnebit:
-        for (int r = 0; r < W; ++r) {
-          const u8* pr = p + r * L.payload_bytes;
-          const int64_t nb = (n + 7) / 8;
-          float pos, neg;
-          if (L.kind == CompressorKind::kOnebit) {
-            pos = LoadF(pr + nb) / wf;
-            neg = LoadF(pr + nb + 4) / wf;
-          } else {
-            pos = LoadF(pr + nb) / wf;
-            neg = -pos;
+        for (int64_t b0 = 0; b0 < n; b0 += kBlock) {  // kBlock is a multiple of 8
+          const int64_t len = std::min(kBlock, n - b0);
+          for (int r = 0; r < W; ++r) {
+            const u8* pr = p + r * L.payload_bytes;
+            const int64_t nb = (n + 7) / 8;
+            float pos, neg;
+            if (L.kind == CompressorKind::kOnebit) {
+              pos = LoadF(pr + nb) / wf;
+              neg = LoadF(pr + nb + 4) / wf;
+            } else {
+              pos = LoadF(pr + nb) / wf;
+              neg = -pos;
+            }
+            if (r == 0) UnpackBits<true>(pr + b0 / 8, len, pos, neg, out + b0);
+            else UnpackBits<false>(pr + b0 / 8, len, pos, neg, out + b0);
           }
-          if (r == 0) UnpackBits<true>(pr, n, pos, neg, out);
-          else UnpackBits<false>(pr, n, pos, neg, out);
         }
         return Status::Ok();
       case CompressorKind::kTerngrad:
-        for (int r = 0; r < W; ++r) {
-          const u8* pr = p + r * L.payload_bytes;
-          const float s = LoadF(pr + (n + 3) / 4) / wf;
-          if (r == 0) UnpackTernary<true>(pr, n, s, out);
-          else UnpackTernary<false>(pr, n, s, out);
+        for (int64_t b0 = 0; b0 < n; b0 += kBlock) {  // kBlock is a multiple of 4
+          const int64_t len = std::min(kBlock, n - b0);
+          for (int r = 0; r < W; ++r) {
+            const u8* pr = p + r * L.payload_bytes;
+            const float s = LoadF(pr + (n + 3) / 4) / wf;
+            if (r == 0) UnpackTernary<true>(pr + b0 / 4, len, s, out + b0);
+            else UnpackTernary<false>(pr + b0 / 4, len, s, out + b0);
+          }
         }
         return Status::Ok();
     }
