@@ -88,12 +88,37 @@ struct Label {
   double e;  // sum of the encodes so far (C = backward_prefix[end] + e)
   double f;  // F: when the network finishes the last collective so far
   double x;  // the decode chain started at 0: max(x, F_k) + dec_k
-  double s;  // sum of the decodes so far
+  double y;  // e + the sum of the decodes so far
   int32_t parent;
   int32_t end;
 };
 
-bool Dominates(const Label& a, const Label& b) { return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.s <= b.s; }
+bool Dominates(const Label& a, const Label& b) { return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y; }
+
+// Appends group [l.end, q] to label l (the recurrences of cost_model.h).
+Label Extend(const Problem& p, const Label& l, int32_t id, int q, const GroupCost& c) {
+  Label next;
+  next.e = l.e + c.enc_us;
+  const double c_k = p.backward_prefix[q + 1] + next.e;
+  next.f = std::max(c_k, l.f) + c.com_us;
+  next.x = std::max(l.x, next.f) + c.dec_us;
+  next.y = l.y + c.enc_us + c.dec_us;
+  next.parent = id;
+  next.end = q + 1;
+  return next;
+}
+
+// The final time of a label that covers every tensor: max(C_K + sum of decodes, D chain).
+double FinalTime(const Problem& p, const Label& l) {
+  return p.forward_us + std::max(p.backward_prefix.back() + l.y, l.x) + p.update_us;
+}
+
+std::vector<int> StrategyOf(const std::vector<Label>& labels, int32_t id) {
+  std::vector<int> ends;
+  for (; labels[id].end > 0; id = labels[id].parent) ends.push_back(labels[id].end - 1);
+  std::reverse(ends.begin(), ends.end());
+  return ends;
+}
 
 SearchResult Exhaustive(const Problem& p) {
   const int n = p.size();
@@ -127,7 +152,19 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
   st.budget = budget;
   GroupPricer pricer(p);
 
-  // Step 1: the incumbent is the best baseline.
+  // Step 1: suffix bounds.
+  const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
+  auto lower_bound = [&](const Label& l) {
+    const int j = l.end;
+    double lb = backward_total + l.y + sb.enc_dec[j];                 // C_K + sum of decodes
+    lb = std::max(lb, l.x + sb.dec[j]);                               // the decode chain
+    lb = std::max(lb, l.f + sb.com[j] + sb.last_dec[j]);              // the network, then one decode
+    lb = std::max(lb, backward_total + l.e + sb.enc[j] + sb.last_com_dec[j]);  // C_K, last com, dec
+    return fixed + lb;
+  };
+
+  // Step 2: the incumbent: the best baseline, or the greedy strategy that keeps, for every
+  // prefix, only the label with the smallest lower bound, if that is better.
   double incumbent = kInf;
   for (const auto& ends : {OneGroupStrategy(p), LayerwiseStrategy(p), BucketStrategy(p, int64_t{25} << 20),
                            BucketStrategy(p, int64_t{64} << 20)}) {
@@ -137,34 +174,53 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
       result.group_ends = ends;
     }
   }
+  {
+    std::vector<Label> best(n + 1);
+    std::vector<double> best_lb(n + 1, kInf);
+    std::vector<Label> chain;  // the greedy labels, for the strategy's reconstruction
+    best[0] = {0, 0, 0, 0, -1, 0};
+    for (int j = 0; j < n; ++j) {
+      if (j > 0 && best_lb[j] == kInf) continue;
+      chain.push_back(best[j]);
+      const int32_t id = static_cast<int32_t>(chain.size() - 1);
+      pricer.Start(j);
+      for (int q = j; q < n; ++q) {
+        Label next = Extend(p, chain[id], id, q, pricer.Price(q));
+        ++st.transitions;
+        double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
+        if (lb < best_lb[q + 1]) {
+          best_lb[q + 1] = lb;
+          best[q + 1] = next;
+        }
+      }
+    }
+    chain.push_back(best[n]);
+    if (best_lb[n] < incumbent) {
+      incumbent = best_lb[n];
+      result.group_ends = StrategyOf(chain, static_cast<int32_t>(chain.size() - 1));
+    }
+  }
 
-  // Step 2: suffix bounds.
-  const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
-  auto lower_bound = [&](const Label& l) {
-    const int j = l.end;
-    double lb = backward_total + l.e + l.s + sb.enc_dec[j];        // C_K + sum of decodes
-    lb = std::max(lb, l.x + sb.dec[j]);                             // the decode chain
-    lb = std::max(lb, l.f + sb.com[j] + sb.last_dec[j]);            // the network, then one decode
-    lb = std::max(lb, backward_total + l.e + sb.enc[j] + sb.last_com_dec[j]);  // C_K, last com, dec
-    return fixed + lb;
-  };
-
-  // Step 3: labels by prefix length, expanded in increasing prefix length.
+  // Step 3: labels by prefix length, expanded in increasing prefix length and, within one,
+  // in increasing lower bound.
   std::vector<Label> labels;
   std::vector<char> alive;
   std::vector<std::vector<int32_t>> at(n);
   labels.push_back({0, 0, 0, 0, -1, 0});
   alive.push_back(1);
   at[0].push_back(0);
-  int32_t best_label = -1;  // parent of the best complete strategy the search found
+  int32_t best_label = -1;  // the best complete strategy the search found
   bool stopped = false;
+  std::vector<std::pair<double, int32_t>> order;
 
   for (int j = 0; j < n && !stopped; ++j) {
-    for (int32_t id : at[j]) {
-      if (!alive[id]) continue;
-      const Label l = labels[id];
-      if (lower_bound(l) >= incumbent) {
-        ++st.pruned;
+    order.clear();
+    for (int32_t id : at[j])
+      if (alive[id]) order.emplace_back(lower_bound(labels[id]), id);
+    std::sort(order.begin(), order.end());
+    for (auto [lb, id] : order) {
+      if (lb >= incumbent) {
+        st.pruned += 1;
         continue;
       }
       if (st.states >= budget) {
@@ -172,25 +228,20 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
         break;
       }
       ++st.states;
+      const Label l = labels[id];
       pricer.Start(j);
       for (int q = j; q < n; ++q) {
         // Step 4: every later q closes this group later still (docs/MODEL.md, "Cutoff").
         if (fixed + p.backward_prefix[q + 1] + l.e + sb.min_com + sb.min_dec >= incumbent) break;
-        GroupCost c = pricer.Price(q);
+        Label next = Extend(p, l, id, q, pricer.Price(q));
         ++st.transitions;
-        Label next;
-        next.e = l.e + c.enc_us;
-        const double c_k = p.backward_prefix[q + 1] + next.e;
-        next.f = std::max(c_k, l.f) + c.com_us;
-        next.x = std::max(l.x, next.f) + c.dec_us;
-        next.s = l.s + c.dec_us;
-        next.parent = id;
-        next.end = q + 1;
         if (q == n - 1) {
-          double t = fixed + std::max(c_k + next.s, next.x);
+          double t = FinalTime(p, next);
           if (t < incumbent) {
             incumbent = t;
-            best_label = id;
+            labels.push_back(next);
+            alive.push_back(0);
+            best_label = static_cast<int32_t>(labels.size() - 1);
           }
           continue;
         }
@@ -224,12 +275,7 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
     at[j].shrink_to_fit();
   }
 
-  if (best_label >= 0) {
-    result.group_ends.clear();
-    result.group_ends.push_back(n - 1);
-    for (int32_t id = best_label; labels[id].end > 0; id = labels[id].parent) result.group_ends.push_back(labels[id].end - 1);
-    std::reverse(result.group_ends.begin(), result.group_ends.end());
-  }
+  if (best_label >= 0) result.group_ends = StrategyOf(labels, best_label);
   result.iteration_us = IterationTime(p, result.group_ends);
   st.optimal = !stopped;
   return result;
