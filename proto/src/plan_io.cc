@@ -1,0 +1,263 @@
+#include "cupcake/proto/plan_io.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/file_io.h"
+#include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/names.h"
+
+namespace cupcake {
+namespace {
+
+// Enough to show what is wrong with a badly damaged file without flooding the terminal.
+constexpr size_t kMaxProblems = 20;
+
+class Problems {
+ public:
+  explicit Problems(std::string origin) : origin_(std::move(origin)) {}
+  void Add(const std::string& field, const std::string& problem) {
+    ++count_;
+    if (lines_.size() < kMaxProblems) lines_.push_back(origin_ + ": " + field + ": " + problem);
+  }
+  // A line that already carries its origin and field.
+  void AddLine(const std::string& line) {
+    ++count_;
+    if (lines_.size() < kMaxProblems) lines_.push_back(line);
+  }
+  const std::string& origin() const { return origin_; }
+  Status ToStatus() const {
+    if (count_ == 0) return Status::Ok();
+    std::string m;
+    for (const auto& l : lines_) m += (m.empty() ? "" : "\n") + l;
+    if (count_ > lines_.size())
+      m += "\n" + origin_ + ": ... and " + std::to_string(count_ - lines_.size()) + " more problems";
+    return InvalidArgumentError(m);
+  }
+
+ private:
+  std::string origin_;
+  std::vector<std::string> lines_;
+  size_t count_ = 0;
+};
+
+std::string Quoted(const std::string& s) { return "\"" + s + "\""; }
+
+std::string Idx(const std::string& field, int i) { return field + "[" + std::to_string(i) + "]"; }
+
+bool Finite(double x) { return std::isfinite(x); }
+
+// Times are microseconds from the start of backward: finite and non-negative.
+void CheckTime(Problems& p, const std::string& field, double us) {
+  if (!Finite(us) || us < 0) {
+    std::ostringstream os;
+    os << "not a time; got " << us << ", expected a finite number >= 0 (microseconds)";
+    p.Add(field, os.str());
+  }
+}
+
+void CheckModel(Problems& p, const pb::PlanModel& pm) {
+  const pb::Model& m = pm.model();
+  if (m.name().empty()) p.Add("model.model.name", "missing; expected the model's name");
+  if (m.tensors().empty())
+    p.Add("model.model.tensors", "empty; expected at least one tensor (model " + m.name() + ")");
+  for (int i = 0; i < m.tensors_size(); ++i) {
+    const auto& t = m.tensors(i);
+    const std::string f = Idx("model.model.tensors", i);
+    if (t.name().empty()) p.Add(f + ".name", "missing; expected a non-empty name");
+    if (t.numel() <= 0) p.Add(f + ".numel", "must be positive; got " + std::to_string(t.numel()) + ", expected > 0");
+    if (DTypeBytes(t.dtype()) == 0)
+      p.Add(f + ".dtype", "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " +
+                              DTypeNames());
+  }
+  if (pm.fingerprint().empty()) {
+    p.Add("model.fingerprint", "missing; expected " + ModelFingerprint(m) + " (model " + m.name() + ")");
+  } else if (!m.tensors().empty() && pm.fingerprint() != ModelFingerprint(m)) {
+    p.Add("model.fingerprint", "does not match the embedded model; got " + pm.fingerprint() + ", expected " +
+                                   ModelFingerprint(m) + " (model " + m.name() + ")");
+  }
+}
+
+void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
+  const CompressorInfo* info = FindCompressor(c.name());
+  if (c.name().empty()) {
+    p.Add("compressor.name", "missing; expected a compressor name");
+  } else if (info == nullptr) {
+    p.AddLine(UnknownCompressorError(p.origin() + ": compressor.name", c.name()).message());
+  }
+  auto memories = MemoryNames();
+  if (std::find(memories.begin(), memories.end(), c.memory()) == memories.end())
+    p.Add("compressor.memory", "unknown memory; got " + Quoted(c.memory()) + ", expected one of residual, dgc, none");
+  if (info != nullptr && info->uses_ratio && !(c.ratio() > 0 && c.ratio() <= 1)) {
+    std::ostringstream os;
+    os << "out of range; got " << c.ratio() << ", expected in (0, 1] for " << c.name();
+    p.Add("compressor.ratio", os.str());
+  }
+}
+
+void CheckGroups(Problems& p, const pb::Plan& plan) {
+  const pb::Model& m = plan.model().model();
+  const int n = m.tensors_size();
+  const std::string of_model = " (model " + m.name() + ")";
+  if (plan.groups().empty()) {
+    p.Add("groups", "empty; expected groups covering tensors 0.." + std::to_string(n - 1) + of_model);
+    return;
+  }
+  int expected_first = 0;
+  bool in_range = true;
+  for (int k = 0; k < plan.groups_size(); ++k) {
+    const pb::Group& g = plan.groups(k);
+    const std::string f = Idx("groups", k);
+    bool ok = true;
+    if (g.first_tensor() < 0 || g.first_tensor() >= n) {
+      p.Add(f + ".first_tensor", "out of range; got " + std::to_string(g.first_tensor()) + ", expected 0 <= x < " +
+                                     std::to_string(n) + of_model);
+      ok = false;
+    } else if (g.first_tensor() != expected_first) {
+      p.Add(f + ".first_tensor",
+            "not contiguous; got " + std::to_string(g.first_tensor()) + ", expected " + std::to_string(expected_first) +
+                (k == 0 ? " (the first group starts at tensor 0)" : " (groups[" + std::to_string(k - 1) +
+                                                                      "].last_tensor + 1)"));
+    }
+    if (g.last_tensor() < 0 || g.last_tensor() >= n) {
+      p.Add(f + ".last_tensor", "out of range; got " + std::to_string(g.last_tensor()) + ", expected < " +
+                                    std::to_string(n) + of_model);
+      ok = false;
+    }
+    if (ok && g.first_tensor() > g.last_tensor()) {
+      p.Add(f, "first_tensor after last_tensor; got " + std::to_string(g.first_tensor()) + " > " +
+                   std::to_string(g.last_tensor()) + ", expected first_tensor <= last_tensor");
+      ok = false;
+    }
+    if (ok) {
+      int64_t numel = 0;
+      for (int i = g.first_tensor(); i <= g.last_tensor(); ++i) numel += m.tensors(i).numel();
+      if (g.numel() != numel)
+        p.Add(f + ".numel", "does not match its tensors; got " + std::to_string(g.numel()) + ", expected " +
+                                std::to_string(numel) + " (tensors " + std::to_string(g.first_tensor()) + ".." +
+                                std::to_string(g.last_tensor()) + ")");
+      expected_first = g.last_tensor() + 1;
+    } else {
+      in_range = false;
+      expected_first = std::max(expected_first, g.last_tensor() + 1);
+    }
+    if (g.payload_bytes() <= 0)
+      p.Add(f + ".payload_bytes", "must be positive; got " + std::to_string(g.payload_bytes()) + ", expected > 0");
+    if (!g.has_options() || g.options().collective() == pb::COMM_OP_UNSPECIFIED)
+      p.Add(f + ".options.collective", "missing; expected one of " + CommOpNames());
+    if (g.has_options() && g.options().device() == pb::DEVICE_UNSPECIFIED)
+      p.Add(f + ".options.device", "missing; expected one of " + DeviceNames());
+    CheckTime(p, f + ".encode_start_us", g.encode_start_us());
+    CheckTime(p, f + ".encode_end_us", g.encode_end_us());
+    CheckTime(p, f + ".comm_start_us", g.comm_start_us());
+    CheckTime(p, f + ".comm_end_us", g.comm_end_us());
+    CheckTime(p, f + ".decode_start_us", g.decode_start_us());
+    CheckTime(p, f + ".decode_end_us", g.decode_end_us());
+  }
+  const pb::Group& last = plan.groups(plan.groups_size() - 1);
+  if (in_range && n > 0 && last.last_tensor() != n - 1)
+    p.Add(Idx("groups", plan.groups_size() - 1) + ".last_tensor",
+          "does not end the model; got " + std::to_string(last.last_tensor()) + ", expected " + std::to_string(n - 1) +
+              of_model);
+}
+
+}  // namespace
+
+Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
+  Problems p(origin);
+  if (plan.format() != kPlanFileFormat) {
+    if (plan.format().empty())
+      p.Add("format", "missing; expected " + Quoted(std::string(kPlanFileFormat)));
+    else
+      p.Add("format", "unsupported; got " + Quoted(plan.format()) + ", expected " +
+                          Quoted(std::string(kPlanFileFormat)));
+  }
+  if (!plan.has_model()) {
+    p.Add("model", "missing; expected the model the plan was made for");
+    return p.ToStatus();  // nothing below can be checked without it
+  }
+  CheckModel(p, plan.model());
+  if (plan.profile_fingerprint().empty()) p.Add("profile_fingerprint", "missing; expected 16 hex digits");
+  if (plan.world_size() < 1)
+    p.Add("world_size", "must be positive; got " + std::to_string(plan.world_size()) + ", expected >= 1");
+  if (plan.device() != pb::GPU && plan.device() != pb::CPU)
+    p.Add("device", "missing; got " + std::to_string(static_cast<int>(plan.device())) + ", expected one of " +
+                        DeviceNames());
+  if (!plan.has_compressor()) p.Add("compressor", "missing; expected the compressor and its parameters");
+  else CheckCompressor(p, plan.compressor());
+  if (plan.model().model().tensors_size() > 0) CheckGroups(p, plan);
+  if (!plan.has_predicted()) {
+    p.Add("predicted", "missing; expected the predicted times");
+  } else if (!Finite(plan.predicted().iteration_us()) || plan.predicted().iteration_us() <= 0) {
+    std::ostringstream os;
+    os << "not a time; got " << plan.predicted().iteration_us() << ", expected a finite number > 0 (microseconds)";
+    p.Add("predicted.iteration_us", os.str());
+  }
+  for (int i = 0; i < plan.baselines_size(); ++i)
+    if (plan.baselines(i).name().empty()) p.Add(Idx("baselines", i) + ".name", "missing; expected a baseline name");
+  // The last field written: a plan cut short at a field boundary parses, but lacks it.
+  if (!plan.has_search() || plan.search().algorithm().empty())
+    p.Add("search", "missing; expected the search statistics (a truncated file?)");
+  return p.ToStatus();
+}
+
+StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin) {
+  if (bytes.empty()) return DataLossError(origin + ": empty file; expected a " + std::string(kPlanFileFormat) + " plan");
+  pb::Plan plan;
+  if (!plan.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    std::string hint = bytes.front() == '{' ? " (this looks like JSON; plans are read as binary .pb)" : "";
+    return DataLossError(origin + ": not a valid plan: corrupt or truncated protobuf; got " +
+                         std::to_string(bytes.size()) + " bytes, expected a " + std::string(kPlanFileFormat) +
+                         " plan" + hint);
+  }
+  CUPCAKE_RETURN_IF_ERROR(ValidatePlan(plan, origin));
+  return plan;
+}
+
+StatusOr<pb::Plan> ReadPlanFile(const std::string& path) {
+  CUPCAKE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return InvalidArgumentError(path + ": too large; got " + std::to_string(bytes.size()) + " bytes, expected < 2 GiB");
+  return ParsePlan(bytes, path);
+}
+
+std::string SerializePlan(const pb::Plan& plan) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    plan.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
+Status WritePlanFile(const std::string& path, const pb::Plan& plan) { return WriteFileAtomic(path, SerializePlan(plan)); }
+
+std::string PlanToJson(const pb::Plan& plan) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(plan, &json, options);
+  CUPCAKE_CHECK(status.ok());  // every message of cupcake.proto converts
+  return json;
+}
+
+std::string PlanToTextProto(const pb::Plan& plan) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(plan, &text);
+  return text;
+}
+
+}  // namespace cupcake
