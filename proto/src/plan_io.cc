@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -213,6 +214,8 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
 StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin) {
   if (bytes.empty()) return DataLossError(origin + ": empty file; expected a " + std::string(kPlanFileFormat) + " plan");
   pb::Plan plan;
+  // Damaged strings make protobuf log "invalid UTF-8" to stderr; the Status says it instead.
+  google::protobuf::LogSilencer silence_protobuf_log;
   if (!plan.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     std::string hint = bytes.front() == '{' ? " (this looks like JSON; plans are read as binary .pb)" : "";
     return DataLossError(origin + ": not a valid plan: corrupt or truncated protobuf; got " +

@@ -1,0 +1,244 @@
+#include "cupcake/proto/plan_io.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/file_io.h"
+#include "cupcake/proto/fingerprint.h"
+
+namespace cupcake {
+namespace {
+
+// A small valid plan made by hand: 3 tensors in 2 groups, topk on gpu.
+pb::Plan TinyPlan() {
+  pb::Plan plan;
+  plan.set_format("cupcake.plan.v1");
+  pb::Model* m = plan.mutable_model()->mutable_model();
+  m->set_name("tiny");
+  const char* names[] = {"fc.bias", "fc.weight", "conv1.weight"};
+  const int64_t numel[] = {10, 1000, 500};
+  for (int i = 0; i < 3; ++i) {
+    pb::Tensor* t = m->add_tensors();
+    t->set_name(names[i]);
+    t->set_numel(numel[i]);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(10.0 * i);
+  }
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(*m));
+  plan.set_profile_fingerprint("0123456789abcdef");
+  plan.set_profile_name("cluster");
+  plan.set_world_size(8);
+  plan.set_device(pb::GPU);
+  plan.mutable_compressor()->set_name("topk");
+  plan.mutable_compressor()->set_ratio(0.01);
+  plan.mutable_compressor()->set_memory("residual");
+  const int bounds[][2] = {{0, 1}, {2, 2}};
+  double t = 0;
+  for (const auto& b : bounds) {
+    pb::Group* g = plan.add_groups();
+    g->set_first_tensor(b[0]);
+    g->set_last_tensor(b[1]);
+    g->mutable_options()->set_compress(true);
+    g->mutable_options()->set_device(pb::GPU);
+    g->mutable_options()->set_collective(pb::ALLGATHER);
+    int64_t n = 0;
+    for (int i = b[0]; i <= b[1]; ++i) n += numel[i];
+    g->set_numel(n);
+    g->set_payload_bytes(PayloadBytes(*FindCompressor("topk"), n, 0.01));
+    g->set_encode_start_us(t);
+    g->set_encode_end_us(t + 1.5);
+    g->set_comm_start_us(t + 1.5);
+    g->set_comm_end_us(t + 20.25);
+    g->set_decode_start_us(t + 40);
+    g->set_decode_end_us(t + 41);
+    t += 25;
+  }
+  plan.mutable_predicted()->set_iteration_us(123.5);
+  pb::Baseline* b = plan.add_baselines();
+  b->set_name("layerwise");
+  b->set_groups(3);
+  b->set_iteration_us(150);
+  plan.mutable_search()->set_algorithm("branch_and_bound");
+  plan.mutable_search()->set_nodes(7);
+  plan.mutable_search()->set_optimal(true);
+  return plan;
+}
+
+std::string Message(const pb::Plan& plan) {
+  Status s = ValidatePlan(plan, "plan.pb");
+  return s.ok() ? "OK" : s.message();
+}
+
+class PlanIoTest : public ::testing::Test {
+ protected:
+  PlanIoTest() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "cupcake-plan-io-XXXXXX").string();
+    dir_ = ::mkdtemp(tmpl.data());
+  }
+  ~PlanIoTest() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(PlanIoTest, WriteThenReadGivesTheSamePlan) {
+  const pb::Plan plan = TinyPlan();
+  ASSERT_EQ(Message(plan), "OK");
+  const std::string path = dir_ + "/plan.pb";
+  ASSERT_TRUE(WritePlanFile(path, plan).ok());
+  auto back = ReadPlanFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(plan, *back));
+  EXPECT_EQ(*ReadFile(path), SerializePlan(plan));
+  EXPECT_EQ(SerializePlan(*back), SerializePlan(plan));  // deterministic: same plan, same bytes
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 1);  // written atomically: no temporary left behind
+}
+
+TEST_F(PlanIoTest, RejectsEveryTruncationWithoutCrashing) {
+  const std::string bytes = SerializePlan(TinyPlan());
+  ASSERT_GT(bytes.size(), 100u);
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    auto plan = ParsePlan(std::string_view(bytes).substr(0, len), "plan.pb");
+    EXPECT_FALSE(plan.ok()) << "a plan truncated to " << len << " of " << bytes.size() << " bytes was accepted";
+  }
+  EXPECT_TRUE(ParsePlan(bytes, "plan.pb").ok());
+}
+
+TEST_F(PlanIoTest, RejectsEmptyCorruptAndMissingFiles) {
+  auto empty = ParsePlan("", "plan.pb");
+  EXPECT_EQ(empty.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(empty.status().message(), "plan.pb: empty file; expected a cupcake.plan.v1 plan");
+
+  const std::string bytes = SerializePlan(TinyPlan());
+  auto cut = ParsePlan(std::string_view(bytes).substr(0, 40), "plan.pb");
+  EXPECT_EQ(cut.status().message(),
+            "plan.pb: not a valid plan: corrupt or truncated protobuf; got 40 bytes, expected a cupcake.plan.v1 plan");
+  auto json = ParsePlan("{\"format\": \"cupcake.plan.v1\"}", "plan.json");
+  EXPECT_EQ(json.status().message(),
+            "plan.json: not a valid plan: corrupt or truncated protobuf; got 29 bytes, expected a cupcake.plan.v1 "
+            "plan (this looks like JSON; plans are read as binary .pb)");
+  // Flipped bytes: an error or, where the damage still parses, a plan that passes validation;
+  // never a crash.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string damaged = bytes;
+    damaged[i] = static_cast<char>(damaged[i] ^ 0xff);
+    auto plan = ParsePlan(damaged, "plan.pb");
+    if (plan.ok()) EXPECT_TRUE(ValidatePlan(*plan, "x").ok());
+  }
+  auto missing = ReadPlanFile(dir_ + "/missing.pb");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), dir_ + "/missing.pb: no such file");
+}
+
+TEST_F(PlanIoTest, RejectsWrongOrMissingFormat) {
+  pb::Plan plan = TinyPlan();
+  plan.set_format("cupcake.plan.v2");
+  EXPECT_EQ(Message(plan), "plan.pb: format: unsupported; got \"cupcake.plan.v2\", expected \"cupcake.plan.v1\"");
+  plan.clear_format();
+  EXPECT_EQ(Message(plan), "plan.pb: format: missing; expected \"cupcake.plan.v1\"");
+}
+
+TEST_F(PlanIoTest, RejectsGroupsOutOfRange) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_groups(1)->set_last_tensor(912);
+  EXPECT_EQ(Message(plan), "plan.pb: groups[1].last_tensor: out of range; got 912, expected < 3 (model tiny)");
+  plan = TinyPlan();
+  plan.mutable_groups(0)->set_first_tensor(-1);
+  EXPECT_EQ(Message(plan), "plan.pb: groups[0].first_tensor: out of range; got -1, expected 0 <= x < 3 (model tiny)");
+}
+
+TEST_F(PlanIoTest, RejectsGroupsThatDoNotCoverTheModelContiguously) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_groups(1)->set_first_tensor(1);  // overlaps group 0
+  plan.mutable_groups(1)->set_numel(1500);
+  EXPECT_EQ(Message(plan),
+            "plan.pb: groups[1].first_tensor: not contiguous; got 1, expected 2 (groups[0].last_tensor + 1)");
+
+  plan = TinyPlan();
+  plan.mutable_groups(0)->set_first_tensor(1);
+  plan.mutable_groups(0)->set_numel(1000);
+  EXPECT_EQ(Message(plan),
+            "plan.pb: groups[0].first_tensor: not contiguous; got 1, expected 0 (the first group starts at tensor 0)");
+
+  plan = TinyPlan();
+  plan.mutable_groups()->RemoveLast();
+  EXPECT_EQ(Message(plan), "plan.pb: groups[0].last_tensor: does not end the model; got 1, expected 2 (model tiny)");
+
+  plan = TinyPlan();
+  plan.mutable_groups(1)->set_first_tensor(2);
+  plan.mutable_groups(1)->set_last_tensor(1);
+  EXPECT_EQ(Message(plan), "plan.pb: groups[1]: first_tensor after last_tensor; got 2 > 1, expected first_tensor <= "
+                           "last_tensor");
+
+  plan = TinyPlan();
+  plan.clear_groups();
+  EXPECT_EQ(Message(plan), "plan.pb: groups: empty; expected groups covering tensors 0..2 (model tiny)");
+}
+
+TEST_F(PlanIoTest, RejectsAModelThatDoesNotMatchItsFingerprint) {
+  pb::Plan plan = TinyPlan();
+  const std::string want = plan.model().fingerprint();
+  plan.mutable_model()->mutable_model()->mutable_tensors(2)->set_numel(501);
+  const std::string got = ModelFingerprint(plan.model().model());
+  EXPECT_EQ(Message(plan), "plan.pb: model.fingerprint: does not match the embedded model; got " + want +
+                               ", expected " + got + " (model tiny)\n"
+                               "plan.pb: groups[1].numel: does not match its tensors; got 500, expected 501 "
+                               "(tensors 2..2)");
+}
+
+TEST_F(PlanIoTest, RejectsAPlanWithoutTensorsOrModel) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_model()->mutable_model()->clear_tensors();
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(plan.model().model()));
+  EXPECT_EQ(Message(plan), "plan.pb: model.model.tensors: empty; expected at least one tensor (model tiny)");
+  plan.clear_model();
+  EXPECT_EQ(Message(plan), "plan.pb: model: missing; expected the model the plan was made for");
+}
+
+TEST_F(PlanIoTest, ReportsSeveralProblemsTogether) {
+  pb::Plan plan = TinyPlan();
+  plan.set_world_size(0);
+  plan.mutable_compressor()->set_name("topq");
+  plan.mutable_compressor()->set_memory("resid");
+  plan.mutable_groups(1)->set_last_tensor(7);
+  plan.clear_search();
+  EXPECT_EQ(Message(plan),
+            "plan.pb: world_size: must be positive; got 0, expected >= 1\n"
+            "plan.pb: compressor.name: unknown compressor 'topq' (did you mean 'topk'?); expected one of fp32, fp16, "
+            "topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n"
+            "plan.pb: compressor.memory: unknown memory; got \"resid\", expected one of residual, dgc, none\n"
+            "plan.pb: groups[1].last_tensor: out of range; got 7, expected < 3 (model tiny)\n"
+            "plan.pb: search: missing; expected the search statistics (a truncated file?)");
+}
+
+TEST_F(PlanIoTest, CapsTheProblemsListed) {
+  pb::Plan plan = TinyPlan();
+  for (int i = 0; i < 30; ++i) plan.mutable_model()->mutable_model()->add_tensors();  // no name, numel, dtype
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(plan.model().model()));
+  Status s = ValidatePlan(plan, "plan.pb");
+  ASSERT_FALSE(s.ok());
+  const std::string& m = s.message();
+  EXPECT_EQ(std::count(m.begin(), m.end(), '\n'), 20);
+  EXPECT_TRUE(m.ends_with("\nplan.pb: ... and 71 more problems")) << m;
+}
+
+TEST_F(PlanIoTest, JsonKeepsProtoFieldNamesAndDefaults) {
+  pb::Plan plan = TinyPlan();
+  const std::string json = PlanToJson(plan);
+  EXPECT_TRUE(json.starts_with("{\n \"format\": \"cupcake.plan.v1\",\n \"model\": {\n")) << json;
+  EXPECT_TRUE(json.ends_with("}\n"));
+  EXPECT_NE(json.find("\"first_tensor\": 0,"), std::string::npos) << "defaults are printed";
+  EXPECT_NE(json.find("\"profile_fingerprint\": \"0123456789abcdef\""), std::string::npos);
+  EXPECT_NE(json.find("\"encode_start_us\": 25,"), std::string::npos);
+  EXPECT_NE(json.find("\"pruned\": \"0\""), std::string::npos) << "int64 as strings (proto3 JSON mapping)";
+  const std::string text = PlanToTextProto(plan);
+  EXPECT_TRUE(text.starts_with("format: \"cupcake.plan.v1\"\nmodel {\n")) << text;
+}
+
+}  // namespace
+}  // namespace cupcake
