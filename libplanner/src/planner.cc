@@ -85,9 +85,10 @@ StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, 
 
   pb::SearchStats* st = plan.mutable_search();
   st->set_algorithm(found.stats.algorithm);
-  st->set_nodes(found.stats.states);
+  st->set_nodes(found.stats.transitions);
+  st->set_states(found.stats.states);
   st->set_pruned(found.stats.pruned);
-  st->set_budget(options.algorithm == Algorithm::kExhaustive ? 0 : options.state_budget);
+  st->set_budget(options.algorithm == Algorithm::kExhaustive ? 0 : options.node_budget);
   st->set_optimal(found.stats.optimal);
   return plan;
 }

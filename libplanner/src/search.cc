@@ -49,6 +49,9 @@ struct SuffixBounds {
   std::vector<double> enc, dec, com, enc_dec;  // min over partitions of the sum
   std::vector<double> last_dec;                // min over the last group (l..N-1), l >= j, of dec
   std::vector<double> last_com_dec;            // ... of com + dec
+  // max over t >= j of (backward_prefix[t + 1] + min over l <= t of com[l]): the network must
+  // still carry the group holding tensor t, and every group after it, once t is ready.
+  std::vector<double> ready_then_com;
   double min_com = kInf, min_dec = kInf;       // over every group of the model
 };
 
@@ -79,6 +82,14 @@ SuffixBounds ComputeSuffixBounds(const Problem& p, GroupPricer& pricer, int64_t&
       }
     }
   }
+  b.ready_then_com.assign(n + 1, 0.0);
+  double com_prefix_min = kInf;
+  std::vector<double> at_t(n);
+  for (int t = 0; t < n; ++t) {
+    com_prefix_min = std::min(com_prefix_min, b.com[t]);
+    at_t[t] = p.backward_prefix[t + 1] + com_prefix_min;
+  }
+  for (int j = n - 1; j >= 0; --j) b.ready_then_com[j] = std::max(b.ready_then_com[j + 1], at_t[j]);
   return b;
 }
 
@@ -143,7 +154,7 @@ SearchResult Exhaustive(const Problem& p) {
   return best;
 }
 
-SearchResult BranchAndBound(const Problem& p, int64_t budget) {
+SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: groups priced
   const int n = p.size();
   const double fixed = p.forward_us + p.update_us;
   const double backward_total = p.backward_prefix[n];
@@ -160,6 +171,7 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
     lb = std::max(lb, l.x + sb.dec[j]);                               // the decode chain
     lb = std::max(lb, l.f + sb.com[j] + sb.last_dec[j]);              // the network, then one decode
     lb = std::max(lb, backward_total + l.e + sb.enc[j] + sb.last_com_dec[j]);  // C_K, last com, dec
+    lb = std::max(lb, l.e + sb.ready_then_com[j] + sb.last_dec[j]);  // late tensors, then the network
     return fixed + lb;
   };
 
@@ -223,7 +235,7 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
         st.pruned += 1;
         continue;
       }
-      if (st.states >= budget) {
+      if (st.transitions >= budget) {
         stopped = true;
         break;
       }
@@ -251,6 +263,7 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
         }
         // Step 5: dominance among the labels of the same prefix.
         bool dominated = false;
+        st.transitions += static_cast<int64_t>(at[q + 1].size());  // comparisons count as nodes
         for (int32_t other : at[q + 1]) {
           if (!alive[other]) continue;
           if (Dominates(labels[other], next)) {
@@ -293,8 +306,8 @@ StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
 
 StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options) {
   CUPCAKE_CHECK_GE(problem.size(), 1);
-  if (options.state_budget < 1)
-    return InvalidArgumentError("--budget: must be positive; got " + std::to_string(options.state_budget));
+  if (options.node_budget < 1)
+    return InvalidArgumentError("--budget: must be positive; got " + std::to_string(options.node_budget));
   SearchResult r;
   if (options.algorithm == Algorithm::kExhaustive) {
     if (problem.size() > kMaxExhaustiveTensors)
@@ -303,7 +316,7 @@ StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& optio
                                   " (2^(N-1) partitions); use branch_and_bound");
     r = Exhaustive(problem);
   } else {
-    r = BranchAndBound(problem, options.state_budget);
+    r = BranchAndBound(problem, options.node_budget);
   }
   r.stats.algorithm = AlgorithmName(options.algorithm);
   return r;

@@ -18,18 +18,20 @@ enum class Algorithm {
 };
 
 inline constexpr int kMaxExhaustiveTensors = 24;
-inline constexpr int64_t kDefaultStateBudget = 2'000'000;
+// About a second of search on one core; every shipped model needs far less.
+inline constexpr int64_t kDefaultNodeBudget = 100'000'000;
 
 struct SearchOptions {
   Algorithm algorithm = Algorithm::kBranchAndBound;
-  // States (prefix labels) expanded before the search stops with the best strategy found.
-  int64_t state_budget = kDefaultStateBudget;
+  // Nodes (groups priced, bounds included, plus dominance comparisons) before the search
+  // stops with the best strategy found so far. Counted, not timed, so a plan does not depend on the machine's speed.
+  int64_t node_budget = kDefaultNodeBudget;
 };
 
 struct SearchStats {
   std::string algorithm;    // "branch_and_bound" or "exhaustive"
   int64_t states = 0;       // labels expanded (exhaustive: partitions evaluated)
-  int64_t transitions = 0;  // groups priced
+  int64_t transitions = 0;  // nodes: groups priced and labels compared
   int64_t pruned = 0;       // labels dropped by a bound or by dominance
   int64_t budget = 0;
   bool optimal = false;     // proven: the search finished within its budget
