@@ -40,6 +40,32 @@ TEST(FusionSearch, MatchesExhaustiveSearch) {
   EXPECT_EQ(checked, 600);
 }
 
+// Affine curves like real profiles: the bounds are tight, so the search must explore labels
+// and dominance to prove optimality.
+TEST(FusionSearch, MatchesExhaustiveSearchOnAffineCurves) {
+  std::mt19937_64 rng(77);
+  int explored = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int n = 8 + static_cast<int>(rng() % 9);
+    pb::Model model = testing::RandomModel(rng, n);
+    std::uniform_real_distribution<double> startup(1, 300), per_byte(1e-5, 1e-2);
+    pb::Profile profile = testing::AffineProfile(startup(rng), per_byte(rng), startup(rng) / 3);
+    auto names = CompressorNames();
+    PlanRequest req;
+    req.compressor = std::string(names[rng() % names.size()]);
+    auto problem = MakeProblem(model, profile, req);
+    ASSERT_TRUE(problem.ok()) << problem.status().ToString();
+    auto fast = Search(*problem, SearchOptions{});
+    auto oracle = Search(*problem, SearchOptions{Algorithm::kExhaustive});
+    ASSERT_TRUE(fast.ok() && oracle.ok());
+    EXPECT_TRUE(fast->stats.optimal);
+    EXPECT_NEAR(fast->iteration_us, oracle->iteration_us, 1e-9 * oracle->iteration_us)
+        << "trial " << trial << " n " << n << " " << req.compressor;
+    if (fast->stats.states > 1) ++explored;
+  }
+  EXPECT_GT(explored, 20) << "the instances should make the search work";
+}
+
 TEST(FusionSearch, StrategyCoversEveryTensorInOrder) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 50; ++trial) {
