@@ -74,6 +74,119 @@ TEST_F(BinaryTest, FailuresExitOneAndUsageErrorsTwo) {
   EXPECT_TRUE(r.out.starts_with("cupcake-profile ")) << r.out;
 }
 
+TEST_F(BinaryTest, CupcakePlanSearchShowSimulateTraceDiff) {
+  const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
+  const std::string resnet = testing::ExamplePath("models/resnet50.json");
+  const std::string common = " --model " + resnet + " --profile " + profile;
+  Result r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor efsignsgd -o e.pb");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(r.out.starts_with("wrote plan e.pb\nmodel       resnet50: 161 tensors")) << r.out;
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --ratio 0.01 -o t.pb --format json");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("{\n  \"plan\": \"t.pb\",\n")) << r.out;
+
+  r = Invoke(CUPCAKE_PLAN_BIN, "show e.pb");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("plan        e.pb (cupcake.plan.v1)\n")) << r.out;
+  r = Invoke(CUPCAKE_PLAN_BIN, "simulate --plan e.pb" + common);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("; difference +0.000 ms, +0.000%)\n"), std::string::npos) << r.out;
+  r = Invoke(CUPCAKE_PLAN_BIN, "trace e.pb -o trace.json");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(ReadFile(dir_.File("trace.json"))->starts_with("{\"displayTimeUnit\":\"ms\",\"traceEvents\":["));
+
+  // diff(1): 0 equivalent, 1 different, 2 trouble.
+  r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb e.pb");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "plans are equivalent\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb t.pb");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(r.out.starts_with("compressor: efsignsgd -> topk\n")) << r.out;
+  EXPECT_EQ(r.err, "");
+  const std::string bytes = *ReadFile(dir_.File("e.pb"));
+  ASSERT_TRUE(WriteFileAtomic(dir_.File("cut.pb"), bytes.substr(0, bytes.size() / 2)).ok());
+  r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb cut.pb");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "cut.pb: not a valid plan: corrupt or truncated protobuf; got " + std::to_string(bytes.size() / 2) +
+                       " bytes, expected a cupcake.plan.v1 plan\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb missing.pb");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "missing.pb: no such file\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb t.pb --tolerance lots");
+  EXPECT_EQ(r.code, 2);
+  r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.err.starts_with("cupcake-plan diff: the option '--b' is required but missing\n")) << r.err;
+  // The same truncated plan elsewhere is a failure (1), not a usage error.
+  r = Invoke(CUPCAKE_PLAN_BIN, "show cut.pb");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "cut.pb: not a valid plan: corrupt or truncated protobuf; got " + std::to_string(bytes.size() / 2) +
+                       " bytes, expected a cupcake.plan.v1 plan\n");
+}
+
+TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
+  const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
+  const std::string common =
+      " --model " + testing::ExamplePath("models/resnet50.json") + " --profile " + profile + " -o p.pb";
+  Result r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --ratio 1.5");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "--ratio: ratio out of range; got 1.5, expected 0 < ratio <= 1\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor efsignsdg");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "--compressor: unknown compressor 'efsignsdg' (did you mean 'efsignsgd'?); expected one of fp32, "
+                   "fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --budget 1 --require-optimal");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "--require-optimal: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
+                   "optimal; raise --budget (no plan written)\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("p.pb")));
+
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.err.starts_with("cupcake-plan search: the option '--compressor' is required but missing\n")) << r.err;
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --model-name resnet50");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "cupcake-plan search: give exactly one of --model FILE and --model-name NAME\n"
+                   "run 'cupcake-plan search --help' for its options\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --device tpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "cupcake-plan search: --device: unknown device; got \"tpu\", expected one of gpu, cpu\n"
+                   "run 'cupcake-plan search --help' for its options\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --algorithm greedy");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "cupcake-plan search: --algorithm: unknown algorithm 'greedy'; expected branch_and_bound or "
+                   "exhaustive\nrun 'cupcake-plan search --help' for its options\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("p.pb")));
+
+  // A plan simulated against another model: the fingerprints, exit 1.
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Invoke(CUPCAKE_PLAN_BIN, "simulate --plan p.pb --model " + testing::ExamplePath("models/vgg16.json") +
+                                   " --profile " + profile);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(r.err.starts_with("model vgg16: model fingerprint differs; got ")) << r.err;
+  EXPECT_TRUE(r.err.ends_with(" (the plan was made for model resnet50)\n")) << r.err;
+}
+
+TEST_F(BinaryTest, CupcakePlanModelByNameFromTheDb) {
+  const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
+  ASSERT_EQ(Invoke(CUPCAKE_PROFILE_BIN, "import --db p.db " + profile).code, 0);
+  ASSERT_EQ(Invoke(CUPCAKE_PROFILE_BIN, "import --db p.db " + testing::ExamplePath("models/resnet50.json")).code, 0);
+  Result r = Invoke(CUPCAKE_PLAN_BIN, "search --model-name resnet50 --profile p.db --compressor efsignsgd -o r.pb");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("wrote plan r.pb\nmodel       resnet50: 161 tensors")) << r.out;
+  r = Invoke(CUPCAKE_PLAN_BIN, "simulate --plan r.pb --model-name resnet50 --profile p.db");
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Invoke(CUPCAKE_PLAN_BIN, "search --model-name vgg16 --profile p.db --compressor efsignsgd -o v.pb");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "p.db: models: no such model; got \"vgg16\", expected one of resnet50\n");
+}
+
 TEST_F(BinaryTest, CupcakePlanFrame) {
   Result r = Invoke(CUPCAKE_PLAN_BIN, "--version");
   EXPECT_EQ(r.code, 0);

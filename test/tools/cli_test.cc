@@ -126,16 +126,22 @@ TEST(Human, BytesAndCounts) {
   EXPECT_EQ(HumanCount(int64_t{1} << 20), "1 Mi");
 }
 
-TEST(CupcakePlan, HasAWorkingFrameAndNoCommandsYet) {
+TEST(CupcakePlan, HasAWorkingFrameAndItsCommands) {
   std::ostringstream out, err;
   EXPECT_EQ(Dispatch(plan_cli::kTool, plan_cli::Commands(), {"--version"}, out, err), kExitOk);
   EXPECT_EQ(out.str(), std::string("cupcake-plan ") + CUPCAKE_VERSION + "\n");
   std::ostringstream out2, err2;
   EXPECT_EQ(Dispatch(plan_cli::kTool, plan_cli::Commands(), {"--help"}, out2, err2), kExitOk);
   EXPECT_TRUE(out2.str().starts_with("usage: cupcake-plan <command> [options]\n")) << out2.str();
+  for (const char* command : {"\n  search ", "\n  show ", "\n  simulate ", "\n  trace ", "\n  diff "})
+    EXPECT_NE(out2.str().find(command), std::string::npos) << command;
   std::ostringstream out3, err3;
   EXPECT_EQ(Dispatch(plan_cli::kTool, plan_cli::Commands(), {"bogus"}, out3, err3), kExitUsage);
   EXPECT_TRUE(err3.str().starts_with("cupcake-plan: unknown command; got 'bogus'")) << err3.str();
+  std::ostringstream out4, err4;
+  EXPECT_EQ(Dispatch(plan_cli::kTool, plan_cli::Commands(), {"serach"}, out4, err4), kExitUsage);
+  EXPECT_EQ(err4.str(), "cupcake-plan: unknown command; got 'serach' (did you mean 'search'?), expected one of search, "
+                        "show, simulate, trace, diff; run 'cupcake-plan --help' for the commands\n");
 }
 
 }  // namespace

@@ -9,7 +9,11 @@ namespace cupcake::plan_cli {
 
 std::vector<tools::Command> Commands() {
   return {
-      // {"plan", "search the fusion groups and options for a model", PlanMain},
+      {"search", "search the fusion groups that minimize the predicted iteration time; write a plan", SearchMain},
+      {"show", "summarize a plan: predicted times, baselines, groups", ShowMain},
+      {"simulate", "re-evaluate a plan's groups on a profile and compare with its prediction", SimulateMain},
+      {"trace", "write a plan's predicted timeline as a Chrome trace", TraceMain},
+      {"diff", "compare two plans (exit 0 equivalent, 1 different, 2 trouble)", DiffMain},
   };
 }
 

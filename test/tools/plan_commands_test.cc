@@ -1,0 +1,395 @@
+// cupcake-plan's commands in process: search, show, simulate, trace, diff.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "cupcake/planner/planner.h"
+#include "cupcake/profile/json_io.h"
+#include "cupcake/profile/store.h"
+#include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/plan_io.h"
+#include "test_files.h"
+
+namespace cupcake::plan_cli {
+namespace {
+
+using testing::ExamplePath;
+using testing::ReadExample;
+
+class PlanCommandsTest : public ::testing::Test {
+ protected:
+  SearchOptions Search(const std::string& compressor, const std::string& output, const std::string& model = "resnet50") {
+    SearchOptions o;
+    o.model = ExamplePath("models/" + model + ".json");
+    o.profile = profile_;
+    o.request.compressor = compressor;
+    o.output = dir_.File(output);
+    return o;
+  }
+  // Runs search and returns its stdout; fails the test on an error.
+  std::string RunOk(const SearchOptions& o) {
+    std::ostringstream out, err;
+    Status s = RunSearch(o, out, err);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(err.str(), "");
+    return out.str();
+  }
+  Status RunFails(const SearchOptions& o) {
+    std::ostringstream out, err;
+    Status s = RunSearch(o, out, err);
+    EXPECT_EQ(out.str(), "");
+    EXPECT_FALSE(std::filesystem::exists(o.output)) << "a failed search wrote " << o.output;
+    return s;
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string path = dir_.File(name);
+    std::ofstream(path) << text;
+    return path;
+  }
+  static std::string Ms(double us) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", us / 1000);
+    return buf;
+  }
+
+  testing::TempDir dir_;
+  std::string profile_ = ExamplePath("profiles/v100-8x8-pcie-25g.json");
+};
+
+TEST_F(PlanCommandsTest, SearchWritesAPlanAndPrintsItsSummary) {
+  for (const std::string compressor : {"efsignsgd", "topk"}) {
+    SCOPED_TRACE(compressor);
+    const SearchOptions o = Search(compressor, compressor + ".pb");
+    const std::string out = RunOk(o);
+    auto plan = ReadPlanFile(o.output);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(plan->compressor().name(), compressor);
+    EXPECT_EQ(plan->model().model().name(), "resnet50");
+    EXPECT_EQ(plan->world_size(), 64);
+    EXPECT_TRUE(plan->search().optimal());
+    EXPECT_GE(plan->groups_size(), 2);
+    EXPECT_LT(plan->groups_size(), 161);
+
+    // The summary is made from the plan: its lines show the plan's own numbers.
+    EXPECT_TRUE(out.starts_with("wrote plan " + o.output + "\nmodel       resnet50: 161 tensors, 25557032 parameters "
+                                "(97.5 MiB of gradients)\nprofile     v100-8x8-pcie-25g: world size 64\n"))
+        << out;
+    EXPECT_NE(out.find("\ngroups      " + std::to_string(plan->groups_size()) + "\n"), std::string::npos) << out;
+    const double t = plan->predicted().iteration_us();
+    EXPECT_NE(out.find("\npredicted   " + Ms(t) + " ms per iteration"), std::string::npos) << out;
+    ASSERT_EQ(plan->baselines_size(), 5);
+    for (const auto& b : plan->baselines()) {
+      char line[128];
+      std::snprintf(line, sizeof line, "%.2fx over %s (%s ms, ", b.iteration_us() / t, b.name().c_str(),
+                    Ms(b.iteration_us()).c_str());
+      EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+      EXPECT_GE(b.iteration_us(), t - 1e-6) << b.name() << ": the optimum is no slower than any baseline";
+    }
+    EXPECT_NE(out.find("\nsearch      branch_and_bound: " + std::to_string(plan->search().nodes()) + " nodes, "),
+              std::string::npos);
+    EXPECT_NE(out.find(", proven optimal\ntook        "), std::string::npos) << out;
+    EXPECT_NE(out.find(" s (wall clock of the search; not stored in the plan)\n"), std::string::npos) << out;
+  }
+  EXPECT_NE(SerializePlan(*ReadPlanFile(dir_.File("efsignsgd.pb"))),
+            SerializePlan(*ReadPlanFile(dir_.File("topk.pb"))));
+}
+
+TEST_F(PlanCommandsTest, SearchSummaryAsJson) {
+  SearchOptions o = Search("topk", "topk.pb");
+  o.format = tools::OutputFormat::kJson;
+  const auto j = nlohmann::json::parse(RunOk(o));
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  EXPECT_EQ(j["plan"], o.output);
+  EXPECT_EQ(j["compressor"], "topk");
+  EXPECT_EQ(j["ratio"], 0.01);
+  EXPECT_EQ(j["groups"], plan.groups_size());
+  EXPECT_EQ(j["iteration_us"], plan.predicted().iteration_us());
+  EXPECT_EQ(j["baselines"].size(), 5u);
+  EXPECT_EQ(j["baselines"][0]["name"], "layerwise");
+  EXPECT_DOUBLE_EQ(j["baselines"][0]["speedup"].get<double>(),
+                   plan.baselines(0).iteration_us() / plan.predicted().iteration_us());
+  EXPECT_EQ(j["search"]["optimal"], true);
+  EXPECT_EQ(j["search"]["nodes"], plan.search().nodes());
+}
+
+TEST_F(PlanCommandsTest, PlansAreByteIdenticalAcrossRuns) {
+  RunOk(Search("efsignsgd", "a.pb"));
+  RunOk(Search("efsignsgd", "b.pb"));
+  auto a = ReadFile(dir_.File("a.pb")), b = ReadFile(dir_.File("b.pb"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
+TEST_F(PlanCommandsTest, ModelByNameFromTheProfileDb) {
+  const std::string db = dir_.File("profile.db");
+  {
+    auto store = profile::ProfileStore::Open(db, /*create=*/true);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto p = profile::ParseProfileJson(ReadExample("profiles/v100-8x8-pcie-25g.json"), "p");
+    auto m = profile::ParseModelJson(ReadExample("models/resnet50.json"), "m");
+    ASSERT_TRUE(p.ok() && m.ok());
+    ASSERT_TRUE(store->ImportProfile(*p, false).ok());
+    ASSERT_TRUE(store->ImportModel(*m, false).ok());
+  }
+  SearchOptions o = Search("efsignsgd", "by-name.pb");
+  o.model.clear();
+  o.model_name = "resnet50";
+  o.profile = db;
+  EXPECT_TRUE(RunOk(o).starts_with("wrote plan " + o.output + "\nmodel       resnet50: 161 tensors")) << o.output;
+  // The DB and the JSON files it was imported from give the very same plan.
+  RunOk(Search("efsignsgd", "from-files.pb"));
+  EXPECT_EQ(*ReadFile(o.output), *ReadFile(dir_.File("from-files.pb")));
+
+  o.model_name = "resnet5";
+  o.output = dir_.File("none.pb");
+  EXPECT_EQ(RunFails(o).message(),
+            db + ": models: no such model; got \"resnet5\" (did you mean 'resnet50'?), expected one of resnet50");
+  o.profile = profile_;  // a profile JSON without models
+  EXPECT_EQ(RunFails(o).message(), profile_ + ": models: no such model; got \"resnet5\", expected a model the profile "
+                                              "carries (it has none: import one with 'cupcake-profile import')");
+}
+
+TEST_F(PlanCommandsTest, RequireOptimalRefusesAPlanThatRanOutOfBudget) {
+  SearchOptions o = Search("topk", "budget.pb");
+  o.search.node_budget = 1;
+  o.require_optimal = true;
+  EXPECT_EQ(RunFails(o).message(),
+            "--require-optimal: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
+            "optimal; raise --budget (no plan written)");
+
+  // Without --require-optimal: the best plan found, written, with a warning.
+  o.require_optimal = false;
+  std::ostringstream out, err;
+  ASSERT_TRUE(RunSearch(o, out, err).ok());
+  EXPECT_EQ(err.str(), "warning: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
+                       "optimal (raise --budget to prove it)\n");
+  EXPECT_NE(out.str().find(", budget 1 nodes, NOT proven optimal (budget exhausted)\n"), std::string::npos)
+      << out.str();
+  auto plan = ReadPlanFile(o.output);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->search().optimal());
+}
+
+TEST_F(PlanCommandsTest, SearchErrorsNameTheirCause) {
+  SearchOptions o = Search("efsignsdg", "x.pb");
+  EXPECT_EQ(RunFails(o).message(),
+            "--compressor: unknown compressor 'efsignsdg' (did you mean 'efsignsgd'?); expected one of fp32, fp16, "
+            "topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit");
+  o = Search("topk", "x.pb");
+  o.request.ratio = 0;
+  EXPECT_EQ(RunFails(o).message(), "--ratio: ratio out of range; got 0, expected 0 < ratio <= 1");
+  o.request.ratio = 1.5;
+  EXPECT_EQ(RunFails(o).message(), "--ratio: ratio out of range; got 1.5, expected 0 < ratio <= 1");
+
+  // A profile without the global allgather curve that topk's collective needs.
+  auto profile = nlohmann::ordered_json::parse(ReadExample("profiles/v100-8x8-pcie-25g.json"));
+  auto& curves = profile["curves"];
+  for (size_t i = 0; i < curves.size(); ++i) {
+    if (curves[i]["kind"] == "comm" && curves[i]["op"] == "allgather" && curves[i]["scope"] == "global") {
+      curves.erase(i);
+      break;
+    }
+  }
+  o = Search("topk", "x.pb");
+  o.profile = Write("no-allgather.json", profile.dump());
+  Status s = RunFails(o);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(s.message().starts_with("profile v100-8x8-pcie-25g: curve \"comm allgather global\" not found; the "
+                                      "profile has comm curves for: "))
+      << s.message();
+
+  // A model with no tensors: the JSON loader refuses it; made in code, the planner does.
+  o = Search("topk", "x.pb");
+  o.model = Write("empty.json", R"({"format": "cupcake.model.v1", "name": "empty", "tensors": []})");
+  EXPECT_EQ(RunFails(o).message(), o.model + ": tensors: empty tensor list; got 0 tensors, expected at least 1");
+  pb::Model empty;
+  empty.set_name("empty");
+  auto p = profile::ParseProfileJson(ReadExample("profiles/v100-8x8-pcie-25g.json"), "p");
+  planner::PlanRequest request;
+  request.compressor = "topk";
+  EXPECT_EQ(planner::MakePlan(empty, *p, request, {}).status().message(),
+            "model empty: tensors: empty; expected at least one tensor");
+
+  o = Search("topk", "x.pb");
+  o.profile = dir_.File("missing.db");
+  EXPECT_EQ(RunFails(o).message(), o.profile + ": no such file");
+}
+
+TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
+  const SearchOptions o = Search("efsignsgd", "plan.pb");
+  RunOk(o);
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  std::ostringstream out;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, out).ok());
+  const std::string text = out.str();
+  EXPECT_TRUE(text.starts_with("plan        " + o.output + " (cupcake.plan.v1)\nmodel       resnet50: ")) << text;
+  EXPECT_NE(text.find("\nfingerprint model " + plan.model().fingerprint() + ", profile " + plan.profile_fingerprint() +
+                      "\n"),
+            std::string::npos);
+  const std::string header = "groups (times in ms from the start of backward):\n";
+  const size_t table = text.find(header);
+  ASSERT_NE(table, std::string::npos) << text;
+  std::istringstream rows(text.substr(table + header.size()));
+  std::string line;
+  std::getline(rows, line);
+  EXPECT_TRUE(line.starts_with("  group tensors")) << line;
+  EXPECT_TRUE(line.ends_with(" payload     encode ms       comm ms     decode ms names")) << line;
+  const auto& tensors = plan.model().model().tensors();
+  for (int k = 0; k < plan.groups_size(); ++k) {
+    ASSERT_TRUE(std::getline(rows, line)) << "row " << k;
+    const pb::Group& g = plan.groups(k);
+    std::istringstream cells(line);
+    std::string group, range, count, numel;
+    cells >> group >> range >> count >> numel;
+    EXPECT_EQ(group, std::to_string(k));
+    EXPECT_EQ(range, std::to_string(g.first_tensor()) + ".." + std::to_string(g.last_tensor()));
+    EXPECT_EQ(count, std::to_string(g.last_tensor() - g.first_tensor() + 1));
+    EXPECT_EQ(numel, std::to_string(g.numel()));
+    EXPECT_NE(line.find(" " + Ms(g.comm_start_us()) + "-" + Ms(g.comm_end_us()) + " "), std::string::npos) << line;
+    std::string names = tensors[g.first_tensor()].name();
+    if (g.last_tensor() != g.first_tensor()) names += " .. " + tensors[g.last_tensor()].name();
+    EXPECT_TRUE(line.ends_with(" " + names)) << line;
+  }
+  EXPECT_FALSE(std::getline(rows, line)) << "extra line: " << line;
+
+  std::ostringstream json;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kJson}, json).ok());
+  EXPECT_EQ(json.str(), PlanToJson(plan));
+  const auto j = nlohmann::json::parse(json.str());
+  EXPECT_EQ(j["format"], "cupcake.plan.v1");
+  EXPECT_EQ(j["groups"].size(), static_cast<size_t>(plan.groups_size()));
+  EXPECT_EQ(j["groups"][0]["first_tensor"], 0);
+  EXPECT_EQ(j["model"]["fingerprint"], plan.model().fingerprint());
+  EXPECT_EQ(j["predicted"]["iteration_us"], plan.predicted().iteration_us());
+}
+
+TEST_F(PlanCommandsTest, ShowRefusesATruncatedPlan) {
+  const SearchOptions o = Search("efsignsgd", "plan.pb");
+  RunOk(o);
+  const std::string bytes = *ReadFile(o.output);
+  for (size_t len : {size_t{0}, size_t{1}, size_t{100}, bytes.size() / 2, bytes.size() - 1}) {
+    const std::string cut = dir_.File("cut.pb");
+    ASSERT_TRUE(WriteFileAtomic(cut, bytes.substr(0, len)).ok());
+    std::ostringstream out;
+    Status s = RunShow({cut, tools::OutputFormat::kText}, out);
+    EXPECT_FALSE(s.ok()) << len;
+    EXPECT_EQ(out.str(), "");
+    if (len == 0) EXPECT_EQ(s.message(), cut + ": empty file; expected a cupcake.plan.v1 plan");
+    if (len == 100)
+      EXPECT_EQ(s.message(), cut + ": not a valid plan: corrupt or truncated protobuf; got 100 bytes, expected a "
+                                   "cupcake.plan.v1 plan");
+  }
+}
+
+TEST_F(PlanCommandsTest, SimulateReproducesThePlansPrediction) {
+  const SearchOptions o = Search("topk", "plan.pb");
+  RunOk(o);
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  SimulateOptions so{o.output, o.model, "", profile_, tools::OutputFormat::kText};
+  std::ostringstream out;
+  ASSERT_TRUE(RunSimulate(so, out).ok());
+  const std::string text = out.str();
+  EXPECT_TRUE(text.starts_with("simulate " + o.output + " for model resnet50 on profile v100-8x8-pcie-25g (the plan's "
+                               "profile)\n  group tensors "))
+      << text;
+  std::string header = text.substr(text.find('\n') + 1);
+  header = header.substr(0, header.find('\n'));
+  for (const char* column : {" enc us ", " com us ", " dec us ", " encode ms ", " comm ms ", " decode ms "})
+    EXPECT_NE(header.find(column), std::string::npos) << column << " in " << header;
+  const std::string t = Ms(plan.predicted().iteration_us());
+  EXPECT_TRUE(text.ends_with("\niteration   " + t + " ms (plan predicted " + t +
+                             " ms; difference +0.000 ms, +0.000%)\n"))
+      << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), plan.groups_size() + 3);
+
+  so.format = tools::OutputFormat::kJson;
+  std::ostringstream json;
+  ASSERT_TRUE(RunSimulate(so, json).ok());
+  const auto j = nlohmann::json::parse(json.str());
+  EXPECT_EQ(j["iteration_us"], plan.predicted().iteration_us());
+  EXPECT_EQ(j["difference_us"], 0.0);
+  EXPECT_EQ(j["same_profile_as_plan"], true);
+  ASSERT_EQ(j["groups"].size(), static_cast<size_t>(plan.groups_size()));
+  for (int k = 0; k < plan.groups_size(); ++k) {
+    EXPECT_EQ(j["groups"][k]["first_tensor"], plan.groups(k).first_tensor());
+    EXPECT_EQ(j["groups"][k]["comm_end_us"], plan.groups(k).comm_end_us());
+    EXPECT_GT(j["groups"][k]["com_us"].get<double>(), 0);
+  }
+}
+
+TEST_F(PlanCommandsTest, SimulateRefusesAModelThePlanWasNotMadeFor) {
+  const SearchOptions o = Search("topk", "plan.pb");
+  RunOk(o);
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  auto vgg = profile::ParseModelJson(ReadExample("models/vgg16.json"), "vgg16");
+  ASSERT_TRUE(vgg.ok());
+  SimulateOptions so{o.output, ExamplePath("models/vgg16.json"), "", profile_, tools::OutputFormat::kText};
+  std::ostringstream out;
+  EXPECT_EQ(RunSimulate(so, out).message(),
+            "model vgg16: model fingerprint differs; got " + ModelFingerprint(*vgg) + ", expected " +
+                plan.model().fingerprint() + " (the plan was made for model resnet50)");
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST_F(PlanCommandsTest, TraceWritesTheTimelineAtomically) {
+  const SearchOptions o = Search("efsignsgd", "plan.pb");
+  RunOk(o);
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  std::ostringstream out;
+  const std::string trace = dir_.File("trace.json");
+  ASSERT_TRUE(RunTrace({o.output, trace}, out).ok());
+  EXPECT_EQ(out.str(), "");
+  const auto j = nlohmann::json::parse(*ReadFile(trace));
+  int comm = 0;
+  for (const auto& e : j["traceEvents"])
+    if (e.value("cat", "") == "comm") ++comm;
+  EXPECT_EQ(comm, plan.groups_size());
+  std::ostringstream to_stdout;
+  ASSERT_TRUE(RunTrace({o.output, "-"}, to_stdout).ok());
+  EXPECT_EQ(to_stdout.str(), *ReadFile(trace));
+  EXPECT_EQ(RunTrace({dir_.File("nope.pb"), trace}, out).message(), dir_.File("nope.pb") + ": no such file");
+}
+
+TEST_F(PlanCommandsTest, DiffSaysWhetherPlansDiffer) {
+  RunOk(Search("efsignsgd", "a.pb"));
+  RunOk(Search("efsignsgd", "a2.pb"));
+  RunOk(Search("topk", "b.pb"));
+  const std::string a = dir_.File("a.pb"), b = dir_.File("b.pb");
+  std::ostringstream same;
+  auto d = RunDiff({a, dir_.File("a2.pb"), 0, tools::OutputFormat::kText}, same);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(*d);
+  EXPECT_EQ(same.str(), "plans are equivalent\n");
+
+  std::ostringstream text;
+  d = RunDiff({a, b, 0, tools::OutputFormat::kText}, text);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(*d);
+  EXPECT_TRUE(text.str().starts_with("compressor: efsignsgd -> topk\n")) << text.str();
+  EXPECT_NE(text.str().find("\npredicted.iteration_us: "), std::string::npos);
+
+  std::ostringstream json;
+  d = RunDiff({a, b, 5, tools::OutputFormat::kJson}, json);
+  ASSERT_TRUE(d.ok());
+  const auto j = nlohmann::json::parse(json.str());
+  EXPECT_EQ(j["different"], true);
+  EXPECT_EQ(j["changes"][0], "compressor: efsignsgd -> topk");
+  const pb::Plan pa = *ReadPlanFile(a), pb_ = *ReadPlanFile(b);
+  EXPECT_DOUBLE_EQ(j["time_change_pct"].get<double>(),
+                   (pb_.predicted().iteration_us() - pa.predicted().iteration_us()) / pa.predicted().iteration_us() * 100);
+
+  std::ostringstream none;
+  EXPECT_EQ(RunDiff({a, dir_.File("missing.pb"), 0, tools::OutputFormat::kText}, none).status().message(),
+            dir_.File("missing.pb") + ": no such file");
+  EXPECT_EQ(RunDiff({a, b, -1, tools::OutputFormat::kText}, none).status().message(),
+            "--tolerance: must be a percentage >= 0; got -1");
+  EXPECT_EQ(none.str(), "");
+}
+
+}  // namespace
+}  // namespace cupcake::plan_cli

@@ -1,0 +1,85 @@
+#include <cstdio>
+#include <sstream>
+
+#include "commands.h"
+#include "cupcake/profile/load.h"
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/names.h"
+
+namespace cupcake::plan_cli::internal {
+namespace {
+
+std::string Join(const std::vector<std::string_view>& names) {
+  std::string s;
+  for (auto n : names) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+}  // namespace
+
+StatusOr<pb::Model> ResolveModel(const std::string& model_file, const std::string& model_name,
+                                 const pb::Profile& profile, const std::string& profile_path) {
+  if (!model_file.empty()) return profile::LoadModelFile(model_file);
+  std::vector<std::string_view> names;
+  for (const auto& m : profile.models()) {
+    if (m.name() == model_name) return m;
+    names.push_back(m.name());
+  }
+  std::string expected = names.empty() ? "a model the profile carries (it has none: import one with "
+                                         "'cupcake-profile import')"
+                                       : "one of " + Join(names);
+  return NotFoundError(profile_path + ": models: no such model; got \"" + model_name + "\"" +
+                       DidYouMean(model_name, names) + ", expected " + expected);
+}
+
+std::string Ms(double us) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", us / 1000.0);
+  return buf;
+}
+
+std::string TensorRange(const pb::Model& model, int first, int last) {
+  std::string s = model.tensors(first).name();
+  if (last != first) s += " .. " + model.tensors(last).name();
+  return s;
+}
+
+void PrintSummary(const pb::Plan& plan, std::ostream& out) {
+  const pb::Model& m = plan.model().model();
+  int64_t parameters = 0, bytes = 0;
+  for (const auto& t : m.tensors()) {
+    parameters += t.numel();
+    bytes += t.numel() * DTypeBytes(t.dtype());
+  }
+  const pb::CompressorSpec& c = plan.compressor();
+  const CompressorInfo* info = FindCompressor(c.name());
+  std::ostringstream params;
+  if (info != nullptr && info->uses_ratio) params << "ratio " << c.ratio();
+  if (info != nullptr && info->uses_seed) params << (params.str().empty() ? "" : ", ") << "seed " << c.seed();
+  const pb::Predicted& p = plan.predicted();
+  const double t = p.iteration_us();
+
+  out << "model       " << m.name() << ": " << m.tensors_size() << " tensors, " << parameters << " parameters ("
+      << tools::HumanBytes(bytes) << " of gradients)\n";
+  out << "profile     " << plan.profile_name() << ": world size " << plan.world_size() << "\n";
+  out << "compressor  " << c.name() << (params.str().empty() ? "" : " (" + params.str() + ")") << ", memory "
+      << c.memory() << ", on " << Name(plan.device()) << "\n";
+  out << "groups      " << plan.groups_size() << "\n";
+  out << "predicted   " << Ms(t) << " ms per iteration (backward " << Ms(p.backward_us()) << " ms; summed over groups: "
+      << "encode " << Ms(p.encode_us()) << " ms, comm " << Ms(p.comm_us()) << " ms, decode " << Ms(p.decode_us())
+      << " ms)\n";
+  for (int i = 0; i < plan.baselines_size(); ++i) {
+    const pb::Baseline& b = plan.baselines(i);
+    char speedup[32];
+    std::snprintf(speedup, sizeof speedup, "%.2fx", t > 0 ? b.iteration_us() / t : 0.0);
+    out << (i == 0 ? "speedup     " : "            ") << speedup << " over " << b.name() << " (" << Ms(b.iteration_us())
+        << " ms, " << b.groups() << (b.groups() == 1 ? " group" : " groups") << ")\n";
+  }
+  const pb::SearchStats& s = plan.search();
+  out << "search      " << s.algorithm() << ": " << s.nodes() << " nodes, " << s.states() << " states, " << s.pruned()
+      << " pruned";
+  if (s.budget() > 0) out << ", budget " << s.budget() << " nodes";
+  out << ", " << (s.optimal() ? "proven optimal" : "NOT proven optimal (budget exhausted)") << "\n";
+}
+
+}  // namespace cupcake::plan_cli::internal

@@ -1,0 +1,124 @@
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "cupcake/profile/load.h"
+#include "cupcake/proto/names.h"
+#include "cupcake/proto/plan_io.h"
+
+namespace cupcake::plan_cli {
+namespace po = boost::program_options;
+namespace {
+
+void Json(const pb::Plan& plan, const std::string& output, double search_s, std::ostream& out) {
+  using nlohmann::ordered_json;
+  const auto& m = plan.model().model();
+  ordered_json j;
+  j["plan"] = output;
+  j["model"] = m.name();
+  j["tensors"] = m.tensors_size();
+  j["profile"] = plan.profile_name();
+  j["world_size"] = plan.world_size();
+  j["compressor"] = plan.compressor().name();
+  j["ratio"] = plan.compressor().ratio();
+  j["memory"] = plan.compressor().memory();
+  j["device"] = std::string(Name(plan.device()));
+  j["groups"] = plan.groups_size();
+  j["iteration_us"] = plan.predicted().iteration_us();
+  ordered_json baselines = ordered_json::array();
+  for (const auto& b : plan.baselines()) {
+    ordered_json jb;
+    jb["name"] = b.name();
+    jb["groups"] = b.groups();
+    jb["iteration_us"] = b.iteration_us();
+    jb["speedup"] = b.iteration_us() / plan.predicted().iteration_us();
+    baselines.push_back(jb);
+  }
+  j["baselines"] = baselines;
+  ordered_json s;
+  s["algorithm"] = plan.search().algorithm();
+  s["nodes"] = plan.search().nodes();
+  s["states"] = plan.search().states();
+  s["pruned"] = plan.search().pruned();
+  s["budget"] = plan.search().budget();
+  s["optimal"] = plan.search().optimal();
+  s["wall_s"] = search_s;
+  j["search"] = s;
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& err) {
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Profile profile, profile::LoadProfileFile(options.profile));
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Model model,
+                           internal::ResolveModel(options.model, options.model_name, profile, options.profile));
+  const auto start = std::chrono::steady_clock::now();
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));
+  const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  if (!plan.search().optimal()) {
+    const std::string what = "search: stopped at --budget " + std::to_string(plan.search().budget()) +
+                             " (nodes); the plan is the best found, not proven optimal";
+    if (options.require_optimal)
+      return FailedPreconditionError("--require-optimal: " + what + "; raise --budget (no plan written)");
+    err << "warning: " << what << " (raise --budget to prove it)\n";
+  }
+  CUPCAKE_RETURN_IF_ERROR(WritePlanFile(options.output, plan));
+  if (options.format == tools::OutputFormat::kJson) {
+    Json(plan, options.output, search_s, out);
+    return Status::Ok();
+  }
+  out << "wrote plan " << options.output << "\n";
+  internal::PrintSummary(plan, out);
+  char took[64];
+  std::snprintf(took, sizeof took, "%.3f s", search_s);
+  out << "took        " << took << " (wall clock of the search; not stored in the plan)\n";
+  return Status::Ok();
+}
+
+int SearchMain(tools::Invocation& inv) {
+  SearchOptions options;
+  std::string device, algorithm, format;
+  po::options_description flags("options");
+  flags.add_options()
+      ("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")
+      ("model-name", po::value(&options.model_name),
+       "or: the model of this name stored in the profile (a DB or a profile JSON with models); "
+       "give exactly one of --model and --model-name")
+      ("profile", po::value(&options.profile)->required(), "the profile: an SQLite DB or a cupcake.profile.v1 JSON file")
+      ("compressor", po::value(&options.request.compressor)->required(), "compressor name (fp32, topk, efsignsgd, ...)")
+      ("ratio", po::value(&options.request.ratio)->default_value(kDefaultRatio),
+       "fraction of elements kept, in (0, 1] (topk, randk, dgc)")
+      ("device", po::value(&device), "where encode and decode run: gpu or cpu (default: gpu if the profile has its curves)")
+      ("memory", po::value(&options.request.memory), "error feedback: residual, dgc or none (default: the compressor's)")
+      ("seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")
+      ("algorithm", po::value(&algorithm)->default_value("branch_and_bound"), "branch_and_bound or exhaustive")
+      ("budget", po::value(&options.search.node_budget)->default_value(planner::kDefaultNodeBudget),
+       "search nodes (groups priced) before the search stops with the best plan found")
+      ("require-optimal", po::bool_switch(&options.require_optimal),
+       "fail (exit 1, nothing written) unless the plan is proven optimal")
+      ("output,o", po::value(&options.output)->required(), "the plan file (.pb), written atomically")
+      ("format", po::value(&format)->default_value("text"), "summary on stdout: text or json");
+  po::variables_map vm;
+  if (auto code = tools::ParseFlags(
+          inv, flags, {},
+          "(--model M.json | --model-name NAME) --profile P --compressor NAME [options] -o PLAN.pb", vm))
+    return *code;
+  if (options.model.empty() == options.model_name.empty())
+    return tools::UsageError(inv, "give exactly one of --model FILE and --model-name NAME");
+  if (!device.empty()) {
+    auto d = ParseDevice(device);
+    if (!d) return tools::UsageError(inv, "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
+    options.request.device = *d;
+  }
+  auto a = planner::ParseAlgorithm(algorithm);
+  if (!a.ok()) return tools::UsageError(inv, a.status().message());
+  options.search.algorithm = *a;
+  auto f = tools::ParseOutputFormat("--format", format);
+  if (!f.ok()) return tools::UsageError(inv, f.status().message());
+  options.format = *f;
+  return tools::Finish(inv, RunSearch(options, inv.out, inv.err));
+}
+
+}  // namespace cupcake::plan_cli

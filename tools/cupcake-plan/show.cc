@@ -1,0 +1,72 @@
+#include <algorithm>
+#include <cstdio>
+
+#include "commands.h"
+#include "cupcake/proto/plan_io.h"
+
+namespace cupcake::plan_cli {
+namespace po = boost::program_options;
+namespace {
+
+std::string Span(double start_us, double end_us) { return internal::Ms(start_us) + "-" + internal::Ms(end_us); }
+
+void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
+  out << "plan        " << path << " (" << plan.format() << ")\n";
+  internal::PrintSummary(plan, out);
+  out << "fingerprint model " << plan.model().fingerprint() << ", profile " << plan.profile_fingerprint() << "\n";
+
+  // One row per group; times in ms from the start of backward.
+  const pb::Model& m = plan.model().model();
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"group", "tensors", "count", "numel", "payload", "encode ms", "comm ms", "decode ms", "names"});
+  for (int k = 0; k < plan.groups_size(); ++k) {
+    const pb::Group& g = plan.groups(k);
+    rows.push_back({std::to_string(k), std::to_string(g.first_tensor()) + ".." + std::to_string(g.last_tensor()),
+                    std::to_string(g.last_tensor() - g.first_tensor() + 1), std::to_string(g.numel()),
+                    tools::HumanBytes(g.payload_bytes()), Span(g.encode_start_us(), g.encode_end_us()),
+                    Span(g.comm_start_us(), g.comm_end_us()), Span(g.decode_start_us(), g.decode_end_us()),
+                    internal::TensorRange(m, g.first_tensor(), g.last_tensor())});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  out << "groups (times in ms from the start of backward):\n";
+  for (const auto& r : rows) {
+    std::string line = " ";
+    for (size_t c = 0; c < r.size(); ++c) {
+      const bool last = c + 1 == r.size();
+      const bool left = c == 1 || last;  // the tensor columns read left to right
+      std::string pad(width[c] - r[c].size(), ' ');
+      line += " " + (left ? r[c] + (last ? "" : pad) : pad + r[c]);
+    }
+    out << line << "\n";
+  }
+}
+
+}  // namespace
+
+Status RunShow(const ShowOptions& options, std::ostream& out) {
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(options.plan));
+  if (options.format == tools::OutputFormat::kJson) out << PlanToJson(plan);
+  else Text(options.plan, plan, out);
+  return Status::Ok();
+}
+
+int ShowMain(tools::Invocation& inv) {
+  ShowOptions options;
+  std::string format;
+  po::options_description flags("options");
+  flags.add_options()
+      ("plan", po::value(&options.plan)->required(), "the plan file (.pb)")
+      ("format", po::value(&format)->default_value("text"), "text (summary and groups) or json (every field)");
+  po::positional_options_description positional;
+  positional.add("plan", 1);
+  po::variables_map vm;
+  if (auto code = tools::ParseFlags(inv, flags, positional, "PLAN.pb [--format text|json]", vm)) return *code;
+  auto f = tools::ParseOutputFormat("--format", format);
+  if (!f.ok()) return tools::UsageError(inv, f.status().message());
+  options.format = *f;
+  return tools::Finish(inv, RunShow(options, inv.out));
+}
+
+}  // namespace cupcake::plan_cli
