@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job end to end, as far as it goes today: install what is missing, build, import the
-# sample profile and a model into an SQLite profile, inspect it and export it again.
-# (Later issues extend this to profile, plan and train.)
+# sample profile and a model into an SQLite profile, inspect it and export it again, then plan
+# resnet50 with efsignsgd against the DB (the model taken from the DB by name), which prints the
+# plan's summary, and write the plan's predicted timeline as a Chrome trace beside it.
+# (Later issues extend this to profile and train.)
 # Usage: scripts/demo.sh [DB]   (default: build/demo/profile.db)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,6 +12,7 @@ build="${CUPCAKE_BUILD_DIR:-$root/build}"  # override to keep several build tree
 "$root/scripts/build.sh"
 
 profile_tool="$build/tools/cupcake-profile"
+plan_tool="$build/tools/cupcake-plan"
 db="${1:-$build/demo/profile.db}"
 mkdir -p "$(dirname "$db")"
 rm -f "$db" "$db-wal" "$db-shm"
@@ -19,5 +22,9 @@ set -x
 "$profile_tool" import --db "$db" "$root/examples/models/resnet50.json"
 "$profile_tool" inspect --db "$db"
 "$profile_tool" export --db "$db" -o "$(dirname "$db")/profile.json"
+plan="$(dirname "$db")/resnet50-efsignsgd.pb"
+"$plan_tool" search --model-name resnet50 --profile "$db" --compressor efsignsgd --require-optimal -o "$plan"
+"$plan_tool" trace "$plan" -o "${plan%.pb}.trace.json"
 set +x
 echo "demo: profile DB at $db (try: sqlite3 $db 'SELECT * FROM curve_points LIMIT 5')"
+echo "demo: plan at $plan (try: $plan_tool show $plan); its timeline in ${plan%.pb}.trace.json (open in ui.perfetto.dev)"
