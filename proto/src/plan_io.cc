@@ -213,6 +213,8 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
 
 StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin) {
   if (bytes.empty()) return DataLossError(origin + ": empty file; expected a " + std::string(kPlanFileFormat) + " plan");
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return InvalidArgumentError(origin + ": too large; got " + std::to_string(bytes.size()) + " bytes, expected < 2 GiB");
   pb::Plan plan;
   // Damaged strings make protobuf log "invalid UTF-8" to stderr; the Status says it instead.
   google::protobuf::LogSilencer silence_protobuf_log;
@@ -228,8 +230,6 @@ StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin) 
 
 StatusOr<pb::Plan> ReadPlanFile(const std::string& path) {
   CUPCAKE_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
-    return InvalidArgumentError(path + ": too large; got " + std::to_string(bytes.size()) + " bytes, expected < 2 GiB");
   return ParsePlan(bytes, path);
 }
 
