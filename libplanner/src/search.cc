@@ -216,10 +216,8 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: grou
   // Step 3: labels by prefix length, expanded in increasing prefix length and, within one,
   // in increasing lower bound.
   std::vector<Label> labels;
-  std::vector<char> alive;
   std::vector<std::vector<int32_t>> at(n);
   labels.push_back({0, 0, 0, 0, -1, 0});
-  alive.push_back(1);
   at[0].push_back(0);
   int32_t best_label = -1;  // the best complete strategy the search found
   bool stopped = false;
@@ -227,8 +225,7 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: grou
 
   for (int j = 0; j < n && !stopped; ++j) {
     order.clear();
-    for (int32_t id : at[j])
-      if (alive[id]) order.emplace_back(lower_bound(labels[id]), id);
+    for (int32_t id : at[j]) order.emplace_back(lower_bound(labels[id]), id);
     std::sort(order.begin(), order.end());
     for (auto [lb, id] : order) {
       if (lb >= incumbent) {
@@ -252,7 +249,6 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: grou
           if (t < incumbent) {
             incumbent = t;
             labels.push_back(next);
-            alive.push_back(0);
             best_label = static_cast<int32_t>(labels.size() - 1);
           }
           continue;
@@ -261,27 +257,32 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: grou
           ++st.pruned;
           continue;
         }
-        // Step 5: dominance among the labels of the same prefix.
+        // Step 5: dominance among the labels of the same prefix. The list holds only live
+        // labels; a dominating label moves to the front, where the next check meets it first.
+        std::vector<int32_t>& list = at[q + 1];
         bool dominated = false;
-        st.transitions += static_cast<int64_t>(at[q + 1].size());  // comparisons count as nodes
-        for (int32_t other : at[q + 1]) {
-          if (!alive[other]) continue;
-          if (Dominates(labels[other], next)) {
+        for (size_t i = 0; i < list.size();) {
+          ++st.transitions;  // comparisons count as nodes
+          const Label& other = labels[list[i]];
+          if (Dominates(other, next)) {
+            std::swap(list[i], list[0]);
             dominated = true;
             break;
           }
-          if (Dominates(next, labels[other])) {
-            alive[other] = 0;
+          if (Dominates(next, other)) {
+            list[i] = list.back();
+            list.pop_back();
             ++st.pruned;
+            continue;
           }
+          ++i;
         }
         if (dominated) {
           ++st.pruned;
           continue;
         }
         labels.push_back(next);
-        alive.push_back(1);
-        at[q + 1].push_back(static_cast<int32_t>(labels.size() - 1));
+        list.push_back(static_cast<int32_t>(labels.size() - 1));
       }
     }
     at[j].clear();
