@@ -49,9 +49,10 @@ struct SuffixBounds {
   std::vector<double> enc, dec, com, enc_dec;  // min over partitions of the sum
   std::vector<double> last_dec;                // min over the last group (l..N-1), l >= j, of dec
   std::vector<double> last_com_dec;            // ... of com + dec
-  // max over t >= j of (backward_prefix[t + 1] + min over l <= t of com[l]): the network must
-  // still carry the group holding tensor t, and every group after it, once t is ready.
-  std::vector<double> ready_then_com;
+  // max over t >= j of the least, over every group [l, q] holding tensor t, of what follows
+  // once that group is ready: its encode, its collective, then either the later collectives
+  // and a last decode, or its decode and the later decodes (see docs/MODEL.md).
+  std::vector<double> ready;
   double min_com = kInf, min_dec = kInf;       // over every group of the model
 };
 
@@ -65,11 +66,16 @@ SuffixBounds ComputeSuffixBounds(const Problem& p, GroupPricer& pricer, int64_t&
   b.last_dec.assign(n + 1, kInf);
   b.last_com_dec.assign(n + 1, kInf);
   b.enc[n] = b.dec[n] = b.com[n] = b.enc_dec[n] = 0;
+  std::vector<double> holding(n, kInf);  // holding[t]: the least of v(l, q) over l <= t <= q
+  std::vector<double> v(n);
   for (int j = n - 1; j >= 0; --j) {
     pricer.Start(j);
     for (int q = j; q < n; ++q) {
       GroupCost c = pricer.Price(q);
       ++transitions;
+      const double network_tail = q == n - 1 ? c.dec_us : b.com[q + 1] + b.last_dec[q + 1];
+      const double decode_tail = c.dec_us + b.dec[q + 1];
+      v[q] = p.backward_prefix[q + 1] + c.enc_us + c.com_us + std::max(network_tail, decode_tail);
       b.enc[j] = std::min(b.enc[j], c.enc_us + b.enc[q + 1]);
       b.dec[j] = std::min(b.dec[j], c.dec_us + b.dec[q + 1]);
       b.com[j] = std::min(b.com[j], c.com_us + b.com[q + 1]);
@@ -81,15 +87,14 @@ SuffixBounds ComputeSuffixBounds(const Problem& p, GroupPricer& pricer, int64_t&
         b.last_com_dec[j] = std::min(b.last_com_dec[j + 1], c.com_us + c.dec_us);
       }
     }
+    double least = kInf;  // min over q >= t of v(j, q)
+    for (int t = n - 1; t >= j; --t) {
+      least = std::min(least, v[t]);
+      holding[t] = std::min(holding[t], least);
+    }
   }
-  b.ready_then_com.assign(n + 1, 0.0);
-  double com_prefix_min = kInf;
-  std::vector<double> at_t(n);
-  for (int t = 0; t < n; ++t) {
-    com_prefix_min = std::min(com_prefix_min, b.com[t]);
-    at_t[t] = p.backward_prefix[t + 1] + com_prefix_min;
-  }
-  for (int j = n - 1; j >= 0; --j) b.ready_then_com[j] = std::max(b.ready_then_com[j + 1], at_t[j]);
+  b.ready.assign(n + 1, 0.0);
+  for (int j = n - 1; j >= 0; --j) b.ready[j] = std::max(b.ready[j + 1], holding[j]);
   return b;
 }
 
@@ -171,7 +176,7 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: grou
     lb = std::max(lb, l.x + sb.dec[j]);                               // the decode chain
     lb = std::max(lb, l.f + sb.com[j] + sb.last_dec[j]);              // the network, then one decode
     lb = std::max(lb, backward_total + l.e + sb.enc[j] + sb.last_com_dec[j]);  // C_K, last com, dec
-    lb = std::max(lb, l.e + sb.ready_then_com[j] + sb.last_dec[j]);  // late tensors, then the network
+    lb = std::max(lb, l.e + sb.ready[j]);  // a late tensor's group, then the network or the decodes
     return fixed + lb;
   };
 
