@@ -279,10 +279,13 @@ TEST_F(PlanCommandsTest, ShowRefusesATruncatedPlan) {
     Status s = RunShow({cut, tools::OutputFormat::kText}, out);
     EXPECT_FALSE(s.ok()) << len;
     EXPECT_EQ(out.str(), "");
-    if (len == 0) EXPECT_EQ(s.message(), cut + ": empty file; expected a cupcake.plan.v1 plan");
-    if (len == 100)
+    if (len == 0) {
+      EXPECT_EQ(s.message(), cut + ": empty file; expected a cupcake.plan.v1 plan");
+    }
+    if (len == 100) {
       EXPECT_EQ(s.message(), cut + ": not a valid plan: corrupt or truncated protobuf; got 100 bytes, expected a "
                                    "cupcake.plan.v1 plan");
+    }
   }
 }
 
