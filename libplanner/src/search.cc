@@ -43,58 +43,43 @@ class GroupPricer {
   CurveCursor pack_, encode_, comm_, decode_, unpack_;
 };
 
-// Lower bounds on what the tensors j..N-1 still cost, over every way to group them
-// (step 2 of the search). Index N is the empty suffix.
+// Lower bounds on what the tensors j..N-1 still add (step 1 of the search, docs/MODEL.md).
+// A completion P of a label (e, f, x, y) ends at max(y + a_P, x + b_P, f + c_P, e + d_P) +
+// forward + update: the recurrences are (max, +)-linear. These are lower bounds of a_P..d_P
+// over every P of the suffix. Index N is the empty suffix.
 struct SuffixBounds {
-  std::vector<double> enc, dec, com, enc_dec;  // min over partitions of the sum
-  std::vector<double> last_dec;                // min over the last group (l..N-1), l >= j, of dec
-  std::vector<double> last_com_dec;            // ... of com + dec
-  // max over t >= j of the least, over every group [l, q] holding tensor t, of what follows
-  // once that group is ready: its encode, its collective, then either the later collectives
-  // and a last decode, or its decode and the later decodes (see docs/MODEL.md).
-  std::vector<double> ready;
-  double min_com = kInf, min_dec = kInf;       // over every group of the model
+  std::vector<double> enc_dec;  // a_P - B(N) = sum of enc + dec: exact minimum
+  std::vector<double> dec;      // b_P = sum of dec: exact minimum
+  std::vector<double> net;      // c_P = max over k of (com_1..com_k + dec_k..dec_K)
+  std::vector<double> ready;    // d_P = max over k of (B(last_k + 1) + enc_1..enc_k + c of groups k..K)
+  double min_com = kInf, min_dec = kInf;  // over every group of the model
 };
 
 SuffixBounds ComputeSuffixBounds(const Problem& p, GroupPricer& pricer, int64_t& transitions) {
   const int n = p.size();
   SuffixBounds b;
-  b.enc.assign(n + 1, kInf);
-  b.dec.assign(n + 1, kInf);
-  b.com.assign(n + 1, kInf);
   b.enc_dec.assign(n + 1, kInf);
-  b.last_dec.assign(n + 1, kInf);
-  b.last_com_dec.assign(n + 1, kInf);
-  b.enc[n] = b.dec[n] = b.com[n] = b.enc_dec[n] = 0;
-  std::vector<double> holding(n, kInf);  // holding[t]: the least of v(l, q) over l <= t <= q
-  std::vector<double> v(n);
+  b.dec.assign(n + 1, kInf);
+  b.net.assign(n + 1, kInf);
+  b.ready.assign(n + 1, kInf);
+  b.enc_dec[n] = b.dec[n] = b.net[n] = b.ready[n] = 0;
   for (int j = n - 1; j >= 0; --j) {
     pricer.Start(j);
     for (int q = j; q < n; ++q) {
-      GroupCost c = pricer.Price(q);
+      // The first group is [j, q]; the rest, q+1..N-1, is bounded by the entries at q + 1.
+      const GroupCost c = pricer.Price(q);
       ++transitions;
-      const double network_tail = q == n - 1 ? c.dec_us : b.com[q + 1] + b.last_dec[q + 1];
-      const double decode_tail = c.dec_us + b.dec[q + 1];
-      v[q] = p.backward_prefix[q + 1] + c.enc_us + c.com_us + std::max(network_tail, decode_tail);
-      b.enc[j] = std::min(b.enc[j], c.enc_us + b.enc[q + 1]);
-      b.dec[j] = std::min(b.dec[j], c.dec_us + b.dec[q + 1]);
-      b.com[j] = std::min(b.com[j], c.com_us + b.com[q + 1]);
       b.enc_dec[j] = std::min(b.enc_dec[j], c.enc_us + c.dec_us + b.enc_dec[q + 1]);
+      b.dec[j] = std::min(b.dec[j], c.dec_us + b.dec[q + 1]);
+      // c_P = com_1 + max(dec_1 + sum of the rest's dec, c of the rest)
+      const double net = c.com_us + std::max(c.dec_us + b.dec[q + 1], b.net[q + 1]);
+      b.net[j] = std::min(b.net[j], net);
+      // d_P = max(B(q+1) + enc_1 + c_P, enc_1 + d of the rest)
+      b.ready[j] = std::min(b.ready[j], c.enc_us + std::max(p.backward_prefix[q + 1] + net, b.ready[q + 1]));
       b.min_com = std::min(b.min_com, c.com_us);
       b.min_dec = std::min(b.min_dec, c.dec_us);
-      if (q == n - 1) {
-        b.last_dec[j] = std::min(b.last_dec[j + 1], c.dec_us);
-        b.last_com_dec[j] = std::min(b.last_com_dec[j + 1], c.com_us + c.dec_us);
-      }
-    }
-    double least = kInf;  // min over q >= t of v(j, q)
-    for (int t = n - 1; t >= j; --t) {
-      least = std::min(least, v[t]);
-      holding[t] = std::min(holding[t], least);
     }
   }
-  b.ready.assign(n + 1, 0.0);
-  for (int j = n - 1; j >= 0; --j) b.ready[j] = std::max(b.ready[j + 1], holding[j]);
   return b;
 }
 
@@ -172,12 +157,8 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: grou
   const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
   auto lower_bound = [&](const Label& l) {
     const int j = l.end;
-    double lb = backward_total + l.y + sb.enc_dec[j];                 // C_K + sum of decodes
-    lb = std::max(lb, l.x + sb.dec[j]);                               // the decode chain
-    lb = std::max(lb, l.f + sb.com[j] + sb.last_dec[j]);              // the network, then one decode
-    lb = std::max(lb, backward_total + l.e + sb.enc[j] + sb.last_com_dec[j]);  // C_K, last com, dec
-    lb = std::max(lb, l.e + sb.ready[j]);  // a late tensor's group, then the network or the decodes
-    return fixed + lb;
+    return fixed + std::max({backward_total + l.y + sb.enc_dec[j], l.x + sb.dec[j], l.f + sb.net[j],
+                             l.e + sb.ready[j]});
   };
 
   // Step 2: the incumbent: the best baseline, or the greedy strategy that keeps, for every

@@ -63,7 +63,7 @@ TEST(FusionSearch, MatchesExhaustiveSearchOnAffineCurves) {
     pb::Profile profile = testing::AffineProfile(startup(rng), per_byte(rng), startup(rng) / 3);
     PlanRequest req;
     req.compressor = RandomCompressor(rng);
-    if (ExpectMatchesOracle(model, profile, req) > 1) ++explored;
+    if (ExpectMatchesOracle(model, profile, req) > 0) ++explored;
   }
   EXPECT_GT(explored, 20) << "the instances should make the search work";
 }
@@ -91,9 +91,9 @@ TEST(FusionSearch, StrategyCoversEveryTensorInOrder) {
 TEST(FusionSearch, BudgetExhaustedIsNotProvenOptimal) {
   std::mt19937_64 rng(11);
   pb::Model model = testing::RandomModel(rng, 60);
-  pb::Profile profile = testing::AffineProfile(50, 1e-3, 20);
+  pb::Profile profile = testing::AffineProfile(50, 1e-2, 20);
   PlanRequest req;
-  req.compressor = "efsignsgd";
+  req.compressor = "fp16";
   auto problem = MakeProblem(model, profile, req);
   ASSERT_TRUE(problem.ok());
   auto full = Search(*problem, SearchOptions{});
