@@ -1,6 +1,8 @@
 // CPU reference implementation of every compressor and memory. Single-threaded; the hot
 // loops are written for the auto-vectorizer (fixed-width inner loops over 8 or 16 lanes,
 // selects instead of branches, no calls) and checked with -fopt-info-vec (docs/KERNELS.md).
+// This is the portable baseline; a compressor made for Isa::kAvx2 runs the elementwise
+// compressors through the byte-identical AVX2 + F16C loops of avx2_loops.cc (cpu_loops.h).
 //
 // Encode, for every compressor:
 //   1. memory: none: x = g; residual: e += g, x = e (in place); dgc: u = 0.9 u + g, v += u, x = v.
@@ -18,6 +20,7 @@
 
 #include "../backends.h"
 #include "../common.h"
+#include "cpu_loops.h"
 
 namespace cupcake::kernels {
 namespace {
@@ -75,7 +78,7 @@ float FiniteMaxAbs(const float* x, int64_t n) {
 
 class CpuCompressor final : public Compressor {
  public:
-  explicit CpuCompressor(const CompressorLayout& l) : Compressor(l, Backend::kCpu) {
+  CpuCompressor(const CompressorLayout& l, cpu::Isa isa) : Compressor(l, Backend::kCpu), isa_(isa) {
     const auto& L = layout();
     if (L.kind == CompressorKind::kTopk || L.kind == CompressorKind::kDgc) hist_.resize(4 * 2048);
     if (L.kind == CompressorKind::kDgc) {
@@ -97,6 +100,7 @@ class CpuCompressor final : public Compressor {
     const auto& L = layout();
     const int64_t n = L.n;
     u8* payload = reinterpret_cast<u8*>(payload_b);
+    if (isa_ == cpu::Isa::kAvx2 && EncodeAvx2(grad, state, iteration, payload)) return Status::Ok();
     // Step 1: memory.
     const float* x = grad;
     float* resid = nullptr;   // e, holding g + e_old, for residual memory
@@ -157,6 +161,7 @@ class CpuCompressor final : public Compressor {
     const int64_t n = L.n;
     const int W = L.world_size;
     const float wf = static_cast<float>(W);
+    if (isa_ == cpu::Isa::kAvx2 && DecodeAvx2(p, out)) return Status::Ok();
     switch (L.kind) {
       case CompressorKind::kFp32:
         for (int64_t i = 0; i < n; ++i) out[i] = LoadF(p + 4 * i) / wf;
@@ -229,6 +234,47 @@ class CpuCompressor final : public Compressor {
         return Status::Ok();
     }
     return Status::Ok();
+  }
+
+  // The AVX2 variants of the elementwise compressors (memory none or residual; the state
+  // layout is e[n] then signum's m[n]). False: not covered, run the baseline.
+  bool EncodeAvx2(const float* grad, float* state, uint64_t iteration, u8* payload) {
+    const auto& L = layout();
+    if (L.memory == MemoryKind::kDgc) return false;
+    float* resid = L.memory == MemoryKind::kResidual ? state : nullptr;
+    float* tail_state = resid ? state + L.n : state;
+    switch (L.kind) {
+      case CompressorKind::kFp16: cpu::avx2::EncodeFp16(grad, resid, L.n, L.world_size, payload); return true;
+      case CompressorKind::kQsgd:
+        cpu::avx2::EncodeQsgd(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload);
+        return true;
+      case CompressorKind::kTerngrad:
+        cpu::avx2::EncodeTerngrad(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload);
+        return true;
+      case CompressorKind::kSignsgd:
+      case CompressorKind::kEfsignsgd: cpu::avx2::EncodeSign(grad, resid, nullptr, L.n, payload); return true;
+      case CompressorKind::kSignum: cpu::avx2::EncodeSign(grad, resid, tail_state, L.n, payload); return true;
+      case CompressorKind::kOnebit: cpu::avx2::EncodeOnebit(grad, resid, L.n, payload); return true;
+      default: return false;
+    }
+  }
+
+  bool DecodeAvx2(const u8* p, float* out) {
+    const auto& L = layout();
+    switch (L.kind) {
+      case CompressorKind::kFp16: cpu::avx2::DecodeFp16(p, out, L.n); return true;
+      case CompressorKind::kQsgd: cpu::avx2::DecodeQsgd(p, L.payload_bytes, L.world_size, L.n, out); return true;
+      case CompressorKind::kTerngrad:
+        cpu::avx2::DecodeTerngrad(p, L.payload_bytes, L.world_size, L.n, out);
+        return true;
+      case CompressorKind::kSignsgd:
+      case CompressorKind::kEfsignsgd:
+      case CompressorKind::kSignum:
+      case CompressorKind::kOnebit:
+        cpu::avx2::DecodeSign(p, L.payload_bytes, L.world_size, L.kind == CompressorKind::kOnebit, L.n, out);
+        return true;
+      default: return false;
+    }
   }
 
   // ---- dense ----
@@ -616,12 +662,19 @@ class CpuCompressor final : public Compressor {
   int64_t sample_size_ = 0, sample_rank_ = 0, cand_capacity_ = 0;
   std::vector<uint32_t> sample_, cand_key_, cand_idx_, cand_tmp_;
   std::vector<uint32_t> randk_idx_;
+  cpu::Isa isa_;
 };
 
 }  // namespace
 
 std::unique_ptr<Compressor> MakeCpuCompressor(const CompressorLayout& layout) {
-  return std::make_unique<CpuCompressor>(layout);
+  return std::make_unique<CpuCompressor>(layout, cpu::BestIsa());
 }
+
+namespace cpu {
+std::unique_ptr<Compressor> MakeCpuCompressor(const CompressorLayout& layout, Isa isa) {
+  return std::make_unique<CpuCompressor>(layout, isa);
+}
+}  // namespace cpu
 
 }  // namespace cupcake::kernels
