@@ -1,18 +1,29 @@
 // Encode and decode throughput per compressor on the CPU backend (and CUDA when a device is
 // present), beside a memcpy of the same buffer in the same run.
 //
-// Throughput = 4n bytes (the uncompressed float32 group) per call: bytes_per_second, printed
-// by Google Benchmark as GiB/s (2^30 bytes/s). memcpy copies the same 4n bytes.
+// Bytes counted: 4n per call (the uncompressed float32 group, n elements), for every row,
+// encode and decode alike; bytes_per_second, printed by Google Benchmark as GiB/s (2^30
+// bytes per second of CPU time). memcpy copies 4n bytes between two buffers of the same
+// size, allocated like the compressors' (64-byte aligned Buffer).
+// Method: every buffer (gradient, state, payloads, output, memcpy source and destination) is
+// allocated and written once before timing, so no page is first touched inside the timed
+// loop, and one untimed call runs before it. Iterations: Google Benchmark's adaptive count
+// until --benchmark_min_time (docs/KERNELS.md uses 0.5 s: >= 10 calls at 2^26 for every row).
 // Setup: W = 4 ranks, ratio 0.01, each compressor's default memory; decode sums W payloads
 // (allgather compressors) or reads one reduced buffer (allreduce ones).
-// Sizes: n = 2^10 .. 2^26 elements, every 16x, plus 2^20 (the target's size).
+// Rows: memcpy; <backend>/<compressor>/{encode,decode} with the variant the library picks
+// (label: the CPU variant, e.g. avx2); cpu-baseline/... forces the portable baseline of the
+// elementwise compressors, for comparison in the same run.
+// Sizes: n = 2^10, 2^14, 2^18, 2^20 (the target's size), 2^22, 2^24, 2^26 elements.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cpu/cpu_loops.h"  // internal: the CPU variants (bench links the library's private headers)
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/proto/catalogue.h"
 
@@ -23,12 +34,27 @@ using namespace cupcake::kernels;  // NOLINT
 
 constexpr int kWorld = 4;
 
-std::vector<float> Gradient(int64_t n) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> g(static_cast<size_t>(n));
-  for (auto& x : g) x = d(rng);
+// The same N(0, 1) gradient for every row of a size (generated once per size).
+const std::vector<float>& Gradient(int64_t n) {
+  static std::map<int64_t, std::vector<float>> cache;
+  auto& g = cache[n];
+  if (g.empty()) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    g.resize(static_cast<size_t>(n));
+    for (auto& x : g) x = d(rng);
+  }
   return g;
+}
+
+// Which CPU implementation a row runs.
+enum class Variant { kDefault, kBaseline };
+
+// Allocated and written (every page touched) before any timing.
+Buffer Touched(Backend backend, int64_t bytes) {
+  Buffer b = std::move(Buffer::Allocate(backend, bytes)).value();
+  (void)b.Zero();
+  return b;
 }
 
 struct Setup {
@@ -36,7 +62,7 @@ struct Setup {
   Buffer grad, state, payloads, out;
 };
 
-bool Prepare(benchmark::State& st, const std::string& name, Backend backend, Setup* s) {
+bool Prepare(benchmark::State& st, const std::string& name, Backend backend, Variant variant, Setup* s) {
   const int64_t n = st.range(0);
   CompressorConfig cfg;
   cfg.name = name;
@@ -44,17 +70,28 @@ bool Prepare(benchmark::State& st, const std::string& name, Backend backend, Set
   cfg.world_size = kWorld;
   cfg.ratio = 0.01;
   cfg.seed = 3;
-  auto c = MakeCompressor(cfg, backend);
-  if (!c.ok()) {
-    st.SkipWithError(c.status().message().c_str());
-    return false;
+  if (variant == Variant::kBaseline) {
+    auto layout = ResolveLayout(cfg);
+    if (!layout.ok()) {
+      st.SkipWithError(layout.status().message().c_str());
+      return false;
+    }
+    s->c = cpu::MakeCpuCompressor(*layout, cpu::Isa::kBaseline);
+    st.SetLabel(cpu::IsaName(cpu::Isa::kBaseline));
+  } else {
+    auto c = MakeCompressor(cfg, backend);
+    if (!c.ok()) {
+      st.SkipWithError(c.status().message().c_str());
+      return false;
+    }
+    s->c = std::move(c).value();
+    if (backend == Backend::kCpu) st.SetLabel(cpu::IsaName(cpu::BestIsa()));
   }
-  s->c = std::move(c).value();
-  s->grad = std::move(Buffer::Allocate(backend, 4 * n)).value();
-  s->state = std::move(Buffer::Allocate(backend, 4 * s->c->state_floats())).value();
-  s->payloads = std::move(Buffer::Allocate(backend, s->c->decode_input_bytes())).value();
-  s->out = std::move(Buffer::Allocate(backend, 4 * n)).value();
-  auto g = Gradient(n);
+  s->grad = Touched(backend, 4 * n);
+  s->state = Touched(backend, 4 * s->c->state_floats());
+  s->payloads = Touched(backend, s->c->decode_input_bytes());
+  s->out = Touched(backend, 4 * n);
+  const auto& g = Gradient(n);
   (void)s->grad.CopyFromHost(g.data(), 4 * n);
   (void)s->state.Zero();
   // W payloads: rank r encodes the gradient scaled by r + 1.
@@ -74,32 +111,40 @@ bool Prepare(benchmark::State& st, const std::string& name, Backend backend, Set
   return true;
 }
 
-void BM_Encode(benchmark::State& st, std::string name, Backend backend) {
+void BM_Encode(benchmark::State& st, std::string name, Backend backend, Variant variant) {
   Setup s;
-  if (!Prepare(st, name, backend, &s)) return;
+  if (!Prepare(st, name, backend, variant, &s)) return;
   const int64_t n = st.range(0);
-  Buffer payload = std::move(Buffer::Allocate(backend, s.c->payload_bytes())).value();
+  Buffer payload = Touched(backend, s.c->payload_bytes());
   uint64_t it = 0;
-  for (auto _ : st) {
+  auto encode = [&] {
     Status e = s.c->Encode({s.grad.as<const float>(), static_cast<size_t>(n)},
                            {s.state.as<float>(), static_cast<size_t>(s.c->state_floats())}, it++,
                            {payload.as<std::byte>(), static_cast<size_t>(s.c->payload_bytes())});
     if (!e.ok()) st.SkipWithError(e.message().c_str());
     (void)Synchronize(backend);
+  };
+  encode();  // untimed warm-up
+  for (auto _ : st) {
+    encode();
     benchmark::DoNotOptimize(payload.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * 4 * n);
 }
 
-void BM_Decode(benchmark::State& st, std::string name, Backend backend) {
+void BM_Decode(benchmark::State& st, std::string name, Backend backend, Variant variant) {
   Setup s;
-  if (!Prepare(st, name, backend, &s)) return;
+  if (!Prepare(st, name, backend, variant, &s)) return;
   const int64_t n = st.range(0);
-  for (auto _ : st) {
+  auto decode = [&] {
     Status e = s.c->Decode({s.payloads.as<const std::byte>(), static_cast<size_t>(s.c->decode_input_bytes())},
                            {s.out.as<float>(), static_cast<size_t>(n)}, 0);
     if (!e.ok()) st.SkipWithError(e.message().c_str());
     (void)Synchronize(backend);
+  };
+  decode();  // untimed warm-up
+  for (auto _ : st) {
+    decode();
     benchmark::DoNotOptimize(s.out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * 4 * n);
@@ -107,10 +152,11 @@ void BM_Decode(benchmark::State& st, std::string name, Backend backend) {
 
 void BM_Memcpy(benchmark::State& st) {
   const int64_t n = st.range(0);
-  auto g = Gradient(n);
-  std::vector<float> dst(static_cast<size_t>(n));
+  Buffer src = Touched(Backend::kCpu, 4 * n), dst = Touched(Backend::kCpu, 4 * n);
+  (void)src.CopyFromHost(Gradient(n).data(), 4 * n);
+  std::memcpy(dst.data(), src.data(), static_cast<size_t>(4 * n));  // untimed warm-up
   for (auto _ : st) {
-    std::memcpy(dst.data(), g.data(), 4 * n);
+    std::memcpy(dst.data(), src.data(), static_cast<size_t>(4 * n));
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
@@ -119,7 +165,7 @@ void BM_Memcpy(benchmark::State& st) {
 
 void Sizes(benchmark::internal::Benchmark* b) {
   for (int64_t n : {int64_t{1} << 10, int64_t{1} << 14, int64_t{1} << 18, int64_t{1} << 20, int64_t{1} << 22,
-                    int64_t{1} << 26})
+                    int64_t{1} << 24, int64_t{1} << 26})
     b->Arg(n);
   b->Unit(benchmark::kMicrosecond);
 }
@@ -130,8 +176,19 @@ int Register() {
     if (!BackendAvailable(backend).ok()) continue;
     for (auto name : CompressorNames()) {
       const std::string tag = std::string(BackendName(backend)) + "/" + std::string(name);
-      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), backend)->Apply(Sizes);
-      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), backend)->Apply(Sizes);
+      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), backend,
+                                   Variant::kDefault)->Apply(Sizes);
+      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), backend,
+                                   Variant::kDefault)->Apply(Sizes);
+    }
+  }
+  if (cpu::BestIsa() != cpu::Isa::kBaseline) {
+    for (const char* name : {"fp16", "qsgd", "signsgd", "efsignsgd", "signum", "terngrad", "onebit"}) {
+      const std::string tag = std::string("cpu-baseline/") + name;
+      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), Backend::kCpu,
+                                   Variant::kBaseline)->Apply(Sizes);
+      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), Backend::kCpu,
+                                   Variant::kBaseline)->Apply(Sizes);
     }
   }
   return 0;
