@@ -101,15 +101,30 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   return p;
 }
 
-GroupCost CostOfGroup(const Problem& p, int first, int last) {
-  const int64_t n = p.GroupNumel(first, last);
-  const int64_t s = p.GroupBytes(first, last);
-  const bool fused = last > first;
+void GroupPricer::Start(int first) {
+  first_ = first;
+  pack_.Reset();
+  encode_.Reset();
+  comm_.Reset();
+  decode_.Reset();
+  unpack_.Reset();
+}
+
+GroupCost GroupPricer::Price(int last) {
+  const int64_t n = p_.GroupNumel(first_, last);
+  const double s = static_cast<double>(p_.GroupBytes(first_, last));
+  const bool fused = last > first_;  // a fused group is packed and unpacked
   GroupCost c;
-  c.enc_us = (fused ? p.pack.At(static_cast<double>(s)) : 0.0) + (p.compress ? p.encode.At(static_cast<double>(n)) : 0.0);
-  c.com_us = p.comm.At(static_cast<double>(p.PayloadOf(n)));
-  c.dec_us = (p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) + (fused ? p.unpack.At(static_cast<double>(s)) : 0.0);
+  c.enc_us = (fused ? pack_.At(s) : 0.0) + (p_.compress ? encode_.At(static_cast<double>(n)) : 0.0);
+  c.com_us = comm_.At(static_cast<double>(p_.PayloadOf(n)));
+  c.dec_us = (p_.compress ? decode_.At(static_cast<double>(n)) : 0.0) + (fused ? unpack_.At(s) : 0.0);
   return c;
+}
+
+GroupCost CostOfGroup(const Problem& p, int first, int last) {
+  GroupPricer pricer(p);
+  pricer.Start(first);
+  return pricer.Price(last);
 }
 
 Timeline Evaluate(const Problem& p, std::span<const int> group_ends) {

@@ -10,39 +10,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Prices groups [first, last] for one `first` and increasing `last`, with amortized O(1)
-// curve lookups. Gives exactly CostOfGroup's values.
-class GroupPricer {
- public:
-  explicit GroupPricer(const Problem& p)
-      : p_(p), pack_(p.pack), encode_(p.encode), comm_(p.comm), decode_(p.decode), unpack_(p.unpack) {}
-
-  void Start(int first) {
-    first_ = first;
-    pack_.Reset();
-    encode_.Reset();
-    comm_.Reset();
-    decode_.Reset();
-    unpack_.Reset();
-  }
-
-  GroupCost Price(int last) {
-    const int64_t n = p_.GroupNumel(first_, last);
-    const double s = static_cast<double>(p_.GroupBytes(first_, last));
-    const bool fused = last > first_;
-    GroupCost c;
-    c.enc_us = (fused ? pack_.At(s) : 0.0) + (p_.compress ? encode_.At(static_cast<double>(n)) : 0.0);
-    c.com_us = comm_.At(static_cast<double>(p_.PayloadOf(n)));
-    c.dec_us = (p_.compress ? decode_.At(static_cast<double>(n)) : 0.0) + (fused ? unpack_.At(s) : 0.0);
-    return c;
-  }
-
- private:
-  const Problem& p_;
-  int first_ = 0;
-  CurveCursor pack_, encode_, comm_, decode_, unpack_;
-};
-
 // Lower bounds on what the tensors j..N-1 still add (step 1 of the search, docs/MODEL.md).
 // A completion P of a label (e, f, x, y) ends at max(y + a_P, x + b_P, f + c_P, e + d_P) +
 // forward + update: the recurrences are (max, +)-linear. These are lower bounds of a_P..d_P
@@ -144,7 +111,7 @@ SearchResult Exhaustive(const Problem& p) {
   return best;
 }
 
-SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: groups priced
+SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: in nodes
   const int n = p.size();
   const double fixed = p.forward_us + p.update_us;
   const double backward_total = p.backward_prefix[n];

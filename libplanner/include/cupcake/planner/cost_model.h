@@ -72,6 +72,24 @@ struct GroupCost {
 
 GroupCost CostOfGroup(const Problem& problem, int first, int last);
 
+// Prices groups [first, last] for one `first` and increasing `last` with amortized O(1)
+// curve lookups (the search's inner loop). Price(last) equals CostOfGroup(first, last).
+// Holds a reference to the problem, which must outlive it. Not thread-safe.
+class GroupPricer {
+ public:
+  explicit GroupPricer(const Problem& p)
+      : p_(p), pack_(p.pack), encode_(p.encode), comm_(p.comm), decode_(p.decode), unpack_(p.unpack) {}
+
+  void Start(int first);
+  // `last` must not decrease between calls after a Start.
+  GroupCost Price(int last);
+
+ private:
+  const Problem& p_;
+  int first_ = 0;
+  CurveCursor pack_, encode_, comm_, decode_, unpack_;
+};
+
 // One group's place on the predicted timeline.
 struct GroupTimes {
   int first = 0;
