@@ -285,7 +285,7 @@ void ReadCurve(Reader& r, const json& obj, const std::string& path, pb::Curve& c
         break;
     }
   }
-  if (auto s = r.String(obj, path, "method", false, "one of event, kernel")) c.set_method(*s);
+  if (auto s = r.String(obj, path, "method", false, "one of event, kernel, wall")) c.set_method(*s);
   const int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   if (auto n = r.Integer(obj, path, "warmup", false, kInt32Max)) c.set_warmup(static_cast<int32_t>(*n));
   if (auto n = r.Integer(obj, path, "iters", false, kInt32Max)) c.set_iters(static_cast<int32_t>(*n));

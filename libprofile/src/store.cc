@@ -511,7 +511,21 @@ StatusOr<pb::Model> ProfileStore::LoadModel(const std::string& name) const {
   return model;
 }
 
-Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us) {
+namespace {
+
+Status UpdateMetadata(sqlite3* db, const std::string& path, int64_t curve_id, const pb::Curve& c) {
+  Statement st(db, path);
+  CUPCAKE_RETURN_IF_ERROR(st.Prepare(
+      "UPDATE curves SET method = COALESCE(?2, method), warmup = COALESCE(?3, warmup), "
+      "iters = COALESCE(?4, iters), wrong = COALESCE(?5, wrong) WHERE id = ?1"));
+  st.Bind(1, curve_id).BindOpt(2, c.has_method(), c.method()).BindOptInt(3, c.has_warmup(), c.warmup());
+  st.BindOptInt(4, c.has_iters(), c.iters()).BindOptInt(5, c.has_wrong(), c.wrong());
+  return st.Run();
+}
+
+}  // namespace
+
+Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us, bool replace) {
   const pb::Curve& c = key_and_metadata;
   {
     internal::Problems problems(path_ + ": AddPoint");
@@ -527,13 +541,7 @@ Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, d
   int64_t curve_id = 0;
   if (id) {
     curve_id = *id;
-    Statement st(db_, path_);
-    CUPCAKE_RETURN_IF_ERROR(st.Prepare(
-        "UPDATE curves SET method = COALESCE(?2, method), warmup = COALESCE(?3, warmup), "
-        "iters = COALESCE(?4, iters), wrong = COALESCE(?5, wrong) WHERE id = ?1"));
-    st.Bind(1, curve_id).BindOpt(2, c.has_method(), c.method()).BindOptInt(3, c.has_warmup(), c.warmup());
-    st.BindOptInt(4, c.has_iters(), c.iters()).BindOptInt(5, c.has_wrong(), c.wrong());
-    CUPCAKE_RETURN_IF_ERROR(st.Run());
+    CUPCAKE_RETURN_IF_ERROR(UpdateMetadata(db_, path_, curve_id, c));
   } else {
     CUPCAKE_ASSIGN_OR_RETURN(curve_id, InsertCurve(db_, path_, c));
   }
@@ -541,13 +549,29 @@ Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, d
   CUPCAKE_RETURN_IF_ERROR(exists.Prepare("SELECT 1 FROM points WHERE curve_id = ?1 AND size = ?2"));
   exists.Bind(1, curve_id).Bind(2, size);
   CUPCAKE_ASSIGN_OR_RETURN(bool present, exists.Step());
-  if (present)
+  if (present && !replace)
     return AlreadyExistsError(path_ + ": curve " + Quote(CurveKey(c)) + ": point already present; got size " +
                               std::to_string(size) + " again, expected a size not measured yet");
-  Statement insert(db_, path_);
-  CUPCAKE_RETURN_IF_ERROR(insert.Prepare("INSERT INTO points (curve_id, size, us) VALUES (?1, ?2, ?3)"));
-  insert.Bind(1, curve_id).Bind(2, size).Bind(3, us);
-  CUPCAKE_RETURN_IF_ERROR(insert.Run());
+  Statement write(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(write.Prepare(present ? "UPDATE points SET us = ?3 WHERE curve_id = ?1 AND size = ?2"
+                                                : "INSERT INTO points (curve_id, size, us) VALUES (?1, ?2, ?3)"));
+  write.Bind(1, curve_id).Bind(2, size).Bind(3, us);
+  CUPCAKE_RETURN_IF_ERROR(write.Run());
+  return tx.Commit();
+}
+
+Status ProfileStore::UpdateCurveMetadata(const pb::Curve& key_and_metadata) {
+  const pb::Curve& c = key_and_metadata;
+  {
+    internal::Problems problems(path_ + ": UpdateCurveMetadata");
+    internal::CheckCurveKey(c, "", problems);
+    CUPCAKE_RETURN_IF_ERROR(problems.ToStatus());
+  }
+  Transaction tx(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindCurve(db_, path_, c));
+  if (!id) return NotFoundError(path_ + ": curve " + Quote(CurveKey(c)) + ": not in the DB");
+  CUPCAKE_RETURN_IF_ERROR(UpdateMetadata(db_, path_, *id, c));
   return tx.Commit();
 }
 

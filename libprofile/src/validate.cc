@@ -75,7 +75,7 @@ std::string FormatDouble(double v) {
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 const std::vector<std::string_view>& MethodNames() {
-  static const std::vector<std::string_view> kMethods{"event", "kernel"};
+  static const std::vector<std::string_view> kMethods{"event", "kernel", "wall"};
   return kMethods;
 }
 
@@ -162,9 +162,9 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       p.Add(Join(path, "kind"), "missing; expected one of " + CurveKindNames());
       break;
   }
-  if (c.has_method() && c.method() != "event" && c.method() != "kernel")
+  if (c.has_method() && c.method() != "event" && c.method() != "kernel" && c.method() != "wall")
     p.Add(Join(path, "method"), "unknown method; got " + Quote(c.method()) + DidYouMean(c.method(), MethodNames()) +
-                                    ", expected one of event, kernel");
+                                    ", expected one of event, kernel, wall");
   if (c.has_warmup()) CheckNonNegative(Join(path, "warmup"), c.warmup(), p);
   if (c.has_iters()) CheckNonNegative(Join(path, "iters"), c.iters(), p);
   if (c.has_wrong()) CheckNonNegative(Join(path, "wrong"), c.wrong(), p);

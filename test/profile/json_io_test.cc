@@ -420,7 +420,7 @@ TEST(ProfileJsonErrors, ClusterAndDuplicateCurves) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "method": "evnt",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].method: unknown method; got \"evnt\" (did you mean 'event'?), expected one of "
-            "event, kernel");
+            "event, kernel, wall");
 }
 
 TEST(ProfileJsonErrors, EmbeddedModelProblemsCarryTheirPath) {

@@ -7,6 +7,7 @@ std::vector<tools::Command> Commands() {
       {"import", "import a JSON profile or model into a profile DB", ImportMain},
       {"export", "write a profile DB, or one of its models, as JSON", ExportMain},
       {"inspect", "summarize a profile: cluster, curves, models", InspectMain},
+      {"kernels", "measure compressor encode/decode and copy costs on this machine", KernelsMain},
   };
 }
 

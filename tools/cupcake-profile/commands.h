@@ -2,6 +2,7 @@
 // (callable from tests) plus an `int XMain(tools::Invocation&)` that parses its flags.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -43,5 +44,27 @@ struct InspectOptions {
 };
 Status RunInspect(const InspectOptions& options, std::ostream& out);
 int InspectMain(tools::Invocation& inv);
+
+// kernels --db DB [--device cpu|gpu] [--quick] [--force] [--world-size W] ...
+struct KernelsOptions {
+  std::string db;
+  std::string device = "cpu";
+  bool quick = false;
+  bool force = false;
+  int world_size = 0;  // 0: the DB's cluster's, else 1
+  int64_t min_elements = 1024;
+  int64_t max_elements = int64_t{1} << 22;
+  int step = 1;        // every step-th power of two (--quick: 2)
+  int warmup = 2;
+  int iters = 10;
+  std::vector<std::string> compressors;  // empty: all
+  std::string cluster;  // name of a new DB's cluster
+  std::string command;  // recorded in the cluster's meta
+  std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)
+};
+// Sweeps encode and decode of the compressors and the pack/unpack copies (DESIGN.md 3.2) into
+// the DB, point by point; points present are skipped unless --force.
+Status RunKernels(const KernelsOptions& options, std::ostream& out);
+int KernelsMain(tools::Invocation& inv);
 
 }  // namespace cupcake::profile_cli

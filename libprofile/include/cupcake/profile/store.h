@@ -69,9 +69,12 @@ class ProfileStore {
   // For the profiler, which commits each point as it is measured. In one transaction: creates
   // the curve of `key_and_metadata`'s key (kind, op/scope or compressor/device) when missing,
   // updates its metadata (method, warmup, iters, wrong) where given, and adds the point; its
-  // points are ignored. AlreadyExists when the curve has a point at `size`;
-  // FailedPrecondition when the DB holds no profile (cluster) yet.
-  Status AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us);
+  // points are ignored. AlreadyExists when the curve has a point at `size`, unless `replace`,
+  // which overwrites it; FailedPrecondition when the DB holds no profile (cluster) yet.
+  Status AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us, bool replace = false);
+  // Updates the metadata (method, warmup, iters, wrong) of an existing curve where given, in
+  // one transaction. NotFound when the DB has no such curve.
+  Status UpdateCurveMetadata(const pb::Curve& key_and_metadata);
   // The sizes the curve of `key`'s key has, ascending; empty when the curve is missing.
   StatusOr<std::vector<int64_t>> PointSizes(const pb::Curve& key) const;
 

@@ -1,0 +1,198 @@
+// The kernels sweep on a fake clock and an in-memory sink: what it measures, resuming an
+// interrupted sweep without re-measuring, --force, bad ranges.
+#include "cupcake/profile/kernel_sweep.h"
+
+#include <gtest/gtest.h>
+
+#include "cupcake/profile/store.h"
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/names.h"
+#include "test_files.h"
+
+namespace cupcake::profile {
+namespace {
+
+KernelSweepOptions Small() {
+  KernelSweepOptions o;
+  o.elements = {16, 64, 256};
+  o.compressors = {"topk", "efsignsgd", "fp16"};
+  o.world_size = 4;
+  o.warmup = 1;
+  o.iters = 3;
+  return o;
+}
+
+// 3 compressors x (encode, decode) + pack + unpack = 8 curves of 3 sizes.
+constexpr int64_t kSmallPoints = 8 * 3;
+
+TEST(KernelSweep, MeasuresEveryCurveAtEverySizeWithItsMethod) {
+  FakeClock clock(2.0);  // every timed call spans exactly one step
+  MemorySink sink;
+  auto report = SweepKernels(Small(), clock, sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->measured, kSmallPoints);
+  EXPECT_EQ(report->skipped, 0);
+  std::vector<pb::Curve> curves = sink.Curves();
+  ASSERT_EQ(curves.size(), 8u);
+  std::vector<std::string> keys;
+  for (const auto& c : curves) {
+    keys.push_back(CurveKey(c));
+    EXPECT_EQ(c.method(), "wall");
+    EXPECT_EQ(c.warmup(), 1);
+    EXPECT_EQ(c.iters(), 3);
+    ASSERT_EQ(c.points_size(), 3) << CurveKey(c);
+    for (const auto& p : c.points()) EXPECT_EQ(p.us(), 2.0);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"copy pack cpu", "copy unpack cpu", "decode efsignsgd cpu",
+                                            "decode fp16 cpu", "decode topk cpu", "encode efsignsgd cpu",
+                                            "encode fp16 cpu", "encode topk cpu"}));
+  // Copies are in bytes (4n), encode/decode in elements.
+  EXPECT_EQ(curves[0].points(2).size(), 1024);
+  EXPECT_EQ(curves[2].points(2).size(), 256);
+  // Two clock reads per timed call, none for warm-up calls.
+  EXPECT_EQ(clock.calls(), kSmallPoints * 3 * 2);
+}
+
+TEST(KernelSweep, InterruptedSweepResumesWithoutRemeasuring) {
+  FakeClock clock;
+  MemorySink sink;
+  sink.fail_after = 10;  // the 11th commit fails, as if the run were killed there
+  auto first = SweepKernels(Small(), clock, sink);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(sink.added(), 10);
+  const int64_t calls_before = clock.calls();
+
+  sink.fail_after = -1;
+  std::vector<std::pair<int64_t, int64_t>> progress;
+  auto second = SweepKernels(Small(), clock, sink, [&](int64_t d, int64_t t) { progress.emplace_back(d, t); });
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->skipped, 10);
+  EXPECT_EQ(second->measured, kSmallPoints - 10);
+  EXPECT_EQ(sink.added(), kSmallPoints);
+  // Only the missing points were timed: the interrupted one (timed, not stored) again, and the rest.
+  EXPECT_EQ(clock.calls() - calls_before, (kSmallPoints - 10) * 3 * 2);
+  ASSERT_EQ(progress.size(), static_cast<size_t>(kSmallPoints));
+  EXPECT_EQ(progress.back(), std::make_pair(kSmallPoints, kSmallPoints));
+
+  // Complete: nothing to do. --force re-measures everything, replacing the points.
+  auto third = SweepKernels(Small(), clock, sink);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->measured, 0);
+  EXPECT_EQ(third->skipped, kSmallPoints);
+  KernelSweepOptions force = Small();
+  force.force = true;
+  auto fourth = SweepKernels(force, clock, sink);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
+  EXPECT_EQ(fourth->measured, kSmallPoints);
+  EXPECT_EQ(sink.Curves().front().points_size(), 3);
+}
+
+TEST(KernelSweep, ResumesFromTheStoreAcrossRuns) {
+  testing::TempDir dir;
+  auto store = ProfileStore::Open(dir.File("p.db"), true);
+  ASSERT_TRUE(store.ok());
+  pb::Profile p;
+  p.mutable_cluster()->set_name("c");
+  p.mutable_cluster()->set_nodes(1);
+  p.mutable_cluster()->set_devices_per_node(4);
+  ASSERT_TRUE(store->ImportProfile(p, false).ok());
+  FakeClock clock;
+  StoreSink sink(*store);
+  KernelSweepOptions o = Small();
+  o.elements = {16, 64};
+  ASSERT_TRUE(SweepKernels(o, clock, sink).ok());
+  o.elements = {16, 64, 256};  // a wider range measures only the new size
+  auto report = SweepKernels(o, clock, sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->skipped, 16);
+  EXPECT_EQ(report->measured, 8);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->curves_size(), 8);
+  for (const auto& c : loaded->curves()) EXPECT_EQ(c.points_size(), 3) << CurveKey(c);
+}
+
+TEST(KernelSweep, RejectsBadOptionsNamingEachField) {
+  FakeClock clock;
+  MemorySink sink;
+  KernelSweepOptions o = Small();
+  o.elements = {};
+  o.world_size = 0;
+  o.iters = 0;
+  o.compressors = {"topq"};
+  auto r = SweepKernels(o, clock, sink);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "elements: empty size range; got no sizes, expected at least one\n"
+            "world_size: out of range; got 0, expected 1 <= W <= 65536\n"
+            "iters: out of range; got 0, expected >= 1\n" +
+                UnknownCompressorError("compressors", "topq").message());
+  EXPECT_EQ(sink.added(), 0);
+}
+
+TEST(KernelSweep, GpuIsRefusedWithoutPretendingToMeasure) {
+  FakeClock clock;
+  MemorySink sink;
+  KernelSweepOptions o = Small();
+  o.device = pb::GPU;
+  auto r = SweepKernels(o, clock, sink);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("device gpu: ", 0), 0u) << r.status().message();
+  EXPECT_EQ(sink.added(), 0);
+}
+
+TEST(PowerOfTwoSizes, ListsTheRangeAndRejectsEmptyOrAbsurdOnes) {
+  auto all = PowerOfTwoSizes("--min", 4, "--max", 64, 1 << 20);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(*all, (std::vector<int64_t>{4, 8, 16, 32, 64}));
+  auto stepped = PowerOfTwoSizes("--min", 4, "--max", 32, 1 << 20, 2);
+  ASSERT_TRUE(stepped.ok());
+  EXPECT_EQ(*stepped, (std::vector<int64_t>{4, 16, 32}));
+  EXPECT_EQ(PowerOfTwoSizes("--min", 64, "--max", 4, 1 << 20).status().message(),
+            "--max: empty size range; got 4, expected >= --min (64)");
+  EXPECT_EQ(PowerOfTwoSizes("--min", 1000, "--max", int64_t{1} << 50, 1 << 20).status().message(),
+            "--min: not a power of two; got 1000, expected a power of two such as 512\n"
+            "--max: out of range; got 1125899906842624, expected a power of two in [1, 1048576]");
+  EXPECT_EQ(PowerOfTwoSizes("--min", 0, "--max", 4, 1 << 20).status().message(),
+            "--min: out of range; got 0, expected a power of two in [1, 1048576]");
+  EXPECT_EQ(Median({3, 1, 2}), 2);
+  EXPECT_EQ(Median({4, 1, 2, 3}), 2.5);
+}
+
+}  // namespace
+}  // namespace cupcake::profile
+
+namespace cupcake::profile {
+namespace {
+
+TEST(StoreSink, ReplacesPointsOnlyWhenAskedAndUpdatesMetadata) {
+  testing::TempDir dir;
+  auto store = ProfileStore::Open(dir.File("p.db"), true);
+  ASSERT_TRUE(store.ok());
+  pb::Profile p;
+  p.mutable_cluster()->set_name("c");
+  p.mutable_cluster()->set_nodes(1);
+  p.mutable_cluster()->set_devices_per_node(2);
+  ASSERT_TRUE(store->ImportProfile(p, false).ok());
+  pb::Curve key;
+  key.set_kind(pb::COMM);
+  key.set_comm_op(pb::ALLREDUCE);
+  key.set_scope(pb::GLOBAL);
+  StoreSink sink(*store);
+  EXPECT_EQ(sink.UpdateCurveMetadata(key).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(sink.AddPoint(key, 64, 5.0, false).ok());
+  EXPECT_EQ(sink.AddPoint(key, 64, 6.0, false).code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(sink.AddPoint(key, 64, 7.0, true).ok());
+  pb::Curve meta = key;
+  meta.set_wrong(3);
+  ASSERT_TRUE(sink.UpdateCurveMetadata(meta).ok());
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->curves_size(), 1);
+  EXPECT_EQ(loaded->curves(0).points(0).us(), 7.0);
+  EXPECT_EQ(loaded->curves(0).wrong(), 3);
+}
+
+}  // namespace
+}  // namespace cupcake::profile

@@ -1,0 +1,85 @@
+#include "profiling.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <cstdio>
+
+namespace cupcake::profile_cli {
+namespace {
+
+double NowS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+}  // namespace
+
+ProgressBar::ProgressBar(std::ostream& err, std::string label) : err_(err), label_(std::move(label)), start_s_(NowS()) {}
+
+void ProgressBar::Update(int64_t done, int64_t total) {
+  constexpr int kWidth = 30;
+  const double elapsed = NowS() - start_s_;
+  const double frac = total > 0 ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  const int filled = static_cast<int>(std::lround(frac * kWidth));
+  std::string eta = done > 0 && done < total ? Seconds(elapsed / frac - elapsed) : "-";
+  err_ << "\r" << label_ << " [" << std::string(static_cast<size_t>(filled), '#')
+       << std::string(static_cast<size_t>(kWidth - filled), '.') << "] " << done << "/" << total << " points, elapsed "
+       << Seconds(elapsed) << ", eta " << eta << "   " << std::flush;
+  drawn_ = true;
+}
+
+void ProgressBar::Finish() {
+  if (drawn_) err_ << "\n" << std::flush;
+  drawn_ = false;
+}
+
+bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
+
+std::string UtcNow() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::string& name, int nodes,
+                                    int devices_per_node, const std::map<std::string, std::string>& meta,
+                                    const std::string& flag_hint) {
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
+  pb::Cluster cluster;
+  if (existing) {
+    cluster = *existing;
+    if (!name.empty() && name != cluster.name())
+      return InvalidArgumentError(store.path() + ": --cluster: the DB holds another cluster; got '" + name +
+                                  "', expected '" + cluster.name() + "' (or another DB)");
+    if (cluster.nodes() != nodes || cluster.devices_per_node() != devices_per_node)
+      return InvalidArgumentError(store.path() + ": " + flag_hint + ": disagrees with the DB's cluster '" +
+                                  cluster.name() + "'; got " + std::to_string(nodes) + " nodes x " +
+                                  std::to_string(devices_per_node) + " devices, expected " +
+                                  std::to_string(cluster.nodes()) + " nodes x " +
+                                  std::to_string(cluster.devices_per_node()) + " devices");
+  } else {
+    cluster.set_name(name.empty() ? "local" : name);
+    cluster.set_nodes(nodes);
+    cluster.set_devices_per_node(devices_per_node);
+    cluster.set_source("measured by cupcake-profile");
+  }
+  for (const auto& [k, v] : meta) (*cluster.mutable_meta())[k] = v;
+  pb::Profile p;
+  *p.mutable_cluster() = cluster;
+  CUPCAKE_RETURN_IF_ERROR(store.ImportProfile(p, /*replace=*/false));
+  return cluster;
+}
+
+}  // namespace cupcake::profile_cli

@@ -1,0 +1,45 @@
+// What the profiling commands (kernels, comm) share: the progress bar, the cluster record in
+// the DB, the run's meta.
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "cupcake/profile/store.h"
+#include "cupcake/profile/sweep.h"
+
+namespace cupcake::profile_cli {
+
+// Draws "label [#####.....] done/total points, elapsed 3s, eta 5s" on one line of `err`,
+// redrawn in place; Finish() ends the line. Meant for a terminal only.
+class ProgressBar {
+ public:
+  ProgressBar(std::ostream& err, std::string label);
+  void Update(int64_t done, int64_t total);
+  void Finish();
+  profile::ProgressFn Fn() {
+    return [this](int64_t d, int64_t t) { Update(d, t); };
+  }
+
+ private:
+  std::ostream& err_;
+  std::string label_;
+  double start_s_;
+  bool drawn_ = false;
+};
+
+// Whether stderr is a terminal (progress bars are drawn only then).
+bool StderrIsTerminal();
+
+// The UTC time now, "2024-05-01T12:34:56Z".
+std::string UtcNow();
+
+// The cluster the DB holds, creating it when the DB holds none: `name` (empty: "local"),
+// `nodes` x `devices_per_node`. The DB's cluster must have the same shape; `meta` entries are
+// merged into its meta. Errors name `flag_hint` (e.g. "--world-size") for a shape mismatch.
+StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::string& name, int nodes,
+                                    int devices_per_node, const std::map<std::string, std::string>& meta,
+                                    const std::string& flag_hint);
+
+}  // namespace cupcake::profile_cli
