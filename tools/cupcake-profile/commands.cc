@@ -2,12 +2,14 @@
 
 namespace cupcake::profile_cli {
 
-std::vector<tools::Command> Commands() {
+std::vector<tools::Command> Commands(profile::Communicator* world, std::string mpi_problem) {
   return {
       {"import", "import a JSON profile or model into a profile DB", ImportMain},
       {"export", "write a profile DB, or one of its models, as JSON", ExportMain},
       {"inspect", "summarize a profile: cluster, curves, models", InspectMain},
       {"kernels", "measure compressor encode/decode and copy costs on this machine", KernelsMain},
+      {"comm", "measure the collectives under mpirun (allreduce, allgather, ...)",
+       [world, mpi_problem](tools::Invocation& inv) { return CommMain(inv, world, mpi_problem); }},
   };
 }
 

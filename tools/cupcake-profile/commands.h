@@ -10,12 +10,19 @@
 #include "cupcake/proto/status.h"
 #include "cupcake/tools/cli.h"
 
+namespace cupcake::profile {
+class Communicator;
+}  // namespace cupcake::profile
+
 namespace cupcake::profile_cli {
 
 inline const tools::ToolInfo kTool{"cupcake-profile",
                                    "Measures and stores a cluster's cost curves and models in an SQLite profile."};
 
-std::vector<tools::Command> Commands();
+
+// The commands; `world` is MPI_COMM_WORLD when main initialized MPI (comm under mpirun), else
+// nullptr, and `mpi_problem` says why it is missing when MPI failed to start.
+std::vector<tools::Command> Commands(profile::Communicator* world = nullptr, std::string mpi_problem = "");
 
 // import --db DB FILE.json [--replace]
 struct ImportOptions {
@@ -66,5 +73,28 @@ struct KernelsOptions {
 // the DB, point by point; points present are skipped unless --force.
 Status RunKernels(const KernelsOptions& options, std::ostream& out);
 int KernelsMain(tools::Invocation& inv);
+
+// comm --db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] ... (under mpirun)
+struct CommOptions {
+  std::string db;
+  bool quick = false;
+  bool force = false;
+  int64_t min_bytes = 4;
+  int64_t max_bytes = int64_t{1} << 24;
+  int step = 1;         // every step-th power of two (--quick: 2)
+  int warmup = 5;
+  int iters = 20;
+  std::vector<std::string> ops;  // empty: all five
+  std::string cluster;
+  std::string command;  // recorded in the cluster's meta
+  std::ostream* progress = nullptr;  // rank 0's progress bar there when set
+};
+// Collective over `world`: checks that every rank has the same options, then sweeps the
+// collectives (libprofile's SweepComm); rank 0 writes the DB and prints the table. On ranks
+// other than 0 a failure rank 0 reports has an empty message.
+Status RunComm(profile::Communicator& world, const CommOptions& options, std::ostream& out);
+int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::string& mpi_problem);
+// Whether an MPI launcher started this process (its environment variables are set).
+bool UnderMpiLauncher();
 
 }  // namespace cupcake::profile_cli

@@ -1,0 +1,61 @@
+// The comm sweep (issue 5): the collectives over message sizes, measured as nccl-tests do it,
+// with a correctness check of every result, each point committed by rank 0 as measured.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cupcake/cupcake.pb.h"
+#include "cupcake/profile/clock.h"
+#include "cupcake/profile/communicator.h"
+#include "cupcake/profile/sink.h"
+#include "cupcake/profile/sweep.h"
+#include "cupcake/proto/status.h"
+
+namespace cupcake::profile {
+
+// Where the ranks run: hosts in rank order, and this rank's place.
+struct Topology {
+  std::vector<std::string> hosts;  // distinct hosts, in order of their first rank
+  std::vector<int> host_of_rank;   // index into hosts
+  int local_rank = 0;              // among the ranks of this rank's host
+  int ranks_per_host = 0;          // 0 when hosts have different counts
+};
+// Collective: allgathers the host names.
+StatusOr<Topology> DiscoverTopology(Communicator& world);
+
+// Ranks must run with the same configuration: rank 0's (flag, value) list is compared with
+// every rank's. Collective. A mismatch is FailedPrecondition on every rank, naming each flag
+// that differs: `--max-bytes: ranks disagree; got 4096 on rank 2, expected 1048576 as on rank 0`.
+Status AgreeOnConfiguration(Communicator& world, const std::vector<std::pair<std::string, std::string>>& flags);
+
+struct CommSweepOptions {
+  std::vector<int64_t> sizes;      // bytes of each rank's send buffer, ascending, >= 4
+  std::vector<pb::CommOp> ops;     // empty: all five
+  int warmup = 5;
+  int iters = 20;
+  bool force = false;              // re-measure points the sink has
+};
+
+// Sweeps scope global over `world`, then, when the ranks span several hosts with the same
+// number of ranks each, intra (the ranks of each host, all hosts at once) and inter (one rank
+// per host). Per point:
+//   1. Fill the send buffer with small integers that depend on rank and index, so every
+//      expected result is exact in float; clear the receive buffer.
+//   2. Barrier, time one call with `clock`; `warmup` untimed then `iters` timed calls.
+//   3. Check every call's result against the formula of the collective; an iteration is
+//      wrong when any rank's result is (allreduce MAX over ranks).
+//   4. The point's time is the slowest rank's median (allreduce MAX of the medians).
+//   5. No wrong iteration: rank 0 commits the point (method wall, warmup, iters, and the
+//      curve's wrong count so far). Otherwise the point is not stored, counted in
+//      SweepReport::wrong and in the curve's `wrong`, and the sweep goes on.
+// Sizes are those of each rank's send buffer (DESIGN.md 3.2); reduce_scatter and alltoall
+// round down to a multiple of 4 x size() bytes (sizes that round to 0 are left out).
+// Points rank 0's sink has are skipped unless `force` (rank 0 decides and broadcasts).
+// `sink` and `progress` are used on rank 0 only (pass nullptr elsewhere). Collective.
+StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock,
+                                ProfileSink* sink, const ProgressFn& progress = nullptr);
+
+}  // namespace cupcake::profile

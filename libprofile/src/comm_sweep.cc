@@ -1,0 +1,274 @@
+#include "cupcake/profile/comm_sweep.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "cupcake/proto/names.h"
+
+namespace cupcake::profile {
+namespace {
+
+constexpr int64_t kHostBytes = 256;
+
+// The value rank `rank` puts at `index` of its send buffer: small integers, exact in float.
+float Pattern(int rank, int64_t index) { return static_cast<float>(rank + 1 + index % 5); }
+
+struct Planned {
+  pb::Scope scope;
+  pb::CommOp op;
+  int64_t size;  // stored size (bytes of each rank's send buffer)
+};
+
+// The stored size of `size` for `op` on `w` ranks, 0 when it rounds to nothing.
+int64_t StoredSize(pb::CommOp op, int64_t size, int w) {
+  if (op == pb::REDUCE_SCATTER || op == pb::ALLTOALL) return size / (4 * w) * (4 * w);
+  return size / 4 * 4;
+}
+
+// Runs one point on `comm`: returns (slowest rank's median us, wrong iterations).
+StatusOr<std::pair<double, int>> Measure(Communicator& comm, pb::CommOp op, int64_t size, int warmup, int iters,
+                                         Clock& clock) {
+  const int w = comm.size(), me = comm.rank();
+  const int64_t n = size / 4;                 // floats in the send buffer
+  const int64_t block = op == pb::REDUCE_SCATTER || op == pb::ALLTOALL ? n / w : n;
+  int64_t recv_n = n;
+  if (op == pb::ALLGATHER) recv_n = n * w;
+  if (op == pb::REDUCE_SCATTER) recv_n = block;
+  std::vector<float> send(static_cast<size_t>(n)), recv(static_cast<size_t>(recv_n));
+  for (int64_t i = 0; i < n; ++i) send[static_cast<size_t>(i)] = Pattern(op == pb::BROADCAST ? 0 : me, i);
+  auto expected = [&](int64_t i) -> float {
+    switch (op) {
+      case pb::ALLREDUCE: {
+        float s = 0;
+        for (int r = 0; r < w; ++r) s += Pattern(r, i);
+        return s;
+      }
+      case pb::ALLGATHER: return Pattern(static_cast<int>(i / n), i % n);
+      case pb::REDUCE_SCATTER: {
+        float s = 0;
+        for (int r = 0; r < w; ++r) s += Pattern(r, me * block + i);
+        return s;
+      }
+      case pb::ALLTOALL: return Pattern(static_cast<int>(i / block), me * block + i % block);
+      default: return Pattern(0, i);  // broadcast from rank 0
+    }
+  };
+  std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
+  std::vector<double> us;
+  for (int it = 0; it < warmup + iters; ++it) {
+    std::fill(recv.begin(), recv.end(), -1.0f);
+    if (op == pb::BROADCAST && me != 0) std::fill(send.begin(), send.end(), -1.0f);
+    CUPCAKE_RETURN_IF_ERROR(comm.Barrier());
+    Status s;
+    const double t0 = clock.NowUs();
+    switch (op) {
+      case pb::ALLREDUCE: s = comm.Allreduce(send.data(), recv.data(), n, DataType::kFloat32, ReduceOp::kSum); break;
+      case pb::ALLGATHER: s = comm.Allgather(send.data(), recv.data(), n * 4); break;
+      case pb::REDUCE_SCATTER:
+        s = comm.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum);
+        break;
+      case pb::ALLTOALL: s = comm.Alltoall(send.data(), recv.data(), block * 4); break;
+      default: s = comm.Broadcast(send.data(), n * 4, 0); break;
+    }
+    const double t1 = clock.NowUs();
+    CUPCAKE_RETURN_IF_ERROR(s.WithPrefix(std::string(Name(op)) + " of " + std::to_string(size) + " bytes"));
+    if (it >= warmup) us.push_back(t1 - t0);
+    const std::vector<float>& got = op == pb::BROADCAST ? send : recv;
+    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
+      if (got[static_cast<size_t>(i)] != expected(i)) {
+        wrong[static_cast<size_t>(it)] = 1;
+        break;
+      }
+    }
+  }
+  double median = Median(std::move(us)), slowest = 0;
+  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(&median, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
+  std::vector<int> any(wrong.size());
+  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(wrong.data(), any.data(), static_cast<int64_t>(wrong.size()),
+                                         DataType::kInt32, ReduceOp::kMax));
+  int count = 0;
+  for (int v : any) count += v;
+  return std::make_pair(slowest, count);
+}
+
+pb::Curve Key(pb::Scope scope, pb::CommOp op) {
+  pb::Curve c;
+  c.set_kind(pb::COMM);
+  c.set_comm_op(op);
+  c.set_scope(scope);
+  return c;
+}
+
+}  // namespace
+
+StatusOr<Topology> DiscoverTopology(Communicator& world) {
+  std::vector<char> mine(kHostBytes, 0), all(static_cast<size_t>(kHostBytes * world.size()));
+  std::memcpy(mine.data(), world.host().data(), std::min<size_t>(world.host().size(), kHostBytes - 1));
+  CUPCAKE_RETURN_IF_ERROR(world.Allgather(mine.data(), all.data(), kHostBytes));
+  Topology t;
+  std::map<std::string, int> index;
+  std::vector<int> count;
+  for (int r = 0; r < world.size(); ++r) {
+    std::string h(all.data() + r * kHostBytes);
+    auto [it, inserted] = index.try_emplace(h, static_cast<int>(t.hosts.size()));
+    if (inserted) {
+      t.hosts.push_back(h);
+      count.push_back(0);
+    }
+    if (r == world.rank()) t.local_rank = count[static_cast<size_t>(it->second)];
+    ++count[static_cast<size_t>(it->second)];
+    t.host_of_rank.push_back(it->second);
+  }
+  t.ranks_per_host = std::all_of(count.begin(), count.end(), [&](int c) { return c == count[0]; }) ? count[0] : 0;
+  return t;
+}
+
+Status AgreeOnConfiguration(Communicator& world, const std::vector<std::pair<std::string, std::string>>& flags) {
+  std::string mine;
+  for (const auto& [k, v] : flags) mine += k + "=" + v + "\n";
+  int64_t max_len = 0;
+  // Lengths as doubles (exact below 2^53) keep the interface small.
+  double dlen = static_cast<double>(mine.size()), dmax = 0;
+  CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&dlen, &dmax, 1, DataType::kFloat64, ReduceOp::kMax));
+  max_len = static_cast<int64_t>(dmax) + 1;
+  std::vector<char> buf(static_cast<size_t>(max_len), 0), all(static_cast<size_t>(max_len * world.size()));
+  std::memcpy(buf.data(), mine.data(), mine.size());
+  CUPCAKE_RETURN_IF_ERROR(world.Allgather(buf.data(), all.data(), max_len));
+  auto parse = [&](int r) {
+    std::map<std::string, std::string> m;
+    std::istringstream in(std::string(all.data() + r * max_len));
+    for (std::string line; std::getline(in, line);) {
+      auto eq = line.find('=');
+      m[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return m;
+  };
+  const auto root = parse(0);
+  std::string problems;
+  for (int r = 1; r < world.size(); ++r) {
+    for (const auto& [k, v] : parse(r)) {
+      auto it = root.find(k);
+      const std::string expected = it == root.end() ? "(unset)" : it->second;
+      if (v != expected)
+        problems += (problems.empty() ? "" : "\n") + k + ": ranks disagree; got " + (v.empty() ? "''" : v) +
+                    " on rank " + std::to_string(r) + ", expected " + (expected.empty() ? "''" : expected) +
+                    " as on rank 0";
+    }
+  }
+  if (!problems.empty())
+    return FailedPreconditionError(problems + "\n(every rank must be started with the same flags)");
+  return Status::Ok();
+}
+
+StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock,
+                                ProfileSink* sink, const ProgressFn& progress) {
+  const bool root = world.rank() == 0;
+  if (options.sizes.empty()) return InvalidArgumentError("sizes: empty size range; got no sizes, expected at least one");
+  for (int64_t s : options.sizes)
+    if (s < 4 || s > (int64_t{1} << 30))
+      return InvalidArgumentError("sizes: out of range; got " + std::to_string(s) + ", expected 4 <= bytes <= 2^30");
+  if (options.warmup < 0 || options.iters < 1)
+    return InvalidArgumentError("warmup, iters: out of range; got " + std::to_string(options.warmup) + ", " +
+                                std::to_string(options.iters) + ", expected warmup >= 0 and iters >= 1");
+  if (root && sink == nullptr) return InvalidArgumentError("sink: rank 0 needs a sink");
+  std::vector<pb::CommOp> ops = options.ops;
+  if (ops.empty()) ops = {pb::ALLREDUCE, pb::ALLGATHER, pb::REDUCE_SCATTER, pb::ALLTOALL, pb::BROADCAST};
+
+  CUPCAKE_ASSIGN_OR_RETURN(Topology topo, DiscoverTopology(world));
+  const int nodes = static_cast<int>(topo.hosts.size());
+  const bool hierarchical = nodes > 1 && topo.ranks_per_host > 0;
+  std::unique_ptr<Communicator> intra, inter;
+  if (hierarchical) {
+    CUPCAKE_ASSIGN_OR_RETURN(intra, world.Split(topo.host_of_rank[static_cast<size_t>(world.rank())], world.rank()));
+    CUPCAKE_ASSIGN_OR_RETURN(inter, world.Split(topo.local_rank == 0 ? 0 : -1, world.rank()));
+  }
+  // 1. The plan, the same on every rank; rank 0 marks what the sink has and broadcasts it.
+  std::vector<Planned> plan;
+  std::vector<std::pair<pb::Scope, int>> scopes{{pb::GLOBAL, world.size()}};
+  if (hierarchical) {
+    scopes.emplace_back(pb::INTRA, topo.ranks_per_host);
+    scopes.emplace_back(pb::INTER, nodes);
+  }
+  for (auto [scope, w] : scopes)
+    for (pb::CommOp op : ops) {
+      std::vector<int64_t> seen;
+      for (int64_t s : options.sizes) {
+        int64_t stored = StoredSize(op, s, w);
+        if (stored == 0 || std::find(seen.begin(), seen.end(), stored) != seen.end()) continue;
+        seen.push_back(stored);
+        plan.push_back({scope, op, stored});
+      }
+    }
+  std::vector<char> skip(plan.size(), 0);
+  if (root && !options.force) {
+    std::map<std::string, std::vector<int64_t>> present;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      pb::Curve key = Key(plan[i].scope, plan[i].op);
+      auto it = present.find(CurveKey(key));
+      if (it == present.end()) {
+        CUPCAKE_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sink->PointSizes(key));
+        it = present.emplace(CurveKey(key), std::move(sizes)).first;
+      }
+      skip[i] = std::binary_search(it->second.begin(), it->second.end(), plan[i].size) ? 1 : 0;
+    }
+  }
+  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(skip.data(), static_cast<int64_t>(skip.size()), 0));
+
+  // 2. Measure.
+  SweepReport report;
+  std::map<std::string, int> curve_wrong;  // this run's wrong iterations per curve
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Planned& p = plan[i];
+    Communicator* comm = p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? intra.get() : inter.get();
+    Status stored;
+    if (skip[i]) {
+      ++report.skipped;
+    } else if (p.scope != pb::INTER || comm != nullptr) {
+      CUPCAKE_ASSIGN_OR_RETURN(auto result, Measure(*comm, p.op, p.size, options.warmup, options.iters, clock));
+      double us = result.first;
+      int wrong = result.second;
+      if (p.scope == pb::INTRA) {  // the slowest host, and every rank learns of wrong results
+        double all = 0;
+        CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&us, &all, 1, DataType::kFloat64, ReduceOp::kMax));
+        us = all;
+        int any = 0;
+        CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&wrong, &any, 1, DataType::kInt32, ReduceOp::kMax));
+        wrong = any;
+      }
+      pb::Curve key = Key(p.scope, p.op);
+      const std::string name = CurveKey(key);
+      curve_wrong[name] += wrong;
+      if (wrong > 0) {
+        ++report.wrong;
+      } else {
+        ++report.measured;
+      }
+      report.points.push_back({name, p.size, us, wrong});
+      if (root) {
+        key.set_method("wall");
+        key.set_warmup(options.warmup);
+        key.set_iters(options.iters);
+        key.set_wrong(curve_wrong[name]);
+        if (wrong == 0) {
+          stored = sink->AddPoint(key, p.size, us, options.force);
+        } else {
+          stored = sink->UpdateCurveMetadata(key);
+          if (stored.code() == StatusCode::kNotFound) stored = Status::Ok();
+        }
+      }
+    }
+    if (!skip[i]) {
+      // Every rank learns whether rank 0 could store the point, so none waits in a collective
+      // rank 0 will never join.
+      int ok = stored.ok() ? 1 : 0;
+      CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
+      if (!ok) return root ? stored : Status(StatusCode::kUnavailable, "");
+    }
+    if (root && progress) progress(static_cast<int64_t>(i) + 1, static_cast<int64_t>(plan.size()));
+  }
+  return report;
+}
+
+}  // namespace cupcake::profile

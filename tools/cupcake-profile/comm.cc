@@ -1,0 +1,176 @@
+#include <cstdlib>
+#include <sstream>
+
+#include "commands.h"
+#include "cupcake/profile/clock.h"
+#include "cupcake/profile/comm_sweep.h"
+#include "cupcake/profile/sink.h"
+#include "cupcake/profile/store.h"
+#include "cupcake/proto/names.h"
+#include "profiling.h"
+
+namespace cupcake::profile_cli {
+namespace po = boost::program_options;
+namespace {
+
+// A failure rank 0 reports for everyone: other ranks exit 1 without repeating it.
+Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
+
+// Rank 0's result, known to all ranks (collective).
+Status ShareRootStatus(profile::Communicator& world, const Status& root_status) {
+  int ok = root_status.ok() ? 1 : 0;
+  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
+  if (ok) return Status::Ok();
+  return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
+}
+
+}  // namespace
+
+bool UnderMpiLauncher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+const char* kNoLauncher =
+    "not started by an MPI launcher (none of OMPI_COMM_WORLD_SIZE, PMI_RANK, PMIX_RANK is set); run it under "
+    "mpirun, one rank per device, e.g. `mpirun -np 4 cupcake-profile comm --db DB --quick` (as root add "
+    "--allow-run-as-root; more ranks than cores need --oversubscribe)";
+
+Status RunComm(profile::Communicator& world, const CommOptions& options, std::ostream& out) {
+  const int rank = world.rank();
+  // 1. Same configuration on every rank, before anything is validated or written.
+  std::vector<std::pair<std::string, std::string>> flags{
+      {"--db", options.db},
+      {"--quick", options.quick ? "true" : "false"},
+      {"--force", options.force ? "true" : "false"},
+      {"--min-bytes", std::to_string(options.min_bytes)},
+      {"--max-bytes", std::to_string(options.max_bytes)},
+      {"--warmup", std::to_string(options.warmup)},
+      {"--iters", std::to_string(options.iters)},
+      {"--ops", [&] {
+         std::string s;
+         for (const auto& o : options.ops) s += (s.empty() ? "" : ",") + o;
+         return s;
+       }()},
+      {"--cluster", options.cluster}};
+  CUPCAKE_RETURN_IF_ERROR(Quiet(profile::AgreeOnConfiguration(world, flags), rank));
+
+  // 2. Validate (every rank alike, so every rank fails alike).
+  profile::CommSweepOptions sweep;
+  if (options.min_bytes < 4)
+    return Quiet(InvalidArgumentError("--min-bytes: out of range; got " + std::to_string(options.min_bytes) +
+                                      ", expected a power of two >= 4 (one float)"), rank);
+  auto sizes = profile::PowerOfTwoSizes("--min-bytes", options.min_bytes, "--max-bytes", options.max_bytes,
+                                        int64_t{1} << 30, options.step);
+  if (!sizes.ok()) return Quiet(sizes.status(), rank);
+  sweep.sizes = *sizes;
+  for (const std::string& name : options.ops) {
+    auto op = ParseCommOp(name);
+    if (!op) return Quiet(InvalidArgumentError("--ops: unknown collective; got '" + name + "', expected " + CommOpNames()), rank);
+    sweep.ops.push_back(*op);
+  }
+  if (options.warmup < 0) return Quiet(InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0"), rank);
+  if (options.iters < 1) return Quiet(InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1"), rank);
+  sweep.warmup = options.warmup;
+  sweep.iters = options.iters;
+  sweep.force = options.force;
+
+  CUPCAKE_ASSIGN_OR_RETURN(profile::Topology topo, profile::DiscoverTopology(world));
+  if (topo.ranks_per_host == 0)
+    return Quiet(FailedPreconditionError("comm: hosts run different numbers of ranks; expected the same number on "
+                                         "every host (DESIGN.md 3.2: nodes x devices_per_node)"), rank);
+  const int nodes = static_cast<int>(topo.hosts.size());
+
+  // 3. Rank 0 opens the DB and records the cluster; everyone learns whether that worked.
+  std::optional<profile::ProfileStore> store;
+  Status setup;
+  if (rank == 0) {
+    auto opened = profile::ProfileStore::Open(options.db, /*create=*/true);
+    if (!opened.ok()) {
+      setup = opened.status();
+    } else {
+      store.emplace(std::move(opened).value());
+      std::string hosts;
+      for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+      std::map<std::string, std::string> meta{{"world_size", std::to_string(world.size())},
+                                              {"hosts", hosts},
+                                              {"comm.library", world.library()},
+                                              {"comm.command", options.command},
+                                              {"comm.date", UtcNow()}};
+      setup = EnsureCluster(*store, options.cluster, nodes, topo.ranks_per_host, meta, "mpirun -np").status();
+    }
+  }
+  CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
+
+  // 4. Sweep.
+  std::optional<profile::StoreSink> sink;
+  if (store) sink.emplace(*store);
+  profile::SteadyClock clock;
+  std::optional<ProgressBar> bar;
+  if (rank == 0 && options.progress) bar.emplace(*options.progress, "comm");
+  auto report = profile::SweepComm(world, sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
+  if (bar) bar->Finish();
+  if (!report.ok()) return report.status().message().empty() ? report.status() : report.status().WithPrefix("comm");
+  if (rank != 0) return report->wrong > 0 ? Status(StatusCode::kDataLoss, "") : Status::Ok();
+
+  out << "comm: " << world.size() << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << world.library()
+      << "), warmup " << sweep.warmup << ", iters " << sweep.iters << ", time = the slowest rank's median\n";
+  out << "  collective      scope       size         us   wrong\n";
+  for (const auto& p : report->points) {
+    std::istringstream key(p.curve);  // "comm <op> <scope>"
+    std::string kind, op, scope;
+    key >> kind >> op >> scope;
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-15s %-7s %10s %10.1f %7d%s\n", op.c_str(), scope.c_str(),
+                  tools::HumanBytes(p.size).c_str(), p.us, p.wrong, p.wrong > 0 ? "  WRONG, not stored" : "");
+    out << line;
+  }
+  out << "comm: measured " << report->measured << " points, skipped " << report->skipped << " already in "
+      << options.db << (report->skipped > 0 ? " (--force re-measures them)" : "") << "\n";
+  if (report->wrong > 0)
+    return DataLossError("comm: " + std::to_string(report->wrong) +
+                         " points had wrong results and were not stored (see WRONG above; their curves' `wrong` "
+                         "counts them)");
+  return Status::Ok();
+}
+
+int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::string& mpi_problem) {
+  CommOptions options;
+  std::string ops;
+  po::options_description flags("options");
+  flags.add_options()
+      ("db", po::value(&options.db)->required(), "the profile DB, written by rank 0 (created when missing)")
+      ("quick", po::bool_switch(&options.quick), "few sizes, few iterations (seconds)")
+      ("force", po::bool_switch(&options.force), "re-measure points the DB already has")
+      ("min-bytes", po::value(&options.min_bytes), "smallest send buffer per rank, a power of two >= 4 (default 4; --quick 1 KiB)")
+      ("max-bytes", po::value(&options.max_bytes), "largest send buffer per rank, a power of two (default 16 MiB; --quick 1 MiB)")
+      ("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")
+      ("iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")
+      ("ops", po::value(&ops), "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")
+      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)");
+  po::variables_map vm;
+  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] (under mpirun)", vm))
+    return *code;
+  if (options.quick) {
+    if (!vm.count("min-bytes")) options.min_bytes = 1024;
+    if (!vm.count("max-bytes")) options.max_bytes = int64_t{1} << 20;
+    if (!vm.count("warmup")) options.warmup = 2;
+    if (!vm.count("iters")) options.iters = 5;
+    options.step = 2;
+  }
+  std::stringstream ss(ops);
+  for (std::string name; std::getline(ss, name, ',');)
+    if (!name.empty()) options.ops.push_back(name);
+  if (world == nullptr) return tools::UsageError(inv, mpi_problem.empty() ? kNoLauncher : mpi_problem);
+  options.command = inv.tool + " " + inv.command;
+  for (const auto& a : inv.args) options.command += " " + a;
+  if (world->rank() == 0 && StderrIsTerminal()) options.progress = &inv.err;
+  Status status = RunComm(*world, options, inv.out);
+  if (!status.ok() && status.message().empty()) return tools::kExitFailure;
+  if (!status.ok() && world->rank() != 0)
+    status = status.WithPrefix("rank " + std::to_string(world->rank()) + " on " + world->host());
+  return tools::Finish(inv, status);
+}
+
+}  // namespace cupcake::profile_cli
