@@ -44,10 +44,11 @@ struct ExportOptions {
 Status RunExport(const ExportOptions& options, std::ostream& out);
 int ExportMain(tools::Invocation& inv);
 
-// inspect --db DB [--format text|json]
+// inspect --db DB [--format text|json] [--plot FILE.svg]
 struct InspectOptions {
   std::string db;  // a profile DB, or a profile JSON file
   tools::OutputFormat format = tools::OutputFormat::kText;
+  std::string plot{};  // non-empty: write the curves as an SVG there (atomically) instead of the summary
 };
 Status RunInspect(const InspectOptions& options, std::ostream& out);
 int InspectMain(tools::Invocation& inv);

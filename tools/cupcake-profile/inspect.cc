@@ -1,11 +1,14 @@
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "commands.h"
 #include "cupcake/profile/load.h"
+#include "cupcake/proto/file_io.h"
 #include "cupcake/proto/names.h"
+#include "plot.h"
 
 namespace cupcake::profile_cli {
 namespace po = boost::program_options;
@@ -112,8 +115,26 @@ void Json(const std::string& db, const pb::Profile& p, std::ostream& out) {
 
 }  // namespace
 
+static Status CheckPlotPath(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  std::string ext = dot == std::string::npos || path.find('/', dot) != std::string::npos ? "" : path.substr(dot);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext == ".svg") return Status::Ok();
+  return InvalidArgumentError("--plot: unknown picture format; got '" + path + "', expected a file name ending in .svg");
+}
+
 Status RunInspect(const InspectOptions& options, std::ostream& out) {
+  if (!options.plot.empty()) CUPCAKE_RETURN_IF_ERROR(CheckPlotPath(options.plot));
   CUPCAKE_ASSIGN_OR_RETURN(pb::Profile p, profile::LoadProfileFile(options.db));
+  if (!options.plot.empty()) {
+    PlotSummary summary;
+    auto svg = PlotSvg(p, "profile " + p.cluster().name() + " (" + options.db + ")", &summary);
+    if (!svg.ok()) return svg.status().WithPrefix(options.db);
+    CUPCAKE_RETURN_IF_ERROR(WriteFileAtomic(options.plot, *svg));
+    out << "plot: " << options.plot << ": " << summary.panels << (summary.panels == 1 ? " panel, " : " panels, ")
+        << summary.curves << (summary.curves == 1 ? " curve" : " curves") << "\n";
+    return Status::Ok();
+  }
   if (options.format == tools::OutputFormat::kJson) Json(options.db, p, out);
   else Text(options.db, p, out);
   return Status::Ok();
@@ -125,12 +146,16 @@ int InspectMain(tools::Invocation& inv) {
   po::options_description flags("options");
   flags.add_options()
       ("db", po::value(&options.db)->required(), "the profile DB (or a profile JSON file)")
-      ("format", po::value(&format)->default_value("text"), "text or json");
+      ("format", po::value(&format)->default_value("text"), "text or json")
+      ("plot", po::value(&options.plot), "draw the curves into this SVG file instead (log-log, one panel per kind)");
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json]", vm)) return *code;
+  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json] [--plot FILE.svg]", vm)) return *code;
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());
   options.format = *f;
+  if (!options.plot.empty()) {
+    if (Status s = CheckPlotPath(options.plot); !s.ok()) return tools::UsageError(inv, s.message());
+  }
   return tools::Finish(inv, RunInspect(options, inv.out));
 }
 
