@@ -101,27 +101,29 @@ CUPCAKE_AVX2_INLINE __m256 Uniform8(uint64_t key, int64_t i) {
 }
 
 // ---- memory (first pass) ----
-// x = g, or for residual memory e = e + g stored back and x = e.
-template <bool kResid>
+// x = g, or for residual memory x = e + g, stored back into e when kStore. (Without kStore
+// the second pass recomputes e + g, the same rounding: one write stream less.)
+template <bool kResid, bool kStore = true>
 CUPCAKE_AVX2_INLINE __m256 Input8(const float* g, float* resid, int64_t i) {
   const __m256 gv = _mm256_loadu_ps(g + i);
   if (!kResid) return gv;
   const __m256 e = _mm256_add_ps(_mm256_loadu_ps(resid + i), gv);
-  _mm256_storeu_ps(resid + i, e);
+  if (kStore) _mm256_storeu_ps(resid + i, e);
   return e;
 }
-template <bool kResid>
+template <bool kResid, bool kStore = true>
 inline float Input1(const float* g, float* resid, int64_t i) {
   if (!kResid) return g[i];
-  resid[i] += g[i];
-  return resid[i];
+  const float e = resid[i] + g[i];
+  if (kStore) resid[i] = e;
+  return e;
 }
 
 // The sign family's input after the memory and, for signum, the momentum update
 // m = 0.9 m + 0.1 x (0 where not finite), stored back; returns what gets compressed.
-template <bool kResid, bool kMom>
+template <bool kResid, bool kMom, bool kStore>
 CUPCAKE_AVX2_INLINE __m256 SignInput8(const float* g, float* resid, float* mom, int64_t i) {
-  const __m256 x = Input8<kResid>(g, resid, i);
+  const __m256 x = Input8<kResid, kStore>(g, resid, i);
   if (!kMom) return x;
   const float beta = detail::kSignumMomentum, one_minus = 1.0f - detail::kSignumMomentum;
   const __m256 m = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(beta), _mm256_loadu_ps(mom + i)),
@@ -130,9 +132,9 @@ CUPCAKE_AVX2_INLINE __m256 SignInput8(const float* g, float* resid, float* mom, 
   _mm256_storeu_ps(mom + i, kept);
   return kept;
 }
-template <bool kResid, bool kMom>
+template <bool kResid, bool kMom, bool kStore>
 inline float SignInput1(const float* g, float* resid, float* mom, int64_t i) {
-  const float x = Input1<kResid>(g, resid, i);
+  const float x = Input1<kResid, kStore>(g, resid, i);
   if (!kMom) return x;
   const float beta = detail::kSignumMomentum, one_minus = 1.0f - detail::kSignumMomentum;
   const float m = beta * mom[i] + one_minus * x;
@@ -151,81 +153,84 @@ CUPCAKE_AVX2_INLINE double FinishBlock(__m256 a0, __m256 a1, float tail) {
 }
 
 // BlockedSum(x, n, FiniteAbs) (kSquare: FiniteSquare) of the prepared input, fused with the
-// memory update that prepares it.
-template <bool kResid, bool kMom, bool kSquare>
-CUPCAKE_AVX2 double FusedBlockedSum(const float* g, float* resid, float* mom, int64_t n) {
+// memory update that prepares it; bits != null: also packs the signs of x (they do not depend
+// on the scale), so the sign family without residual reads memory once.
+// 16 elements of a BlockedSum block: prepare, pack their signs, add into the 16 lanes.
+template <bool kResid, bool kMom, bool kSquare, bool kStore>
+struct SumStep16 {
+  const float* g;
+  float* resid;
+  float* mom;
+  u8* bits;
+  CUPCAKE_AVX2_INLINE void operator()(int64_t i, __m256& a0, __m256& a1) const {
+    __m256 x0 = SignInput8<kResid, kMom, kStore>(g, resid, mom, i);
+    __m256 x1 = SignInput8<kResid, kMom, kStore>(g, resid, mom, i + 8);
+    if (bits) {
+      const uint16_t w = static_cast<uint16_t>(static_cast<uint32_t>(_mm256_movemask_ps(LessThanZero(x0))) |
+                                               (static_cast<uint32_t>(_mm256_movemask_ps(LessThanZero(x1))) << 8));
+      std::memcpy(bits + i / 8, &w, 2);
+    }
+    x0 = ZeroWhere(NonFinite(x0), kSquare ? _mm256_mul_ps(x0, x0) : AbsV(x0));
+    x1 = ZeroWhere(NonFinite(x1), kSquare ? _mm256_mul_ps(x1, x1) : AbsV(x1));
+    a0 = _mm256_add_ps(a0, x0);
+    a1 = _mm256_add_ps(a1, x1);
+  }
+};
+
+// BlockedSum(x, n, FiniteAbs) (kSquare: FiniteSquare) of the prepared input, fused with the
+// memory update that prepares it; bits != null: also packs the signs of x (they do not depend
+// on the scale), so the sign family without residual reads memory once. (Running two blocks
+// interleaved, to shorten the add chains, measured slower: their streams 16 KiB apart alias.)
+template <bool kResid, bool kMom, bool kSquare, bool kStore>
+CUPCAKE_AVX2 double FusedBlockedSum(const float* g, float* resid, float* mom, int64_t n, u8* bits) {
+  const SumStep16<kResid, kMom, kSquare, kStore> step{g, resid, mom, bits};
   double total = 0.0;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t end = b + kBlock < n ? b + kBlock : n;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     int64_t i = b;
-    for (; i + 16 <= end; i += 16) {
-      __m256 x0 = SignInput8<kResid, kMom>(g, resid, mom, i);
-      __m256 x1 = SignInput8<kResid, kMom>(g, resid, mom, i + 8);
-      x0 = ZeroWhere(NonFinite(x0), kSquare ? _mm256_mul_ps(x0, x0) : AbsV(x0));
-      x1 = ZeroWhere(NonFinite(x1), kSquare ? _mm256_mul_ps(x1, x1) : AbsV(x1));
-      a0 = _mm256_add_ps(a0, x0);
-      a1 = _mm256_add_ps(a1, x1);
-    }
+    for (; i + 16 <= end; i += 16) step(i, a0, a1);
     float tail = 0.0f;
+    const int64_t tail_start = i;  // a multiple of 16; the tail has < 16 elements
+    uint32_t tail_bits = 0;
     for (; i < end; ++i) {
-      const float v = SignInput1<kResid, kMom>(g, resid, mom, i);
+      const float v = SignInput1<kResid, kMom, kStore>(g, resid, mom, i);
+      tail_bits |= static_cast<uint32_t>(v < 0.0f) << (i - tail_start);
       tail += IsFinite(v) ? (kSquare ? v * v : Abs(v)) : 0.0f;
     }
+    if (bits)
+      for (int64_t byte = tail_start / 8; 8 * byte < end; ++byte)
+        bits[byte] = static_cast<u8>(tail_bits >> (8 * byte - tail_start));
     total += FinishBlock(a0, a1, tail);
   }
   return total;
 }
 
-// Bits of `x < 0` for 32 elements, element j at bit j.
-CUPCAKE_AVX2_INLINE uint32_t Signs32(__m256 x0, __m256 x1, __m256 x2, __m256 x3) {
-  return static_cast<uint32_t>(_mm256_movemask_ps(LessThanZero(x0))) |
-         (static_cast<uint32_t>(_mm256_movemask_ps(LessThanZero(x1))) << 8) |
-         (static_cast<uint32_t>(_mm256_movemask_ps(LessThanZero(x2))) << 16) |
-         (static_cast<uint32_t>(_mm256_movemask_ps(LessThanZero(x3))) << 24);
-}
-
-// Bits of the scalar tail [start, n) (start a multiple of 8), baseline PackSigns layout.
-inline void PackSignsTail(const float* x, int64_t start, int64_t n, u8* bits) {
-  for (int64_t b = start / 8; 8 * b < n; ++b) {
-    uint32_t byte = 0;
-    for (int64_t i = 8 * b; i < n && i < 8 * b + 8; ++i) byte |= static_cast<uint32_t>(x[i] < 0.0f) << (i - 8 * b);
-    bits[b] = static_cast<u8>(byte);
-  }
-}
-
-// Second pass of the sign family: pack the signs of x; residual against +-scale.
-// kMomResid: signum with residual memory, e = e - (m < 0 ? -scale : scale), 0 where e is not
-// finite; otherwise (x is e itself) e = x - (x < 0 ? neg : pos), 0 where x is not finite.
-template <int kResidKind>  // 0: none, 1: e = x - sent, 2: signum's e -= sent(m)
-CUPCAKE_AVX2 void PackAndResidual(const float* x, float* resid, int64_t n, float pos, float neg, u8* bits) {
+// Second pass of the sign family and onebit: the residual (the signs are packed already).
+// x = e + g (not stored by the first pass); m: signum's momentum, else null.
+// Without m: e = x - (x < 0 ? neg : pos), 0 where x is not finite (baseline SignResidual).
+// With m: e = x - (m < 0 ? neg : pos), 0 where e is not finite (baseline signum residual).
+template <bool kMom>
+CUPCAKE_AVX2 void SignResidual(const float* g, const float* m, float* resid, int64_t n, float pos, float neg) {
   const __m256 pv = _mm256_set1_ps(pos), nv = _mm256_set1_ps(neg);
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256 v[4];
-    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + i + 8 * k);
-    const uint32_t w = Signs32(v[0], v[1], v[2], v[3]);
-    std::memcpy(bits + i / 8, &w, 4);
-    if (kResidKind == 0) continue;
-    for (int k = 0; k < 4; ++k) {
-      const __m256 sent = _mm256_blendv_ps(pv, nv, LessThanZero(v[k]));
-      if (kResidKind == 1) {
-        _mm256_storeu_ps(resid + i + 8 * k, ZeroWhere(NonFinite(v[k]), _mm256_sub_ps(v[k], sent)));
-      } else {
-        const __m256 e = _mm256_sub_ps(_mm256_loadu_ps(resid + i + 8 * k), sent);
-        _mm256_storeu_ps(resid + i + 8 * k, ZeroWhere(NonFinite(e), e));
-      }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_add_ps(_mm256_loadu_ps(resid + i), _mm256_loadu_ps(g + i));
+    if (!kMom) {
+      const __m256 sent = _mm256_blendv_ps(pv, nv, LessThanZero(x));
+      _mm256_storeu_ps(resid + i, ZeroWhere(NonFinite(x), _mm256_sub_ps(x, sent)));
+    } else {
+      const __m256 e = _mm256_sub_ps(x, _mm256_blendv_ps(pv, nv, LessThanZero(_mm256_loadu_ps(m + i))));
+      _mm256_storeu_ps(resid + i, ZeroWhere(NonFinite(e), e));
     }
   }
-  PackSignsTail(x, i, n, bits);
-  if (kResidKind == 0) return;
   for (; i < n; ++i) {
-    const float v = x[i];
-    if (kResidKind == 1) {
-      const float e = v - (v < 0.0f ? neg : pos);
-      resid[i] = IsFinite(v) ? e : 0.0f;
+    const float x = resid[i] + g[i];
+    if (!kMom) {
+      const float e = x - (x < 0.0f ? neg : pos);
+      resid[i] = IsFinite(x) ? e : 0.0f;
     } else {
-      const float e = resid[i] - (v < 0.0f ? neg : pos);
+      const float e = x - (m[i] < 0.0f ? neg : pos);
       resid[i] = IsFinite(e) ? e : 0.0f;
     }
   }
@@ -233,10 +238,9 @@ CUPCAKE_AVX2 void PackAndResidual(const float* x, float* resid, int64_t n, float
 
 template <bool kResid, bool kMom>
 CUPCAKE_AVX2 void EncodeSignT(const float* g, float* resid, float* mom, int64_t n, u8* payload) {
-  const double sum = FusedBlockedSum<kResid, kMom, false>(g, resid, mom, n);
+  const double sum = FusedBlockedSum<kResid, kMom, false, false>(g, resid, mom, n, payload);
   const float scale = static_cast<float>(sum / static_cast<double>(n));
-  const float* x = kMom ? mom : kResid ? resid : g;
-  PackAndResidual<kResid ? (kMom ? 2 : 1) : 0>(x, resid, n, scale, -scale, payload);
+  if (kResid) SignResidual<kMom>(g, mom, resid, n, scale, -scale);
   StoreF(payload + (n + 7) / 8, scale);
 }
 
@@ -252,7 +256,7 @@ inline uint64_t Spread32(uint64_t x) {
 
 template <bool kResid>
 CUPCAKE_AVX2 void EncodeQsgdT(const float* g, float* resid, int64_t n, uint64_t key, u8* payload) {
-  const float norm = static_cast<float>(std::sqrt(FusedBlockedSum<kResid, false, true>(g, resid, nullptr, n)));
+  const float norm = static_cast<float>(std::sqrt(FusedBlockedSum<kResid, false, true, true>(g, resid, nullptr, n, nullptr)));
   const float scale = norm > 0.0f ? detail::kQsgdLevels / norm : 0.0f;
   const float unit = norm / detail::kQsgdLevels;
   const float* x = kResid ? resid : g;
@@ -440,159 +444,205 @@ namespace {
 // onebit's first pass: the memory, then per 4096-element block 8 float lanes of the
 // non-negative sum, the negative sum, the negative count and the finite count (baseline order:
 // the scalar tail goes into the double totals before the lanes).
+// 8 elements of an onebit block: signs, and the lanes of the non-negative sum, the negative
+// sum, the negative count and the finite count.
 template <bool kResid>
-CUPCAKE_AVX2 void OnebitSums(const float* g, float* resid, int64_t n, double* sums) {
-  double pos_sum = 0, neg_sum = 0, neg_count = 0, finite_count = 0;
-  const __m256 one = _mm256_set1_ps(1.0f);
+struct OnebitStep8 {
+  const float* g;
+  float* resid;
+  u8* bits;
+  CUPCAKE_AVX2_INLINE void operator()(int64_t i, __m256* acc) const {
+    const __m256 v = Input8<kResid, false>(g, resid, i);
+    const __m256 fin = _mm256_castsi256_ps(_mm256_xor_si256(NonFinite(v), _mm256_set1_epi32(-1)));
+    const __m256 neg = LessThanZero(v);
+    bits[i / 8] = static_cast<u8>(_mm256_movemask_ps(neg));
+    const __m256 fneg = _mm256_and_ps(fin, neg), one = _mm256_set1_ps(1.0f);
+    acc[0] = _mm256_add_ps(acc[0], _mm256_and_ps(_mm256_andnot_ps(neg, fin), v));
+    acc[1] = _mm256_add_ps(acc[1], _mm256_and_ps(fneg, v));
+    acc[2] = _mm256_add_ps(acc[2], _mm256_and_ps(fneg, one));
+    acc[3] = _mm256_add_ps(acc[3], _mm256_and_ps(fin, one));
+  }
+};
+
+CUPCAKE_AVX2_INLINE void OnebitFinish(const __m256* acc, double* sums) {
+  alignas(32) float l[4][8];
+  for (int k = 0; k < 4; ++k) _mm256_store_ps(l[k], acc[k]);
+  for (int j = 0; j < 8; ++j)
+    for (int k = 0; k < 4; ++k) sums[k] += l[k][j];
+}
+
+// onebit's first pass (the memory's e + g is recomputed by the second): per 4096-element
+// block the 8 lanes of OnebitStep8, added to the double totals in lane order after the
+// block's scalar tail (baseline order).
+template <bool kResid>
+CUPCAKE_AVX2 void OnebitSums(const float* g, float* resid, int64_t n, double* sums, u8* bits) {
+  const OnebitStep8<kResid> step{g, resid, bits};
+  for (int k = 0; k < 4; ++k) sums[k] = 0.0;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t end = b + kBlock < n ? b + kBlock : n;
-    __m256 ps = _mm256_setzero_ps(), ns = ps, nc = ps, fc = ps;
+    __m256 acc[4];
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_setzero_ps();
     int64_t i = b;
-    for (; i + 8 <= end; i += 8) {
-      const __m256 v = Input8<kResid>(g, resid, i);
-      const __m256 fin = _mm256_castsi256_ps(_mm256_xor_si256(NonFinite(v), _mm256_set1_epi32(-1)));
-      const __m256 neg = LessThanZero(v);
-      const __m256 fneg = _mm256_and_ps(fin, neg);
-      ps = _mm256_add_ps(ps, _mm256_and_ps(_mm256_andnot_ps(neg, fin), v));
-      ns = _mm256_add_ps(ns, _mm256_and_ps(fneg, v));
-      nc = _mm256_add_ps(nc, _mm256_and_ps(fneg, one));
-      fc = _mm256_add_ps(fc, _mm256_and_ps(fin, one));
-    }
+    for (; i + 8 <= end; i += 8) step(i, acc);
+    const int64_t tail_start = i;  // a multiple of 8; the tail has < 8 elements
+    uint32_t tail_bits = 0;
     for (; i < end; ++i) {
-      const float v = Input1<kResid>(g, resid, i);
+      const float v = Input1<kResid, false>(g, resid, i);
+      tail_bits |= static_cast<uint32_t>(v < 0.0f) << (i - tail_start);
       const bool f = IsFinite(v);
-      pos_sum += f && v >= 0.0f ? v : 0.0f;
-      neg_sum += f && v < 0.0f ? v : 0.0f;
-      neg_count += f && v < 0.0f ? 1.0 : 0.0;
-      finite_count += f ? 1.0 : 0.0;
+      sums[0] += f && v >= 0.0f ? v : 0.0f;
+      sums[1] += f && v < 0.0f ? v : 0.0f;
+      sums[2] += f && v < 0.0f ? 1.0 : 0.0;
+      sums[3] += f ? 1.0 : 0.0;
     }
-    alignas(32) float l[4][8];
-    _mm256_store_ps(l[0], ps);
-    _mm256_store_ps(l[1], ns);
-    _mm256_store_ps(l[2], nc);
-    _mm256_store_ps(l[3], fc);
-    for (int j = 0; j < 8; ++j) {
-      pos_sum += l[0][j];
-      neg_sum += l[1][j];
-      neg_count += l[2][j];
-      finite_count += l[3][j];
-    }
+    if (tail_start < end) bits[tail_start / 8] = static_cast<u8>(tail_bits);
+    OnebitFinish(acc, sums);
   }
-  sums[0] = pos_sum;
-  sums[1] = neg_sum;
-  sums[2] = neg_count;
-  sums[3] = finite_count;
 }
 }  // namespace
 
 void EncodeOnebit(const float* g, float* resid, int64_t n, u8* payload) {
   double s[4];
-  if (resid) OnebitSums<true>(g, resid, n, s);
-  else OnebitSums<false>(g, resid, n, s);
+  if (resid) OnebitSums<true>(g, resid, n, s, payload);
+  else OnebitSums<false>(g, resid, n, s, payload);
   const double pos_count = s[3] - s[2];
   const float pos = pos_count > 0 ? static_cast<float>(s[0] / pos_count) : 0.0f;
   const float neg = s[2] > 0 ? static_cast<float>(s[1] / s[2]) : 0.0f;
-  if (resid) PackAndResidual<1>(resid, resid, n, pos, neg, payload);
-  else PackAndResidual<0>(g, nullptr, n, pos, neg, payload);
+  if (resid) SignResidual<false>(g, nullptr, resid, n, pos, neg);
   StoreF(payload + (n + 7) / 8, pos);
   StoreF(payload + (n + 7) / 8 + 4, neg);
 }
 
-// The decodes keep 32 outputs in registers while summing the W payloads in rank order,
-// out = v_0 + v_1 + ..., as the baseline's `out = v_0; out += v_r`.
+// The decodes keep 32 outputs in registers while summing the payloads of up to kRankGroup
+// ranks, in rank order: out = v_0 + v_1 + ..., as the baseline's `out = v_0; out += v_r`
+// (beyond kRankGroup ranks, out is stored and the next group adds to it). Per-rank constants
+// (scale / W) are computed once per group, with the baseline's expressions.
+constexpr int kRankGroup = 8;
+
+// Sums value8(rank, i) for ranks [r0, r1) into out[i, i + 32).
+template <typename Value8>
+CUPCAKE_AVX2_INLINE void Accumulate32(int r0, int r1, int64_t i, float* out, const Value8& value8) {
+  __m256 acc[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m256 v = value8(r0, i + 8 * k, k);
+    acc[k] = r0 == 0 ? v : AddTo(_mm256_loadu_ps(out + i + 8 * k), v);
+  }
+  for (int r = r0 + 1; r < r1; ++r)
+    for (int k = 0; k < 4; ++k) acc[k] = AddTo(acc[k], value8(r, i + 8 * k, k));
+  for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + i + 8 * k, acc[k]);
+}
+
+struct SignValue8 {
+  const u8* p;
+  int64_t payload_bytes;
+  const __m256* table;  // per rank of the group: [pos, neg] repeated (vpermilps on the bit)
+  int r0;
+  CUPCAKE_AVX2_INLINE __m256 operator()(int r, int64_t i, int k) const {
+    uint32_t w;
+    std::memcpy(&w, p + r * payload_bytes + (i - 8 * k) / 8, 4);
+    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
+                                          _mm256_add_epi32(_mm256_set1_epi32(8 * k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    // vpermilps reads the low two bits of each index; the table repeats [pos, neg], so bit 0 picks.
+    return _mm256_permutevar_ps(table[r - r0], idx);
+  }
+};
+
 CUPCAKE_AVX2 void DecodeSign(const u8* p, int64_t payload_bytes, int world_size, bool onebit, int64_t n, float* out) {
   const float wf = static_cast<float>(world_size);
   const int64_t nb = (n + 7) / 8;
-  auto pos_of = [&](int r) { return LoadF(p + r * payload_bytes + nb) / wf; };
-  auto neg_of = [&](int r) { return onebit ? LoadF(p + r * payload_bytes + nb + 4) / wf : -pos_of(r); };
-  const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int r = 0; r < world_size; ++r) {
-      uint32_t w;
-      std::memcpy(&w, p + r * payload_bytes + i / 8, 4);
-      const __m256i wv = _mm256_set1_epi32(static_cast<int>(w));
-      const __m256 pos = _mm256_set1_ps(pos_of(r)), neg = _mm256_set1_ps(neg_of(r));
-      for (int k = 0; k < 4; ++k) {
-        const __m256i m = _mm256_slli_epi32(bit, 8 * k);
-        const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(wv, m), m);
-        const __m256 v = _mm256_blendv_ps(pos, neg, _mm256_castsi256_ps(set));
-        acc[k] = r == 0 ? v : AddTo(acc[k], v);
+  for (int r0 = 0; r0 < world_size; r0 += kRankGroup) {
+    const int r1 = r0 + kRankGroup < world_size ? r0 + kRankGroup : world_size;
+    float pos[kRankGroup], neg[kRankGroup];
+    __m256 table[kRankGroup];
+    for (int r = r0; r < r1; ++r) {
+      const u8* meta = p + r * payload_bytes + nb;
+      pos[r - r0] = LoadF(meta) / wf;
+      neg[r - r0] = onebit ? LoadF(meta + 4) / wf : -pos[r - r0];
+      table[r - r0] = _mm256_setr_ps(pos[r - r0], neg[r - r0], pos[r - r0], neg[r - r0], pos[r - r0], neg[r - r0],
+                                     pos[r - r0], neg[r - r0]);
+    }
+    const SignValue8 value8{p, payload_bytes, table, r0};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) Accumulate32(r0, r1, i, out, value8);
+    for (; i < n; ++i)
+      for (int r = r0; r < r1; ++r) {
+        const float v = (p[r * payload_bytes + i / 8] >> (i % 8)) & 1u ? neg[r - r0] : pos[r - r0];
+        out[i] = r == 0 ? v : AddTo(out[i], v);
       }
-    }
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + i + 8 * k, acc[k]);
   }
-  for (; i < n; ++i)
-    for (int r = 0; r < world_size; ++r) {
-      const float v = (p[r * payload_bytes + i / 8] >> (i % 8)) & 1u ? neg_of(r) : pos_of(r);
-      out[i] = r == 0 ? v : AddTo(out[i], v);
-    }
 }
+
+struct QsgdValue8 {
+  const u8* p;
+  int64_t payload_bytes;
+  const float* factor;
+  int r0;
+  CUPCAKE_AVX2_INLINE __m256 operator()(int r, int64_t i, int) const {
+    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * payload_bytes + i)));
+    return _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(factor[r - r0])),
+                            _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
+                            _mm256_castsi256_ps(_mm256_cmpeq_epi32(q, _mm256_set1_epi32(-128))));
+  }
+};
 
 CUPCAKE_AVX2 void DecodeQsgd(const u8* p, int64_t payload_bytes, int world_size, int64_t n, float* out) {
   const float wf = static_cast<float>(world_size);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto factor = [&](int r) { return LoadF(p + r * payload_bytes + n) / (detail::kQsgdLevels * wf); };
-  const __m256 nan_v = _mm256_set1_ps(nan);
-  const __m256i marker = _mm256_set1_epi32(-128);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int r = 0; r < world_size; ++r) {
-      const u8* pr = p + r * payload_bytes + i;
-      const __m256 f = _mm256_set1_ps(factor(r));
-      for (int k = 0; k < 4; ++k) {
-        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pr + 8 * k)));
-        const __m256 v = _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), f), nan_v,
-                                          _mm256_castsi256_ps(_mm256_cmpeq_epi32(q, marker)));
-        acc[k] = r == 0 ? v : AddTo(acc[k], v);
+  for (int r0 = 0; r0 < world_size; r0 += kRankGroup) {
+    const int r1 = r0 + kRankGroup < world_size ? r0 + kRankGroup : world_size;
+    float factor[kRankGroup];
+    for (int r = r0; r < r1; ++r) factor[r - r0] = LoadF(p + r * payload_bytes + n) / (detail::kQsgdLevels * wf);
+    const QsgdValue8 value8{p, payload_bytes, factor, r0};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) Accumulate32(r0, r1, i, out, value8);
+    for (; i < n; ++i)
+      for (int r = r0; r < r1; ++r) {
+        const int8_t q = static_cast<int8_t>(p[r * payload_bytes + i]);
+        const float v = q == -128 ? nan : static_cast<float>(q) * factor[r - r0];
+        out[i] = r == 0 ? v : AddTo(out[i], v);
       }
-    }
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + i + 8 * k, acc[k]);
   }
-  for (; i < n; ++i)
-    for (int r = 0; r < world_size; ++r) {
-      const int8_t q = static_cast<int8_t>(p[r * payload_bytes + i]);
-      const float v = q == -128 ? nan : static_cast<float>(q) * factor(r);
-      out[i] = r == 0 ? v : AddTo(out[i], v);
-    }
 }
+
+struct TernaryValue8 {
+  const u8* p;
+  int64_t payload_bytes;
+  const __m256* table;  // per rank: [0, s, -s, NaN] in both halves (vpermilps on the code)
+  int r0;
+  CUPCAKE_AVX2_INLINE __m256 operator()(int r, int64_t i, int) const {
+    uint16_t w;
+    std::memcpy(&w, p + r * payload_bytes + i / 4, 2);
+    const __m256i codes = _mm256_srlv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    return _mm256_permutevar_ps(table[r - r0], codes);  // low two bits of each lane = the code
+  }
+};
 
 CUPCAKE_AVX2 void DecodeTerngrad(const u8* p, int64_t payload_bytes, int world_size, int64_t n, float* out) {
   const float wf = static_cast<float>(world_size);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t nb = (n + 3) / 4;
-  auto scale_of = [&](int r) { return LoadF(p + r * payload_bytes + nb) / wf; };
-  const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-  const __m256i one = _mm256_set1_epi32(1), two = _mm256_set1_epi32(2), three = _mm256_set1_epi32(3);
-  const __m256 nan_v = _mm256_set1_ps(nan);
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int r = 0; r < world_size; ++r) {
-      uint64_t w;
-      std::memcpy(&w, p + r * payload_bytes + i / 4, 8);
-      const float s = scale_of(r);
-      const __m256 pos = _mm256_set1_ps(s), neg = _mm256_set1_ps(-s);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i wv = _mm256_set1_epi32(static_cast<int>((w >> (16 * k)) & 0xffffu));
-        const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(wv, shifts), three);
-        __m256 v = _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, one)), pos);
-        v = _mm256_or_ps(v, _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, two)), neg));
-        v = _mm256_or_ps(v, _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(c, three)), nan_v));
-        acc[k] = r == 0 ? v : AddTo(acc[k], v);
+  for (int r0 = 0; r0 < world_size; r0 += kRankGroup) {
+    const int r1 = r0 + kRankGroup < world_size ? r0 + kRankGroup : world_size;
+    float value[kRankGroup][4];
+    __m256 table[kRankGroup];
+    for (int r = r0; r < r1; ++r) {
+      const float s = LoadF(p + r * payload_bytes + nb) / wf;
+      float* v = value[r - r0];
+      v[0] = 0.0f;
+      v[1] = s;
+      v[2] = -s;
+      v[3] = nan;
+      table[r - r0] = _mm256_setr_ps(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3]);
+    }
+    const TernaryValue8 value8{p, payload_bytes, table, r0};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) Accumulate32(r0, r1, i, out, value8);
+    for (; i < n; ++i)
+      for (int r = r0; r < r1; ++r) {
+        const float v = value[r - r0][(p[r * payload_bytes + i / 4] >> (2 * (i % 4))) & 3u];
+        out[i] = r == 0 ? v : AddTo(out[i], v);
       }
-    }
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(out + i + 8 * k, acc[k]);
   }
-  for (; i < n; ++i)
-    for (int r = 0; r < world_size; ++r) {
-      const float s = scale_of(r);
-      const uint32_t c = (p[r * payload_bytes + i / 4] >> (2 * (i % 4))) & 3u;
-      const float v = c == 0u ? 0.0f : c == 1u ? s : c == 2u ? -s : nan;
-      out[i] = r == 0 ? v : AddTo(out[i], v);
-    }
 }
 
 void EncodeQsgd(const float* g, float* resid, int64_t n, uint64_t key, u8* payload) {
