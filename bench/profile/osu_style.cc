@@ -1,0 +1,120 @@
+// osu_style: collective latency measured the way the OSU micro-benchmarks do it (osu_allreduce,
+// osu_allgather), written against MPI directly and sharing no code with cupcake, so that it can
+// check `cupcake-profile comm` from outside (bench/profile/compare.sh, docs/PROFILER.md).
+//
+// Method, per message size (bytes of each rank's send buffer, as in DESIGN.md 3.2):
+//   1. Fill the buffers; `warmup` untimed calls.
+//   2. One barrier, then `iters` calls back to back between two MPI_Wtime reads.
+//   3. Each rank's latency is the elapsed time / iters; the reported one is the max over ranks
+//      (MPI_Reduce MAX to rank 0).
+// allreduce: size / 4 floats, MPI_SUM. allgather: size bytes from each rank (MPI_BYTE).
+//
+// Usage: mpirun -np N osu_style [--ops allreduce,allgather] [--min-bytes B] [--max-bytes B]
+//                                [--warmup W] [--iters I] [--dirty-recv 0|1]
+// --dirty-recv 1 writes the receive buffer before each call (untimed), as cupcake's correctness
+// check does; used to explain differences (docs/PROFILER.md), not part of the OSU method.
+// Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>avg_us<TAB>min_rank_us".
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+void Die(int rank, const std::string& message) {
+  if (rank == 0) std::fprintf(stderr, "osu_style: %s\n", message.c_str());
+  MPI_Finalize();
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  std::string ops = "allreduce,allgather";
+  long long min_bytes = 4, max_bytes = 1 << 24;
+  int warmup = 10, iters = 100;
+  bool dirty_recv = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) Die(rank, flag + ": missing value");
+    const char* value = argv[++i];
+    if (flag == "--ops") ops = value;
+    else if (flag == "--min-bytes") min_bytes = std::atoll(value);
+    else if (flag == "--max-bytes") max_bytes = std::atoll(value);
+    else if (flag == "--warmup") warmup = std::atoi(value);
+    else if (flag == "--iters") iters = std::atoi(value);
+    else if (flag == "--dirty-recv") dirty_recv = std::atoi(value) != 0;
+    else Die(rank, "unknown flag " + flag);
+  }
+  if (min_bytes < 4 || max_bytes < min_bytes || max_bytes > (1ll << 30) || iters < 1 || warmup < 0)
+    Die(rank, "bad sizes or counts");
+
+  std::vector<std::string> op_list;
+  for (size_t start = 0; start <= ops.size();) {
+    size_t comma = ops.find(',', start);
+    if (comma == std::string::npos) comma = ops.size();
+    if (comma > start) op_list.push_back(ops.substr(start, comma - start));
+    start = comma + 1;
+  }
+
+  if (rank == 0) {
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    std::string l(lib, static_cast<size_t>(len));
+    l = l.substr(0, l.find_first_of(",\n"));
+    std::printf("# osu_style: %d ranks, %s, warmup %d, iters %d, latency = max over ranks of (elapsed / iters)\n",
+                size, l.c_str(), warmup, iters);
+    std::printf("# op\tsize_bytes\tavg_us\tmin_rank_us\n");
+  }
+  for (const std::string& op : op_list) {
+    if (op != "allreduce" && op != "allgather") Die(rank, "unknown op " + op + "; expected allreduce or allgather");
+    for (long long bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
+      const size_t n = static_cast<size_t>(bytes);
+      std::vector<char> send(n), recv(op == "allgather" ? n * static_cast<size_t>(size) : n);
+      for (size_t i = 0; i < n / 4; ++i) {
+        const float v = static_cast<float>((rank + static_cast<int>(i)) % 7);
+        std::memcpy(send.data() + 4 * i, &v, 4);
+      }
+      auto call = [&] {
+        if (op == "allreduce")
+          MPI_Allreduce(send.data(), recv.data(), static_cast<int>(n / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else
+          MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(), static_cast<int>(n), MPI_BYTE,
+                        MPI_COMM_WORLD);
+      };
+      for (int i = 0; i < warmup; ++i) call();
+      MPI_Barrier(MPI_COMM_WORLD);
+      double elapsed = 0;
+      if (dirty_recv) {
+        for (int i = 0; i < iters; ++i) {
+          std::memset(recv.data(), 0xff, recv.size());
+          MPI_Barrier(MPI_COMM_WORLD);
+          const double t0 = MPI_Wtime();
+          call();
+          elapsed += MPI_Wtime() - t0;
+        }
+      } else {
+        const double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; ++i) call();
+        elapsed = MPI_Wtime() - t0;
+      }
+      const double us = elapsed * 1e6 / iters;
+      double max_us = 0, min_us = 0;
+      MPI_Reduce(&us, &max_us, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      MPI_Reduce(&us, &min_us, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+      if (rank == 0) std::printf("%s\t%lld\t%.2f\t%.2f\n", op.c_str(), bytes, max_us, min_us);
+      std::fflush(stdout);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}
