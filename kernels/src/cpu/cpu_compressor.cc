@@ -100,7 +100,7 @@ class CpuCompressor final : public Compressor {
     const auto& L = layout();
     const int64_t n = L.n;
     u8* payload = reinterpret_cast<u8*>(payload_b);
-    if (isa_ == cpu::Isa::kAvx2 && EncodeAvx2(grad, state, iteration, payload)) return Status::Ok();
+    if (isa_ != cpu::Isa::kBaseline && EncodeAvx2(grad, state, iteration, payload)) return Status::Ok();
     // Step 1: memory.
     const float* x = grad;
     float* resid = nullptr;   // e, holding g + e_old, for residual memory
@@ -161,7 +161,7 @@ class CpuCompressor final : public Compressor {
     const int64_t n = L.n;
     const int W = L.world_size;
     const float wf = static_cast<float>(W);
-    if (isa_ == cpu::Isa::kAvx2 && DecodeAvx2(p, out)) return Status::Ok();
+    if (isa_ != cpu::Isa::kBaseline && DecodeAvx2(p, out)) return Status::Ok();
     switch (L.kind) {
       case CompressorKind::kFp32:
         for (int64_t i = 0; i < n; ++i) out[i] = LoadF(p + 4 * i) / wf;
@@ -236,7 +236,7 @@ class CpuCompressor final : public Compressor {
     return Status::Ok();
   }
 
-  // The AVX2 variants of the elementwise compressors (memory none or residual; the state
+  // The AVX2 (and AVX-512) variants of the elementwise compressors (memory none or residual; the state
   // layout is e[n] then signum's m[n]). False: not covered, run the baseline.
   bool EncodeAvx2(const float* grad, float* state, uint64_t iteration, u8* payload) {
     const auto& L = layout();
@@ -246,10 +246,11 @@ class CpuCompressor final : public Compressor {
     switch (L.kind) {
       case CompressorKind::kFp16: cpu::avx2::EncodeFp16(grad, resid, L.n, L.world_size, payload); return true;
       case CompressorKind::kQsgd:
-        cpu::avx2::EncodeQsgd(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload);
+        cpu::avx2::EncodeQsgd(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload, isa_ == cpu::Isa::kAvx512);
         return true;
       case CompressorKind::kTerngrad:
-        cpu::avx2::EncodeTerngrad(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload);
+        cpu::avx2::EncodeTerngrad(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload,
+                                  isa_ == cpu::Isa::kAvx512);
         return true;
       case CompressorKind::kSignsgd:
       case CompressorKind::kEfsignsgd: cpu::avx2::EncodeSign(grad, resid, nullptr, L.n, payload); return true;

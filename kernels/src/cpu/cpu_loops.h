@@ -17,8 +17,10 @@
 
 namespace cupcake::kernels::cpu {
 
-enum class Isa { kBaseline, kAvx2 };
-const char* IsaName(Isa isa);  // "baseline", "avx2"
+// kAvx512: kAvx2, plus AVX-512 (F, BW, VL) for the generator-bound quantize loops of qsgd and
+// terngrad encode.
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+const char* IsaName(Isa isa);  // "baseline", "avx2", "avx512"
 // True when this build has the variant and this machine can run it.
 bool IsaSupported(Isa isa);
 // The fastest supported variant.
@@ -27,7 +29,8 @@ Isa BestIsa();
 // A CPU compressor that runs the given variant; requires IsaSupported(isa).
 std::unique_ptr<Compressor> MakeCpuCompressor(const CompressorLayout& layout, Isa isa);
 
-// AVX2 + F16C loops (avx2_loops.cc). Call only when IsaSupported(Isa::kAvx2). `resid` is the
+// AVX2 + F16C loops (avx2_loops.cc). Call only when IsaSupported(Isa::kAvx2); `avx512`
+// only when IsaSupported(Isa::kAvx512). `resid` is the
 // residual memory (null for memory none): it holds e_old on entry, is updated to g + e_old by
 // the first pass and ends as what was not sent, exactly like the baseline.
 namespace avx2 {
@@ -40,9 +43,9 @@ void EncodeSign(const float* g, float* resid, float* mom, int64_t n, u8* payload
 void EncodeOnebit(const float* g, float* resid, int64_t n, u8* payload);
 // Sign family and onebit: W payloads of payload_bytes each, side by side.
 void DecodeSign(const u8* payloads, int64_t payload_bytes, int world_size, bool onebit, int64_t n, float* out);
-void EncodeQsgd(const float* g, float* resid, int64_t n, uint64_t key, u8* payload);
+void EncodeQsgd(const float* g, float* resid, int64_t n, uint64_t key, u8* payload, bool avx512);
 void DecodeQsgd(const u8* payloads, int64_t payload_bytes, int world_size, int64_t n, float* out);
-void EncodeTerngrad(const float* g, float* resid, int64_t n, uint64_t key, u8* payload);
+void EncodeTerngrad(const float* g, float* resid, int64_t n, uint64_t key, u8* payload, bool avx512);
 void DecodeTerngrad(const u8* payloads, int64_t payload_bytes, int world_size, int64_t n, float* out);
 }  // namespace avx2
 
