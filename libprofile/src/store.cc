@@ -281,9 +281,22 @@ Status NoProfileYet(const std::string& path) {
   return FailedPreconditionError(path + ": holds no profile yet; expected a cupcake.profile.v1 import first");
 }
 
+// Begins a write transaction; when another writer holds the DB past the busy timeout, says so
+// with the DB and the timeout (nothing has been written by then).
+Status BeginWrite(Transaction& tx, const std::string& path, int busy_timeout_ms) {
+  Status s = tx.Begin();
+  if (s.code() != StatusCode::kUnavailable) return s;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", busy_timeout_ms / 1000.0);
+  return UnavailableError(path + ": locked by another writer; waited " + secs +
+                          " s (the lock timeout) and gave up, writing nothing; expected the other writer to "
+                          "finish sooner (retry, or allow a longer lock timeout)");
+}
+
 }  // namespace
 
-ProfileStore::ProfileStore(ProfileStore&& other) noexcept : db_(other.db_), path_(std::move(other.path_)) {
+ProfileStore::ProfileStore(ProfileStore&& other) noexcept
+    : db_(other.db_), path_(std::move(other.path_)), busy_timeout_ms_(other.busy_timeout_ms_) {
   other.db_ = nullptr;
 }
 
@@ -292,6 +305,7 @@ ProfileStore& ProfileStore::operator=(ProfileStore&& other) noexcept {
     if (db_ != nullptr) sqlite3_close_v2(db_);
     db_ = other.db_;
     path_ = std::move(other.path_);
+    busy_timeout_ms_ = other.busy_timeout_ms_;
     other.db_ = nullptr;
   }
   return *this;
@@ -303,7 +317,10 @@ ProfileStore::~ProfileStore() {
 
 int ProfileStore::SchemaVersion() { return internal::SchemaVersion(); }
 
-StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create) {
+StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create, int busy_timeout_ms) {
+  if (busy_timeout_ms < 0)
+    return InvalidArgumentError(path + ": busy timeout out of range; got " + std::to_string(busy_timeout_ms) +
+                                " ms, expected >= 0");
   struct stat info;
   bool exists = ::stat(path.c_str(), &info) == 0;
   if (!exists && !create) return NotFoundError(path + ": no such profile DB");
@@ -315,8 +332,9 @@ StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create) 
   int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   ProfileStore store(raw, path);  // owns the handle from here, even on error
+  store.busy_timeout_ms_ = busy_timeout_ms;
   CUPCAKE_SQLITE_RETURN_IF_ERROR(rc, raw, path, "open");
-  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+  sqlite3_busy_timeout(raw, busy_timeout_ms);
   CUPCAKE_RETURN_IF_ERROR(internal::Exec(raw, path, "PRAGMA foreign_keys = ON"));
 
   CUPCAKE_ASSIGN_OR_RETURN(int64_t app_id, internal::PragmaInt(raw, path, "application_id"));
@@ -366,7 +384,7 @@ StatusOr<std::optional<pb::Cluster>> ProfileStore::LoadCluster() const { return 
 Status ProfileStore::ImportProfile(const pb::Profile& profile, bool replace) {
   CUPCAKE_RETURN_IF_ERROR(ValidateProfile(profile, "profile " + Quote(profile.cluster().name())));
   Transaction tx(db_, path_);
-  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, ReadCluster(db_, path_));
   const pb::Cluster& in = profile.cluster();
   if (existing && existing->name() != in.name()) {
@@ -402,7 +420,7 @@ Status ProfileStore::ImportProfile(const pb::Profile& profile, bool replace) {
 Status ProfileStore::ImportModel(const pb::Model& model, bool replace) {
   CUPCAKE_RETURN_IF_ERROR(ValidateModel(model, "model " + Quote(model.name())));
   Transaction tx(db_, path_);
-  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
   if (!cluster)
     return FailedPreconditionError(path_ + ": holds no profile yet; got model " + Quote(model.name()) +
@@ -534,7 +552,7 @@ Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, d
     CUPCAKE_RETURN_IF_ERROR(problems.ToStatus());
   }
   Transaction tx(db_, path_);
-  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
   if (!cluster) return NoProfileYet(path_);
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindCurve(db_, path_, c));
@@ -568,7 +586,7 @@ Status ProfileStore::UpdateCurveMetadata(const pb::Curve& key_and_metadata) {
     CUPCAKE_RETURN_IF_ERROR(problems.ToStatus());
   }
   Transaction tx(db_, path_);
-  CUPCAKE_RETURN_IF_ERROR(tx.Begin());
+  CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindCurve(db_, path_, c));
   if (!id) return NotFoundError(path_ + ": curve " + Quote(CurveKey(c)) + ": not in the DB");
   CUPCAKE_RETURN_IF_ERROR(UpdateMetadata(db_, path_, *id, c));

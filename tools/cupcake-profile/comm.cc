@@ -53,7 +53,8 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
          for (const auto& o : options.ops) s += (s.empty() ? "" : ",") + o;
          return s;
        }()},
-      {"--cluster", options.cluster}};
+      {"--cluster", options.cluster},
+      {"--lock-timeout", std::to_string(options.lock_timeout_s)}};
   CUPCAKE_RETURN_IF_ERROR(Quiet(profile::AgreeOnConfiguration(world, flags), rank));
 
   // 2. Validate (every rank alike, so every rank fails alike).
@@ -72,6 +73,8 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
   }
   if (options.warmup < 0) return Quiet(InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0"), rank);
   if (options.iters < 1) return Quiet(InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1"), rank);
+  auto lock_ms = LockTimeoutMs(options.lock_timeout_s);
+  if (!lock_ms.ok()) return Quiet(lock_ms.status(), rank);
   sweep.warmup = options.warmup;
   sweep.iters = options.iters;
   sweep.force = options.force;
@@ -86,7 +89,7 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
   std::optional<profile::ProfileStore> store;
   Status setup;
   if (rank == 0) {
-    auto opened = profile::ProfileStore::Open(options.db, /*create=*/true);
+    auto opened = profile::ProfileStore::Open(options.db, /*create=*/true, *lock_ms);
     if (!opened.ok()) {
       setup = opened.status();
     } else {
@@ -148,7 +151,8 @@ int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::st
       ("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")
       ("iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")
       ("ops", po::value(&ops), "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")
-      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)");
+      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")
+      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::variables_map vm;
   if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] (under mpirun)", vm))
     return *code;

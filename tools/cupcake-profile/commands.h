@@ -29,6 +29,7 @@ struct ImportOptions {
   std::string db;
   std::string file;
   bool replace = false;
+  double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
 };
 // Imports a cupcake.profile.v1 (with its models) or cupcake.model.v1 file, told apart by
 // "format"; creates the DB when missing (and removes it again when the import fails).
@@ -69,6 +70,7 @@ struct KernelsOptions {
   std::string cluster;  // name of a new DB's cluster
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)
+  double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
 };
 // Sweeps encode and decode of the compressors and the pack/unpack copies (DESIGN.md 3.2) into
 // the DB, point by point; points present are skipped unless --force.
@@ -89,6 +91,7 @@ struct CommOptions {
   std::string cluster;
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // rank 0's progress bar there when set
+  double lock_timeout_s = 10;  // --lock-timeout: rank 0 waits this long for another writer
 };
 // Collective over `world`: checks that every rank has the same options, then sweeps the
 // collectives (libprofile's SweepComm); rank 0 writes the DB and prints the table. On ranks

@@ -4,6 +4,7 @@
 #include "cupcake/profile/json_io.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/file_io.h"
+#include "profiling.h"
 
 namespace cupcake::profile_cli {
 namespace po = boost::program_options;
@@ -20,11 +21,12 @@ Status RunImport(const ImportOptions& options, std::ostream& out) {
     CUPCAKE_ASSIGN_OR_RETURN(model_in, profile::ParseModelJson(text, options.file));
   }
 
+  CUPCAKE_ASSIGN_OR_RETURN(int lock_ms, LockTimeoutMs(options.lock_timeout_s));
   std::error_code ec;
   const bool existed = std::filesystem::exists(options.db, ec);
   Status status;
   {
-    auto store = profile::ProfileStore::Open(options.db, /*create=*/true);
+    auto store = profile::ProfileStore::Open(options.db, /*create=*/true, lock_ms);
     if (!store.ok()) {
       status = store.status();
     } else if (format == profile::JsonFormat::kProfile) {
@@ -58,11 +60,12 @@ int ImportMain(tools::Invocation& inv) {
   flags.add_options()
       ("db", po::value(&options.db)->required(), "the profile DB (created when missing)")
       ("file", po::value(&options.file)->required(), "a cupcake.profile.v1 or cupcake.model.v1 JSON file")
-      ("replace", po::bool_switch(&options.replace), "replace what the DB holds (another cluster, a present curve or model)");
+      ("replace", po::bool_switch(&options.replace), "replace what the DB holds (another cluster, a present curve or model)")
+      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, positional, "--db DB FILE.json [--replace]", vm)) return *code;
+  if (auto code = tools::ParseFlags(inv, flags, positional, "--db DB FILE.json [--replace] [--lock-timeout S]", vm)) return *code;
   return tools::Finish(inv, RunImport(options, inv.out));
 }
 

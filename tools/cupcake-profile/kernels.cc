@@ -30,7 +30,8 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     return InvalidArgumentError("--world-size: out of range; got " + std::to_string(options.world_size) +
                                 ", expected 1 <= W <= 65536");
 
-  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::Open(options.db, /*create=*/true));
+  CUPCAKE_ASSIGN_OR_RETURN(int lock_ms, LockTimeoutMs(options.lock_timeout_s));
+  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::Open(options.db, /*create=*/true, lock_ms));
   // The world size: the DB's cluster's, else --world-size, else 1.
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
   int nodes = 1, per_node = options.world_size > 0 ? options.world_size : 1;
@@ -85,6 +86,7 @@ int KernelsMain(tools::Invocation& inv) {
       ("world-size", po::value(&options.world_size)->default_value(0), "W for decode (default: the DB's cluster, else 1)")
       ("min-elements", po::value(&options.min_elements), "smallest group, a power of two (default 1024)")
       ("max-elements", po::value(&options.max_elements), "largest group, a power of two (default 4Mi; --quick 1Mi)")
+      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp)
       ("warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")
       ("iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")
       ("compressors", po::value(&compressors), "comma-separated names (default: all)")

@@ -42,6 +42,16 @@ void ProgressBar::Finish() {
   drawn_ = false;
 }
 
+StatusOr<int> LockTimeoutMs(double seconds) {
+  if (!(seconds >= 0 && seconds <= 86400)) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", seconds);
+    return InvalidArgumentError(std::string("--lock-timeout: out of range; got ") + got +
+                                ", expected 0 <= seconds <= 86400");
+  }
+  return static_cast<int>(std::lround(seconds * 1000));
+}
+
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
 
 std::string UtcNow() {

@@ -29,6 +29,12 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
+// --lock-timeout SECONDS as the store's busy timeout in ms: 0 <= seconds <= 86400.
+StatusOr<int> LockTimeoutMs(double seconds);
+// The help text of --lock-timeout, shared by the commands that write a DB.
+inline constexpr const char* kLockTimeoutHelp =
+    "seconds to wait for another process writing the DB before giving up (default 10)";
+
 // Whether stderr is a terminal (progress bars are drawn only then).
 bool StderrIsTerminal();
 

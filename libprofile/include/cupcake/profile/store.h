@@ -19,8 +19,9 @@ namespace cupcake::profile {
 // Ownership: owns its sqlite3 connection (closed by the destructor); move-only.
 // Thread-safety: one ProfileStore must be used by one thread at a time. Several ProfileStores
 // (in threads or processes) may open the same file: the DB runs in WAL mode, so readers see
-// the last committed state while a writer writes, and a writer waits up to kBusyTimeoutMs for
-// another writer before failing with Unavailable.
+// the last committed state while a writer writes, and a writer waits up to the busy timeout
+// (Open's `busy_timeout_ms`, default kBusyTimeoutMs) for another writer before failing with
+// Unavailable, naming the DB and the timeout, having written nothing.
 // Durability: every mutating call is one transaction; a failed or interrupted call (error,
 // crash, kill) leaves the DB as it was before the call.
 // Validation: imports validate their input (ValidateProfile/ValidateModel); Load validates
@@ -32,7 +33,8 @@ class ProfileStore {
   // Opens `path`; with `create`, a missing file becomes an empty profile DB. Refuses files that
   // are not SQLite, SQLite DBs that are not cupcake profiles, DBs with a newer schema version
   // (FailedPrecondition) and corrupt or truncated DBs (DataLoss). Migrates an older schema.
-  static StatusOr<ProfileStore> Open(const std::string& path, bool create);
+  // `busy_timeout_ms` (>= 0): how long a write waits for another writer's lock.
+  static StatusOr<ProfileStore> Open(const std::string& path, bool create, int busy_timeout_ms = kBusyTimeoutMs);
 
   ProfileStore(ProfileStore&& other) noexcept;
   ProfileStore& operator=(ProfileStore&& other) noexcept;
@@ -83,6 +85,7 @@ class ProfileStore {
 
   sqlite3* db_ = nullptr;
   std::string path_;
+  int busy_timeout_ms_ = kBusyTimeoutMs;
 };
 
 }  // namespace cupcake::profile
