@@ -1,0 +1,63 @@
+/* The C API of the Cupcake runtime: a Session (cupcake/runtime/session.h) behind an opaque
+ * handle, for jobs and bindings that are not C++. Every function returns 0 on success and a
+ * non-zero cupcake_status otherwise; cupcake_last_error() then says what went wrong.
+ *
+ * Use (MPI: initialize with MPI_Init_thread, at least MPI_THREAD_SERIALIZED):
+ *   cupcake_session* s;
+ *   if (cupcake_session_create("plan.pb", &comm, &s)) die(cupcake_last_error());
+ *   cupcake_register(s, "fc.weight", grad0, n0);  ... in plan order
+ *   each step: cupcake_gradient_ready(s, i) from the backward hooks; cupcake_synchronize(s);
+ *   cupcake_session_destroy(s);
+ * Thread-safety: one thread at a time per session; cupcake_last_error is per thread. */
+#ifndef CUPCAKE_RUNTIME_CUPCAKE_H_
+#define CUPCAKE_RUNTIME_CUPCAKE_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The codes of cupcake::StatusCode. */
+typedef enum {
+  CUPCAKE_OK = 0,
+  CUPCAKE_INVALID_ARGUMENT = 1,
+  CUPCAKE_NOT_FOUND = 2,
+  CUPCAKE_ALREADY_EXISTS = 3,
+  CUPCAKE_FAILED_PRECONDITION = 4,
+  CUPCAKE_DATA_LOSS = 5,
+  CUPCAKE_UNAVAILABLE = 6,
+  CUPCAKE_DEADLINE_EXCEEDED = 7,
+  CUPCAKE_INTERNAL = 8
+} cupcake_status;
+
+typedef struct cupcake_session cupcake_session;
+
+/* Loads the plan at `plan_path` and makes a session over MPI: `mpi_comm` points to the job's
+ * MPI_Comm (NULL: MPI_COMM_WORLD), which the session duplicates. The plan's world size must be
+ * the communicator's size. On success *out owns the session. */
+int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_session** out);
+
+/* Like cupcake_session_create, with what the job expects checked against the plan (NULL or ""
+ * to skip): the compressor name and the model fingerprint; `ready_timeout_s` <= 0 keeps the
+ * default (60 s) before Synchronize gives up on missing gradients. */
+int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
+                              const char* model_fingerprint, double ready_timeout_s, cupcake_session** out);
+
+/* Registers the next float32 gradient buffer (plan order). Name and size must match the plan. */
+int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel);
+int cupcake_gradient_ready(cupcake_session* session, int tensor);
+int cupcake_synchronize(cupcake_session* session);
+/* Non-zero: gradient accumulation steps, no synchronization until called again with 0. */
+int cupcake_set_accumulating(cupcake_session* session, int accumulating);
+/* Destroys the session; NULL is ignored. */
+void cupcake_session_destroy(cupcake_session* session);
+
+/* The message of the last failed call on this thread ("" if none); valid until the next call. */
+const char* cupcake_last_error(void);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* CUPCAKE_RUNTIME_CUPCAKE_H_ */

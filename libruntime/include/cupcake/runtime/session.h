@@ -1,0 +1,120 @@
+// Session: executes a plan (DESIGN.md sections 4 and 7) in a data-parallel job.
+//
+// The job registers its float32 gradient buffers in plan order, calls GradientReady(i) from its
+// backward hooks and Synchronize() before the optimizer step; afterwards every registered
+// gradient holds the average over ranks (exactly, for fp32; within the compressor's semantics
+// otherwise, DESIGN.md section 6). Stages run as the iteration-time model assumes:
+//   1. GradientReady(i) marks tensor i; when the last missing tensor of group k arrives, the
+//      caller's thread packs the group into its fusion buffer (groups of >= 2 tensors) and
+//      encodes it (error feedback included) into the group's payload: compute side.
+//   2. A communication thread runs the groups' collectives in group order (allreduce or
+//      allgather, as the compressor defines), overlapping with the rest of backward.
+//   3. Synchronize() decodes each group on the caller's thread as soon as its collective has
+//      finished, in group order, and unpacks into the registered buffers.
+//
+// Ownership: a Session owns its communicator, its fusion and payload buffers, its compressors
+// and their error-feedback memory (kept across iterations), all allocated at creation or
+// registration; GradientReady and Synchronize neither allocate nor log on success. It does not
+// own the gradient buffers. No globals: several sessions in one process work.
+// Thread-safety: Register, GradientReady, Synchronize and SetAccumulating are called from one
+// thread at a time (the job's backward hooks and training loop). All ranks make the same
+// sequence of synchronizing steps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "cupcake/cupcake.pb.h"
+#include "cupcake/proto/status.h"
+#include "cupcake/runtime/communicator.h"
+
+namespace cupcake::runtime {
+
+// A monotonic clock in microseconds, passed in so tests run on a fake one.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual double NowUs() = 0;
+};
+
+// std::chrono::steady_clock. Thread-safe.
+class SteadyClock final : public Clock {
+ public:
+  double NowUs() override;
+};
+
+struct SessionOptions {
+  // Where waits read the time; nullptr: a SteadyClock the session owns. Not owned.
+  Clock* clock = nullptr;
+  // Synchronize() fails when the step's gradients have not all become ready and been exchanged
+  // within this many microseconds of its call, naming the missing tensors.
+  double ready_timeout_us = 60e6;
+  // What the job expects; empty: not checked. The compressor name must equal the plan's; the
+  // fingerprint (cupcake::ModelFingerprint of the job's model) the plan's model fingerprint.
+  std::string compressor;
+  std::string model_fingerprint;
+  // Prefixes the messages about the plan; empty: the plan file's path (or "plan").
+  std::string origin;
+};
+
+class Session {
+ public:
+  // Loads `plan_path` (validated by ReadPlanFile) and checks it against the communicator
+  // (world size) and `options` (compressor, model fingerprint). Every mismatch is reported
+  // together, one per line: `<plan>: world_size: does not match the job; got 4, expected 2
+  // (ranks in the communicator)`.
+  static StatusOr<std::unique_ptr<Session>> Create(const std::string& plan_path,
+                                                   std::unique_ptr<Communicator> communicator,
+                                                   const SessionOptions& options = {});
+  // The same for a plan already in memory (validated here with ValidatePlan).
+  static StatusOr<std::unique_ptr<Session>> Create(const pb::Plan& plan, std::unique_ptr<Communicator> communicator,
+                                                   const SessionOptions& options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Registers the next gradient buffer in plan order (its index is the number registered
+  // before). `name` and the size must match the plan's tensor: `<plan>:
+  // model.model.tensors[3]: does not match the job's gradient 3; got 'fc.weight' with 100
+  // elements, expected 'fc.bias' with 10 elements`. The buffer must stay valid while the
+  // session uses it.
+  Status Register(const std::string& name, std::span<float> gradient);
+  int registered() const;
+  int tensor_count() const;
+  int group_count() const;
+  int rank() const;
+  int world_size() const;
+
+  // Tensor i's gradient is final for this step. Encodes its group when it completes it.
+  Status GradientReady(int i);
+  // Waits for every group's collective, decodes and unpacks; the step's gradients then hold
+  // the average over ranks. DeadlineExceeded after options.ready_timeout_us naming the missing
+  // tensors (or, when this rank has them all, the group whose collective did not finish).
+  // After an error the session is failed: every later call returns FailedPrecondition.
+  Status Synchronize();
+
+  // Gradient accumulation: while `accumulating` is true, GradientReady and Synchronize do
+  // nothing (no encode, no collective, no change to the buffers or the error-feedback memory),
+  // so the job accumulates locally; the next step with false synchronizes the sum. Set between
+  // steps, the same on every rank.
+  Status SetAccumulating(bool accumulating);
+
+  // Synchronized steps so far (the iteration that keys the compressors' random choices).
+  uint64_t iteration() const;
+
+  class Impl;
+
+ private:
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The seed group `group` of a plan with compressor seed `plan_seed` uses on `rank`. Payloads
+// that are summed (allreduce compressors: randk) need the same random choices on every rank;
+// the others (qsgd, terngrad) round independently per rank:
+//   seed = plan_seed + group * 0x9E3779B97F4A7C15 (+ rank, for allgather compressors).
+uint64_t GroupSeed(uint64_t plan_seed, int group, int rank, bool allreduce);
+
+}  // namespace cupcake::runtime

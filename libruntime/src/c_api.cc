@@ -1,0 +1,93 @@
+// The C API: each function turns a Status into its code and keeps the message per thread.
+#include "cupcake/runtime/cupcake.h"
+
+#include <memory>
+#include <string>
+
+#include "c_api_internal.h"
+#include "cupcake/runtime/session.h"
+
+struct cupcake_session {
+  std::unique_ptr<cupcake::runtime::Session> session;
+};
+
+namespace {
+
+// The C boundary's only state: the last error, per thread, as errno is.
+thread_local std::string last_error;
+
+int Report(const cupcake::Status& s) {
+  if (s.ok()) return CUPCAKE_OK;
+  last_error = s.message();
+  return static_cast<int>(s.code());
+}
+
+int NullSession(const char* call) {
+  last_error = std::string(call) + ": session is NULL; expected one from cupcake_session_create";
+  return CUPCAKE_INVALID_ARGUMENT;
+}
+
+}  // namespace
+
+namespace cupcake::runtime::internal {
+
+int CreateCSession(const char* plan_path, std::unique_ptr<Communicator> comm, const SessionOptions& options,
+                   cupcake_session** out) {
+  if (out == nullptr) return Report(InvalidArgumentError("cupcake_session_create: out is NULL; expected a pointer"));
+  *out = nullptr;
+  if (plan_path == nullptr) return Report(InvalidArgumentError("cupcake_session_create: plan_path is NULL; expected a path"));
+  auto session = Session::Create(plan_path, std::move(comm), options);
+  if (!session.ok()) return Report(session.status());
+  *out = new cupcake_session{std::move(session).value()};
+  return CUPCAKE_OK;
+}
+
+}  // namespace cupcake::runtime::internal
+
+extern "C" {
+
+int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_session** out) {
+  return cupcake_session_create_ex(plan_path, mpi_comm, nullptr, nullptr, 0, out);
+}
+
+int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
+                              const char* model_fingerprint, double ready_timeout_s, cupcake_session** out) {
+  if (out != nullptr) *out = nullptr;
+  auto comm = cupcake::runtime::MpiCommunicatorFromHandle(mpi_comm);
+  if (!comm.ok()) return Report(comm.status());
+  cupcake::runtime::SessionOptions options;
+  if (compressor != nullptr) options.compressor = compressor;
+  if (model_fingerprint != nullptr) options.model_fingerprint = model_fingerprint;
+  if (ready_timeout_s > 0) options.ready_timeout_us = ready_timeout_s * 1e6;
+  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
+}
+
+int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel) {
+  if (session == nullptr) return NullSession("cupcake_register");
+  if (name == nullptr || (data == nullptr && numel != 0) || numel < 0)
+    return Report(cupcake::InvalidArgumentError(
+        "cupcake_register: bad arguments; got name " + std::string(name ? name : "NULL") + ", numel " +
+        std::to_string(numel) + ", expected a name, a buffer and numel >= 0"));
+  return Report(session->session->Register(name, std::span<float>(data, static_cast<size_t>(numel))));
+}
+
+int cupcake_gradient_ready(cupcake_session* session, int tensor) {
+  if (session == nullptr) return NullSession("cupcake_gradient_ready");
+  return Report(session->session->GradientReady(tensor));
+}
+
+int cupcake_synchronize(cupcake_session* session) {
+  if (session == nullptr) return NullSession("cupcake_synchronize");
+  return Report(session->session->Synchronize());
+}
+
+int cupcake_set_accumulating(cupcake_session* session, int accumulating) {
+  if (session == nullptr) return NullSession("cupcake_set_accumulating");
+  return Report(session->session->SetAccumulating(accumulating != 0));
+}
+
+void cupcake_session_destroy(cupcake_session* session) { delete session; }
+
+const char* cupcake_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

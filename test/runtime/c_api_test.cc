@@ -1,0 +1,68 @@
+// The C API (cupcake.h) on the in-process communicator; under MPI it is run by runtime_mpi_test.
+#include "cupcake/runtime/cupcake.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "c_api_internal.h"
+#include "cupcake/proto/plan_io.h"
+#include "runtime_test_util.h"
+
+namespace cupcake::runtime {
+namespace {
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = (std::filesystem::temp_directory_path() / ("cupcake_c_api_" + std::to_string(::getpid()) + ".pb")).string();
+    model_ = testing::SmallModel("tiny", {3, 2});
+    ASSERT_TRUE(WritePlanFile(path_, testing::MakePlan(model_, testing::LayerWise(model_), "fp32", 1)).ok());
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  std::string path_;
+  pb::Model model_;
+};
+
+TEST_F(CApi, RunsAStepAndReportsErrors) {
+  InProcessGroup group(1);
+  cupcake_session* s = nullptr;
+  ASSERT_EQ(internal::CreateCSession(path_.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
+  float a[3] = {1, 2, 3}, b[2] = {4, 5};
+  EXPECT_EQ(cupcake_register(s, "t0", a, 3), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_register(s, "t1", b, 3), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               (path_ + ": model.model.tensors[1]: does not match the job's gradient 1; got 't1' with 2 elements, "
+                        "expected 't1' with 3 elements (model tiny)").c_str());
+  EXPECT_EQ(cupcake_register(s, "t1", b, 2), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_set_accumulating(s, 0), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_gradient_ready(s, 1), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_gradient_ready(s, 0), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_synchronize(s), CUPCAKE_OK);
+  EXPECT_EQ(a[2], 3.0f);  // the average over one rank
+  EXPECT_EQ(b[0], 4.0f);
+  EXPECT_EQ(cupcake_gradient_ready(s, 7), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "GradientReady: tensor index out of range; got 7, expected 0 <= i < 2 (model tiny)");
+  cupcake_session_destroy(s);
+  cupcake_session_destroy(nullptr);
+}
+
+TEST_F(CApi, NullSessionIsAnError) {
+  EXPECT_EQ(cupcake_synchronize(nullptr), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "cupcake_synchronize: session is NULL; expected one from cupcake_session_create");
+}
+
+TEST_F(CApi, CreateOverMpiNeedsMpiInitialized) {
+  cupcake_session* s = reinterpret_cast<cupcake_session*>(this);
+  EXPECT_EQ(cupcake_session_create(path_.c_str(), nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(s, nullptr);
+  if (BuiltWithMpi())
+    EXPECT_STREQ(cupcake_last_error(),
+                 "MPI communicator: MPI is not initialized; expected MPI_Init_thread (or InitMpi) first");
+  else
+    EXPECT_NE(std::string(cupcake_last_error()).find("this build has no MPI"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cupcake::runtime

@@ -1,0 +1,182 @@
+// Plans built in code over a small synthetic model, the test gradients, and the reference the
+// runtime is checked against: every rank's Encode run here with the kernels, the payloads
+// summed in rank order (allreduce) or laid side by side (allgather), then Decode.
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cupcake/kernels/compressor.h"
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/fingerprint.h"
+#include "cupcake/runtime/session.h"
+
+namespace cupcake::runtime::testing {
+
+using Grouping = std::vector<std::pair<int, int>>;  // (first_tensor, last_tensor) per group
+
+inline pb::Model SmallModel(const std::string& name = "tiny", std::vector<int64_t> sizes = {37, 5, 128, 1, 64, 200}) {
+  pb::Model m;
+  m.set_name(name);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    pb::Tensor* t = m.add_tensors();
+    t->set_name("t" + std::to_string(i));
+    t->set_numel(sizes[i]);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(10);
+  }
+  return m;
+}
+
+inline Grouping LayerWise(const pb::Model& m) {
+  Grouping g;
+  for (int i = 0; i < m.tensors_size(); ++i) g.emplace_back(i, i);
+  return g;
+}
+inline Grouping OneGroup(const pb::Model& m) { return {{0, m.tensors_size() - 1}}; }
+// What a planner might choose for SmallModel: a fused pair, a single, a fused triple.
+inline Grouping Planned() { return {{0, 1}, {2, 2}, {3, 5}}; }
+
+inline pb::Plan MakePlan(const pb::Model& model, const Grouping& grouping, const std::string& compressor, int world,
+                         double ratio = 0.25) {
+  const CompressorInfo* info = FindCompressor(compressor);
+  pb::Plan plan;
+  plan.set_format("cupcake.plan.v1");
+  *plan.mutable_model()->mutable_model() = model;
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(model));
+  plan.set_profile_fingerprint("0123456789abcdef");
+  plan.set_profile_name("test");
+  plan.set_world_size(world);
+  plan.set_device(pb::CPU);
+  pb::CompressorSpec* spec = plan.mutable_compressor();
+  spec->set_name(compressor);
+  spec->set_ratio(info != nullptr && info->uses_ratio ? ratio : 0);
+  spec->set_memory(info != nullptr ? std::string(info->default_memory) : "none");
+  spec->set_seed(42);
+  for (auto [first, last] : grouping) {
+    pb::Group* g = plan.add_groups();
+    g->set_first_tensor(first);
+    g->set_last_tensor(last);
+    int64_t numel = 0;
+    for (int i = first; i <= last; ++i) numel += model.tensors(i).numel();
+    g->set_numel(numel);
+    g->mutable_options()->set_compress(compressor != "fp32");
+    g->mutable_options()->set_device(pb::CPU);
+    g->mutable_options()->set_collective(info != nullptr ? info->collective : pb::ALLREDUCE);
+    g->set_payload_bytes(info != nullptr ? PayloadBytes(*info, numel, ratio) : 4 * numel);
+  }
+  plan.mutable_predicted()->set_iteration_us(1000);
+  plan.mutable_search()->set_algorithm("test");
+  return plan;
+}
+
+// Small integers, so that sums in any order are exact (fp16 and fp32 allreduce over MPI).
+inline float TestGradient(int rank, int iteration, int tensor, int64_t j) {
+  return static_cast<float>((rank * 7 + iteration * 13 + tensor * 5 + j * 3 + (j * j) % 11) % 17 - 8);
+}
+
+inline void FillGradients(std::vector<std::vector<float>>& grads, int rank, int iteration) {
+  for (size_t t = 0; t < grads.size(); ++t)
+    for (size_t j = 0; j < grads[t].size(); ++j)
+      grads[t][j] = TestGradient(rank, iteration, static_cast<int>(t), static_cast<int64_t>(j));
+}
+
+// The expected result of every step, computed from every rank's payloads.
+class Reference {
+ public:
+  Reference(const pb::Plan& plan, int world) : plan_(plan), world_(world) {
+    const pb::CompressorSpec& spec = plan.compressor();
+    for (int k = 0; k < plan.groups_size(); ++k) {
+      const pb::Group& pg = plan.groups(k);
+      Group g;
+      g.numel = pg.numel();
+      for (int r = 0; r < world; ++r) {
+        kernels::CompressorConfig c;
+        c.name = pg.options().compress() ? spec.name() : "fp32";
+        c.memory = pg.options().compress() ? spec.memory() : "none";
+        c.n = pg.numel();
+        c.world_size = world;
+        c.ratio = spec.ratio() > 0 ? spec.ratio() : kDefaultRatio;
+        c.seed = GroupSeed(spec.seed(), k, r, FindCompressor(c.name)->collective == pb::ALLREDUCE);
+        auto comp = kernels::MakeCompressor(c, kernels::Backend::kCpu);
+        if (!comp.ok()) std::abort();
+        g.state.emplace_back(static_cast<size_t>((*comp)->state_floats()), 0.0f);
+        g.compressors.push_back(std::move(comp).value());
+      }
+      groups_.push_back(std::move(g));
+    }
+  }
+
+  // The averaged gradients (per tensor) after step `iteration`, every rank having filled its
+  // buffers with FillGradients(rank, iteration).
+  std::vector<std::vector<float>> Step(int iteration) {
+    const pb::Model& m = plan_.model().model();
+    std::vector<std::vector<float>> out(static_cast<size_t>(m.tensors_size()));
+    for (int k = 0; k < plan_.groups_size(); ++k) {
+      const pb::Group& pg = plan_.groups(k);
+      Group& g = groups_[static_cast<size_t>(k)];
+      const kernels::CompressorLayout& layout = g.compressors[0]->layout();
+      const size_t pb = static_cast<size_t>(layout.payload_bytes);
+      std::vector<std::byte> all(pb * static_cast<size_t>(world_));
+      for (int r = 0; r < world_; ++r) {
+        std::vector<float> flat;
+        for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t)
+          for (int64_t j = 0; j < m.tensors(t).numel(); ++j) flat.push_back(TestGradient(r, iteration, t, j));
+        if (!g.compressors[static_cast<size_t>(r)]
+                 ->Encode(flat, g.state[static_cast<size_t>(r)], static_cast<uint64_t>(iteration),
+                          std::span<std::byte>(all.data() + pb * static_cast<size_t>(r), pb))
+                 .ok())
+          std::abort();
+      }
+      std::vector<std::byte> input;
+      if (layout.allreduce) {
+        input.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(pb));
+        for (int r = 1; r < world_; ++r) {
+          const std::byte* in = all.data() + pb * static_cast<size_t>(r);
+          if (layout.kind == kernels::CompressorKind::kFp16)
+            kernels::SumFp16Payloads(in, input.data(), static_cast<int64_t>(pb / 2));
+          else
+            kernels::SumFp32Payloads(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(input.data()),
+                                     static_cast<int64_t>(pb / 4));
+        }
+      } else {
+        input = all;
+      }
+      std::vector<float> decoded(static_cast<size_t>(g.numel));
+      if (!g.compressors[0]->Decode(input, decoded, static_cast<uint64_t>(iteration)).ok()) std::abort();
+      size_t at = 0;
+      for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t) {
+        const size_t n = static_cast<size_t>(m.tensors(t).numel());
+        out[static_cast<size_t>(t)].assign(decoded.begin() + static_cast<std::ptrdiff_t>(at),
+                                           decoded.begin() + static_cast<std::ptrdiff_t>(at + n));
+        at += n;
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Group {
+    int64_t numel = 0;
+    std::vector<std::unique_ptr<kernels::Compressor>> compressors;  // one per rank
+    std::vector<std::vector<float>> state;                           // one per rank
+  };
+  pb::Plan plan_;
+  int world_;
+  std::vector<Group> groups_;
+};
+
+// Bitwise equality of floats (NaN-safe), reporting the first difference.
+inline std::string FirstDifference(const std::vector<std::vector<float>>& got,
+                                   const std::vector<std::vector<float>>& want) {
+  for (size_t t = 0; t < want.size(); ++t)
+    for (size_t j = 0; j < want[t].size(); ++j)
+      if (std::memcmp(&got[t][j], &want[t][j], sizeof(float)) != 0)
+        return "tensor " + std::to_string(t) + " element " + std::to_string(j) + ": got " + std::to_string(got[t][j]) +
+               ", expected " + std::to_string(want[t][j]);
+  return "";
+}
+
+}  // namespace cupcake::runtime::testing

@@ -1,0 +1,313 @@
+// The Session over the in-process communicator (ranks as threads): every compressor and
+// grouping against the reference, fp32 exactly the average, the validation messages, the
+// missing-gradient timeout on a fake clock, accumulation steps and a peer that gives up.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "cupcake/proto/plan_io.h"
+#include "cupcake/runtime/session.h"
+#include "runtime_test_util.h"
+
+namespace cupcake::runtime {
+namespace {
+
+using testing::FillGradients;
+using testing::Grouping;
+using testing::MakePlan;
+using testing::SmallModel;
+
+// A fake: every NowUs() returns the previous value plus `step_us`. One per thread.
+class FakeClock final : public Clock {
+ public:
+  explicit FakeClock(double step_us) : step_us_(step_us) {}
+  double NowUs() override {
+    double t = now_us_;
+    now_us_ += step_us_;
+    return t;
+  }
+
+ private:
+  double step_us_;
+  double now_us_ = 0;
+};
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("cupcake_runtime_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+struct Rank {
+  std::unique_ptr<Session> session;
+  std::vector<std::vector<float>> grads;
+};
+
+// W sessions over one in-process group, each with its gradients registered.
+std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOptions& options = {}) {
+  InProcessGroup group(world);
+  std::vector<Rank> ranks(static_cast<size_t>(world));
+  const pb::Model& m = plan.model().model();
+  for (int r = 0; r < world; ++r) {
+    auto s = Session::Create(plan, group.Rank(r), options);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return {};
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    rank.session = std::move(s).value();
+    for (const pb::Tensor& t : m.tensors()) rank.grads.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
+    for (int i = 0; i < m.tensors_size(); ++i) {
+      Status st = rank.session->Register(m.tensors(i).name(), rank.grads[static_cast<size_t>(i)]);
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    }
+  }
+  return ranks;
+}
+
+// Runs fn(rank index) on one thread per rank.
+template <typename F>
+void OnEveryRank(int world, F fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
+struct Case {
+  std::string compressor;
+  std::string grouping;  // layerwise, one_group, planned
+  int world;
+};
+
+class MatchesReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatchesReference, OverSeveralIterationsWithErrorFeedback) {
+  const Case c = GetParam();
+  const pb::Model model = SmallModel();
+  const Grouping grouping = c.grouping == "layerwise" ? testing::LayerWise(model)
+                            : c.grouping == "one_group" ? testing::OneGroup(model)
+                                                        : testing::Planned();
+  const pb::Plan plan = MakePlan(model, grouping, c.compressor, c.world);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
+  std::vector<Rank> ranks = MakeRanks(plan, c.world);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(c.world));
+  testing::Reference reference(plan, c.world);
+  constexpr int kIterations = 4;
+  for (int it = 0; it < kIterations; ++it) {
+    const auto want = reference.Step(it);
+    OnEveryRank(c.world, [&](int r) {
+      Rank& rank = ranks[static_cast<size_t>(r)];
+      FillGradients(rank.grads, r, it);
+      for (int i = 0; i < model.tensors_size(); ++i) {
+        Status s = rank.session->GradientReady(i);
+        EXPECT_TRUE(s.ok()) << s.ToString();
+      }
+      Status s = rank.session->Synchronize();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    });
+    for (int r = 0; r < c.world; ++r)
+      ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "")
+          << "rank " << r << ", iteration " << it;
+  }
+  EXPECT_EQ(ranks[0].session->iteration(), static_cast<uint64_t>(kIterations));
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (std::string_view name : CompressorNames())
+    for (const char* grouping : {"layerwise", "one_group", "planned"})
+      for (int world : {2, 3}) cases.push_back({std::string(name), grouping, world});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCompressors, MatchesReference, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return p.param.compressor + "_" + p.param.grouping + "_w" +
+                                  std::to_string(p.param.world);
+                         });
+
+TEST(Session, Fp32GivesExactlyTheAverage) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "fp32", 4);
+  std::vector<Rank> ranks = MakeRanks(plan, 4);
+  ASSERT_EQ(ranks.size(), 4u);
+  OnEveryRank(4, [&](int r) {
+    FillGradients(ranks[static_cast<size_t>(r)].grads, r, 0);
+    for (int i = model.tensors_size() - 1; i >= 0; --i)  // any ready order works
+      EXPECT_TRUE(ranks[static_cast<size_t>(r)].session->GradientReady(i).ok());
+    EXPECT_TRUE(ranks[static_cast<size_t>(r)].session->Synchronize().ok());
+  });
+  for (int t = 0; t < model.tensors_size(); ++t)
+    for (int64_t j = 0; j < model.tensors(t).numel(); ++j) {
+      float sum = 0;
+      for (int r = 0; r < 4; ++r) sum += testing::TestGradient(r, 0, t, j);
+      for (int r = 0; r < 4; ++r) ASSERT_EQ(ranks[static_cast<size_t>(r)].grads[static_cast<size_t>(t)][static_cast<size_t>(j)], sum / 4);
+    }
+}
+
+TEST(Session, AccumulationStepsSkipSynchronization) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
+  std::vector<Rank> ranks = MakeRanks(plan, 2);
+  ASSERT_EQ(ranks.size(), 2u);
+  OnEveryRank(2, [&](int r) {
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    FillGradients(rank.grads, r, 0);
+    ASSERT_TRUE(rank.session->SetAccumulating(true).ok());
+    for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(rank.session->GradientReady(i).ok());
+    ASSERT_TRUE(rank.session->Synchronize().ok());
+    // Untouched: the job accumulates the next micro-batch on top.
+    EXPECT_EQ(rank.grads[2][1], testing::TestGradient(r, 0, 2, 1));
+    for (auto& g : rank.grads) for (float& x : g) x *= 2;
+    ASSERT_TRUE(rank.session->SetAccumulating(false).ok());
+    for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(rank.session->GradientReady(i).ok());
+    ASSERT_TRUE(rank.session->Synchronize().ok());
+  });
+  EXPECT_EQ(ranks[0].session->iteration(), 1u);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(ranks[static_cast<size_t>(r)].grads[2][1], testing::TestGradient(0, 0, 2, 1) + testing::TestGradient(1, 0, 2, 1));
+}
+
+TEST(Session, MissingGradientFailsAfterTheTimeoutNamingIt) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "topk", 2);
+  std::vector<FakeClock> clocks(2, FakeClock(1e4));  // 10 ms per read
+  std::vector<Status> results(2);
+  {
+    InProcessGroup group(2);
+    std::vector<Rank> ranks(2);
+    for (int r = 0; r < 2; ++r) {
+      SessionOptions options;
+      options.clock = &clocks[static_cast<size_t>(r)];
+      options.ready_timeout_us = 5e6;
+      ranks[static_cast<size_t>(r)].session = std::move(Session::Create(plan, group.Rank(r), options)).value();
+      for (int i = 0; i < model.tensors_size(); ++i) {
+        ranks[static_cast<size_t>(r)].grads.emplace_back(static_cast<size_t>(model.tensors(i).numel()), 1.0f);
+        ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->Register(model.tensors(i).name(), ranks[static_cast<size_t>(r)].grads.back()).ok());
+      }
+    }
+    OnEveryRank(2, [&](int r) {
+      Session& s = *ranks[static_cast<size_t>(r)].session;
+      for (int i = 0; i < model.tensors_size(); ++i)
+        if (!(i == 4 && r == 1)) {  // rank 1 never reports tensor 4
+          EXPECT_TRUE(s.GradientReady(i).ok());
+        }
+      results[static_cast<size_t>(r)] = s.Synchronize();
+    });
+    // Rank 0 sits in the last group's collective: destroying it gives up on the group.
+    EXPECT_EQ(ranks[0].session->GradientReady(0).code(), StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(results[1].code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(results[1].message(),
+            "Synchronize: gradients never became ready; got no GradientReady within 5 s for 1 of 6 tensors: 4 ('t4') "
+            "(iteration 0, rank 1 on localhost)");
+  EXPECT_EQ(results[0].message(),
+            "Synchronize: groups[2] allgather did not finish within 5 s; every gradient of this rank is ready, so a "
+            "peer is missing gradients or has died (iteration 0, rank 0 on localhost)");
+}
+
+TEST(Session, AbortedPeerFailsTheCollectiveWithItsReason) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
+  InProcessGroup group(2);
+  auto peer = group.Rank(1);
+  auto s = Session::Create(plan, group.Rank(0));
+  ASSERT_TRUE(s.ok());
+  Session& session = **s;
+  std::vector<std::vector<float>> grads;
+  for (const auto& t : model.tensors()) grads.emplace_back(static_cast<size_t>(t.numel()), 1.0f);
+  for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(session.Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok());
+  for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(session.GradientReady(i).ok());
+  peer->Abort("rank 1 died");
+  Status st = session.Synchronize();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(st.message(), "Synchronize: groups[0] allreduce: in-process group aborted: rank 1 died (rank 0)");
+}
+
+// ---------------------------------------------------------------- validation messages
+
+TEST(SessionValidation, RejectsPlanForOtherWorldSizeCompressorAndModel) {
+  const std::string path = TempPath("other.pb");
+  ASSERT_TRUE(WritePlanFile(path, MakePlan(SmallModel("resnet"), testing::Planned(), "topk", 4)).ok());
+  InProcessGroup group(2);
+  SessionOptions options;
+  options.compressor = "fp16";
+  options.model_fingerprint = ModelFingerprint(SmallModel("tiny", {3, 4}));
+  auto s = Session::Create(path, group.Rank(0), options);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.status().message(),
+            path + ": world_size: does not match the job; got 4, expected 2 (ranks in the communicator)\n" + path +
+                ": compressor.name: does not match the job; got 'topk', expected 'fp16'\n" + path +
+                ": model.fingerprint: plan for another model; got " + ModelFingerprint(SmallModel()) +
+                " (model resnet), expected " + options.model_fingerprint + " (the job's model)");
+  std::filesystem::remove(path);
+}
+
+TEST(SessionValidation, RejectsMissingPlanFile) {
+  InProcessGroup group(1);
+  auto s = Session::Create(TempPath("absent.pb"), group.Rank(0));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+}
+
+TEST(SessionValidation, RejectsPayloadThatDoesNotMatchTheCompressor) {
+  pb::Plan plan = MakePlan(SmallModel(), testing::Planned(), "topk", 1);
+  plan.mutable_groups(1)->set_payload_bytes(9);
+  plan.mutable_groups(2)->mutable_options()->set_collective(pb::ALLREDUCE);
+  InProcessGroup group(1);
+  auto s = Session::Create(plan, group.Rank(0));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "plan: groups[1].payload_bytes: does not match the compressor; got 9, expected 256 (topk, 128 elements)\n"
+            "plan: groups[2].options.collective: does not match the compressor; got allreduce, expected allgather "
+            "(topk)");
+}
+
+TEST(SessionValidation, RejectsGradientOfOtherNameOrSize) {
+  const pb::Plan plan = MakePlan(SmallModel(), testing::Planned(), "fp32", 1);
+  InProcessGroup group(1);
+  auto s = Session::Create(plan, group.Rank(0));
+  ASSERT_TRUE(s.ok());
+  std::vector<float> a(37), b(6);
+  ASSERT_TRUE((*s)->Register("t0", a).ok());
+  Status st = (*s)->Register("t1", b);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "plan: model.model.tensors[1]: does not match the job's gradient 1; got 't1' with 5 elements, expected "
+            "'t1' with 6 elements (model tiny)");
+  EXPECT_EQ((*s)->GradientReady(0).message(), "GradientReady: gradients not all registered; got 1, expected 6 (model tiny)");
+}
+
+TEST(SessionValidation, RejectsMoreGradientsThanThePlanHas) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 1);
+  InProcessGroup group(1);
+  auto s = Session::Create(plan, group.Rank(0));
+  ASSERT_TRUE(s.ok());
+  std::vector<float> a(4);
+  ASSERT_TRUE((*s)->Register("t0", a).ok());
+  ASSERT_TRUE((*s)->Register("t1", a).ok());
+  EXPECT_EQ((*s)->Register("t2", a).message(),
+            "plan: model.model.tensors: the job registers more gradients than the plan has; got 2 tensors, expected "
+            "at least 3 (gradient 't2', model tiny)");
+}
+
+TEST(SessionValidation, RejectsGradientReportedTwice) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 1);
+  InProcessGroup group(1);
+  auto s = Session::Create(plan, group.Rank(0));
+  ASSERT_TRUE(s.ok());
+  std::vector<float> a(4), b(4);
+  ASSERT_TRUE((*s)->Register("t0", a).ok());
+  ASSERT_TRUE((*s)->Register("t1", b).ok());
+  ASSERT_TRUE((*s)->GradientReady(0).ok());
+  EXPECT_EQ((*s)->GradientReady(0).message(),
+            "GradientReady: tensor 0 ('t0') reported twice in one step; got a second call, expected one per step "
+            "(iteration 0)");
+  EXPECT_EQ((*s)->GradientReady(2).message(),
+            "GradientReady: tensor index out of range; got 2, expected 0 <= i < 2 (model tiny)");
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
