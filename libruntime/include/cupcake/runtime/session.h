@@ -71,6 +71,9 @@ class Session {
   // The same for a plan already in memory (validated here with ValidatePlan).
   static StatusOr<std::unique_ptr<Session>> Create(const pb::Plan& plan, std::unique_ptr<Communicator> communicator,
                                                    const SessionOptions& options = {});
+  // Stops the communication thread. If a collective is still in progress (a peer never joined
+  // it, or the session is dropped mid-step), it aborts the group first: the in-process group's
+  // collectives fail; over MPI the job ends with a non-zero exit (MPI_Abort) instead of hanging.
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
