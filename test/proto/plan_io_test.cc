@@ -128,7 +128,9 @@ TEST_F(PlanIoTest, RejectsEmptyCorruptAndMissingFiles) {
     std::string damaged = bytes;
     damaged[i] = static_cast<char>(damaged[i] ^ 0xff);
     auto plan = ParsePlan(damaged, "plan.pb");
-    if (plan.ok()) EXPECT_TRUE(ValidatePlan(*plan, "x").ok());
+    if (plan.ok()) {
+      EXPECT_TRUE(ValidatePlan(*plan, "x").ok());
+    }
   }
   auto missing = ReadPlanFile(dir_ + "/missing.pb");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);

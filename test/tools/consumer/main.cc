@@ -1,7 +1,10 @@
-// Uses the installed cupcake::profile: parse a model, print its tensor count.
+// Uses the installed libraries: parse a model (profile), name the search (planner), and
+// ask the runtime's C API for its last error (none yet).
 #include <iostream>
 
+#include "cupcake/planner/search.h"
 #include "cupcake/profile/json_io.h"
+#include "cupcake/runtime/cupcake.h"
 
 int main() {
   auto m = cupcake::profile::ParseModelJson(
@@ -11,6 +14,8 @@ int main() {
     std::cerr << m.status().message() << "\n";
     return 1;
   }
-  std::cout << m->name() << " " << m->tensors_size() << "\n";
+  std::cout << m->name() << " " << m->tensors_size() << " "
+            << cupcake::planner::AlgorithmName(cupcake::planner::Algorithm::kBranchAndBound) << " ["
+            << cupcake_last_error() << "]\n";
   return 0;
 }
