@@ -92,43 +92,44 @@ Compressor::Compressor(CompressorLayout layout, Backend backend)
 Compressor::~Compressor() = default;
 
 namespace {
+// The message names "<compressor> <stage>: <field>"; it is built only on failure, so the
+// step path does not allocate.
 template <typename Span>
-Status CheckSpan(const std::string& what, const char* unit, const Span& s, int64_t expected) {
-  if (static_cast<int64_t>(s.size()) != expected) {
+Status CheckSpan(const std::string& name, const char* stage, const char* field, const char* unit, const Span& s,
+                 int64_t expected) {
+  const bool wrong_length = static_cast<int64_t>(s.size()) != expected;
+  if (!wrong_length && (expected == 0 || s.data() != nullptr)) return Status::Ok();
+  const std::string what = name + " " + stage + ": " + field;
+  if (wrong_length) {
     return InvalidArgumentError(what + ": wrong length; got " + std::to_string(s.size()) + " " + unit +
                                 ", expected " + std::to_string(expected));
   }
-  if (expected > 0 && s.data() == nullptr) {
-    return InvalidArgumentError(what + ": null pointer; got nullptr, expected " + std::to_string(expected) +
-                                " " + unit);
-  }
-  return Status::Ok();
+  return InvalidArgumentError(what + ": null pointer; got nullptr, expected " + std::to_string(expected) + " " +
+                              unit);
 }
 }  // namespace
 
 Status Compressor::Encode(std::span<const float> grad, std::span<float> state, uint64_t iteration,
                           std::span<std::byte> payload, void* stream) {
-  const std::string what = layout_.name + " encode: ";
-  CUPCAKE_RETURN_IF_ERROR(CheckSpan(what + "grad", "floats", grad, layout_.n));
-  CUPCAKE_RETURN_IF_ERROR(CheckSpan(what + "state", "floats", state, layout_.state_floats));
-  CUPCAKE_RETURN_IF_ERROR(CheckSpan(what + "payload", "bytes", payload, layout_.payload_bytes));
+  CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "encode", "grad", "floats", grad, layout_.n));
+  CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "encode", "state", "floats", state, layout_.state_floats));
+  CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "encode", "payload", "bytes", payload, layout_.payload_bytes));
   return EncodeImpl(grad.data(), state.data(), iteration, payload.data(), stream);
 }
 
 Status Compressor::Decode(std::span<const std::byte> payloads, std::span<float> out, uint64_t iteration,
                           void* stream) {
-  const std::string what = layout_.name + " decode: ";
   if (static_cast<int64_t>(payloads.size()) != layout_.decode_input_bytes) {
     std::string expected = std::to_string(layout_.decode_input_bytes);
     if (!layout_.allreduce) {
       expected += " (" + std::to_string(layout_.world_size) + " payloads of " +
                   std::to_string(layout_.payload_bytes) + " bytes)";
     }
-    return InvalidArgumentError(what + "payloads: wrong length; got " + std::to_string(payloads.size()) +
+    return InvalidArgumentError(layout_.name + " decode: payloads: wrong length; got " + std::to_string(payloads.size()) +
                                 " bytes, expected " + expected);
   }
-  CUPCAKE_RETURN_IF_ERROR(CheckSpan(what + "payloads", "bytes", payloads, layout_.decode_input_bytes));
-  CUPCAKE_RETURN_IF_ERROR(CheckSpan(what + "out", "floats", out, layout_.n));
+  CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "decode", "payloads", "bytes", payloads, layout_.decode_input_bytes));
+  CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "decode", "out", "floats", out, layout_.n));
   return DecodeImpl(payloads.data(), out.data(), iteration, stream);
 }
 
