@@ -36,6 +36,13 @@ std::string Num(double v) {
   return buf;
 }
 
+// Exact: two different doubles never print the same.
+std::string Exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 class TraceWriter {
  public:
   void Slice(int tid, const std::string& name, const std::string& cat, double start_us, double dur_us) {
@@ -131,7 +138,7 @@ PlanDiff DiffPlans(const pb::Plan& a, const pb::Plan& b, double tolerance_pct) {
   change("world_size", std::to_string(a.world_size()), std::to_string(b.world_size()));
   change("device", std::string(Name(a.device())), std::string(Name(b.device())));
   change("compressor", a.compressor().name(), b.compressor().name());
-  change("compressor.ratio", Num(a.compressor().ratio()), Num(b.compressor().ratio()));
+  change("compressor.ratio", Exact(a.compressor().ratio()), Exact(b.compressor().ratio()));
   change("compressor.memory", a.compressor().memory(), b.compressor().memory());
   change("compressor.seed", std::to_string(a.compressor().seed()), std::to_string(b.compressor().seed()));
 

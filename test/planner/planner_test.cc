@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "cupcake/planner/report.h"
 #include "cupcake/proto/fingerprint.h"
 #include "test_problems.h"
 
@@ -108,6 +109,63 @@ TEST(Simulate, RejectsPlanForOtherModel) {
   EXPECT_EQ(t.status().message(), "model other: model fingerprint differs; got " + ModelFingerprint(other) +
                                       ", expected " + ModelFingerprint(f.model) +
                                       " (the plan was made for model random6)");
+}
+
+}  // namespace
+}  // namespace cupcake::planner
+
+namespace cupcake::planner {
+namespace {
+
+TEST(DiffPlans, SamePlanIsEquivalent) {
+  Fixture f = RandomFixture(6, 10);
+  auto plan = MakePlan(f.model, f.profile, PlanRequest{}, SearchOptions{});
+  ASSERT_TRUE(plan.ok());
+  PlanDiff d = DiffPlans(*plan, *plan, 0);
+  EXPECT_FALSE(d.different);
+  EXPECT_TRUE(d.changes.empty());
+}
+
+TEST(DiffPlans, SeesASmallRatioChange) {
+  Fixture f = RandomFixture(7, 10);
+  PlanRequest a;
+  a.compressor = "topk";
+  a.ratio = 0.001;
+  PlanRequest b = a;
+  b.ratio = 0.0012;
+  auto pa = MakePlan(f.model, f.profile, a, SearchOptions{});
+  auto pb = MakePlan(f.model, f.profile, b, SearchOptions{});
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  PlanDiff d = DiffPlans(*pa, *pb, 100);
+  EXPECT_TRUE(d.different);
+  ASSERT_FALSE(d.changes.empty());
+  EXPECT_EQ(d.changes[0], "compressor.ratio: 0.001 -> 0.0011999999999999999");
+}
+
+TEST(DiffPlans, TimeChangeWithinToleranceIsEquivalent) {
+  Fixture f = RandomFixture(8, 10);
+  auto plan = MakePlan(f.model, f.profile, PlanRequest{}, SearchOptions{});
+  ASSERT_TRUE(plan.ok());
+  pb::Plan slower = *plan;
+  slower.mutable_predicted()->set_iteration_us(plan->predicted().iteration_us() * 1.02);
+  EXPECT_FALSE(DiffPlans(*plan, slower, 5).different);
+  PlanDiff d = DiffPlans(*plan, slower, 1);
+  EXPECT_TRUE(d.different);
+  EXPECT_NEAR(d.time_change_pct, 2.0, 1e-9);
+}
+
+TEST(ChromeTrace, HasOneCollectivePerGroupOnTheNetworkTrack) {
+  Fixture f = RandomFixture(9, 12);
+  PlanRequest req;
+  req.compressor = "efsignsgd";
+  auto plan = MakePlan(f.model, f.profile, req, SearchOptions{});
+  ASSERT_TRUE(plan.ok());
+  const std::string trace = ChromeTrace(*plan);
+  size_t comm = 0;
+  for (size_t at = trace.find("\"cat\":\"comm\""); at != std::string::npos; at = trace.find("\"cat\":\"comm\"", at + 1))
+    ++comm;
+  EXPECT_EQ(comm, static_cast<size_t>(plan->groups_size()));
+  EXPECT_NE(trace.find("\"name\":\"network\""), std::string::npos);
 }
 
 }  // namespace
