@@ -5,10 +5,15 @@
 #include <string>
 
 #include "c_api_internal.h"
+#include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 
 struct cupcake_session {
   std::unique_ptr<cupcake::runtime::Session> session;
+};
+
+struct cupcake_recorder {
+  std::unique_ptr<cupcake::runtime::Recorder> recorder;
 };
 
 namespace {
@@ -24,6 +29,11 @@ int Report(const cupcake::Status& s) {
 
 int NullSession(const char* call) {
   last_error = std::string(call) + ": session is NULL; expected one from cupcake_session_create";
+  return CUPCAKE_INVALID_ARGUMENT;
+}
+
+int NullRecorder(const char* call) {
+  last_error = std::string(call) + ": recorder is NULL; expected one from cupcake_recorder_create";
   return CUPCAKE_INVALID_ARGUMENT;
 }
 
@@ -87,6 +97,38 @@ int cupcake_set_accumulating(cupcake_session* session, int accumulating) {
 }
 
 void cupcake_session_destroy(cupcake_session* session) { delete session; }
+
+int cupcake_recorder_create(const char* model_name, cupcake_recorder** out) {
+  if (out == nullptr) return Report(cupcake::InvalidArgumentError("cupcake_recorder_create: out is NULL; expected a pointer"));
+  *out = nullptr;
+  auto recorder = cupcake::runtime::Recorder::Create(model_name != nullptr ? model_name : "");
+  if (!recorder.ok()) return Report(recorder.status());
+  *out = new cupcake_recorder{std::move(recorder).value()};
+  return CUPCAKE_OK;
+}
+
+int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int64_t numel) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_register");
+  return Report(recorder->recorder->Register(name != nullptr ? name : "", numel));
+}
+
+int cupcake_recorder_begin_backward(cupcake_recorder* recorder) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_begin_backward");
+  return Report(recorder->recorder->BeginBackward());
+}
+
+int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_gradient_ready");
+  return Report(recorder->recorder->GradientReady(tensor));
+}
+
+int cupcake_recorder_write(cupcake_recorder* recorder, const char* path) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_write");
+  if (path == nullptr) return Report(cupcake::InvalidArgumentError("cupcake_recorder_write: path is NULL; expected a path"));
+  return Report(recorder->recorder->Write(path));
+}
+
+void cupcake_recorder_destroy(cupcake_recorder* recorder) { delete recorder; }
 
 const char* cupcake_last_error(void) { return last_error.c_str(); }
 

@@ -53,6 +53,20 @@ int cupcake_set_accumulating(cupcake_session* session, int accumulating);
 /* Destroys the session; NULL is ignored. */
 void cupcake_session_destroy(cupcake_session* session);
 
+/* Record mode (cupcake/runtime/recorder.h): with no plan, measures gradient-ready times on a
+ * steady clock and writes them as a cupcake.model.v1 file. Register in gradient-ready order;
+ * each iteration: cupcake_recorder_begin_backward, then cupcake_recorder_gradient_ready(r, i)
+ * for i = 0, 1, ...; then cupcake_recorder_write (one rank). */
+typedef struct cupcake_recorder cupcake_recorder;
+int cupcake_recorder_create(const char* model_name, cupcake_recorder** out);
+int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int64_t numel);
+int cupcake_recorder_begin_backward(cupcake_recorder* recorder);
+int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor);
+/* Writes the model (medians of the completed iterations) to `path` atomically. */
+int cupcake_recorder_write(cupcake_recorder* recorder, const char* path);
+/* Destroys the recorder; NULL is ignored. */
+void cupcake_recorder_destroy(cupcake_recorder* recorder);
+
 /* The message of the last failed call on this thread ("" if none); valid until the next call. */
 const char* cupcake_last_error(void);
 

@@ -1,0 +1,147 @@
+#include "cupcake/runtime/recorder.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <set>
+
+#include "cupcake/proto/file_io.h"
+
+namespace cupcake::runtime {
+namespace {
+
+// A JSON string literal: quotes, backslashes and control characters escaped.
+void AppendJsonString(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+}
+
+// The shortest text that reads back as the same double.
+void AppendDouble(std::string& out, double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+  if (std::string_view(buf, end - buf).find_first_of(".eE") == std::string_view::npos) out += ".0";
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+Recorder::Recorder(std::string model_name, const RecorderOptions& options)
+    : model_name_(std::move(model_name)), source_(options.source) {
+  if (options.clock == nullptr) owned_clock_ = std::make_unique<SteadyClock>();
+  clock_ = options.clock != nullptr ? options.clock : owned_clock_.get();
+}
+
+Recorder::~Recorder() = default;
+
+StatusOr<std::unique_ptr<Recorder>> Recorder::Create(const std::string& model_name, const RecorderOptions& options) {
+  if (model_name.empty()) return InvalidArgumentError("recorder: model name: empty; expected the model's name");
+  return std::unique_ptr<Recorder>(new Recorder(model_name, options));
+}
+
+Status Recorder::Register(const std::string& name, int64_t numel) {
+  const std::string where = "recorder: tensor " + std::to_string(names_.size()) + " ('" + name + "')";
+  if (in_backward_ || completed_ > 0)
+    return FailedPreconditionError(where + ": registered after BeginBackward; expected every gradient registered first");
+  if (name.empty()) return InvalidArgumentError(where + ": name: empty; expected the parameter's name");
+  if (numel < 1) return InvalidArgumentError(where + ": numel: out of range; got " + std::to_string(numel) + ", expected >= 1");
+  if (std::find(names_.begin(), names_.end(), name) != names_.end())
+    return InvalidArgumentError(where + ": name: registered twice; expected distinct names");
+  names_.push_back(name);
+  numels_.push_back(numel);
+  gaps_us_.emplace_back();
+  return Status::Ok();
+}
+
+int Recorder::registered() const { return static_cast<int>(names_.size()); }
+int Recorder::completed_iterations() const { return completed_; }
+
+Status Recorder::BeginBackward() {
+  if (names_.empty()) return FailedPreconditionError("recorder: BeginBackward: no gradient registered; expected Register first");
+  if (in_backward_)
+    return FailedPreconditionError("recorder: BeginBackward: iteration " + std::to_string(completed_) +
+                                   " is incomplete; got " + std::to_string(next_) + " of " +
+                                   std::to_string(names_.size()) + " gradients ready, expected all (next: '" +
+                                   names_[next_] + "')");
+  in_backward_ = true;
+  next_ = 0;
+  current_us_.clear();
+  last_us_ = clock_->NowUs();
+  return Status::Ok();
+}
+
+Status Recorder::GradientReady(int i) {
+  const double now_us = clock_->NowUs();
+  if (!in_backward_)
+    return FailedPreconditionError("recorder: GradientReady(" + std::to_string(i) +
+                                   "): outside backward; expected BeginBackward first");
+  if (i != next_)
+    return InvalidArgumentError("recorder: GradientReady: out of order; got " + std::to_string(i) + ", expected " +
+                                std::to_string(next_) + " ('" + names_[next_] +
+                                "'; gradients are registered in gradient-ready order)");
+  current_us_.push_back(std::max(0.0, now_us - last_us_));
+  last_us_ = now_us;
+  ++next_;
+  if (next_ == registered()) {
+    for (size_t t = 0; t < names_.size(); ++t) gaps_us_[t].push_back(current_us_[t]);
+    ++completed_;
+    in_backward_ = false;
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<double>> Recorder::MedianBackwardUs() const {
+  if (completed_ == 0)
+    return FailedPreconditionError("recorder: model '" + model_name_ +
+                                   "': no completed iteration; expected BeginBackward and every GradientReady at least once");
+  std::vector<double> medians;
+  medians.reserve(names_.size());
+  for (const auto& gaps : gaps_us_) medians.push_back(Median(gaps));
+  return medians;
+}
+
+StatusOr<std::string> Recorder::ToJson() const {
+  CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> medians, MedianBackwardUs());
+  const std::string source = !source_.empty() ? source_
+                                              : "cupcake runtime record mode: median of " + std::to_string(completed_) +
+                                                    " iterations";
+  std::string out = "{\n  \"format\": \"cupcake.model.v1\",\n  \"name\": ";
+  AppendJsonString(out, model_name_);
+  out += ",\n  \"source\": ";
+  AppendJsonString(out, source);
+  out += ",\n  \"tensors\": [";
+  for (size_t t = 0; t < names_.size(); ++t) {
+    out += t == 0 ? "\n    {\"name\": " : ",\n    {\"name\": ";
+    AppendJsonString(out, names_[t]);
+    out += ", \"numel\": " + std::to_string(numels_[t]) + ", \"dtype\": \"float32\", \"backward_us\": ";
+    AppendDouble(out, medians[t]);
+    out += "}";
+  }
+  out += "\n  ]\n}\n";
+  return out;
+}
+
+Status Recorder::Write(const std::string& path) const {
+  CUPCAKE_ASSIGN_OR_RETURN(std::string json, ToJson());
+  return WriteFileAtomic(path, json);
+}
+
+}  // namespace cupcake::runtime

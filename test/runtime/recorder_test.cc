@@ -1,0 +1,204 @@
+// Record mode: the median gaps under a fake clock, the model JSON read back by libprofile's
+// parser, the misuse messages, and the C API.
+#include "cupcake/runtime/recorder.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <deque>
+#include <filesystem>
+
+#include "cupcake/profile/json_io.h"
+#include "cupcake/proto/file_io.h"
+#include "cupcake/runtime/cupcake.h"
+
+namespace cupcake::runtime {
+namespace {
+
+// A fake: NowUs() returns the queued times in order. Aborts (by a test failure) when empty.
+class ScriptedClock final : public Clock {
+ public:
+  void Push(double t_us) { times_.push_back(t_us); }
+  double NowUs() override {
+    EXPECT_FALSE(times_.empty()) << "the test did not queue enough times";
+    if (times_.empty()) return 0;
+    double t = times_.front();
+    times_.pop_front();
+    return t;
+  }
+
+ private:
+  std::deque<double> times_;
+};
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("cupcake_recorder_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+// One iteration: backward starts at `start_us`, then gradient i is ready `gaps[i]` after the previous.
+void Iteration(Recorder& r, ScriptedClock& clock, double start_us, const std::vector<double>& gaps) {
+  clock.Push(start_us);
+  ASSERT_TRUE(r.BeginBackward().ok());
+  double t = start_us;
+  for (size_t i = 0; i < gaps.size(); ++i) {
+    t += gaps[i];
+    clock.Push(t);
+    Status s = r.GradientReady(static_cast<int>(i));
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+}
+
+std::unique_ptr<Recorder> ThreeTensors(ScriptedClock& clock) {
+  RecorderOptions options;
+  options.clock = &clock;
+  auto r = Recorder::Create("mlp", options);
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE((*r)->Register("fc2.bias", 10).ok());
+  EXPECT_TRUE((*r)->Register("fc2.weight", 640).ok());
+  EXPECT_TRUE((*r)->Register("fc1.weight", 64 * 32).ok());
+  return std::move(r).value();
+}
+
+TEST(Recorder, MedianOfOddIterationCountIsTheMiddleGap) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  Iteration(*r, clock, 1000, {5, 100, 30});
+  Iteration(*r, clock, 2000, {7, 300, 10});  // outliers in tensors 1 and 2
+  Iteration(*r, clock, 3000, {6, 110, 20});
+  EXPECT_EQ(r->completed_iterations(), 3);
+  auto medians = r->MedianBackwardUs();
+  ASSERT_TRUE(medians.ok());
+  EXPECT_EQ(*medians, (std::vector<double>{6, 110, 20}));
+}
+
+TEST(Recorder, MedianOfEvenIterationCountIsTheMeanOfTheMiddleTwo) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  Iteration(*r, clock, 0, {1, 10, 100});
+  Iteration(*r, clock, 500, {2, 20, 200});
+  Iteration(*r, clock, 1000, {4, 40, 400});
+  Iteration(*r, clock, 2000, {8, 80, 800});
+  auto medians = r->MedianBackwardUs();
+  ASSERT_TRUE(medians.ok());
+  EXPECT_EQ(*medians, (std::vector<double>{3, 30, 300}));
+}
+
+TEST(Recorder, WritesAModelThatLibprofileParses) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  Iteration(*r, clock, 0, {1.5, 0.125, 12345.678});
+  const std::string path = TempPath("model.json");
+  Status s = r->Write(path);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto text = ReadFile(path);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text,
+            "{\n"
+            "  \"format\": \"cupcake.model.v1\",\n"
+            "  \"name\": \"mlp\",\n"
+            "  \"source\": \"cupcake runtime record mode: median of 1 iterations\",\n"
+            "  \"tensors\": [\n"
+            "    {\"name\": \"fc2.bias\", \"numel\": 10, \"dtype\": \"float32\", \"backward_us\": 1.5},\n"
+            "    {\"name\": \"fc2.weight\", \"numel\": 640, \"dtype\": \"float32\", \"backward_us\": 0.125},\n"
+            "    {\"name\": \"fc1.weight\", \"numel\": 2048, \"dtype\": \"float32\", \"backward_us\": 12345.678}\n"
+            "  ]\n"
+            "}\n");
+  auto model = profile::ParseModelJson(*text, path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->name(), "mlp");
+  EXPECT_EQ(model->source(), "cupcake runtime record mode: median of 1 iterations");
+  ASSERT_EQ(model->tensors_size(), 3);
+  EXPECT_EQ(model->tensors(1).name(), "fc2.weight");
+  EXPECT_EQ(model->tensors(2).numel(), 2048);
+  EXPECT_EQ(model->tensors(2).dtype(), pb::FLOAT32);
+  EXPECT_EQ(model->tensors(0).backward_us(), 1.5);
+  EXPECT_EQ(model->tensors(2).backward_us(), 12345.678);
+  std::filesystem::remove(path);
+}
+
+TEST(Recorder, EscapesNamesAndRoundTripsIntegralTimes) {
+  ScriptedClock clock;
+  RecorderOptions options;
+  options.clock = &clock;
+  options.source = "job \"x\"\n";
+  auto r = Recorder::Create("odd\\name", options);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE((*r)->Register("layer\t\"0\"", 3).ok());
+  Iteration(**r, clock, 0, {42});
+  auto json = (*r)->ToJson();
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"backward_us\": 42.0}"), std::string::npos) << *json;
+  auto model = profile::ParseModelJson(*json, "recorded");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->name(), "odd\\name");
+  EXPECT_EQ(model->source(), "job \"x\"\n");
+  EXPECT_EQ(model->tensors(0).name(), "layer\t\"0\"");
+  EXPECT_EQ(model->tensors(0).backward_us(), 42);
+}
+
+TEST(Recorder, RejectsMisuseWithClearMessages) {
+  ScriptedClock clock;
+  RecorderOptions options;
+  options.clock = &clock;
+  EXPECT_EQ(Recorder::Create("", options).status().message(), "recorder: model name: empty; expected the model's name");
+  auto r = std::move(Recorder::Create("m", options)).value();
+  EXPECT_EQ(r->BeginBackward().message(), "recorder: BeginBackward: no gradient registered; expected Register first");
+  EXPECT_EQ(r->Register("a", 0).message(), "recorder: tensor 0 ('a'): numel: out of range; got 0, expected >= 1");
+  ASSERT_TRUE(r->Register("a", 4).ok());
+  EXPECT_EQ(r->Register("a", 4).message(), "recorder: tensor 1 ('a'): name: registered twice; expected distinct names");
+  ASSERT_TRUE(r->Register("b", 4).ok());
+  EXPECT_EQ(r->MedianBackwardUs().status().message(),
+            "recorder: model 'm': no completed iteration; expected BeginBackward and every GradientReady at least once");
+  EXPECT_EQ(r->Write(TempPath("never.json")).message(),
+            "recorder: model 'm': no completed iteration; expected BeginBackward and every GradientReady at least once");
+  clock.Push(0);
+  EXPECT_EQ(r->GradientReady(0).message(), "recorder: GradientReady(0): outside backward; expected BeginBackward first");
+  clock.Push(0);
+  ASSERT_TRUE(r->BeginBackward().ok());
+  clock.Push(1);
+  EXPECT_EQ(r->GradientReady(1).message(),
+            "recorder: GradientReady: out of order; got 1, expected 0 ('a'; gradients are registered in gradient-ready order)");
+  clock.Push(2);
+  ASSERT_TRUE(r->GradientReady(0).ok());
+  EXPECT_EQ(r->BeginBackward().message(),
+            "recorder: BeginBackward: iteration 0 is incomplete; got 1 of 2 gradients ready, expected all (next: 'b')");
+  clock.Push(3);
+  ASSERT_TRUE(r->GradientReady(1).ok());
+  EXPECT_EQ(r->Register("c", 1).message(),
+            "recorder: tensor 2 ('c'): registered after BeginBackward; expected every gradient registered first");
+  auto medians = r->MedianBackwardUs();
+  ASSERT_TRUE(medians.ok());
+  // The gap of tensor 0 runs from BeginBackward (0) to its accepted mark (2).
+  EXPECT_EQ(*medians, (std::vector<double>{2, 1}));
+}
+
+TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
+  cupcake_recorder* r = nullptr;
+  ASSERT_EQ(cupcake_recorder_create("capi", &r), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_recorder_register(r, "w", 8), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_recorder_register(r, "b", 2), CUPCAKE_OK);
+  for (int it = 0; it < 3; ++it) {
+    ASSERT_EQ(cupcake_recorder_begin_backward(r), CUPCAKE_OK);
+    ASSERT_EQ(cupcake_recorder_gradient_ready(r, 0), CUPCAKE_OK);
+    ASSERT_EQ(cupcake_recorder_gradient_ready(r, 1), CUPCAKE_OK);
+  }
+  EXPECT_EQ(cupcake_recorder_gradient_ready(r, 0), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_STREQ(cupcake_last_error(), "recorder: GradientReady(0): outside backward; expected BeginBackward first");
+  const std::string path = TempPath("capi.json");
+  ASSERT_EQ(cupcake_recorder_write(r, path.c_str()), CUPCAKE_OK) << cupcake_last_error();
+  cupcake_recorder_destroy(r);
+  auto text = ReadFile(path);
+  ASSERT_TRUE(text.ok());
+  auto model = profile::ParseModelJson(*text, path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->tensors_size(), 2);
+  EXPECT_GE(model->tensors(1).backward_us(), 0);
+  std::filesystem::remove(path);
+  EXPECT_EQ(cupcake_recorder_begin_backward(nullptr), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_recorder_begin_backward: recorder is NULL; expected one from cupcake_recorder_create");
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
