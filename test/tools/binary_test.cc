@@ -61,7 +61,7 @@ TEST_F(BinaryTest, FailuresExitOneAndUsageErrorsTwo) {
   r = Invoke(CUPCAKE_PROFILE_BIN, "improt --db p.db model.json");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "cupcake-profile: unknown command; got 'improt' (did you mean 'import'?), expected one of import, "
-                   "export, inspect, kernels, comm; run 'cupcake-profile --help' for the commands\n");
+                   "export, inspect, kernels, comm, compute; run 'cupcake-profile --help' for the commands\n");
   r = Invoke(CUPCAKE_PROFILE_BIN, "inspect --db p.db --format yaml");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "cupcake-profile inspect: --format: unknown format; got \"yaml\", expected one of text, json\n"

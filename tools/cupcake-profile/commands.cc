@@ -10,6 +10,7 @@ std::vector<tools::Command> Commands(profile::Communicator* world, std::string m
       {"kernels", "measure compressor encode/decode and copy costs on this machine", KernelsMain},
       {"comm", "measure the collectives under mpirun (allreduce, allgather, ...)",
        [world, mpi_problem](tools::Invocation& inv) { return CommMain(inv, world, mpi_problem); }},
+      {"compute", "run a training job in record mode and import the model it writes", ComputeMain},
   };
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cupcake/proto/status.h"
@@ -35,6 +36,25 @@ struct ImportOptions {
 // "format"; creates the DB when missing (and removes it again when the import fails).
 Status RunImport(const ImportOptions& options, std::ostream& out);
 int ImportMain(tools::Invocation& inv);
+
+// compute --db DB [--iterations N] [--model-file F] [--replace] -- TRAINING COMMAND...
+// The environment variables that tell a training job to record (read by the job's main, not by
+// the runtime): where to write the model, and how many iterations to record.
+inline constexpr std::string_view kRecordEnv = "CUPCAKE_RECORD";
+inline constexpr std::string_view kRecordIterationsEnv = "CUPCAKE_RECORD_ITERATIONS";
+struct ComputeOptions {
+  std::string db;
+  std::vector<std::string> command;  // the training command and its arguments
+  int iterations = 20;
+  std::string model_file;  // empty: a temporary file, removed afterwards
+  bool replace = false;
+  double lock_timeout_s = 10;
+};
+// Runs the training command with CUPCAKE_RECORD=<model file> and CUPCAKE_RECORD_ITERATIONS=N
+// added to its environment, waits for it, and imports the model it wrote (as `import` does).
+// Fails, naming the command, when it exits non-zero or by a signal, or writes no model.
+Status RunCompute(const ComputeOptions& options, std::ostream& out);
+int ComputeMain(tools::Invocation& inv);
 
 // export --db DB [--model NAME] [-o FILE]
 struct ExportOptions {
