@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   gnuplot-nox
+  libtorch-dev
 )
 
 missing=()
