@@ -103,6 +103,21 @@ TEST_F(ProfileComputeTest, ReportsAMalformedModel) {
   EXPECT_NE(s.message().find("typo"), std::string::npos) << s.message();
 }
 
+TEST_F(ProfileComputeTest, RefusesADbWithoutAProfileBeforeRunningTheJob) {
+  const std::string ran = dir_.File("ran");
+  const std::string job = Script("job.sh", "touch " + ran + "\n");
+  db_ = dir_.File("empty.db");
+  Status s = Compute({job});
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("compute: " + db_, 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("\ncompute: nothing run; profile the cluster into the DB first "
+                             "(cupcake-profile kernels/comm, or import a profile)"),
+            std::string::npos)
+      << s.message();
+  EXPECT_FALSE(std::filesystem::exists(ran));
+  EXPECT_FALSE(std::filesystem::exists(db_));
+}
+
 TEST_F(ProfileComputeTest, ADefaultModelFileIsTemporary) {
   const std::string job = Script("job.sh", std::string("echo \"$CUPCAKE_RECORD\" > ") + dir_.File("where") + "\n" +
                                                kGoodJob);

@@ -52,7 +52,8 @@ struct ComputeOptions {
 };
 // Runs the training command with CUPCAKE_RECORD=<model file> and CUPCAKE_RECORD_ITERATIONS=N
 // added to its environment, waits for it, and imports the model it wrote (as `import` does).
-// Fails, naming the command, when it exits non-zero or by a signal, or writes no model.
+// Refuses, before running anything, a DB that holds no profile. Fails, naming the command, when
+// it exits non-zero or by a signal, or writes no model.
 Status RunCompute(const ComputeOptions& options, std::ostream& out);
 int ComputeMain(tools::Invocation& inv);
 

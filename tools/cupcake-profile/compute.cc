@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "cupcake/profile/store.h"
 #include "profiling.h"
 
 namespace cupcake::profile_cli {
@@ -57,6 +58,16 @@ Status RunCompute(const ComputeOptions& options, std::ostream& out) {
   if (options.iterations < 1)
     return InvalidArgumentError("compute: --iterations: out of range; got " + std::to_string(options.iterations) +
                                 ", expected >= 1");
+  // The model goes into a DB with a profile: say so before a possibly long job, not after it.
+  {
+    CUPCAKE_ASSIGN_OR_RETURN(int lock_ms, LockTimeoutMs(options.lock_timeout_s));
+    auto store = profile::ProfileStore::Open(options.db, /*create=*/false, lock_ms);
+    Status has_profile = store.ok() ? store->Load().status() : store.status();
+    if (!has_profile.ok())
+      return Status(has_profile.code(), "compute: " + has_profile.message() +
+                                            "\ncompute: nothing run; profile the cluster into the DB first "
+                                            "(cupcake-profile kernels/comm, or import a profile)");
+  }
   std::string model_file = options.model_file;
   const bool temporary = model_file.empty();
   if (temporary) {
