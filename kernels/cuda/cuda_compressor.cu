@@ -158,17 +158,8 @@ __global__ void QsgdEncodeKernel(const float* x, float* resid, int64_t n, uint64
   const float scale = norm > 0.0f ? kQsgdLevels / norm : 0.0f;
   const float unit = norm / kQsgdLevels;
   GRID_STRIDE(i, n) {
-    const float v = x[i];
-    const bool finite = IsFinite(v);
-    float l = finite ? Abs(v) * scale : 0.0f;
-    l = l < kQsgdLevels ? l : kQsgdLevels;
-    const int fl = static_cast<int>(l);
-    const float u = Uniform01(RandomBits(key, static_cast<uint32_t>(i)));
-    int q = fl + (u < l - static_cast<float>(fl) ? 1 : 0);
-    q = q < 127 ? q : 127;
-    const int sq = v < 0.0f ? -q : q;
-    payload[i] = static_cast<u8>(static_cast<int8_t>(finite ? sq : -128));
-    if (resid) resid[i] = finite ? v - static_cast<float>(sq) * unit : 0.0f;
+    const float r = QsgdQuantizeOne(x[i], scale, unit, key, static_cast<uint32_t>(i), payload + i);
+    if (resid) resid[i] = r;
   }
 }
 

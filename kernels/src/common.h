@@ -150,4 +150,21 @@ constexpr float kDgcMomentum = 0.9f;
 constexpr float kSignumMomentum = 0.9f;
 constexpr float kQsgdLevels = 127.0f;
 
+// qsgd, one element (every backend's loop calls this, so their bits agree): the level
+// sign(v) * (floor(|v| scale) + Bernoulli(fraction)), at most 127, with scale = 127 / norm,
+// drawn from the generator at (key, i). Writes the payload byte (-128 marks a non-finite
+// element) and returns the residual v - level * unit (0 for a non-finite element).
+CUPCAKE_HD float QsgdQuantizeOne(float v, float scale, float unit, uint64_t key, uint32_t i, unsigned char* byte) {
+  const bool finite = IsFinite(v);
+  float l = finite ? Abs(v) * scale : 0.0f;
+  l = l < kQsgdLevels ? l : kQsgdLevels;
+  const int fl = static_cast<int>(l);
+  const float u = Uniform01(RandomBits(key, i));
+  int q = fl + (u < l - static_cast<float>(fl) ? 1 : 0);
+  q = q < 127 ? q : 127;
+  const int sq = v < 0.0f ? -q : q;
+  *byte = static_cast<unsigned char>(static_cast<signed char>(finite ? sq : -128));
+  return finite ? v - static_cast<float>(sq) * unit : 0.0f;
+}
+
 }  // namespace cupcake::kernels::detail

@@ -395,17 +395,8 @@ CUPCAKE_AVX2 void EncodeQsgdT(const float* g, float* resid, int64_t n, uint64_t 
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(payload + i), _mm256_permutevar8x32_epi32(b16, order));
   }
   for (; i < n; ++i) {  // the baseline loop body
-    const float v = x[i];
-    const bool finite = IsFinite(v);
-    float l = finite ? Abs(v) * scale : 0.0f;
-    l = l < detail::kQsgdLevels ? l : detail::kQsgdLevels;
-    const int fl = static_cast<int>(l);
-    const float u = detail::Uniform01(detail::RandomBits(key, static_cast<uint32_t>(i)));
-    int qi = fl + (u < l - static_cast<float>(fl) ? 1 : 0);
-    qi = qi < 127 ? qi : 127;
-    const int sq = v < 0.0f ? -qi : qi;
-    payload[i] = static_cast<u8>(static_cast<int8_t>(finite ? sq : -128));
-    if (kResid) resid[i] = finite ? v - static_cast<float>(sq) * unit : 0.0f;
+    const float r = detail::QsgdQuantizeOne(x[i], scale, unit, key, static_cast<uint32_t>(i), payload + i);
+    if (kResid) resid[i] = r;
   }
   StoreF(payload + n, norm);
 }

@@ -310,20 +310,8 @@ class CpuCompressor final : public Compressor {
     const uint64_t key = detail::StreamKey(layout().seed, iteration);
     // 2. level = floor(|x| s / norm) + Bernoulli(fraction); unbiased.
     for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const bool finite = IsFinite(v);
-      float l = finite ? Abs(v) * scale : 0.0f;
-      l = l < detail::kQsgdLevels ? l : detail::kQsgdLevels;
-      const int fl = static_cast<int>(l);
-      const float u = detail::Uniform01(detail::RandomBits(key, static_cast<uint32_t>(i)));
-      int q = fl + (u < l - static_cast<float>(fl) ? 1 : 0);
-      q = q < 127 ? q : 127;
-      const int sq = v < 0.0f ? -q : q;
-      payload[i] = static_cast<u8>(static_cast<int8_t>(finite ? sq : -128));
-      if (resid) {
-        const float sent = static_cast<float>(sq) * unit;
-        resid[i] = finite ? v - sent : 0.0f;
-      }
+      const float r = detail::QsgdQuantizeOne(x[i], scale, unit, key, static_cast<uint32_t>(i), payload + i);
+      if (resid) resid[i] = r;
     }
     StoreF(payload + n, norm);
   }
