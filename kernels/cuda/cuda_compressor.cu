@@ -203,10 +203,7 @@ __global__ void TerngradEncodeKernel(const float* x, float* resid, int64_t n, ui
       const int64_t i = 4 * b + j;
       if (i >= n) break;
       const float v = x[i];
-      const float p = Abs(v) * inv;
-      const float u = Uniform01(RandomBits(key, static_cast<uint32_t>(i)));
-      uint32_t c = u < p ? (v < 0.0f ? 2u : 1u) : 0u;
-      c = IsFinite(v) ? c : 3u;
+      const uint32_t c = TerngradCode(v, inv, key, static_cast<uint32_t>(i));
       byte |= c << (2 * j);
       if (resid) {
         const float sent = c == 1u ? mx : (c == 2u ? -mx : 0.0f);

@@ -150,6 +150,16 @@ constexpr float kDgcMomentum = 0.9f;
 constexpr float kSignumMomentum = 0.9f;
 constexpr float kQsgdLevels = 127.0f;
 
+// terngrad, one element (every backend's loop calls this): the 2-bit code, 1 for +max, 2 for
+// -max with probability |v| / max (inv = 1 / max), 0 otherwise, 3 for a non-finite element,
+// drawn from the generator at (key, i).
+CUPCAKE_HD uint32_t TerngradCode(float v, float inv, uint64_t key, uint32_t i) {
+  const float p = Abs(v) * inv;
+  const float u = Uniform01(RandomBits(key, i));
+  const uint32_t c = u < p ? (v < 0.0f ? 2u : 1u) : 0u;
+  return IsFinite(v) ? c : 3u;
+}
+
 // qsgd, one element (every backend's loop calls this, so their bits agree): the level
 // sign(v) * (floor(|v| scale) + Bernoulli(fraction)), at most 127, with scale = 127 / norm,
 // drawn from the generator at (key, i). Writes the payload byte (-128 marks a non-finite

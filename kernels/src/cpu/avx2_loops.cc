@@ -447,17 +447,10 @@ CUPCAKE_AVX2 void EncodeTerngradT(const float* g, float* resid, int64_t n, uint6
     const uint64_t codes = Spread32(lo) | (Spread32(hi) << 1);
     std::memcpy(payload + i / 4, &codes, 8);
   }
-  auto code = [&](int64_t e) -> uint32_t {
-    const float v = x[e];
-    const float p = Abs(v) * inv;
-    const float u = detail::Uniform01(detail::RandomBits(key, static_cast<uint32_t>(e)));
-    const uint32_t c = u < p ? (v < 0.0f ? 2u : 1u) : 0u;
-    return IsFinite(v) ? c : 3u;
-  };
   for (int64_t b = i / 4; 4 * b < n; ++b) {
     uint32_t byte = 0;
     for (int64_t e = 4 * b; e < n && e < 4 * b + 4; ++e) {
-      const uint32_t c = code(e);
+      const uint32_t c = detail::TerngradCode(x[e], inv, key, static_cast<uint32_t>(e));
       byte |= c << (2 * (e - 4 * b));
       if (kResid) resid[e] = c == 3u ? 0.0f : x[e] - (c == 1u ? mx : (c == 2u ? -mx : 0.0f));
     }

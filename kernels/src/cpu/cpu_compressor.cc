@@ -424,13 +424,7 @@ class CpuCompressor final : public Compressor {
     const float mx = FiniteMaxAbs(x, n);
     const float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
     const uint64_t key = detail::StreamKey(layout().seed, iteration);
-    auto code = [&](int64_t i) -> uint32_t {
-      const float v = x[i];
-      const float p = Abs(v) * inv;
-      const float u = detail::Uniform01(detail::RandomBits(key, static_cast<uint32_t>(i)));
-      const uint32_t c = u < p ? (v < 0.0f ? 2u : 1u) : 0u;
-      return IsFinite(v) ? c : 3u;
-    };
+    auto code = [&](int64_t i) { return detail::TerngradCode(x[i], inv, key, static_cast<uint32_t>(i)); };
     const int64_t full = n / 4;
     for (int64_t b = 0; b < full; ++b) {
       uint32_t byte = 0;
