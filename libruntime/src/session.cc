@@ -17,10 +17,6 @@
 
 namespace cupcake::runtime {
 
-double SteadyClock::NowUs() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 uint64_t GroupSeed(uint64_t plan_seed, int group, int rank, bool allreduce) {
   uint64_t seed = plan_seed + static_cast<uint64_t>(group) * 0x9E3779B97F4A7C15ull;
   return allreduce ? seed : seed + static_cast<uint64_t>(rank);

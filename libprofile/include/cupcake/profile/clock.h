@@ -1,23 +1,14 @@
-// The clock the profiler measures with, passed in so tests run on a fake one (STYLE.md: no
-// sleeps, time comes in from outside).
+// The clock the profiler measures with (proto/clock.h), and a fake for tests.
 #pragma once
 
 #include <cstdint>
 
+#include "cupcake/proto/clock.h"
+
 namespace cupcake::profile {
 
-// A monotonic clock in microseconds. Implementations say their own thread-safety.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual double NowUs() = 0;
-};
-
-// std::chrono::steady_clock. Thread-safe.
-class SteadyClock final : public Clock {
- public:
-  double NowUs() override;
-};
+using ::cupcake::Clock;
+using ::cupcake::SteadyClock;
 
 // A fake: every NowUs() returns the previous value plus `step_us` (the first returns 0).
 // Not thread-safe.

@@ -27,23 +27,15 @@
 #include <string>
 
 #include "cupcake/cupcake.pb.h"
+#include "cupcake/proto/clock.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/runtime/communicator.h"
 
 namespace cupcake::runtime {
 
-// A monotonic clock in microseconds, passed in so tests run on a fake one.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual double NowUs() = 0;
-};
-
-// std::chrono::steady_clock. Thread-safe.
-class SteadyClock final : public Clock {
- public:
-  double NowUs() override;
-};
+// The clock waits read (proto/clock.h), passed in so tests run on a fake one.
+using ::cupcake::Clock;
+using ::cupcake::SteadyClock;
 
 struct SessionOptions {
   // Where waits read the time; nullptr: a SteadyClock the session owns. Not owned.
