@@ -8,11 +8,11 @@
 //   2. MPI_Barrier, then time one iteration on the steady clock:
 //        baseline: MPI_Allreduce(MPI_IN_PLACE, SUM) over one contiguous buffer holding every
 //                  gradient, then the divide by W (the work the runtime does for fp32); also
-//                  the same out of place (the runtime's collective is out of place), and the
-//                  runtime's data movement done by hand (pack, copy to the payload, the
-//                  collective out of place, divide into the fusion buffer, unpack);
+//                  the same out of place, for reference;
 //        runtime:  [backward gap of tensor i] GradientReady(i) for every tensor in plan order,
-//                  then Synchronize().
+//                  then Synchronize(). The gradients are registered as slices of one flat
+//                  buffer (as frameworks keep them); the fp32 one-group plan also runs on
+//                  separate buffers, one per tensor.
 //   3. The iteration's time is the slowest rank's (MPI_Allreduce MAX, after the timed part).
 //   `warmup` untimed iterations, then `iters` timed ones; median, mean and min over them. Rows
 //   compared with each other run interleaved, one iteration of each in turn, so that they see
@@ -33,7 +33,6 @@
 // same compressor and options, built here) and the plan as given.
 #include <mpi.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -41,7 +40,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,11 +48,11 @@
 #include "cupcake/planner/cost_model.h"
 #include "cupcake/planner/planner.h"
 #include "cupcake/profile/load.h"
-#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/communicator.h"
 #include "cupcake/runtime/session.h"
+#include "bench_plans.h"
 
 #ifndef CUPCAKE_SOURCE_DIR
 #define CUPCAKE_SOURCE_DIR "."
@@ -65,6 +63,8 @@ namespace {
 using cupcake::pb::Model;
 using cupcake::pb::Plan;
 namespace rt = cupcake::runtime;
+using cupcake::bench::Stats;
+using cupcake::bench::Summarize;
 namespace planner = cupcake::planner;
 
 double NowUs() {
@@ -98,21 +98,6 @@ struct Options {
   int iters = 20;
   std::string backward = "all";
 };
-
-struct Stats {
-  double median_us = 0, mean_us = 0, min_us = 0;
-};
-
-Stats Summarize(std::vector<double> t) {
-  Stats s;
-  if (t.empty()) return s;
-  std::sort(t.begin(), t.end());
-  const size_t n = t.size();
-  s.median_us = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-  s.mean_us = std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(n);
-  s.min_us = t.front();
-  return s;
-}
 
 [[noreturn]] void Die(int rank, const std::string& message, int code = 1) {
   if (rank == 0) std::fprintf(stderr, "runtime_bench: %s\n", message.c_str());
@@ -157,60 +142,6 @@ bool RanksAgree(uint64_t hash) {
 double SlowestRank(double us) {
   MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return us;
-}
-
-// A plan with one group per tensor (layer-wise) or one group for the whole model, the
-// compressor, options and spec of `like`.
-Plan Regroup(const Plan& like, bool layerwise) {
-  Plan plan = like;
-  plan.clear_groups();
-  plan.clear_baselines();
-  const Model& m = like.model().model();
-  const cupcake::CompressorInfo* info = cupcake::FindCompressor(like.compressor().name());
-  const double ratio = planner::RequestOf(like).ratio;
-  const cupcake::pb::GroupOptions options = like.groups(0).options();
-  auto add = [&](int first, int last) {
-    cupcake::pb::Group* g = plan.add_groups();
-    g->set_first_tensor(first);
-    g->set_last_tensor(last);
-    int64_t n = 0;
-    for (int i = first; i <= last; ++i) n += m.tensors(i).numel();
-    g->set_numel(n);
-    *g->mutable_options() = options;
-    g->set_payload_bytes(cupcake::PayloadBytes(*info, n, ratio));
-  };
-  if (layerwise)
-    for (int i = 0; i < m.tensors_size(); ++i) add(i, i);
-  else
-    add(0, m.tensors_size() - 1);
-  return plan;
-}
-
-// An fp32 plan for `model` (one group), as the tests build them in code.
-Plan Fp32OneGroup(const Model& model, int world) {
-  Plan plan;
-  plan.set_format(planner::kPlanFormat);
-  *plan.mutable_model()->mutable_model() = model;
-  plan.mutable_model()->set_fingerprint(cupcake::ModelFingerprint(model));
-  plan.set_profile_fingerprint("0000000000000000");
-  plan.set_profile_name("runtime_bench");
-  plan.set_world_size(world);
-  plan.set_device(cupcake::pb::CPU);
-  plan.mutable_compressor()->set_name("fp32");
-  plan.mutable_compressor()->set_memory("none");
-  cupcake::pb::Group* g = plan.add_groups();
-  g->set_first_tensor(0);
-  g->set_last_tensor(model.tensors_size() - 1);
-  int64_t n = 0;
-  for (const auto& t : model.tensors()) n += t.numel();
-  g->set_numel(n);
-  g->mutable_options()->set_compress(false);
-  g->mutable_options()->set_device(cupcake::pb::CPU);
-  g->mutable_options()->set_collective(cupcake::pb::ALLREDUCE);
-  g->set_payload_bytes(4 * n);
-  plan.mutable_predicted()->set_iteration_us(1);  // not predicted here; the plan validator wants > 0
-  plan.mutable_search()->set_algorithm("runtime_bench");
-  return plan;
 }
 
 // The model's prediction of backward + synchronization for `plan`'s groups on `profile`,
@@ -362,18 +293,34 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "runtime_bench: %s: no prediction: %s\n", r.name.c_str(), why.c_str());
   };
 
-  // (a) + (b), interleaved per iteration so that all three see the same load on a shared
+  // (a) + (b), interleaved per iteration so that all of them see the same load on a shared
   // machine: the baseline (one in-place MPI_Allreduce over all gradients, then the divide by W),
-  // the same out of place (send buffer -> receive buffer, divided back into the gradients: the
-  // runtime's collective is out of place), and the runtime with an fp32 one-group plan, no
-  // backward gaps. Every timed iteration's runtime result is compared with the baseline's.
+  // the same out of place (send buffer -> receive buffer, divided back into the gradients), and
+  // the runtime with an fp32 one-group plan, no backward gaps, twice: the gradients registered
+  // as slices of one flat buffer (as LibTorch and other frameworks keep them: the session works
+  // on them in place) and as separate buffers (the session packs them into a fusion buffer and
+  // unpacks). Every timed iteration's runtime result is compared with the baseline's.
   {
-    const Plan fp32 = Fp32OneGroup(model, world);
-    std::unique_ptr<rt::Session> session = make_session("runtime fp32 one_group", fp32);
-    std::vector<float> recv(static_cast<size_t>(total)), fusion(static_cast<size_t>(total)),
-        payload(static_cast<size_t>(total));
-    std::vector<double> t_in, t_out, t_hand, t_rt;
+    const Plan fp32 = cupcake::bench::PlanFor(model, world, cupcake::pb::CPU, "fp32", cupcake::bench::OneGroup(model));
+    std::unique_ptr<rt::Session> session = make_session("runtime fp32 one_group, flat", fp32);
+    std::vector<std::vector<float>> separate;
+    for (const auto& t : model.tensors()) separate.emplace_back(static_cast<size_t>(t.numel()));
+    std::unique_ptr<rt::Session> session_separate;
+    {
+      auto comm = mpi->World();
+      if (!comm.ok()) Die(rank, comm.status().message());
+      auto s = rt::Session::Create(fp32, std::move(comm).value());
+      if (!s.ok()) Die(rank, "runtime fp32 one_group, separate: " + s.status().message());
+      session_separate = std::move(s).value();
+      for (int i = 0; i < model.tensors_size(); ++i) {
+        cupcake::Status st = session_separate->Register(model.tensors(i).name(), separate[static_cast<size_t>(i)]);
+        if (!st.ok()) Die(rank, "runtime fp32 one_group, separate: " + st.message());
+      }
+    }
+    std::vector<float> recv(static_cast<size_t>(total));
+    std::vector<double> t_in, t_out, t_rt, t_sep;
     bool exact = true;
+    auto same_as_base = [&] { return std::memcmp(base.data(), grads.data(), base.size() * sizeof(float)) == 0; };
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       filler.Fill(base, it);
       MPI_Barrier(MPI_COMM_WORLD);
@@ -388,47 +335,51 @@ int main(int argc, char** argv) {
       MPI_Allreduce(grads.data(), recv.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       for (size_t j = 0; j < recv.size(); ++j) grads[j] = recv[j] / fworld;
       const double out_of_place = SlowestRank(NowUs() - t0);
-      exact = exact && std::memcmp(base.data(), grads.data(), base.size() * sizeof(float)) == 0;
+      exact = exact && same_as_base();
 
-      // The runtime's data movement for one fp32 group, by hand: pack, encode (a copy), the
-      // out-of-place collective, decode (divide), unpack. Explains the runtime's overhead.
+      const double runtime = step("runtime fp32 one_group, flat", *session, "none", it);
+      exact = exact && same_as_base();
+
+      // Separate buffers: filled from the flat pattern and gathered back for the check, untimed.
       filler.Fill(grads, it);
+      for (size_t i = 0; i < separate.size(); ++i)
+        std::memcpy(separate[i].data(), grads.data() + offsets[i], separate[i].size() * sizeof(float));
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = NowUs();
-      std::memcpy(fusion.data(), grads.data(), grads.size() * sizeof(float));
-      std::memcpy(payload.data(), fusion.data(), grads.size() * sizeof(float));
-      MPI_Allreduce(payload.data(), recv.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      for (size_t j = 0; j < recv.size(); ++j) fusion[j] = recv[j] / fworld;
-      std::memcpy(grads.data(), fusion.data(), grads.size() * sizeof(float));
-      const double by_hand = SlowestRank(NowUs() - t0);
-      exact = exact && std::memcmp(base.data(), grads.data(), base.size() * sizeof(float)) == 0;
-
-      const double runtime = step("runtime fp32 one_group", *session, "none", it);
-      exact = exact && std::memcmp(base.data(), grads.data(), base.size() * sizeof(float)) == 0;
+      for (int i = 0; i < model.tensors_size(); ++i)
+        if (cupcake::Status s = session_separate->GradientReady(i); !s.ok()) Die(rank, s.message());
+      if (cupcake::Status s = session_separate->Synchronize(); !s.ok()) Die(rank, s.message());
+      const double runtime_separate = SlowestRank(NowUs() - t0);
+      for (size_t i = 0; i < separate.size(); ++i)
+        std::memcpy(grads.data() + offsets[i], separate[i].data(), separate[i].size() * sizeof(float));
+      exact = exact && same_as_base();
       if (it >= o.warmup) {
         t_in.push_back(in_place);
         t_out.push_back(out_of_place);
-        t_hand.push_back(by_hand);
         t_rt.push_back(runtime);
+        t_sep.push_back(runtime_separate);
       }
     }
     int ok = exact ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    const std::string check = ok ? "exact" : "WRONG";
     rows.push_back(Row{"mpi_allreduce in place (baseline)", 1, "none", Summarize(t_in), -1, "reference"});
-    rows.push_back(Row{"mpi_allreduce out of place", 1, "none", Summarize(t_out), -1, ok ? "exact" : "WRONG"});
-    rows.push_back(Row{"runtime's copies + allreduce, by hand", 1, "none", Summarize(t_hand), -1, ok ? "exact" : "WRONG"});
-    rows.push_back(Row{"runtime fp32 one_group", 1, "none", Summarize(t_rt), -1, ok ? "exact" : "WRONG"});
+    rows.push_back(Row{"mpi_allreduce out of place", 1, "none", Summarize(t_out), -1, check});
+    rows.push_back(Row{"runtime fp32 one_group, flat buffer", 1, "none", Summarize(t_rt), -1, check});
+    rows.push_back(Row{"runtime fp32 one_group, separate buffers", 1, "none", Summarize(t_sep), -1, check});
     for (Row& r : rows) predict(r, fp32);
     // Paired: the rows ran interleaved, so the per-iteration ratio cancels slow load drift.
-    std::vector<double> ratio_rt, ratio_hand;
-    for (size_t i = 0; i < t_in.size(); ++i) {
-      ratio_rt.push_back(t_rt[i] / t_in[i]);
-      ratio_hand.push_back(t_hand[i] / t_in[i]);
-    }
-    paired = "# paired (median over iterations of row / baseline): runtime fp32 one_group " +
-             std::to_string(Summarize(ratio_rt).median_us).substr(0, 5) + ", by hand " +
-             std::to_string(Summarize(ratio_hand).median_us).substr(0, 5) + "; min / baseline's min: runtime " +
-             std::to_string(Summarize(t_rt).min_us / Summarize(t_in).min_us).substr(0, 5);
+    auto paired_ratio = [&](const std::vector<double>& t) {
+      std::vector<double> ratio;
+      for (size_t i = 0; i < t_in.size(); ++i) ratio.push_back(t[i] / t_in[i]);
+      return std::to_string(Summarize(ratio).median_us).substr(0, 5);
+    };
+    auto min_ratio = [&](const std::vector<double>& t) {
+      return std::to_string(Summarize(t).min_us / Summarize(t_in).min_us).substr(0, 5);
+    };
+    paired = "# paired (median over iterations of row / baseline): runtime fp32 one_group flat " + paired_ratio(t_rt) +
+             ", separate " + paired_ratio(t_sep) + ", out of place " + paired_ratio(t_out) +
+             "; min / baseline's min: flat " + min_ratio(t_rt) + ", separate " + min_ratio(t_sep);
   }
 
   // (c) Per plan and backward mode: its layer-wise variant and the plan, interleaved per
@@ -436,7 +387,7 @@ int main(int argc, char** argv) {
   for (size_t p = 0; p < plans.size(); ++p) {
     const Plan& plan = plans[p];
     const std::string c = plan.compressor().name();
-    const Plan layerwise = Regroup(plan, true);
+    const Plan layerwise = cupcake::bench::Regroup(plan, cupcake::bench::LayerWise(model));
     for (const std::string mode : {"none", "busy", "sleep"}) {
       if (o.backward != "all" && o.backward != mode) continue;
       Row rl{"runtime " + c + " layerwise", 0, mode, {}, -1, ""};

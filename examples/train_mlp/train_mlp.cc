@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
       loss.backward();
       sgd.step();
     }
+    // Every rank recorded; merged, every rank holds the slowest rank's ready times, and rank 0
+    // writes them.
+    if (auto s = r.MergeRanks(**world); !s.ok()) return Fail("record", s);
     if (rank == 0) {
       if (auto s = r.Write(options.record_path); !s.ok()) return Fail("record", s);
       std::printf("train_mlp: recorded %d tensors over %d iterations into %s\n", r.registered(),
@@ -164,10 +167,15 @@ int main(int argc, char** argv) {
   auto session = cupcake::runtime::Session::Create(options.plan, std::move(world).value());
   if (!session.ok()) return Fail("plan", session.status());
   auto& s = **session;
-  // The runtime syncs these buffers; each hook copies its gradient in, then marks it ready.
+  // The runtime syncs these buffers: slices of one flat buffer in plan order (as frameworks keep
+  // gradients), so the session's groups work on them in place with no fusion buffers. Each hook
+  // copies its gradient in, then marks it ready.
+  int64_t total = 0;
+  for (const auto& p : params) total += p.second.numel();
+  torch::Tensor flat = torch::zeros({total});
   std::vector<torch::Tensor> buffers;
-  for (size_t i = 0; i < params.size(); ++i) {
-    buffers.push_back(torch::zeros({params[i].second.numel()}));
+  for (size_t i = 0, at = 0; i < params.size(); at += static_cast<size_t>(params[i].second.numel()), ++i) {
+    buffers.push_back(flat.narrow(0, static_cast<int64_t>(at), params[i].second.numel()));
     auto status = s.Register(params[i].first, std::span<float>(buffers[i].data_ptr<float>(), buffers[i].numel()));
     if (!status.ok()) return Fail("plan", status);
   }

@@ -6,23 +6,11 @@
 #include <string>
 
 #include "../src/backends.h"
-#include "cuda_status.h"
+#include "cupcake/proto/cuda.h"
 
 namespace cupcake::kernels::cuda {
 
-Status DeviceAvailable() {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky error for later calls
-    return FailedPreconditionError(std::string("backend cuda: no usable device; got '") + cudaGetErrorString(e) +
-                                   "' from cudaGetDeviceCount, expected >= 1 device");
-  }
-  if (count < 1) {
-    return FailedPreconditionError("backend cuda: no device; got 0 devices, expected >= 1");
-  }
-  return Status::Ok();
-}
+Status DeviceAvailable() { return CudaDeviceCount().status().WithPrefix("backend cuda"); }
 
 Status Malloc(void** ptr, int64_t size_bytes) {
   CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(ptr, static_cast<size_t>(size_bytes)));

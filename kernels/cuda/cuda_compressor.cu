@@ -23,7 +23,7 @@
 
 #include "../src/backends.h"
 #include "../src/common.h"
-#include "cuda_status.h"
+#include "cupcake/proto/cuda.h"
 
 namespace cupcake::kernels::cuda {
 namespace {
@@ -327,8 +327,10 @@ __global__ void TileCountKernel(const float* x, int64_t n, const Selection* sel,
   if (threadIdx.x == 0) tiles[blockIdx.x] = total;
 }
 
-// Exclusive scan of the tile counts by one block, in chunks.
-__global__ void TileScanKernel(unsigned long long* tiles, int64_t num_tiles) {
+// Exclusive scan of the tile counts by one block, in chunks. __launch_bounds__: without it the
+// compiler may use more registers than a 1024-thread block can have (the launch then fails with
+// cudaErrorLaunchOutOfResources, as it did on an H100).
+__global__ void __launch_bounds__(1024) TileScanKernel(unsigned long long* tiles, int64_t num_tiles) {
   using BS = cub::BlockScan<unsigned long long, 1024>;
   __shared__ typename BS::TempStorage tmp;
   __shared__ unsigned long long carry;

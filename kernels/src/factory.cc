@@ -6,6 +6,7 @@
 
 #include "backends.h"
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/fusion.h"
 
 #ifndef CUPCAKE_HAVE_CUDA
 #error "CUPCAKE_HAVE_CUDA must be defined (0 or 1) by kernels/CMakeLists.txt"
@@ -37,6 +38,17 @@ StatusOr<std::unique_ptr<Compressor>> MakeCompressor(const CompressorConfig& con
   if (backend == Backend::kCpu) return MakeCpuCompressor(layout);
 #if CUPCAKE_HAVE_CUDA
   return cuda::MakeCudaCompressor(layout);
+#else
+  return NoCuda();
+#endif
+}
+
+StatusOr<std::unique_ptr<FusionTable>> MakeFusionTable(Backend backend, std::span<const FusionSegment> segments,
+                                                       float* fusion) {
+  CUPCAKE_ASSIGN_OR_RETURN(int64_t numel, CheckFusionSegments(segments, fusion));
+  if (backend == Backend::kCpu) return MakeCpuFusionTable(segments, fusion, numel);
+#if CUPCAKE_HAVE_CUDA
+  return cuda::MakeCudaFusionTable(segments, fusion, numel);
 #else
   return NoCuda();
 #endif

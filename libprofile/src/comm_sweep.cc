@@ -27,17 +27,23 @@ int64_t StoredSize(pb::CommOp op, int64_t size, int w) {
   return size / 4 * 4;
 }
 
-// Runs one point on `comm`: returns (slowest rank's median us, wrong iterations).
-StatusOr<std::pair<double, int>> Measure(Communicator& comm, pb::CommOp op, int64_t size, int warmup, int iters,
-                                         Clock& clock) {
-  const int w = comm.size(), me = comm.rank();
+// Runs one point: the collective on `data`, the barriers and the result exchange on `control`
+// (the same ranks). Returns (slowest rank's median us, wrong iterations).
+StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& data, pb::CommOp op, int64_t size,
+                                         int warmup, int iters, Clock& clock) {
+  const int w = data.size(), me = data.rank();
   const int64_t n = size / 4;                 // floats in the send buffer
   const int64_t block = op == pb::REDUCE_SCATTER || op == pb::ALLTOALL ? n / w : n;
   int64_t recv_n = n;
   if (op == pb::ALLGATHER) recv_n = n * w;
   if (op == pb::REDUCE_SCATTER) recv_n = block;
-  std::vector<float> send(static_cast<size_t>(n)), recv(static_cast<size_t>(recv_n));
-  for (int64_t i = 0; i < n; ++i) send[static_cast<size_t>(i)] = Pattern(op == pb::BROADCAST ? 0 : me, i);
+  // Host images of the buffers; the communicator's own buffers may be GPU memory.
+  std::vector<float> pattern(static_cast<size_t>(n)), got(static_cast<size_t>(op == pb::BROADCAST ? n : recv_n));
+  const std::vector<float> cleared(static_cast<size_t>(std::max(n, recv_n)), -1.0f);
+  for (int64_t i = 0; i < n; ++i) pattern[static_cast<size_t>(i)] = Pattern(op == pb::BROADCAST ? 0 : me, i);
+  CUPCAKE_ASSIGN_OR_RETURN(Communicator::Buffer send, data.Allocate(n * 4));
+  CUPCAKE_ASSIGN_OR_RETURN(Communicator::Buffer recv, data.Allocate(recv_n * 4));
+  CUPCAKE_RETURN_IF_ERROR(data.CopyIn(send.get(), pattern.data(), n * 4));
   auto expected = [&](int64_t i) -> float {
     switch (op) {
       case pb::ALLREDUCE: {
@@ -58,24 +64,25 @@ StatusOr<std::pair<double, int>> Measure(Communicator& comm, pb::CommOp op, int6
   std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
   std::vector<double> us;
   for (int it = 0; it < warmup + iters; ++it) {
-    std::fill(recv.begin(), recv.end(), -1.0f);
-    if (op == pb::BROADCAST && me != 0) std::fill(send.begin(), send.end(), -1.0f);
-    CUPCAKE_RETURN_IF_ERROR(comm.Barrier());
+    CUPCAKE_RETURN_IF_ERROR(data.CopyIn(recv.get(), cleared.data(), recv_n * 4));
+    if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(data.CopyIn(send.get(), cleared.data(), n * 4));
+    CUPCAKE_RETURN_IF_ERROR(control.Barrier());
     Status s;
     const double t0 = clock.NowUs();
     switch (op) {
-      case pb::ALLREDUCE: s = comm.Allreduce(send.data(), recv.data(), n, DataType::kFloat32, ReduceOp::kSum); break;
-      case pb::ALLGATHER: s = comm.Allgather(send.data(), recv.data(), n * 4); break;
+      case pb::ALLREDUCE: s = data.Allreduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum); break;
+      case pb::ALLGATHER: s = data.Allgather(send.get(), recv.get(), n * 4); break;
       case pb::REDUCE_SCATTER:
-        s = comm.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum);
+        s = data.ReduceScatter(send.get(), recv.get(), block, DataType::kFloat32, ReduceOp::kSum);
         break;
-      case pb::ALLTOALL: s = comm.Alltoall(send.data(), recv.data(), block * 4); break;
-      default: s = comm.Broadcast(send.data(), n * 4, 0); break;
+      case pb::ALLTOALL: s = data.Alltoall(send.get(), recv.get(), block * 4); break;
+      default: s = data.Broadcast(send.get(), n * 4, 0); break;
     }
     const double t1 = clock.NowUs();
     CUPCAKE_RETURN_IF_ERROR(s.WithPrefix(std::string(Name(op)) + " of " + std::to_string(size) + " bytes"));
     if (it >= warmup) us.push_back(t1 - t0);
-    const std::vector<float>& got = op == pb::BROADCAST ? send : recv;
+    CUPCAKE_RETURN_IF_ERROR(data.CopyOut(got.data(), op == pb::BROADCAST ? send.get() : recv.get(),
+                                         static_cast<int64_t>(got.size()) * 4));
     for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
       if (got[static_cast<size_t>(i)] != expected(i)) {
         wrong[static_cast<size_t>(it)] = 1;
@@ -84,10 +91,10 @@ StatusOr<std::pair<double, int>> Measure(Communicator& comm, pb::CommOp op, int6
     }
   }
   double median = Median(std::move(us)), slowest = 0;
-  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(&median, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
+  CUPCAKE_RETURN_IF_ERROR(control.Allreduce(&median, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
   std::vector<int> any(wrong.size());
-  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(wrong.data(), any.data(), static_cast<int64_t>(wrong.size()),
-                                         DataType::kInt32, ReduceOp::kMax));
+  CUPCAKE_RETURN_IF_ERROR(control.Allreduce(wrong.data(), any.data(), static_cast<int64_t>(wrong.size()),
+                                            DataType::kInt32, ReduceOp::kMax));
   int count = 0;
   for (int v : any) count += v;
   return std::make_pair(slowest, count);
@@ -179,10 +186,21 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
   CUPCAKE_ASSIGN_OR_RETURN(Topology topo, DiscoverTopology(world));
   const int nodes = static_cast<int>(topo.hosts.size());
   const bool hierarchical = nodes > 1 && topo.ranks_per_host > 0;
-  std::unique_ptr<Communicator> intra, inter;
+  Communicator& data = options.data != nullptr ? *options.data : world;
+  if (data.size() != world.size() || data.rank() != world.rank())
+    return InvalidArgumentError("data: not the world's ranks; got rank " + std::to_string(data.rank()) + " of " +
+                                std::to_string(data.size()) + ", expected rank " + std::to_string(world.rank()) +
+                                " of " + std::to_string(world.size()));
+  // intra: the ranks of each host; inter: one rank per host. Control and data split alike.
+  std::unique_ptr<Communicator> intra, inter, intra_data, inter_data;
   if (hierarchical) {
-    CUPCAKE_ASSIGN_OR_RETURN(intra, world.Split(topo.host_of_rank[static_cast<size_t>(world.rank())], world.rank()));
-    CUPCAKE_ASSIGN_OR_RETURN(inter, world.Split(topo.local_rank == 0 ? 0 : -1, world.rank()));
+    const int host = topo.host_of_rank[static_cast<size_t>(world.rank())], leader = topo.local_rank == 0 ? 0 : -1;
+    CUPCAKE_ASSIGN_OR_RETURN(intra, world.Split(host, world.rank()));
+    CUPCAKE_ASSIGN_OR_RETURN(inter, world.Split(leader, world.rank()));
+    if (&data != &world) {
+      CUPCAKE_ASSIGN_OR_RETURN(intra_data, data.Split(host, world.rank()));
+      CUPCAKE_ASSIGN_OR_RETURN(inter_data, data.Split(leader, world.rank()));
+    }
   }
   // 1. The plan, the same on every rank; rank 0 marks what the sink has and broadcasts it.
   std::vector<Planned> plan;
@@ -222,11 +240,16 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
     Communicator* comm = p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? intra.get() : inter.get();
+    Communicator* comm_data = &data == &world ? comm
+                              : p.scope == pb::GLOBAL ? &data
+                              : p.scope == pb::INTRA  ? intra_data.get()
+                                                      : inter_data.get();
     Status stored;
     if (skip[i]) {
       ++report.skipped;
     } else if (p.scope != pb::INTER || comm != nullptr) {
-      CUPCAKE_ASSIGN_OR_RETURN(auto result, Measure(*comm, p.op, p.size, options.warmup, options.iters, clock));
+      CUPCAKE_ASSIGN_OR_RETURN(auto result,
+                               Measure(*comm, *comm_data, p.op, p.size, options.warmup, options.iters, clock));
       double us = result.first;
       int wrong = result.second;
       if (p.scope == pb::INTRA) {  // the slowest host, and every rank learns of wrong results

@@ -20,6 +20,21 @@ int64_t DataTypeBytes(DataType type) {
   return 0;
 }
 
+StatusOr<Communicator::Buffer> Communicator::Allocate(int64_t bytes) {
+  if (bytes < 0) return InvalidArgumentError("Allocate: negative size " + std::to_string(bytes));
+  return Buffer(new std::byte[static_cast<size_t>(bytes)], [](void* p) { delete[] static_cast<std::byte*>(p); });
+}
+
+Status Communicator::CopyIn(void* dst, const void* host_src, int64_t bytes) {
+  std::memcpy(dst, host_src, static_cast<size_t>(bytes));
+  return Status::Ok();
+}
+
+Status Communicator::CopyOut(void* host_dst, const void* src, int64_t bytes) {
+  std::memcpy(host_dst, src, static_cast<size_t>(bytes));
+  return Status::Ok();
+}
+
 struct InProcessGroup::State {
   explicit State(int n) : size(n), sends(static_cast<size_t>(n)), ints(static_cast<size_t>(n) * 2),
                           children(static_cast<size_t>(n)) {}
@@ -195,10 +210,21 @@ class WrongResultCommunicator final : public Communicator {
     if (!child) return child;
     return std::unique_ptr<Communicator>(std::make_unique<WrongResultCommunicator>(std::move(child), op_));
   }
+  StatusOr<Buffer> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  Status CopyIn(void* dst, const void* host_src, int64_t bytes) override { return inner_->CopyIn(dst, host_src, bytes); }
+  Status CopyOut(void* host_dst, const void* src, int64_t bytes) override {
+    return inner_->CopyOut(host_dst, src, bytes);
+  }
 
  private:
+  // Through CopyOut/CopyIn, so it works on any communicator's memory.
   void Corrupt(pb::CommOp op, void* recv) {
-    if (op == op_) *static_cast<float*>(recv) += 1.0f;
+    if (op != op_) return;
+    float first = 0;
+    if (inner_->CopyOut(&first, recv, sizeof first).ok()) {
+      first += 1.0f;
+      (void)inner_->CopyIn(recv, &first, sizeof first);
+    }
   }
   std::unique_ptr<Communicator> inner_;
   pb::CommOp op_;

@@ -1,8 +1,10 @@
 #include "cupcake/profile/kernel_sweep.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "cupcake/kernels/compressor.h"
@@ -10,6 +12,46 @@
 #include "cupcake/proto/names.h"
 
 namespace cupcake::profile {
+
+Status FakeKernelDevice::BeginTimed() {
+  if (open_) return FailedPreconditionError("fake device: BeginTimed() twice without EndTimed()");
+  open_ = true;
+  return Status::Ok();
+}
+
+StatusOr<double> FakeKernelDevice::EndTimed() {
+  if (!open_) return FailedPreconditionError("fake device: EndTimed() without BeginTimed()");
+  open_ = false;
+  if (!end_error.ok()) return end_error;
+  const double us = elapsed_us_.empty() ? 0.0 : elapsed_us_[static_cast<size_t>(timed_) % elapsed_us_.size()];
+  ++timed_;
+  return us;
+}
+
+Status FakeKernelDevice::Synchronize() {
+  ++synchronized_;
+  return Status::Ok();
+}
+
+StatusOr<void*> FakeKernelDevice::AllocatePinned(int64_t size_bytes) {
+  void* p = std::malloc(static_cast<size_t>(size_bytes > 0 ? size_bytes : 1));
+  if (p == nullptr) return InternalError("fake device: host allocation failed; got " + std::to_string(size_bytes) + " bytes");
+  ++pinned_live_;
+  return p;
+}
+
+void FakeKernelDevice::FreePinned(void* ptr) {
+  if (ptr == nullptr) return;
+  std::free(ptr);
+  --pinned_live_;
+}
+
+Status FakeKernelDevice::CopyAsync(void* dst, const void* src, int64_t size_bytes) {
+  std::memcpy(dst, src, static_cast<size_t>(size_bytes));
+  ++copies_;
+  return Status::Ok();
+}
+
 namespace {
 
 // Deterministic gradients in [-1, 1) (a 64-bit LCG keyed by `seed`).
@@ -21,65 +63,63 @@ void FillGradient(std::span<float> g, uint64_t seed) {
   }
 }
 
-// The median of `iters` timed calls of `fn` after `warmup` untimed ones.
-template <typename Fn>
-StatusOr<double> Time(Clock& clock, int warmup, int iters, Fn&& fn) {
-  for (int i = 0; i < warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
-  std::vector<double> us;
-  us.reserve(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) {
-    double t0 = clock.NowUs();
-    Status s = fn(warmup + i);
-    double t1 = clock.NowUs();
-    CUPCAKE_RETURN_IF_ERROR(s);
-    us.push_back(t1 - t0);
+// Pinned host memory of a KernelDevice, freed on destruction.
+class Pinned {
+ public:
+  static StatusOr<Pinned> Allocate(KernelDevice& device, int64_t size_bytes) {
+    CUPCAKE_ASSIGN_OR_RETURN(void* p, device.AllocatePinned(size_bytes));
+    return Pinned(&device, p);
   }
-  return Median(std::move(us));
+  Pinned(Pinned&& o) noexcept : device_(o.device_), ptr_(o.ptr_) { o.ptr_ = nullptr; }
+  Pinned& operator=(Pinned&&) = delete;
+  ~Pinned() {
+    if (ptr_ != nullptr) device_->FreePinned(ptr_);
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  Pinned(KernelDevice* device, void* ptr) : device_(device), ptr_(ptr) {}
+  KernelDevice* device_;
+  void* ptr_;
+};
+
+// Which measurements of one point are missing: the main one (wall on the CPU, event on a
+// device) and the kernel-only one.
+struct Want {
+  bool main = false;
+  bool kernel = false;
+  bool any() const { return main || kernel; }
+};
+
+StatusOr<kernels::Buffer> Zeroed(kernels::Backend backend, int64_t size_bytes) {
+  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer b, kernels::Buffer::Allocate(backend, size_bytes));
+  CUPCAKE_RETURN_IF_ERROR(b.Zero());
+  return b;
 }
 
+// One sweep. On the CPU `clock_` times each call (method "wall"); on a device, `device_`'s
+// events (method "event") and, when present, `activity_` the kernel-only time (method
+// "kernel", into `kernel_sink_`).
 class Sweep {
  public:
-  Sweep(const KernelSweepOptions& o, Clock& clock, ProfileSink& sink, const ProgressFn& progress)
-      : o_(o), clock_(clock), sink_(sink), progress_(progress) {}
+  Sweep(const KernelSweepOptions& o, Clock* clock, KernelDevice* device, ActivitySource* activity,
+        ProfileSink& sink, ProfileSink* kernel_sink, const ProgressFn& progress)
+      : o_(o), clock_(clock), device_(device), activity_(activity), sink_(sink), kernel_sink_(kernel_sink),
+        progress_(progress) {}
 
-  // Whether the point must be measured; counts it as done (skipped) otherwise.
-  StatusOr<bool> Wanted(const pb::Curve& key, int64_t size) {
-    if (o_.force) return true;
-    std::string k = CurveKey(key);
-    auto it = present_.find(k);
-    if (it == present_.end()) {
-      CUPCAKE_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sink_.PointSizes(key));
-      it = present_.emplace(k, std::set<int64_t>(sizes.begin(), sizes.end())).first;
-    }
-    if (!it->second.contains(size)) return true;
-    ++report_.skipped;
-    Done();
-    return false;
-  }
-
-  Status Store(const pb::Curve& key, int64_t size, double us) {
-    pb::Curve c = key;
-    c.set_method("wall");
-    c.set_warmup(o_.warmup);
-    c.set_iters(o_.iters);
-    CUPCAKE_RETURN_IF_ERROR(sink_.AddPoint(c, size, us, o_.force));
-    ++report_.measured;
-    report_.points.push_back({CurveKey(key), size, us, 0});
-    Done();
-    return Status::Ok();
-  }
-
-  void Done() {
-    ++done_;
-    if (progress_) progress_(done_, total_);
-  }
+  KernelSweepReport& report() { return report_; }
 
   Status Run() {
     std::vector<std::string> names = o_.compressors;
     if (names.empty())
       for (std::string_view n : CompressorNames()) names.emplace_back(n);
-    total_ = static_cast<int64_t>((names.size() * 2 + 2) * o_.elements.size());
-    const kernels::Backend backend = kernels::Backend::kCpu;
+    std::vector<pb::CopyOp> copies{pb::PACK, pb::UNPACK};
+    if (device_ != nullptr) copies.insert(copies.end(), {pb::H2D, pb::D2H});
+    total_ = static_cast<int64_t>((names.size() * 2 + copies.size()) * o_.elements.size());
+    const kernels::Backend backend =
+        device_ != nullptr && device_->cuda() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
+    void* stream = device_ != nullptr ? device_->stream() : nullptr;
+
     for (const std::string& name : names) {
       pb::Curve enc, dec;
       enc.set_kind(pb::ENCODE);
@@ -88,84 +128,259 @@ class Sweep {
       dec = enc;
       dec.set_kind(pb::DECODE);
       for (int64_t n : o_.elements) {
-        CUPCAKE_ASSIGN_OR_RETURN(bool want_enc, Wanted(enc, n));
-        CUPCAKE_ASSIGN_OR_RETURN(bool want_dec, Wanted(dec, n));
-        if (!want_enc && !want_dec) continue;
+        CUPCAKE_ASSIGN_OR_RETURN(Want want_enc, Wanted(enc, n));
+        CUPCAKE_ASSIGN_OR_RETURN(Want want_dec, Wanted(dec, n));
+        if (!want_enc.any() && !want_dec.any()) continue;
         kernels::CompressorConfig config;
         config.name = name;
         config.n = n;
         config.world_size = o_.world_size;
         config.ratio = o_.ratio;
         CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Compressor> comp, kernels::MakeCompressor(config, backend));
-        std::vector<float> grad(static_cast<size_t>(n)), out(static_cast<size_t>(n));
-        std::vector<float> state(static_cast<size_t>(comp->state_floats()));
-        std::vector<std::byte> payload(static_cast<size_t>(comp->payload_bytes()));
-        FillGradient(grad, 1);
-        if (want_enc) {
-          CUPCAKE_ASSIGN_OR_RETURN(double us, Time(clock_, o_.warmup, o_.iters, [&](int i) {
-            return comp->Encode(grad, state, static_cast<uint64_t>(i), payload);
+        const auto floats = static_cast<size_t>(n);
+        std::vector<float> host(floats);
+        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer grad, Zeroed(backend, 4 * n));
+        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer out, Zeroed(backend, 4 * n));
+        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer state, Zeroed(backend, 4 * comp->state_floats()));
+        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer payload, Zeroed(backend, comp->payload_bytes()));
+        std::span<const float> grad_span(grad.as<float>(), floats);
+        std::span<float> state_span(state.as<float>(), static_cast<size_t>(comp->state_floats()));
+        std::span<std::byte> payload_span(payload.as<std::byte>(), static_cast<size_t>(comp->payload_bytes()));
+        FillGradient(host, 1);
+        CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * n));
+        if (want_enc.any()) {
+          CUPCAKE_RETURN_IF_ERROR(Measure(enc, n, want_enc, [&](int i) {
+            return comp->Encode(grad_span, state_span, static_cast<uint64_t>(i), payload_span, stream);
           }));
-          CUPCAKE_RETURN_IF_ERROR(Store(enc, n, us));
         }
-        if (want_dec) {
+        if (want_dec.any()) {
           // The decode input: W payloads of W ranks' gradients side by side (allgather), or
-          // one buffer standing for the reduced one (allreduce).
+          // one buffer standing for the reduced one (allreduce), encoded on the same backend.
           const int ranks = comp->layout().allreduce ? 1 : o_.world_size;
-          std::vector<std::byte> input(static_cast<size_t>(comp->decode_input_bytes()));
+          CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer input, Zeroed(backend, comp->decode_input_bytes()));
           for (int r = 0; r < ranks; ++r) {
-            FillGradient(grad, 100 + static_cast<uint64_t>(r));
-            std::fill(state.begin(), state.end(), 0.0f);
-            std::span<std::byte> slot(input.data() + static_cast<size_t>(r) * payload.size(), payload.size());
-            CUPCAKE_RETURN_IF_ERROR(comp->Encode(grad, state, 0, slot));
+            FillGradient(host, 100 + static_cast<uint64_t>(r));
+            CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * n));
+            CUPCAKE_RETURN_IF_ERROR(state.Zero());
+            std::span<std::byte> slot(input.as<std::byte>() + static_cast<size_t>(r) * payload_span.size(),
+                                      payload_span.size());
+            CUPCAKE_RETURN_IF_ERROR(comp->Encode(grad_span, state_span, 0, slot, stream));
+            // The next rank's gradient overwrites `grad`: let this encode finish reading it.
+            if (device_ != nullptr) CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
           }
-          CUPCAKE_ASSIGN_OR_RETURN(double us, Time(clock_, o_.warmup, o_.iters, [&](int) {
-            return comp->Decode(input, out, 0);
+          std::span<const std::byte> input_span(input.as<std::byte>(), static_cast<size_t>(input.size_bytes()));
+          std::span<float> out_span(out.as<float>(), floats);
+          CUPCAKE_RETURN_IF_ERROR(Measure(dec, n, want_dec, [&](int) {
+            return comp->Decode(input_span, out_span, 0, stream);
           }));
-          CUPCAKE_RETURN_IF_ERROR(Store(dec, n, us));
         }
       }
     }
-    // Copies: pack a group's gradient into the fusion buffer, unpack it back (4n bytes).
-    for (pb::CopyOp op : {pb::PACK, pb::UNPACK}) {
+
+    // Copies of 4n bytes: pack a group's gradient into the fusion buffer, unpack it back; on a
+    // device also host (pinned) to device and back.
+    for (pb::CopyOp op : copies) {
       pb::Curve key;
       key.set_kind(pb::COPY);
       key.set_copy_op(op);
       key.set_device(o_.device);
       for (int64_t n : o_.elements) {
         const int64_t bytes = 4 * n;
-        CUPCAKE_ASSIGN_OR_RETURN(bool want, Wanted(key, bytes));
-        if (!want) continue;
-        std::vector<float> tensor(static_cast<size_t>(n)), fusion(static_cast<size_t>(n));
-        FillGradient(tensor, 7);
-        float* dst = op == pb::PACK ? fusion.data() : tensor.data();
-        const float* src = op == pb::PACK ? tensor.data() : fusion.data();
-        CUPCAKE_ASSIGN_OR_RETURN(double us, Time(clock_, o_.warmup, o_.iters, [&](int) {
+        CUPCAKE_ASSIGN_OR_RETURN(Want want, Wanted(key, bytes));
+        if (!want.any()) continue;
+        std::vector<float> host(static_cast<size_t>(n));
+        FillGradient(host, 7);
+        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer tensor, Zeroed(backend, bytes));
+        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer fusion, Zeroed(backend, bytes));
+        CUPCAKE_RETURN_IF_ERROR(tensor.CopyFromHost(host.data(), bytes));
+        std::optional<Pinned> pinned;
+        if (op == pb::H2D || op == pb::D2H) {
+          CUPCAKE_ASSIGN_OR_RETURN(Pinned p, Pinned::Allocate(*device_, bytes));
+          std::memcpy(p.get(), host.data(), static_cast<size_t>(bytes));
+          pinned.emplace(std::move(p));
+        }
+        void* dst = nullptr;
+        const void* src = nullptr;
+        switch (op) {
+          case pb::PACK: dst = fusion.data(), src = tensor.data(); break;
+          case pb::UNPACK: dst = tensor.data(), src = fusion.data(); break;
+          case pb::H2D: dst = tensor.data(), src = pinned->get(); break;
+          default: dst = pinned->get(), src = tensor.data(); break;  // D2H
+        }
+        CUPCAKE_RETURN_IF_ERROR(Measure(key, bytes, want, [&](int) {
+          if (device_ != nullptr) return device_->CopyAsync(dst, src, bytes);
           std::memcpy(dst, src, static_cast<size_t>(bytes));
           return Status::Ok();
         }));
-        CUPCAKE_RETURN_IF_ERROR(Store(key, bytes, us));
       }
     }
     return Status::Ok();
   }
 
-  SweepReport& report() { return report_; }
-
  private:
+  bool KernelOn() const { return activity_ != nullptr && kernel_sink_ != nullptr && report_.activity_error.empty(); }
+
+  static std::string Where(const pb::Curve& key, int64_t size) { return CurveKey(key) + " at " + std::to_string(size); }
+
+  StatusOr<bool> Has(ProfileSink& sink, std::map<std::string, std::set<int64_t>>& cache, const pb::Curve& key,
+                     int64_t size) {
+    std::string k = CurveKey(key);
+    auto it = cache.find(k);
+    if (it == cache.end()) {
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sink.PointSizes(key));
+      it = cache.emplace(k, std::set<int64_t>(sizes.begin(), sizes.end())).first;
+    }
+    return it->second.contains(size);
+  }
+
+  // What of the point must be measured; a point with nothing to measure counts as done.
+  StatusOr<Want> Wanted(const pb::Curve& key, int64_t size) {
+    Want w;
+    if (o_.force) {
+      w.main = true;
+      w.kernel = KernelOn();
+      return w;
+    }
+    CUPCAKE_ASSIGN_OR_RETURN(bool has_main, Has(sink_, present_, key, size));
+    w.main = !has_main;
+    if (!w.main) ++report_.event.skipped;
+    if (KernelOn()) {
+      CUPCAKE_ASSIGN_OR_RETURN(bool has_kernel, Has(*kernel_sink_, kernel_present_, key, size));
+      w.kernel = !has_kernel;
+      if (!w.kernel) ++report_.kernel.skipped;
+    }
+    if (!w.any()) Done();
+    return w;
+  }
+
+  // Times `fn(i)` (launch call i) for the point's missing measurements, stores them, counts
+  // the point done.
+  template <typename Fn>
+  Status Measure(const pb::Curve& key, int64_t size, Want want, Fn&& fn) {
+    if (want.main) {
+      StatusOr<double> us = device_ != nullptr ? TimeEvents(fn) : TimeWall(fn);
+      if (!us.ok()) return us.status().WithPrefix(Where(key, size));
+      CUPCAKE_RETURN_IF_ERROR(Store(sink_, report_.event, key, size, *us, device_ != nullptr ? "event" : "wall"));
+    }
+    if (want.kernel && KernelOn()) {
+      StatusOr<std::optional<double>> us = TimeKernels(key, size, !want.main, fn);
+      if (!us.ok()) return us.status().WithPrefix(Where(key, size));
+      if (us->has_value()) CUPCAKE_RETURN_IF_ERROR(Store(*kernel_sink_, report_.kernel, key, size, **us, "kernel"));
+    }
+    Done();
+    return Status::Ok();
+  }
+
+  // The median of `iters` calls after `warmup` untimed ones, each bracketed by the clock.
+  template <typename Fn>
+  StatusOr<double> TimeWall(Fn& fn) {
+    for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(o_.iters));
+    for (int i = 0; i < o_.iters; ++i) {
+      double t0 = clock_->NowUs();
+      Status s = fn(o_.warmup + i);
+      double t1 = clock_->NowUs();
+      CUPCAKE_RETURN_IF_ERROR(s);
+      us.push_back(t1 - t0);
+    }
+    return Median(std::move(us));
+  }
+
+  // The median of `iters` calls after `warmup` untimed ones, each between the device's start
+  // and stop events (EndTimed waits for the stop event, so calls do not overlap).
+  template <typename Fn>
+  StatusOr<double> TimeEvents(Fn& fn) {
+    for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
+    CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(o_.iters));
+    for (int i = 0; i < o_.iters; ++i) {
+      CUPCAKE_RETURN_IF_ERROR(device_->BeginTimed());
+      Status s = fn(o_.warmup + i);
+      if (!s.ok()) {
+        (void)device_->Synchronize();
+        return s;
+      }
+      CUPCAKE_ASSIGN_OR_RETURN(double t, device_->EndTimed());
+      us.push_back(t);
+    }
+    return Median(std::move(us));
+  }
+
+  // The median kernel-only time of `iters` calls (after `warmup` untimed ones when the event
+  // pass did not warm up), each between activity Start() and Flush() after Synchronize().
+  // nullopt, with the reason recorded, when the activity source fails (activity_error: no more
+  // kernel-only points) or delivers nothing for a call (kernel_problems: this point only).
+  template <typename Fn>
+  StatusOr<std::optional<double>> TimeKernels(const pb::Curve& key, int64_t size, bool warm_up, Fn& fn) {
+    if (warm_up) {
+      for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
+    }
+    CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
+    std::vector<double> us;
+    us.reserve(static_cast<size_t>(o_.iters));
+    for (int i = 0; i < o_.iters; ++i) {
+      Status started = activity_->Start();
+      if (!started.ok()) {
+        report_.activity_error = Where(key, size) + ": " + started.message();
+        return std::optional<double>();
+      }
+      Status call = fn(o_.warmup + i);
+      Status synced = call.ok() ? device_->Synchronize() : Status::Ok();
+      StatusOr<std::vector<KernelActivity>> records = activity_->Flush();  // also stops collecting
+      CUPCAKE_RETURN_IF_ERROR(call);
+      CUPCAKE_RETURN_IF_ERROR(synced);
+      if (!records.ok()) {
+        report_.activity_error = Where(key, size) + ": " + records.status().message();
+        return std::optional<double>();
+      }
+      if (records->empty()) {
+        report_.kernel_problems.push_back(Where(key, size) + ": no kernel, memcpy or memset record for timed call " +
+                                          std::to_string(i) + "; kernel-only point not stored");
+        return std::optional<double>();
+      }
+      StatusOr<double> busy = KernelBusyUs(*records);
+      if (!busy.ok()) {
+        report_.activity_error = Where(key, size) + ": " + busy.status().message();
+        return std::optional<double>();
+      }
+      us.push_back(*busy);
+    }
+    return std::optional<double>(Median(std::move(us)));
+  }
+
+  Status Store(ProfileSink& sink, SweepReport& report, const pb::Curve& key, int64_t size, double us,
+               const char* method) {
+    pb::Curve c = key;
+    c.set_method(method);
+    c.set_warmup(o_.warmup);
+    c.set_iters(o_.iters);
+    CUPCAKE_RETURN_IF_ERROR(sink.AddPoint(c, size, us, o_.force));
+    ++report.measured;
+    report.points.push_back({CurveKey(key), size, us, 0});
+    return Status::Ok();
+  }
+
+  void Done() {
+    ++done_;
+    if (progress_) progress_(done_, total_);
+  }
+
   const KernelSweepOptions& o_;
-  Clock& clock_;
+  Clock* clock_;
+  KernelDevice* device_;
+  ActivitySource* activity_;
   ProfileSink& sink_;
+  ProfileSink* kernel_sink_;
   const ProgressFn& progress_;
-  std::map<std::string, std::set<int64_t>> present_;
-  SweepReport report_;
+  std::map<std::string, std::set<int64_t>> present_, kernel_present_;
+  KernelSweepReport report_;
   int64_t done_ = 0;
   int64_t total_ = 0;
 };
 
-}  // namespace
-
-StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
-                                   const ProgressFn& progress) {
+Status ValidateOptions(const KernelSweepOptions& options) {
   std::string problems;
   auto add = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
   if (options.elements.empty()) add("elements: empty size range; got no sizes, expected at least one");
@@ -184,15 +399,30 @@ StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clo
   for (const std::string& name : options.compressors)
     if (FindCompressor(name) == nullptr) add(UnknownCompressorError("compressors", name).message());
   if (!problems.empty()) return InvalidArgumentError(problems);
-  if (options.device == pb::GPU) {
-    CUPCAKE_RETURN_IF_ERROR(kernels::BackendAvailable(kernels::Backend::kCuda).WithPrefix("device gpu"));
-    return FailedPreconditionError(
-        "device gpu: GPU kernel sweeps (CUDA events, CUPTI kernel time, d2h/h2d copies) are not implemented yet; "
-        "got --device gpu, expected --device cpu");
-  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
+                                   const ProgressFn& progress) {
+  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.device != pb::CPU)
-    return InvalidArgumentError("device: unknown; got " + std::string(Name(options.device)) + ", expected cpu or gpu");
-  Sweep sweep(options, clock, sink, progress);
+    return InvalidArgumentError("device: not a host sweep; got " + std::string(Name(options.device)) +
+                                ", expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
+  Sweep sweep(options, &clock, nullptr, nullptr, sink, nullptr, progress);
+  CUPCAKE_RETURN_IF_ERROR(sweep.Run());
+  return std::move(sweep.report().event);
+}
+
+StatusOr<KernelSweepReport> SweepKernelsOnDevice(const KernelSweepOptions& options, KernelDevice& device,
+                                                 ActivitySource* activity, ProfileSink& sink,
+                                                 ProfileSink* kernel_sink, const ProgressFn& progress) {
+  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.device != pb::GPU)
+    return InvalidArgumentError("device: not a device sweep; got " + std::string(Name(options.device)) +
+                                ", expected gpu (a cpu sweep runs on a clock: SweepKernels)");
+  Sweep sweep(options, nullptr, &device, activity, sink, kernel_sink, progress);
   CUPCAKE_RETURN_IF_ERROR(sweep.Run());
   return std::move(sweep.report());
 }

@@ -72,6 +72,28 @@ int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const
   return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
 }
 
+int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out) {
+  if (out != nullptr) *out = nullptr;
+  std::unique_ptr<cupcake::runtime::Communicator> bootstrap;
+  if (mpi_comm != nullptr || cupcake::runtime::MpiInitialized()) {
+    auto mpi = cupcake::runtime::MpiCommunicatorFromHandle(mpi_comm);
+    if (!mpi.ok()) return Report(mpi.status().WithPrefix("cupcake_session_create_nccl"));
+    bootstrap = std::move(mpi).value();
+  }
+  auto comm = cupcake::runtime::MakeNcclCommunicator(bootstrap.get());
+  if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_session_create_nccl"));
+  cupcake::runtime::SessionOptions options;
+  options.job_stream = job_stream;
+  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
+}
+
+int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel) {
+  if (session == nullptr) return NullSession("cupcake_register_device");
+  if (name == nullptr)
+    return Report(cupcake::InvalidArgumentError("cupcake_register_device: name is NULL; expected the gradient's name"));
+  return Report(session->session->RegisterDevice(name, device_data, numel));
+}
+
 int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel) {
   if (session == nullptr) return NullSession("cupcake_register");
   if (name == nullptr || (data == nullptr && numel != 0) || numel < 0)
@@ -120,6 +142,13 @@ int cupcake_recorder_begin_backward(cupcake_recorder* recorder) {
 int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor) {
   if (recorder == nullptr) return NullRecorder("cupcake_recorder_gradient_ready");
   return Report(recorder->recorder->GradientReady(tensor));
+}
+
+int cupcake_recorder_merge(cupcake_recorder* recorder, const void* mpi_comm) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_merge");
+  auto comm = cupcake::runtime::MpiCommunicatorFromHandle(mpi_comm);
+  if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_recorder_merge"));
+  return Report(recorder->recorder->MergeRanks(**comm));
 }
 
 int cupcake_recorder_write(cupcake_recorder* recorder, const char* path) {

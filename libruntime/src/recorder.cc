@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <set>
 
+#include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/file_io.h"
+#include "cupcake/proto/fingerprint.h"
 
 namespace cupcake::runtime {
 namespace {
@@ -104,6 +106,8 @@ Status Recorder::GradientReady(int i) {
     for (size_t t = 0; t < names_.size(); ++t) gaps_us_[t].push_back(current_us_[t]);
     ++completed_;
     in_backward_ = false;
+    merged_us_.clear();  // a merge is a snapshot of the iterations before it
+    merged_ranks_ = 0;
   }
   return Status::Ok();
 }
@@ -118,11 +122,82 @@ StatusOr<std::vector<double>> Recorder::MedianBackwardUs() const {
   return medians;
 }
 
-StatusOr<std::string> Recorder::ToJson() const {
+namespace {
+// What each rank contributes to the merge's first collective: fixed size, so ranks that
+// registered different tensors still exchange it and all report the same problem.
+struct MergeHeader {
+  char fingerprint[32];  // ModelFingerprint of the registered names and sizes, NUL-padded
+  int64_t tensors;
+  int64_t completed;
+};
+}  // namespace
+
+Status Recorder::MergeRanks(Communicator& comm) {
+  const int w = comm.size();
+  pb::Model model;
+  for (size_t t = 0; t < names_.size(); ++t) {
+    pb::Tensor* pt = model.add_tensors();
+    pt->set_name(names_[t]);
+    pt->set_numel(numels_[t]);
+    pt->set_dtype(pb::FLOAT32);
+  }
+  MergeHeader mine{};
+  const std::string fp = ModelFingerprint(model);
+  fp.copy(mine.fingerprint, sizeof mine.fingerprint - 1);
+  mine.tensors = static_cast<int64_t>(names_.size());
+  mine.completed = completed_;
+  std::vector<MergeHeader> all(static_cast<size_t>(w));
+  CUPCAKE_RETURN_IF_ERROR(comm.Allgather(&mine, all.data(), sizeof(MergeHeader)).WithPrefix("recorder: MergeRanks"));
+  const std::string where = "recorder: MergeRanks: model '" + model_name_ + "': ";
+  for (int r = 0; r < w; ++r) {
+    const MergeHeader& h = all[static_cast<size_t>(r)];
+    if (std::string(h.fingerprint) != std::string(all[0].fingerprint) || h.tensors != all[0].tensors)
+      return FailedPreconditionError(where + "rank " + std::to_string(r) + " registered other gradients than rank 0; got " +
+                                     std::to_string(h.tensors) + " tensors (fingerprint " + h.fingerprint +
+                                     "), expected " + std::to_string(all[0].tensors) + " (fingerprint " +
+                                     all[0].fingerprint + ")");
+    if (h.completed < 1)
+      return FailedPreconditionError(where + "rank " + std::to_string(r) +
+                                     " has no completed iteration; expected every rank to record at least one");
+  }
   CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> medians, MedianBackwardUs());
-  const std::string source = !source_.empty() ? source_
-                                              : "cupcake runtime record mode: median of " + std::to_string(completed_) +
-                                                    " iterations";
+  const size_t n = medians.size();
+  std::vector<double> gathered(n * static_cast<size_t>(w));
+  CUPCAKE_RETURN_IF_ERROR(comm.Allgather(medians.data(), gathered.data(), static_cast<int64_t>(n * sizeof(double)))
+                              .WithPrefix("recorder: MergeRanks"));
+  // 1. Each rank's ready times (prefix sums of its gaps, summed in the same order everywhere);
+  // 2. their maximum over ranks; 3. back to gaps.
+  std::vector<double> ready(n, 0.0);
+  for (int r = 0; r < w; ++r) {
+    double t = 0;
+    for (size_t i = 0; i < n; ++i) {
+      t += gathered[static_cast<size_t>(r) * n + i];
+      ready[i] = r == 0 ? t : std::max(ready[i], t);
+    }
+  }
+  merged_us_.assign(n, 0.0);
+  for (size_t i = 0; i < n; ++i) merged_us_[i] = std::max(0.0, ready[i] - (i == 0 ? 0.0 : ready[i - 1]));
+  merged_ranks_ = w;
+  merged_iterations_ = static_cast<int>(all[0].completed);
+  for (const MergeHeader& h : all) merged_iterations_ = std::min(merged_iterations_, static_cast<int>(h.completed));
+  return Status::Ok();
+}
+
+int Recorder::merged_ranks() const { return merged_ranks_; }
+
+StatusOr<std::vector<double>> Recorder::BackwardUs() const {
+  if (merged_ranks_ > 0) return merged_us_;
+  return MedianBackwardUs();
+}
+
+StatusOr<std::string> Recorder::ToJson() const {
+  CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> medians, BackwardUs());
+  std::string source = source_;
+  if (source.empty()) {
+    source = "cupcake runtime record mode: median of " +
+             std::to_string(merged_ranks_ > 0 ? merged_iterations_ : completed_) + " iterations";
+    if (merged_ranks_ > 0) source += ", slowest of " + std::to_string(merged_ranks_) + " ranks";
+  }
   std::string out = "{\n  \"format\": \"cupcake.model.v1\",\n  \"name\": ";
   AppendJsonString(out, model_name_);
   out += ",\n  \"source\": ";

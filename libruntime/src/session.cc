@@ -3,17 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/fusion.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
+#include "device_streams.h"
 
 namespace cupcake::runtime {
 
@@ -50,24 +51,52 @@ struct Group {
   int first = 0, last = 0;
   int64_t numel = 0;
   bool allreduce = false;
+  // Lossless and memoryless (fp32, or a group the plan leaves uncompressed): no encode and no
+  // payload; the collective sums `work` in place and the decode is the divide by W.
+  bool in_place = false;
   ReduceType reduce_type = ReduceType::kFloat32;
   int64_t reduce_count = 0;
+  // Host: null for in-place groups. Device: always (an in-place group's fp32 Decode is the
+  // divide, run in place: an elementwise kernel).
   std::unique_ptr<kernels::Compressor> compressor;
-  std::vector<float> fusion;   // numel floats when the group has >= 2 tensors
-  std::vector<float> state;    // error-feedback memory, momentum; kept across iterations
-  std::vector<std::byte> payload;
-  std::vector<std::byte> received;
+  // The group's floats, in plan order: the registered buffer itself when the group has one
+  // tensor or its tensors' buffers are adjacent in plan order (a framework's flat gradient
+  // buffer), else `fusion`, which GradientReady packs and Synchronize unpacks through
+  // `fusion_table` (one kernel launch each on the device). Set when the last gradient is
+  // registered.
+  float* work = nullptr;
+  kernels::Buffer fusion;    // numel floats, allocated at registration only when needed
+  std::unique_ptr<kernels::FusionTable> fusion_table;  // with `fusion`
+  kernels::Buffer state;     // error-feedback memory, momentum; kept across iterations
+  kernels::Buffer payload;   // not for in-place groups
+  kernels::Buffer received;
   int pending = 0;             // tensors not yet ready this step; caller's thread only
-  Stage stage = Stage::kIdle;  // guarded by Impl::mu_
-  bool fused() const { return last > first; }
+  Stage stage = Stage::kIdle;  // guarded by Impl::mu_ (host sessions)
+  bool packed() const { return fusion.data() != nullptr; }
+  std::span<float> work_span() const { return {work, static_cast<size_t>(numel)}; }
 };
+
+// out[i] = in[i] / w: the fp32 decode (the kernels' arithmetic, so results match them
+// bitwise); `in` may be `out`.
+void DivideInto(const float* in, float* out, int64_t n, float w) {
+  for (int64_t i = 0; i < n; ++i) out[i] = in[i] / w;
+}
+
+StatusOr<kernels::Buffer> AllocateZeroed(kernels::Backend backend, int64_t bytes) {
+  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer b, kernels::Buffer::Allocate(backend, bytes));
+  CUPCAKE_RETURN_IF_ERROR(b.Zero());
+  return b;
+}
 
 }  // namespace
 
 class Session::Impl {
  public:
   Impl(std::string origin, std::unique_ptr<Communicator> comm, const SessionOptions& options)
-      : origin_(std::move(origin)), comm_(std::move(comm)), timeout_us_(options.ready_timeout_us) {
+      : origin_(std::move(origin)),
+        comm_(std::move(comm)),
+        timeout_us_(options.ready_timeout_us),
+        job_stream_(options.job_stream) {
     if (options.clock == nullptr) {
       owned_clock_ = std::make_unique<SteadyClock>();
       clock_ = owned_clock_.get();
@@ -77,6 +106,12 @@ class Session::Impl {
   }
 
   ~Impl() {
+    if (device_ != nullptr) {
+      // Collectives enqueued and not known to be finished may wait for a peer that never comes:
+      // abort the communicator (NCCL: ncclCommAbort) so the streams drain, rather than hang.
+      if (launched_ > 0) comm_->Abort("session destroyed during a step (rank " + std::to_string(comm_->rank()) + ")");
+      return;
+    }
     if (!thread_.joinable()) return;
     bool abort = false;
     {
@@ -104,6 +139,9 @@ class Session::Impl {
     if (!options.compressor.empty() && plan.compressor().name() != options.compressor)
       add("compressor.name", "does not match the job; got " + Quoted(plan.compressor().name()) + ", expected " +
                                  Quoted(options.compressor));
+    if (on_device() && plan.device() != pb::GPU)
+      add("device", "does not match the communicator; got " + std::string(Name(plan.device())) +
+                        ", expected gpu (the communicator works on GPU memory)");
     if (!options.model_fingerprint.empty() && plan.model().fingerprint() != options.model_fingerprint)
       add("model.fingerprint", "plan for another model; got " + plan.model().fingerprint() + " (model " +
                                    model.name() + "), expected " + options.model_fingerprint + " (the job's model)");
@@ -117,6 +155,7 @@ class Session::Impl {
     }
     const pb::CompressorSpec& spec = plan.compressor();
     std::vector<kernels::CompressorConfig> configs;
+    std::vector<kernels::CompressorLayout> layouts;
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
@@ -145,39 +184,54 @@ class Session::Impl {
                                            std::string(Name(g.options().collective())) + ", expected " +
                                            std::string(Name(op)) + " (" + c.name + ")");
       configs.push_back(c);
+      layouts.push_back(*layout);
     }
     if (!problems.empty()) {
       std::string text;
       for (const auto& line : problems) text += (text.empty() ? "" : "\n") + line;
       return InvalidArgumentError(text);
     }
-    // Everything below is allocated once; the step path reuses it.
+    // Everything below is allocated once (fusion buffers when the gradients are registered);
+    // the step path reuses it.
+    if (on_device()) {
+      // Events: encoded[k] = k on the compute stream, exchanged[k] = K + k on the
+      // communicator's, the step's end 2K, and job_ready[k] = 2K + 1 + k on the job's stream.
+      CUPCAKE_ASSIGN_OR_RETURN(device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, comm_->rank(),
+                                                                    comm_->host(), "Session"));
+    }
+    const kernels::Backend backend = on_device() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& pg = plan.groups(k);
+      const kernels::CompressorConfig& config = configs[static_cast<size_t>(k)];
       Group g;
       g.first = pg.first_tensor();
       g.last = pg.last_tensor();
       g.numel = pg.numel();
-      CUPCAKE_ASSIGN_OR_RETURN(g.compressor, kernels::MakeCompressor(configs[static_cast<size_t>(k)], kernels::Backend::kCpu));
-      const kernels::CompressorLayout& layout = g.compressor->layout();
+      const kernels::CompressorLayout& layout = layouts[static_cast<size_t>(k)];
       g.allreduce = layout.allreduce;
+      g.in_place = layout.kind == kernels::CompressorKind::kFp32 && layout.state_floats == 0;
       g.reduce_type = layout.kind == kernels::CompressorKind::kFp16 ? ReduceType::kFloat16 : ReduceType::kFloat32;
       g.reduce_count = layout.payload_bytes / (g.reduce_type == ReduceType::kFloat16 ? 2 : 4);
-      if (g.fused()) g.fusion.assign(static_cast<size_t>(g.numel), 0.0f);
-      g.state.assign(static_cast<size_t>(layout.state_floats), 0.0f);
-      g.payload.assign(static_cast<size_t>(layout.payload_bytes), std::byte{0});
-      g.received.assign(static_cast<size_t>(layout.decode_input_bytes), std::byte{0});
+      if (!g.in_place || on_device()) {
+        CUPCAKE_ASSIGN_OR_RETURN(g.compressor, kernels::MakeCompressor(config, backend));
+      }
+      if (!g.in_place) {
+        CUPCAKE_ASSIGN_OR_RETURN(g.state, AllocateZeroed(backend, 4 * layout.state_floats));
+        CUPCAKE_ASSIGN_OR_RETURN(g.payload, AllocateZeroed(backend, layout.payload_bytes));
+        CUPCAKE_ASSIGN_OR_RETURN(g.received, AllocateZeroed(backend, layout.decode_input_bytes));
+      }
       g.pending = g.last - g.first + 1;
       for (int i = g.first; i <= g.last; ++i) tensors_[static_cast<size_t>(i)].group = k;
       groups_.push_back(std::move(g));
     }
     model_name_ = model.name();
     fingerprint_ = plan.model().fingerprint();
-    thread_ = std::thread([this] { CommLoop(); });
+    if (!on_device()) thread_ = std::thread([this] { CommLoop(); });
     return Status::Ok();
   }
 
-  Status Register(const std::string& name, std::span<float> gradient) {
+  // Register (host memory) and RegisterDevice (device memory) in one; `call` names which.
+  Status Register(const char* call, const std::string& name, std::span<float> gradient, MemoryKind memory) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     const int i = registered_;
     if (i >= tensor_count())
@@ -190,9 +244,18 @@ class Session::Impl {
                                   "]: does not match the job's gradient " + std::to_string(i) + "; got " + Quoted(t.name) +
                                   " with " + std::to_string(t.numel) + " elements, expected " + Quoted(name) + " with " +
                                   std::to_string(gradient.size()) + " elements (model " + model_name_ + ")");
+    if (memory != comm_->memory())
+      return InvalidArgumentError(std::string(call) + ": gradient " + std::to_string(i) + " (" + Quoted(name) + "): " +
+                                  (on_device() ? "host memory for a session on GPU memory; expected RegisterDevice"
+                                               : "device memory for a session on host memory; expected Register") +
+                                  " (the communicator works on " + (on_device() ? "GPU" : "host") + " memory)");
+    if (on_device())
+      CUPCAKE_RETURN_IF_ERROR(device_->CheckDeviceMemory(gradient.data())
+                                  .WithPrefix(std::string(call) + ": gradient " + std::to_string(i) + " (" + Quoted(name) + ")"));
     t.buffer = gradient;
     ++registered_;
     if (registered_ == tensor_count()) {
+      CUPCAKE_RETURN_IF_ERROR(SetWorkBuffers());
       pb::Model job;
       for (const Tensor& r : tensors_) {
         pb::Tensor* pt = job.add_tensors();
@@ -223,21 +286,31 @@ class Session::Impl {
     t.ready = true;
     Group& g = groups_[static_cast<size_t>(t.group)];
     if (--g.pending > 0) return Status::Ok();
-    // The group is complete: pack and encode on this (the compute) thread.
-    std::span<const float> input;
-    if (g.fused()) {
-      float* at = g.fusion.data();
-      for (int j = g.first; j <= g.last; ++j) {
-        const Tensor& member = tensors_[static_cast<size_t>(j)];
-        std::memcpy(at, member.buffer.data(), member.buffer.size_bytes());
-        at += member.numel;
-      }
-      input = g.fusion;
-    } else {
-      input = t.buffer;
+    // The group is complete: pack and encode on this (the compute) thread, or on the compute
+    // stream for a session on GPU memory.
+    const int k = t.group;
+    void* stream = on_device() ? device_->compute() : nullptr;
+    if (on_device()) {  // after the job's work on its stream (the gradients' last kernels)
+      const int job_ready = 2 * group_count() + 1 + k;
+      Status s = device_->Record(job_ready, job_stream_);
+      if (s.ok()) s = device_->StreamWait(stream, job_ready);
+      if (!s.ok()) return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "]"));
     }
-    Status s = g.compressor->Encode(input, g.state, iteration_, g.payload);
-    if (!s.ok()) return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(t.group) + "] encode"));
+    if (g.packed()) {
+      if (Status s = g.fusion_table->Pack(stream); !s.ok())
+        return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] pack"));
+    }
+    if (!g.in_place) {
+      Status s = g.compressor->Encode(g.work_span(), {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)},
+                                      iteration_, {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
+                                      stream);
+      if (!s.ok()) return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] encode"));
+    }
+    if (on_device()) {
+      if (Status s = device_->Record(k, stream); !s.ok()) return Fail(s.WithPrefix("GradientReady"));
+      g.stage = Stage::kEncoded;
+      return LaunchInOrder();
+    }
     {
       std::lock_guard lock(mu_);
       g.stage = Stage::kEncoded;
@@ -250,12 +323,13 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckRegistered("Synchronize"));
     if (accumulating_) return Status::Ok();
-    const double start_us = clock_->NowUs();
-    for (size_t k = 0; k < groups_.size(); ++k) {
-      Group& g = groups_[k];
-      {
+    if (on_device()) {
+      CUPCAKE_RETURN_IF_ERROR(SynchronizeDevice());
+    } else {
+      const double start_us = clock_->NowUs();
+      for (size_t k = 0; k < groups_.size(); ++k) {
         std::unique_lock lock(mu_);
-        while (g.stage != Stage::kExchanged && comm_status_.ok()) {
+        while (groups_[k].stage != Stage::kExchanged && comm_status_.ok()) {
           if (clock_->NowUs() - start_us >= timeout_us_) {
             lock.unlock();
             return Fail(TimeoutError(static_cast<int>(k)));
@@ -263,17 +337,8 @@ class Session::Impl {
           cv_.wait_for(lock, kPoll);
         }
         if (!comm_status_.ok()) return Fail(comm_status_.WithPrefix("Synchronize"));
-      }
-      std::span<float> out = g.fused() ? std::span<float>(g.fusion) : tensors_[static_cast<size_t>(g.first)].buffer;
-      Status s = g.compressor->Decode(g.received, out, iteration_);
-      if (!s.ok()) return Fail(s.WithPrefix("Synchronize: groups[" + std::to_string(k) + "] decode"));
-      if (g.fused()) {
-        const float* at = g.fusion.data();
-        for (int j = g.first; j <= g.last; ++j) {
-          Tensor& member = tensors_[static_cast<size_t>(j)];
-          std::memcpy(member.buffer.data(), at, member.buffer.size_bytes());
-          at += member.numel;
-        }
+        lock.unlock();
+        CUPCAKE_RETURN_IF_ERROR(Decode(static_cast<int>(k)));
       }
     }
     for (Tensor& t : tensors_) t.ready = false;
@@ -284,6 +349,7 @@ class Session::Impl {
         g.stage = Stage::kIdle;
       }
     }
+    launched_ = 0;
     ++iteration_;
     return Status::Ok();
   }
@@ -304,6 +370,11 @@ class Session::Impl {
   int registered() const { return registered_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->size(); }
+  int64_t fusion_bytes() const {
+    int64_t bytes = 0;
+    for (const Group& g : groups_) bytes += g.fusion.size_bytes();
+    return bytes;
+  }
   uint64_t iteration() const { return iteration_; }
 
  private:
@@ -317,18 +388,134 @@ class Session::Impl {
       Group& g = groups_[k];
       in_collective_ = true;
       lock.unlock();
-      Status s = g.allreduce ? comm_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type)
-                             : comm_->Allgather(g.payload.data(), g.received.data(), static_cast<int64_t>(g.payload.size()));
+      Status s = Collective(g);
       lock.lock();
       in_collective_ = false;
       if (!s.ok()) {
-        comm_status_ = s.WithPrefix("groups[" + std::to_string(k) + "] " + (g.allreduce ? "allreduce" : "allgather"));
+        comm_status_ = s.WithPrefix(CollectiveName(static_cast<int>(k)));
         cv_.notify_all();
         return;
       }
       g.stage = Stage::kExchanged;
       cv_.notify_all();
       k = (k + 1) % groups_.size();
+    }
+  }
+
+  bool on_device() const { return comm_->memory() == MemoryKind::kDevice; }
+
+  // Once every gradient is registered: each group works on its registered memory when that is
+  // one buffer (one tensor, or buffers adjacent in plan order), else on a fusion buffer.
+  Status SetWorkBuffers() {
+    const kernels::Backend backend = on_device() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
+    for (Group& g : groups_) {
+      const Tensor& head = tensors_[static_cast<size_t>(g.first)];
+      bool adjacent = true;
+      for (int j = g.first + 1; j <= g.last && adjacent; ++j)
+        adjacent = tensors_[static_cast<size_t>(j)].buffer.data() ==
+                   tensors_[static_cast<size_t>(j - 1)].buffer.data() + tensors_[static_cast<size_t>(j - 1)].numel;
+      if (!adjacent) {
+        CUPCAKE_ASSIGN_OR_RETURN(g.fusion, AllocateZeroed(backend, 4 * g.numel));
+        std::vector<kernels::FusionSegment> segments;
+        for (int j = g.first; j <= g.last; ++j) {
+          const Tensor& member = tensors_[static_cast<size_t>(j)];
+          segments.push_back({member.buffer.data(), member.numel});
+        }
+        CUPCAKE_ASSIGN_OR_RETURN(g.fusion_table, kernels::MakeFusionTable(backend, segments, g.fusion.as<float>()));
+      }
+      g.work = adjacent ? head.buffer.data() : g.fusion.as<float>();
+    }
+    return Status::Ok();
+  }
+
+  std::string CollectiveName(int k) const {
+    return "groups[" + std::to_string(k) + "] " + (groups_[static_cast<size_t>(k)].allreduce ? "allreduce" : "allgather");
+  }
+
+  // Group k's collective: in place on its floats (lossless groups), else payload -> received.
+  // Host communicators finish it here; device ones enqueue it on their stream.
+  Status Collective(Group& g) {
+    if (g.in_place) return comm_->Allreduce(g.work, g.work, g.numel, ReduceType::kFloat32);
+    if (g.allreduce) return comm_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type);
+    return comm_->Allgather(g.payload.data(), g.received.data(), g.payload.size_bytes());
+  }
+
+  // Group k's decode after its collective, into the registered buffers (on the compute stream
+  // for a device session). Lossless groups: the divide by W, fused with the unpack when packed
+  // (one kernel on the device), else in place (host: a loop; device: fp32's Decode, the same
+  // divide as an elementwise kernel). Otherwise the compressor's Decode into the group's floats,
+  // then the unpack.
+  Status Decode(int k) {
+    Group& g = groups_[static_cast<size_t>(k)];
+    void* stream = on_device() ? device_->compute() : nullptr;
+    // Messages are built only on failure: the step path allocates nothing.
+    auto where = [k](const char* stage) { return "Synchronize: groups[" + std::to_string(k) + "] " + stage; };
+    if (g.in_place && g.packed()) {
+      if (Status s = g.fusion_table->UnpackDivided(comm_->size(), stream); !s.ok()) return Fail(s.WithPrefix(where("unpack")));
+      return Status::Ok();
+    }
+    if (g.in_place && !on_device()) {
+      DivideInto(g.work, g.work, g.numel, static_cast<float>(comm_->size()));
+      return Status::Ok();
+    }
+    const std::span<const std::byte> input =
+        g.in_place ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(g.work), static_cast<size_t>(4 * g.numel))
+                   : std::span<const std::byte>(g.received.as<std::byte>(), static_cast<size_t>(g.received.size_bytes()));
+    Status s = g.compressor->Decode(input, g.work_span(), iteration_, stream);
+    if (!s.ok()) return Fail(s.WithPrefix(where("decode")));
+    if (g.packed()) {
+      if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
+    }
+    return Status::Ok();
+  }
+
+  // Device sessions: enqueue the collectives of the encoded groups in group order (every rank
+  // launches the same sequence), each after its encode (event k) and marked by event K + k.
+  Status LaunchInOrder() {
+    const int count = group_count();
+    while (launched_ < count && groups_[static_cast<size_t>(launched_)].stage == Stage::kEncoded) {
+      const int k = launched_;
+      Group& g = groups_[static_cast<size_t>(k)];
+      Status s = device_->StreamWait(comm_->stream(), k);
+      if (s.ok()) s = Collective(g);
+      if (s.ok()) s = device_->Record(count + k, comm_->stream());
+      if (!s.ok()) return Fail(s.WithPrefix("GradientReady: " + CollectiveName(k)));
+      g.stage = Stage::kExchanged;  // enqueued; event K + k says when it is done
+      ++launched_;
+    }
+    return Status::Ok();
+  }
+
+  // Device sessions: 1. wait until every collective is enqueued (every tensor ready); 2. queue
+  // each group's decode and unpack on the compute stream after its collective's event; 3. wait,
+  // polling the end event against the clock so a missing peer gives DeadlineExceeded.
+  Status SynchronizeDevice() {
+    const double start_us = clock_->NowUs();
+    const int count = group_count();
+    auto timed_out = [&] { return clock_->NowUs() - start_us >= timeout_us_; };
+    while (launched_ < count) {
+      if (timed_out()) return Fail(TimeoutError(launched_));
+      std::this_thread::sleep_for(kPoll);
+    }
+    for (int k = 0; k < count; ++k) {
+      if (Status s = device_->StreamWait(device_->compute(), count + k); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
+      CUPCAKE_RETURN_IF_ERROR(Decode(k));
+    }
+    if (Status s = device_->Record(2 * count, device_->compute()); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
+    while (true) {
+      StatusOr<bool> done = device_->Done(2 * count);
+      if (!done.ok()) return Fail(done.status().WithPrefix("Synchronize"));
+      if (*done) return Status::Ok();
+      if (timed_out()) {
+        int stuck = 0;
+        while (stuck < count - 1) {
+          StatusOr<bool> d = device_->Done(count + stuck);
+          if (!d.ok() || !*d) break;
+          ++stuck;
+        }
+        return Fail(TimeoutError(stuck));
+      }
+      std::this_thread::yield();
     }
   }
 
@@ -347,9 +534,7 @@ class Session::Impl {
       return DeadlineExceededError("Synchronize: gradients never became ready; got no GradientReady within " +
                                    Seconds(timeout_us_) + " for " + std::to_string(count) + " of " +
                                    std::to_string(tensor_count()) + " tensors: " + missing + where);
-    const Group& g = groups_[static_cast<size_t>(group)];
-    return DeadlineExceededError("Synchronize: groups[" + std::to_string(group) + "] " +
-                                 (g.allreduce ? "allreduce" : "allgather") + " did not finish within " +
+    return DeadlineExceededError("Synchronize: " + CollectiveName(group) + " did not finish within " +
                                  Seconds(timeout_us_) +
                                  "; every gradient of this rank is ready, so a peer is missing gradients or has died" +
                                  where);
@@ -378,6 +563,11 @@ class Session::Impl {
   std::string fingerprint_;
   std::vector<Tensor> tensors_;
   std::vector<Group> groups_;
+  // Device sessions only (declared after the groups, so destroyed before their buffers: its
+  // destructor waits for the compute stream).
+  std::unique_ptr<internal::DeviceStreams> device_;
+  int launched_ = 0;  // device sessions: collectives enqueued this step, in group order
+  void* job_stream_;  // device sessions: where the job computes its gradients
   int registered_ = 0;
   uint64_t iteration_ = 0;
   bool accumulating_ = false;
@@ -412,12 +602,23 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan, std::un
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 
-Status Session::Register(const std::string& name, std::span<float> gradient) { return impl_->Register(name, gradient); }
+Status Session::Register(const std::string& name, std::span<float> gradient) {
+  return impl_->Register("Register", name, gradient, MemoryKind::kHost);
+}
+Status Session::RegisterDevice(const std::string& name, float* device_gradient, int64_t numel) {
+  if (numel < 0 || (device_gradient == nullptr && numel > 0))
+    return InvalidArgumentError("RegisterDevice: gradient " + std::to_string(impl_->registered()) + " ('" + name +
+                                "'): bad arguments; got numel " + std::to_string(numel) +
+                                ", expected a device buffer and numel >= 0");
+  return impl_->Register("RegisterDevice", name, std::span<float>(device_gradient, static_cast<size_t>(numel)),
+                         MemoryKind::kDevice);
+}
 int Session::registered() const { return impl_->registered(); }
 int Session::tensor_count() const { return impl_->tensor_count(); }
 int Session::group_count() const { return impl_->group_count(); }
 int Session::rank() const { return impl_->rank(); }
 int Session::world_size() const { return impl_->world_size(); }
+int64_t Session::fusion_bytes() const { return impl_->fusion_bytes(); }
 Status Session::GradientReady(int i) { return impl_->GradientReady(i); }
 Status Session::Synchronize() { return impl_->Synchronize(); }
 Status Session::SetAccumulating(bool accumulating) { return impl_->SetAccumulating(accumulating); }

@@ -34,14 +34,6 @@ class CompressorSuite : public ::testing::Test {
   }
 };
 
-using Backends = ::testing::Types<CpuBackend, CudaBackend>;
-class BackendNames {
- public:
-  template <typename T>
-  static std::string GetName(int) {
-    return T::kBackend == Backend::kCpu ? "Cpu" : "Cuda";
-  }
-};
 TYPED_TEST_SUITE(CompressorSuite, Backends, BackendNames);
 
 // Real payloads have exactly the catalogue's size, for awkward n and several W.

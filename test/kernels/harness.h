@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cupcake/kernels/compressor.h"
@@ -19,6 +20,15 @@ struct CpuBackend {
 };
 struct CudaBackend {
   static constexpr Backend kBackend = Backend::kCuda;
+};
+// For typed suites over both backends: TYPED_TEST_SUITE(Suite, Backends, BackendNames).
+using Backends = ::testing::Types<CpuBackend, CudaBackend>;
+class BackendNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    return T::kBackend == Backend::kCpu ? "Cpu" : "Cuda";
+  }
 };
 
 inline Buffer MustAllocate(Backend b, int64_t bytes) {

@@ -125,6 +125,108 @@ TEST(CommSweep, RanksThatDisagreeOnTheConfigurationAllFailNamingTheFlag) {
   }
 }
 
+// A data communicator whose memory holds every float negated, as a stand-in for GPU memory the
+// sweep must not touch directly: the collectives are linear, so they work on negated values
+// unchanged, and only CopyIn/CopyOut see the true ones. A sweep that wrote or read its buffers
+// directly would find every result wrong.
+class NegatedMemory final : public Communicator {
+ public:
+  explicit NegatedMemory(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& host() const override { return inner_->host(); }
+  std::string library() const override { return "negated " + inner_->library(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Status Broadcast(void* buf, int64_t bytes, int root) override { return inner_->Broadcast(buf, bytes, root); }
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
+    return inner_->Allreduce(send, recv, count, type, op);
+  }
+  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return inner_->Allgather(send, recv, bytes_per_rank);
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
+    return inner_->ReduceScatter(send, recv, count_per_rank, type, op);
+  }
+  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return inner_->Alltoall(send, recv, bytes_per_rank);
+  }
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, inner_->Split(color, key));
+    if (!child) return child;
+    return std::unique_ptr<Communicator>(std::make_unique<NegatedMemory>(std::move(child)));
+  }
+  Status CopyIn(void* dst, const void* host_src, int64_t bytes) override {
+    ++copies;
+    for (int64_t i = 0; i < bytes / 4; ++i) static_cast<float*>(dst)[i] = -static_cast<const float*>(host_src)[i];
+    return Status::Ok();
+  }
+  Status CopyOut(void* host_dst, const void* src, int64_t bytes) override {
+    ++copies;
+    for (int64_t i = 0; i < bytes / 4; ++i) static_cast<float*>(host_dst)[i] = -static_cast<const float*>(src)[i];
+    return Status::Ok();
+  }
+  int copies = 0;
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+TEST(CommSweep, MeasuresADataCommunicatorThroughItsOwnMemory) {
+  MemorySink sink;
+  CommSweepOptions o = Small();
+  InProcessGroup data_group(4, {"a", "a", "b", "b"});
+  std::vector<int> copies(4);
+  auto results = RunRanks(4, {"a", "a", "b", "b"}, [&](std::unique_ptr<Communicator> control) {
+    FakeClock clock;
+    NegatedMemory data(data_group.Rank(control->rank()));
+    CommSweepOptions mine = o;
+    mine.data = &data;
+    auto r = SweepComm(*control, mine, clock, control->rank() == 0 ? &sink : nullptr);
+    copies[static_cast<size_t>(control->rank())] = data.copies;
+    return r;
+  });
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->wrong, 0);
+    EXPECT_GT(r->measured, 0);
+  }
+  EXPECT_GT(copies[0], 0);
+  EXPECT_EQ(sink.Curves().size(), 15u);  // five collectives x global, intra, inter
+}
+
+TEST(CommSweep, WrongResultsOfTheDataCommunicatorAreCounted) {
+  MemorySink sink;
+  CommSweepOptions o = Small();
+  o.ops = {pb::ALLREDUCE};
+  InProcessGroup data_group(2);
+  auto results = RunRanks(2, {}, [&](std::unique_ptr<Communicator> control) {
+    FakeClock clock;
+    std::unique_ptr<Communicator> data =
+        std::make_unique<NegatedMemory>(data_group.Rank(control->rank()));
+    if (control->rank() == 1) data = MakeWrongResultCommunicator(std::move(data), pb::ALLREDUCE);
+    CommSweepOptions mine = o;
+    mine.data = data.get();
+    return SweepComm(*control, mine, clock, control->rank() == 0 ? &sink : nullptr);
+  });
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->wrong, 2);
+    EXPECT_EQ(r->measured, 0);
+  }
+}
+
+TEST(CommSweep, RefusesADataCommunicatorOfOtherRanks) {
+  MemorySink sink;
+  FakeClock clock;
+  InProcessGroup group(1), other(2);
+  auto comm = group.Rank(0);
+  auto data = other.Rank(0);
+  CommSweepOptions o = Small();
+  o.data = data.get();
+  EXPECT_EQ(SweepComm(*comm, o, clock, &sink).status().message(),
+            "data: not the world's ranks; got rank 0 of 2, expected rank 0 of 1");
+}
+
 TEST(CommSweep, RejectsAnEmptyOrAbsurdSizeList) {
   MemorySink sink;
   FakeClock clock;

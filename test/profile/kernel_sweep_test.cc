@@ -131,15 +131,178 @@ TEST(KernelSweep, RejectsBadOptionsNamingEachField) {
   EXPECT_EQ(sink.added(), 0);
 }
 
-TEST(KernelSweep, GpuIsRefusedWithoutPretendingToMeasure) {
+TEST(KernelSweep, GpuGoesThroughADevice) {
   FakeClock clock;
   MemorySink sink;
   KernelSweepOptions o = Small();
   o.device = pb::GPU;
   auto r = SweepKernels(o, clock, sink);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message().rfind("device gpu: ", 0), 0u) << r.status().message();
+  EXPECT_EQ(r.status().message(),
+            "device: not a host sweep; got gpu, expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
   EXPECT_EQ(sink.added(), 0);
+  EXPECT_EQ(clock.calls(), 0);
+}
+
+// The GPU sweep on a fake device (CPU compressors, scripted event times) and replayed activity.
+KernelSweepOptions SmallGpu() {
+  KernelSweepOptions o = Small();
+  o.device = pb::GPU;
+  return o;
+}
+
+// 3 compressors x (encode, decode) + pack, unpack, h2d, d2h = 10 curves of 3 sizes.
+constexpr int64_t kGpuPoints = 10 * 3;
+
+// One batch per timed call: kernel-only times 2, 7, 3 us in turn (two kernels with a gap each,
+// so the gap must not count), so each point's median of 3 is 3 us.
+std::vector<std::vector<KernelActivity>> Batches(int64_t calls) {
+  std::vector<std::vector<KernelActivity>> batches;
+  const uint64_t busy_us[] = {2, 7, 3};
+  for (int64_t j = 0; j < calls; ++j) {
+    const uint64_t half = busy_us[j % 3] * 500;  // ns per kernel
+    const auto id = static_cast<uint32_t>(j);
+    batches.push_back({{"k1", 1000, 1000 + half, id}, {"k2", 90000, 90000 + half, id}});
+  }
+  return batches;
+}
+
+TEST(KernelSweepOnDevice, StoresEventMediansAndKernelOnlyMediansInTheirSinks) {
+  FakeKernelDevice device({5.0, 1.0, 6.0});  // median 5, mean 4
+  FakeActivitySource activity(Batches(kGpuPoints * 3));
+  MemorySink sink, kernel_sink;
+  std::vector<std::pair<int64_t, int64_t>> progress;
+  auto report = SweepKernelsOnDevice(SmallGpu(), device, &activity, sink, &kernel_sink,
+                                     [&](int64_t d, int64_t t) { progress.emplace_back(d, t); });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->event.measured, kGpuPoints);
+  EXPECT_EQ(report->kernel.measured, kGpuPoints);
+  EXPECT_EQ(report->activity_error, "");
+  EXPECT_TRUE(report->kernel_problems.empty());
+  std::vector<std::string> keys;
+  for (const auto& c : sink.Curves()) {
+    keys.push_back(CurveKey(c));
+    EXPECT_EQ(c.method(), "event");
+    EXPECT_EQ(c.warmup(), 1);
+    EXPECT_EQ(c.iters(), 3);
+    ASSERT_EQ(c.points_size(), 3);
+    for (const auto& p : c.points()) EXPECT_EQ(p.us(), 5.0) << CurveKey(c);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"copy d2h gpu", "copy h2d gpu", "copy pack gpu", "copy unpack gpu",
+                                            "decode efsignsgd gpu", "decode fp16 gpu", "decode topk gpu",
+                                            "encode efsignsgd gpu", "encode fp16 gpu", "encode topk gpu"}));
+  std::vector<pb::Curve> kernel = kernel_sink.Curves();
+  ASSERT_EQ(kernel.size(), 10u);
+  for (const auto& c : kernel) {
+    EXPECT_EQ(c.method(), "kernel");
+    ASSERT_EQ(c.points_size(), 3);
+    for (const auto& p : c.points()) EXPECT_DOUBLE_EQ(p.us(), 3.0) << CurveKey(c);
+  }
+  // Copies in bytes (4n), encode/decode in elements.
+  EXPECT_EQ(sink.Curves()[2].points(2).size(), 1024);
+  EXPECT_EQ(sink.Curves()[4].points(2).size(), 256);
+  // One event pair per timed call, one Start/Flush per kernel-timed call; no warm-up is timed.
+  EXPECT_EQ(device.timed(), kGpuPoints * 3);
+  EXPECT_EQ(activity.started(), kGpuPoints * 3);
+  // Copy points: 1 warm-up + 3 event-timed + 3 kernel-timed copies each; pinned memory freed.
+  EXPECT_EQ(device.copies(), 4 * 3 * 7);
+  EXPECT_EQ(device.pinned_live(), 0);
+  ASSERT_EQ(progress.size(), static_cast<size_t>(kGpuPoints));
+  EXPECT_EQ(progress.back(), std::make_pair(kGpuPoints, kGpuPoints));
+}
+
+TEST(KernelSweepOnDevice, ResumesEachSinkOnItsOwnAndForceRemeasuresBoth) {
+  FakeKernelDevice device({4.0});
+  MemorySink sink, kernel_sink;
+  // First without kernel-only time: event points only.
+  auto first = SweepKernelsOnDevice(SmallGpu(), device, nullptr, sink, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->event.measured, kGpuPoints);
+  EXPECT_EQ(first->kernel.measured, 0);
+  EXPECT_EQ(device.timed(), kGpuPoints * 3);
+
+  // Then with it, interrupted after 7 kernel points: no event point is timed again.
+  FakeActivitySource activity(Batches(kGpuPoints * 3 * 3));
+  kernel_sink.fail_after = 7;
+  auto second = SweepKernelsOnDevice(SmallGpu(), device, &activity, sink, &kernel_sink);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(kernel_sink.added(), 7);
+  EXPECT_EQ(device.timed(), kGpuPoints * 3);
+
+  // Resumed: the remaining kernel points only.
+  kernel_sink.fail_after = -1;
+  const int started = activity.started();
+  auto third = SweepKernelsOnDevice(SmallGpu(), device, &activity, sink, &kernel_sink);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->event.measured, 0);
+  EXPECT_EQ(third->event.skipped, kGpuPoints);
+  EXPECT_EQ(third->kernel.measured, kGpuPoints - 7);
+  EXPECT_EQ(third->kernel.skipped, 7);
+  EXPECT_EQ(activity.started() - started, (kGpuPoints - 7) * 3);
+  EXPECT_EQ(device.timed(), kGpuPoints * 3);
+  EXPECT_EQ(sink.added(), kGpuPoints);
+
+  // --force: both again.
+  KernelSweepOptions force = SmallGpu();
+  force.force = true;
+  auto fourth = SweepKernelsOnDevice(force, device, &activity, sink, &kernel_sink);
+  ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
+  EXPECT_EQ(fourth->event.measured, kGpuPoints);
+  EXPECT_EQ(fourth->kernel.measured, kGpuPoints);
+  EXPECT_EQ(device.timed(), 2 * kGpuPoints * 3);
+}
+
+TEST(KernelSweepOnDevice, AnActivityErrorEndsKernelTimeButNotTheSweep) {
+  FakeKernelDevice device;
+  FakeActivitySource activity({});
+  activity.start_error = UnavailableError("cupti: cuptiActivityEnable(kind): CUPTI_ERROR_INSUFFICIENT_PRIVILEGES");
+  MemorySink sink, kernel_sink;
+  auto report = SweepKernelsOnDevice(SmallGpu(), device, &activity, sink, &kernel_sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->activity_error,
+            "encode topk gpu at 16: cupti: cuptiActivityEnable(kind): CUPTI_ERROR_INSUFFICIENT_PRIVILEGES");
+  EXPECT_EQ(report->event.measured, kGpuPoints);
+  EXPECT_EQ(report->kernel.measured, 0);
+  EXPECT_EQ(kernel_sink.added(), 0);
+}
+
+TEST(KernelSweepOnDevice, ACallWithoutRecordsStoresNoKernelPoint) {
+  FakeKernelDevice device;
+  FakeActivitySource activity({});  // every Flush() returns nothing
+  MemorySink sink, kernel_sink;
+  auto report = SweepKernelsOnDevice(SmallGpu(), device, &activity, sink, &kernel_sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->activity_error, "");
+  ASSERT_EQ(report->kernel_problems.size(), static_cast<size_t>(kGpuPoints));
+  EXPECT_EQ(report->kernel_problems[0],
+            "encode topk gpu at 16: no kernel, memcpy or memset record for timed call 0; kernel-only point not stored");
+  EXPECT_EQ(kernel_sink.added(), 0);
+  EXPECT_EQ(sink.added(), kGpuPoints);
+}
+
+TEST(KernelSweepOnDevice, ADeviceErrorStopsTheSweepNamingThePoint) {
+  FakeKernelDevice device;
+  device.end_error = InternalError("cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch failure");
+  MemorySink sink;
+  auto report = SweepKernelsOnDevice(SmallGpu(), device, nullptr, sink, nullptr);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().message(),
+            "encode topk gpu at 16: cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch "
+            "failure");
+  EXPECT_EQ(sink.added(), 0);
+}
+
+TEST(KernelSweepOnDevice, RefusesACpuSweepAndBadOptions) {
+  FakeKernelDevice device;
+  MemorySink sink;
+  EXPECT_EQ(SweepKernelsOnDevice(Small(), device, nullptr, sink, nullptr).status().message(),
+            "device: not a device sweep; got cpu, expected gpu (a cpu sweep runs on a clock: SweepKernels)");
+  KernelSweepOptions o = SmallGpu();
+  o.warmup = -1;
+  EXPECT_EQ(SweepKernelsOnDevice(o, device, nullptr, sink, nullptr).status().message(),
+            "warmup: out of range; got -1, expected >= 0");
+  EXPECT_EQ(device.timed(), 0);
 }
 
 TEST(PowerOfTwoSizes, ListsTheRangeAndRejectsEmptyOrAbsurdOnes) {

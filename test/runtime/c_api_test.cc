@@ -7,6 +7,7 @@
 #include <string>
 
 #include "c_api_internal.h"
+#include "cupcake/kernels/compressor.h"
 #include "cupcake/proto/plan_io.h"
 #include "runtime_test_util.h"
 
@@ -62,6 +63,24 @@ TEST_F(CApi, CreateOverMpiNeedsMpiInitialized) {
                  "MPI communicator: MPI is not initialized; expected MPI_Init_thread (or InitMpi) first");
   else
     EXPECT_NE(std::string(cupcake_last_error()).find("this build has no MPI"), std::string::npos);
+}
+
+// Without a GPU (this machine), the GPU entry point says so, naming the call; with no MPI
+// initialized it makes a group of one rank, so the device check is what fails.
+TEST_F(CApi, CreateOverNcclWithoutAGpuSaysNoCudaDeviceFound) {
+  if (kernels::BackendAvailable(kernels::Backend::kCuda).ok()) GTEST_SKIP() << "a GPU is present";
+  cupcake_session* s = reinterpret_cast<cupcake_session*>(this);
+  EXPECT_EQ(cupcake_session_create_nccl(path_.c_str(), nullptr, nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(s, nullptr);
+  const std::string m = cupcake_last_error();
+  EXPECT_EQ(m.rfind(BuiltWithNccl() ? "cupcake_session_create_nccl: NCCL communicator: no CUDA device found; got "
+                                    : "cupcake_session_create_nccl: NCCL communicator: this build has no NCCL",
+                    0),
+            0u)
+      << m;
+  EXPECT_EQ(cupcake_register_device(nullptr, "t0", nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_register_device: session is NULL; expected one from cupcake_session_create");
 }
 
 }  // namespace

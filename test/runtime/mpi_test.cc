@@ -5,13 +5,16 @@
 // Prints `runtime_mpi_test: rank 0: all N checks passed`; every failure line has FAIL.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include "cupcake/proto/file_io.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/cupcake.h"
+#include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 #include "runtime_test_util.h"
 
@@ -32,58 +35,62 @@ struct Checks {
   }
 };
 
-std::vector<std::vector<float>> Buffers(const pb::Model& m) {
-  std::vector<std::vector<float>> grads;
-  for (const auto& t : m.tensors()) grads.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
-  return grads;
-}
-
 void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
   const pb::Model model = testing::SmallModel();
   for (std::string_view name : CompressorNames()) {
     for (const char* grouping : {"layerwise", "one_group", "planned"}) {
-      const std::string what = std::string(name) + "/" + grouping;
-      const testing::Grouping g = std::string(grouping) == "layerwise" ? testing::LayerWise(model)
-                                  : std::string(grouping) == "one_group" ? testing::OneGroup(model)
-                                                                         : testing::Planned();
-      const pb::Plan plan = testing::MakePlan(model, g, std::string(name), world);
-      auto comm = mpi.World();
-      if (!comm.ok()) return check(false, comm.status().ToString());
-      auto session = Session::Create(plan, std::move(comm).value());
-      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-      auto grads = Buffers(model);
-      for (int i = 0; i < model.tensors_size(); ++i)
-        check((*session)->Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok(), what + ": register");
-      testing::Reference reference(plan, world);
-      for (int it = 0; it < 3; ++it) {
-        FillGradients(grads, rank, it);
-        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-        Status s = (*session)->Synchronize();
-        check(s.ok(), what + ": synchronize: " + s.ToString());
-        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+      for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+        const std::string what = std::string(name) + "/" + grouping + "/" + testing::LayoutName(layout);
+        const testing::Grouping g = std::string(grouping) == "layerwise" ? testing::LayerWise(model)
+                                    : std::string(grouping) == "one_group" ? testing::OneGroup(model)
+                                                                           : testing::Planned();
+        const pb::Plan plan = testing::MakePlan(model, g, std::string(name), world);
+        auto comm = mpi.World();
+        if (!comm.ok()) return check(false, comm.status().ToString());
+        auto session = Session::Create(plan, std::move(comm).value());
+        if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+        testing::Gradients grads(model, layout);
+        check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+        testing::Reference reference(plan, world);
+        for (int it = 0; it < 3; ++it) {
+          FillGradients(grads, rank, it);
+          for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+          Status s = (*session)->Synchronize();
+          check(s.ok(), what + ": synchronize: " + s.ToString());
+          const std::string diff = testing::FirstDifference(grads, reference.Step(it));
+          check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+        }
       }
     }
   }
 }
 
+// fp32 runs its allreduce in place (MPI_IN_PLACE) on the registered memory or a fusion buffer;
+// the result is exactly MPI's average, for every grouping and layout.
 void Fp32IsTheMpiAverage(MpiProcess& mpi, Checks& check, int rank, int world) {
   const pb::Model model = testing::SmallModel();
-  auto comm = mpi.World();
-  if (!comm.ok()) return check(false, comm.status().ToString());
-  auto session = Session::Create(testing::MakePlan(model, testing::Planned(), "fp32", world), std::move(comm).value());
-  if (!session.ok()) return check(false, session.status().ToString());
-  auto grads = Buffers(model);
-  for (int i = 0; i < model.tensors_size(); ++i) check((*session)->Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok(), "register");
-  FillGradients(grads, rank, 5);
-  auto want = grads;
-  for (auto& w : want) {
-    MPI_Allreduce(MPI_IN_PLACE, w.data(), static_cast<int>(w.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    for (float& x : w) x /= static_cast<float>(world);
+  for (const testing::Grouping& grouping : {testing::Planned(), testing::OneGroup(model), testing::LayerWise(model)}) {
+    for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+      const std::string what = "fp32/" + std::to_string(grouping.size()) + " groups/" + testing::LayoutName(layout);
+      auto comm = mpi.World();
+      if (!comm.ok()) return check(false, comm.status().ToString());
+      auto session = Session::Create(testing::MakePlan(model, grouping, "fp32", world), std::move(comm).value());
+      if (!session.ok()) return check(false, session.status().ToString());
+      testing::Gradients grads(model, layout);
+      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+      FillGradients(grads, rank, 5);
+      std::vector<std::vector<float>> want;
+      for (std::span<float> g : grads) {
+        want.emplace_back(g.begin(), g.end());
+        MPI_Allreduce(MPI_IN_PLACE, want.back().data(), static_cast<int>(g.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (float& x : want.back()) x /= static_cast<float>(world);
+      }
+      for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+      check((*session)->Synchronize().ok(), what + ": synchronize");
+      const std::string diff = testing::FirstDifference(grads, want);
+      check(diff.empty(), what + ": not exactly the MPI average: " + diff);
+    }
   }
-  for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), "fp32: ready");
-  check((*session)->Synchronize().ok(), "fp32: synchronize");
-  check(grads == want, "fp32: not exactly the MPI average");
 }
 
 void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::string& dir) {
@@ -95,7 +102,7 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   cupcake_session* s = nullptr;
   if (cupcake_session_create_ex(path.c_str(), &job, "fp16", ModelFingerprint(model).c_str(), 30, &s) != CUPCAKE_OK)
     return check(false, std::string("cupcake_session_create: ") + cupcake_last_error());
-  auto grads = Buffers(model);
+  testing::Gradients grads(model, testing::Layout::kSeparate);
   for (int i = 0; i < model.tensors_size(); ++i)
     check(cupcake_register(s, model.tensors(i).name().c_str(), grads[static_cast<size_t>(i)].data(),
                            model.tensors(i).numel()) == CUPCAKE_OK, std::string("c register: ") + cupcake_last_error());
@@ -117,6 +124,60 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   check(cupcake_last_error() == want, std::string("message: ") + cupcake_last_error());
 }
 
+// Record mode across ranks: each rank records its own gaps; after MergeRanks every rank holds the
+// slowest rank's ready time per tensor, and the C API's merge writes the same file on every rank.
+class ListClock final : public Clock {
+ public:
+  explicit ListClock(std::vector<double> times) : times_(std::move(times)) {}
+  double NowUs() override { return next_ < times_.size() ? times_[next_++] : times_.back(); }
+
+ private:
+  std::vector<double> times_;
+  size_t next_ = 0;
+};
+
+void RecorderMergesRanks(MpiProcess& mpi, Checks& check, int rank, int world, const std::string& dir) {
+  // Rank r's gaps: {1 + r, 10 * (world - r), 5}; ready times 1+r, 1+r+10(world-r), +5.
+  auto gaps = [&](int r) { return std::vector<double>{1.0 + r, 10.0 * (world - r), 5.0}; };
+  std::vector<double> ready(3, 0.0);
+  for (int r = 0; r < world; ++r) {
+    double t = 0;
+    for (size_t i = 0; i < 3; ++i) ready[i] = std::max(ready[i], t += gaps(r)[i]);
+  }
+  const std::vector<double> want = {ready[0], ready[1] - ready[0], ready[2] - ready[1]};
+  std::vector<double> times = {0};
+  for (double g : gaps(rank)) times.push_back(times.back() + g);
+  ListClock clock(times);
+  RecorderOptions options;
+  options.clock = &clock;
+  auto rec = std::move(Recorder::Create("merged", options)).value();
+  for (const char* name : {"c", "b", "a"}) check(rec->Register(name, 8).ok(), "recorder register");
+  check(rec->BeginBackward().ok(), "recorder begin");
+  for (int i = 0; i < 3; ++i) check(rec->GradientReady(i).ok(), "recorder ready");
+  auto comm = mpi.World();
+  if (!comm.ok()) return check(false, comm.status().ToString());
+  Status s = rec->MergeRanks(**comm);
+  check(s.ok(), "MergeRanks: " + s.ToString());
+  auto merged = rec->BackwardUs();
+  check(merged.ok() && *merged == want, "MergeRanks: not the slowest rank's ready times");
+
+  // The C API on MPI_COMM_WORLD with a steady clock: every rank writes the same model.
+  cupcake_recorder* c = nullptr;
+  check(cupcake_recorder_create("capi", &c) == CUPCAKE_OK, "c recorder create");
+  check(cupcake_recorder_register(c, "w", 4) == CUPCAKE_OK, "c recorder register");
+  check(cupcake_recorder_begin_backward(c) == CUPCAKE_OK, "c recorder begin");
+  check(cupcake_recorder_gradient_ready(c, 0) == CUPCAKE_OK, "c recorder ready");
+  check(cupcake_recorder_merge(c, nullptr) == CUPCAKE_OK, std::string("c recorder merge: ") + cupcake_last_error());
+  const std::string path = dir + "/recorded-rank" + std::to_string(rank) + ".json";
+  check(cupcake_recorder_write(c, path.c_str()) == CUPCAKE_OK, "c recorder write");
+  cupcake_recorder_destroy(c);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto mine = ReadFile(path), rank0 = ReadFile(dir + "/recorded-rank0.json");
+  check(mine.ok() && rank0.ok() && *mine == *rank0, "c recorder merge: ranks wrote different models");
+  check(mine.ok() && mine->find("slowest of " + std::to_string(world) + " ranks") != std::string::npos,
+        "c recorder merge: source does not say it was merged");
+}
+
 // Rank 1 dies after setup; the others must not hang: mpirun ends the job, or the Synchronize
 // timeout fires and destroying the session aborts the job. Either way the exit is non-zero.
 int DieTest(MpiProcess& mpi, int rank, int world) {
@@ -127,8 +188,8 @@ int DieTest(MpiProcess& mpi, int rank, int world) {
   auto session = Session::Create(testing::MakePlan(model, testing::OneGroup(model), "topk", world),
                                  std::move(comm).value(), options);
   if (!session.ok()) return 2;
-  auto grads = Buffers(model);
-  for (int i = 0; i < model.tensors_size(); ++i) (void)(*session)->Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]);
+  testing::Gradients grads(model, testing::Layout::kSeparate);
+  (void)testing::RegisterAll(**session, model, grads);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 1) std::_Exit(3);
   for (int i = 0; i < model.tensors_size(); ++i) (void)(*session)->GradientReady(i);
@@ -158,6 +219,7 @@ int main(int argc, char** argv) {
   MatchesReference(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
+  RecorderMergesRanks(**mpi, check, rank, world, dir);
   int failures = 0;
   MPI_Allreduce(&check.failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0 && failures == 0) std::printf("runtime_mpi_test: rank 0: all %d checks passed\n", check.count);

@@ -26,24 +26,26 @@ namespace {
 
 TEST(SessionStep, DoesNotAllocate) {
   const pb::Model model = testing::SmallModel();
-  for (std::string_view name : CompressorNames()) {
-    const pb::Plan plan = testing::MakePlan(model, testing::Planned(), std::string(name), 1);
-    InProcessGroup group(1);
-    auto session = Session::Create(plan, group.Rank(0));
-    ASSERT_TRUE(session.ok()) << session.status().ToString();
-    std::vector<std::vector<float>> grads;
-    for (const auto& t : model.tensors()) grads.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
-    for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE((*session)->Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok());
-    for (int it = 0; it < 3; ++it) {
-      testing::FillGradients(grads, 0, it);
-      allocations = 0;
-      counting = true;
-      bool ok = true;
-      for (int i = 0; i < model.tensors_size(); ++i) ok = ok && (*session)->GradientReady(i).ok();
-      ok = ok && (*session)->Synchronize().ok();
-      counting = false;
-      ASSERT_TRUE(ok) << name;
-      EXPECT_EQ(allocations, 0) << name << ", iteration " << it;
+  for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+    for (std::string_view name : CompressorNames()) {
+      const std::string what = std::string(name) + ", " + testing::LayoutName(layout);
+      const pb::Plan plan = testing::MakePlan(model, testing::Planned(), std::string(name), 1);
+      InProcessGroup group(1);
+      auto session = Session::Create(plan, group.Rank(0));
+      ASSERT_TRUE(session.ok()) << session.status().ToString();
+      testing::Gradients grads(model, layout);
+      ASSERT_TRUE(testing::RegisterAll(**session, model, grads).ok());
+      for (int it = 0; it < 3; ++it) {
+        testing::FillGradients(grads, 0, it);
+        allocations = 0;
+        counting = true;
+        bool ok = true;
+        for (int i = 0; i < model.tensors_size(); ++i) ok = ok && (*session)->GradientReady(i).ok();
+        ok = ok && (*session)->Synchronize().ok();
+        counting = false;
+        ASSERT_TRUE(ok) << what;
+        EXPECT_EQ(allocations, 0) << what << ", iteration " << it;
+      }
     }
   }
 }

@@ -7,9 +7,12 @@
 
 #include <deque>
 #include <filesystem>
+#include <thread>
 
 #include "cupcake/profile/json_io.h"
+#include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/file_io.h"
+#include "cupcake/proto/fingerprint.h"
 #include "cupcake/runtime/cupcake.h"
 
 namespace cupcake::runtime {
@@ -171,6 +174,95 @@ TEST(Recorder, RejectsMisuseWithClearMessages) {
   ASSERT_TRUE(medians.ok());
   // The gap of tensor 0 runs from BeginBackward (0) to its accepted mark (2).
   EXPECT_EQ(*medians, (std::vector<double>{2, 1}));
+}
+
+// Runs fn(rank) on one thread per rank of an in-process group.
+template <typename F>
+void OnRanks(InProcessGroup& group, int world, F fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r, *group.Rank(r)); });
+  for (auto& t : threads) t.join();
+}
+
+TEST(RecorderMerge, TakesTheSlowestRankPerTensorOnReadyTimes) {
+  // Per-rank median gaps (one iteration each): ready times are the prefix sums.
+  const std::vector<std::vector<double>> gaps = {{5, 100, 30},    // ready 5, 105, 135
+                                                 {20, 10, 10},    // ready 20, 30, 40
+                                                 {1, 50, 200}};   // ready 1, 51, 251
+  // Slowest ready time per tensor: 20, 105, 251; gaps 20, 85, 146. (The maximum of each gap
+  // separately would be 20, 100, 200: ready at 320, later than any rank.)
+  const std::vector<double> want = {20, 85, 146};
+  InProcessGroup group(3);
+  std::vector<std::string> json(3);
+  OnRanks(group, 3, [&](int r, Communicator& comm) {
+    ScriptedClock clock;
+    auto rec = ThreeTensors(clock);
+    Iteration(*rec, clock, 0, gaps[static_cast<size_t>(r)]);
+    Iteration(*rec, clock, 1000, gaps[static_cast<size_t>(r)]);
+    Status s = rec->MergeRanks(comm);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(rec->merged_ranks(), 3);
+    EXPECT_EQ(*rec->BackwardUs(), want) << "rank " << r;
+    EXPECT_EQ(*rec->MedianBackwardUs(), gaps[static_cast<size_t>(r)]) << "the local medians are kept";
+    json[static_cast<size_t>(r)] = *rec->ToJson();
+    // Another completed iteration drops the merged snapshot.
+    Iteration(*rec, clock, 2000, gaps[static_cast<size_t>(r)]);
+    EXPECT_EQ(rec->merged_ranks(), 0);
+  });
+  EXPECT_EQ(json[0], json[1]);
+  EXPECT_EQ(json[0], json[2]);
+  auto model = profile::ParseModelJson(json[0], "merged");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->source(), "cupcake runtime record mode: median of 2 iterations, slowest of 3 ranks");
+  EXPECT_EQ(model->tensors(2).backward_us(), 146);
+}
+
+TEST(RecorderMerge, FailsOnEveryRankWhenRanksRegisteredOtherTensors) {
+  InProcessGroup group(2);
+  std::vector<Status> results(2);
+  OnRanks(group, 2, [&](int r, Communicator& comm) {
+    ScriptedClock clock;
+    RecorderOptions options;
+    options.clock = &clock;
+    auto rec = std::move(Recorder::Create("m", options)).value();
+    ASSERT_TRUE(rec->Register("a", 4).ok());
+    ASSERT_TRUE(rec->Register("b", r == 0 ? 4 : 5).ok());
+    Iteration(*rec, clock, 0, {1, 2});
+    results[static_cast<size_t>(r)] = rec->MergeRanks(comm);
+  });
+  pb::Model m0, m1;
+  for (auto [m, b] : {std::pair{&m0, 4}, std::pair{&m1, 5}}) {
+    for (auto [name, numel] : {std::pair<std::string, int>{"a", 4}, {"b", b}}) {
+      pb::Tensor* t = m->add_tensors();
+      t->set_name(name);
+      t->set_numel(numel);
+      t->set_dtype(pb::FLOAT32);
+    }
+  }
+  const std::string want = "recorder: MergeRanks: model 'm': rank 1 registered other gradients than rank 0; got 2 "
+                           "tensors (fingerprint " + ModelFingerprint(m1) + "), expected 2 (fingerprint " +
+                           ModelFingerprint(m0) + ")";
+  for (const Status& s : results) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message(), want);
+  }
+}
+
+TEST(RecorderMerge, FailsOnEveryRankWhenARankRecordedNothing) {
+  InProcessGroup group(2);
+  std::vector<Status> results(2);
+  OnRanks(group, 2, [&](int r, Communicator& comm) {
+    ScriptedClock clock;
+    RecorderOptions options;
+    options.clock = &clock;
+    auto rec = std::move(Recorder::Create("m", options)).value();
+    ASSERT_TRUE(rec->Register("a", 4).ok());
+    if (r == 0) Iteration(*rec, clock, 0, {1});
+    results[static_cast<size_t>(r)] = rec->MergeRanks(comm);
+  });
+  for (const Status& s : results)
+    EXPECT_EQ(s.message(), "recorder: MergeRanks: model 'm': rank 1 has no completed iteration; expected every rank "
+                           "to record at least one");
 }
 
 TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {

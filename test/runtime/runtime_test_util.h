@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstring>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,16 +78,69 @@ inline float TestGradient(int rank, int iteration, int tensor, int64_t j) {
   return static_cast<float>((rank * 7 + iteration * 13 + tensor * 5 + j * 3 + (j * j) % 11) % 17 - 8);
 }
 
-inline void FillGradients(std::vector<std::vector<float>>& grads, int rank, int iteration) {
+// A job's gradient buffers in plan order: one vector per tensor (kSeparate), or slices of one
+// flat buffer, adjacent in plan order (kFlat: how frameworks such as LibTorch keep gradients, so
+// the session's groups work on them without fusion buffers). Indexing gives tensor t's span.
+enum class Layout { kSeparate, kFlat };
+inline const char* LayoutName(Layout layout) { return layout == Layout::kFlat ? "flat" : "separate"; }
+
+class Gradients {
+ public:
+  Gradients() = default;
+  Gradients(const pb::Model& m, Layout layout, float value = 0.0f) {
+    int64_t total = 0;
+    for (const auto& t : m.tensors()) total += t.numel();
+    if (layout == Layout::kFlat) storage_.emplace_back(static_cast<size_t>(total), value);
+    int64_t at = 0;
+    for (const auto& t : m.tensors()) {
+      const size_t n = static_cast<size_t>(t.numel());
+      if (layout == Layout::kSeparate) {
+        storage_.emplace_back(n, value);
+        spans_.emplace_back(storage_.back().data(), n);
+      } else {
+        spans_.emplace_back(storage_[0].data() + at, n);
+      }
+      at += t.numel();
+    }
+  }
+  // Moves keep the vectors' heap buffers, so the spans stay valid; copies would not.
+  Gradients(Gradients&&) = default;
+  Gradients& operator=(Gradients&&) = default;
+  Gradients(const Gradients&) = delete;
+  Gradients& operator=(const Gradients&) = delete;
+
+  std::span<float> operator[](size_t t) const { return spans_[t]; }
+  size_t size() const { return spans_.size(); }
+  auto begin() const { return spans_.begin(); }
+  auto end() const { return spans_.end(); }
+
+ private:
+  std::vector<std::vector<float>> storage_;
+  std::vector<std::span<float>> spans_;
+};
+
+// Registers every gradient of `grads` with `session`, in plan order.
+inline Status RegisterAll(Session& session, const pb::Model& m, const Gradients& grads) {
+  for (int i = 0; i < m.tensors_size(); ++i)
+    CUPCAKE_RETURN_IF_ERROR(session.Register(m.tensors(i).name(), grads[static_cast<size_t>(i)]));
+  return Status::Ok();
+}
+
+// `Grads`: Gradients, or a vector of per-tensor vectors.
+template <typename Grads>
+void FillGradients(Grads& grads, int rank, int iteration) {
   for (size_t t = 0; t < grads.size(); ++t)
     for (size_t j = 0; j < grads[t].size(); ++j)
       grads[t][j] = TestGradient(rank, iteration, static_cast<int>(t), static_cast<int64_t>(j));
 }
 
-// The expected result of every step, computed from every rank's payloads.
+// The expected result of every step, computed from every rank's payloads with the kernels of
+// `backend` (kCuda: the CUDA compressors, staged through device buffers; the payloads are summed
+// or laid side by side on the host, in rank order).
 class Reference {
  public:
-  Reference(const pb::Plan& plan, int world) : plan_(plan), world_(world) {
+  Reference(const pb::Plan& plan, int world, kernels::Backend backend = kernels::Backend::kCpu)
+      : plan_(plan), world_(world), backend_(backend) {
     const pb::CompressorSpec& spec = plan.compressor();
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& pg = plan.groups(k);
@@ -100,9 +154,9 @@ class Reference {
         c.world_size = world;
         c.ratio = spec.ratio() > 0 ? spec.ratio() : kDefaultRatio;
         c.seed = GroupSeed(spec.seed(), k, r, FindCompressor(c.name)->collective == pb::ALLREDUCE);
-        auto comp = kernels::MakeCompressor(c, kernels::Backend::kCpu);
+        auto comp = kernels::MakeCompressor(c, backend);
         if (!comp.ok()) std::abort();
-        g.state.emplace_back(static_cast<size_t>((*comp)->state_floats()), 0.0f);
+        g.state.push_back(Zeroed(4 * (*comp)->state_floats()));
         g.compressors.push_back(std::move(comp).value());
       }
       groups_.push_back(std::move(g));
@@ -124,10 +178,13 @@ class Reference {
         std::vector<float> flat;
         for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t)
           for (int64_t j = 0; j < m.tensors(t).numel(); ++j) flat.push_back(TestGradient(r, iteration, t, j));
+        kernels::Buffer in = Staged(flat.data(), 4 * g.numel), payload = Zeroed(static_cast<int64_t>(pb));
+        kernels::Buffer& state = g.state[static_cast<size_t>(r)];
         if (!g.compressors[static_cast<size_t>(r)]
-                 ->Encode(flat, g.state[static_cast<size_t>(r)], static_cast<uint64_t>(iteration),
-                          std::span<std::byte>(all.data() + pb * static_cast<size_t>(r), pb))
-                 .ok())
+                 ->Encode({in.as<float>(), flat.size()}, {state.as<float>(), static_cast<size_t>(state.size_bytes() / 4)},
+                          static_cast<uint64_t>(iteration), {payload.as<std::byte>(), pb})
+                 .ok() ||
+            !kernels::Synchronize(backend_).ok() || !payload.CopyToHost(all.data() + pb * static_cast<size_t>(r), static_cast<int64_t>(pb)).ok())
           std::abort();
       }
       std::vector<std::byte> input;
@@ -145,7 +202,12 @@ class Reference {
         input = all;
       }
       std::vector<float> decoded(static_cast<size_t>(g.numel));
-      if (!g.compressors[0]->Decode(input, decoded, static_cast<uint64_t>(iteration)).ok()) std::abort();
+      kernels::Buffer in = Staged(input.data(), static_cast<int64_t>(input.size())), dec = Zeroed(4 * g.numel);
+      if (!g.compressors[0]
+               ->Decode({in.as<std::byte>(), input.size()}, {dec.as<float>(), decoded.size()}, static_cast<uint64_t>(iteration))
+               .ok() ||
+          !kernels::Synchronize(backend_).ok() || !dec.CopyToHost(decoded.data(), 4 * g.numel).ok())
+        std::abort();
       size_t at = 0;
       for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t) {
         const size_t n = static_cast<size_t>(m.tensors(t).numel());
@@ -161,16 +223,28 @@ class Reference {
   struct Group {
     int64_t numel = 0;
     std::vector<std::unique_ptr<kernels::Compressor>> compressors;  // one per rank
-    std::vector<std::vector<float>> state;                           // one per rank
+    std::vector<kernels::Buffer> state;                              // one per rank
   };
+  kernels::Buffer Zeroed(int64_t bytes) const {
+    auto b = kernels::Buffer::Allocate(backend_, bytes);
+    if (!b.ok() || !b->Zero().ok()) std::abort();
+    return std::move(b).value();
+  }
+  kernels::Buffer Staged(const void* host, int64_t bytes) const {
+    kernels::Buffer b = Zeroed(bytes);
+    if (!b.CopyFromHost(host, bytes).ok()) std::abort();
+    return b;
+  }
+
   pb::Plan plan_;
   int world_;
+  kernels::Backend backend_;
   std::vector<Group> groups_;
 };
 
 // Bitwise equality of floats (NaN-safe), reporting the first difference.
-inline std::string FirstDifference(const std::vector<std::vector<float>>& got,
-                                   const std::vector<std::vector<float>>& want) {
+template <typename Grads>
+std::string FirstDifference(const Grads& got, const std::vector<std::vector<float>>& want) {
   for (size_t t = 0; t < want.size(); ++t)
     for (size_t j = 0; j < want[t].size(); ++j)
       if (std::memcmp(&got[t][j], &want[t][j], sizeof(float)) != 0)

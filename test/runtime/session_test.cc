@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "cupcake/kernels/compressor.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/session.h"
 #include "runtime_test_util.h"
@@ -41,11 +42,12 @@ std::string TempPath(const std::string& name) {
 
 struct Rank {
   std::unique_ptr<Session> session;
-  std::vector<std::vector<float>> grads;
+  testing::Gradients grads;
 };
 
 // W sessions over one in-process group, each with its gradients registered.
-std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOptions& options = {}) {
+std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOptions& options = {},
+                            testing::Layout layout = testing::Layout::kSeparate) {
   InProcessGroup group(world);
   std::vector<Rank> ranks(static_cast<size_t>(world));
   const pb::Model& m = plan.model().model();
@@ -55,11 +57,9 @@ std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOption
     if (!s.ok()) return {};
     Rank& rank = ranks[static_cast<size_t>(r)];
     rank.session = std::move(s).value();
-    for (const pb::Tensor& t : m.tensors()) rank.grads.emplace_back(static_cast<size_t>(t.numel()), 0.0f);
-    for (int i = 0; i < m.tensors_size(); ++i) {
-      Status st = rank.session->Register(m.tensors(i).name(), rank.grads[static_cast<size_t>(i)]);
-      EXPECT_TRUE(st.ok()) << st.ToString();
-    }
+    rank.grads = testing::Gradients(m, layout);
+    Status st = testing::RegisterAll(*rank.session, m, rank.grads);
+    EXPECT_TRUE(st.ok()) << st.ToString();
   }
   return ranks;
 }
@@ -76,7 +76,12 @@ struct Case {
   std::string compressor;
   std::string grouping;  // layerwise, one_group, planned
   int world;
+  testing::Layout layout;
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.compressor << "/" << c.grouping << "/w" << c.world << "/" << testing::LayoutName(c.layout);
+}
 
 class MatchesReference : public ::testing::TestWithParam<Case> {};
 
@@ -88,8 +93,13 @@ TEST_P(MatchesReference, OverSeveralIterationsWithErrorFeedback) {
                                                         : testing::Planned();
   const pb::Plan plan = MakePlan(model, grouping, c.compressor, c.world);
   ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
-  std::vector<Rank> ranks = MakeRanks(plan, c.world);
+  std::vector<Rank> ranks = MakeRanks(plan, c.world, {}, c.layout);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(c.world));
+  // Adjacent buffers need no fusion buffer; separate ones one per multi-tensor group.
+  int64_t fused_floats = 0;
+  for (auto [first, last] : grouping)
+    for (int i = first; i <= last && last > first; ++i) fused_floats += model.tensors(i).numel();
+  EXPECT_EQ(ranks[0].session->fusion_bytes(), c.layout == testing::Layout::kFlat ? 0 : 4 * fused_floats);
   testing::Reference reference(plan, c.world);
   constexpr int kIterations = 4;
   for (int it = 0; it < kIterations; ++it) {
@@ -115,33 +125,66 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (std::string_view name : CompressorNames())
     for (const char* grouping : {"layerwise", "one_group", "planned"})
-      for (int world : {2, 3}) cases.push_back({std::string(name), grouping, world});
+      for (int world : {2, 3})
+        for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat})
+          cases.push_back({std::string(name), grouping, world, layout});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCompressors, MatchesReference, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& p) {
                            return p.param.compressor + "_" + p.param.grouping + "_w" +
-                                  std::to_string(p.param.world);
+                                  std::to_string(p.param.world) + "_" + testing::LayoutName(p.param.layout);
                          });
 
 TEST(Session, Fp32GivesExactlyTheAverage) {
   const pb::Model model = SmallModel();
-  const pb::Plan plan = MakePlan(model, testing::Planned(), "fp32", 4);
-  std::vector<Rank> ranks = MakeRanks(plan, 4);
-  ASSERT_EQ(ranks.size(), 4u);
-  OnEveryRank(4, [&](int r) {
-    FillGradients(ranks[static_cast<size_t>(r)].grads, r, 0);
-    for (int i = model.tensors_size() - 1; i >= 0; --i)  // any ready order works
-      EXPECT_TRUE(ranks[static_cast<size_t>(r)].session->GradientReady(i).ok());
-    EXPECT_TRUE(ranks[static_cast<size_t>(r)].session->Synchronize().ok());
-  });
-  for (int t = 0; t < model.tensors_size(); ++t)
-    for (int64_t j = 0; j < model.tensors(t).numel(); ++j) {
-      float sum = 0;
-      for (int r = 0; r < 4; ++r) sum += testing::TestGradient(r, 0, t, j);
-      for (int r = 0; r < 4; ++r) ASSERT_EQ(ranks[static_cast<size_t>(r)].grads[static_cast<size_t>(t)][static_cast<size_t>(j)], sum / 4);
+  for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+    for (const Grouping& grouping : {testing::Planned(), testing::LayerWise(model), testing::OneGroup(model)}) {
+      const pb::Plan plan = MakePlan(model, grouping, "fp32", 4);
+      std::vector<Rank> ranks = MakeRanks(plan, 4, {}, layout);
+      ASSERT_EQ(ranks.size(), 4u);
+      OnEveryRank(4, [&](int r) {
+        FillGradients(ranks[static_cast<size_t>(r)].grads, r, 0);
+        for (int i = model.tensors_size() - 1; i >= 0; --i)  // any ready order works
+          EXPECT_TRUE(ranks[static_cast<size_t>(r)].session->GradientReady(i).ok());
+        EXPECT_TRUE(ranks[static_cast<size_t>(r)].session->Synchronize().ok());
+      });
+      for (int t = 0; t < model.tensors_size(); ++t)
+        for (int64_t j = 0; j < model.tensors(t).numel(); ++j) {
+          float sum = 0;
+          for (int r = 0; r < 4; ++r) sum += testing::TestGradient(r, 0, t, j);
+          for (int r = 0; r < 4; ++r)
+            ASSERT_EQ(ranks[static_cast<size_t>(r)].grads[static_cast<size_t>(t)][static_cast<size_t>(j)], sum / 4)
+                << testing::LayoutName(layout) << ", " << grouping.size() << " groups, rank " << r;
+        }
     }
+  }
+}
+
+// Registered buffers that are adjacent in memory but not in plan order (or overlap) are not one
+// buffer: the group packs them, and the result is still right.
+TEST(Session, AdjacentButReorderedBuffersArePacked) {
+  const pb::Model model = SmallModel("tiny", {3, 4});
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
+  std::vector<std::vector<float>> flat(2, std::vector<float>(7));
+  std::vector<std::unique_ptr<Session>> sessions;
+  InProcessGroup group(2);
+  for (int r = 0; r < 2; ++r) {
+    sessions.push_back(std::move(Session::Create(plan, group.Rank(r))).value());
+    auto& f = flat[static_cast<size_t>(r)];
+    ASSERT_TRUE(sessions.back()->Register("t0", std::span<float>(f.data() + 4, 3)).ok());  // t0 after t1
+    ASSERT_TRUE(sessions.back()->Register("t1", std::span<float>(f.data(), 4)).ok());
+    EXPECT_EQ(sessions.back()->fusion_bytes(), 28);
+    for (int j = 0; j < 7; ++j) f[static_cast<size_t>(j)] = static_cast<float>(j * (r + 1));
+  }
+  OnEveryRank(2, [&](int r) {
+    EXPECT_TRUE(sessions[static_cast<size_t>(r)]->GradientReady(0).ok());
+    EXPECT_TRUE(sessions[static_cast<size_t>(r)]->GradientReady(1).ok());
+    EXPECT_TRUE(sessions[static_cast<size_t>(r)]->Synchronize().ok());
+  });
+  for (int r = 0; r < 2; ++r)
+    for (int j = 0; j < 7; ++j) EXPECT_EQ(flat[static_cast<size_t>(r)][static_cast<size_t>(j)], 1.5f * static_cast<float>(j)) << j;
 }
 
 TEST(Session, AccumulationStepsSkipSynchronization) {
@@ -157,7 +200,7 @@ TEST(Session, AccumulationStepsSkipSynchronization) {
     ASSERT_TRUE(rank.session->Synchronize().ok());
     // Untouched: the job accumulates the next micro-batch on top.
     EXPECT_EQ(rank.grads[2][1], testing::TestGradient(r, 0, 2, 1));
-    for (auto& g : rank.grads) for (float& x : g) x *= 2;
+    for (std::span<float> g : rank.grads) for (float& x : g) x *= 2;
     ASSERT_TRUE(rank.session->SetAccumulating(false).ok());
     for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(rank.session->GradientReady(i).ok());
     ASSERT_TRUE(rank.session->Synchronize().ok());
@@ -179,11 +222,10 @@ TEST(Session, MissingGradientFailsAfterTheTimeoutNamingIt) {
       SessionOptions options;
       options.clock = &clocks[static_cast<size_t>(r)];
       options.ready_timeout_us = 5e6;
-      ranks[static_cast<size_t>(r)].session = std::move(Session::Create(plan, group.Rank(r), options)).value();
-      for (int i = 0; i < model.tensors_size(); ++i) {
-        ranks[static_cast<size_t>(r)].grads.emplace_back(static_cast<size_t>(model.tensors(i).numel()), 1.0f);
-        ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->Register(model.tensors(i).name(), ranks[static_cast<size_t>(r)].grads.back()).ok());
-      }
+      Rank& rank = ranks[static_cast<size_t>(r)];
+      rank.session = std::move(Session::Create(plan, group.Rank(r), options)).value();
+      rank.grads = testing::Gradients(model, testing::Layout::kSeparate, 1.0f);
+      ASSERT_TRUE(testing::RegisterAll(*rank.session, model, rank.grads).ok());
     }
     OnEveryRank(2, [&](int r) {
       Session& s = *ranks[static_cast<size_t>(r)].session;
@@ -307,6 +349,93 @@ TEST(SessionValidation, RejectsGradientReportedTwice) {
             "(iteration 0)");
   EXPECT_EQ((*s)->GradientReady(2).message(),
             "GradientReady: tensor index out of range; got 2, expected 0 <= i < 2 (model tiny)");
+}
+
+// ---------------------------------------------------------------- GPU paths without a GPU
+
+// A communicator that claims device memory, so that a session takes its GPU path on a machine
+// without a GPU; every collective fails.
+class FakeDeviceCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& host() const override { return host_; }
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+  Status Allreduce(const void*, void*, int64_t, ReduceType) override { return UnavailableError("fake"); }
+  Status Allgather(const void*, void*, int64_t) override { return UnavailableError("fake"); }
+  void Abort(const std::string&) override {}
+
+ private:
+  std::string host_ = "fakehost";
+};
+
+bool HaveGpu() { return kernels::BackendAvailable(kernels::Backend::kCuda).ok(); }
+
+TEST(NoGpu, NcclCommunicatorSaysNoCudaDeviceFoundOnEveryRank) {
+  if (HaveGpu()) GTEST_SKIP() << "a GPU is present; the no-GPU path cannot be reached here";
+  if (!BuiltWithNccl()) {
+    EXPECT_EQ(MakeNcclCommunicator(nullptr).status().message(),
+              "NCCL communicator: this build has no NCCL; expected a build with the CUDA toolkit and NCCL found "
+              "(CUPCAKE_WITH_NCCL=ON or AUTO)");
+    return;
+  }
+  auto alone = MakeNcclCommunicator(nullptr);
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.status().code(), StatusCode::kFailedPrecondition);
+  const std::string m = alone.status().message();
+  EXPECT_EQ(m.rfind("NCCL communicator: no CUDA device found; got ", 0), 0u) << m;
+  EXPECT_NE(m.find(" from cudaGetDeviceCount, expected >= 1 device (rank 0 on "), std::string::npos) << m;
+  // Bootstrapped over a group of 2: both ranks fail (none waits in ncclCommInitRank).
+  InProcessGroup group(2);
+  std::vector<Status> results(2);
+  OnEveryRank(2, [&](int r) {
+    auto bootstrap = group.Rank(r);
+    results[static_cast<size_t>(r)] = MakeNcclCommunicator(bootstrap.get()).status();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[static_cast<size_t>(r)].message().rfind("NCCL communicator: no CUDA device found; got ", 0), 0u);
+    EXPECT_NE(results[static_cast<size_t>(r)].message().find("(rank " + std::to_string(r) + " on localhost)"),
+              std::string::npos)
+        << results[static_cast<size_t>(r)].message();
+  }
+}
+
+TEST(NoGpu, GpuSessionSaysNoCudaDeviceFound) {
+  if (HaveGpu()) GTEST_SKIP() << "a GPU is present; the no-GPU path cannot be reached here";
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 1);
+  plan.set_device(pb::GPU);
+  auto s = Session::Create(plan, std::make_unique<FakeDeviceCommunicator>());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  const std::string m = s.status().message();
+  EXPECT_EQ(m.rfind(BuiltWithNccl() ? "Session: no CUDA device found; got " : "Session: this build has no CUDA", 0), 0u)
+      << m;
+  EXPECT_NE(m.find("(rank 0 on fakehost)"), std::string::npos) << m;
+}
+
+TEST(SessionValidation, RejectsCpuPlanOnADeviceCommunicator) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  auto s = Session::Create(MakePlan(model, testing::OneGroup(model), "fp32", 1),
+                           std::make_unique<FakeDeviceCommunicator>());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "plan: device: does not match the communicator; got cpu, expected gpu (the communicator works on GPU "
+            "memory)");
+}
+
+TEST(SessionValidation, RejectsDeviceMemoryOnAHostSession) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  InProcessGroup group(1);
+  auto s = Session::Create(MakePlan(model, testing::OneGroup(model), "fp32", 1), group.Rank(0));
+  ASSERT_TRUE(s.ok());
+  std::vector<float> a(4);
+  EXPECT_EQ((*s)->RegisterDevice("t0", a.data(), 4).message(),
+            "RegisterDevice: gradient 0 ('t0'): device memory for a session on host memory; expected Register (the "
+            "communicator works on host memory)");
+  EXPECT_EQ((*s)->RegisterDevice("t0", nullptr, 4).message(),
+            "RegisterDevice: gradient 0 ('t0'): bad arguments; got numel 4, expected a device buffer and numel >= 0");
+  EXPECT_EQ((*s)->registered(), 0);
 }
 
 }  // namespace

@@ -2,9 +2,13 @@
 // and the errors a user can cause.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
+#include <tuple>
 
 #include "commands.h"
+#include "cupcake/profile/activity.h"
+#include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/store.h"
 #include "test_files.h"
 
@@ -60,6 +64,89 @@ TEST(KernelsCommand, ErrorsNameTheFlag) {
   EXPECT_EQ(RunKernels(o, out).message(), dir.File("p.db") +
                                               ": --world-size: disagrees with the DB's cluster 'local'; got 8, "
                                               "expected 2 (1 nodes x 2 devices)");
+}
+
+// The --device gpu wiring on a fake device and replayed activity: event curves into the DB,
+// kernel-only curves into p.kernel.db (same cluster), both resumed, --kernel-db none.
+TEST(KernelsCommand, GpuSweepWritesEventCurvesAndKernelOnlyCurvesToTheirDbs) {
+  testing::TempDir dir;
+  const std::string db = dir.File("p.db");
+  profile::FakeKernelDevice device({8.0});
+  std::vector<std::vector<profile::KernelActivity>> batches(100, {{"k", 0, 2000, 1}});
+  profile::FakeActivitySource activity(batches);
+  KernelsOptions o = Tiny(db);
+  o.device = "gpu";
+  o.device_for_test = &device;
+  o.activity_for_test = &activity;
+  std::ostringstream out;
+  ASSERT_TRUE(RunKernels(o, out).ok());
+  // fp32, topk x (encode, decode) + pack, unpack, h2d, d2h = 8 curves x 3 sizes.
+  EXPECT_NE(out.str().find("kernels: gpu (fake device), W=2, 3 sizes"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("measured 24 points, skipped 0"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("kernel-only (CUPTI): measured 24 points, skipped 0 already in " + dir.File("p.kernel.db")),
+            std::string::npos)
+      << out.str();
+  for (const auto& [file, method, us] :
+       {std::tuple<std::string, std::string, double>{db, "event", 8.0}, {dir.File("p.kernel.db"), "kernel", 2.0}}) {
+    auto store = profile::ProfileStore::Open(file, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto p = store->Load();
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->cluster().name(), "local");
+    EXPECT_EQ(p->cluster().devices_per_node(), 2);
+    EXPECT_EQ(p->cluster().meta().at("kernels.gpu"), "fake device");
+    ASSERT_EQ(p->curves_size(), 8) << file;
+    for (const auto& c : p->curves()) {
+      EXPECT_EQ(c.method(), method);
+      EXPECT_EQ(c.device(), pb::GPU);
+      ASSERT_EQ(c.points_size(), 3);
+      EXPECT_EQ(c.points(0).us(), us) << file;
+    }
+  }
+  // Resumed: nothing left in either DB.
+  std::ostringstream again;
+  ASSERT_TRUE(RunKernels(o, again).ok());
+  EXPECT_NE(again.str().find("measured 0 points, skipped 24"), std::string::npos) << again.str();
+  EXPECT_NE(again.str().find("kernel-only (CUPTI): measured 0 points, skipped 24"), std::string::npos) << again.str();
+  // --kernel-db none: event time only, said so.
+  KernelsOptions none = Tiny(dir.File("q.db"));
+  none.device = "gpu";
+  none.device_for_test = &device;
+  none.kernel_db = "none";
+  std::ostringstream third;
+  ASSERT_TRUE(RunKernels(none, third).ok());
+  EXPECT_NE(third.str().find("kernel-only (CUPTI): not measured: --kernel-db none"), std::string::npos) << third.str();
+  EXPECT_FALSE(std::filesystem::exists(dir.File("q.kernel.db")));
+}
+
+// Here (no GPU, or a build without CUDA) --device gpu must fail clearly, before any DB exists.
+TEST(KernelsCommand, GpuWithoutADeviceFailsClearlyBeforeTouchingTheDb) {
+  if (profile::OpenCudaKernelDevice(0).ok()) GTEST_SKIP() << "a CUDA device is present (profile_gpu_test sweeps it)";
+  testing::TempDir dir;
+  const std::string db = dir.File("p.db");
+  KernelsOptions o = Tiny(db);
+  o.device = "gpu";
+  std::ostringstream out;
+  Status s = RunKernels(o, out);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  if (profile::BuiltWithCuda())
+    EXPECT_TRUE(s.message().starts_with("kernels: --device gpu: no CUDA device found; got "))
+        << s.message();
+  else
+    EXPECT_EQ(s.message(),
+              "kernels: --device gpu: this build has no CUDA; build on a machine with the CUDA toolkit with "
+              "-DCUPCAKE_WITH_CUDA=ON");
+  EXPECT_EQ(out.str(), "");
+  EXPECT_FALSE(std::filesystem::exists(db));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("p.kernel.db")));
+
+  // Through the command's flag parsing: exit status 1, the message on stderr, nothing on stdout.
+  std::ostringstream cmd_out, cmd_err;
+  tools::Invocation inv{"cupcake-profile", "kernels", {"--db", db, "--device", "gpu", "--quick"}, cmd_out, cmd_err};
+  EXPECT_EQ(KernelsMain(inv), 1);
+  EXPECT_EQ(cmd_err.str(), s.message() + "\n");
+  EXPECT_EQ(cmd_out.str(), "");
+  EXPECT_FALSE(std::filesystem::exists(db));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/comm_sweep.h"
+#include "cupcake/profile/nccl.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/names.h"
@@ -22,6 +23,23 @@ Status ShareRootStatus(profile::Communicator& world, const Status& root_status) 
   CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
   if (ok) return Status::Ok();
   return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
+}
+
+// The DB's comm curves must come from one backend: a DB measured with MPI is not resumed with
+// NCCL (its points would be skipped as present) unless --force re-measures them.
+Status SameBackend(profile::ProfileStore& store, const std::string& backend, bool force) {
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, store.LoadCluster());
+  if (!cluster || force) return Status::Ok();
+  std::string had;
+  if (auto it = cluster->meta().find("comm.backend"); it != cluster->meta().end()) {
+    had = it->second;
+  } else if (auto lib = cluster->meta().find("comm.library"); lib != cluster->meta().end()) {
+    had = lib->second.find("NCCL") != std::string::npos ? "nccl" : "mpi";  // DBs from before comm.backend
+  }
+  if (had.empty() || had == backend) return Status::Ok();
+  return FailedPreconditionError(store.path() + ": --backend: the DB's comm curves were measured with " + had +
+                                 " (cluster meta comm.backend); got " + backend +
+                                 ", expected the same (or another DB, or --force to re-measure)");
 }
 
 }  // namespace
@@ -53,6 +71,7 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
          for (const auto& o : options.ops) s += (s.empty() ? "" : ",") + o;
          return s;
        }()},
+      {"--backend", options.backend},
       {"--cluster", options.cluster},
       {"--lock-timeout", std::to_string(options.lock_timeout_s)}};
   CUPCAKE_RETURN_IF_ERROR(Quiet(profile::AgreeOnConfiguration(world, flags), rank));
@@ -71,6 +90,9 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
     if (!op) return Quiet(InvalidArgumentError("--ops: unknown collective; got '" + name + "', expected " + CommOpNames()), rank);
     sweep.ops.push_back(*op);
   }
+  if (options.backend != "mpi" && options.backend != "nccl")
+    return Quiet(InvalidArgumentError("--backend: unknown backend; got '" + options.backend + "', expected mpi or nccl"),
+                 rank);
   if (options.warmup < 0) return Quiet(InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0"), rank);
   if (options.iters < 1) return Quiet(InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1"), rank);
   auto lock_ms = LockTimeoutMs(options.lock_timeout_s);
@@ -85,28 +107,45 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
                                          "every host (DESIGN.md 3.2: nodes x devices_per_node)"), rank);
   const int nodes = static_cast<int>(topo.hosts.size());
 
-  // 3. Rank 0 opens the DB and records the cluster; everyone learns whether that worked.
+  // 3. Rank 0 opens the DB; everyone learns whether that worked.
   std::optional<profile::ProfileStore> store;
   Status setup;
   if (rank == 0) {
     auto opened = profile::ProfileStore::Open(options.db, /*create=*/true, *lock_ms);
-    if (!opened.ok()) {
-      setup = opened.status();
-    } else {
+    if (opened.ok()) {
       store.emplace(std::move(opened).value());
-      std::string hosts;
-      for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
-      std::map<std::string, std::string> meta{{"world_size", std::to_string(world.size())},
-                                              {"hosts", hosts},
-                                              {"comm.library", world.library()},
-                                              {"comm.command", options.command},
-                                              {"comm.date", UtcNow()}};
-      setup = EnsureCluster(*store, options.cluster, nodes, topo.ranks_per_host, meta, "mpirun -np").status();
+      setup = SameBackend(*store, options.backend, options.force);
+    } else {
+      setup = opened.status();
     }
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 
-  // 4. Sweep.
+  // 4. NCCL: one GPU per rank, the host's local_rank-th; the sweep's own exchanges stay on MPI.
+  std::unique_ptr<profile::Communicator> nccl;
+  if (options.backend == "nccl") {
+    auto made = profile::MakeNcclCommunicator(world, topo.local_rank);
+    if (!made.ok()) return made.status().WithPrefix("--backend nccl");
+    nccl = std::move(made).value();
+    sweep.data = nccl.get();
+  }
+  profile::Communicator& measured = nccl ? *nccl : world;
+
+  // 5. Rank 0 records the cluster.
+  if (store) {
+    std::string hosts;
+    for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+    std::map<std::string, std::string> meta{{"world_size", std::to_string(world.size())},
+                                            {"hosts", hosts},
+                                            {"comm.library", measured.library()},
+                                            {"comm.backend", options.backend},
+                                            {"comm.command", options.command},
+                                            {"comm.date", UtcNow()}};
+    setup = EnsureCluster(*store, options.cluster, nodes, topo.ranks_per_host, meta, "mpirun -np").status();
+  }
+  CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
+
+  // 6. Sweep.
   std::optional<profile::StoreSink> sink;
   if (store) sink.emplace(*store);
   profile::SteadyClock clock;
@@ -117,7 +156,7 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
   if (!report.ok()) return report.status().message().empty() ? report.status() : report.status().WithPrefix("comm");
   if (rank != 0) return report->wrong > 0 ? Status(StatusCode::kDataLoss, "") : Status::Ok();
 
-  out << "comm: " << world.size() << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << world.library()
+  out << "comm: " << world.size() << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << measured.library()
       << "), warmup " << sweep.warmup << ", iters " << sweep.iters << ", time = the slowest rank's median\n";
   out << "  collective      scope       size         us   wrong\n";
   for (const auto& p : report->points) {
@@ -151,6 +190,7 @@ int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::st
       ("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")
       ("iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")
       ("ops", po::value(&ops), "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")
+      ("backend", po::value(&options.backend), "mpi: MPI on host memory (default); nccl: NCCL on GPU memory, one GPU per rank")
       ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")
       ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::variables_map vm;
@@ -172,8 +212,9 @@ int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::st
   if (world->rank() == 0 && StderrIsTerminal()) options.progress = &inv.err;
   Status status = RunComm(*world, options, inv.out);
   if (!status.ok() && status.message().empty()) return tools::kExitFailure;
-  if (!status.ok() && world->rank() != 0)
-    status = status.WithPrefix("rank " + std::to_string(world->rank()) + " on " + world->host());
+  const std::string where = "rank " + std::to_string(world->rank()) + " on " + world->host();
+  if (!status.ok() && world->rank() != 0 && status.message().find(where) == std::string::npos)
+    status = status.WithPrefix(where);
   return tools::Finish(inv, status);
 }
 

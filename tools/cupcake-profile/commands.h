@@ -12,7 +12,9 @@
 #include "cupcake/tools/cli.h"
 
 namespace cupcake::profile {
+class ActivitySource;
 class Communicator;
+class KernelDevice;
 }  // namespace cupcake::profile
 
 namespace cupcake::profile_cli {
@@ -92,9 +94,16 @@ struct KernelsOptions {
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)
   double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
+  std::string kernel_db;  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
+  // Tests: --device gpu sweeps these (fakes) instead of opening CUDA and CUPTI. Not owned.
+  profile::KernelDevice* device_for_test = nullptr;
+  profile::ActivitySource* activity_for_test = nullptr;
 };
 // Sweeps encode and decode of the compressors and the pack/unpack copies (DESIGN.md 3.2) into
-// the DB, point by point; points present are skipped unless --force.
+// the DB, point by point; points present are skipped unless --force. --device gpu times with
+// CUDA events into the DB (method "event") and, with CUPTI, kernel-only time into the kernel DB
+// (method "kernel"), and adds the d2h/h2d copies; it fails before touching a DB when this
+// build has no CUDA or the machine no device.
 Status RunKernels(const KernelsOptions& options, std::ostream& out);
 int KernelsMain(tools::Invocation& inv);
 
@@ -109,6 +118,7 @@ struct CommOptions {
   int warmup = 5;
   int iters = 20;
   std::vector<std::string> ops;  // empty: all five
+  std::string backend = "mpi";   // mpi (host memory) or nccl (GPU memory, one GPU per rank)
   std::string cluster;
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // rank 0's progress bar there when set

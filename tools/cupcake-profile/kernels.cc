@@ -1,7 +1,10 @@
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
+#include "cupcake/profile/activity.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/sink.h"
@@ -11,6 +14,18 @@
 
 namespace cupcake::profile_cli {
 namespace po = boost::program_options;
+
+namespace {
+
+// The kernel-only DB beside `db`: p.db -> p.kernel.db, p -> p.kernel.db.
+std::string DefaultKernelDb(const std::string& db) {
+  const std::string ext = ".db";
+  if (db.size() > ext.size() && db.compare(db.size() - ext.size(), ext.size(), ext) == 0)
+    return db.substr(0, db.size() - ext.size()) + ".kernel.db";
+  return db + ".kernel.db";
+}
+
+}  // namespace
 
 Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   auto device = ParseDevice(options.device);
@@ -31,6 +46,40 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
                                 ", expected 1 <= W <= 65536");
 
   CUPCAKE_ASSIGN_OR_RETURN(int lock_ms, LockTimeoutMs(options.lock_timeout_s));
+
+  // --device gpu: the device (and CUPTI) before any DB is touched, so a machine without a GPU
+  // fails cleanly. CUPTI's process state lives here, for this command's run.
+  std::unique_ptr<profile::KernelDevice> gpu_owned;
+  std::unique_ptr<profile::ActivitySource> cupti_owned;
+  profile::KernelDevice* gpu = options.device_for_test;
+  profile::ActivitySource* cupti = nullptr;
+  std::string kernel_db, no_kernel_time;
+  if (*device == pb::GPU) {
+    if (gpu == nullptr) {
+      auto opened = profile::OpenCudaKernelDevice(0);
+      if (!opened.ok())
+        return Status(opened.status().code(), "kernels: --device gpu: " + opened.status().message());
+      gpu_owned = std::move(opened).value();
+      gpu = gpu_owned.get();
+    }
+    if (options.kernel_db == "none") {
+      no_kernel_time = "--kernel-db none";
+    } else if (options.activity_for_test != nullptr) {
+      cupti = options.activity_for_test;
+    } else {
+      auto source = profile::OpenCuptiActivitySource();
+      if (source.ok()) {
+        cupti_owned = std::move(source).value();
+        cupti = cupti_owned.get();
+      } else {
+        no_kernel_time = source.status().message();
+      }
+    }
+    if (cupti != nullptr) kernel_db = options.kernel_db.empty() ? DefaultKernelDb(options.db) : options.kernel_db;
+  } else {
+    gpu = nullptr;
+  }
+
   CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::Open(options.db, /*create=*/true, lock_ms));
   // The world size: the DB's cluster's, else --world-size, else 1.
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
@@ -52,25 +101,60 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   std::map<std::string, std::string> meta{{"kernels.command", options.command},
                                           {"kernels.date", UtcNow()},
                                           {"kernels.device", options.device}};
+  if (gpu) meta["kernels.gpu"] = gpu->Describe();
   CUPCAKE_ASSIGN_OR_RETURN(pb::Cluster cluster,
                            EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
+  // The kernel-only curves: a profile of the same cluster in their own DB (a profile holds one
+  // curve per key, and the planner reads the event time from the main DB).
+  std::optional<profile::ProfileStore> kernel_store;
+  std::optional<profile::StoreSink> kernel_sink;
+  if (cupti) {
+    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore ks, profile::ProfileStore::Open(kernel_db, /*create=*/true, lock_ms));
+    kernel_store.emplace(std::move(ks));
+    std::map<std::string, std::string> kernel_meta = meta;
+    kernel_meta["kernels.kernel_time"] = "CUPTI activity records (kernel, memcpy, memset), union of intervals per call";
+    CUPCAKE_RETURN_IF_ERROR(
+        EnsureCluster(*kernel_store, cluster.name(), nodes, per_node, kernel_meta, "--world-size").status().WithPrefix(
+            kernel_db));
+    kernel_sink.emplace(*kernel_store);
+  }
 
   profile::StoreSink sink(store);
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (options.progress) bar.emplace(*options.progress, "kernels");
   const auto t0 = std::chrono::steady_clock::now();
-  auto report = profile::SweepKernels(sweep, clock, sink, bar ? bar->Fn() : profile::ProgressFn());
-  if (bar) bar->Finish();
-  if (!report.ok()) return report.status().WithPrefix("kernels");
+  profile::KernelSweepReport report;
+  if (gpu) {
+    auto r = profile::SweepKernelsOnDevice(sweep, *gpu, cupti, sink, kernel_sink ? &*kernel_sink : nullptr,
+                                           bar ? bar->Fn() : profile::ProgressFn());
+    if (bar) bar->Finish();
+    if (!r.ok()) return r.status().WithPrefix("kernels");
+    report = std::move(r).value();
+  } else {
+    auto r = profile::SweepKernels(sweep, clock, sink, bar ? bar->Fn() : profile::ProgressFn());
+    if (bar) bar->Finish();
+    if (!r.ok()) return r.status().WithPrefix("kernels");
+    report.event = std::move(r).value();
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f", s);
-  out << "kernels: " << options.device << ", W=" << sweep.world_size << ", " << sweep.elements.size()
-      << " sizes (" << tools::HumanCount(sweep.elements.front()) << " .. " << tools::HumanCount(sweep.elements.back())
-      << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters << ": measured " << report->measured
-      << " points, skipped " << report->skipped << " already in " << options.db
-      << (report->skipped > 0 ? " (--force re-measures them)" : "") << ", in " << secs << " s\n";
+  out << "kernels: " << options.device << (gpu ? " (" + gpu->Describe() + ")" : "") << ", W=" << sweep.world_size
+      << ", " << sweep.elements.size() << " sizes (" << tools::HumanCount(sweep.elements.front()) << " .. "
+      << tools::HumanCount(sweep.elements.back()) << " elements), warmup " << sweep.warmup << ", iters "
+      << sweep.iters << ": measured " << report.event.measured << " points, skipped " << report.event.skipped
+      << " already in " << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in "
+      << secs << " s\n";
+  if (gpu && kernel_sink) {
+    out << "kernel-only (CUPTI): measured " << report.kernel.measured << " points, skipped " << report.kernel.skipped
+        << " already in " << kernel_db << "\n";
+    if (!report.activity_error.empty())
+      out << "kernel-only (CUPTI): stopped after an error, event points went on: " << report.activity_error << "\n";
+    for (const std::string& p : report.kernel_problems) out << "kernel-only (CUPTI): " << p << "\n";
+  } else if (gpu) {
+    out << "kernel-only (CUPTI): not measured: " << no_kernel_time << "\n";
+  }
   return Status::Ok();
 }
 
@@ -90,7 +174,9 @@ int KernelsMain(tools::Invocation& inv) {
       ("warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")
       ("iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")
       ("compressors", po::value(&compressors), "comma-separated names (default: all)")
-      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)");
+      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")
+      ("kernel-db", po::value(&options.kernel_db),
+       "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)");
   po::variables_map vm;
   if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--device cpu|gpu] [--quick] [--force] [--world-size W]", vm))
     return *code;

@@ -56,6 +56,7 @@ class MpiCommunicator final : public Communicator {
 
   Status Allreduce(const void* send, void* recv, int64_t count, ReduceType type) override {
     CUPCAKE_RETURN_IF_ERROR(CheckCount(count));
+    if (send == recv) send = MPI_IN_PLACE;
     if (type == ReduceType::kFloat16) {
       CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Allreduce(send, recv, static_cast<int>(count), MPI_UINT16_T, fp16_sum_, comm_));
     } else {
@@ -105,6 +106,13 @@ StatusOr<std::unique_ptr<MpiProcess>> MakeMpiProcess(int* argc, char*** argv) {
   CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   return std::unique_ptr<MpiProcess>(std::make_unique<MpiProcessImpl>());
+}
+
+bool MpiInitialized() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
 }
 
 StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm) {

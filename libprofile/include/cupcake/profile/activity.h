@@ -1,10 +1,11 @@
 // Kernel activity records (CUPTI's, or replayed ones) for kernel-only GPU timings, handed to a
 // sweep in its constructor as kineto does, so the sweep's use of them is tested on the CPU
-// (STYLE.md: a fake at every hardware seam). Issue 5, GPU part: the interface, the fake and the
-// arithmetic are here; the CUPTI implementation and the GPU sweep that uses them are not yet.
+// (STYLE.md: a fake at every hardware seam). The CUPTI implementation lives in the backends
+// library (libprofile/src/cuda/), made by OpenCuptiActivitySource.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,8 @@
 
 namespace cupcake::profile {
 
-// One kernel execution as the device recorded it (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL).
+// One kernel execution as the device recorded it (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL; the
+// CUPTI source also reports memcpy and memset records this way, named "memcpy HtoD", "memset").
 struct KernelActivity {
   std::string name;
   uint64_t start_ns = 0;  // device timestamps
@@ -51,5 +53,16 @@ class FakeActivitySource final : public ActivitySource {
 // end) intervals (kernels that overlap count once; gaps between kernels, launch overhead, do not
 // count). InvalidArgument for a record that ends before it starts, naming it.
 StatusOr<double> KernelBusyUs(const std::vector<KernelActivity>& records);
+
+// The CUPTI activity source (from the backends library, cupcake_profile_backends): Start()
+// enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, MEMCPY and MEMSET; Flush() flushes CUPTI's
+// buffers (cuptiActivityFlushAll), disables the kinds and returns the records, failing when
+// CUPTI dropped any or delivered one incomplete. CUPTI's buffer callbacks are process-wide, so
+// at most one source exists at a time (a second is FailedPrecondition); make it where the
+// sweep is wired (the command) and pass it down. Errors name the CUPTI call and carry
+// cuptiGetResultString. FailedPrecondition when this build has no CUPTI.
+StatusOr<std::unique_ptr<ActivitySource>> OpenCuptiActivitySource();
+// Whether this build has CUPTI.
+bool BuiltWithCupti();
 
 }  // namespace cupcake::profile

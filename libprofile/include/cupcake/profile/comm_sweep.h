@@ -37,13 +37,18 @@ struct CommSweepOptions {
   int warmup = 5;
   int iters = 20;
   bool force = false;              // re-measure points the sink has
+  // Whose collectives are measured: nullptr for `world` itself, or a communicator over the same
+  // ranks in the same order (NCCL on GPU memory), while `world` (MPI on host memory) makes the
+  // sweep's own exchanges: barriers, the slowest median, the wrong counts. Not owned.
+  Communicator* data = nullptr;
 };
 
 // Sweeps scope global over `world`, then, when the ranks span several hosts with the same
 // number of ranks each, intra (the ranks of each host, all hosts at once) and inter (one rank
 // per host). Per point:
 //   1. Fill the send buffer with small integers that depend on rank and index, so every
-//      expected result is exact in float; clear the receive buffer.
+//      expected result is exact in float; clear the receive buffer (through the data
+//      communicator's Allocate and CopyIn, untimed).
 //   2. Barrier, time one call with `clock`; `warmup` untimed then `iters` timed calls.
 //   3. Check every call's result against the formula of the collective; an iteration is
 //      wrong when any rank's result is (allreduce MAX over ranks).

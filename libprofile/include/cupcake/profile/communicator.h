@@ -18,8 +18,11 @@ enum class ReduceOp { kSum, kMax };
 int64_t DataTypeBytes(DataType type);
 
 // Communicator: one rank's handle on a group of ranks. Every call is collective: all ranks of
-// the group make it, in the same order, with matching sizes. Buffers are host memory; `send`
-// and `recv` must not overlap. Errors carry the call and, for MPI, the rank and host.
+// the group make it, in the same order, with matching sizes. Buffers live in the communicator's
+// memory (host memory for MPI and in-process groups, GPU memory for NCCL): made with Allocate,
+// filled and read with CopyIn and CopyOut. `send` and `recv` must not overlap. A call returns
+// when its result is in `recv` (NCCL: the stream is synchronized). Errors carry the call and,
+// for MPI, the rank and host.
 // Thread-safety: one thread per Communicator object.
 class Communicator {
  public:
@@ -44,6 +47,13 @@ class Communicator {
   // Ranks of equal `color` >= 0 form a new communicator ordered by (key, rank); a negative
   // color joins none and gets nullptr.
   virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) = 0;
+
+  // The communicator's memory. The defaults are host memory (new[] and memcpy); NCCL's is the
+  // GPU's. Buffers free themselves; they must not outlive the communicator.
+  using Buffer = std::unique_ptr<void, void (*)(void*)>;
+  virtual StatusOr<Buffer> Allocate(int64_t bytes);
+  virtual Status CopyIn(void* dst, const void* host_src, int64_t bytes);
+  virtual Status CopyOut(void* host_dst, const void* src, int64_t bytes);
 };
 
 // InProcessGroup: `size` ranks as threads of one process, for tests (as gloo's tests do).

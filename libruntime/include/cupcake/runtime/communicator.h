@@ -1,6 +1,6 @@
 // The collectives a Session runs, behind one interface (STYLE.md: a fake at every hardware
-// seam): MPI on CPU memory (made by the factory when the build has MPI) and an in-process group
-// of threads for unit tests. NCCL on GPU memory comes later.
+// seam): MPI on CPU memory (made by the factory when the build has MPI), NCCL on GPU memory
+// (when the build has NCCL) and an in-process group of threads for unit tests.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,10 @@ namespace cupcake::runtime {
 // float and rounded to nearest even per addition (kernels::SumFp16Payloads).
 enum class ReduceType { kFloat32, kFloat16 };
 
+// Where a communicator's buffers live, and so where a Session over it keeps and compresses the
+// gradients: host memory (MPI, in-process) or CUDA device memory (NCCL).
+enum class MemoryKind { kHost, kDevice };
+
 // Communicator: one rank's handle on a group of ranks. Every collective is made by all ranks of
 // the group, in the same order, with matching sizes. Buffers are host memory; `send` and `recv`
 // do not overlap. Errors carry the call and, for MPI, the rank and host.
@@ -28,8 +32,11 @@ class Communicator {
   virtual int size() const = 0;
   // This rank's host name (the processor name for MPI).
   virtual const std::string& host() const = 0;
+  virtual MemoryKind memory() const { return MemoryKind::kHost; }
+  // kDevice: the cudaStream_t the collectives are enqueued on; kHost: nullptr.
+  virtual void* stream() const { return nullptr; }
 
-  // recv[i] = sum over ranks of send[i], `count` elements of `type`.
+  // recv[i] = sum over ranks of send[i], `count` elements of `type`; in place when send == recv.
   virtual Status Allreduce(const void* send, void* recv, int64_t count, ReduceType type) = 0;
   // recv = the ranks' send buffers (bytes_per_rank each) side by side, in rank order.
   virtual Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) = 0;
@@ -73,7 +80,18 @@ StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv);
 // its first GradientReady of a step and the end of Synchronize().
 StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm);
 
-// Whether this build has MPI.
+// Whether this build has MPI, and whether MPI is initialized in this process (false without MPI).
 bool BuiltWithMpi();
+bool MpiInitialized();
+
+// A NCCL communicator on the current CUDA device (one device per rank: NCCL refuses two ranks on
+// one GPU), its collectives enqueued on a stream of its own. `bootstrap` (a host communicator:
+// MPI in a job, in-process in tests; not kept) gives the group its ranks and spreads rank 0's
+// ncclUniqueId; nullptr: a group of one rank with the id made locally, no MPI launcher needed.
+// A collective over `bootstrap`, so every rank of it calls this. FailedPrecondition "NCCL
+// communicator: no CUDA device found; ..." on a machine without a GPU (every rank fails when
+// one has none), or when this build has no NCCL.
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* bootstrap);
+bool BuiltWithNccl();
 
 }  // namespace cupcake::runtime

@@ -44,8 +44,19 @@ int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_
 int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
                               const char* model_fingerprint, double ready_timeout_s, cupcake_session** out);
 
+/* GPU memory: a session over NCCL on the current CUDA device (one per rank), for a plan whose
+ * device is gpu. NCCL's id travels over `mpi_comm` (the job's MPI_Comm; NULL: MPI_COMM_WORLD);
+ * with `mpi_comm` NULL and MPI not initialized, a group of one rank (no launcher needed).
+ * `job_stream`: the cudaStream_t the job computes gradients on (NULL: the legacy default
+ * stream). Gradients are registered with cupcake_register_device. On a machine without a GPU:
+ * CUPCAKE_FAILED_PRECONDITION, "cupcake_session_create_nccl: NCCL communicator: no CUDA device
+ * found; ...". */
+int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out);
+
 /* Registers the next float32 gradient buffer (plan order). Name and size must match the plan. */
 int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel);
+/* The same for a GPU session: `device_data` is CUDA device memory. */
+int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel);
 int cupcake_gradient_ready(cupcake_session* session, int tensor);
 int cupcake_synchronize(cupcake_session* session);
 /* Non-zero: gradient accumulation steps, no synchronization until called again with 0. */
@@ -56,13 +67,18 @@ void cupcake_session_destroy(cupcake_session* session);
 /* Record mode (cupcake/runtime/recorder.h): with no plan, measures gradient-ready times on a
  * steady clock and writes them as a cupcake.model.v1 file. Register in gradient-ready order;
  * each iteration: cupcake_recorder_begin_backward, then cupcake_recorder_gradient_ready(r, i)
- * for i = 0, 1, ...; then cupcake_recorder_write (one rank). */
+ * for i = 0, 1, ...; then, with several ranks, cupcake_recorder_merge on every rank, and
+ * cupcake_recorder_write on rank 0. */
 typedef struct cupcake_recorder cupcake_recorder;
 int cupcake_recorder_create(const char* model_name, cupcake_recorder** out);
 int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int64_t numel);
 int cupcake_recorder_begin_backward(cupcake_recorder* recorder);
 int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor);
-/* Writes the model (medians of the completed iterations) to `path` atomically. */
+/* A collective over MPI (`mpi_comm` points to the job's MPI_Comm, NULL: MPI_COMM_WORLD; the
+ * runtime duplicates it): every rank calls it; afterwards every rank holds the same model, per
+ * tensor the slowest rank's ready time (cupcake/runtime/recorder.h says why). */
+int cupcake_recorder_merge(cupcake_recorder* recorder, const void* mpi_comm);
+/* Writes the model (medians of the completed iterations, merged if merged) to `path` atomically. */
 int cupcake_recorder_write(cupcake_recorder* recorder, const char* path);
 /* Destroys the recorder; NULL is ignored. */
 void cupcake_recorder_destroy(cupcake_recorder* recorder);

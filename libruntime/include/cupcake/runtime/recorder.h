@@ -9,8 +9,19 @@
 // median of its gaps over the completed iterations (the mean of the two middle ones for an even
 // count). Time comes from the Clock passed in.
 //
-// Ownership: a Recorder owns its samples; it does not own the clock. It needs no communicator:
-// every rank may record, and the job writes the file from one rank (rank 0).
+// Across ranks (MergeRanks): every rank records, then all merge over a communicator, so every
+// rank holds the same model and rank 0 writes it. The merged backward_us of tensor i is the
+// *slowest rank's*, taken on ready times rather than gaps: each rank's ready time of tensor i is
+// the sum of its median gaps 0..i; the merged ready time is the maximum over ranks, and the
+// merged gaps are the differences of consecutive merged ready times (>= 0, as a maximum of
+// non-decreasing sequences is non-decreasing). Why the slowest: a group's collective starts only
+// when every rank has the group's gradients (C_k in DESIGN.md section 4 is the time the last
+// rank is ready); a median over ranks would predict collectives starting before a slow rank
+// joins them. Why on ready times: the maximum of each gap separately would add up the worst
+// gap of every rank, a ready time no rank ever had. Noise within a rank is already filtered by
+// its median over iterations.
+//
+// Ownership: a Recorder owns its samples; it does not own the clock or the communicator.
 // Thread-safety: one thread at a time (the job's backward hooks and training loop).
 #pragma once
 
@@ -27,7 +38,8 @@ namespace cupcake::runtime {
 struct RecorderOptions {
   // Where the gradient-ready times come from; nullptr: a SteadyClock the recorder owns. Not owned.
   Clock* clock = nullptr;
-  // The model file's "source"; empty: "cupcake runtime record mode: median of <n> iterations".
+  // The model file's "source"; empty: "cupcake runtime record mode: median of <n> iterations"
+  // (after MergeRanks: "..., slowest of <w> ranks").
   std::string source;
 };
 
@@ -54,7 +66,19 @@ class Recorder {
 
   // The median gaps, one per registered tensor; FailedPrecondition before a completed iteration.
   StatusOr<std::vector<double>> MedianBackwardUs() const;
-  // The cupcake.model.v1 JSON text (DESIGN.md 3.1) of the completed iterations.
+
+  // A collective over `comm` (every rank calls it, in the same order as the job's other
+  // collectives on it): gathers every rank's median gaps and keeps the merged model described
+  // above, the same on every rank, for ToJson and Write (until another iteration completes).
+  // Fails the same way on every rank when ranks registered different tensors (names or sizes)
+  // or one of them has no completed iteration, naming the rank.
+  Status MergeRanks(Communicator& comm);
+  // Ranks merged by the last MergeRanks (0: the model is this rank's alone).
+  int merged_ranks() const;
+  // The model's backward_us: the merged ones after MergeRanks, else MedianBackwardUs().
+  StatusOr<std::vector<double>> BackwardUs() const;
+
+  // The cupcake.model.v1 JSON text (DESIGN.md 3.1) of BackwardUs().
   StatusOr<std::string> ToJson() const;
   // Writes ToJson() to `path` atomically (WriteFileAtomic).
   Status Write(const std::string& path) const;
@@ -74,6 +98,9 @@ class Recorder {
   int next_ = 0;                              // the next tensor expected this iteration
   double last_us_ = 0;                        // when the previous mark happened
   int completed_ = 0;
+  std::vector<double> merged_us_;             // after MergeRanks, until the next iteration completes
+  int merged_ranks_ = 0;
+  int merged_iterations_ = 0;                 // the fewest completed iterations over the merged ranks
 };
 
 }  // namespace cupcake::runtime

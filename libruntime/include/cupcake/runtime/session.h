@@ -5,12 +5,32 @@
 // gradient holds the average over ranks (exactly, for fp32; within the compressor's semantics
 // otherwise, DESIGN.md section 6). Stages run as the iteration-time model assumes:
 //   1. GradientReady(i) marks tensor i; when the last missing tensor of group k arrives, the
-//      caller's thread packs the group into its fusion buffer (groups of >= 2 tensors) and
-//      encodes it (error feedback included) into the group's payload: compute side.
+//      caller's thread packs the group into its fusion buffer and encodes it (error feedback
+//      included) into the group's payload: compute side.
 //   2. A communication thread runs the groups' collectives in group order (allreduce or
 //      allgather, as the compressor defines), overlapping with the rest of backward.
 //   3. Synchronize() decodes each group on the caller's thread as soon as its collective has
 //      finished, in group order, and unpacks into the registered buffers.
+// Data movement (docs/RUNTIME_BENCH.md): a group works directly on the registered memory when
+// that is one buffer: a one-tensor group, or tensors whose buffers are adjacent in plan order
+// (slices of one flat gradient buffer, as frameworks keep them); only other groups have a
+// fusion buffer, packed and unpacked. Lossless groups (fp32, or left uncompressed by the plan,
+// with no error-feedback memory) have no encode and no payload: the allreduce runs in place on
+// the group's memory and the decode is the divide by W (fused with the unpack when packed), so
+// a one-group fp32 step over a flat buffer moves the data exactly as MPI_Allreduce(MPI_IN_PLACE)
+// plus a divide.
+//
+// GPU memory: over a communicator whose memory() is kDevice (MakeNcclCommunicator), the plan's
+// device must be gpu and the job registers device pointers (RegisterDevice). Fusion buffers,
+// payloads and error-feedback memory are device memory (kernels::Buffer, Backend::kCuda),
+// allocated once; packs and unpacks are cudaMemcpyAsync and encode/decode the CUDA compressors,
+// all on the session's compute stream; each group's collective is enqueued on the
+// communicator's stream after a CUDA event recorded behind its encode, in group order, from the
+// caller's thread (no communication thread: nothing blocks); Synchronize() queues the decodes
+// behind the collectives' events and waits for the last one (polling, against the same
+// timeout). When Synchronize() returns, the gradients hold the average. A group's pack and
+// encode wait for the job's stream (SessionOptions::job_stream) with an event; the job's streams
+// must not write gradient i from GradientReady(i) until Synchronize() returns.
 //
 // Ownership: a Session owns its communicator, its fusion and payload buffers, its compressors
 // and their error-feedback memory (kept across iterations), all allocated at creation or
@@ -49,6 +69,11 @@ struct SessionOptions {
   std::string model_fingerprint;
   // Prefixes the messages about the plan; empty: the plan file's path (or "plan").
   std::string origin;
+  // Sessions on GPU memory: the cudaStream_t the job computes its gradients on (nullptr: the
+  // legacy default stream). When a group completes, its pack and encode wait (a CUDA event, not
+  // the host) for the work queued on this stream so far, so a backward hook may call
+  // GradientReady(i) as soon as it has queued gradient i's last kernel.
+  void* job_stream = nullptr;
 };
 
 class Session {
@@ -74,13 +99,24 @@ class Session {
   // before). `name` and the size must match the plan's tensor: `<plan>:
   // model.model.tensors[3]: does not match the job's gradient 3; got 'fc.weight' with 100
   // elements, expected 'fc.bias' with 10 elements`. The buffer must stay valid while the
-  // session uses it.
+  // session uses it. From GradientReady(i) to the end of Synchronize() the session may read and
+  // write gradient i's buffer (a lossless collective runs in place on it): the job leaves it
+  // alone then.
   Status Register(const std::string& name, std::span<float> gradient);
+  // The same for a session on GPU memory (its communicator's memory() is kDevice: NCCL): a
+  // float32 gradient of `numel` elements in CUDA device memory of the current device (checked
+  // with cudaPointerGetAttributes). Each kind of session refuses the other kind of memory:
+  // `RegisterDevice: gradient 0 ('fc.bias'): device memory for a session on host memory; expected
+  // Register (the communicator works on host memory)`.
+  Status RegisterDevice(const std::string& name, float* device_gradient, int64_t numel);
   int registered() const;
   int tensor_count() const;
   int group_count() const;
   int rank() const;
   int world_size() const;
+  // Bytes of the fusion buffers the registered gradients need (0 when every group works on
+  // registered memory: one-tensor groups and groups whose buffers are adjacent).
+  int64_t fusion_bytes() const;
 
   // Tensor i's gradient is final for this step. Encodes its group when it completes it.
   Status GradientReady(int i);

@@ -1,0 +1,13 @@
+// The NCCL implementation of Communicator; built only with CUPCAKE_HAVE_NCCL and reached
+// through the factory (src/factory.cc, MakeNcclCommunicator in communicator.h).
+#pragma once
+
+#include <memory>
+
+#include "cupcake/runtime/communicator.h"
+
+namespace cupcake::runtime::internal {
+
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* bootstrap);
+
+}  // namespace cupcake::runtime::internal

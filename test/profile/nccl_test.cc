@@ -1,0 +1,48 @@
+// NCCL as the comm sweep's data communicator, one rank on this machine's first GPU (NCCL takes
+// one GPU per rank, and the GPU machine has one). Without a GPU or NCCL, the refusal is checked
+// and the measurement skipped.
+#include "cupcake/profile/nccl.h"
+
+#include <gtest/gtest.h>
+
+#include "cupcake/profile/comm_sweep.h"
+
+namespace cupcake::profile {
+namespace {
+
+TEST(Nccl, SweepsEveryCollectiveOnOneGpuOrSaysWhyNot) {
+  InProcessGroup group(1, {"gpu-host"});
+  auto world = group.Rank(0);
+  auto nccl = MakeNcclCommunicator(*world, 0);
+  if (!nccl.ok()) {
+    EXPECT_EQ(nccl.status().code(), StatusCode::kFailedPrecondition);
+    const std::string m = nccl.status().message();
+    EXPECT_TRUE(m.find("rank 0 on gpu-host: no CUDA device found") == 0 || m.find("this build has no NCCL") == 0) << m;
+    GTEST_SKIP() << "no NCCL GPU here: " << m;
+  }
+  EXPECT_EQ((*nccl)->library().rfind("NCCL ", 0), 0u) << (*nccl)->library();
+  MemorySink sink;
+  FakeClock clock(3.0);
+  CommSweepOptions o;
+  o.sizes = {4, 1 << 10, 1 << 20};
+  o.warmup = 1;
+  o.iters = 3;
+  o.data = nccl->get();
+  auto report = SweepComm(*world, o, clock, &sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->wrong, 0);
+  EXPECT_EQ(report->measured, 15);  // five collectives x three sizes
+}
+
+TEST(Nccl, RefusesADeviceThisHostDoesNotHave) {
+  InProcessGroup group(1, {"gpu-host"});
+  auto world = group.Rank(0);
+  auto nccl = MakeNcclCommunicator(*world, 4096);
+  ASSERT_FALSE(nccl.ok());
+  EXPECT_EQ(nccl.status().code(), StatusCode::kFailedPrecondition);
+  const std::string m = nccl.status().message();
+  EXPECT_TRUE(m.find("rank 0 on gpu-host: no CUDA device") == 0 || m.find("this build has no NCCL") == 0) << m;
+}
+
+}  // namespace
+}  // namespace cupcake::profile

@@ -1,0 +1,183 @@
+// The Session on GPU memory over NCCL (label gpu; built with NCCL, skips itself without a GPU).
+// NCCL refuses two ranks on one GPU, so these run one rank (a NCCL communicator of one, its id
+// made locally); multi-rank semantics are the CPU suites' (in-process and mpirun). Every
+// compressor x grouping x layout (slices of one flat device buffer, or one cudaMalloc per
+// tensor) over 4 iterations with error feedback, bitwise against the CUDA kernels' reference
+// from the same payloads; fp32 exactly the average; the job's stream ordered before the encode;
+// host memory refused.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cupcake/kernels/compressor.h"
+#include "cupcake/runtime/communicator.h"
+#include "cupcake/runtime/session.h"
+#include "runtime_test_util.h"
+
+namespace cupcake::runtime {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                                                  \
+  do {                                                                                                      \
+    if (Status s = kernels::BackendAvailable(kernels::Backend::kCuda); !s.ok()) GTEST_SKIP() << s.message(); \
+  } while (0)
+
+#define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+pb::Plan GpuPlan(const pb::Model& model, const testing::Grouping& grouping, const std::string& compressor) {
+  pb::Plan plan = testing::MakePlan(model, grouping, compressor, 1);
+  plan.set_device(pb::GPU);
+  for (auto& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
+  return plan;
+}
+
+// The job's gradients in device memory: one cudaMalloc (flat, tensors adjacent in plan order)
+// or one per tensor (separate).
+class DeviceGradients {
+ public:
+  DeviceGradients(const pb::Model& m, testing::Layout layout) {
+    int64_t total = 0;
+    for (const auto& t : m.tensors()) total += t.numel();
+    if (layout == testing::Layout::kFlat) allocations_.push_back(Malloc(total));
+    int64_t at = 0;
+    for (const auto& t : m.tensors()) {
+      if (layout == testing::Layout::kSeparate) allocations_.push_back(Malloc(t.numel()));
+      ptrs_.push_back(layout == testing::Layout::kSeparate ? allocations_.back() : allocations_[0] + at);
+      numels_.push_back(t.numel());
+      at += t.numel();
+    }
+  }
+  ~DeviceGradients() {
+    for (float* p : allocations_) (void)cudaFree(p);
+  }
+  DeviceGradients(const DeviceGradients&) = delete;
+  DeviceGradients& operator=(const DeviceGradients&) = delete;
+
+  Status RegisterAll(Session& s, const pb::Model& m) const {
+    for (int i = 0; i < m.tensors_size(); ++i)
+      CUPCAKE_RETURN_IF_ERROR(s.RegisterDevice(m.tensors(i).name(), ptrs_[static_cast<size_t>(i)], numels_[static_cast<size_t>(i)]));
+    return Status::Ok();
+  }
+  // TestGradient values of `rank` at `iteration`, copied on `stream` (asynchronously, as a
+  // job's backward writes its gradients).
+  void Fill(int rank, int iteration, cudaStream_t stream) {
+    host_.clear();
+    for (size_t t = 0; t < ptrs_.size(); ++t) {
+      host_.emplace_back(static_cast<size_t>(numels_[t]));
+      for (int64_t j = 0; j < numels_[t]; ++j)
+        host_.back()[static_cast<size_t>(j)] = testing::TestGradient(rank, iteration, static_cast<int>(t), j);
+      EXPECT_EQ(cudaMemcpyAsync(ptrs_[t], host_.back().data(), 4 * static_cast<size_t>(numels_[t]),
+                                cudaMemcpyHostToDevice, stream),
+                cudaSuccess);
+    }
+  }
+  std::vector<std::vector<float>> Download() const {
+    std::vector<std::vector<float>> out;
+    for (size_t t = 0; t < ptrs_.size(); ++t) {
+      out.emplace_back(static_cast<size_t>(numels_[t]));
+      EXPECT_EQ(cudaMemcpy(out.back().data(), ptrs_[t], 4 * static_cast<size_t>(numels_[t]), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    return out;
+  }
+  const std::vector<std::vector<float>>& filled() const { return host_; }
+
+ private:
+  static float* Malloc(int64_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, 4 * static_cast<size_t>(n)), cudaSuccess);
+    return static_cast<float*>(p);
+  }
+  std::vector<float*> allocations_;
+  std::vector<float*> ptrs_;
+  std::vector<int64_t> numels_;
+  std::vector<std::vector<float>> host_;  // pinned by the async copies until the next Fill
+};
+
+struct Case {
+  std::string compressor;
+  std::string grouping;
+  testing::Layout layout;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.compressor << "/" << c.grouping << "/" << testing::LayoutName(c.layout); }
+
+class GpuMatchesCudaReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuMatchesCudaReference, OverSeveralIterationsWithErrorFeedback) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  const pb::Model model = testing::SmallModel();
+  const testing::Grouping grouping = c.grouping == "layerwise"   ? testing::LayerWise(model)
+                                     : c.grouping == "one_group" ? testing::OneGroup(model)
+                                                                 : testing::Planned();
+  const pb::Plan plan = GpuPlan(model, grouping, c.compressor);
+  auto comm = MakeNcclCommunicator(nullptr);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  // The job computes its gradients on a stream of its own; the session orders after it.
+  cudaStream_t job = nullptr;
+  ASSERT_CUDA(cudaStreamCreateWithFlags(&job, cudaStreamNonBlocking));
+  SessionOptions options;
+  options.job_stream = job;
+  auto session = Session::Create(plan, std::move(comm).value(), options);
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  {
+    DeviceGradients grads(model, c.layout);
+    ASSERT_TRUE(grads.RegisterAll(**session, model).ok());
+    EXPECT_EQ((*session)->fusion_bytes() == 0, c.layout == testing::Layout::kFlat || c.grouping == "layerwise");
+    testing::Reference reference(plan, 1, kernels::Backend::kCuda);
+    for (int it = 0; it < 4; ++it) {
+      grads.Fill(0, it, job);
+      for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE((*session)->GradientReady(i).ok());
+      Status s = (*session)->Synchronize();
+      ASSERT_TRUE(s.ok()) << s.message();
+      const auto got = grads.Download();
+      EXPECT_EQ(testing::FirstDifference(got, reference.Step(it)), "") << "iteration " << it;
+      if (c.compressor == "fp32") {  // the average over one rank: the gradient itself, exactly
+        EXPECT_EQ(testing::FirstDifference(got, grads.filled()), "") << "iteration " << it;
+      }
+    }
+  }
+  session->reset();
+  ASSERT_CUDA(cudaStreamDestroy(job));
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (std::string_view name : CompressorNames())
+    for (const char* grouping : {"layerwise", "one_group", "planned"})
+      for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat})
+        cases.push_back({std::string(name), grouping, layout});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCompressors, GpuMatchesCudaReference, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<Case>& p) {
+                           return p.param.compressor + "_" + p.param.grouping + "_" + testing::LayoutName(p.param.layout);
+                         });
+
+TEST(GpuSession, RefusesHostMemoryAndCpuPlans) {
+  SKIP_WITHOUT_GPU();
+  const pb::Model model = testing::SmallModel("tiny", {4, 4});
+  auto comm = MakeNcclCommunicator(nullptr);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  auto session = Session::Create(GpuPlan(model, testing::OneGroup(model), "fp32"), std::move(comm).value());
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  std::vector<float> host(4);
+  EXPECT_EQ((*session)->Register("t0", host).message(),
+            "Register: gradient 0 ('t0'): host memory for a session on GPU memory; expected RegisterDevice (the "
+            "communicator works on GPU memory)");
+  const std::string message = (*session)->RegisterDevice("t0", host.data(), 4).message();
+  EXPECT_EQ(message.rfind("RegisterDevice: gradient 0 ('t0'): not device memory; got ", 0), 0u) << message;
+
+  auto other = MakeNcclCommunicator(nullptr);
+  ASSERT_TRUE(other.ok());
+  auto cpu = Session::Create(testing::MakePlan(model, testing::OneGroup(model), "fp32", 1), std::move(other).value());
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_EQ(cpu.status().message(),
+            "plan: device: does not match the communicator; got cpu, expected gpu (the communicator works on GPU memory)");
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
