@@ -6,10 +6,17 @@
 
 #include "backends.h"
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/cupti.h"
 #include "cupcake/kernels/fusion.h"
 
 #ifndef CUPCAKE_HAVE_CUDA
 #error "CUPCAKE_HAVE_CUDA must be defined (0 or 1) by kernels/CMakeLists.txt"
+#endif
+#ifndef CUPCAKE_HAVE_CUPTI
+#error "CUPCAKE_HAVE_CUPTI must be defined (0 or 1) by kernels/CMakeLists.txt"
+#endif
+#if CUPCAKE_HAVE_CUPTI
+#include "../cupti/cupti_activity_source.h"
 #endif
 
 namespace cupcake::kernels {
@@ -163,6 +170,18 @@ Status Synchronize(Backend backend, void* stream) {
 #else
   (void)stream;
   return NoCuda();
+#endif
+}
+
+bool BuiltWithCupti() { return CUPCAKE_HAVE_CUPTI != 0; }
+
+StatusOr<std::unique_ptr<ActivitySource>> OpenCuptiActivitySource(CuptiMarks marks) {
+#if CUPCAKE_HAVE_CUPTI
+  return cupti::MakeCuptiActivitySource(marks);
+#else
+  (void)marks;
+  return FailedPreconditionError(
+      "this build has no CUPTI; build with the CUDA toolkit's CUPTI (extras/CUPTI) and -DCUPCAKE_WITH_CUPTI=ON");
 #endif
 }
 

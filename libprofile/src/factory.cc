@@ -1,5 +1,6 @@
 // The one file that picks measurement backends by what the build has (STYLE.md: `#if
 // CUPCAKE_HAVE_*` lives only here).
+#include "cupcake/kernels/cupti.h"
 #include "cupcake/profile/activity.h"
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/mpi.h"
@@ -13,9 +14,6 @@
 #endif
 #if CUPCAKE_HAVE_CUDA
 #include "cuda/cuda_kernel_device.h"
-#endif
-#if CUPCAKE_HAVE_CUPTI
-#include "cuda/cupti_activity_source.h"
 #endif
 
 namespace cupcake::profile {
@@ -49,7 +47,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator& boots
 }
 
 bool BuiltWithCuda() { return CUPCAKE_HAVE_CUDA != 0; }
-bool BuiltWithCupti() { return CUPCAKE_HAVE_CUPTI != 0; }
+bool BuiltWithCupti() { return kernels::BuiltWithCupti(); }
 
 StatusOr<std::unique_ptr<KernelDevice>> OpenCudaKernelDevice(int ordinal) {
 #if CUPCAKE_HAVE_CUDA
@@ -62,12 +60,7 @@ StatusOr<std::unique_ptr<KernelDevice>> OpenCudaKernelDevice(int ordinal) {
 }
 
 StatusOr<std::unique_ptr<ActivitySource>> OpenCuptiActivitySource() {
-#if CUPCAKE_HAVE_CUPTI
-  return internal::MakeCuptiActivitySource();
-#else
-  return FailedPreconditionError(
-      "this build has no CUPTI; build with the CUDA toolkit's CUPTI (extras/CUPTI) and -DCUPCAKE_WITH_CUPTI=ON");
-#endif
+  return kernels::OpenCuptiActivitySource(kernels::CuptiMarks::kOff);
 }
 
 }  // namespace cupcake::profile

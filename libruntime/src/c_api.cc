@@ -13,6 +13,7 @@ struct cupcake_session {
 };
 
 struct cupcake_recorder {
+  std::unique_ptr<cupcake::ActivitySource> activity;  // cupcake_recorder_create_cupti; outlives `recorder`
   std::unique_ptr<cupcake::runtime::Recorder> recorder;
 };
 
@@ -125,7 +126,21 @@ int cupcake_recorder_create(const char* model_name, cupcake_recorder** out) {
   *out = nullptr;
   auto recorder = cupcake::runtime::Recorder::Create(model_name != nullptr ? model_name : "");
   if (!recorder.ok()) return Report(recorder.status());
-  *out = new cupcake_recorder{std::move(recorder).value()};
+  *out = new cupcake_recorder{nullptr, std::move(recorder).value()};
+  return CUPCAKE_OK;
+}
+
+int cupcake_recorder_create_cupti(const char* model_name, cupcake_recorder** out) {
+  if (out == nullptr)
+    return Report(cupcake::InvalidArgumentError("cupcake_recorder_create_cupti: out is NULL; expected a pointer"));
+  *out = nullptr;
+  auto activity = cupcake::runtime::OpenKernelTimeSource();
+  if (!activity.ok()) return Report(activity.status().WithPrefix("cupcake_recorder_create_cupti"));
+  cupcake::runtime::RecorderOptions options;
+  options.activity = activity->get();
+  auto recorder = cupcake::runtime::Recorder::Create(model_name != nullptr ? model_name : "", options);
+  if (!recorder.ok()) return Report(recorder.status());
+  *out = new cupcake_recorder{std::move(activity).value(), std::move(recorder).value()};
   return CUPCAKE_OK;
 }
 

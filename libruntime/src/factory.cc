@@ -1,7 +1,9 @@
 // The one file that picks implementations by what the build has (STYLE.md: `#if
 // CUPCAKE_HAVE_*` lives only here): the MPI and NCCL communicators, and the CUDA streams of a
 // session on GPU memory.
+#include "cupcake/kernels/cupti.h"
 #include "cupcake/runtime/communicator.h"
+#include "cupcake/runtime/recorder.h"
 #include "device_streams.h"
 
 #if CUPCAKE_HAVE_MPI
@@ -64,6 +66,10 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* boots
       "NCCL communicator: this build has no NCCL; expected a build with the CUDA toolkit and NCCL found "
       "(CUPCAKE_WITH_NCCL=ON or AUTO)");
 #endif
+}
+
+StatusOr<std::unique_ptr<ActivitySource>> OpenKernelTimeSource() {
+  return kernels::OpenCuptiActivitySource(kernels::CuptiMarks::kOn);
 }
 
 namespace internal {

@@ -47,7 +47,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 Recorder::Recorder(std::string model_name, const RecorderOptions& options)
-    : model_name_(std::move(model_name)), source_(options.source) {
+    : model_name_(std::move(model_name)), source_(options.source), activity_(options.activity) {
   if (options.clock == nullptr) owned_clock_ = std::make_unique<SteadyClock>();
   clock_ = options.clock != nullptr ? options.clock : owned_clock_.get();
 }
@@ -83,10 +83,33 @@ Status Recorder::BeginBackward() {
                                    " is incomplete; got " + std::to_string(next_) + " of " +
                                    std::to_string(names_.size()) + " gradients ready, expected all (next: '" +
                                    names_[next_] + "')");
+  if (activity_ != nullptr) {
+    CUPCAKE_RETURN_IF_ERROR(activity_->Start().WithPrefix("recorder: BeginBackward: kernel time"));
+    if (Status s = activity_->SetMark(1); !s.ok()) {
+      (void)activity_->Flush();  // stop collecting
+      return s.WithPrefix("recorder: BeginBackward: kernel time");
+    }
+  }
   in_backward_ = true;
   next_ = 0;
   current_us_.clear();
   last_us_ = clock_->NowUs();
+  return Status::Ok();
+}
+
+Status Recorder::MarkKernelTime(int i) {
+  const int n = registered();
+  if (i + 1 < n) return activity_->SetMark(static_cast<uint64_t>(i) + 2);
+  CUPCAKE_RETURN_IF_ERROR(activity_->ClearMark());
+  CUPCAKE_ASSIGN_OR_RETURN(std::vector<KernelActivity> records, activity_->Flush());
+  std::vector<std::vector<KernelActivity>> by_tensor(static_cast<size_t>(n));
+  for (KernelActivity& r : records) {
+    if (r.mark > static_cast<uint64_t>(n)) continue;  // another user's mark
+    by_tensor[r.mark == 0 ? 0 : static_cast<size_t>(r.mark - 1)].push_back(std::move(r));
+  }
+  for (size_t t = 0; t < by_tensor.size(); ++t) {
+    CUPCAKE_ASSIGN_OR_RETURN(current_us_[t], KernelBusyUs(by_tensor[t]));
+  }
   return Status::Ok();
 }
 
@@ -101,6 +124,15 @@ Status Recorder::GradientReady(int i) {
                                 "'; gradients are registered in gradient-ready order)");
   current_us_.push_back(std::max(0.0, now_us - last_us_));
   last_us_ = now_us;
+  if (activity_ != nullptr) {
+    if (Status s = MarkKernelTime(i); !s.ok()) {
+      in_backward_ = false;  // the iteration is abandoned; the next BeginBackward starts afresh
+      (void)activity_->ClearMark();
+      (void)activity_->Flush();  // stop collecting, if the failure came before the flush
+      return s.WithPrefix("recorder: GradientReady(" + std::to_string(i) + "): kernel time; iteration " +
+                          std::to_string(completed_) + " abandoned");
+    }
+  }
   ++next_;
   if (next_ == registered()) {
     for (size_t t = 0; t < names_.size(); ++t) gaps_us_[t].push_back(current_us_[t]);
@@ -196,6 +228,7 @@ StatusOr<std::string> Recorder::ToJson() const {
   if (source.empty()) {
     source = "cupcake runtime record mode: median of " +
              std::to_string(merged_ranks_ > 0 ? merged_iterations_ : completed_) + " iterations";
+    if (activity_ != nullptr) source += ", kernel time between gradient-ready marks";
     if (merged_ranks_ > 0) source += ", slowest of " + std::to_string(merged_ranks_) + " ranks";
   }
   std::string out = "{\n  \"format\": \"cupcake.model.v1\",\n  \"name\": ";

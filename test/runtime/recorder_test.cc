@@ -184,6 +184,101 @@ void OnRanks(InProcessGroup& group, int world, F fn) {
   for (auto& t : threads) t.join();
 }
 
+// A record of `us` of device work from `start_us`, launched under `mark`.
+KernelActivity Kernel(double start_us, double us, uint64_t mark) {
+  return {"k", static_cast<uint64_t>(start_us * 1000), static_cast<uint64_t>((start_us + us) * 1000), 1, mark};
+}
+
+std::unique_ptr<Recorder> ThreeTensorsOnKernelTime(ScriptedClock& clock, ActivitySource& activity) {
+  RecorderOptions options;
+  options.clock = &clock;
+  options.activity = &activity;
+  auto r = Recorder::Create("mlp", options);
+  EXPECT_TRUE(r.ok());
+  for (const char* name : {"fc2.bias", "fc2.weight", "fc1.weight"}) EXPECT_TRUE((*r)->Register(name, 10).ok());
+  return std::move(r).value();
+}
+
+TEST(RecorderKernelTime, GapsAreTheBusyTimeOfEachMarksRecords) {
+  ScriptedClock clock;
+  // Iteration 1: tensor 0 has unmarked work (a framework's backward thread before its first
+  // hook) and mark-1 work; tensor 1 two overlapping kernels (busy 7 us, not 10); tensor 2 one
+  // kernel; a foreign mark (9) is ignored. Iteration 2 and 3 differ, to take medians.
+  FakeActivitySource activity({
+      {Kernel(0, 2, 0), Kernel(10, 3, 1), Kernel(20, 5, 2), Kernel(22, 5, 2), Kernel(40, 1, 3), Kernel(50, 99, 9)},
+      {Kernel(0, 4, 1), Kernel(20, 9, 2), Kernel(40, 3, 3)},
+      {Kernel(0, 6, 0), Kernel(20, 8, 2), Kernel(40, 2, 3)},
+  });
+  auto r = ThreeTensorsOnKernelTime(clock, activity);
+  for (double start : {1000.0, 2000.0, 3000.0}) Iteration(*r, clock, start, {100, 100, 100});  // host gaps: ignored
+  EXPECT_EQ(activity.started(), 3);
+  // Per iteration: mark 1 at BeginBackward, 2 and 3 after tensors 0 and 1, cleared after 2.
+  EXPECT_EQ(activity.marks(), (std::vector<uint64_t>{1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0}));
+  auto gaps = r->MedianBackwardUs();
+  ASSERT_TRUE(gaps.ok()) << gaps.status().message();
+  EXPECT_EQ(*gaps, (std::vector<double>{5, 8, 2}));  // medians of {5,4,6}, {7,9,8}, {1,3,2}
+  auto json = r->ToJson();
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"source\": \"cupcake runtime record mode: median of 3 iterations, kernel time between "
+                       "gradient-ready marks\""),
+            std::string::npos)
+      << *json;
+}
+
+TEST(RecorderKernelTime, SourceErrorsAbandonTheIterationWithTheirMessage) {
+  ScriptedClock clock;
+  FakeActivitySource activity({{Kernel(0, 1, 1), Kernel(5, 1, 2), Kernel(9, 1, 3)}});
+  auto r = ThreeTensorsOnKernelTime(clock, activity);
+  activity.start_error = FailedPreconditionError("this build has no CUPTI");
+  clock.Push(0);
+  EXPECT_EQ(r->BeginBackward().message(), "recorder: BeginBackward: kernel time: this build has no CUPTI");
+  activity.start_error = Status::Ok();
+  activity.flush_error = UnavailableError("cupti: dropped 3 activity records");
+  clock.Push(0);
+  ASSERT_TRUE(r->BeginBackward().ok());
+  for (int i = 0; i < 2; ++i) {
+    clock.Push(1.0 + i);
+    ASSERT_TRUE(r->GradientReady(i).ok());
+  }
+  clock.Push(3);
+  EXPECT_EQ(r->GradientReady(2).message(),
+            "recorder: GradientReady(2): kernel time; iteration 0 abandoned: cupti: dropped 3 activity records");
+  EXPECT_EQ(r->completed_iterations(), 0);
+  // The next iteration starts afresh and completes.
+  activity.flush_error = Status::Ok();
+  Iteration(*r, clock, 10, {1, 1, 1});
+  EXPECT_EQ(r->completed_iterations(), 1);
+  EXPECT_EQ(*r->MedianBackwardUs(), (std::vector<double>{1, 1, 1}));
+}
+
+TEST(RecorderKernelTime, CApiWithoutCuptiOrGpuSaysWhy) {
+  cupcake_recorder* rec = nullptr;
+  const int rc = cupcake_recorder_create_cupti("mlp", &rec);
+  if (rc == CUPCAKE_OK) {  // a CUPTI build: the source opens; one iteration needs a GPU
+    ASSERT_EQ(cupcake_recorder_register(rec, "fc.bias", 10), CUPCAKE_OK);
+    const int begin = cupcake_recorder_begin_backward(rec);
+    const int ready = begin == CUPCAKE_OK ? cupcake_recorder_gradient_ready(rec, 0) : begin;
+    const std::string m = cupcake_last_error();
+    cupcake_recorder_destroy(rec);
+    if (ready == CUPCAKE_OK) GTEST_SKIP() << "this machine has a GPU: recorded an iteration";
+    // No GPU: CUPTI (at Start) or CUDA (at the flush's device synchronize) says so.
+    EXPECT_TRUE(m.starts_with("recorder: BeginBackward: kernel time: cupti: ") ||
+                m.starts_with("recorder: GradientReady(0): kernel time; iteration 0 abandoned: cuda: "))
+        << m;
+    return;
+  }
+  EXPECT_EQ(rec, nullptr);
+  const std::string m = cupcake_last_error();
+  if (m.starts_with("cupcake_recorder_create_cupti: cupti: ")) {  // a CUPTI build that CUPTI refuses here
+    EXPECT_NE(rc, CUPCAKE_OK);
+    return;
+  }
+  EXPECT_EQ(rc, CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(m,
+            "cupcake_recorder_create_cupti: this build has no CUPTI; build with the CUDA toolkit's CUPTI "
+            "(extras/CUPTI) and -DCUPCAKE_WITH_CUPTI=ON");
+}
+
 TEST(RecorderMerge, TakesTheSlowestRankPerTensorOnReadyTimes) {
   // Per-rank median gaps (one iteration each): ready times are the prefix sums.
   const std::vector<std::vector<double>> gaps = {{5, 100, 30},    // ready 5, 105, 135

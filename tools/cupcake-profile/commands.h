@@ -11,8 +11,10 @@
 #include "cupcake/proto/status.h"
 #include "cupcake/tools/cli.h"
 
-namespace cupcake::profile {
+namespace cupcake {
 class ActivitySource;
+}  // namespace cupcake
+namespace cupcake::profile {
 class Communicator;
 class KernelDevice;
 }  // namespace cupcake::profile
@@ -97,7 +99,7 @@ struct KernelsOptions {
   std::string kernel_db;  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
   // Tests: --device gpu sweeps these (fakes) instead of opening CUDA and CUPTI. Not owned.
   profile::KernelDevice* device_for_test = nullptr;
-  profile::ActivitySource* activity_for_test = nullptr;
+  ActivitySource* activity_for_test = nullptr;
 };
 // Sweeps encode and decode of the compressors and the pack/unpack copies (DESIGN.md 3.2) into
 // the DB, point by point; points present are skipped unless --force. --device gpu times with

@@ -71,6 +71,10 @@ void cupcake_session_destroy(cupcake_session* session);
  * cupcake_recorder_write on rank 0. */
 typedef struct cupcake_recorder cupcake_recorder;
 int cupcake_recorder_create(const char* model_name, cupcake_recorder** out);
+/* On a GPU: the gaps are the device's busy time of the work launched between the marks, from
+ * CUPTI activity records (RecorderOptions::activity in recorder.h), not the host clock.
+ * CUPCAKE_FAILED_PRECONDITION when the build has no CUPTI or another CUPTI source exists. */
+int cupcake_recorder_create_cupti(const char* model_name, cupcake_recorder** out);
 int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int64_t numel);
 int cupcake_recorder_begin_backward(cupcake_recorder* recorder);
 int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor);

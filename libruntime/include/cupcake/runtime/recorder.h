@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "cupcake/proto/activity.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/runtime/session.h"
 
@@ -38,8 +39,19 @@ namespace cupcake::runtime {
 struct RecorderOptions {
   // Where the gradient-ready times come from; nullptr: a SteadyClock the recorder owns. Not owned.
   Clock* clock = nullptr;
+  // On a GPU: when set, a tensor's gap is the device's busy time (KernelBusyUs) of the work
+  // launched between its two marks, not the host clock's gap, which on a GPU measures launches,
+  // not kernels. BeginBackward starts the source and sets mark 1 on its thread;
+  // GradientReady(i) sets mark i + 2 on its thread (the last one clears it), and the last
+  // GradientReady of an iteration flushes the source (which waits for the device) and takes,
+  // for tensor t, the records marked t + 1. Records with no mark count for tensor 0: frameworks
+  // run backward on a worker thread of their own, whose launches before the first hook carry
+  // no mark (BeginBackward ran on the job's thread). An error of the source abandons the
+  // iteration and is returned. Not owned; OpenKernelTimeSource() makes the CUPTI one.
+  ActivitySource* activity = nullptr;
   // The model file's "source"; empty: "cupcake runtime record mode: median of <n> iterations"
-  // (after MergeRanks: "..., slowest of <w> ranks").
+  // (with `activity`: "..., kernel time between gradient-ready marks"; after MergeRanks:
+  // "..., slowest of <w> ranks").
   std::string source;
 };
 
@@ -86,10 +98,15 @@ class Recorder {
  private:
   Recorder(std::string model_name, const RecorderOptions& options);
 
+  // The activity source's part of GradientReady(i): the next mark, and at the last tensor the
+  // flush that replaces the iteration's host gaps with kernel time.
+  Status MarkKernelTime(int i);
+
   std::string model_name_;
   std::string source_;
   std::unique_ptr<Clock> owned_clock_;
   Clock* clock_;
+  ActivitySource* activity_;
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
   std::vector<std::vector<double>> gaps_us_;  // [tensor][iteration], completed iterations only
@@ -102,5 +119,10 @@ class Recorder {
   int merged_ranks_ = 0;
   int merged_iterations_ = 0;                 // the fewest completed iterations over the merged ranks
 };
+
+// The CUPTI activity source with marks (kernels::OpenCuptiActivitySource) for
+// RecorderOptions::activity: one per process, made in `main`, outliving the recorder.
+// FailedPrecondition when this build has no CUPTI.
+StatusOr<std::unique_ptr<ActivitySource>> OpenKernelTimeSource();
 
 }  // namespace cupcake::runtime

@@ -23,7 +23,8 @@
 // GPU memory: over a communicator whose memory() is kDevice (MakeNcclCommunicator), the plan's
 // device must be gpu and the job registers device pointers (RegisterDevice). Fusion buffers,
 // payloads and error-feedback memory are device memory (kernels::Buffer, Backend::kCuda),
-// allocated once; packs and unpacks are cudaMemcpyAsync and encode/decode the CUDA compressors,
+// allocated once; a group's pack and unpack are one kernels::FusionTable launch each and
+// encode/decode the CUDA compressors,
 // all on the session's compute stream; each group's collective is enqueued on the
 // communicator's stream after a CUDA event recorded behind its encode, in group order, from the
 // caller's thread (no communication thread: nothing blocks); Synchronize() queues the decodes

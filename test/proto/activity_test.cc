@@ -1,9 +1,9 @@
 // The kernel-activity seam with no GPU: replayed records, and kernel-only time from them.
 #include <gtest/gtest.h>
 
-#include "cupcake/profile/activity.h"
+#include "cupcake/proto/activity.h"
 
-namespace cupcake::profile {
+namespace cupcake {
 namespace {
 
 TEST(KernelBusyUs, CountsOverlapsOnceAndGapsNot) {
@@ -33,5 +33,16 @@ TEST(FakeActivitySource, ReplaysBatchesPerStartFlush) {
   EXPECT_EQ(source.Start().message(), "CUPTI: no device");
 }
 
+TEST(FakeActivitySource, KeepsTheMarksAndReturnsItsFlushError) {
+  FakeActivitySource source({});
+  ASSERT_TRUE(source.SetMark(3).ok());
+  ASSERT_TRUE(source.ClearMark().ok());
+  EXPECT_EQ(source.SetMark(0).message(), "activity source: SetMark: mark out of range; got 0, expected >= 1");
+  EXPECT_EQ(source.marks(), (std::vector<uint64_t>{3, 0}));
+  source.flush_error = UnavailableError("cupti: dropped 2 activity records");
+  ASSERT_TRUE(source.Start().ok());
+  EXPECT_EQ(source.Flush().status().message(), "cupti: dropped 2 activity records");
+}
+
 }  // namespace
-}  // namespace cupcake::profile
+}  // namespace cupcake

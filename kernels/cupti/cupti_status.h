@@ -1,5 +1,5 @@
 // CUPTI errors -> Status: one macro for this vendor API (STYLE.md), naming the call and carrying
-// CUPTI's message. Private to the profiler's CUPTI activity source. (CUDA runtime errors:
+// CUPTI's message. Private to the CUPTI activity source. (CUDA runtime errors:
 // cupcake/proto/cuda.h.)
 #pragma once
 

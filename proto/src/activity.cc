@@ -1,8 +1,8 @@
-#include "cupcake/profile/activity.h"
+#include "cupcake/proto/activity.h"
 
 #include <algorithm>
 
-namespace cupcake::profile {
+namespace cupcake {
 
 Status FakeActivitySource::Start() {
   if (!start_error.ok()) return start_error;
@@ -15,8 +15,20 @@ Status FakeActivitySource::Start() {
 StatusOr<std::vector<KernelActivity>> FakeActivitySource::Flush() {
   if (!running_) return FailedPreconditionError("activity source: Flush() without Start()");
   running_ = false;
+  if (!flush_error.ok()) return flush_error;
   if (next_ >= batches_.size()) return std::vector<KernelActivity>();
   return batches_[next_++];
+}
+
+Status FakeActivitySource::SetMark(uint64_t mark) {
+  if (mark == 0) return InvalidArgumentError("activity source: SetMark: mark out of range; got 0, expected >= 1");
+  marks_.push_back(mark);
+  return Status::Ok();
+}
+
+Status FakeActivitySource::ClearMark() {
+  marks_.push_back(0);
+  return Status::Ok();
 }
 
 StatusOr<double> KernelBusyUs(const std::vector<KernelActivity>& records) {
@@ -46,4 +58,4 @@ StatusOr<double> KernelBusyUs(const std::vector<KernelActivity>& records) {
   return static_cast<double>(busy) / 1000.0;
 }
 
-}  // namespace cupcake::profile
+}  // namespace cupcake
