@@ -1,21 +1,26 @@
-// osu_style: collective latency measured the way the OSU micro-benchmarks do it (osu_allreduce,
-// osu_allgather), written against MPI directly and sharing no code with cupcake, so that it can
-// check `cupcake-profile comm` from outside (bench/profile/compare.sh, docs/PROFILER.md).
-//
-// Method, per message size (bytes of each rank's send buffer, as in DESIGN.md 3.2):
-//   1. Fill the buffers; `warmup` untimed calls.
-//   2. One barrier, then `iters` calls back to back between two MPI_Wtime reads.
-//   3. Each rank's latency is the elapsed time / iters; the reported one is the max over ranks
-//      (MPI_Reduce MAX to rank 0).
+// osu_style: collective latency measured against MPI directly, sharing no code with cupcake, so
+// that it can check `cupcake-profile comm` from outside (bench/profile/compare.sh,
+// docs/PROFILER.md). Two methods, per message size (bytes of each rank's send buffer, as in
+// DESIGN.md 3.2):
+//   osu (default; osu_allreduce, osu_allgather):
+//     1. Fill the buffers; `warmup` untimed calls.
+//     2. One barrier, then `iters` calls back to back between two MPI_Wtime reads.
+//     3. Each rank's latency is the elapsed time / iters; the reported one is the max over ranks.
+//   per-call (what a training step's collective sees, and how cupcake times it, written anew):
+//     1. Fill the buffers; then `warmup` + `iters` calls, each: copy a cleared image into the
+//        receive buffer, one barrier, the call between two MPI_Wtime reads, then copy the
+//        receive buffer out and read the copy (untimed: the memory traffic of a correctness
+//        check around every call, as a profiler that checks each result makes).
+//     2. Each rank's latency is the median of its timed calls; the reported one is the max
+//        over ranks.
 // allreduce: size / 4 floats, MPI_SUM. allgather: size bytes from each rank (MPI_BYTE).
 //
 // Usage: mpirun -np N osu_style [--ops allreduce,allgather] [--min-bytes B] [--max-bytes B]
-//                                [--warmup W] [--iters I] [--dirty-recv 0|1]
-// --dirty-recv 1 writes the receive buffer before each call (untimed), as cupcake's correctness
-// check does; used to explain differences (docs/PROFILER.md), not part of the OSU method.
-// Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>avg_us<TAB>min_rank_us".
+//                                [--warmup W] [--iters I] [--method osu|per-call]
+// Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>max_rank_us<TAB>min_rank_us".
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,7 +46,7 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather";
   long long min_bytes = 4, max_bytes = 1 << 24;
   int warmup = 10, iters = 100;
-  bool dirty_recv = false;
+  std::string method = "osu";
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) Die(rank, flag + ": missing value");
@@ -51,11 +56,12 @@ int main(int argc, char** argv) {
     else if (flag == "--max-bytes") max_bytes = std::atoll(value);
     else if (flag == "--warmup") warmup = std::atoi(value);
     else if (flag == "--iters") iters = std::atoi(value);
-    else if (flag == "--dirty-recv") dirty_recv = std::atoi(value) != 0;
+    else if (flag == "--method") method = value;
     else Die(rank, "unknown flag " + flag);
   }
   if (min_bytes < 4 || max_bytes < min_bytes || max_bytes > (1ll << 30) || iters < 1 || warmup < 0)
     Die(rank, "bad sizes or counts");
+  if (method != "osu" && method != "per-call") Die(rank, "--method: unknown; got " + method + ", expected osu or per-call");
 
   std::vector<std::string> op_list;
   for (size_t start = 0; start <= ops.size();) {
@@ -71,8 +77,9 @@ int main(int argc, char** argv) {
     MPI_Get_library_version(lib, &len);
     std::string l(lib, static_cast<size_t>(len));
     l = l.substr(0, l.find_first_of(",\n"));
-    std::printf("# osu_style: %d ranks, %s, warmup %d, iters %d, latency = max over ranks of (elapsed / iters)\n",
-                size, l.c_str(), warmup, iters);
+    std::printf("# osu_style: %d ranks, %s, warmup %d, iters %d, method %s: latency = max over ranks of %s\n", size,
+                l.c_str(), warmup, iters, method.c_str(),
+                method == "osu" ? "(elapsed / iters), calls back to back" : "the median call, each after a barrier");
     std::printf("# op\tsize_bytes\tavg_us\tmin_rank_us\n");
   }
   for (const std::string& op : op_list) {
@@ -91,23 +98,35 @@ int main(int argc, char** argv) {
           MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(), static_cast<int>(n), MPI_BYTE,
                         MPI_COMM_WORLD);
       };
-      for (int i = 0; i < warmup; ++i) call();
-      MPI_Barrier(MPI_COMM_WORLD);
-      double elapsed = 0;
-      if (dirty_recv) {
-        for (int i = 0; i < iters; ++i) {
-          std::memset(recv.data(), 0xff, recv.size());
+      double us = 0;
+      if (method == "osu") {
+        for (int i = 0; i < warmup; ++i) call();
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; ++i) call();
+        us = (MPI_Wtime() - t0) * 1e6 / iters;
+      } else {
+        // The buffers a correctness check touches around each call: the receive buffer is
+        // cleared from a host image and copied out after the call, then the copy is checked.
+        const std::vector<char> cleared(recv.size(), static_cast<char>(0xff));
+        std::vector<char> got(recv.size());
+        std::vector<double> calls;
+        unsigned sink = 0;
+        for (int i = 0; i < warmup + iters; ++i) {
+          std::memcpy(recv.data(), cleared.data(), recv.size());
           MPI_Barrier(MPI_COMM_WORLD);
           const double t0 = MPI_Wtime();
           call();
-          elapsed += MPI_Wtime() - t0;
+          const double t1 = MPI_Wtime();
+          std::memcpy(got.data(), recv.data(), recv.size());
+          for (char c : got) sink += static_cast<unsigned char>(c);
+          if (i >= warmup) calls.push_back((t1 - t0) * 1e6);
         }
-      } else {
-        const double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; ++i) call();
-        elapsed = MPI_Wtime() - t0;
+        std::nth_element(calls.begin(), calls.begin() + iters / 2, calls.end());
+        us = calls[static_cast<size_t>(iters / 2)];
+        if (iters % 2 == 0) us = (us + *std::max_element(calls.begin(), calls.begin() + iters / 2)) / 2;
+        if (sink == 1) std::fprintf(stderr, " ");  // keeps the read-back
       }
-      const double us = elapsed * 1e6 / iters;
       double max_us = 0, min_us = 0;
       MPI_Reduce(&us, &max_us, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       MPI_Reduce(&us, &min_us, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
