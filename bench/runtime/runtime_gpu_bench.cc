@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   }
   if (warmup < 0 || iters < 1) Die("--warmup/--iters: expected >= 0 / >= 1", 2);
   if (cupcake::FindCompressor(compressor) == nullptr) Die("--compressor: unknown '" + compressor + "'", 2);
-  Ok(cupcake::kernels::BackendAvailable(cupcake::kernels::Backend::kCuda), "runtime_gpu_bench");
+  if (cupcake::Status s = cupcake::kernels::BackendAvailable(cupcake::kernels::Backend::kCuda); !s.ok()) Die(s.message());
   const Model model = Value(cupcake::profile::LoadModelFile(model_path), model_path);
 
   std::vector<int64_t> offsets;

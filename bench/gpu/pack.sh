@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs the GPU tests and benchmarks of a build (scripts/build.sh with CUDA) for a GPU machine
+# that has a CUDA driver, NCCL and CUPTI but not this machine's Debian libraries: the binaries,
+# the shared libraries they need from here (protobuf, sqlite; Open MPI's and the CUDA runtime's
+# as fallbacks), and bench/gpu/run.sh. Run bench/gpu/run.sh there from the repository root.
+# Usage: bench/gpu/pack.sh [OUT]   (default .gpu-pack; CUPCAKE_BUILD_DIR picks the build)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+build="${CUPCAKE_BUILD_DIR:-$root/build}"
+out="${1:-$root/.gpu-pack}"
+bins=(test/kernels/kernels_compressor_test test/kernels/kernels_cuda_test test/runtime/runtime_gpu_test
+      test/profile/profile_gpu_test test/profile/profile_nccl_test bench/runtime/runtime_gpu_bench
+      tools/cupcake-profile tools/cupcake-plan)
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/lib-fallback"
+for b in "${bins[@]}"; do
+  [ -x "$build/$b" ] || { echo "pack.sh: $build/$b: not built (a CUDA build is needed)" >&2; exit 2; }
+  cp "$build/$b" "$out/bin/"
+done
+# Every non-system library the binaries link, by where it comes from here.
+ldd "$out"/bin/* | awk '$3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libutil.so*|libgcc_s.so*|libstdc++.so*|libz.so*) ;;
+    libnccl.so*) ;;  # large; the GPU machine's own
+    libprotobuf*|libsqlite3*|libboost*) cp -L "$lib" "$out/lib/" ;;
+    *) cp -L "$lib" "$out/lib-fallback/" ;;
+  esac
+done
+echo "pack.sh: $(du -sh "$out" | cut -f1) in $out"

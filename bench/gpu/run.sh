@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and runtime_gpu_bench from a pack made by bench/gpu/pack.sh, on a GPU
+# machine, from the repository root; logs into OUT_DIR (default ./gpu-results).
+# Libraries: the pack's own first, then the machine's NCCL and CUPTI (found by name), then the
+# pack's fallbacks for what the machine lacks (Open MPI, the CUDA runtime).
+# Usage: bench/gpu/run.sh [PACK] [OUT_DIR]
+set -u
+pack="$(cd "${1:-.gpu-pack}" && pwd)"
+out="${2:-gpu-results}"
+mkdir -p "$out"
+nccl=$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)
+cupti=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$pack/lib:$(dirname "${nccl:-/none/x}"):$(dirname "${cupti:-/none/x}"):/usr/local/cuda/lib64:$pack/lib-fallback"
+{ nvidia-smi; echo "nccl: $nccl"; echo "cupti: $cupti"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH";
+  ldd "$pack"/bin/* | grep "not found"; } > "$out/env.txt" 2>&1
+for t in kernels_compressor_test kernels_cuda_test runtime_gpu_test profile_gpu_test profile_nccl_test; do
+  timeout 300 "$pack/bin/$t" > "$out/$t.txt" 2>&1
+  echo "$t: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.txt" | tr '\n' ' '))"
+done
+for c in efsignsgd topk; do
+  timeout 300 "$pack/bin/runtime_gpu_bench" --model examples/models/resnet50.json --compressor "$c" --iters 50 \
+    > "$out/runtime_gpu_bench_$c.txt" 2>&1
+  echo "runtime_gpu_bench $c: exit $?"
+  cat "$out/runtime_gpu_bench_$c.txt"
+done
