@@ -11,7 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
-  gnuplot-nox
+  librsvg2-bin
   libtorch-dev
 )
 

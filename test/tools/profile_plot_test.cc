@@ -1,7 +1,10 @@
 // inspect --plot: the SVG is well-formed XML, has one polyline per curve with one vertex per
-// point, is deterministic and written atomically; the errors a user can cause.
+// point, is deterministic and written atomically; a PNG goes through the converter (a fake one,
+// and rsvg-convert where installed); the errors a user can cause.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -141,6 +144,20 @@ TEST(PlotSvg, SinglePointsAndEmptyCurves) {
   EXPECT_EQ(PlotSvg(p, "t").status().message(), "the profile has no measured points to plot");
 }
 
+// A converter script: `body` runs with $2 the PNG to write and $3 the SVG.
+std::string Converter(const testing::TempDir& dir, const std::string& body) {
+  const std::string path = dir.File("convert.sh");
+  std::ofstream(path) << "#!/bin/sh\n" << body;
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+int FilesIn(const testing::TempDir& dir) {
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
+  return files;
+}
+
 TEST(InspectPlot, WritesTheFileAtomically) {
   testing::TempDir dir;
   const std::string out_path = dir.File("curves.svg");
@@ -159,9 +176,7 @@ TEST(InspectPlot, WritesTheFileAtomically) {
   ASSERT_TRUE(written.ok());
   EXPECT_EQ(XmlProblem(*written), "");
   EXPECT_EQ(written->rfind("<?xml", 0), 0u);
-  int files = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++files;
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(FilesIn(dir), 1);
 }
 
 TEST(InspectPlot, ErrorsNameTheFlagOrTheFile) {
@@ -169,22 +184,64 @@ TEST(InspectPlot, ErrorsNameTheFlagOrTheFile) {
   std::ostringstream out;
   InspectOptions o{ExamplePath("profiles/v100-8x8-pcie-25g.json"), tools::OutputFormat::kText, dir.File("c.pdf")};
   EXPECT_EQ(RunInspect(o, out).message(),
-            "--plot: unknown picture format; got '" + dir.File("c.pdf") + "', expected a file name ending in .svg");
+            "--plot: unknown picture format; got '" + dir.File("c.pdf") + "', expected a file name ending in .svg or .png");
   o.plot = dir.File("noext");
   EXPECT_EQ(RunInspect(o, out).message(),
-            "--plot: unknown picture format; got '" + dir.File("noext") + "', expected a file name ending in .svg");
+            "--plot: unknown picture format; got '" + dir.File("noext") + "', expected a file name ending in .svg or .png");
   o.plot = dir.File("CAPS.SVG");
   EXPECT_TRUE(RunInspect(o, out).ok());
   o.plot = dir.File("no/such/dir/c.svg");
   EXPECT_FALSE(RunInspect(o, out).ok());
 }
 
+TEST(InspectPlot, PngIsTheSvgThroughTheConverter) {
+  testing::TempDir dir;
+  std::ostringstream out;
+  InspectOptions o{ExamplePath("profiles/v100-8x8-pcie-25g.json"), tools::OutputFormat::kText, dir.File("c.PNG")};
+  o.png_converter = Converter(dir, "test \"$1\" = -o && cp \"$3\" \"$2\"\n");
+  ASSERT_TRUE(RunInspect(o, out).ok());
+  EXPECT_EQ(out.str(), "plot: " + o.plot + ": 6 panels, 53 curves\n");
+  auto written = ReadFile(o.plot);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(XmlProblem(*written), "");  // the fake converter copied the SVG
+  EXPECT_EQ(FilesIn(dir), 2);             // the picture and the script: no temporaries
+}
+
+TEST(InspectPlot, PngConverterProblemsLeaveTheOldFile) {
+  testing::TempDir dir;
+  std::ostringstream out;
+  InspectOptions o{ExamplePath("profiles/v100-8x8-pcie-25g.json"), tools::OutputFormat::kText, dir.File("c.png")};
+  std::ofstream(o.plot) << "old";
+  o.png_converter = dir.File("no-such-converter");
+  Status s = RunInspect(o, out);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "--plot: " + o.plot + ": a PNG needs " + o.png_converter +
+                             " (Debian: librsvg2-bin); got none that runs, expected it on PATH (or a file name "
+                             "ending in .svg)");
+  o.png_converter = Converter(dir, "echo 'cannot render' >&2; touch \"$2\"; exit 3\n");
+  EXPECT_EQ(RunInspect(o, out).message(),
+            "--plot: " + o.plot + ": " + o.png_converter + " failed; got exit status 3, expected exit status 0");
+  EXPECT_EQ(*ReadFile(o.plot), "old");
+  EXPECT_EQ(FilesIn(dir), 2);  // the old picture and the script
+}
+
+TEST(InspectPlot, RsvgConvertWritesARealPng) {
+  if (std::system("command -v rsvg-convert > /dev/null 2>&1") != 0) GTEST_SKIP() << "rsvg-convert is not installed";
+  testing::TempDir dir;
+  std::ostringstream out;
+  InspectOptions o{ExamplePath("profiles/v100-8x8-pcie-25g.json"), tools::OutputFormat::kText, dir.File("c.png")};
+  ASSERT_TRUE(RunInspect(o, out).ok());
+  auto written = ReadFile(o.plot);
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(written->substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
 TEST(InspectPlot, UnknownExtensionIsAUsageError) {
   std::ostringstream out, err;
   const std::string example = ExamplePath("profiles/v100-8x8-pcie-25g.json");
-  tools::Invocation inv{"cupcake-profile", "inspect", {"--db", example, "--plot", "x.png"}, out, err};
+  tools::Invocation inv{"cupcake-profile", "inspect", {"--db", example, "--plot", "x.jpg"}, out, err};
   EXPECT_EQ(InspectMain(inv), tools::kExitUsage);
-  EXPECT_NE(err.str().find("--plot: unknown picture format; got 'x.png', expected a file name ending in .svg"),
+  EXPECT_NE(err.str().find("--plot: unknown picture format; got 'x.jpg', expected a file name ending in .svg or .png"),
             std::string::npos)
       << err.str();
 }

@@ -74,7 +74,9 @@ int ExportMain(tools::Invocation& inv);
 struct InspectOptions {
   std::string db;  // a profile DB, or a profile JSON file
   tools::OutputFormat format = tools::OutputFormat::kText;
-  std::string plot{};  // non-empty: write the curves as an SVG there (atomically) instead of the summary
+  std::string plot{};  // non-empty: write the curves as an SVG or PNG (by its ending) there, atomically,
+                       // instead of the summary
+  std::string png_converter = "rsvg-convert";  // renders the SVG to PNG: `converter -o OUT.png IN.svg`
 };
 Status RunInspect(const InspectOptions& options, std::ostream& out);
 int InspectMain(tools::Invocation& inv);

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "cupcake/tools/subprocess.h"
 #include "cupcake/profile/store.h"
 #include "profiling.h"
 
@@ -21,33 +22,6 @@ std::string Join(const std::vector<std::string>& words) {
   std::string s;
   for (const auto& w : words) s += (s.empty() ? "" : " ") + w;
   return s;
-}
-
-// Runs `argv` with `env` added to this process's environment; returns its wait status.
-StatusOr<int> RunChild(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) return InternalError(std::string("compute: fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    ::execvp(args[0], args.data());
-    // Only async-signal-safe calls between fork and _exit.
-    const char* why = std::strerror(errno);
-    const char prefix[] = "cupcake-profile compute: cannot run the training command: ";
-    [[maybe_unused]] auto n = ::write(2, prefix, sizeof prefix - 1);
-    n = ::write(2, args[0], std::strlen(args[0]));
-    n = ::write(2, ": ", 2);
-    n = ::write(2, why, std::strlen(why));
-    n = ::write(2, "\n", 1);
-    ::_exit(127);
-  }
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0) {
-    if (errno != EINTR) return InternalError(std::string("compute: waitpid: ") + std::strerror(errno));
-  }
-  return wstatus;
 }
 
 }  // namespace
@@ -81,8 +55,11 @@ Status RunCompute(const ComputeOptions& options, std::ostream& out) {
 
   const std::string command = Join(options.command);
   CUPCAKE_ASSIGN_OR_RETURN(
-      int wstatus, RunChild(options.command, {{std::string(kRecordEnv), model_file},
-                                              {std::string(kRecordIterationsEnv), std::to_string(options.iterations)}}));
+      int wstatus,
+      tools::RunChild(options.command,
+                      {{std::string(kRecordEnv), model_file},
+                       {std::string(kRecordIterationsEnv), std::to_string(options.iterations)}},
+                      "compute", "cupcake-profile compute: cannot run the training command: "));
   Status status;
   if (WIFSIGNALED(wstatus)) {
     status = FailedPreconditionError("compute: the training command failed; got signal " +

@@ -1,5 +1,8 @@
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -8,6 +11,7 @@
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/names.h"
+#include "cupcake/tools/subprocess.h"
 #include "plot.h"
 
 namespace cupcake::profile_cli {
@@ -115,22 +119,54 @@ void Json(const std::string& db, const pb::Profile& p, std::ostream& out) {
 
 }  // namespace
 
-static Status CheckPlotPath(const std::string& path) {
+// Whether `path` asks for a PNG (else an SVG); InvalidArgument for any other ending.
+static StatusOr<bool> PlotIsPng(const std::string& path) {
   const size_t dot = path.rfind('.');
   std::string ext = dot == std::string::npos || path.find('/', dot) != std::string::npos ? "" : path.substr(dot);
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (ext == ".svg") return Status::Ok();
-  return InvalidArgumentError("--plot: unknown picture format; got '" + path + "', expected a file name ending in .svg");
+  if (ext == ".svg" || ext == ".png") return ext == ".png";
+  return InvalidArgumentError("--plot: unknown picture format; got '" + path +
+                              "', expected a file name ending in .svg or .png");
+}
+
+// `svg` rendered to a PNG at `path` by `converter` (rsvg-convert's command line) through
+// temporaries beside it, then renamed: a failure leaves `path` as it was.
+static Status WritePng(const std::string& svg, const std::string& path, const std::string& converter) {
+  const std::string svg_tmp = path + ".tmp.svg", png_tmp = path + ".tmp.png";
+  CUPCAKE_RETURN_IF_ERROR(WriteFileAtomic(svg_tmp, svg));
+  auto wstatus = tools::RunChild({converter, "-o", png_tmp, svg_tmp}, {}, "--plot",
+                                 "cupcake-profile inspect: --plot: cannot run the PNG converter: ");
+  std::error_code ec;
+  std::filesystem::remove(svg_tmp, ec);
+  Status s = wstatus.status();
+  if (s.ok() && WIFEXITED(*wstatus) && WEXITSTATUS(*wstatus) == 127) {
+    s = FailedPreconditionError("--plot: " + path + ": a PNG needs " + converter +
+                                " (Debian: librsvg2-bin); got none that runs, expected it on PATH (or a file name "
+                                "ending in .svg)");
+  } else if (s.ok() && !(WIFEXITED(*wstatus) && WEXITSTATUS(*wstatus) == 0)) {
+    s = InternalError("--plot: " + path + ": " + converter + " failed; got " +
+                      (WIFEXITED(*wstatus) ? "exit status " + std::to_string(WEXITSTATUS(*wstatus))
+                                           : "signal " + std::to_string(WTERMSIG(*wstatus))) +
+                      ", expected exit status 0");
+  }
+  if (s.ok()) std::filesystem::rename(png_tmp, path, ec);
+  if (s.ok() && ec) s = InternalError("--plot: " + path + ": rename from " + png_tmp + ": " + ec.message());
+  if (!s.ok()) std::filesystem::remove(png_tmp, ec);
+  return s;
 }
 
 Status RunInspect(const InspectOptions& options, std::ostream& out) {
-  if (!options.plot.empty()) CUPCAKE_RETURN_IF_ERROR(CheckPlotPath(options.plot));
+  bool png = false;
+  if (!options.plot.empty()) {
+    CUPCAKE_ASSIGN_OR_RETURN(png, PlotIsPng(options.plot));
+  }
   CUPCAKE_ASSIGN_OR_RETURN(pb::Profile p, profile::LoadProfileFile(options.db));
   if (!options.plot.empty()) {
     PlotSummary summary;
     auto svg = PlotSvg(p, "profile " + p.cluster().name() + " (" + options.db + ")", &summary);
     if (!svg.ok()) return svg.status().WithPrefix(options.db);
-    CUPCAKE_RETURN_IF_ERROR(WriteFileAtomic(options.plot, *svg));
+    CUPCAKE_RETURN_IF_ERROR(png ? WritePng(*svg, options.plot, options.png_converter)
+                                : WriteFileAtomic(options.plot, *svg));
     out << "plot: " << options.plot << ": " << summary.panels << (summary.panels == 1 ? " panel, " : " panels, ")
         << summary.curves << (summary.curves == 1 ? " curve" : " curves") << "\n";
     return Status::Ok();
@@ -147,14 +183,15 @@ int InspectMain(tools::Invocation& inv) {
   flags.add_options()
       ("db", po::value(&options.db)->required(), "the profile DB (or a profile JSON file)")
       ("format", po::value(&format)->default_value("text"), "text or json")
-      ("plot", po::value(&options.plot), "draw the curves into this SVG file instead (log-log, one panel per kind)");
+      ("plot", po::value(&options.plot),
+       "draw the curves into this .svg or .png file instead (log-log, one panel per kind; PNG through rsvg-convert)");
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json] [--plot FILE.svg]", vm)) return *code;
+  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json] [--plot FILE.svg|FILE.png]", vm)) return *code;
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());
   options.format = *f;
   if (!options.plot.empty()) {
-    if (Status s = CheckPlotPath(options.plot); !s.ok()) return tools::UsageError(inv, s.message());
+    if (Status s = PlotIsPng(options.plot).status(); !s.ok()) return tools::UsageError(inv, s.message());
   }
   return tools::Finish(inv, RunInspect(options, inv.out));
 }
