@@ -88,6 +88,16 @@ int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, voi
   return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
 }
 
+int cupcake_session_create_nccl_comm(const char* plan_path, const void* nccl_comm, void* job_stream,
+                                     cupcake_session** out) {
+  if (out != nullptr) *out = nullptr;
+  auto comm = cupcake::runtime::NcclCommunicatorFromHandle(nccl_comm);
+  if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_session_create_nccl_comm"));
+  cupcake::runtime::SessionOptions options;
+  options.job_stream = job_stream;
+  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
+}
+
 int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel) {
   if (session == nullptr) return NullSession("cupcake_register_device");
   if (name == nullptr)

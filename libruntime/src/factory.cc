@@ -25,6 +25,13 @@ Status NoMpi() {
       "-DCUPCAKE_WITH_MPI=ON");
 }
 #endif
+#if !CUPCAKE_HAVE_NCCL
+Status NoNccl(const std::string& call) {
+  return FailedPreconditionError(call +
+                                 ": this build has no NCCL; expected a build with the CUDA toolkit and NCCL found "
+                                 "(CUPCAKE_WITH_NCCL=ON or AUTO)");
+}
+#endif
 }  // namespace
 
 bool BuiltWithMpi() { return CUPCAKE_HAVE_MPI != 0; }
@@ -62,9 +69,16 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* boots
   return internal::MakeNcclCommunicator(bootstrap);
 #else
   (void)bootstrap;
-  return FailedPreconditionError(
-      "NCCL communicator: this build has no NCCL; expected a build with the CUDA toolkit and NCCL found "
-      "(CUPCAKE_WITH_NCCL=ON or AUTO)");
+  return NoNccl("NCCL communicator");
+#endif
+}
+
+StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFromHandle(const void* nccl_comm) {
+#if CUPCAKE_HAVE_NCCL
+  return internal::MakeNcclCommunicatorFromHandle(nccl_comm);
+#else
+  (void)nccl_comm;
+  return NoNccl("NCCL communicator from the job's");
 #endif
 }
 

@@ -78,6 +78,23 @@ TEST_F(CApi, CreateOverNcclWithoutAGpuSaysNoCudaDeviceFound) {
                     0),
             0u)
       << m;
+  // On the job's NCCL communicator: a null handle, then (with NCCL) the missing device.
+  EXPECT_NE(cupcake_session_create_nccl_comm(path_.c_str(), nullptr, nullptr, &s), CUPCAKE_OK);
+  EXPECT_STREQ(cupcake_last_error(),
+               BuiltWithNccl() ? "cupcake_session_create_nccl_comm: NCCL communicator from the job's: nccl_comm: null; "
+                                 "expected a pointer to the job's ncclComm_t"
+                               : "cupcake_session_create_nccl_comm: NCCL communicator from the job's: this build has no "
+                                 "NCCL; expected a build with the CUDA toolkit and NCCL found (CUPCAKE_WITH_NCCL=ON or "
+                                 "AUTO)");
+  const void* job_comm = this;  // never read: the device check comes first
+  EXPECT_NE(cupcake_session_create_nccl_comm(path_.c_str(), &job_comm, nullptr, &s), CUPCAKE_OK);
+  EXPECT_EQ(s, nullptr);
+  if (BuiltWithNccl()) {
+    EXPECT_EQ(std::string(cupcake_last_error())
+                  .rfind("cupcake_session_create_nccl_comm: NCCL communicator from the job's: no CUDA device found; got ", 0),
+              0u)
+        << cupcake_last_error();
+  }
   EXPECT_EQ(cupcake_register_device(nullptr, "t0", nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_register_device: session is NULL; expected one from cupcake_session_create");

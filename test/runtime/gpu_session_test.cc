@@ -7,6 +7,7 @@
 // host memory refused.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include <string>
 #include <vector>
@@ -177,6 +178,40 @@ TEST(GpuSession, RefusesHostMemoryAndCpuPlans) {
   ASSERT_FALSE(cpu.ok());
   EXPECT_EQ(cpu.status().message(),
             "plan: device: does not match the communicator; got cpu, expected gpu (the communicator works on GPU memory)");
+}
+
+// A job that owns a NCCL communicator hands it over: the session runs on a split of it, and the
+// job's communicator still works afterwards.
+TEST(GpuSession, RunsOnTheJobsNcclCommunicator) {
+  SKIP_WITHOUT_GPU();
+  int device = 0;
+  ASSERT_CUDA(cudaGetDevice(&device));
+  ncclComm_t job = nullptr;
+  ASSERT_EQ(ncclCommInitAll(&job, 1, &device), ncclSuccess);
+  const pb::Model model = testing::SmallModel();
+  {
+    auto comm = NcclCommunicatorFromHandle(&job);
+    ASSERT_TRUE(comm.ok()) << comm.status().message();
+    EXPECT_EQ((*comm)->rank(), 0);
+    EXPECT_EQ((*comm)->size(), 1);
+    auto session = Session::Create(GpuPlan(model, testing::OneGroup(model), "fp32"), std::move(comm).value());
+    ASSERT_TRUE(session.ok()) << session.status().message();
+    DeviceGradients grads(model, testing::Layout::kSeparate);
+    ASSERT_TRUE(grads.RegisterAll(**session, model).ok());
+    for (int it = 0; it < 2; ++it) {
+      grads.Fill(0, it, nullptr);
+      for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE((*session)->GradientReady(i).ok());
+      Status st = (*session)->Synchronize();
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_EQ(testing::FirstDifference(grads.Download(), grads.filled()), "") << "iteration " << it;
+    }
+  }
+  float* x = nullptr;
+  ASSERT_CUDA(cudaMalloc(&x, sizeof(float)));
+  EXPECT_EQ(ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, job, nullptr), ncclSuccess);
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_CUDA(cudaFree(x));
+  EXPECT_EQ(ncclCommDestroy(job), ncclSuccess);
 }
 
 }  // namespace

@@ -141,4 +141,29 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* boots
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(comm_, stream, rank_, size, host_));
 }
 
+// ncclCommSplit with one color is NCCL's MPI_Comm_dup: a communicator of our own over the
+// job's ranks, so our collectives never interleave with the job's on its communicator.
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicatorFromHandle(const void* nccl_comm) {
+  int rank_ = 0;
+  const std::string host_ = HostName();
+  const std::string call = "NCCL communicator from the job's";
+  if (nccl_comm == nullptr)
+    return InvalidArgumentError(call + ": nccl_comm: null; expected a pointer to the job's ncclComm_t");
+  CUPCAKE_RETURN_IF_ERROR(CheckCudaDevice(call, rank_, host_));
+  ncclComm_t job = *static_cast<const ncclComm_t*>(nccl_comm);
+  if (job == nullptr) return InvalidArgumentError(call + ": nccl_comm: points to a null ncclComm_t; expected the job's");
+  int size = 0;
+  if (ncclResult_t r = ncclCommUserRank(job, &rank_); r != ncclSuccess)
+    return NcclError(r, "ncclCommUserRank", job, rank_, host_);
+  if (ncclResult_t r = ncclCommCount(job, &size); r != ncclSuccess) return NcclError(r, "ncclCommCount", job, rank_, host_);
+  cudaStream_t stream = nullptr;
+  CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ncclComm_t comm_ = nullptr;
+  if (ncclResult_t r = ncclCommSplit(job, /*color=*/0, /*key=*/rank_, &comm_, nullptr); r != ncclSuccess) {
+    (void)cudaStreamDestroy(stream);
+    return NcclError(r, "ncclCommSplit", job, rank_, host_);
+  }
+  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(comm_, stream, rank_, size, host_));
+}
+
 }  // namespace cupcake::runtime::internal

@@ -1,5 +1,6 @@
 // The NCCL implementation of Communicator; built only with CUPCAKE_HAVE_NCCL and reached
-// through the factory (src/factory.cc, MakeNcclCommunicator in communicator.h).
+// through the factory (src/factory.cc: MakeNcclCommunicator and NcclCommunicatorFromHandle in
+// communicator.h).
 #pragma once
 
 #include <memory>
@@ -9,5 +10,6 @@
 namespace cupcake::runtime::internal {
 
 StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* bootstrap);
+StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicatorFromHandle(const void* nccl_comm);
 
 }  // namespace cupcake::runtime::internal

@@ -92,6 +92,14 @@ bool MpiInitialized();
 // communicator: no CUDA device found; ..." on a machine without a GPU (every rank fails when
 // one has none), or when this build has no NCCL.
 StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* bootstrap);
+// A NCCL communicator on one the job already owns (a framework's process group): `nccl_comm`
+// points to the job's ncclComm_t. The runtime makes its own over the same ranks and devices
+// (ncclCommSplit with one color, NCCL's MPI_Comm_dup), so its collectives never mix with the
+// job's, and destroys it on destruction. A collective over the job's communicator: every rank
+// calls it, with none of the job's collectives pending on it; the current CUDA device must be
+// the job's communicator's. Errors as MakeNcclCommunicator's, and InvalidArgument for a null
+// pointer.
+StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFromHandle(const void* nccl_comm);
 bool BuiltWithNccl();
 
 }  // namespace cupcake::runtime

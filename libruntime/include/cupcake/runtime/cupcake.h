@@ -52,6 +52,11 @@ int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const
  * CUPCAKE_FAILED_PRECONDITION, "cupcake_session_create_nccl: NCCL communicator: no CUDA device
  * found; ...". */
 int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out);
+/* The same on a NCCL communicator the job owns: `nccl_comm` points to its ncclComm_t (the runtime
+ * makes its own of it with ncclCommSplit; every rank calls this; NcclCommunicatorFromHandle in
+ * communicator.h). */
+int cupcake_session_create_nccl_comm(const char* plan_path, const void* nccl_comm, void* job_stream,
+                                     cupcake_session** out);
 
 /* Registers the next float32 gradient buffer (plan order). Name and size must match the plan. */
 int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel);
