@@ -1,8 +1,10 @@
 // What both runtime benchmarks share: plans built in code for a model (a compressor and a
-// grouping) or regrouped from a planner's plan, and the summary of per-iteration times.
+// grouping) or regrouped from a planner's plan, the clock, and the summary of per-iteration
+// times.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -14,6 +16,11 @@
 #include "cupcake/proto/fingerprint.h"
 
 namespace cupcake::bench {
+
+// The steady clock in us.
+inline double NowUs() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 using Groups = std::vector<std::pair<int, int>>;  // (first_tensor, last_tensor) per group
 

@@ -63,13 +63,10 @@ namespace {
 using cupcake::pb::Model;
 using cupcake::pb::Plan;
 namespace rt = cupcake::runtime;
+using cupcake::bench::NowUs;
 using cupcake::bench::Stats;
 using cupcake::bench::Summarize;
 namespace planner = cupcake::planner;
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Spins until `us` microseconds have passed on the steady clock (a backward gap that keeps the
 // core busy, as backward kernels would on a CPU-only job).

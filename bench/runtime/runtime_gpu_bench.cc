@@ -25,7 +25,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -51,11 +50,8 @@ namespace {
 using cupcake::pb::Model;
 using cupcake::pb::Plan;
 namespace rt = cupcake::runtime;
+using cupcake::bench::NowUs;
 namespace bench = cupcake::bench;
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 [[noreturn]] void Die(const std::string& message, int code = 1) {
   std::fprintf(stderr, "runtime_gpu_bench: %s\n", message.c_str());

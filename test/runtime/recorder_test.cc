@@ -52,16 +52,23 @@ void Iteration(Recorder& r, ScriptedClock& clock, double start_us, const std::ve
   }
 }
 
-std::unique_ptr<Recorder> ThreeTensors(ScriptedClock& clock) {
+// A recorder of `model` on `clock` (and `activity`, when given) with `tensors` registered.
+std::unique_ptr<Recorder> MakeRecorder(ScriptedClock& clock, const std::string& model,
+                                       const std::vector<std::pair<std::string, int64_t>>& tensors,
+                                       ActivitySource* activity = nullptr) {
   RecorderOptions options;
   options.clock = &clock;
-  auto r = Recorder::Create("mlp", options);
+  options.activity = activity;
+  auto r = Recorder::Create(model, options);
   EXPECT_TRUE(r.ok());
-  EXPECT_TRUE((*r)->Register("fc2.bias", 10).ok());
-  EXPECT_TRUE((*r)->Register("fc2.weight", 640).ok());
-  EXPECT_TRUE((*r)->Register("fc1.weight", 64 * 32).ok());
+  for (const auto& [name, numel] : tensors) EXPECT_TRUE((*r)->Register(name, numel).ok());
   return std::move(r).value();
 }
+
+const std::vector<std::pair<std::string, int64_t>> kThreeTensors = {
+    {"fc2.bias", 10}, {"fc2.weight", 640}, {"fc1.weight", 64 * 32}};
+
+std::unique_ptr<Recorder> ThreeTensors(ScriptedClock& clock) { return MakeRecorder(clock, "mlp", kThreeTensors); }
 
 TEST(Recorder, MedianOfOddIterationCountIsTheMiddleGap) {
   ScriptedClock clock;
@@ -190,13 +197,7 @@ KernelActivity Kernel(double start_us, double us, uint64_t mark) {
 }
 
 std::unique_ptr<Recorder> ThreeTensorsOnKernelTime(ScriptedClock& clock, ActivitySource& activity) {
-  RecorderOptions options;
-  options.clock = &clock;
-  options.activity = &activity;
-  auto r = Recorder::Create("mlp", options);
-  EXPECT_TRUE(r.ok());
-  for (const char* name : {"fc2.bias", "fc2.weight", "fc1.weight"}) EXPECT_TRUE((*r)->Register(name, 10).ok());
-  return std::move(r).value();
+  return MakeRecorder(clock, "mlp", kThreeTensors, &activity);
 }
 
 TEST(RecorderKernelTime, GapsAreTheBusyTimeOfEachMarksRecords) {
@@ -317,11 +318,7 @@ TEST(RecorderMerge, FailsOnEveryRankWhenRanksRegisteredOtherTensors) {
   std::vector<Status> results(2);
   OnRanks(group, 2, [&](int r, Communicator& comm) {
     ScriptedClock clock;
-    RecorderOptions options;
-    options.clock = &clock;
-    auto rec = std::move(Recorder::Create("m", options)).value();
-    ASSERT_TRUE(rec->Register("a", 4).ok());
-    ASSERT_TRUE(rec->Register("b", r == 0 ? 4 : 5).ok());
+    auto rec = MakeRecorder(clock, "m", {{"a", 4}, {"b", r == 0 ? 4 : 5}});
     Iteration(*rec, clock, 0, {1, 2});
     results[static_cast<size_t>(r)] = rec->MergeRanks(comm);
   });
@@ -348,10 +345,7 @@ TEST(RecorderMerge, FailsOnEveryRankWhenARankRecordedNothing) {
   std::vector<Status> results(2);
   OnRanks(group, 2, [&](int r, Communicator& comm) {
     ScriptedClock clock;
-    RecorderOptions options;
-    options.clock = &clock;
-    auto rec = std::move(Recorder::Create("m", options)).value();
-    ASSERT_TRUE(rec->Register("a", 4).ok());
+    auto rec = MakeRecorder(clock, "m", {{"a", 4}});
     if (r == 0) Iteration(*rec, clock, 0, {1});
     results[static_cast<size_t>(r)] = rec->MergeRanks(comm);
   });
