@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/limits.h"
 #include "cupcake/proto/names.h"
 #include "problems.h"
 #include "validate.h"
@@ -41,9 +43,72 @@ std::string TypeName(const json& v) {
   return "null";
 }
 
+// What the parser callback found wrong: too deep a nesting, or a key given twice (JSON's
+// "last one wins" would let a typo'd duplicate silently replace a value).
+struct StructureError {
+  std::string path;
+  std::string problem;
+};
+
+// Follows the parse as a stack of open objects and arrays, for the path of a problem.
+class StructureGuard {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (static_cast<int>(frames_.size()) >= kMaxJsonDepth)
+          throw StructureError{Path(), "nested too deep; got more than " + std::to_string(kMaxJsonDepth) +
+                                           " levels of objects and arrays, expected at most " +
+                                           std::to_string(kMaxJsonDepth)};
+        frames_.push_back({event == json::parse_event_t::object_start, {}, {}, 0});
+        break;
+      case json::parse_event_t::key: {
+        Frame& top = frames_.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second)
+          throw StructureError{Path(), "duplicate key; got " + Quote(top.key) +
+                                           " twice in one object, expected each key once"};
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        frames_.pop_back();
+        ValueDone();
+        break;
+      case json::parse_event_t::value:
+        ValueDone();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;  // of the member being read
+    size_t index;     // of the element being read
+  };
+
+  void ValueDone() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
+  }
+
+  std::string Path() const {
+    std::string path;
+    for (const Frame& f : frames_) path = f.object ? Join(path, f.key) : Index(path, f.index);
+    return path.empty() ? "(top level)" : path;
+  }
+
+  std::vector<Frame> frames_;
+};
+
 StatusOr<json> ParseText(std::string_view text, const std::string& origin) {
   try {
-    return json::parse(text.begin(), text.end());
+    return json::parse(text.begin(), text.end(), StructureGuard());
+  } catch (const StructureError& e) {
+    return InvalidArgumentError(origin + ": " + e.path + ": " + e.problem);
   } catch (const json::parse_error& e) {
     // what(): "[json.exception.parse_error.101] parse error at line 3, column 1: <detail>"
     std::string what = e.what();

@@ -1,5 +1,8 @@
 #include "sqlite.h"
 
+#include "cupcake/proto/names.h"
+#include "validate.h"
+
 namespace cupcake::profile::internal {
 
 Status SqliteStatus(int rc, sqlite3* db, const std::string& path, std::string_view what) {
@@ -79,6 +82,65 @@ std::string Statement::Text(int col) const {
   const unsigned char* p = sqlite3_column_text(stmt_, col);
   if (p == nullptr) return "";
   return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
+namespace {
+
+// The stored value for a message: "text 'abc'", "real 1.5", "a blob of 3 bytes", "NULL".
+std::string Stored(const Statement& st, int col) {
+  switch (st.ColumnType(col)) {
+    case SQLITE_INTEGER: return "integer " + std::to_string(st.Int(col));
+    case SQLITE_FLOAT: return "real " + FormatDouble(st.Real(col));
+    case SQLITE_TEXT: {
+      std::string t = st.Text(col);
+      if (t.size() > 40) t = t.substr(0, 37) + "...";
+      return "text '" + EscapeBytes(t) + "'";
+    }
+    case SQLITE_BLOB: return "a blob of " + std::to_string(st.Text(col).size()) + " bytes";
+    default: return "NULL";
+  }
+}
+
+void WrongType(const Statement& st, int col, Problems& p, const std::string& field, std::string_view expected) {
+  p.Add(field, "wrong type in the DB; got " + Stored(st, col) + ", expected " + std::string(expected));
+}
+
+}  // namespace
+
+int64_t ReadInt(const Statement& st, int col, int64_t min, int64_t max, Problems& p, const std::string& field) {
+  if (st.ColumnType(col) != SQLITE_INTEGER) {
+    WrongType(st, col, p, field, "an integer");
+    return 0;
+  }
+  int64_t v = st.Int(col);
+  if (v < min || v > max) {
+    p.Add(field, "out of range in the DB; got " + std::to_string(v) + ", expected " + std::to_string(min) +
+                     " <= x <= " + std::to_string(max));
+    return 0;
+  }
+  return v;
+}
+
+double ReadReal(const Statement& st, int col, Problems& p, const std::string& field) {
+  // A REAL column hands integral values back as REAL; INTEGER is accepted for hand-made DBs.
+  if (st.ColumnType(col) != SQLITE_FLOAT && st.ColumnType(col) != SQLITE_INTEGER) {
+    WrongType(st, col, p, field, "a number");
+    return 0;
+  }
+  return st.Real(col);
+}
+
+std::string ReadText(const Statement& st, int col, Problems& p, const std::string& field) {
+  if (st.ColumnType(col) != SQLITE_TEXT) {
+    WrongType(st, col, p, field, "text");
+    return "";
+  }
+  std::string t = st.Text(col);
+  if (!IsValidUtf8(t)) {
+    p.Add(field, "not valid UTF-8 in the DB; got \"" + EscapeBytes(t) + "\", expected UTF-8 text");
+    return "";
+  }
+  return t;
 }
 
 Status Exec(sqlite3* db, const std::string& path, std::string_view sql) {

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "cupcake/proto/status.h"
+#include "problems.h"
 
 namespace cupcake::profile::internal {
 
@@ -61,6 +62,15 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
   int bind_rc_ = SQLITE_OK;
 };
+
+// Strict reads of the current row's column `col`: the value must have the SQLite type the
+// schema declares (SQLite keeps 'abc' or 1.5 in an INTEGER column as they are, and
+// sqlite3_column_int64 would silently read 0 or 1), an integer must lie in [min, max], a real
+// must be a number, text must be UTF-8. Otherwise a problem is added at `field` and a neutral
+// value (0, "") returned, so one pass over a DB reports every bad value.
+int64_t ReadInt(const Statement& st, int col, int64_t min, int64_t max, Problems& p, const std::string& field);
+double ReadReal(const Statement& st, int col, Problems& p, const std::string& field);
+std::string ReadText(const Statement& st, int col, Problems& p, const std::string& field);
 
 // Runs SQL without results (several statements allowed).
 Status Exec(sqlite3* db, const std::string& path, std::string_view sql);

@@ -2,13 +2,16 @@
 
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "cupcake/profile/json_io.h"
+#include "cupcake/proto/limits.h"
 #include "cupcake/proto/names.h"
 #include "problems.h"
 #include "schema.h"
@@ -78,7 +81,28 @@ Status CheckHeader(const std::string& path) {
   if (n < sizeof head)
     return DataLossError(path + ": truncated SQLite file; got " + std::to_string(n) +
                          " bytes, expected at least a 100-byte header");
+  // The file is whole pages, at least as many as the header counts (sqlite.org/fileformat.html
+  // 1.3: page size at offset 16, page count at 28, valid when offset 92 equals offset 24).
+  auto u32 = [&head](int at) {
+    const auto* b = reinterpret_cast<const unsigned char*>(head + at);
+    return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | uint32_t{b[3]};
+  };
+  const uint32_t raw_page = u32(16) >> 16;
+  const int64_t page = raw_page == 1 ? 65536 : raw_page;
+  in.seekg(0, std::ios::end);
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  const int64_t counted = u32(92) == u32(24) ? int64_t{u32(28)} * page : 0;
+  if (page < 512 || size % page != 0 || size < counted)
+    return DataLossError(path + ": truncated or damaged SQLite file; got " + std::to_string(size) +
+                         " bytes, expected whole pages of " + std::to_string(page) + " bytes" +
+                         (counted > 0 ? ", at least " + std::to_string(counted) : std::string()));
   return Status::Ok();
+}
+
+std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
 }
 
 std::string Hex(int64_t v) {
@@ -159,21 +183,30 @@ StatusOr<std::optional<pb::Cluster>> ReadCluster(sqlite3* db, const std::string&
       "SELECT name, nodes, devices_per_node, device, interconnect, network, source FROM cluster WHERE id = 1"));
   CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<pb::Cluster>();
+  internal::Problems problems(path);
+  const int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   pb::Cluster c;
-  c.set_name(st.Text(0));
-  c.set_nodes(static_cast<int32_t>(st.Int(1)));
-  c.set_devices_per_node(static_cast<int32_t>(st.Int(2)));
-  if (!st.IsNull(3)) c.set_device(st.Text(3));
-  if (!st.IsNull(4)) c.set_interconnect(st.Text(4));
-  if (!st.IsNull(5)) c.set_network(st.Text(5));
-  if (!st.IsNull(6)) c.set_source(st.Text(6));
+  c.set_name(internal::ReadText(st, 0, problems, "cluster.name"));
+  c.set_nodes(static_cast<int32_t>(internal::ReadInt(st, 1, 0, kInt32Max, problems, "cluster.nodes")));
+  c.set_devices_per_node(
+      static_cast<int32_t>(internal::ReadInt(st, 2, 0, kInt32Max, problems, "cluster.devices_per_node")));
+  if (!st.IsNull(3)) c.set_device(internal::ReadText(st, 3, problems, "cluster.device"));
+  if (!st.IsNull(4)) c.set_interconnect(internal::ReadText(st, 4, problems, "cluster.interconnect"));
+  if (!st.IsNull(5)) c.set_network(internal::ReadText(st, 5, problems, "cluster.network"));
+  if (!st.IsNull(6)) c.set_source(internal::ReadText(st, 6, problems, "cluster.source"));
   Statement meta(db, path);
   CUPCAKE_RETURN_IF_ERROR(meta.Prepare("SELECT key, value FROM cluster_meta ORDER BY key"));
-  while (true) {
+  for (size_t i = 0;; ++i) {
     CUPCAKE_ASSIGN_OR_RETURN(bool more, meta.Step());
     if (!more) break;
-    (*c.mutable_meta())[meta.Text(0)] = meta.Text(1);
+    const std::string where = internal::Index("cluster.meta", i);
+    std::string key = internal::ReadText(meta, 0, problems, where + ".key");
+    (*c.mutable_meta())[key] = internal::ReadText(meta, 1, problems, where + ".value");
   }
+  pb::Profile only_cluster;  // the cluster's own checks (bounds, UTF-8), as for an import
+  *only_cluster.mutable_cluster() = c;
+  internal::CheckProfile(only_cluster, "", problems);
+  CUPCAKE_RETURN_IF_ERROR(problems.ToStatus(StatusCode::kDataLoss));
   return std::optional<pb::Cluster>(std::move(c));
 }
 
@@ -252,27 +285,35 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
   st.Bind(1, id);
   CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return InternalError(path + ": model row " + std::to_string(id) + " vanished");
-  m.set_name(st.Text(0));
-  if (!st.IsNull(1)) m.set_source(st.Text(1));
-  if (!st.IsNull(2)) m.set_forward_us(st.Real(2));
-  if (!st.IsNull(3)) m.set_update_us(st.Real(3));
+  m.set_name(internal::ReadText(st, 0, problems, internal::Join(where, "name")));
+  if (!st.IsNull(1)) m.set_source(internal::ReadText(st, 1, problems, internal::Join(where, "source")));
+  if (!st.IsNull(2)) m.set_forward_us(internal::ReadReal(st, 2, problems, internal::Join(where, "forward_us")));
+  if (!st.IsNull(3)) m.set_update_us(internal::ReadReal(st, 3, problems, internal::Join(where, "update_us")));
   Statement t(db, path);
-  CUPCAKE_RETURN_IF_ERROR(
-      t.Prepare("SELECT name, numel, dtype, backward_us FROM tensors WHERE model_id = ?1 ORDER BY position"));
+  CUPCAKE_RETURN_IF_ERROR(t.Prepare(
+      "SELECT position, name, numel, dtype, backward_us FROM tensors WHERE model_id = ?1 ORDER BY position"));
   t.Bind(1, id);
+  const std::string tensors = internal::Join(where, "tensors");
+  bool gap_reported = false;
   while (true) {
     CUPCAKE_ASSIGN_OR_RETURN(bool more, t.Step());
     if (!more) break;
+    const int64_t i = m.tensors_size();
+    const std::string tp = internal::Index(tensors, static_cast<size_t>(i));
+    // Positions are the gradient-ready order: 0, 1, 2, ... with none missing.
+    const int64_t position = internal::ReadInt(t, 0, 0, std::numeric_limits<int64_t>::max(), problems, tp + ".position");
+    if (position != i && !gap_reported) {
+      gap_reported = true;
+      problems.Add(tp + ".position", "not contiguous in the DB; got " + std::to_string(position) + ", expected " +
+                                         std::to_string(i) + " (a tensor row is missing)");
+    }
     pb::Tensor* tensor = m.add_tensors();
-    tensor->set_name(t.Text(0));
-    tensor->set_numel(t.Int(1));
-    std::string dtype = t.Text(2);
+    tensor->set_name(internal::ReadText(t, 1, problems, tp + ".name"));
+    tensor->set_numel(internal::ReadInt(t, 2, 1, kMaxNumel, problems, tp + ".numel"));
+    std::string dtype = internal::ReadText(t, 3, problems, tp + ".dtype");
     if (auto d = ParseDType(dtype)) tensor->set_dtype(*d);
-    else
-      problems.Add(internal::Index(internal::Join(where, "tensors"), static_cast<size_t>(m.tensors_size() - 1)) +
-                       ".dtype",
-                   "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
-    tensor->set_backward_us(t.Real(3));
+    else problems.Add(tp + ".dtype", "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
+    tensor->set_backward_us(internal::ReadReal(t, 4, problems, tp + ".backward_us"));
   }
   return m;
 }
@@ -318,18 +359,69 @@ ProfileStore::~ProfileStore() {
 int ProfileStore::SchemaVersion() { return internal::SchemaVersion(); }
 
 StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create, int busy_timeout_ms) {
+  if (create) return OpenOrCreate(path, busy_timeout_ms, [](ProfileStore&) { return Status::Ok(); });
+  return OpenFile(path, /*create_in_place=*/false, busy_timeout_ms);
+}
+
+StatusOr<ProfileStore> ProfileStore::OpenOrCreate(const std::string& path, int busy_timeout_ms, const Writer& write) {
+  // Twice at most: when another process creates `path` between our look and our link, the
+  // second round finds it.
+  for (int round = 0; round < 2; ++round) {
+    auto store = OpenFile(path, /*create_in_place=*/false, busy_timeout_ms);
+    if (store.ok()) {
+      CUPCAKE_RETURN_IF_ERROR(write(*store));
+      return store;
+    }
+    if (store.status().code() != StatusCode::kNotFound) return store.status();
+    Status created = CreateAtomically(path, busy_timeout_ms, write);
+    if (created.ok()) return OpenFile(path, /*create_in_place=*/false, busy_timeout_ms);
+    if (created.code() != StatusCode::kAlreadyExists) return created;
+  }
+  return UnavailableError(path + ": appeared and vanished while it was being created; expected it to stay "
+                                 "(another process removing it?)");
+}
+
+Status ProfileStore::CreateAtomically(const std::string& path, int busy_timeout_ms, const Writer& write) {
+  std::string tmp = path + ".new-XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return FailedPreconditionError(path + ": cannot create: " + std::strerror(errno));
+  ::close(fd);
+  auto remove_tmp = [&tmp] {
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
+  };
+  Status filled = [&] {
+    CUPCAKE_ASSIGN_OR_RETURN(ProfileStore store, OpenFile(tmp, /*create_in_place=*/true, busy_timeout_ms));
+    return write(store);
+  }();  // the store is closed here: its WAL is checkpointed into the file and removed
+  if (!filled.ok()) {
+    remove_tmp();
+    return Status(filled.code(), ReplaceAll(filled.message(), tmp, path));
+  }
+  int rc = ::link(tmp.c_str(), path.c_str());  // fails when `path` exists: never replaces it
+  int err = errno;
+  remove_tmp();
+  if (rc == 0) return Status::Ok();
+  if (err == EEXIST) return AlreadyExistsError(path + ": created by another process meanwhile");
+  return FailedPreconditionError(path + ": cannot create: link: " + std::strerror(err));
+}
+
+StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool create_in_place, int busy_timeout_ms) {
   if (busy_timeout_ms < 0)
     return InvalidArgumentError(path + ": busy timeout out of range; got " + std::to_string(busy_timeout_ms) +
                                 " ms, expected >= 0");
+  if (path.empty()) return InvalidArgumentError("profile DB path: empty; expected a file name");
   struct stat info;
   bool exists = ::stat(path.c_str(), &info) == 0;
-  if (!exists && !create) return NotFoundError(path + ": no such profile DB");
-  if (exists && S_ISDIR(info.st_mode))
-    return InvalidArgumentError(path + ": is a directory; expected an SQLite profile DB");
-  if (exists) CUPCAKE_RETURN_IF_ERROR(CheckHeader(path));
+  if (!exists) return NotFoundError(path + ": no such profile DB");
+  if (S_ISDIR(info.st_mode)) return InvalidArgumentError(path + ": is a directory; expected an SQLite profile DB");
+  if (!S_ISREG(info.st_mode))
+    return InvalidArgumentError(path + ": not a regular file; expected an SQLite profile DB (SQLite cannot use a "
+                                       "pipe or device)");
+  CUPCAKE_RETURN_IF_ERROR(CheckHeader(path));
+  const bool create = create_in_place && info.st_size == 0;
 
   sqlite3* raw = nullptr;
-  int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+  int flags = SQLITE_OPEN_READWRITE;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   ProfileStore store(raw, path);  // owns the handle from here, even on error
   store.busy_timeout_ms_ = busy_timeout_ms;
@@ -382,7 +474,7 @@ StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create, 
 StatusOr<std::optional<pb::Cluster>> ProfileStore::LoadCluster() const { return ReadCluster(db_, path_); }
 
 Status ProfileStore::ImportProfile(const pb::Profile& profile, bool replace) {
-  CUPCAKE_RETURN_IF_ERROR(ValidateProfile(profile, "profile " + Quote(profile.cluster().name())));
+  CUPCAKE_RETURN_IF_ERROR(ValidateProfile(profile, "profile " + Quote(EscapeBytes(profile.cluster().name()))));
   Transaction tx(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, ReadCluster(db_, path_));
@@ -418,7 +510,7 @@ Status ProfileStore::ImportProfile(const pb::Profile& profile, bool replace) {
 }
 
 Status ProfileStore::ImportModel(const pb::Model& model, bool replace) {
-  CUPCAKE_RETURN_IF_ERROR(ValidateModel(model, "model " + Quote(model.name())));
+  CUPCAKE_RETURN_IF_ERROR(ValidateModel(model, "model " + Quote(EscapeBytes(model.name()))));
   Transaction tx(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
@@ -457,7 +549,10 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
       problems.Add(internal::Join(where, column),
                    "unknown name in the DB; got " + Quote(value) + ", expected one of " + names);
     };
-    std::string kind = curves.Text(1), op = curves.Text(2), scope = curves.Text(3), device = curves.Text(5);
+    std::string kind = internal::ReadText(curves, 1, problems, internal::Join(where, "kind"));
+    std::string op = internal::ReadText(curves, 2, problems, internal::Join(where, "op"));
+    std::string scope = internal::ReadText(curves, 3, problems, internal::Join(where, "scope"));
+    std::string device = internal::ReadText(curves, 5, problems, internal::Join(where, "device"));
     if (auto k = ParseCurveKind(kind)) c->set_kind(*k);
     else bad("kind", kind, CurveKindNames());
     if (c->kind() == pb::COMM) {
@@ -469,23 +564,29 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
       if (auto o = ParseCopyOp(op)) c->set_copy_op(*o);
       else bad("op", op, CopyOpNames());
     }
-    if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE) c->set_compressor(curves.Text(4));
+    if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE)
+      c->set_compressor(internal::ReadText(curves, 4, problems, internal::Join(where, "compressor")));
     if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE || c->kind() == pb::COPY) {
       if (auto d = ParseDevice(device)) c->set_device(*d);
       else bad("device", device, DeviceNames());
     }
-    if (!curves.IsNull(6)) c->set_method(curves.Text(6));
-    if (!curves.IsNull(7)) c->set_warmup(static_cast<int32_t>(curves.Int(7)));
-    if (!curves.IsNull(8)) c->set_iters(static_cast<int32_t>(curves.Int(8)));
-    if (!curves.IsNull(9)) c->set_wrong(static_cast<int32_t>(curves.Int(9)));
+    const int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+    auto count = [&](int col, std::string_view name) {
+      return static_cast<int32_t>(internal::ReadInt(curves, col, 0, kInt32Max, problems, internal::Join(where, name)));
+    };
+    if (!curves.IsNull(6)) c->set_method(internal::ReadText(curves, 6, problems, internal::Join(where, "method")));
+    if (!curves.IsNull(7)) c->set_warmup(count(7, "warmup"));
+    if (!curves.IsNull(8)) c->set_iters(count(8, "iters"));
+    if (!curves.IsNull(9)) c->set_wrong(count(9, "wrong"));
     CUPCAKE_RETURN_IF_ERROR(points.Reset());
     points.Bind(1, curves.Int(0));
     while (true) {
       CUPCAKE_ASSIGN_OR_RETURN(bool p, points.Step());
       if (!p) break;
+      const std::string pp = internal::Index(internal::Join(where, "points"), static_cast<size_t>(c->points_size()));
       pb::Point* point = c->add_points();
-      point->set_size(points.Int(0));
-      point->set_us(points.Real(1));
+      point->set_size(internal::ReadInt(points, 0, 1, kMaxCurveSize, problems, pp + ".size"));
+      point->set_us(internal::ReadReal(points, 1, problems, pp + ".us"));
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include "cupcake/profile/json_io.h"
 #include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/limits.h"
 #include "cupcake/proto/names.h"
 #include "problems.h"
 #include "validate.h"
@@ -86,6 +87,22 @@ void CheckTime(const std::string& path, double v, Problems& p) {
     p.Add(path, "must be finite; got " + FormatDouble(v) + ", expected a finite time >= 0");
   else if (v < 0)
     p.Add(path, "must not be negative; got " + FormatDouble(v) + ", expected >= 0");
+  else if (v > kMaxTimeUs)
+    p.Add(path, "out of range; got " + FormatDouble(v) + ", expected at most " + FormatDouble(kMaxTimeUs) +
+                    " (microseconds)");
+}
+
+// An integer field in [min, max].
+void CheckRange(const std::string& path, int64_t v, int64_t min, int64_t max, Problems& p) {
+  if (v < min || v > max)
+    p.Add(path, "out of range; got " + std::to_string(v) + ", expected " + std::to_string(min) + " <= x <= " +
+                    std::to_string(max));
+}
+
+// Text fields must be UTF-8: JSON cannot carry anything else.
+void CheckText(const std::string& path, const std::string& v, Problems& p) {
+  if (!IsValidUtf8(v))
+    p.Add(path, "not valid UTF-8; got \"" + EscapeBytes(v) + "\", expected UTF-8 text");
 }
 
 void CheckNonNegative(const std::string& path, int64_t v, Problems& p) {
@@ -100,14 +117,21 @@ void NotAllowed(const std::string& path, std::string_view kind, const std::strin
 
 void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
   if (m.name().empty()) p.Add(Join(path, "name"), "missing; expected a non-empty string");
+  CheckText(Join(path, "name"), m.name(), p);
+  CheckText(Join(path, "source"), m.source(), p);
   if (m.has_forward_us()) CheckTime(Join(path, "forward_us"), m.forward_us(), p);
   if (m.has_update_us()) CheckTime(Join(path, "update_us"), m.update_us(), p);
   const std::string tensors = Join(path, "tensors");
   if (m.tensors_size() == 0) p.Add(tensors, "empty tensor list; got 0 tensors, expected at least 1");
+  if (m.tensors_size() > kMaxTensors)
+    p.Add(tensors, "too many tensors; got " + std::to_string(m.tensors_size()) + ", expected at most " +
+                       std::to_string(kMaxTensors));
   std::map<std::string, int> first;
+  int64_t total_numel = 0;
   for (int i = 0; i < m.tensors_size(); ++i) {
     const pb::Tensor& t = m.tensors(i);
     const std::string tp = Index(tensors, static_cast<size_t>(i));
+    CheckText(Join(tp, "name"), t.name(), p);
     if (t.name().empty()) {
       p.Add(Join(tp, "name"), "missing; expected a non-empty string");
     } else {
@@ -117,11 +141,16 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
                                     Index(tensors, static_cast<size_t>(it->second)) + ")");
     }
     if (t.numel() <= 0) p.Add(Join(tp, "numel"), "must be positive; got " + std::to_string(t.numel()) + ", expected > 0");
+    else CheckRange(Join(tp, "numel"), t.numel(), 1, kMaxNumel, p);
+    if (t.numel() > 0 && t.numel() <= kMaxNumel) total_numel += t.numel();  // no overflow: <= 2^20 x 2^40
     if (DTypeBytes(t.dtype()) == 0)
       p.Add(Join(tp, "dtype"), "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) +
                                    ", expected one of " + DTypeNames());
     CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
   }
+  if (total_numel > kMaxNumel)
+    p.Add(tensors, "too many elements in all; got " + std::to_string(total_numel) + ", expected at most " +
+                       std::to_string(kMaxNumel));
 }
 
 void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
@@ -139,6 +168,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       break;
     case pb::ENCODE:
     case pb::DECODE:
+      CheckText(Join(path, "compressor"), c.compressor(), p);
       if (c.compressor().empty()) {
         p.Add(Join(path, "compressor"), "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
       } else if (FindCompressor(c.compressor()) == nullptr) {
@@ -162,6 +192,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       p.Add(Join(path, "kind"), "missing; expected one of " + CurveKindNames());
       break;
   }
+  CheckText(Join(path, "method"), c.method(), p);
   if (c.has_method() && c.method() != "event" && c.method() != "kernel" && c.method() != "wall")
     p.Add(Join(path, "method"), "unknown method; got " + Quote(c.method()) + DidYouMean(c.method(), MethodNames()) +
                                     ", expected one of event, kernel, wall");
@@ -172,6 +203,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
 
 void CheckPoint(int64_t size, double us, const std::string& path, Problems& p) {
   if (size <= 0) p.Add(Join(path, "size"), "must be positive; got " + std::to_string(size) + ", expected > 0");
+  else CheckRange(Join(path, "size"), size, 1, kMaxCurveSize, p);
   CheckTime(Join(path, "us"), us, p);
 }
 
@@ -200,10 +232,24 @@ void CheckProfile(const pb::Profile& profile, const std::string& path, Problems&
   } else {
     const pb::Cluster& c = profile.cluster();
     if (c.name().empty()) p.Add(Join(cluster, "name"), "missing; expected a non-empty string");
+    CheckText(Join(cluster, "name"), c.name(), p);
+    CheckText(Join(cluster, "device"), c.device(), p);
+    CheckText(Join(cluster, "interconnect"), c.interconnect(), p);
+    CheckText(Join(cluster, "network"), c.network(), p);
+    CheckText(Join(cluster, "source"), c.source(), p);
+    for (const auto& [key, value] : c.meta()) {
+      CheckText(Join(cluster, "meta"), key, p);
+      CheckText(Join(Join(cluster, "meta"), EscapeBytes(key)), value, p);
+    }
     if (c.nodes() < 1) p.Add(Join(cluster, "nodes"), "must be positive; got " + std::to_string(c.nodes()) + ", expected >= 1");
     if (c.devices_per_node() < 1)
       p.Add(Join(cluster, "devices_per_node"),
             "must be positive; got " + std::to_string(c.devices_per_node()) + ", expected >= 1");
+    const int64_t world = int64_t{c.nodes()} * c.devices_per_node();  // int32 x int32 fits int64
+    if (c.nodes() >= 1 && c.devices_per_node() >= 1 && world > kMaxWorldSize)
+      p.Add(cluster, "world too large; got " + std::to_string(c.nodes()) + " nodes x " +
+                         std::to_string(c.devices_per_node()) + " devices = " + std::to_string(world) +
+                         " ranks, expected at most " + std::to_string(kMaxWorldSize));
   }
   const std::string curves = Join(path, "curves");
   std::map<std::string, int> first;

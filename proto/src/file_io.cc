@@ -1,26 +1,73 @@
 #include "cupcake/proto/file_io.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 namespace cupcake {
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+namespace {
+
+// Closes the descriptor on every path out.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::string> ReadFile(const std::string& path, const ReadLimits& limits) {
+  // Non-blocking open: opening a FIFO for reading would otherwise wait for a writer forever.
+  Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) {
     int err = errno;
     if (err == ENOENT) return NotFoundError(path + ": no such file");
     return InvalidArgumentError(path + ": cannot open: " + std::strerror(err));
   }
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) return DataLossError(path + ": read failed");
-  return os.str();
+  struct stat info;
+  if (::fstat(f.fd, &info) != 0) return InvalidArgumentError(path + ": cannot stat: " + std::strerror(errno));
+  if (S_ISDIR(info.st_mode)) return InvalidArgumentError(path + ": is a directory; expected a file");
+  const bool regular = S_ISREG(info.st_mode);
+  auto too_large = [&] {
+    return InvalidArgumentError(path + ": too large; got more than " + std::to_string(limits.max_bytes) +
+                                " bytes, expected at most " + std::to_string(limits.max_bytes) +
+                                " (is it the right file?)");
+  };
+  if (regular && info.st_size > limits.max_bytes) return too_large();
+
+  std::string out;
+  char chunk[1 << 16];
+  while (true) {
+    if (!regular) {  // wait, boundedly, for data or the writer's end
+      pollfd p{f.fd, POLLIN, 0};
+      int ready = ::poll(&p, 1, static_cast<int>(limits.wait_s * 1000));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) return InvalidArgumentError(path + ": cannot wait for data: " + std::strerror(errno));
+      if (ready == 0)
+        return UnavailableError(path + ": no data for " + Seconds(limits.wait_s) + " s after " +
+                                std::to_string(out.size()) +
+                                " bytes; expected a file, or a pipe whose writer sends it (a FIFO with no writer?)");
+    }
+    ssize_t n = ::read(f.fd, chunk, sizeof chunk);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) return DataLossError(path + ": read failed: " + std::strerror(errno));
+    if (n == 0) return out;
+    if (static_cast<int64_t>(out.size()) + n > limits.max_bytes) return too_large();
+    out.append(chunk, static_cast<size_t>(n));
+  }
 }
 
 Status WriteFileAtomic(const std::string& path, std::string_view contents) {

@@ -47,6 +47,25 @@ std::string NamesIn(const Table<E, N>& t) {
   return out;
 }
 
+// Bytes of the UTF-8 sequence that `lead` starts, with the range its second byte must lie in
+// (RFC 3629 table 3-7); 0 for a byte that cannot start one.
+struct Utf8Lead {
+  int length;
+  unsigned char second_min, second_max;
+};
+
+Utf8Lead Classify(unsigned char lead) {
+  if (lead < 0x80) return {1, 0, 0};
+  if (lead >= 0xc2 && lead <= 0xdf) return {2, 0x80, 0xbf};
+  if (lead == 0xe0) return {3, 0xa0, 0xbf};
+  if (lead == 0xed) return {3, 0x80, 0x9f};  // no surrogates
+  if (lead >= 0xe1 && lead <= 0xef) return {3, 0x80, 0xbf};
+  if (lead == 0xf0) return {4, 0x90, 0xbf};
+  if (lead >= 0xf1 && lead <= 0xf3) return {4, 0x80, 0xbf};
+  if (lead == 0xf4) return {4, 0x80, 0x8f};  // <= U+10FFFF
+  return {0, 0, 0};
+}
+
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -103,6 +122,37 @@ std::string CurveKey(const pb::Curve& c) {
     case pb::COPY: return key + " " + std::string(Name(c.copy_op())) + " " + std::string(Name(c.device()));
     default: return key;
   }
+}
+
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    Utf8Lead lead = Classify(static_cast<unsigned char>(s[i]));
+    if (lead.length == 0 || i + lead.length > s.size()) return false;
+    for (int k = 1; k < lead.length; ++k) {
+      unsigned char c = static_cast<unsigned char>(s[i + k]);
+      unsigned char lo = k == 1 ? lead.second_min : 0x80, hi = k == 1 ? lead.second_max : 0xbf;
+      if (c < lo || c > hi) return false;
+    }
+    i += static_cast<size_t>(lead.length);
+  }
+  return true;
+}
+
+std::string EscapeBytes(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 std::string ClosestMatch(std::string_view word, std::span<const std::string_view> candidates) {

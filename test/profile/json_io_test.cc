@@ -103,14 +103,15 @@ TEST(ModelJson, WritesKeysInDesignOrderAndPointsInline) {
 }
 
 TEST(ModelJson, DoublesRoundTripBitForBit) {
-  const double values[] = {0.1, 1.0 / 3.0, 5e-324, DBL_MIN, DBL_MAX, 123456.78901234567, 2.5e-7, 1e22};
+  // Extremes within the bounds (limits.h: times <= 1e12 us, 2^40 elements in all).
+  const double values[] = {0.1, 1.0 / 3.0, 5e-324, DBL_MIN, 1e12, 123456.78901234567, 2.5e-7, 999999999999.99988};
   pb::Model m;
   m.set_name("numbers");
   int i = 0;
   for (double v : values) {
     auto* t = m.add_tensors();
     t->set_name("t" + std::to_string(i++));
-    t->set_numel(int64_t{1} << 40);
+    t->set_numel(int64_t{1} << 37);
     t->set_dtype(pb::FLOAT32);
     t->set_backward_us(v);
   }
@@ -118,7 +119,7 @@ TEST(ModelJson, DoublesRoundTripBitForBit) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   for (int k = 0; k < m.tensors_size(); ++k) {
     EXPECT_EQ(back->tensors(k).backward_us(), m.tensors(k).backward_us());
-    EXPECT_EQ(back->tensors(k).numel(), int64_t{1} << 40);
+    EXPECT_EQ(back->tensors(k).numel(), int64_t{1} << 37);
   }
 }
 
@@ -335,6 +336,52 @@ TEST(ModelJsonErrors, ReportsSeveralProblemsOnePerLine) {
             "backward_us\n"
             "model.json: tensors[0].numel: must be positive; got 0, expected > 0\n"
             "model.json: tensors[1].backward_us: must not be negative; got -1, expected >= 0");
+}
+
+// Regression: 100,000 levels of nesting used to overflow the stack.
+TEST(ModelJsonErrors, NestingTooDeepIsRefusedWithItsPath) {
+  auto zeros = [](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += "[0]";
+    return s;
+  };
+  const std::string problem = ": nested too deep; got more than 64 levels of objects and arrays, expected at most 64";
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_EQ(ModelError(deep), "model.json: " + zeros(64) + problem);  // 64 arrays open, the 65th refused
+  EXPECT_EQ(ModelError(ModelWithTensor(R"({"name": "a", "numel": 1, "dtype": "float32", "backward_us": )" +
+                                       std::string(70, '[') + std::string(70, ']') + "}")),
+            "model.json: tensors[0].backward_us" + zeros(61) + problem);  // 3 + 61 levels open
+}
+
+// Regression: JSON's "the last one wins" let a second "numel" replace the first silently.
+TEST(ModelJsonErrors, DuplicateKeysAreRefusedWithTheirPath) {
+  EXPECT_EQ(ModelError(ModelWithTensor(
+                R"({"name": "a", "numel": 4, "dtype": "float32", "backward_us": 1}, {"name": "b", "numel": 1, "numel": 2})")),
+            "model.json: tensors[1].numel: duplicate key; got \"numel\" twice in one object, expected each key once");
+  EXPECT_EQ(ModelError(R"({"format": "cupcake.model.v1", "name": "m", "name": "n", "tensors": []})"),
+            "model.json: name: duplicate key; got \"name\" twice in one object, expected each key once");
+}
+
+// Regression: times near 1e308 made the planner's sums infinite (a failed check), and numel
+// past 2^40 made byte counts wrap.
+TEST(ModelJsonErrors, ValuesBeyondTheBoundsAreRefused) {
+  EXPECT_EQ(ModelError(ModelWithTensor(R"({"name": "a", "numel": 1, "dtype": "float32", "backward_us": 1e308})")),
+            "model.json: tensors[0].backward_us: out of range; got 1e+308, expected at most 1e+12 (microseconds)");
+  EXPECT_EQ(ModelError(ModelWithTensor(
+                R"({"name": "a", "numel": 1099511627777, "dtype": "float32", "backward_us": 1})")),
+            "model.json: tensors[0].numel: out of range; got 1099511627777, expected 1 <= x <= 1099511627776");
+  EXPECT_EQ(ModelError(ModelWithTensor(R"({"name": "a", "numel": 1099511627776, "dtype": "float32", "backward_us": 1},
+                                          {"name": "b", "numel": 1, "dtype": "float32", "backward_us": 1})")),
+            "model.json: tensors: too many elements in all; got 1099511627777, expected at most 1099511627776");
+  EXPECT_EQ(ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 2147483647,
+                              "devices_per_node": 2147483647}, "curves": []})"),
+            "profile.json: cluster: world too large; got 2147483647 nodes x 2147483647 devices = 4611686014132420609 "
+            "ranks, expected at most 1048576");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[1125899906842625, 1e13]]})")),
+            "profile.json: curves[0].points[0].size: out of range; got 1125899906842625, expected 1 <= x <= "
+            "1125899906842624\nprofile.json: curves[0].points[0].us: out of range; got 1e+13, expected at most 1e+12 "
+            "(microseconds)");
 }
 
 TEST(ProfileJsonErrors, CurveWithNoPoints) {

@@ -3,6 +3,8 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "cupcake/profile/json_io.h"
@@ -45,6 +47,28 @@ TEST(LoadModelFile, ReadsAModelAndNamesTheFileInErrors) {
   const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
   EXPECT_EQ(LoadModelFile(profile).status().message(),
             profile + R"(: format: wrong format; got "cupcake.profile.v1" (this is a profile), expected "cupcake.model.v1")");
+}
+
+// Regression: a directory or a binary file given as a profile was reported as "not valid JSON",
+// and a model given through a pipe was read twice (the second read found it empty).
+TEST(LoadProfileFile, NamesWhatIsWrongWithADirectoryAPipeOrABinaryFile) {
+  testing::TempDir dir;
+  EXPECT_EQ(LoadProfileFile(dir.path()).status().message(), dir.path() + ": is a directory; expected a file");
+  ASSERT_TRUE(WriteFileAtomic(dir.File("x.bin"), std::string("\x7f" "ELF\x02\x01", 6)).ok());
+  EXPECT_EQ(LoadProfileFile(dir.File("x.bin")).status().message(),
+            dir.File("x.bin") + ": not a profile or model file; got a file starting with '\\x7fELF\\x02\\x01', expected "
+                                "an SQLite profile DB or a cupcake.profile.v1 JSON file");
+
+  const std::string text = testing::ReadExample("models/gpt2.json");
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ASSERT_LT(text.size(), 65536u);  // fits the pipe's buffer: written whole before the read
+  ASSERT_EQ(::write(fds[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fds[1]);
+  auto m = LoadModelFile("/dev/fd/" + std::to_string(fds[0]));
+  ::close(fds[0]);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->name(), "gpt2");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -343,7 +344,14 @@ TEST_F(ProfileStoreTest, RefusesATruncatedDb) {
   std::filesystem::resize_file(db_, size / 2);
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(s.message().starts_with(db_ + ": corrupt or truncated DB")) << s.message();
+  EXPECT_EQ(s.message(), db_ + ": truncated or damaged SQLite file; got " + std::to_string(size / 2) +
+                             " bytes, expected whole pages of 4096 bytes, at least " + std::to_string(size));
+
+  // One byte short: SQLite alone would read the last page short and return changed values.
+  std::filesystem::resize_file(db_, size);
+  std::filesystem::resize_file(db_, size - 1);
+  EXPECT_EQ(OpenError(), db_ + ": truncated or damaged SQLite file; got " + std::to_string(size - 1) +
+                             " bytes, expected whole pages of 4096 bytes, at least " + std::to_string(size));
 
   std::filesystem::resize_file(db_, 40);
   EXPECT_EQ(OpenError(), db_ + ": truncated SQLite file; got 40 bytes, expected at least a 100-byte header");
@@ -379,6 +387,115 @@ TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {
   EXPECT_EQ(s.message(), db_ + ": curves[0].op: unknown name in the DB; got \"allgaher\", expected one of allreduce, "
                                "allgather, reduce_scatter, alltoall, broadcast\n" +
                              db_ + ": curves[0].points[0].us: must not be negative; got -3, expected >= 0");
+}
+
+// Regression (data loss): several processes importing into the same new DB at once. Before,
+// a failing import's clean-up removed the file another process had just created.
+TEST_F(ProfileStoreTest, ConcurrentImportsIntoANewDbKeepTheDb) {
+  constexpr int kProcesses = 6;
+  const pb::Profile profile = SmallProfile("a");
+  std::vector<pid_t> children;
+  for (int i = 0; i < kProcesses; ++i) {
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Exit 0: imported; 3: the curve was already present (another process won); else 1.
+      auto store = ProfileStore::OpenOrCreate(db_, 10000, [&](ProfileStore& s) { return s.ImportProfile(profile, false); });
+      ::_exit(store.ok() ? 0 : store.status().code() == StatusCode::kAlreadyExists ? 3 : 1);
+    }
+    children.push_back(pid);
+  }
+  int imported = 0, refused = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 0) ++imported;
+    if (WEXITSTATUS(status) == 3) ++refused;
+  }
+  EXPECT_EQ(imported, 1);
+  EXPECT_EQ(refused, kProcesses - 1);
+  ProfileStore store = OpenStore(false);
+  EXPECT_TRUE(MessageDifferencer::Equals(Load(store), profile));
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir_.path())) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  // No temporaries left; the WAL files belong to the open store.
+  EXPECT_EQ(names, (std::vector<std::string>{"p.db", "p.db-shm", "p.db-wal"}));
+}
+
+TEST_F(ProfileStoreTest, AFailedWriteIntoANewDbLeavesNoFile) {
+  pb::Model model = ExampleModel("resnet50");
+  auto store = ProfileStore::OpenOrCreate(db_, 1000, [&](ProfileStore& s) { return s.ImportModel(model, false); });
+  ASSERT_FALSE(store.ok());
+  // The message names the DB the user asked for, not the temporary.
+  EXPECT_EQ(store.status().message(), db_ + ": holds no profile yet; got model \"resnet50\", expected a "
+                                            "cupcake.profile.v1 import first (a model belongs to a cluster)");
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
+}
+
+TEST_F(ProfileStoreTest, RefusesInvalidUtf8OnImportAndInTheDb) {
+  pb::Profile bad = SmallProfile("a");
+  bad.mutable_cluster()->set_name("bad\xffname");
+  ProfileStore store = OpenStore();
+  Status s = store.ImportProfile(bad, false);
+  EXPECT_EQ(s.message(), "profile \"bad\\xffname\": cluster.name: not valid UTF-8; got \"bad\\xffname\", expected "
+                         "UTF-8 text");
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  RawExec(db_, "UPDATE cluster SET name = CAST(X'62616466ff' AS TEXT)");
+  s = store.Load().status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), db_ + ": cluster.name: not valid UTF-8 in the DB; got \"badf\\xff\", expected UTF-8 text");
+}
+
+// Regression: SQLite keeps what it is given whatever the column's type, and the reads used to
+// turn it into 0 or a truncated integer silently.
+TEST_F(ProfileStoreTest, RefusesValuesOfTheWrongTypeInTheDb) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  RawExec(db_, "UPDATE cluster SET nodes = 'abc'; UPDATE points SET us = 'NaN' WHERE size = 4; "
+               "UPDATE points SET size = 1.5 WHERE size = 1024; UPDATE curves SET warmup = X'00'");
+  Status s = store.Load().status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), db_ + ": cluster.nodes: wrong type in the DB; got text 'abc', expected an integer");
+  RawExec(db_, "UPDATE cluster SET nodes = 2");
+  s = store.Load().status();
+  EXPECT_EQ(s.message(), db_ + ": curves[0].warmup: wrong type in the DB; got a blob of 1 bytes, expected an integer\n" +
+                             db_ + ": curves[0].points[0].size: wrong type in the DB; got real 1.5, expected an "
+                                   "integer\n" +
+                             db_ + ": curves[0].points[1].us: wrong type in the DB; got text 'NaN', expected a number");
+}
+
+TEST_F(ProfileStoreTest, RefusesAWorldBeyondItsBoundsInTheDb) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  RawExec(db_, "UPDATE cluster SET nodes = 2147483648, devices_per_node = 2147483648");
+  Status s = store.Load().status();
+  EXPECT_EQ(s.message(), db_ + ": cluster.nodes: out of range in the DB; got 2147483648, expected 0 <= x <= 2147483647\n" +
+                             db_ + ": cluster.devices_per_node: out of range in the DB; got 2147483648, expected 0 <= "
+                                   "x <= 2147483647");
+  RawExec(db_, "UPDATE cluster SET nodes = 65536, devices_per_node = 65536");
+  s = store.Load().status();
+  EXPECT_EQ(s.message(), db_ + ": cluster: world too large; got 65536 nodes x 65536 devices = 4294967296 ranks, "
+                               "expected at most 1048576");
+}
+
+TEST_F(ProfileStoreTest, RefusesAModelWithATensorRowMissing) {
+  ProfileStore store = OpenStore();
+  ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
+  ASSERT_TRUE(store.ImportModel(ExampleModel("resnet50"), false).ok());
+  RawExec(db_, "DELETE FROM tensors WHERE position = 7");
+  Status s = store.LoadModel("resnet50").status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), db_ + ": model \"resnet50\".tensors[7].position: not contiguous in the DB; got 8, expected 7 "
+                               "(a tensor row is missing)");
+}
+
+TEST_F(ProfileStoreTest, RefusesADirectoryAndAnEmptyPath) {
+  std::filesystem::create_directory(db_);
+  EXPECT_EQ(OpenError(true), db_ + ": is a directory; expected an SQLite profile DB");
+  auto s = ProfileStore::Open("", true);
+  EXPECT_EQ(s.status().message(), "profile DB path: empty; expected a file name");
 }
 
 }  // namespace

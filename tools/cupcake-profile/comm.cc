@@ -107,21 +107,17 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
                                          "every host (DESIGN.md 3.2: nodes x devices_per_node)"), rank);
   const int nodes = static_cast<int>(topo.hosts.size());
 
-  // 3. Rank 0 opens the DB; everyone learns whether that worked.
-  std::optional<profile::ProfileStore> store;
+  // 3. Rank 0 checks an existing DB: it must be a profile DB measured with this backend.
   Status setup;
   if (rank == 0) {
-    auto opened = profile::ProfileStore::Open(options.db, /*create=*/true, *lock_ms);
-    if (opened.ok()) {
-      store.emplace(std::move(opened).value());
-      setup = SameBackend(*store, options.backend, options.force);
-    } else {
-      setup = opened.status();
-    }
+    auto existing = profile::ProfileStore::Open(options.db, /*create=*/false, *lock_ms);
+    if (existing.ok()) setup = SameBackend(*existing, options.backend, options.force);
+    else if (existing.status().code() != StatusCode::kNotFound) setup = existing.status();
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 
-  // 4. NCCL: one GPU per rank, the host's local_rank-th; the sweep's own exchanges stay on MPI.
+  // 4. NCCL: without a GPU it fails here, before a DB is created. One GPU per rank,
+  // the host's local_rank-th; the sweep's own exchanges stay on MPI.
   std::unique_ptr<profile::Communicator> nccl;
   if (options.backend == "nccl") {
     auto made = profile::MakeNcclCommunicator(world, topo.local_rank);
@@ -131,8 +127,10 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
   }
   profile::Communicator& measured = nccl ? *nccl : world;
 
-  // 5. Rank 0 records the cluster.
-  if (store) {
+  // 5. Rank 0 opens the DB (a new one is made with the cluster in it) and records the cluster;
+  // everyone learns whether that worked.
+  std::optional<profile::ProfileStore> store;
+  if (rank == 0) {
     std::string hosts;
     for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
     std::map<std::string, std::string> meta{{"world_size", std::to_string(world.size())},
@@ -141,7 +139,11 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
                                             {"comm.backend", options.backend},
                                             {"comm.command", options.command},
                                             {"comm.date", UtcNow()}};
-    setup = EnsureCluster(*store, options.cluster, nodes, topo.ranks_per_host, meta, "mpirun -np").status();
+    auto opened = profile::ProfileStore::OpenOrCreate(options.db, *lock_ms, [&](profile::ProfileStore& s) {
+      return EnsureCluster(s, options.cluster, nodes, topo.ranks_per_host, meta, "mpirun -np").status();
+    });
+    if (opened.ok()) store.emplace(std::move(opened).value());
+    else setup = opened.status();
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 

@@ -1,5 +1,3 @@
-#include <filesystem>
-
 #include "commands.h"
 #include "cupcake/profile/json_io.h"
 #include "cupcake/profile/store.h"
@@ -22,28 +20,15 @@ Status RunImport(const ImportOptions& options, std::ostream& out) {
   }
 
   CUPCAKE_ASSIGN_OR_RETURN(int lock_ms, LockTimeoutMs(options.lock_timeout_s));
-  std::error_code ec;
-  const bool existed = std::filesystem::exists(options.db, ec);
-  Status status;
-  {
-    auto store = profile::ProfileStore::Open(options.db, /*create=*/true, lock_ms);
-    if (!store.ok()) {
-      status = store.status();
-    } else if (format == profile::JsonFormat::kProfile) {
-      status = store->ImportProfile(profile_in, options.replace);
-    } else {
-      status = store->ImportModel(model_in, options.replace);
-    }
-  }
-  if (!status.ok()) {
-    if (!existed) {  // do not leave an empty DB behind
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(options.db + suffix, ec);
-    }
-    if (status.code() == StatusCode::kAlreadyExists)
-      return Status(status.code(), status.message() + "\n" + options.db +
-                                       ": nothing imported; pass --replace to replace what the DB holds");
-    return status;
-  }
+  // A new DB appears only with the import in it: a failed import leaves no file behind.
+  Status status = profile::ProfileStore::OpenOrCreate(options.db, lock_ms, [&](profile::ProfileStore& store) {
+                    return format == profile::JsonFormat::kProfile ? store.ImportProfile(profile_in, options.replace)
+                                                                   : store.ImportModel(model_in, options.replace);
+                  }).status();
+  if (status.code() == StatusCode::kAlreadyExists)
+    return Status(status.code(),
+                  status.message() + "\n" + options.db + ": nothing imported; pass --replace to replace what the DB holds");
+  CUPCAKE_RETURN_IF_ERROR(status);
   if (format == profile::JsonFormat::kProfile) {
     out << "imported profile '" << profile_in.cluster().name() << "' (" << profile_in.curves_size() << " curves, "
         << profile_in.models_size() << " models) from " << options.file << " into " << options.db << "\n";

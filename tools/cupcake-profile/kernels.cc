@@ -80,42 +80,45 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     gpu = nullptr;
   }
 
-  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::Open(options.db, /*create=*/true, lock_ms));
-  // The world size: the DB's cluster's, else --world-size, else 1.
-  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
-  int nodes = 1, per_node = options.world_size > 0 ? options.world_size : 1;
-  if (existing && options.world_size == 0) {
-    nodes = existing->nodes();
-    per_node = existing->devices_per_node();
-  } else if (existing && existing->nodes() * existing->devices_per_node() != options.world_size) {
-    return InvalidArgumentError(options.db + ": --world-size: disagrees with the DB's cluster '" + existing->name() +
-                                "'; got " + std::to_string(options.world_size) + ", expected " +
-                                std::to_string(existing->nodes() * existing->devices_per_node()) + " (" +
-                                std::to_string(existing->nodes()) + " nodes x " +
-                                std::to_string(existing->devices_per_node()) + " devices)");
-  } else if (existing) {
-    nodes = existing->nodes();
-    per_node = existing->devices_per_node();
-  }
-  sweep.world_size = nodes * per_node;
   std::map<std::string, std::string> meta{{"kernels.command", options.command},
                                           {"kernels.date", UtcNow()},
                                           {"kernels.device", options.device}};
   if (gpu) meta["kernels.gpu"] = gpu->Describe();
-  CUPCAKE_ASSIGN_OR_RETURN(pb::Cluster cluster,
-                           EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
+  // The world size: the DB's cluster's, else --world-size, else 1. A new DB is made with its
+  // cluster in one step, so a failure leaves no DB behind.
+  pb::Cluster cluster;
+  auto prepare = [&](profile::ProfileStore& store) -> Status {
+    CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
+    int nodes = 1, per_node = options.world_size > 0 ? options.world_size : 1;
+    if (existing && options.world_size != 0 && existing->nodes() * existing->devices_per_node() != options.world_size)
+      return InvalidArgumentError(options.db + ": --world-size: disagrees with the DB's cluster '" + existing->name() +
+                                  "'; got " + std::to_string(options.world_size) + ", expected " +
+                                  std::to_string(existing->nodes() * existing->devices_per_node()) + " (" +
+                                  std::to_string(existing->nodes()) + " nodes x " +
+                                  std::to_string(existing->devices_per_node()) + " devices)");
+    if (existing) {
+      nodes = existing->nodes();
+      per_node = existing->devices_per_node();
+    }
+    CUPCAKE_ASSIGN_OR_RETURN(cluster, EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
+    return Status::Ok();
+  };
+  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::OpenOrCreate(options.db, lock_ms, prepare));
+  sweep.world_size = cluster.nodes() * cluster.devices_per_node();
   // The kernel-only curves: a profile of the same cluster in their own DB (a profile holds one
   // curve per key, and the planner reads the event time from the main DB).
   std::optional<profile::ProfileStore> kernel_store;
   std::optional<profile::StoreSink> kernel_sink;
   if (cupti) {
-    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore ks, profile::ProfileStore::Open(kernel_db, /*create=*/true, lock_ms));
-    kernel_store.emplace(std::move(ks));
     std::map<std::string, std::string> kernel_meta = meta;
     kernel_meta["kernels.kernel_time"] = "CUPTI activity records (kernel, memcpy, memset), union of intervals per call";
-    CUPCAKE_RETURN_IF_ERROR(
-        EnsureCluster(*kernel_store, cluster.name(), nodes, per_node, kernel_meta, "--world-size").status().WithPrefix(
-            kernel_db));
+    auto same_cluster = [&](profile::ProfileStore& ks) {
+      return EnsureCluster(ks, cluster.name(), cluster.nodes(), cluster.devices_per_node(), kernel_meta, "--world-size")
+          .status()
+          .WithPrefix(kernel_db);
+    };
+    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore ks, profile::ProfileStore::OpenOrCreate(kernel_db, lock_ms, same_cluster));
+    kernel_store.emplace(std::move(ks));
     kernel_sink.emplace(*kernel_store);
   }
 

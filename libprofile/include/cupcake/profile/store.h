@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,11 +31,21 @@ class ProfileStore {
  public:
   static constexpr int kBusyTimeoutMs = 10000;
 
-  // Opens `path`; with `create`, a missing file becomes an empty profile DB. Refuses files that
-  // are not SQLite, SQLite DBs that are not cupcake profiles, DBs with a newer schema version
-  // (FailedPrecondition) and corrupt or truncated DBs (DataLoss). Migrates an older schema.
+  // Opens `path`; with `create`, a missing file becomes an empty profile DB (made as
+  // OpenOrCreate makes one). Refuses files that are not SQLite, SQLite DBs that are not cupcake
+  // profiles, DBs with a newer schema version (FailedPrecondition) and corrupt or truncated DBs
+  // (DataLoss). Migrates an older schema.
   // `busy_timeout_ms` (>= 0): how long a write waits for another writer's lock.
   static StatusOr<ProfileStore> Open(const std::string& path, bool create, int busy_timeout_ms = kBusyTimeoutMs);
+
+  // Opens `path` and runs `write` on it; a missing `path` is created atomically: `write` fills
+  // a fresh DB under a private temporary name beside `path`, which is linked into place only
+  // when `write` succeeded and no other process created `path` meanwhile (if one did, `write`
+  // runs on that DB instead, waiting for its lock as usual). So a failed `write` leaves no new
+  // file behind, concurrent creators never see a half-made DB, and no file this process did
+  // not create is ever removed. Returns the store open on `path`.
+  using Writer = std::function<Status(ProfileStore&)>;
+  static StatusOr<ProfileStore> OpenOrCreate(const std::string& path, int busy_timeout_ms, const Writer& write);
 
   ProfileStore(ProfileStore&& other) noexcept;
   ProfileStore& operator=(ProfileStore&& other) noexcept;
@@ -82,6 +93,12 @@ class ProfileStore {
 
  private:
   ProfileStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  // Opens an existing file, or creates `path` in place when `create_in_place` (for private
+  // temporaries only).
+  static StatusOr<ProfileStore> OpenFile(const std::string& path, bool create_in_place, int busy_timeout_ms);
+  // Makes `path` with `write` through a private temporary and link(2); AlreadyExists when
+  // another process created `path` first (nothing of ours is left then).
+  static Status CreateAtomically(const std::string& path, int busy_timeout_ms, const Writer& write);
 
   sqlite3* db_ = nullptr;
   std::string path_;

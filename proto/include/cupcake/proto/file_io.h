@@ -1,16 +1,27 @@
-// Whole-file reads and atomic writes (write a temporary beside the target, then rename), so
-// an interrupted write never leaves a half-written file.
+// Whole-file reads that are bounded and read each input once, and atomic writes (write a
+// temporary beside the target, then rename), so an interrupted write never leaves a
+// half-written file.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "cupcake/proto/limits.h"
 #include "cupcake/proto/status.h"
 
 namespace cupcake {
 
-// Reads the whole file; NotFound when it does not exist, naming the path.
-StatusOr<std::string> ReadFile(const std::string& path);
+struct ReadLimits {
+  int64_t max_bytes = kMaxInputBytes;
+  double wait_s = kInputWaitS;  // for FIFOs, pipes and devices: the longest wait for more data
+};
+
+// Reads the whole input once, so a pipe such as `<(cat m.json)` works. NotFound when it does
+// not exist; InvalidArgument for a directory or an input larger than `limits.max_bytes`
+// (read no further than that: /dev/zero ends there); Unavailable when a FIFO, pipe or device
+// gives no data for `limits.wait_s` seconds (a FIFO with no writer). Every message names the path.
+StatusOr<std::string> ReadFile(const std::string& path, const ReadLimits& limits = {});
 
 // Writes `contents` to `path` through `path.tmp.<pid>` and rename(2). "-" writes to stdout.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);

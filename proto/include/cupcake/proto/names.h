@@ -40,6 +40,13 @@ int64_t DTypeBytes(pb::DType v);
 // A readable key of a curve: "comm allgather global", "encode topk gpu", "copy pack gpu".
 std::string CurveKey(const pb::Curve& c);
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF). Every name and text field is checked with it where it enters: JSON writers and
+// viewers cannot show anything else.
+bool IsValidUtf8(std::string_view s);
+// `s` with every byte that is not printable ASCII shown as \xNN, for messages about bad text.
+std::string EscapeBytes(std::string_view s);
+
 // The candidate closest to `word` by edit distance when it is close enough to be a likely
 // typo, else empty. Used for "did you mean" hints.
 std::string ClosestMatch(std::string_view word, std::span<const std::string_view> candidates);
