@@ -174,15 +174,7 @@ class Session::Impl {
         add(f, layout.status().message());
         continue;
       }
-      if (g.payload_bytes() != layout->payload_bytes)
-        add(f + ".payload_bytes", "does not match the compressor; got " + std::to_string(g.payload_bytes()) +
-                                      ", expected " + std::to_string(layout->payload_bytes) + " (" + c.name + ", " +
-                                      std::to_string(c.n) + " elements)");
-      const pb::CommOp op = layout->allreduce ? pb::ALLREDUCE : pb::ALLGATHER;
-      if (g.options().collective() != op)
-        add(f + ".options.collective", "does not match the compressor; got " +
-                                           std::string(Name(g.options().collective())) + ", expected " +
-                                           std::string(Name(op)) + " (" + c.name + ")");
+      // Payload sizes and collectives were checked against the catalogue by ValidatePlan.
       configs.push_back(c);
       layouts.push_back(*layout);
     }

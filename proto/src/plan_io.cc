@@ -15,6 +15,7 @@
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/limits.h"
 #include "cupcake/proto/names.h"
 
 namespace cupcake {
@@ -57,13 +58,26 @@ std::string Idx(const std::string& field, int i) { return field + "[" + std::to_
 
 bool Finite(double x) { return std::isfinite(x); }
 
-// Times are microseconds from the start of backward: finite and non-negative.
-void CheckTime(Problems& p, const std::string& field, double us) {
-  if (!Finite(us) || us < 0) {
+// Times are microseconds: finite and non-negative. A model's backward times are inputs and
+// bounded like every input (limits.h); the predicted times are sums of them and are not.
+void CheckTime(Problems& p, const std::string& field, double us, double max = std::numeric_limits<double>::max()) {
+  if (!Finite(us) || us < 0 || us > max) {
     std::ostringstream os;
-    os << "not a time; got " << us << ", expected a finite number >= 0 (microseconds)";
+    os << "not a time; got " << us << ", expected a finite number >= 0";
+    if (max < std::numeric_limits<double>::max()) os << " and <= " << max;
+    os << " (microseconds)";
     p.Add(field, os.str());
   }
+}
+
+// `later` must not come before `earlier` (a rounding's worth of slack: the planner adds the
+// same times in different orders).
+void CheckOrder(Problems& p, const std::string& field, double later, const std::string& earlier_field, double earlier) {
+  if (!Finite(later) || !Finite(earlier)) return;  // reported as not a time
+  if (later >= earlier - 1e-9 * std::max(1.0, std::abs(earlier))) return;
+  std::ostringstream os;
+  os << "out of order; got " << later << ", expected >= " << earlier << " (" << earlier_field << ")";
+  p.Add(field, os.str());
 }
 
 void CheckModel(Problems& p, const pb::PlanModel& pm) {
@@ -71,11 +85,17 @@ void CheckModel(Problems& p, const pb::PlanModel& pm) {
   if (m.name().empty()) p.Add("model.model.name", "missing; expected the model's name");
   if (m.tensors().empty())
     p.Add("model.model.tensors", "empty; expected at least one tensor (model " + m.name() + ")");
+  if (m.tensors_size() > kMaxTensors)
+    p.Add("model.model.tensors", "too many; got " + std::to_string(m.tensors_size()) + ", expected at most " +
+                                     std::to_string(kMaxTensors));
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
     const std::string f = Idx("model.model.tensors", i);
     if (t.name().empty()) p.Add(f + ".name", "missing; expected a non-empty name");
-    if (t.numel() <= 0) p.Add(f + ".numel", "must be positive; got " + std::to_string(t.numel()) + ", expected > 0");
+    if (t.numel() <= 0 || t.numel() > kMaxNumel)
+      p.Add(f + ".numel", "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " +
+                              std::to_string(kMaxNumel));
+    CheckTime(p, f + ".backward_us", t.backward_us(), kMaxTimeUs);
     if (DTypeBytes(t.dtype()) == 0)
       p.Add(f + ".dtype", "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " +
                               DTypeNames());
@@ -103,6 +123,24 @@ void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
     os << "out of range; got " << c.ratio() << ", expected in (0, 1] for " << c.name();
     p.Add("compressor.ratio", os.str());
   }
+}
+
+// A group's phases run in order; the groups run in order on the compute stream (encodes,
+// decodes) and on the network (collectives).
+void CheckPhaseOrder(Problems& p, const pb::Plan& plan, int k) {
+  const pb::Group& g = plan.groups(k);
+  const std::string f = Idx("groups", k);
+  CheckOrder(p, f + ".encode_end_us", g.encode_end_us(), f + ".encode_start_us", g.encode_start_us());
+  CheckOrder(p, f + ".comm_start_us", g.comm_start_us(), f + ".encode_end_us", g.encode_end_us());
+  CheckOrder(p, f + ".comm_end_us", g.comm_end_us(), f + ".comm_start_us", g.comm_start_us());
+  CheckOrder(p, f + ".decode_start_us", g.decode_start_us(), f + ".comm_end_us", g.comm_end_us());
+  CheckOrder(p, f + ".decode_end_us", g.decode_end_us(), f + ".decode_start_us", g.decode_start_us());
+  if (k == 0) return;
+  const pb::Group& prev = plan.groups(k - 1);
+  const std::string pf = Idx("groups", k - 1);
+  CheckOrder(p, f + ".encode_start_us", g.encode_start_us(), pf + ".encode_end_us", prev.encode_end_us());
+  CheckOrder(p, f + ".comm_start_us", g.comm_start_us(), pf + ".comm_end_us", prev.comm_end_us());
+  CheckOrder(p, f + ".decode_start_us", g.decode_start_us(), pf + ".decode_end_us", prev.decode_end_us());
 }
 
 void CheckGroups(Problems& p, const pb::Plan& plan) {
@@ -151,8 +189,26 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
       in_range = false;
       expected_first = std::max(expected_first, g.last_tensor() + 1);
     }
-    if (g.payload_bytes() <= 0)
+    const CompressorInfo* info = FindCompressor(plan.compressor().name());
+    if (ok && info != nullptr && g.numel() > 0) {
+      const int64_t expected = g.options().compress() ? PayloadBytes(*info, g.numel(), plan.compressor().ratio())
+                                                      : 4 * g.numel();
+      if (g.payload_bytes() != expected)
+        p.Add(f + ".payload_bytes", "does not match the compressor; got " + std::to_string(g.payload_bytes()) +
+                                        ", expected " + std::to_string(expected) + " (" +
+                                        (g.options().compress() ? plan.compressor().name() : "fp32") + " of " +
+                                        std::to_string(g.numel()) + " elements)");
+    } else if (g.payload_bytes() <= 0) {
       p.Add(f + ".payload_bytes", "must be positive; got " + std::to_string(g.payload_bytes()) + ", expected > 0");
+    }
+    if (info != nullptr && g.options().collective() != pb::COMM_OP_UNSPECIFIED) {
+      const pb::CommOp op = g.options().compress() ? info->collective : pb::ALLREDUCE;
+      if (g.options().collective() != op)
+        p.Add(f + ".options.collective", "does not match the compressor; got " +
+                                             std::string(Name(g.options().collective())) + ", expected " +
+                                             std::string(Name(op)) + " (" +
+                                             (g.options().compress() ? plan.compressor().name() : "fp32") + ")");
+    }
     if (!g.has_options() || g.options().collective() == pb::COMM_OP_UNSPECIFIED)
       p.Add(f + ".options.collective", "missing; expected one of " + CommOpNames());
     if (g.has_options() && g.options().device() == pb::DEVICE_UNSPECIFIED)
@@ -163,6 +219,7 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     CheckTime(p, f + ".comm_end_us", g.comm_end_us());
     CheckTime(p, f + ".decode_start_us", g.decode_start_us());
     CheckTime(p, f + ".decode_end_us", g.decode_end_us());
+    CheckPhaseOrder(p, plan, k);
   }
   const pb::Group& last = plan.groups(plan.groups_size() - 1);
   if (in_range && n > 0 && last.last_tensor() != n - 1)
@@ -188,8 +245,9 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
   }
   CheckModel(p, plan.model());
   if (plan.profile_fingerprint().empty()) p.Add("profile_fingerprint", "missing; expected 16 hex digits");
-  if (plan.world_size() < 1)
-    p.Add("world_size", "must be positive; got " + std::to_string(plan.world_size()) + ", expected >= 1");
+  if (plan.world_size() < 1 || plan.world_size() > kMaxWorldSize)
+    p.Add("world_size", "out of range; got " + std::to_string(plan.world_size()) + ", expected 1 <= x <= " +
+                            std::to_string(kMaxWorldSize));
   if (plan.device() != pb::GPU && plan.device() != pb::CPU)
     p.Add("device", "missing; got " + std::to_string(static_cast<int>(plan.device())) + ", expected one of " +
                         DeviceNames());
@@ -202,6 +260,10 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
     std::ostringstream os;
     os << "not a time; got " << plan.predicted().iteration_us() << ", expected a finite number > 0 (microseconds)";
     p.Add("predicted.iteration_us", os.str());
+  } else if (!plan.groups().empty()) {
+    const int last = plan.groups_size() - 1;
+    CheckOrder(p, "predicted.iteration_us", plan.predicted().iteration_us(), Idx("groups", last) + ".decode_end_us",
+               plan.groups(last).decode_end_us());
   }
   for (int i = 0; i < plan.baselines_size(); ++i)
     if (plan.baselines(i).name().empty()) p.Add(Idx("baselines", i) + ".name", "missing; expected a baseline name");

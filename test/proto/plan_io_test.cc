@@ -3,6 +3,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -158,6 +159,7 @@ TEST_F(PlanIoTest, RejectsGroupsThatDoNotCoverTheModelContiguously) {
   pb::Plan plan = TinyPlan();
   plan.mutable_groups(1)->set_first_tensor(1);  // overlaps group 0
   plan.mutable_groups(1)->set_numel(1500);
+  plan.mutable_groups(1)->set_payload_bytes(8 * 15);  // topk 1% of 1500: 15 (value, index) pairs
   EXPECT_EQ(Message(plan),
             "plan.pb: groups[1].first_tensor: not contiguous; got 1, expected 2 (groups[0].last_tensor + 1)");
 
@@ -210,7 +212,7 @@ TEST_F(PlanIoTest, ReportsSeveralProblemsTogether) {
   plan.mutable_groups(1)->set_last_tensor(7);
   plan.clear_search();
   EXPECT_EQ(Message(plan),
-            "plan.pb: world_size: must be positive; got 0, expected >= 1\n"
+            "plan.pb: world_size: out of range; got 0, expected 1 <= x <= 1048576\n"
             "plan.pb: compressor.name: unknown compressor 'topq' (did you mean 'topk'?); expected one of fp32, fp16, "
             "topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n"
             "plan.pb: compressor.memory: unknown memory; got \"resid\", expected one of residual, dgc, none\n"
@@ -240,6 +242,48 @@ TEST_F(PlanIoTest, JsonKeepsProtoFieldNamesAndDefaults) {
   EXPECT_NE(json.find("\"pruned\": \"0\""), std::string::npos) << "int64 as strings (proto3 JSON mapping)";
   const std::string text = PlanToTextProto(plan);
   EXPECT_TRUE(text.starts_with("format: \"cupcake.plan.v1\"\nmodel {\n")) << text;
+}
+
+// Regression: a loaded plan's times were trusted, so `trace` wrote "ts":nan and `diff` called
+// damaged plans equivalent.
+TEST_F(PlanIoTest, RejectsBadBackwardTimesAndTimesOutOfOrder) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_model()->mutable_model()->mutable_tensors(1)->set_backward_us(-5);
+  plan.mutable_model()->mutable_model()->mutable_tensors(2)->set_backward_us(std::nan(""));
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(plan.model().model()));
+  EXPECT_EQ(Message(plan),
+            "plan.pb: model.model.tensors[1].backward_us: not a time; got -5, expected a finite number >= 0 and <= "
+            "1e+12 (microseconds)\n"
+            "plan.pb: model.model.tensors[2].backward_us: not a time; got nan, expected a finite number >= 0 and <= "
+            "1e+12 (microseconds)");
+
+  plan = TinyPlan();  // group 1's collective starts before group 0's ends: the network runs one at a time
+  plan.mutable_groups(1)->set_comm_start_us(10);
+  EXPECT_EQ(Message(plan), "plan.pb: groups[1].comm_start_us: out of order; got 10, expected >= 26.5 "
+                           "(groups[1].encode_end_us)\n"
+                           "plan.pb: groups[1].comm_start_us: out of order; got 10, expected >= 20.25 "
+                           "(groups[0].comm_end_us)");
+  plan = TinyPlan();
+  plan.mutable_groups(0)->set_decode_start_us(19);
+  EXPECT_EQ(Message(plan), "plan.pb: groups[0].decode_start_us: out of order; got 19, expected >= 20.25 "
+                           "(groups[0].comm_end_us)");
+  plan = TinyPlan();
+  plan.mutable_predicted()->set_iteration_us(60);
+  EXPECT_EQ(Message(plan), "plan.pb: predicted.iteration_us: out of order; got 60, expected >= 66 "
+                           "(groups[1].decode_end_us)");
+}
+
+TEST_F(PlanIoTest, RejectsAPayloadTheCompressorDoesNotMake) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_groups(0)->set_payload_bytes(-80);  // wrapped arithmetic
+  EXPECT_EQ(Message(plan), "plan.pb: groups[0].payload_bytes: does not match the compressor; got -80, expected 80 "
+                           "(topk of 1010 elements)");
+  plan = TinyPlan();
+  plan.mutable_groups(1)->mutable_options()->set_compress(false);  // an fp32 group sends 4 bytes an element
+  EXPECT_EQ(Message(plan), "plan.pb: groups[1].payload_bytes: does not match the compressor; got 40, expected 2000 "
+                           "(fp32 of 500 elements)\n"
+                           "plan.pb: groups[1].options.collective: does not match the compressor; got allgather, "
+                           "expected allreduce (fp32)");
 }
 
 }  // namespace

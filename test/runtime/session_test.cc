@@ -300,7 +300,7 @@ TEST(SessionValidation, RejectsPayloadThatDoesNotMatchTheCompressor) {
   auto s = Session::Create(plan, group.Rank(0));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(),
-            "plan: groups[1].payload_bytes: does not match the compressor; got 9, expected 256 (topk, 128 elements)\n"
+            "plan: groups[1].payload_bytes: does not match the compressor; got 9, expected 256 (topk of 128 elements)\n"
             "plan: groups[2].options.collective: does not match the compressor; got allreduce, expected allgather "
             "(topk)");
 }
