@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
+  clang-14 libclang-rt-14-dev
   librsvg2-bin
   libtorch-dev
 )

@@ -118,9 +118,10 @@ void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
   auto memories = MemoryNames();
   if (std::find(memories.begin(), memories.end(), c.memory()) == memories.end())
     p.Add("compressor.memory", "unknown memory; got " + Quoted(c.memory()) + ", expected one of residual, dgc, none");
-  if (info != nullptr && info->uses_ratio && !(c.ratio() > 0 && c.ratio() <= 1)) {
+  if (!(c.ratio() >= 0 && c.ratio() <= 1) || (info != nullptr && info->uses_ratio && c.ratio() == 0)) {
     std::ostringstream os;
-    os << "out of range; got " << c.ratio() << ", expected in (0, 1] for " << c.name();
+    if (info != nullptr && info->uses_ratio) os << "out of range; got " << c.ratio() << ", expected in (0, 1] for " << c.name();
+    else os << "out of range; got " << c.ratio() << ", expected in [0, 1] (unused by " << c.name() << ")";
     p.Add("compressor.ratio", os.str());
   }
 }
@@ -190,7 +191,9 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
       expected_first = std::max(expected_first, g.last_tensor() + 1);
     }
     const CompressorInfo* info = FindCompressor(plan.compressor().name());
-    if (ok && info != nullptr && g.numel() > 0) {
+    const double ratio = plan.compressor().ratio();
+    const bool ratio_ok = info != nullptr && (!info->uses_ratio || (ratio > 0 && ratio <= 1));  // else reported
+    if (ok && ratio_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
       const int64_t expected = g.options().compress() ? PayloadBytes(*info, g.numel(), plan.compressor().ratio())
                                                       : 4 * g.numel();
       if (g.payload_bytes() != expected)
@@ -265,8 +268,19 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
     CheckOrder(p, "predicted.iteration_us", plan.predicted().iteration_us(), Idx("groups", last) + ".decode_end_us",
                plan.groups(last).decode_end_us());
   }
-  for (int i = 0; i < plan.baselines_size(); ++i)
-    if (plan.baselines(i).name().empty()) p.Add(Idx("baselines", i) + ".name", "missing; expected a baseline name");
+  if (plan.has_predicted()) {
+    CheckTime(p, "predicted.backward_us", plan.predicted().backward_us());
+    CheckTime(p, "predicted.encode_us", plan.predicted().encode_us());
+    CheckTime(p, "predicted.comm_us", plan.predicted().comm_us());
+    CheckTime(p, "predicted.decode_us", plan.predicted().decode_us());
+  }
+  for (int i = 0; i < plan.baselines_size(); ++i) {
+    const pb::Baseline& b = plan.baselines(i);
+    if (b.name().empty()) p.Add(Idx("baselines", i) + ".name", "missing; expected a baseline name");
+    if (b.groups() < 1)
+      p.Add(Idx("baselines", i) + ".groups", "must be positive; got " + std::to_string(b.groups()) + ", expected >= 1");
+    CheckTime(p, Idx("baselines", i) + ".iteration_us", b.iteration_us());
+  }
   // The last field written: a plan cut short at a field boundary parses, but lacks it.
   if (!plan.has_search() || plan.search().algorithm().empty())
     p.Add("search", "missing; expected the search statistics (a truncated file?)");

@@ -286,5 +286,25 @@ TEST_F(PlanIoTest, RejectsAPayloadTheCompressorDoesNotMake) {
                            "expected allreduce (fp32)");
 }
 
+// Found by test/fuzz/plan_fuzz.cc: a NaN in a field the loader did not check made the plan
+// differ from itself after a round trip (and printed "nan" in show and diff).
+TEST_F(PlanIoTest, RejectsNonFiniteSummariesBaselinesAndRatios) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_baselines(0)->set_iteration_us(std::nan(""));
+  plan.mutable_baselines(0)->set_groups(0);
+  plan.mutable_predicted()->set_comm_us(-1);
+  EXPECT_EQ(Message(plan), "plan.pb: predicted.comm_us: not a time; got -1, expected a finite number >= 0 "
+                           "(microseconds)\n"
+                           "plan.pb: baselines[0].groups: must be positive; got 0, expected >= 1\n"
+                           "plan.pb: baselines[0].iteration_us: not a time; got nan, expected a finite number >= 0 "
+                           "(microseconds)");
+  plan = TinyPlan();
+  plan.mutable_compressor()->set_name("efsignsgd");
+  plan.mutable_compressor()->set_ratio(std::nan(""));
+  const std::string m = Message(plan);  // then the topk groups' payloads, which efsignsgd does not make
+  EXPECT_EQ(m.substr(0, m.find('\n')),
+            "plan.pb: compressor.ratio: out of range; got nan, expected in [0, 1] (unused by efsignsgd)");
+}
+
 }  // namespace
 }  // namespace cupcake

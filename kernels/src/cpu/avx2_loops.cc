@@ -24,6 +24,7 @@
 #include "../common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define CUPCAKE_X86 1
 #else
@@ -45,7 +46,10 @@ bool IsaSupported(Isa isa) {
   if (isa == Isa::kBaseline) return true;
 #if CUPCAKE_X86
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C through cpuid: clang's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  const bool avx2 = __builtin_cpu_supports("avx2") && f16c;
   if (isa == Isa::kAvx2) return avx2;
   return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl");
@@ -273,7 +277,9 @@ inline uint64_t Spread32(uint64_t x) {
 // GCC 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized on their own
 // _mm512_undefined_* placeholders (a known false positive); silenced for this section only.
 #pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define CUPCAKE_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl")))
 #define CUPCAKE_AVX512_INLINE __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl"), always_inline)) inline
 
