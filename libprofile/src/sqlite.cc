@@ -19,6 +19,9 @@ Status SqliteStatus(int rc, sqlite3* db, const std::string& path, std::string_vi
     case SQLITE_CANTOPEN:
     case SQLITE_PERM: return FailedPreconditionError(message);
     case SQLITE_CONSTRAINT: return AlreadyExistsError(message);
+    case SQLITE_FULL:
+      return UnavailableError(path + ": disk full (" + std::string(what) +
+                              "); this write was rolled back, what was committed before it is kept");
     default: return InternalError(message);
   }
 }

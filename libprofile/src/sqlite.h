@@ -14,7 +14,7 @@
 
 namespace cupcake::profile::internal {
 
-// Maps an SQLite result code: BUSY/LOCKED -> Unavailable, CORRUPT/NOTADB -> DataLoss,
+// Maps an SQLite result code: BUSY/LOCKED/FULL (disk full) -> Unavailable, CORRUPT/NOTADB -> DataLoss,
 // READONLY/CANTOPEN/PERM -> FailedPrecondition, constraint -> AlreadyExists, else Internal.
 Status SqliteStatus(int rc, sqlite3* db, const std::string& path, std::string_view what);
 
