@@ -199,5 +199,39 @@ TEST_F(BinaryTest, CupcakePlanFrame) {
   EXPECT_TRUE(r.err.starts_with("cupcake-plan: unknown command; got 'no-such-command'")) << r.err;
 }
 
+// Issue 10's classes through the real binaries: each ends with exit 1 and a message naming the
+// input, never a crash, a hang, an exit 0 that did nothing, or a file left behind.
+TEST_F(BinaryTest, HostileInputsFailCleanly) {
+  const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
+  const std::string model = testing::ExamplePath("models/resnet50.json");
+  Result r = Invoke(CUPCAKE_PROFILE_BIN, "import --db '' " + profile);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "profile DB path: empty; expected a file name\n");
+
+  r = Invoke(CUPCAKE_PLAN_BIN, "show /dev/zero");  // endless: stops at the input bound
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "/dev/zero: too large; got more than 268435456 bytes, expected at most 268435456 (is it the right "
+                   "file?)\n");
+
+  // A model through a pipe is read once (it used to be read twice, the second time empty).
+  ASSERT_EQ(Invoke(CUPCAKE_PROFILE_BIN, "import --db p.db " + profile).code, 0);
+  r = Invoke("sh", "-c \"cat '" + model + "' | '" + CUPCAKE_PLAN_BIN +
+                       "' search --model /dev/stdin --profile p.db --compressor efsignsgd -o p.pb\"");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("p.pb")));
+
+  // Text that is not UTF-8 is refused where it enters, and reported where a DB holds it.
+  r = Invoke(CUPCAKE_PROFILE_BIN, "kernels --db k.db --device cpu --quick --cluster \"$(printf 'bad\\377name')\"");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(r.err.starts_with("profile \"bad\\xffname\": cluster.name: not valid UTF-8; got \"bad\\xffname\", "
+                                "expected UTF-8 text\n")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("k.db")));
+  r = Invoke("sqlite3", "p.db \"UPDATE cluster SET device = CAST(X'ff41' AS TEXT)\"");
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Invoke(CUPCAKE_PROFILE_BIN, "export --db p.db");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "p.db: cluster.device: not valid UTF-8 in the DB; got \"\\xffA\", expected UTF-8 text\n");
+}
+
 }  // namespace
 }  // namespace cupcake
