@@ -3,6 +3,8 @@
 # machine, from the repository root; logs into OUT_DIR (default ./gpu-results).
 # Libraries: the pack's own first, then the machine's NCCL and CUPTI (found by name), then the
 # pack's fallbacks for what the machine lacks (Open MPI, the CUDA runtime).
+# CUPCAKE_REQUIRE_GPU=1: a GPU case that would skip (no device, no driver, no CUPTI) fails
+# instead (test/gpu_test.h), so a broken driver or CUPTI cannot leave this run green.
 # Usage: bench/gpu/run.sh [PACK] [OUT_DIR]
 set -u
 pack="$(cd "${1:-.gpu-pack}" && pwd)"
@@ -10,6 +12,7 @@ out="${2:-gpu-results}"
 mkdir -p "$out"
 nccl=$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)
 cupti=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
+export CUPCAKE_REQUIRE_GPU=1
 export LD_LIBRARY_PATH="$pack/lib:$(dirname "${nccl:-/none/x}"):$(dirname "${cupti:-/none/x}"):/usr/local/cuda/lib64:$pack/lib-fallback"
 { nvidia-smi; echo "nccl: $nccl"; echo "cupti: $cupti"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH";
   ldd "$pack"/bin/* | grep "not found"; } > "$out/env.txt" 2>&1

@@ -1,5 +1,5 @@
 // The typed compressor suite: every property runs on the CPU reference and, when a GPU is
-// present, on the CUDA kernels (skipped with the reason otherwise).
+// present, on the CUDA kernels (skipped with the reason otherwise; gpu_test.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cupcake/proto/catalogue.h"
+#include "gpu_test.h"
 #include "harness.h"
 
 namespace cupcake::kernels::testing {
@@ -17,10 +18,7 @@ template <typename B>
 class CompressorSuite : public ::testing::Test {
  protected:
   static constexpr Backend kBackend = B::kBackend;
-  void SetUp() override {
-    Status s = BackendAvailable(kBackend);
-    if (!s.ok()) GTEST_SKIP() << "skipping " << BackendName(kBackend) << " cases: " << s.message();
-  }
+  void SetUp() override { CUPCAKE_GPU_OR_SKIP(BackendAvailable(kBackend)); }
   Runner Make(const std::string& name, int64_t n, int world, double ratio = 0.01, const std::string& memory = "",
               uint64_t seed = 7) {
     CompressorConfig c;

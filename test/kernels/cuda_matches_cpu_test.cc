@@ -1,4 +1,5 @@
-// CUDA output against the CPU reference, on the same inputs (skipped without a GPU).
+// CUDA output against the CPU reference, on the same inputs (skipped without a GPU, saying why;
+// failed instead with CUPCAKE_REQUIRE_GPU=1: gpu_test.h).
 // Bit-exact: fp32, fp16, topk, randk, dgc (payloads and decodes; same selection rule, same
 // float operations, no FMA contraction). Within a bound: the compressors with a reduction
 // (qsgd's norm, the sign family's means, terngrad's max is exact): the scale may differ in the
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "cupcake/proto/catalogue.h"
+#include "gpu_test.h"
 #include "harness.h"
 
 namespace cupcake::kernels::testing {
@@ -16,10 +18,7 @@ namespace {
 
 class CudaMatchesCpu : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
-    Status s = BackendAvailable(Backend::kCuda);
-    if (!s.ok()) GTEST_SKIP() << "skipping CUDA cases: " << s.message();
-  }
+  void SetUp() override { CUPCAKE_GPU_OR_SKIP(BackendAvailable(Backend::kCuda)); }
 };
 
 TEST_P(CudaMatchesCpu, OnTheSameInputs) {

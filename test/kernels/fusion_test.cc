@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cupcake/kernels/fusion.h"
+#include "gpu_test.h"
 #include "harness.h"
 
 namespace cupcake::kernels::testing {
@@ -31,8 +32,7 @@ class FusionSuite : public ::testing::Test {
  protected:
   static constexpr Backend kBackend = B::kBackend;
   void SetUp() override {
-    Status s = BackendAvailable(kBackend);
-    if (!s.ok()) GTEST_SKIP() << "skipping " << BackendName(kBackend) << " cases: " << s.message();
+    CUPCAKE_GPU_OR_SKIP(BackendAvailable(kBackend));
     backing_ = MustAllocate(kBackend, 4 * kBackingFloats);
     for (const Layout& l : kLayout) {
       segments_.push_back({backing_.as<float>() + l.offset, l.numel});

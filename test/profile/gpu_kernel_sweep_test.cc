@@ -1,5 +1,6 @@
 // The GPU side of the kernels sweep on a real device (label gpu; every case skips itself with
-// the reason when there is no CUDA device or no CUPTI): CUDA event timing, CUPTI activity
+// the reason when there is no CUDA device or the build has no CUPTI, and fails when present
+// hardware fails or CUPCAKE_REQUIRE_GPU=1: gpu_test.h): CUDA event timing, CUPTI activity
 // records, and a small sweep of every compressor into memory sinks.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
+#include "gpu_test.h"
 
 namespace cupcake::profile {
 namespace {
@@ -21,20 +23,10 @@ class GpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto device = OpenCudaKernelDevice(0);
-    if (!device.ok()) GTEST_SKIP() << "skipping GPU cases: " << device.status().message();
+    CUPCAKE_GPU_OR_SKIP(device.status());
     device_ = std::move(device).value();
   }
-  // CUPTI, or the reason to skip.
-  std::unique_ptr<ActivitySource> Cupti() {
-    auto source = OpenCuptiActivitySource();
-    if (!source.ok()) {
-      skip_reason_ = source.status().message();
-      return nullptr;
-    }
-    return std::move(source).value();
-  }
   std::unique_ptr<KernelDevice> device_;
-  std::string skip_reason_;
 };
 
 constexpr int64_t kBytes = int64_t{64} << 20;
@@ -64,8 +56,9 @@ TEST_F(GpuTest, EventsTimeACopyAtAPlausibleBandwidth) {
 }
 
 TEST_F(GpuTest, CuptiRecordsTheCopiesAndKernelsOfACall) {
-  std::unique_ptr<ActivitySource> cupti = Cupti();
-  if (!cupti) GTEST_SKIP() << "skipping CUPTI cases: " << skip_reason_;
+  auto opened = OpenCuptiActivitySource();
+  CUPCAKE_GPU_OR_SKIP(opened.status());  // a build without CUPTI skips; CUPTI that fails here fails
+  std::unique_ptr<ActivitySource> cupti = std::move(opened).value();
   EXPECT_EQ(OpenCuptiActivitySource().status().code(), StatusCode::kFailedPrecondition);  // one per process
   EXPECT_EQ(cupti->Flush().status().message(), "activity source: Flush() without Start()");
 
@@ -119,8 +112,9 @@ TEST_F(GpuTest, CuptiRecordsTheCopiesAndKernelsOfACall) {
 }
 
 TEST_F(GpuTest, SweepsEveryCompressorWithEventAndKernelTime) {
-  std::unique_ptr<ActivitySource> cupti = Cupti();
-  if (!cupti) GTEST_SKIP() << "skipping CUPTI cases: " << skip_reason_;
+  auto opened = OpenCuptiActivitySource();
+  CUPCAKE_GPU_OR_SKIP(opened.status());  // a build without CUPTI skips; CUPTI that fails here fails
+  std::unique_ptr<ActivitySource> cupti = std::move(opened).value();
   KernelSweepOptions o;
   o.device = pb::GPU;
   o.elements = {1024, 1 << 18};

@@ -15,15 +15,13 @@
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/runtime/communicator.h"
 #include "cupcake/runtime/session.h"
+#include "gpu_test.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                                                  \
-  do {                                                                                                      \
-    if (Status s = kernels::BackendAvailable(kernels::Backend::kCuda); !s.ok()) GTEST_SKIP() << s.message(); \
-  } while (0)
+#define SKIP_WITHOUT_GPU() CUPCAKE_GPU_OR_SKIP(kernels::BackendAvailable(kernels::Backend::kCuda))
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
 

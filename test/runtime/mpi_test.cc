@@ -180,18 +180,34 @@ void RecorderMergesRanks(MpiProcess& mpi, Checks& check, int rank, int world, co
 
 // Rank 1 dies after setup; the others must not hang: mpirun ends the job, or the Synchronize
 // timeout fires and destroying the session aborts the job. Either way the exit is non-zero.
+// Each step prints a line that test/runtime/expect_rank_dies.sh requires, so a job that fails
+// in setup (and so also exits non-zero) does not pass for one that lost a rank.
 int DieTest(MpiProcess& mpi, int rank, int world) {
   const pb::Model model = testing::SmallModel();
   auto comm = mpi.World();
+  if (!comm.ok()) {
+    std::fprintf(stderr, "runtime_mpi_test: FAIL rank %d: %s\n", rank, comm.status().ToString().c_str());
+    return 2;
+  }
   SessionOptions options;
   options.ready_timeout_us = 10e6;
   auto session = Session::Create(testing::MakePlan(model, testing::OneGroup(model), "topk", world),
                                  std::move(comm).value(), options);
-  if (!session.ok()) return 2;
+  if (!session.ok()) {
+    std::fprintf(stderr, "runtime_mpi_test: FAIL rank %d: %s\n", rank, session.status().ToString().c_str());
+    return 2;
+  }
   testing::Gradients grads(model, testing::Layout::kSeparate);
-  (void)testing::RegisterAll(**session, model, grads);
+  if (Status s = testing::RegisterAll(**session, model, grads); !s.ok()) {
+    std::fprintf(stderr, "runtime_mpi_test: FAIL rank %d: %s\n", rank, s.ToString().c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "runtime_mpi_test: rank %d: session set up\n", rank);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 1) std::_Exit(3);
+  if (rank == 1) {
+    std::fprintf(stderr, "runtime_mpi_test: rank 1: exiting with 3\n");
+    std::_Exit(3);
+  }
   for (int i = 0; i < model.tensors_size(); ++i) (void)(*session)->GradientReady(i);
   Status s = (*session)->Synchronize();
   std::fprintf(stderr, "runtime_mpi_test: rank %d: synchronize after a peer died: %s\n", rank, s.ToString().c_str());

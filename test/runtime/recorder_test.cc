@@ -13,6 +13,7 @@
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/kernels/compressor.h"
 #include "cupcake/runtime/cupcake.h"
 
 namespace cupcake::runtime {
@@ -252,7 +253,10 @@ TEST(RecorderKernelTime, SourceErrorsAbandonTheIterationWithTheirMessage) {
   EXPECT_EQ(*r->MedianBackwardUs(), (std::vector<double>{1, 1, 1}));
 }
 
-TEST(RecorderKernelTime, CApiWithoutCuptiOrGpuSaysWhy) {
+// A CUPTI build records an iteration where there is a GPU and says why not where there is none;
+// a build without CUPTI names the fix.
+TEST(RecorderKernelTime, CApiRecordsOnAGpuOrSaysWhyNot) {
+  const Status gpu = kernels::BackendAvailable(kernels::Backend::kCuda);
   cupcake_recorder* rec = nullptr;
   const int rc = cupcake_recorder_create_cupti("mlp", &rec);
   if (rc == CUPCAKE_OK) {  // a CUPTI build: the source opens; one iteration needs a GPU
@@ -260,8 +264,16 @@ TEST(RecorderKernelTime, CApiWithoutCuptiOrGpuSaysWhy) {
     const int begin = cupcake_recorder_begin_backward(rec);
     const int ready = begin == CUPCAKE_OK ? cupcake_recorder_gradient_ready(rec, 0) : begin;
     const std::string m = cupcake_last_error();
+    const std::string path = TempPath("cupti.json");
+    const int written = ready == CUPCAKE_OK ? cupcake_recorder_write(rec, path.c_str()) : ready;
     cupcake_recorder_destroy(rec);
-    if (ready == CUPCAKE_OK) GTEST_SKIP() << "this machine has a GPU: recorded an iteration";
+    std::filesystem::remove(path);
+    if (gpu.ok()) {  // the GPU path must work: one iteration recorded and written
+      EXPECT_EQ(ready, CUPCAKE_OK) << m;
+      EXPECT_EQ(written, CUPCAKE_OK) << cupcake_last_error();
+      return;
+    }
+    EXPECT_NE(ready, CUPCAKE_OK) << "recorded kernel time without a GPU (" << gpu.message() << ")";
     // No GPU: CUPTI (at Start) or CUDA (at the flush's device synchronize) says so.
     EXPECT_TRUE(m.starts_with("recorder: BeginBackward: kernel time: cupti: ") ||
                 m.starts_with("recorder: GradientReady(0): kernel time; iteration 0 abandoned: cuda: "))
@@ -271,6 +283,7 @@ TEST(RecorderKernelTime, CApiWithoutCuptiOrGpuSaysWhy) {
   EXPECT_EQ(rec, nullptr);
   const std::string m = cupcake_last_error();
   if (m.starts_with("cupcake_recorder_create_cupti: cupti: ")) {  // a CUPTI build that CUPTI refuses here
+    EXPECT_FALSE(gpu.ok()) << "CUPTI refused on a machine with a GPU: " << m;
     EXPECT_NE(rc, CUPCAKE_OK);
     return;
   }
