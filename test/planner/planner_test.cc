@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <vector>
 
 #include "cupcake/planner/report.h"
 #include "cupcake/proto/fingerprint.h"
@@ -22,6 +24,16 @@ struct Fixture {
 Fixture RandomFixture(uint64_t seed, int n) {
   std::mt19937_64 rng(seed);
   return {testing::RandomModel(rng, n), testing::RandomProfile(rng)};
+}
+
+// The plan's strategy timed by the test's own restatement of the model (test_problems.h).
+double ReferenceTimeOfPlan(const pb::Plan& plan, const Fixture& f, const PlanRequest& req) {
+  auto problem = MakeProblem(f.model, f.profile, req);
+  EXPECT_TRUE(problem.ok()) << problem.status().ToString();
+  if (!problem.ok()) return -1;
+  std::vector<int> ends;
+  for (const auto& g : plan.groups()) ends.push_back(g.last_tensor());
+  return testing::ReferenceIterationUs(*problem, ends);
 }
 
 TEST(MakePlan, IsDeterministic) {
@@ -67,7 +79,9 @@ TEST(MakePlan, RecordsEverythingTheDesignNames) {
     last_end = g.decode_end_us();
   }
   EXPECT_EQ(next, 12);
-  EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), f.model.forward_us() + last_end + f.model.update_us());
+  const double reference = ReferenceTimeOfPlan(*plan, f, req);
+  EXPECT_NEAR(plan->predicted().iteration_us(), reference, 1e-9 * reference);
+  EXPECT_NEAR(f.model.forward_us() + last_end + f.model.update_us(), reference, 1e-9 * reference);
   for (const auto& b : plan->baselines()) {
     if (b.name() != "fp32_bucket_25mib") {
       EXPECT_LE(plan->predicted().iteration_us(), b.iteration_us()) << b.name();
@@ -95,6 +109,40 @@ TEST(Simulate, ReproducesThePlansPrediction) {
   auto t = Simulate(*plan, f.model, f.profile);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_DOUBLE_EQ(t->iteration_us, plan->predicted().iteration_us());
+  const double reference = ReferenceTimeOfPlan(*plan, f, req);
+  EXPECT_NEAR(t->iteration_us, reference, 1e-9 * reference);
+}
+
+// test_problems.h's instance worked by hand: the plan's groups, their timeline, its prediction,
+// the baselines and Simulate's time are the hand-computed numbers.
+TEST(MakePlan, MatchesTheHandWorkedInstance) {
+  const testing::HandInstance h = testing::HandFusionInstance();
+  auto plan = MakePlan(h.model, h.profile, h.request, SearchOptions{});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->groups_size(), 2);
+  const pb::Group& a = plan->groups(0);
+  const pb::Group& b = plan->groups(1);
+  EXPECT_EQ(a.first_tensor(), 0);
+  EXPECT_EQ(a.last_tensor(), 0);
+  EXPECT_EQ(b.first_tensor(), 1);
+  EXPECT_EQ(b.last_tensor(), 2);
+  // Group {t0}: C = 10, com 24 from 10 to 34. Group {t1,t2}: packed from 30 to C = 31; the
+  // network is busy until 34, so com 28 from 34 to 62; no decode (fp32), so D = F.
+  EXPECT_DOUBLE_EQ(a.encode_end_us(), 10);
+  EXPECT_DOUBLE_EQ(a.comm_start_us(), 10);
+  EXPECT_DOUBLE_EQ(a.comm_end_us(), 34);
+  EXPECT_DOUBLE_EQ(b.encode_end_us(), 31);
+  EXPECT_DOUBLE_EQ(b.comm_start_us(), 34);
+  EXPECT_DOUBLE_EQ(b.comm_end_us(), 62);
+  EXPECT_DOUBLE_EQ(b.decode_end_us(), 62);
+  EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), 167);  // 100 + 62 + 5
+  std::map<std::string, double> baselines;
+  for (const auto& bl : plan->baselines()) baselines[bl.name()] = bl.iteration_us();
+  EXPECT_DOUBLE_EQ(baselines["layerwise"], 187);
+  EXPECT_DOUBLE_EQ(baselines["one_group"], 168.5);
+  auto t = Simulate(*plan, h.model, h.profile);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_DOUBLE_EQ(t->iteration_us, 167);
 }
 
 TEST(Simulate, RejectsPlanForOtherModel) {

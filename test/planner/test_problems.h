@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cupcake/cupcake.pb.h"
+#include "cupcake/planner/cost_model.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
 
@@ -114,6 +115,86 @@ inline pb::Profile AffineProfile(double comm_startup_us, double us_per_byte, dou
     }
   }
   return p;
+}
+
+// A fusion instance small enough to solve by hand: three fp32 tensors of 100 floats (400
+// bytes), backward 10 us each, forward 100, update 5; linear curves on the gpu:
+// allreduce(b) = 20 + 0.01 b us (points 400 -> 24, 1200 -> 32), pack(s) = s / 800 us
+// (points 800 -> 1, 1200 -> 1.5), no unpack curve (0), and fp32 has no encode or decode.
+// The four strategies (group ends), with docs/MODEL.md's recurrences (C, F; D = F here, since
+// every dec is 0), times relative to the start of the backward pass; an fp32 payload is the
+// group's 4 n bytes:
+//   {0,1,2}: enc 0,0,0; com allreduce(400) = 24 each; C = 10,20,30; F = 34,
+//            max(20,34)+24 = 58, max(30,58)+24 = 82              -> 100 + 82 + 5   = 187
+//   {0,2}:   enc 0, pack(800) = 1; com 24, allreduce(800) = 28; C = 10, 30 + 1 = 31;
+//            F = 34, max(31,34)+28 = 62                         -> 100 + 62 + 5   = 167
+//   {1,2}:   enc pack(800) = 1, 0; com 28, 24; C = 20 + 1 = 21, 30 + 1 = 31;
+//            F = 49, max(31,49)+24 = 73                         -> 100 + 73 + 5   = 178
+//   {2}:     enc pack(1200) = 1.5; com 32; C = 31.5; F = 63.5   -> 100 + 63.5 + 5 = 168.5
+// The optimum is {0,2} at 167.
+struct HandInstance {
+  pb::Model model;
+  pb::Profile profile;
+  PlanRequest request;
+};
+
+inline HandInstance HandFusionInstance() {
+  HandInstance h;
+  h.model.set_name("hand3");
+  h.model.set_forward_us(100);
+  h.model.set_update_us(5);
+  for (int i = 0; i < 3; ++i) {
+    auto* t = h.model.add_tensors();
+    t->set_name("t" + std::to_string(i));
+    t->set_numel(100);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(10);
+  }
+  h.profile.mutable_cluster()->set_name("hand");
+  h.profile.mutable_cluster()->set_nodes(1);
+  h.profile.mutable_cluster()->set_devices_per_node(2);
+  pb::Curve ar = MakeCurve(pb::COMM, {{400, 24}, {1200, 32}});
+  ar.set_comm_op(pb::ALLREDUCE);
+  ar.set_scope(pb::GLOBAL);
+  *h.profile.add_curves() = ar;
+  pb::Curve pack = MakeCurve(pb::COPY, {{800, 1}, {1200, 1.5}});
+  pack.set_copy_op(pb::PACK);
+  pack.set_device(pb::GPU);
+  *h.profile.add_curves() = pack;
+  h.request.compressor = "fp32";
+  h.request.device = pb::GPU;
+  return h;
+}
+
+// docs/MODEL.md's iteration time restated term by term, one group at a time (no GroupPricer,
+// no CurveCursor, no Evaluate): the independent check of the search's and the plan's times.
+// Uses only the curves and sizes MakeProblem resolved and the catalogue's payload formula.
+inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& group_ends) {
+  double enc_sum = 0, f = 0, backward = 0;
+  std::vector<double> ready, dec;
+  int first = 0;
+  for (int last : group_ends) {
+    int64_t n = 0, s = 0;
+    for (int i = first; i <= last; ++i) {
+      n += p.numel[static_cast<size_t>(i)];
+      s += p.bytes[static_cast<size_t>(i)];
+      backward += p.backward_us[static_cast<size_t>(i)];
+    }
+    const bool fused = last > first;
+    const double enc = (fused ? p.pack.At(static_cast<double>(s)) : 0.0) +
+                       (p.compress ? p.encode.At(static_cast<double>(n)) : 0.0);
+    const double com = p.comm.At(static_cast<double>(PayloadBytes(*p.compressor, n, p.ratio)));
+    dec.push_back((p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) +
+                  (fused ? p.unpack.At(static_cast<double>(s)) : 0.0));
+    enc_sum += enc;
+    const double c = backward + enc_sum;  // C_k
+    f = std::max(c, f) + com;              // F_k
+    ready.push_back(f);
+    first = last + 1;
+  }
+  double d = backward + enc_sum;  // D_0 = C_K
+  for (size_t k = 0; k < dec.size(); ++k) d = std::max(d, ready[k]) + dec[k];
+  return p.forward_us + d + p.update_us;
 }
 
 }  // namespace cupcake::planner::testing
