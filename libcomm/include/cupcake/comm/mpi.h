@@ -1,0 +1,38 @@
+// MPI: the process state as a scope object made in main and passed down, and communicators on
+// MPI communicators (host memory).
+#pragma once
+
+#include <memory>
+
+#include "cupcake/comm/communicator.h"
+#include "cupcake/proto/status.h"
+
+namespace cupcake::comm {
+
+// MpiProcess: MPI_Init_thread on creation (MPI_THREAD_MULTIPLE requested, at least
+// MPI_THREAD_SERIALIZED required: a runtime Session makes its collectives on a thread of its
+// own), MPI_Finalize on destruction; at most one per process, made in main. Errors on
+// MPI_COMM_WORLD return (MPI_ERRORS_RETURN) as Status.
+class MpiProcess {
+ public:
+  virtual ~MpiProcess() = default;
+  // A communicator on a duplicate of MPI_COMM_WORLD; must not outlive this object.
+  virtual StatusOr<std::unique_ptr<Communicator>> World() = 0;
+};
+
+// Initializes MPI. FailedPrecondition when this build has no MPI (CUPCAKE_WITH_MPI=OFF) or the
+// library gives less than MPI_THREAD_SERIALIZED.
+StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv);
+
+// A communicator on one the job already owns: `mpi_comm` points to the job's MPI_Comm
+// (nullptr: MPI_COMM_WORLD). It is duplicated (MPI_Comm_dup), so our traffic never mixes with
+// the job's, and the duplicate is freed on destruction. MPI must be initialized with at least
+// MPI_THREAD_SERIALIZED; with SERIALIZED the job must make no MPI call while a collective of
+// ours may run.
+StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm);
+
+// Whether this build has MPI, and whether MPI is initialized in this process (false without MPI).
+bool BuiltWithMpi();
+bool MpiInitialized();
+
+}  // namespace cupcake::comm

@@ -1,0 +1,220 @@
+// MpiCommunicator: the collectives on host memory over an MPI communicator of our own (a
+// duplicate of the job's, or a Split of one). MPI has no half types: float16 and bfloat16
+// travel as MPI_UINT16_T and are reduced by user-defined operations that apply ReduceInto,
+// the reduction every host backend shares.
+#include "mpi/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+
+#include "../common.h"
+
+namespace cupcake::comm::internal {
+namespace {
+
+// The one place MPI error codes become a Status: the call, MPI's message, rank and host.
+Status MpiError(const char* call, int code, int rank, const std::string& host) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  return UnavailableError(std::string(call) + ": " +
+                          (len > 0 ? std::string(text, static_cast<size_t>(len)) : "error " + std::to_string(code)) +
+                          RankOnHost(rank, host));
+}
+
+#define CUPCAKE_MPI_RETURN_IF_ERROR(call, rank, host)                                           \
+  do {                                                                                          \
+    if (const int cupcake_mpi_rc_ = (call); cupcake_mpi_rc_ != MPI_SUCCESS)                     \
+      return ::cupcake::comm::internal::MpiError(#call, cupcake_mpi_rc_, rank, host);           \
+  } while (0)
+
+std::string ProcessorName() {
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS) return "?";
+  return std::string(name, static_cast<size_t>(len));
+}
+
+void SumFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
+  ReduceInto(in, inout, *len, DataType::kFloat16, ReduceOp::kSum);
+}
+void SumBFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
+  ReduceInto(in, inout, *len, DataType::kBFloat16, ReduceOp::kSum);
+}
+void MaxBFloat16(void* in, void* inout, int* len, MPI_Datatype*) {
+  ReduceInto(in, inout, *len, DataType::kBFloat16, ReduceOp::kMax);
+}
+
+MPI_Datatype Type(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat16: return MPI_UINT16_T;
+    case DataType::kBFloat16: return MPI_UINT16_T;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kUint8: return MPI_UINT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Owns `comm` and the user-defined operations.
+  MpiCommunicator(MPI_Comm comm, std::string host) : comm_(comm), host_(std::move(host)) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Op_create(&SumFloat16, /*commute=*/1, &sum_f16_);
+    MPI_Op_create(&SumBFloat16, 1, &sum_bf16_);
+    MPI_Op_create(&MaxBFloat16, 1, &max_bf16_);
+  }
+  ~MpiCommunicator() override {
+    for (MPI_Op* op : {&sum_f16_, &sum_bf16_, &max_bf16_}) MPI_Op_free(op);
+    MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& host() const override { return host_; }
+  std::string library() const override {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    std::string s(v, static_cast<size_t>(len));
+    if (auto cut = s.find_first_of(",\n"); cut != std::string::npos) s.resize(cut);
+    return s;
+  }
+
+  Status Barrier() override {
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Barrier(comm_), rank_, host_);
+    return Status::Ok();
+  }
+  Status Broadcast(void* buf, int64_t bytes, int root) override {
+    CUPCAKE_RETURN_IF_ERROR(Count("Broadcast", bytes));
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_), rank_, host_);
+    return Status::Ok();
+  }
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
+    CUPCAKE_RETURN_IF_ERROR(Count("Allreduce", count));
+    CUPCAKE_RETURN_IF_ERROR(CheckReduce("Allreduce", type, op, rank_, host_));
+    if (send == recv) send = MPI_IN_PLACE;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Allreduce(send, recv, static_cast<int>(count), Type(type), Op(type, op), comm_),
+                                rank_, host_);
+    return Status::Ok();
+  }
+  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    CUPCAKE_RETURN_IF_ERROR(Count("Allgather", bytes_per_rank));
+    const int n = static_cast<int>(bytes_per_rank);
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_), rank_, host_);
+    return Status::Ok();
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
+    CUPCAKE_RETURN_IF_ERROR(Count("ReduceScatter", count_per_rank));
+    CUPCAKE_RETURN_IF_ERROR(CheckReduce("ReduceScatter", type, op, rank_, host_));
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count_per_rank), Type(type),
+                                                         Op(type, op), comm_),
+                                rank_, host_);
+    return Status::Ok();
+  }
+  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
+    CUPCAKE_RETURN_IF_ERROR(Count("Alltoall", bytes_per_rank));
+    const int n = static_cast<int>(bytes_per_rank);
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_), rank_, host_);
+    return Status::Ok();
+  }
+  Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                   std::span<const int64_t> recv_bytes) override {
+    CUPCAKE_RETURN_IF_ERROR(CheckAlltoallv(send_bytes, recv_bytes, size_, rank_, host_));
+    std::vector<int> sc(static_cast<size_t>(size_)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+    int64_t s_at = 0, r_at = 0;
+    for (size_t j = 0; j < sc.size(); ++j) {
+      CUPCAKE_RETURN_IF_ERROR(Count("Alltoallv", s_at + send_bytes[j]));
+      CUPCAKE_RETURN_IF_ERROR(Count("Alltoallv", r_at + recv_bytes[j]));
+      sc[j] = static_cast<int>(send_bytes[j]);
+      sd[j] = static_cast<int>(s_at);
+      rc[j] = static_cast<int>(recv_bytes[j]);
+      rd[j] = static_cast<int>(r_at);
+      s_at += send_bytes[j];
+      r_at += recv_bytes[j];
+    }
+    CUPCAKE_MPI_RETURN_IF_ERROR(
+        MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_), rank_, host_);
+    return Status::Ok();
+  }
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    MPI_Comm out = MPI_COMM_NULL;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), rank_, host_);
+    if (out == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
+    return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(out, host_));
+  }
+  void Abort(const std::string& reason) override {
+    std::fprintf(stderr, "cupcake: aborting the MPI job: %s%s\n", reason.c_str(), RankOnHost(rank_, host_).c_str());
+    MPI_Abort(comm_, 1);
+  }
+
+ private:
+  Status Count(std::string_view call, int64_t count) const { return CheckCount(call, count, INT_MAX, rank_, host_); }
+  MPI_Op Op(DataType type, ReduceOp op) const {
+    if (type == DataType::kFloat16) return sum_f16_;  // max refused by CheckReduce
+    if (type == DataType::kBFloat16) return op == ReduceOp::kSum ? sum_bf16_ : max_bf16_;
+    return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+  }
+
+  MPI_Comm comm_;
+  std::string host_;
+  int rank_ = 0;
+  int size_ = 1;
+  MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL, max_bf16_ = MPI_OP_NULL;
+};
+
+class MpiProcessImpl final : public MpiProcess {
+ public:
+  ~MpiProcessImpl() override { MPI_Finalize(); }
+  StatusOr<std::unique_ptr<Communicator>> World() override { return MakeMpiCommunicator(nullptr); }
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MpiProcess>> MakeMpiProcess(int* argc, char*** argv) {
+  int provided = 0;
+  CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), -1, "?");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  auto process = std::make_unique<MpiProcessImpl>();  // finalizes MPI on every path out
+  if (provided < MPI_THREAD_SERIALIZED)
+    return FailedPreconditionError("MPI_Init_thread: thread support too low; got level " + std::to_string(provided) +
+                                   ", expected MPI_THREAD_SERIALIZED or more (a runtime Session makes its collectives "
+                                   "on a thread of its own)");
+  return std::unique_ptr<MpiProcess>(std::move(process));
+}
+
+bool MpiInitialized() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm) {
+  if (!MpiInitialized())
+    return FailedPreconditionError("MPI communicator: MPI is not initialized; expected MPI_Init_thread (or InitMpi) first");
+  const std::string host = ProcessorName();
+  MPI_Comm parent = mpi_comm == nullptr ? MPI_COMM_WORLD : *static_cast<const MPI_Comm*>(mpi_comm);
+  int rank = -1;
+  MPI_Comm_rank(parent, &rank);
+  int provided = 0;
+  CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Query_thread(&provided), rank, host);
+  if (provided < MPI_THREAD_SERIALIZED)
+    return FailedPreconditionError("MPI communicator: thread support too low; got level " + std::to_string(provided) +
+                                   ", expected MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE (a runtime Session makes "
+                                   "its collectives on a thread of its own; use MPI_Init_thread)" +
+                                   RankOnHost(rank, host));
+  MPI_Comm comm = MPI_COMM_NULL;
+  CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Comm_dup(parent, &comm), rank, host);
+  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(comm, host));
+}
+
+}  // namespace cupcake::comm::internal

@@ -1,0 +1,51 @@
+// The backend suite over MPI: run under mpirun (ctest: comm_mpi_np2, comm_mpi_np4), each
+// process one rank of MPI_COMM_WORLD, every case on the world and on its splits. A failing
+// check on any rank fails that rank's process, so mpirun exits non-zero.
+#include <cstdlib>
+
+#include "cases.h"
+#include "cupcake/comm/mpi.h"
+
+namespace cupcake::comm::testing {
+namespace {
+
+Communicator* world = nullptr;  // set by main, for the tests of this process
+
+class MpiSuite : public ::testing::TestWithParam<int> {};
+
+TEST_P(MpiSuite, PassesTheBackendCase) {
+  ASSERT_NE(world, nullptr);
+  const Case c = Cases()[static_cast<size_t>(GetParam())];
+  c.run(*world);
+  EXPECT_TRUE(world->Barrier().ok());  // no rank runs ahead into the next case
+}
+
+INSTANTIATE_TEST_SUITE_P(World, MpiSuite, ::testing::Range(0, static_cast<int>(Cases().size())),
+                         [](const auto& info) { return Cases()[static_cast<size_t>(info.param)].name; });
+
+TEST(MpiWorld, NamesTheLibraryAndTheHost) {
+  EXPECT_TRUE(world->library().starts_with("Open MPI") || world->library().starts_with("MPICH")) << world->library();
+  EXPECT_FALSE(world->host().empty());
+  EXPECT_EQ(world->memory(), MemoryKind::kHost);
+}
+
+}  // namespace
+}  // namespace cupcake::comm::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto mpi = cupcake::comm::InitMpi(&argc, &argv);
+  if (!mpi.ok()) {
+    std::fprintf(stderr, "comm_mpi_test: %s\n", mpi.status().message().c_str());
+    return 1;
+  }
+  auto w = (*mpi)->World();
+  if (!w.ok()) {
+    std::fprintf(stderr, "comm_mpi_test: %s\n", w.status().message().c_str());
+    return 1;
+  }
+  cupcake::comm::testing::world = w->get();
+  const int failed = RUN_ALL_TESTS();
+  w->reset();
+  return failed;
+}
