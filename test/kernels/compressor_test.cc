@@ -10,9 +10,45 @@
 #include "cupcake/proto/catalogue.h"
 #include "gpu_test.h"
 #include "harness.h"
+#include "scalar_reference.h"
 
 namespace cupcake::kernels::testing {
 namespace {
+
+namespace ref = ::cupcake::kernels::reference;
+
+// A backend's payload against the scalar definition's: bit for bit where the definition fixes
+// every bit; the reductions (qsgd's norm, the sign family's mean magnitude, onebit's two means)
+// within 1e-5 relative, since they may be summed in another order; qsgd's levels off by at
+// most one, and only where the rounding threshold sits between the two norms (<= 1 in 1000).
+void ExpectMatchesDefinition(const std::string& name, int64_t n, const std::vector<std::byte>& got,
+                             const std::vector<std::byte>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  size_t exact = got.size();
+  std::vector<size_t> reductions;
+  if (name == "qsgd") {
+    exact = 0;
+    reductions = {static_cast<size_t>(n)};
+    int64_t off_by_one = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int d = std::abs(static_cast<int8_t>(got[i]) - static_cast<int8_t>(want[i]));
+      ASSERT_LE(d, 1) << "level " << i;
+      off_by_one += d;
+    }
+    EXPECT_LE(off_by_one, std::max<int64_t>(1, n / 1000));
+  } else if (name == "signsgd" || name == "efsignsgd" || name == "signum") {
+    exact = static_cast<size_t>((n + 7) / 8);
+    reductions = {exact};
+  } else if (name == "onebit") {
+    exact = static_cast<size_t>((n + 7) / 8);
+    reductions = {exact, exact + 4};
+  }
+  for (size_t i = 0; i < exact; ++i) ASSERT_EQ(got[i], want[i]) << "payload byte " << i << " of " << got.size();
+  for (size_t at : reductions) {
+    const float g = ref::GetF(got.data() + at), w = ref::GetF(want.data() + at);
+    EXPECT_NEAR(g, w, 1e-5 * std::fabs(w)) << "f32 at byte " << at;
+  }
+}
 
 template <typename B>
 class CompressorSuite : public ::testing::Test {
@@ -50,6 +86,48 @@ TYPED_TEST(CompressorSuite, PayloadSizeMatchesCatalogue) {
           for (int i = 1; i < w; ++i) in.insert(in.end(), p.begin(), p.end());
         auto out = r.Decode(in, 0);
         for (float v : out) EXPECT_TRUE(std::isfinite(v));
+      }
+    }
+  }
+}
+
+// Every compressor against the plain restatement of its definition (scalar_reference.h), for
+// awkward n and both ratios: each of W ranks' payloads (ExpectMatchesDefinition), and the
+// decode of what they sent (allreduce sums by the reference's own loops) against the
+// reference's average of the same payloads.
+TYPED_TEST(CompressorSuite, MatchesTheScalarDefinition) {
+  const int w = 3;
+  const uint64_t seed = 41, iteration = 3;
+  for (auto name_view : CompressorNames()) {
+    const std::string name(name_view);
+    const bool sparse = name == "topk" || name == "randk" || name == "dgc";
+    const std::string memory = name == "dgc" ? "dgc" : "none";  // dgc's memory at step 0 is g
+    for (int64_t n : {1, 9, 1000, 4099}) {
+      for (double ratio : {0.01, 0.3}) {
+        if (!sparse && ratio != 0.01) continue;
+        SCOPED_TRACE(name + " n=" + std::to_string(n) + " ratio=" + std::to_string(ratio));
+        std::vector<std::vector<std::byte>> sent;
+        for (int r = 0; r < w; ++r) {
+          const std::vector<float> g = RandomVector(n, static_cast<uint32_t>(10 + r));
+          // Each rank on its own compressor at iteration 0: the memory's state is the zero one.
+          Runner run = this->Make(name, n, w, ratio, memory, seed);
+          sent.push_back(run.Encode(g, iteration));
+          ExpectMatchesDefinition(name, n, sent.back(), ref::Encode(name, g, w, ratio, seed, iteration));
+        }
+        const pb::CommOp collective = FindCompressor(name)->collective;
+        const std::vector<std::byte> in = collective == pb::ALLGATHER ? Concat(sent)
+                                          : name == "fp16"             ? ref::SumHalves(sent)
+                                                                       : ref::SumFloats(sent);
+        Runner run = this->Make(name, n, w, ratio, memory, seed);
+        const std::vector<float> out = run.Decode(in, iteration);
+        const std::vector<double> avg = ref::Average(name, sent, static_cast<size_t>(n), ratio, seed, iteration);
+        for (int64_t i = 0; i < n; ++i) {
+          if (name == "fp16") {  // the reduced halves, exactly
+            ASSERT_EQ(out[i], ref::HalfValue(ref::GetH(in.data() + 2 * i))) << i;
+          } else {
+            ASSERT_NEAR(out[i], avg[i], 1e-5 * (1.0 + std::fabs(avg[i]))) << i;
+          }
+        }
       }
     }
   }
@@ -164,28 +242,52 @@ TYPED_TEST(CompressorSuite, RandkRanksShareDistinctIndices) {
   auto pa = a.Encode(ga, 5), pb = b.Encode(gb, 5);
   std::set<uint32_t> idx;
   for (int64_t j = 0; j < k; ++j) {
-    const uint32_t i = RandkIndex(99, 5, n, static_cast<uint32_t>(j));
+    const uint32_t i = ref::RandkIndex(99, 5, n, static_cast<uint32_t>(j));
     ASSERT_LT(i, n);
     idx.insert(i);
     EXPECT_EQ(LoadF(pa, 4 * j), ga[i]);
     EXPECT_EQ(LoadF(pb, 4 * j), gb[i]);
   }
   EXPECT_EQ(static_cast<int64_t>(idx.size()), k);  // distinct
-  std::vector<float> sa(k), sb(k);
-  std::memcpy(sa.data(), pa.data(), 4 * k);
-  std::memcpy(sb.data(), pb.data(), 4 * k);
-  SumFp32Payloads(sa.data(), sb.data(), k);
-  std::vector<std::byte> reduced(4 * k);
-  std::memcpy(reduced.data(), sb.data(), 4 * k);
-  auto out = a.Decode(reduced, 5);
+  auto out = a.Decode(ref::SumFloats({pa, pb}), 5);
   for (int64_t i = 0; i < n; ++i) {
     const float want = idx.count(static_cast<uint32_t>(i)) ? (ga[i] + gb[i]) / 2.0f : 0.0f;
     ASSERT_EQ(out[i], want) << i;
   }
   // Another iteration picks another set.
   int same = 0;
-  for (int64_t j = 0; j < k; ++j) same += idx.count(RandkIndex(99, 6, n, static_cast<uint32_t>(j)));
+  for (int64_t j = 0; j < k; ++j) same += idx.count(ref::RandkIndex(99, 6, n, static_cast<uint32_t>(j)));
   EXPECT_LT(same, k / 2);
+}
+
+// The exposed RandkIndex (what tools and the runtime's tests may call) is the keyed Feistel
+// permutation of the definition, at small, odd and large n.
+TEST(RandkIndex, IsTheKeyedFeistelPermutation) {
+  for (uint32_t n : {1u, 2u, 3u, 5u, 1000u, 5000u, 65537u, 2147483647u}) {
+    for (uint64_t seed : {0ull, 99ull, 0xffffffffffffffffull}) {
+      for (uint64_t it : {0ull, 5ull, 1ull << 40}) {
+        for (uint32_t j = 0; j < std::min(n, 64u); ++j)
+          ASSERT_EQ(RandkIndex(seed, it, n, j), ref::RandkIndex(seed, it, n, j)) << n << " " << seed << " " << it << " " << j;
+      }
+    }
+  }
+}
+
+// The reference's binary16 rounding itself, on hand-checked values: ties to even, subnormals,
+// overflow to Inf.
+TEST(ScalarReference, HalfRoundsToNearestEven) {
+  EXPECT_EQ(ref::HalfOf(1.0f), 0x3c00);
+  EXPECT_EQ(ref::HalfOf(-2.0f), 0xc000);
+  EXPECT_EQ(ref::HalfOf(65504.0f), 0x7bff);
+  EXPECT_EQ(ref::HalfOf(65519.0f), 0x7bff);
+  EXPECT_EQ(ref::HalfOf(65520.0f), 0x7c00);
+  EXPECT_EQ(ref::HalfOf(1.0f + 1.0f / 2048), 0x3c00);      // a tie: to the even 1.0
+  EXPECT_EQ(ref::HalfOf(1.0f + 3.0f / 2048), 0x3c02);      // a tie: to the even 1 + 2/1024
+  EXPECT_EQ(ref::HalfOf(std::ldexp(1.0f, -24)), 0x0001);   // the smallest subnormal
+  EXPECT_EQ(ref::HalfOf(std::ldexp(1.0f, -25)), 0x0000);   // a tie with 0: to even
+  EXPECT_EQ(ref::HalfOf(std::ldexp(1023.0f, -24)), 0x03ff);
+  EXPECT_EQ(ref::HalfOf(std::ldexp(2047.0f, -25)), 0x0400);  // rounds up into the normals
+  for (uint32_t h = 0; h < 0x7c00; ++h) ASSERT_EQ(ref::HalfOf(ref::HalfValue(static_cast<uint16_t>(h))), h);
 }
 
 TYPED_TEST(CompressorSuite, SignFamilyBitsAndScale) {
