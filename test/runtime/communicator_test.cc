@@ -9,6 +9,7 @@
 
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/runtime/communicator.h"
+#include "kernels/scalar_reference.h"
 
 namespace cupcake::runtime {
 namespace {
@@ -30,17 +31,12 @@ std::vector<std::byte> Input(int rank, int64_t count, ReduceType type) {
   return out;
 }
 
-// The sum in rank order with the kernels' payload sums (what every rank must get).
+// The sum in rank order, by the test's own loops (kernels/scalar_reference.h: float adds, or
+// every partial sum rounded to a half): what every rank must get.
 std::vector<std::byte> RankOrderSum(int world, int64_t count, ReduceType type) {
-  std::vector<std::byte> sum = Input(0, count, type);
-  for (int r = 1; r < world; ++r) {
-    const std::vector<std::byte> in = Input(r, count, type);
-    if (type == ReduceType::kFloat16)
-      kernels::SumFp16Payloads(in.data(), sum.data(), count);
-    else
-      kernels::SumFp32Payloads(reinterpret_cast<const float*>(in.data()), reinterpret_cast<float*>(sum.data()), count);
-  }
-  return sum;
+  std::vector<std::vector<std::byte>> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(Input(r, count, type));
+  return type == ReduceType::kFloat16 ? kernels::reference::SumHalves(inputs) : kernels::reference::SumFloats(inputs);
 }
 
 TEST(InProcessGroup, AllreduceInPlaceEqualsOutOfPlaceAndTheRankOrderSum) {

@@ -13,6 +13,7 @@
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/runtime/session.h"
+#include "kernels/scalar_reference.h"
 
 namespace cupcake::runtime::testing {
 
@@ -134,9 +135,20 @@ void FillGradients(Grads& grads, int rank, int iteration) {
       grads[t][j] = TestGradient(rank, iteration, static_cast<int>(t), static_cast<int64_t>(j));
 }
 
+// The seed group `group` uses on `rank`, restated from the formula documented in
+// cupcake/runtime/session.h (not the runtime's GroupSeed, which session_test checks against
+// hand-computed values): plan_seed + group * 0x9E3779B97F4A7C15, plus the rank for allgather
+// compressors (independent rounding), the same on every rank for allreduce ones (randk).
+inline uint64_t ExpectedGroupSeed(uint64_t plan_seed, int group, int rank, bool allreduce) {
+  const uint64_t shared = plan_seed + static_cast<uint64_t>(group) * 0x9E3779B97F4A7C15ull;
+  return allreduce ? shared : shared + static_cast<uint64_t>(rank);
+}
+
 // The expected result of every step, computed from every rank's payloads with the kernels of
 // `backend` (kCuda: the CUDA compressors, staged through device buffers; the payloads are summed
-// or laid side by side on the host, in rank order).
+// by the test's own loops (kernels/scalar_reference.h) or laid side by side on the host, in rank
+// order). The compressors themselves are checked against their definitions in the kernels'
+// suite; what this checks is the runtime around them: grouping, seeds, collectives, memory.
 class Reference {
  public:
   Reference(const pb::Plan& plan, int world, kernels::Backend backend = kernels::Backend::kCpu)
@@ -153,7 +165,7 @@ class Reference {
         c.n = pg.numel();
         c.world_size = world;
         c.ratio = spec.ratio() > 0 ? spec.ratio() : kDefaultRatio;
-        c.seed = GroupSeed(spec.seed(), k, r, FindCompressor(c.name)->collective == pb::ALLREDUCE);
+        c.seed = ExpectedGroupSeed(spec.seed(), k, r, FindCompressor(c.name)->collective == pb::ALLREDUCE);
         auto comp = kernels::MakeCompressor(c, backend);
         if (!comp.ok()) std::abort();
         g.state.push_back(Zeroed(4 * (*comp)->state_floats()));
@@ -189,15 +201,12 @@ class Reference {
       }
       std::vector<std::byte> input;
       if (layout.allreduce) {
-        input.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(pb));
-        for (int r = 1; r < world_; ++r) {
-          const std::byte* in = all.data() + pb * static_cast<size_t>(r);
-          if (layout.kind == kernels::CompressorKind::kFp16)
-            kernels::SumFp16Payloads(in, input.data(), static_cast<int64_t>(pb / 2));
-          else
-            kernels::SumFp32Payloads(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(input.data()),
-                                     static_cast<int64_t>(pb / 4));
-        }
+        std::vector<std::vector<std::byte>> per_rank;
+        for (int r = 0; r < world_; ++r)
+          per_rank.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(pb * static_cast<size_t>(r)),
+                                all.begin() + static_cast<std::ptrdiff_t>(pb * static_cast<size_t>(r + 1)));
+        input = layout.kind == kernels::CompressorKind::kFp16 ? kernels::reference::SumHalves(per_rank)
+                                                              : kernels::reference::SumFloats(per_rank);
       } else {
         input = all;
       }

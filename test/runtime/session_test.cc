@@ -137,6 +137,23 @@ INSTANTIATE_TEST_SUITE_P(AllCompressors, MatchesReference, ::testing::ValuesIn(A
                                   std::to_string(p.param.world) + "_" + testing::LayoutName(p.param.layout);
                          });
 
+// The seeds, against values computed by hand from the formula in session.h:
+// 2 * 0x9E3779B97F4A7C15 = 0x13C6EF372FE94F82A, which wraps to 0x3C6EF372FE94F82A.
+TEST(GroupSeed, IsPlanSeedPlusGroupTimesGoldenPlusRankForAllgather) {
+  EXPECT_EQ(GroupSeed(7, 0, 0, false), 7u);
+  EXPECT_EQ(GroupSeed(7, 0, 3, false), 10u);   // allgather (qsgd, terngrad): each rank its own
+  EXPECT_EQ(GroupSeed(7, 0, 3, true), 7u);     // allreduce (randk): the same on every rank
+  EXPECT_EQ(GroupSeed(7, 1, 0, true), 0x9E3779B97F4A7C1Cull);
+  EXPECT_EQ(GroupSeed(7, 2, 3, false), 0x3C6EF372FE94F834ull);
+  EXPECT_EQ(GroupSeed(7, 2, 3, true), 0x3C6EF372FE94F831ull);
+  EXPECT_EQ(GroupSeed(0xFFFFFFFFFFFFFFFFull, 0, 1, false), 0u);  // wraps, as unsigned arithmetic
+  // The tests' reference uses the same documented formula (runtime_test_util.h).
+  for (int group : {0, 1, 5})
+    for (int rank : {0, 1, 3})
+      for (bool allreduce : {false, true})
+        EXPECT_EQ(GroupSeed(42, group, rank, allreduce), testing::ExpectedGroupSeed(42, group, rank, allreduce));
+}
+
 TEST(Session, Fp32GivesExactlyTheAverage) {
   const pb::Model model = SmallModel();
   for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
