@@ -50,7 +50,7 @@
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
-#include "cupcake/runtime/communicator.h"
+#include "cupcake/comm/mpi.h"
 #include "cupcake/runtime/session.h"
 #include "bench_plans.h"
 
@@ -172,12 +172,12 @@ struct Row {
 int main(int argc, char** argv) {
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
-  auto mpi_or = rt::InitMpi(&argc, &argv);
+  auto mpi_or = cupcake::comm::InitMpi(&argc, &argv);
   if (!mpi_or.ok()) {
     std::fprintf(stderr, "runtime_bench: %s\n", mpi_or.status().message().c_str());
     return 1;
   }
-  std::unique_ptr<rt::MpiProcess> mpi = std::move(mpi_or).value();
+  std::unique_ptr<cupcake::comm::MpiProcess> mpi = std::move(mpi_or).value();
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -38,7 +38,7 @@
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
-#include "cupcake/runtime/communicator.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/session.h"
 
 #ifndef CUPCAKE_SOURCE_DIR
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   // The sessions: fp32 one group (flat and separate), the compressor's groupings.
   auto make = [&](const std::string& name, const Plan& plan, bool separate) {
     Registered r;
-    r.session = Value(rt::Session::Create(plan, Value(rt::MakeNcclCommunicator(nullptr), name)), name);
+    r.session = Value(rt::Session::Create(plan, Value(cupcake::comm::MakeNcclCommunicator(nullptr), name)), name);
     for (int i = 0; i < model.tensors_size(); ++i) {
       float* p = flat + offsets[static_cast<size_t>(i)];
       if (separate) {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cupcake/runtime/communicator.h"
+#include "cupcake/comm/mpi.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 
@@ -98,7 +98,7 @@ int Fail(const std::string& what, const cupcake::Status& s) {
 
 int main(int argc, char** argv) {
   // MPI's process state is made here and passed down; sessions are destroyed before it.
-  auto mpi = cupcake::runtime::InitMpi(&argc, &argv);
+  auto mpi = cupcake::comm::InitMpi(&argc, &argv);
   if (!mpi.ok()) return Fail("MPI", mpi.status());
   auto world = (*mpi)->World();
   if (!world.ok()) return Fail("MPI", world.status());

@@ -19,8 +19,14 @@ Status Malloc(void** ptr, int64_t size_bytes) {
 
 void Free(void* ptr) { (void)cudaFree(ptr); }
 
+// Buffer's copies and fill are complete when they return, for every stream: cudaMemcpy from
+// pageable memory may return before the DMA has landed, and cudaMemset returns before the
+// device has run it, while work on a non-blocking stream (the runtime's, NCCL's) is not
+// ordered after the legacy stream. So each is enqueued on the legacy stream and waited for.
 Status CopyToDevice(void* dst, const void* src, int64_t size_bytes) {
-  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, static_cast<size_t>(size_bytes), cudaMemcpyHostToDevice));
+  CUPCAKE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, static_cast<size_t>(size_bytes), cudaMemcpyHostToDevice, cudaStreamLegacy));
+  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return Status::Ok();
 }
 
@@ -30,7 +36,8 @@ Status CopyToHost(void* dst, const void* src, int64_t size_bytes) {
 }
 
 Status Memset(void* ptr, int64_t size_bytes) {
-  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemset(ptr, 0, static_cast<size_t>(size_bytes)));
+  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(ptr, 0, static_cast<size_t>(size_bytes), cudaStreamLegacy));
+  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return Status::Ok();
 }
 

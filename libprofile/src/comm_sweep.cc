@@ -10,6 +10,10 @@
 namespace cupcake::profile {
 namespace {
 
+using comm::Communicator;
+using comm::DataType;
+using comm::ReduceOp;
+
 constexpr int64_t kHostBytes = 256;
 
 // The value rank `rank` puts at `index` of its send buffer: small integers, exact in float.
@@ -41,9 +45,9 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
   std::vector<float> pattern(static_cast<size_t>(n)), got(static_cast<size_t>(op == pb::BROADCAST ? n : recv_n));
   const std::vector<float> cleared(static_cast<size_t>(std::max(n, recv_n)), -1.0f);
   for (int64_t i = 0; i < n; ++i) pattern[static_cast<size_t>(i)] = Pattern(op == pb::BROADCAST ? 0 : me, i);
-  CUPCAKE_ASSIGN_OR_RETURN(Communicator::Buffer send, data.Allocate(n * 4));
-  CUPCAKE_ASSIGN_OR_RETURN(Communicator::Buffer recv, data.Allocate(recv_n * 4));
-  CUPCAKE_RETURN_IF_ERROR(data.CopyIn(send.get(), pattern.data(), n * 4));
+  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer send, data.Allocate(n * 4));
+  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer recv, data.Allocate(recv_n * 4));
+  CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(pattern.data(), n * 4));
   auto expected = [&](int64_t i) -> float {
     switch (op) {
       case pb::ALLREDUCE: {
@@ -64,25 +68,27 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
   std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
   std::vector<double> us;
   for (int it = 0; it < warmup + iters; ++it) {
-    CUPCAKE_RETURN_IF_ERROR(data.CopyIn(recv.get(), cleared.data(), recv_n * 4));
-    if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(data.CopyIn(send.get(), cleared.data(), n * 4));
+    // Allreduce runs in place, as the runtime runs it on flat gradient buffers.
+    if (op == pb::ALLREDUCE) CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(pattern.data(), n * 4));
+    else CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(cleared.data(), recv_n * 4));
+    if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(cleared.data(), n * 4));
     CUPCAKE_RETURN_IF_ERROR(control.Barrier());
     Status s;
     const double t0 = clock.NowUs();
     switch (op) {
-      case pb::ALLREDUCE: s = data.Allreduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum); break;
-      case pb::ALLGATHER: s = data.Allgather(send.get(), recv.get(), n * 4); break;
+      case pb::ALLREDUCE: s = data.Allreduce(recv.data(), recv.data(), n, DataType::kFloat32, ReduceOp::kSum); break;
+      case pb::ALLGATHER: s = data.Allgather(send.data(), recv.data(), n * 4); break;
       case pb::REDUCE_SCATTER:
-        s = data.ReduceScatter(send.get(), recv.get(), block, DataType::kFloat32, ReduceOp::kSum);
+        s = data.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum);
         break;
-      case pb::ALLTOALL: s = data.Alltoall(send.get(), recv.get(), block * 4); break;
-      default: s = data.Broadcast(send.get(), n * 4, 0); break;
+      case pb::ALLTOALL: s = data.Alltoall(send.data(), recv.data(), block * 4); break;
+      default: s = data.Broadcast(send.data(), n * 4, 0); break;
     }
+    if (s.ok()) s = data.Synchronize();  // device collectives are enqueued: the time is to completion
     const double t1 = clock.NowUs();
     CUPCAKE_RETURN_IF_ERROR(s.WithPrefix(std::string(Name(op)) + " of " + std::to_string(size) + " bytes"));
     if (it >= warmup) us.push_back(t1 - t0);
-    CUPCAKE_RETURN_IF_ERROR(data.CopyOut(got.data(), op == pb::BROADCAST ? send.get() : recv.get(),
-                                         static_cast<int64_t>(got.size()) * 4));
+    CUPCAKE_RETURN_IF_ERROR((op == pb::BROADCAST ? send : recv).CopyToHost(got.data(), static_cast<int64_t>(got.size()) * 4));
     for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
       if (got[static_cast<size_t>(i)] != expected(i)) {
         wrong[static_cast<size_t>(it)] = 1;

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "c_api_internal.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 
@@ -42,7 +44,7 @@ int NullRecorder(const char* call) {
 
 namespace cupcake::runtime::internal {
 
-int CreateCSession(const char* plan_path, std::unique_ptr<Communicator> comm, const SessionOptions& options,
+int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out) {
   if (out == nullptr) return Report(InvalidArgumentError("cupcake_session_create: out is NULL; expected a pointer"));
   *out = nullptr;
@@ -64,7 +66,7 @@ int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_
 int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
                               const char* model_fingerprint, double ready_timeout_s, cupcake_session** out) {
   if (out != nullptr) *out = nullptr;
-  auto comm = cupcake::runtime::MpiCommunicatorFromHandle(mpi_comm);
+  auto comm = cupcake::comm::MpiCommunicatorFromHandle(mpi_comm);
   if (!comm.ok()) return Report(comm.status());
   cupcake::runtime::SessionOptions options;
   if (compressor != nullptr) options.compressor = compressor;
@@ -75,13 +77,13 @@ int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const
 
 int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out) {
   if (out != nullptr) *out = nullptr;
-  std::unique_ptr<cupcake::runtime::Communicator> bootstrap;
-  if (mpi_comm != nullptr || cupcake::runtime::MpiInitialized()) {
-    auto mpi = cupcake::runtime::MpiCommunicatorFromHandle(mpi_comm);
+  std::unique_ptr<cupcake::comm::Communicator> bootstrap;
+  if (mpi_comm != nullptr || cupcake::comm::MpiInitialized()) {
+    auto mpi = cupcake::comm::MpiCommunicatorFromHandle(mpi_comm);
     if (!mpi.ok()) return Report(mpi.status().WithPrefix("cupcake_session_create_nccl"));
     bootstrap = std::move(mpi).value();
   }
-  auto comm = cupcake::runtime::MakeNcclCommunicator(bootstrap.get());
+  auto comm = cupcake::comm::MakeNcclCommunicator(bootstrap.get());
   if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_session_create_nccl"));
   cupcake::runtime::SessionOptions options;
   options.job_stream = job_stream;
@@ -91,7 +93,7 @@ int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, voi
 int cupcake_session_create_nccl_comm(const char* plan_path, const void* nccl_comm, void* job_stream,
                                      cupcake_session** out) {
   if (out != nullptr) *out = nullptr;
-  auto comm = cupcake::runtime::NcclCommunicatorFromHandle(nccl_comm);
+  auto comm = cupcake::comm::NcclCommunicatorFromHandle(nccl_comm);
   if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_session_create_nccl_comm"));
   cupcake::runtime::SessionOptions options;
   options.job_stream = job_stream;
@@ -171,7 +173,7 @@ int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor) {
 
 int cupcake_recorder_merge(cupcake_recorder* recorder, const void* mpi_comm) {
   if (recorder == nullptr) return NullRecorder("cupcake_recorder_merge");
-  auto comm = cupcake::runtime::MpiCommunicatorFromHandle(mpi_comm);
+  auto comm = cupcake::comm::MpiCommunicatorFromHandle(mpi_comm);
   if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_recorder_merge"));
   return Report(recorder->recorder->MergeRanks(**comm));
 }

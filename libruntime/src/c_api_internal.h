@@ -9,7 +9,7 @@
 namespace cupcake::runtime::internal {
 
 // cupcake_session_create with a communicator made in C++.
-int CreateCSession(const char* plan_path, std::unique_ptr<Communicator> comm, const SessionOptions& options,
+int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out);
 
 }  // namespace cupcake::runtime::internal

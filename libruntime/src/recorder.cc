@@ -164,7 +164,7 @@ struct MergeHeader {
 };
 }  // namespace
 
-Status Recorder::MergeRanks(Communicator& comm) {
+Status Recorder::MergeRanks(comm::Communicator& comm) {
   const int w = comm.size();
   pb::Model model;
   for (size_t t = 0; t < names_.size(); ++t) {

@@ -54,7 +54,7 @@ struct Group {
   // Lossless and memoryless (fp32, or a group the plan leaves uncompressed): no encode and no
   // payload; the collective sums `work` in place and the decode is the divide by W.
   bool in_place = false;
-  ReduceType reduce_type = ReduceType::kFloat32;
+  comm::DataType reduce_type = comm::DataType::kFloat32;
   int64_t reduce_count = 0;
   // Host: null for in-place groups. Device: always (an in-place group's fp32 Decode is the
   // divide, run in place: an elementwise kernel).
@@ -92,7 +92,7 @@ StatusOr<kernels::Buffer> AllocateZeroed(kernels::Backend backend, int64_t bytes
 
 class Session::Impl {
  public:
-  Impl(std::string origin, std::unique_ptr<Communicator> comm, const SessionOptions& options)
+  Impl(std::string origin, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options)
       : origin_(std::move(origin)),
         comm_(std::move(comm)),
         timeout_us_(options.ready_timeout_us),
@@ -202,8 +202,8 @@ class Session::Impl {
       const kernels::CompressorLayout& layout = layouts[static_cast<size_t>(k)];
       g.allreduce = layout.allreduce;
       g.in_place = layout.kind == kernels::CompressorKind::kFp32 && layout.state_floats == 0;
-      g.reduce_type = layout.kind == kernels::CompressorKind::kFp16 ? ReduceType::kFloat16 : ReduceType::kFloat32;
-      g.reduce_count = layout.payload_bytes / (g.reduce_type == ReduceType::kFloat16 ? 2 : 4);
+      g.reduce_type = layout.kind == kernels::CompressorKind::kFp16 ? comm::DataType::kFloat16 : comm::DataType::kFloat32;
+      g.reduce_count = layout.payload_bytes / comm::DataTypeBytes(g.reduce_type);
       if (!g.in_place || on_device()) {
         CUPCAKE_ASSIGN_OR_RETURN(g.compressor, kernels::MakeCompressor(config, backend));
       }
@@ -223,7 +223,7 @@ class Session::Impl {
   }
 
   // Register (host memory) and RegisterDevice (device memory) in one; `call` names which.
-  Status Register(const char* call, const std::string& name, std::span<float> gradient, MemoryKind memory) {
+  Status Register(const char* call, const std::string& name, std::span<float> gradient, comm::MemoryKind memory) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     const int i = registered_;
     if (i >= tensor_count())
@@ -394,7 +394,7 @@ class Session::Impl {
     }
   }
 
-  bool on_device() const { return comm_->memory() == MemoryKind::kDevice; }
+  bool on_device() const { return comm_->memory() == comm::MemoryKind::kDevice; }
 
   // Once every gradient is registered: each group works on its registered memory when that is
   // one buffer (one tensor, or buffers adjacent in plan order), else on a fusion buffer.
@@ -427,8 +427,9 @@ class Session::Impl {
   // Group k's collective: in place on its floats (lossless groups), else payload -> received.
   // Host communicators finish it here; device ones enqueue it on their stream.
   Status Collective(Group& g) {
-    if (g.in_place) return comm_->Allreduce(g.work, g.work, g.numel, ReduceType::kFloat32);
-    if (g.allreduce) return comm_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type);
+    if (g.in_place) return comm_->Allreduce(g.work, g.work, g.numel, comm::DataType::kFloat32, comm::ReduceOp::kSum);
+    if (g.allreduce)
+      return comm_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type, comm::ReduceOp::kSum);
     return comm_->Allgather(g.payload.data(), g.received.data(), g.payload.size_bytes());
   }
 
@@ -547,7 +548,7 @@ class Session::Impl {
   }
 
   std::string origin_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<comm::Communicator> comm_;
   std::unique_ptr<Clock> owned_clock_;
   Clock* clock_ = nullptr;
   double timeout_us_;
@@ -576,7 +577,7 @@ class Session::Impl {
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path, std::unique_ptr<Communicator> communicator,
+StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path, std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options) {
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(plan_path));
   SessionOptions o = options;
@@ -584,7 +585,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path,
   return Create(plan, std::move(communicator), o);
 }
 
-StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan, std::unique_ptr<Communicator> communicator,
+StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan, std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options) {
   const std::string origin = options.origin.empty() ? "plan" : options.origin;
   if (communicator == nullptr) return InvalidArgumentError(origin + ": no communicator; expected one");
@@ -595,7 +596,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan, std::un
 }
 
 Status Session::Register(const std::string& name, std::span<float> gradient) {
-  return impl_->Register("Register", name, gradient, MemoryKind::kHost);
+  return impl_->Register("Register", name, gradient, comm::MemoryKind::kHost);
 }
 Status Session::RegisterDevice(const std::string& name, float* device_gradient, int64_t numel) {
   if (numel < 0 || (device_gradient == nullptr && numel > 0))
@@ -603,7 +604,7 @@ Status Session::RegisterDevice(const std::string& name, float* device_gradient, 
                                 "'): bad arguments; got numel " + std::to_string(numel) +
                                 ", expected a device buffer and numel >= 0");
   return impl_->Register("RegisterDevice", name, std::span<float>(device_gradient, static_cast<size_t>(numel)),
-                         MemoryKind::kDevice);
+                         comm::MemoryKind::kDevice);
 }
 int Session::registered() const { return impl_->registered(); }
 int Session::tensor_count() const { return impl_->tensor_count(); }

@@ -12,6 +12,11 @@
 namespace cupcake::profile {
 namespace {
 
+using comm::Communicator;
+using comm::DataType;
+using comm::InProcessGroup;
+using comm::ReduceOp;
+
 // Runs fn(rank's communicator) on `w` threads; returns each rank's result.
 std::vector<StatusOr<SweepReport>> RunRanks(int w, std::vector<std::string> hosts,
                                             const std::function<StatusOr<SweepReport>(std::unique_ptr<Communicator>)>& fn) {
@@ -23,6 +28,70 @@ std::vector<StatusOr<SweepReport>> RunRanks(int w, std::vector<std::string> host
   for (auto& t : threads) t.join();
   return results;
 }
+
+// A wrapper whose collectives, when `deferred`, work as a device backend's do: each is only
+// enqueued, and runs when Synchronize() is called. A sweep that read a result, or stopped its
+// clock, before synchronizing would find every result wrong. `corrupt` adds 1 to the first
+// float of every result of that collective, as a broken link would.
+class DeferredCommunicator final : public Communicator {
+ public:
+  DeferredCommunicator(std::unique_ptr<Communicator> inner, pb::CommOp corrupt, bool deferred = true)
+      : inner_(std::move(inner)), corrupt_(corrupt), deferred_(deferred) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& host() const override { return inner_->host(); }
+  std::string library() const override { return "deferred " + inner_->library(); }
+  Status Barrier() override { return inner_->Barrier(); }
+  Status Broadcast(void* buf, int64_t bytes, int root) override {
+    return Enqueue(pb::BROADCAST, buf, [=, this] { return inner_->Broadcast(buf, bytes, root); });
+  }
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
+    return Enqueue(pb::ALLREDUCE, recv, [=, this] { return inner_->Allreduce(send, recv, count, type, op); });
+  }
+  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return Enqueue(pb::ALLGATHER, recv, [=, this] { return inner_->Allgather(send, recv, bytes_per_rank); });
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
+    return Enqueue(pb::REDUCE_SCATTER, recv,
+                   [=, this] { return inner_->ReduceScatter(send, recv, count_per_rank, type, op); });
+  }
+  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return Enqueue(pb::ALLTOALL, recv, [=, this] { return inner_->Alltoall(send, recv, bytes_per_rank); });
+  }
+  Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                   std::span<const int64_t> recv_bytes) override {
+    return inner_->Alltoallv(send, send_bytes, recv, recv_bytes);
+  }
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, inner_->Split(color, key));
+    if (!child) return child;
+    return std::unique_ptr<Communicator>(std::make_unique<DeferredCommunicator>(std::move(child), corrupt_, deferred_));
+  }
+  Status Synchronize() override {
+    ++synchronized;
+    if (!pending_) return Status::Ok();
+    Status s = pending_();
+    pending_ = nullptr;
+    return s;
+  }
+  void Abort(const std::string& reason) override { inner_->Abort(reason); }
+  int synchronized = 0;
+
+ private:
+  Status Enqueue(pb::CommOp op, void* result, std::function<Status()> run) {
+    if (pending_) return InternalError("deferred: a collective enqueued before the last was synchronized");
+    pending_ = [this, op, result, run] {
+      CUPCAKE_RETURN_IF_ERROR(run());
+      if (op == corrupt_) static_cast<float*>(result)[0] += 1.0f;
+      return Status::Ok();
+    };
+    return deferred_ ? Status::Ok() : Synchronize();
+  }
+  std::unique_ptr<Communicator> inner_;
+  pb::CommOp corrupt_;
+  bool deferred_;
+  std::function<Status()> pending_;
+};
 
 CommSweepOptions Small() {
   CommSweepOptions o;
@@ -78,7 +147,7 @@ TEST(CommSweep, WrongResultsAreCountedAndNotStoredAsCosts) {
   auto results = RunRanks(2, {}, [&](std::unique_ptr<Communicator> comm) {
     FakeClock clock;
     // Rank 1's allgather results are corrupted; every rank must learn of it.
-    if (comm->rank() == 1) comm = MakeWrongResultCommunicator(std::move(comm), pb::ALLGATHER);
+    if (comm->rank() == 1) comm = std::make_unique<DeferredCommunicator>(std::move(comm), pb::ALLGATHER, false);
     return SweepComm(*comm, Small(), clock, comm->rank() == 0 ? &sink : nullptr);
   });
   for (auto& r : results) {
@@ -125,64 +194,18 @@ TEST(CommSweep, RanksThatDisagreeOnTheConfigurationAllFailNamingTheFlag) {
   }
 }
 
-// A data communicator whose memory holds every float negated, as a stand-in for GPU memory the
-// sweep must not touch directly: the collectives are linear, so they work on negated values
-// unchanged, and only CopyIn/CopyOut see the true ones. A sweep that wrote or read its buffers
-// directly would find every result wrong.
-class NegatedMemory final : public Communicator {
- public:
-  explicit NegatedMemory(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& host() const override { return inner_->host(); }
-  std::string library() const override { return "negated " + inner_->library(); }
-  Status Barrier() override { return inner_->Barrier(); }
-  Status Broadcast(void* buf, int64_t bytes, int root) override { return inner_->Broadcast(buf, bytes, root); }
-  Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
-    return inner_->Allreduce(send, recv, count, type, op);
-  }
-  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
-    return inner_->Allgather(send, recv, bytes_per_rank);
-  }
-  Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
-    return inner_->ReduceScatter(send, recv, count_per_rank, type, op);
-  }
-  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
-    return inner_->Alltoall(send, recv, bytes_per_rank);
-  }
-  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
-    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> child, inner_->Split(color, key));
-    if (!child) return child;
-    return std::unique_ptr<Communicator>(std::make_unique<NegatedMemory>(std::move(child)));
-  }
-  Status CopyIn(void* dst, const void* host_src, int64_t bytes) override {
-    ++copies;
-    for (int64_t i = 0; i < bytes / 4; ++i) static_cast<float*>(dst)[i] = -static_cast<const float*>(host_src)[i];
-    return Status::Ok();
-  }
-  Status CopyOut(void* host_dst, const void* src, int64_t bytes) override {
-    ++copies;
-    for (int64_t i = 0; i < bytes / 4; ++i) static_cast<float*>(host_dst)[i] = -static_cast<const float*>(src)[i];
-    return Status::Ok();
-  }
-  int copies = 0;
-
- private:
-  std::unique_ptr<Communicator> inner_;
-};
-
-TEST(CommSweep, MeasuresADataCommunicatorThroughItsOwnMemory) {
+TEST(CommSweep, SynchronizesADeviceStyleDataCommunicatorBeforeReadingOrTiming) {
   MemorySink sink;
   CommSweepOptions o = Small();
   InProcessGroup data_group(4, {"a", "a", "b", "b"});
-  std::vector<int> copies(4);
+  std::vector<int> synchronized(4);
   auto results = RunRanks(4, {"a", "a", "b", "b"}, [&](std::unique_ptr<Communicator> control) {
     FakeClock clock;
-    NegatedMemory data(data_group.Rank(control->rank()));
+    DeferredCommunicator data(data_group.Rank(control->rank()), pb::COMM_OP_UNSPECIFIED);
     CommSweepOptions mine = o;
     mine.data = &data;
     auto r = SweepComm(*control, mine, clock, control->rank() == 0 ? &sink : nullptr);
-    copies[static_cast<size_t>(control->rank())] = data.copies;
+    synchronized[static_cast<size_t>(control->rank())] = data.synchronized;
     return r;
   });
   for (auto& r : results) {
@@ -190,7 +213,7 @@ TEST(CommSweep, MeasuresADataCommunicatorThroughItsOwnMemory) {
     EXPECT_EQ(r->wrong, 0);
     EXPECT_GT(r->measured, 0);
   }
-  EXPECT_GT(copies[0], 0);
+  EXPECT_GT(synchronized[0], 0);  // the global points; intra and inter run on the splits
   EXPECT_EQ(sink.Curves().size(), 15u);  // five collectives x global, intra, inter
 }
 
@@ -201,9 +224,8 @@ TEST(CommSweep, WrongResultsOfTheDataCommunicatorAreCounted) {
   InProcessGroup data_group(2);
   auto results = RunRanks(2, {}, [&](std::unique_ptr<Communicator> control) {
     FakeClock clock;
-    std::unique_ptr<Communicator> data =
-        std::make_unique<NegatedMemory>(data_group.Rank(control->rank()));
-    if (control->rank() == 1) data = MakeWrongResultCommunicator(std::move(data), pb::ALLREDUCE);
+    auto data = std::make_unique<DeferredCommunicator>(data_group.Rank(control->rank()),
+                                                       control->rank() == 1 ? pb::ALLREDUCE : pb::COMM_OP_UNSPECIFIED);
     CommSweepOptions mine = o;
     mine.data = data.get();
     return SweepComm(*control, mine, clock, control->rank() == 0 ? &sink : nullptr);

@@ -1,24 +1,28 @@
 // NCCL as the comm sweep's data communicator, one rank on this machine's first GPU (NCCL takes
 // one GPU per rank, and the GPU machine has one). Without a GPU or NCCL, the refusal is checked
 // and the measurement skipped.
-#include "cupcake/profile/nccl.h"
-
 #include <gtest/gtest.h>
 
+#include "cupcake/comm/nccl.h"
 #include "cupcake/profile/comm_sweep.h"
 #include "gpu_test.h"
 
 namespace cupcake::profile {
 namespace {
 
+using comm::InProcessGroup;
+using comm::MakeNcclCommunicator;
+
 TEST(Nccl, SweepsEveryCollectiveOnOneGpuOrSaysWhyNot) {
   InProcessGroup group(1, {"gpu-host"});
   auto world = group.Rank(0);
-  auto nccl = MakeNcclCommunicator(*world, 0);
+  auto nccl = MakeNcclCommunicator(world.get(), 0);
   if (!nccl.ok()) {
     EXPECT_EQ(nccl.status().code(), StatusCode::kFailedPrecondition);
     const std::string m = nccl.status().message();
-    EXPECT_TRUE(m.find("rank 0 on gpu-host: no CUDA device found") == 0 || m.find("this build has no NCCL") == 0) << m;
+    EXPECT_TRUE(m.starts_with("NCCL communicator: no CUDA device found") ||
+                m.starts_with("NCCL communicator: this build has no NCCL")) << m;
+    EXPECT_TRUE(m.ends_with("(rank 0 on gpu-host)") || m.find("this build has no NCCL") != std::string::npos) << m;
     CUPCAKE_GPU_OR_SKIP(nccl.status());  // skips only for an absent GPU or NCCL (gpu_test.h)
   }
   EXPECT_EQ((*nccl)->library().rfind("NCCL ", 0), 0u) << (*nccl)->library();
@@ -38,11 +42,12 @@ TEST(Nccl, SweepsEveryCollectiveOnOneGpuOrSaysWhyNot) {
 TEST(Nccl, RefusesADeviceThisHostDoesNotHave) {
   InProcessGroup group(1, {"gpu-host"});
   auto world = group.Rank(0);
-  auto nccl = MakeNcclCommunicator(*world, 4096);
+  auto nccl = MakeNcclCommunicator(world.get(), 4096);
   ASSERT_FALSE(nccl.ok());
   EXPECT_EQ(nccl.status().code(), StatusCode::kFailedPrecondition);
   const std::string m = nccl.status().message();
-  EXPECT_TRUE(m.find("rank 0 on gpu-host: no CUDA device") == 0 || m.find("this build has no NCCL") == 0) << m;
+  EXPECT_TRUE(m.starts_with("NCCL communicator: no CUDA device") ||
+              m.starts_with("NCCL communicator: this build has no NCCL")) << m;
 }
 
 }  // namespace

@@ -1,4 +1,7 @@
 // The C API (cupcake.h) on the in-process communicator; under MPI it is run by runtime_mpi_test.
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/cupcake.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +16,10 @@
 
 namespace cupcake::runtime {
 namespace {
+
+using comm::InProcessGroup;
+using comm::BuiltWithMpi;
+using comm::BuiltWithNccl;
 
 class CApi : public ::testing::Test {
  protected:

@@ -8,17 +8,24 @@
 #include <vector>
 
 #include "cupcake/kernels/compressor.h"
-#include "cupcake/runtime/communicator.h"
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "kernels/scalar_reference.h"
 
 namespace cupcake::runtime {
 namespace {
 
+using comm::Communicator;
+using comm::DataType;
+using comm::InProcessGroup;
+using comm::ReduceOp;
+
 // Rank r's input: `bytes` bytes that are varied fp32 values (or valid fp16 bit patterns).
-std::vector<std::byte> Input(int rank, int64_t count, ReduceType type) {
-  std::vector<std::byte> out(static_cast<size_t>(count * (type == ReduceType::kFloat16 ? 2 : 4)));
+std::vector<std::byte> Input(int rank, int64_t count, DataType type) {
+  std::vector<std::byte> out(static_cast<size_t>(count * (type == DataType::kFloat16 ? 2 : 4)));
   for (int64_t i = 0; i < count; ++i) {
-    if (type == ReduceType::kFloat32) {
+    if (type == DataType::kFloat32) {
       const float v = 0.1f * static_cast<float>((i * 7 + rank * 13) % 101) - 3.3f + 1e-3f * static_cast<float>(rank);
       std::memcpy(out.data() + 4 * i, &v, 4);
     } else {
@@ -33,14 +40,14 @@ std::vector<std::byte> Input(int rank, int64_t count, ReduceType type) {
 
 // The sum in rank order, by the test's own loops (kernels/scalar_reference.h: float adds, or
 // every partial sum rounded to a half): what every rank must get.
-std::vector<std::byte> RankOrderSum(int world, int64_t count, ReduceType type) {
+std::vector<std::byte> RankOrderSum(int world, int64_t count, DataType type) {
   std::vector<std::vector<std::byte>> inputs;
   for (int r = 0; r < world; ++r) inputs.push_back(Input(r, count, type));
-  return type == ReduceType::kFloat16 ? kernels::reference::SumHalves(inputs) : kernels::reference::SumFloats(inputs);
+  return type == DataType::kFloat16 ? kernels::reference::SumHalves(inputs) : kernels::reference::SumFloats(inputs);
 }
 
 TEST(InProcessGroup, AllreduceInPlaceEqualsOutOfPlaceAndTheRankOrderSum) {
-  for (ReduceType type : {ReduceType::kFloat32, ReduceType::kFloat16}) {
+  for (DataType type : {DataType::kFloat32, DataType::kFloat16}) {
     for (int world : {1, 2, 3}) {
       for (int64_t count : {int64_t{1}, int64_t{2}, int64_t{3001}, int64_t{5000}}) {
         const std::vector<std::byte> want = RankOrderSum(world, count, type);
@@ -54,18 +61,18 @@ TEST(InProcessGroup, AllreduceInPlaceEqualsOutOfPlaceAndTheRankOrderSum) {
             Communicator& c = *comms[static_cast<size_t>(r)];
             std::vector<std::byte>& buf = in_place[static_cast<size_t>(r)];
             buf = Input(r, count, type);
-            EXPECT_TRUE(c.Allreduce(buf.data(), buf.data(), count, type).ok());
+            EXPECT_TRUE(c.Allreduce(buf.data(), buf.data(), count, type, ReduceOp::kSum).ok());
             const std::vector<std::byte> send = Input(r, count, type);
             out[static_cast<size_t>(r)].assign(send.size(), std::byte{0});
-            EXPECT_TRUE(c.Allreduce(send.data(), out[static_cast<size_t>(r)].data(), count, type).ok());
+            EXPECT_TRUE(c.Allreduce(send.data(), out[static_cast<size_t>(r)].data(), count, type, ReduceOp::kSum).ok());
           });
         for (auto& t : threads) t.join();
         for (int r = 0; r < world; ++r) {
           EXPECT_TRUE(in_place[static_cast<size_t>(r)] == want)
-              << (type == ReduceType::kFloat16 ? "fp16" : "fp32") << ", world " << world << ", count " << count
+              << (type == DataType::kFloat16 ? "fp16" : "fp32") << ", world " << world << ", count " << count
               << ", rank " << r << ": in place";
           EXPECT_TRUE(out[static_cast<size_t>(r)] == want)
-              << (type == ReduceType::kFloat16 ? "fp16" : "fp32") << ", world " << world << ", count " << count
+              << (type == DataType::kFloat16 ? "fp16" : "fp32") << ", world " << world << ", count " << count
               << ", rank " << r << ": out of place";
         }
       }

@@ -13,13 +13,18 @@
 #include <vector>
 
 #include "cupcake/kernels/compressor.h"
-#include "cupcake/runtime/communicator.h"
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/session.h"
 #include "gpu_test.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime {
 namespace {
+
+using comm::MakeNcclCommunicator;
+using comm::NcclCommunicatorFromHandle;
 
 #define SKIP_WITHOUT_GPU() CUPCAKE_GPU_OR_SKIP(kernels::BackendAvailable(kernels::Backend::kCuda))
 

@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <string>
 
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/cupcake.h"
@@ -20,6 +23,9 @@
 
 namespace cupcake::runtime {
 namespace {
+
+using comm::MpiProcess;
+using comm::InitMpi;
 
 using testing::FillGradients;
 

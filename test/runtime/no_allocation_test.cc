@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <new>
 
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/session.h"
 #include "runtime_test_util.h"
 
@@ -23,6 +26,8 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace cupcake::runtime {
 namespace {
+
+using comm::InProcessGroup;
 
 TEST(SessionStep, DoesNotAllocate) {
   const pb::Model model = testing::SmallModel();

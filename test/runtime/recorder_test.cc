@@ -1,5 +1,8 @@
 // Record mode: the median gaps under a fake clock, the model JSON read back by libprofile's
 // parser, the misuse messages, and the C API.
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/recorder.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +21,9 @@
 
 namespace cupcake::runtime {
 namespace {
+
+using comm::Communicator;
+using comm::InProcessGroup;
 
 // A fake: NowUs() returns the queued times in order. Aborts (by a test failure) when empty.
 class ScriptedClock final : public Clock {

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/session.h"
@@ -13,6 +16,14 @@
 
 namespace cupcake::runtime {
 namespace {
+
+using comm::Communicator;
+using comm::InProcessGroup;
+using comm::MemoryKind;
+using comm::DataType;
+using comm::ReduceOp;
+using comm::MakeNcclCommunicator;
+using comm::BuiltWithNccl;
 
 using testing::FillGradients;
 using testing::Grouping;
@@ -279,7 +290,7 @@ TEST(Session, AbortedPeerFailsTheCollectiveWithItsReason) {
   peer->Abort("rank 1 died");
   Status st = session.Synchronize();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(st.message(), "Synchronize: groups[0] allreduce: in-process group aborted: rank 1 died (rank 0)");
+  EXPECT_EQ(st.message(), "Synchronize: groups[0] allreduce: in-process group aborted: rank 1 died (rank 0 on localhost)");
 }
 
 // ---------------------------------------------------------------- validation messages
@@ -377,9 +388,18 @@ class FakeDeviceCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const std::string& host() const override { return host_; }
+  std::string library() const override { return "fake"; }
   MemoryKind memory() const override { return MemoryKind::kDevice; }
-  Status Allreduce(const void*, void*, int64_t, ReduceType) override { return UnavailableError("fake"); }
+  Status Barrier() override { return UnavailableError("fake"); }
+  Status Broadcast(void*, int64_t, int) override { return UnavailableError("fake"); }
+  Status Allreduce(const void*, void*, int64_t, DataType, ReduceOp) override { return UnavailableError("fake"); }
   Status Allgather(const void*, void*, int64_t) override { return UnavailableError("fake"); }
+  Status ReduceScatter(const void*, void*, int64_t, DataType, ReduceOp) override { return UnavailableError("fake"); }
+  Status Alltoall(const void*, void*, int64_t) override { return UnavailableError("fake"); }
+  Status Alltoallv(const void*, std::span<const int64_t>, void*, std::span<const int64_t>) override {
+    return UnavailableError("fake");
+  }
+  StatusOr<std::unique_ptr<Communicator>> Split(int, int) override { return UnavailableError("fake"); }
   void Abort(const std::string&) override {}
 
  private:

@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/comm_sweep.h"
-#include "cupcake/profile/nccl.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/names.h"
@@ -18,7 +18,7 @@ namespace {
 Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
 
 // Rank 0's result, known to all ranks (collective).
-Status ShareRootStatus(profile::Communicator& world, const Status& root_status) {
+Status ShareRootStatus(comm::Communicator& world, const Status& root_status) {
   int ok = root_status.ok() ? 1 : 0;
   CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
   if (ok) return Status::Ok();
@@ -55,7 +55,7 @@ const char* kNoLauncher =
     "mpirun, one rank per device, e.g. `mpirun -np 4 cupcake-profile comm --db DB --quick` (as root add "
     "--allow-run-as-root; more ranks than cores need --oversubscribe)";
 
-Status RunComm(profile::Communicator& world, const CommOptions& options, std::ostream& out) {
+Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out) {
   const int rank = world.rank();
   // 1. Same configuration on every rank, before anything is validated or written.
   std::vector<std::pair<std::string, std::string>> flags{
@@ -118,14 +118,14 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
 
   // 4. NCCL: without a GPU it fails here, before a DB is created. One GPU per rank,
   // the host's local_rank-th; the sweep's own exchanges stay on MPI.
-  std::unique_ptr<profile::Communicator> nccl;
+  std::unique_ptr<comm::Communicator> nccl;
   if (options.backend == "nccl") {
-    auto made = profile::MakeNcclCommunicator(world, topo.local_rank);
+    auto made = comm::MakeNcclCommunicator(&world, topo.local_rank);
     if (!made.ok()) return made.status().WithPrefix("--backend nccl");
     nccl = std::move(made).value();
     sweep.data = nccl.get();
   }
-  profile::Communicator& measured = nccl ? *nccl : world;
+  comm::Communicator& measured = nccl ? *nccl : world;
 
   // 5. Rank 0 opens the DB (a new one is made with the cluster in it) and records the cluster;
   // everyone learns whether that worked.
@@ -179,7 +179,7 @@ Status RunComm(profile::Communicator& world, const CommOptions& options, std::os
   return Status::Ok();
 }
 
-int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::string& mpi_problem) {
+int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem) {
   CommOptions options;
   std::string ops;
   po::options_description flags("options");

@@ -2,7 +2,7 @@
 
 namespace cupcake::profile_cli {
 
-std::vector<tools::Command> Commands(profile::Communicator* world, std::string mpi_problem) {
+std::vector<tools::Command> Commands(comm::Communicator* world, std::string mpi_problem) {
   return {
       {"import", "import a JSON profile or model into a profile DB", ImportMain},
       {"export", "write a profile DB, or one of its models, as JSON", ExportMain},

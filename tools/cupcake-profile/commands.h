@@ -14,8 +14,10 @@
 namespace cupcake {
 class ActivitySource;
 }  // namespace cupcake
-namespace cupcake::profile {
+namespace cupcake::comm {
 class Communicator;
+}  // namespace cupcake::comm
+namespace cupcake::profile {
 class KernelDevice;
 }  // namespace cupcake::profile
 
@@ -27,7 +29,7 @@ inline const tools::ToolInfo kTool{"cupcake-profile",
 
 // The commands; `world` is MPI_COMM_WORLD when main initialized MPI (comm under mpirun), else
 // nullptr, and `mpi_problem` says why it is missing when MPI failed to start.
-std::vector<tools::Command> Commands(profile::Communicator* world = nullptr, std::string mpi_problem = "");
+std::vector<tools::Command> Commands(comm::Communicator* world = nullptr, std::string mpi_problem = "");
 
 // import --db DB FILE.json [--replace]
 struct ImportOptions {
@@ -131,8 +133,8 @@ struct CommOptions {
 // Collective over `world`: checks that every rank has the same options, then sweeps the
 // collectives (libprofile's SweepComm); rank 0 writes the DB and prints the table. On ranks
 // other than 0 a failure rank 0 reports has an empty message.
-Status RunComm(profile::Communicator& world, const CommOptions& options, std::ostream& out);
-int CommMain(tools::Invocation& inv, profile::Communicator* world, const std::string& mpi_problem);
+Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out);
+int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem);
 // Whether an MPI launcher started this process (its environment variables are set).
 bool UnderMpiLauncher();
 

@@ -2,21 +2,22 @@
 #include <string>
 
 #include "commands.h"
-#include "cupcake/profile/mpi.h"
+#include "cupcake/comm/mpi.h"
 
 int main(int argc, char** argv) {
-  // MPI's process state is made here and passed down (STYLE.md), only for `comm` under a
-  // launcher; it must outlive the world communicator, declared after it.
-  std::unique_ptr<cupcake::profile::MpiProcess> mpi;
-  std::unique_ptr<cupcake::profile::Communicator> world;
+  // MPI's process state is made here and passed down, only for `comm` under a launcher; it
+  // must outlive the world communicator, declared after it.
+  std::unique_ptr<cupcake::comm::MpiProcess> mpi;
+  std::unique_ptr<cupcake::comm::Communicator> world;
   std::string mpi_problem;
   if (argc > 1 && std::string(argv[1]) == "comm" && cupcake::profile_cli::UnderMpiLauncher()) {
-    auto process = cupcake::profile::InitMpi(&argc, &argv);
-    if (process.ok()) {
+    auto process = cupcake::comm::InitMpi(&argc, &argv);
+    auto made = process.ok() ? (*process)->World() : cupcake::StatusOr<std::unique_ptr<cupcake::comm::Communicator>>(process.status());
+    if (made.ok()) {
       mpi = std::move(process).value();
-      world = mpi->World();
+      world = std::move(made).value();
     } else {
-      mpi_problem = process.status().message();
+      mpi_problem = made.status().message();
     }
   }
   const int code = cupcake::tools::RunMain(cupcake::profile_cli::kTool,

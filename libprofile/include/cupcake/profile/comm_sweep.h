@@ -9,7 +9,7 @@
 
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/profile/clock.h"
-#include "cupcake/profile/communicator.h"
+#include "cupcake/comm/communicator.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/sweep.h"
 #include "cupcake/proto/status.h"
@@ -24,12 +24,12 @@ struct Topology {
   int ranks_per_host = 0;          // 0 when hosts have different counts
 };
 // Collective: allgathers the host names.
-StatusOr<Topology> DiscoverTopology(Communicator& world);
+StatusOr<Topology> DiscoverTopology(comm::Communicator& world);
 
 // Ranks must run with the same configuration: rank 0's (flag, value) list is compared with
 // every rank's. Collective. A mismatch is FailedPrecondition on every rank, naming each flag
 // that differs: `--max-bytes: ranks disagree; got 4096 on rank 2, expected 1048576 as on rank 0`.
-Status AgreeOnConfiguration(Communicator& world, const std::vector<std::pair<std::string, std::string>>& flags);
+Status AgreeOnConfiguration(comm::Communicator& world, const std::vector<std::pair<std::string, std::string>>& flags);
 
 struct CommSweepOptions {
   std::vector<int64_t> sizes;      // bytes of each rank's send buffer, ascending, >= 4
@@ -40,27 +40,28 @@ struct CommSweepOptions {
   // Whose collectives are measured: nullptr for `world` itself, or a communicator over the same
   // ranks in the same order (NCCL on GPU memory), while `world` (MPI on host memory) makes the
   // sweep's own exchanges: barriers, the slowest median, the wrong counts. Not owned.
-  Communicator* data = nullptr;
+  comm::Communicator* data = nullptr;
 };
 
 // Sweeps scope global over `world`, then, when the ranks span several hosts with the same
 // number of ranks each, intra (the ranks of each host, all hosts at once) and inter (one rank
 // per host). Per point:
 //   1. Fill the send buffer with small integers that depend on rank and index, so every
-//      expected result is exact in float; clear the receive buffer (through the data
-//      communicator's Allocate and CopyIn, untimed).
-//   2. Barrier, time one call with `clock`; `warmup` untimed then `iters` timed calls.
+//      expected result is exact in float; clear the receive buffer (buffers in the data
+//      communicator's memory, filled untimed). Allreduce runs in place, as the runtime runs it.
+//   2. Barrier, time one call to its completion (Synchronize) with `clock`; `warmup`
+//      untimed then `iters` timed calls.
 //   3. Check every call's result against the formula of the collective; an iteration is
 //      wrong when any rank's result is (allreduce MAX over ranks).
 //   4. The point's time is the slowest rank's median (allreduce MAX of the medians).
 //   5. No wrong iteration: rank 0 commits the point (method wall, warmup, iters, and the
 //      curve's wrong count so far). Otherwise the point is not stored, counted in
 //      SweepReport::wrong and in the curve's `wrong`, and the sweep goes on.
-// Sizes are those of each rank's send buffer (DESIGN.md 3.2); reduce_scatter and alltoall
+// Sizes are those of each rank's send buffer (docs/FORMATS.md); reduce_scatter and alltoall
 // round down to a multiple of 4 x size() bytes (sizes that round to 0 are left out).
 // Points rank 0's sink has are skipped unless `force` (rank 0 decides and broadcasts).
 // `sink` and `progress` are used on rank 0 only (pass nullptr elsewhere). Collective.
-StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock,
+StatusOr<SweepReport> SweepComm(comm::Communicator& world, const CommSweepOptions& options, Clock& clock,
                                 ProfileSink* sink, const ProgressFn& progress = nullptr);
 
 }  // namespace cupcake::profile

@@ -25,6 +25,8 @@
 // Thread-safety: one thread at a time (the job's backward hooks and training loop).
 #pragma once
 
+#include "cupcake/comm/communicator.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -84,7 +86,7 @@ class Recorder {
   // above, the same on every rank, for ToJson and Write (until another iteration completes).
   // Fails the same way on every rank when ranks registered different tensors (names or sizes)
   // or one of them has no completed iteration, naming the rank.
-  Status MergeRanks(Communicator& comm);
+  Status MergeRanks(comm::Communicator& comm);
   // Ranks merged by the last MergeRanks (0: the model is this rank's alone).
   int merged_ranks() const;
   // The model's backward_us: the merged ones after MergeRanks, else MedianBackwardUs().

@@ -50,7 +50,7 @@
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/clock.h"
 #include "cupcake/proto/status.h"
-#include "cupcake/runtime/communicator.h"
+#include "cupcake/comm/communicator.h"
 
 namespace cupcake::runtime {
 
@@ -84,10 +84,10 @@ class Session {
   // together, one per line: `<plan>: world_size: does not match the job; got 4, expected 2
   // (ranks in the communicator)`.
   static StatusOr<std::unique_ptr<Session>> Create(const std::string& plan_path,
-                                                   std::unique_ptr<Communicator> communicator,
+                                                   std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options = {});
   // The same for a plan already in memory (validated here with ValidatePlan).
-  static StatusOr<std::unique_ptr<Session>> Create(const pb::Plan& plan, std::unique_ptr<Communicator> communicator,
+  static StatusOr<std::unique_ptr<Session>> Create(const pb::Plan& plan, std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options = {});
   // Stops the communication thread. If a collective is still in progress (a peer never joined
   // it, or the session is dropped mid-step), it aborts the group first: the in-process group's
