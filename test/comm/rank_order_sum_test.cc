@@ -9,17 +9,11 @@
 
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/comm/communicator.h"
-#include "cupcake/comm/mpi.h"
-#include "cupcake/comm/nccl.h"
 #include "kernels/scalar_reference.h"
 
-namespace cupcake::runtime {
+namespace cupcake::comm {
 namespace {
 
-using comm::Communicator;
-using comm::DataType;
-using comm::InProcessGroup;
-using comm::ReduceOp;
 
 // Rank r's input: `bytes` bytes that are varied fp32 values (or valid fp16 bit patterns).
 std::vector<std::byte> Input(int rank, int64_t count, DataType type) {
@@ -81,4 +75,4 @@ TEST(InProcessGroup, AllreduceInPlaceEqualsOutOfPlaceAndTheRankOrderSum) {
 }
 
 }  // namespace
-}  // namespace cupcake::runtime
+}  // namespace cupcake::comm
