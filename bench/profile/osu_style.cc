@@ -1,7 +1,7 @@
 // osu_style: collective latency measured against MPI directly, sharing no code with cupcake, so
 // that it can check `cupcake-profile comm` from outside (bench/profile/compare.sh,
 // docs/PROFILER.md). Two methods, per message size (bytes of each rank's send buffer, as in
-// DESIGN.md 3.2):
+// docs/FORMATS.md):
 //   osu (default; osu_allreduce, osu_allgather):
 //     1. Fill the buffers; `warmup` untimed calls.
 //     2. One barrier, then `iters` calls back to back between two MPI_Wtime reads.

@@ -30,7 +30,7 @@ inline Groups LayerWise(const pb::Model& m) {
   return g;
 }
 inline Groups OneGroup(const pb::Model& m) { return {{0, m.tensors_size() - 1}}; }
-// Fixed-size buckets as DESIGN.md section 4's baseline: append tensors in order, close a bucket
+// Fixed-size buckets as docs/MODEL.md's baseline: append tensors in order, close a bucket
 // as soon as its uncompressed bytes reach `cap_bytes`.
 inline Groups Buckets(const pb::Model& m, int64_t cap_bytes) {
   Groups g;

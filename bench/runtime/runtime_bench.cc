@@ -23,7 +23,7 @@
 // Check column: "exact" when every timed iteration's result equals the in-place baseline's
 // bitwise (fp32); for compressed plans "ranks agree" when every rank holds bitwise the same
 // gradients after the last iteration (the averaged result must be the same everywhere).
-// Predicted column (with --profile): the planner's model (DESIGN.md section 4) evaluated for the
+// Predicted column (with --profile): the planner's model (docs/MODEL.md) evaluated for the
 // row's groups on that profile, minus forward_us and update_us (the runtime times only
 // backward + synchronization), with the backward gaps the row ran with (0 or the model's).
 //
@@ -243,7 +243,7 @@ int main(int argc, char** argv) {
     std::printf("# warmup %d, iters %d; time per iteration = slowest rank's, from the barrier's exit to the end of "
                 "the step\n",
                 o.warmup, o.iters);
-    if (!o.profile.empty()) std::printf("# predicted: DESIGN.md section 4 on %s, minus forward_us and update_us\n",
+    if (!o.profile.empty()) std::printf("# predicted: docs/MODEL.md on %s, minus forward_us and update_us\n",
                                         o.profile.c_str());
     std::fflush(stdout);
   }

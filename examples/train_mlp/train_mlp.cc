@@ -1,4 +1,4 @@
-// train_mlp: a data-parallel training job on the Cupcake runtime (DESIGN.md section 7).
+// train_mlp: a data-parallel training job on the Cupcake runtime (libruntime/README.md).
 //
 // Every rank trains the same MLP (same initial weights) on its own batches of generated data:
 // inputs drawn from N(0, 1), targets from a fixed random "teacher" network, so the loss can fall

@@ -1,4 +1,4 @@
-// CUPTI errors -> Status: one macro for this vendor API (STYLE.md), naming the call and carrying
+// CUPTI errors -> Status: one macro for this vendor API, naming the call and carrying
 // CUPTI's message. Private to the CUPTI activity source. (CUDA runtime errors:
 // cupcake/proto/cuda.h.)
 #pragma once

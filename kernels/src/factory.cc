@@ -1,4 +1,4 @@
-// The one file that picks implementations by build configuration (STYLE.md: `#if
+// The one file that picks implementations by build configuration (`#if
 // CUPCAKE_HAVE_*` lives only here). Everything else is backend-agnostic or backend-specific.
 #include <cstdlib>
 #include <cstring>

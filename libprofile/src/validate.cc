@@ -1,4 +1,4 @@
-// The semantic checks of models and profiles (DESIGN.md 3.1, 3.2), shared by the JSON parser
+// The semantic checks of models and profiles (docs/FORMATS.md), shared by the JSON parser
 // and the store's imports.
 #include <charconv>
 #include <cmath>

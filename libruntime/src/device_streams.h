@@ -1,5 +1,5 @@
 // The CUDA work of a Session on GPU memory, behind an interface so that session.cc has no CUDA
-// (STYLE.md: `#if CUPCAKE_HAVE_*` only in src/factory.cc). The one implementation is
+// (`#if CUPCAKE_HAVE_*` only in src/factory.cc). The one implementation is
 // src/cuda/cuda_device_streams.cc, made by MakeDeviceStreams.
 #pragma once
 

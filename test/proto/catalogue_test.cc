@@ -8,7 +8,7 @@
 namespace cupcake {
 namespace {
 
-// DESIGN.md section 6, written out independently of the catalogue's formulas.
+// kernels/README.md, written out independently of the catalogue's formulas.
 int64_t DesignPayload(std::string_view name, int64_t n, double rho) {
   int64_t k = std::max<int64_t>(1, static_cast<int64_t>(std::floor(rho * static_cast<double>(n) + 1e-9)));
   if (name == "fp32") return 4 * n;
@@ -19,7 +19,7 @@ int64_t DesignPayload(std::string_view name, int64_t n, double rho) {
   if (name == "signsgd" || name == "efsignsgd" || name == "signum") return (n + 7) / 8 + 4;
   if (name == "terngrad") return (n + 3) / 4 + 4;
   if (name == "onebit") return (n + 7) / 8 + 8;
-  ADD_FAILURE() << "no DESIGN.md row for " << name;
+  ADD_FAILURE() << "no catalogue row written out for " << name;
   return -1;
 }
 

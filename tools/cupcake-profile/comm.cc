@@ -104,7 +104,7 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   CUPCAKE_ASSIGN_OR_RETURN(profile::Topology topo, profile::DiscoverTopology(world));
   if (topo.ranks_per_host == 0)
     return Quiet(FailedPreconditionError("comm: hosts run different numbers of ranks; expected the same number on "
-                                         "every host (DESIGN.md 3.2: nodes x devices_per_node)"), rank);
+                                         "every host (docs/FORMATS.md: nodes x devices_per_node)"), rank);
   const int nodes = static_cast<int>(topo.hosts.size());
 
   // 3. Rank 0 checks an existing DB: it must be a profile DB measured with this backend.

@@ -105,7 +105,7 @@ struct KernelsOptions {
   profile::KernelDevice* device_for_test = nullptr;
   ActivitySource* activity_for_test = nullptr;
 };
-// Sweeps encode and decode of the compressors and the pack/unpack copies (DESIGN.md 3.2) into
+// Sweeps encode and decode of the compressors and the pack/unpack copies (docs/FORMATS.md) into
 // the DB, point by point; points present are skipped unless --force. --device gpu times with
 // CUDA events into the DB (method "event") and, with CUPTI, kernel-only time into the kernel DB
 // (method "kernel"), and adds the d2h/h2d copies; it fails before touching a DB when this

@@ -1,4 +1,4 @@
-// compute: runs a training job in record mode and imports the model it writes (DESIGN.md 7).
+// compute: runs a training job in record mode and imports the model it writes (libruntime/README.md).
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>

@@ -18,7 +18,7 @@ namespace cupcake::profile_cli {
 namespace po = boost::program_options;
 namespace {
 
-// Sizes of comm and copy curves are bytes; of encode and decode, elements (DESIGN.md 3.2).
+// Sizes of comm and copy curves are bytes; of encode and decode, elements (docs/FORMATS.md).
 bool SizesAreBytes(const pb::Curve& c) { return c.kind() == pb::COMM || c.kind() == pb::COPY; }
 
 std::string SizeRange(const pb::Curve& c) {

@@ -1,4 +1,4 @@
-// CUDA runtime errors -> Status for the runtime (STYLE.md: one macro per vendor API, carrying
+// CUDA runtime errors -> Status for the runtime (one macro per vendor API, carrying
 // the call, the vendor's message and the rank and host): `rank_` and `host_` must be in scope.
 #pragma once
 

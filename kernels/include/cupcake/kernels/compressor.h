@@ -1,4 +1,4 @@
-// Gradient compressors over raw buffers (DESIGN.md section 6), one interface for the CPU
+// Gradient compressors over raw buffers (kernels/README.md), one interface for the CPU
 // reference and the CUDA kernels, used by the profiler and the runtime.
 //
 // A group is a contiguous float32 buffer of n elements. Per step a rank calls

@@ -1,4 +1,4 @@
-// The iteration-time model of DESIGN.md section 4 (v1: fusion).
+// The iteration-time model of docs/MODEL.md (v1: fusion).
 //
 // A Problem is a model's tensors plus the curves one compressor needs on one device,
 // resolved once from a Model and a Profile. GroupCost() prices one contiguous group and
@@ -109,7 +109,7 @@ struct Timeline {
 Timeline Evaluate(const Problem& problem, std::span<const int> group_ends);
 double IterationTime(const Problem& problem, std::span<const int> group_ends);
 
-// Baseline strategies (DESIGN.md section 4).
+// Baseline strategies (docs/MODEL.md).
 std::vector<int> LayerwiseStrategy(const Problem& problem);
 std::vector<int> OneGroupStrategy(const Problem& problem);
 // Appends tensors in order and closes a bucket as soon as its uncompressed bytes reach cap.

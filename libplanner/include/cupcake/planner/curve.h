@@ -1,4 +1,4 @@
-// A measured cost curve as the planner reads it (DESIGN.md 3.2): piecewise-linear between
+// A measured cost curve as the planner reads it (docs/FORMATS.md): piecewise-linear between
 // points; below the first point, the first point's time; above the last point, the last
 // segment's slope continued, never below 0; a one-point curve is constant.
 // Immutable after construction; safe to share between threads.

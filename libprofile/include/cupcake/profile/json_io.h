@@ -1,9 +1,9 @@
-// JSON interchange of models (cupcake.model.v1, DESIGN.md 3.1) and profiles
-// (cupcake.profile.v1, DESIGN.md 3.2), and the validation every import goes through.
+// JSON interchange of models (cupcake.model.v1, docs/FORMATS.md) and profiles
+// (cupcake.profile.v1, docs/FORMATS.md), and the validation every import goes through.
 //
 // Parsing validates once, at the boundary, and reports every problem it finds, one per line,
 // each shaped `<origin>: <field path>: <problem>; got <value>, expected <constraint>`.
-// Writing is deterministic: keys in the order DESIGN.md shows, numbers printed so they read
+// Writing is deterministic: keys in the order docs/FORMATS.md shows, numbers printed so they read
 // back exactly (doubles shortest-round-trip, sizes as integers), pretty-printed.
 #pragma once
 

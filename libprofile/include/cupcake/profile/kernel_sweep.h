@@ -38,7 +38,7 @@ struct KernelSweepOptions {
 StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
                                    const ProgressFn& progress = nullptr);
 
-// KernelDevice: the hardware seam of a GPU sweep (STYLE.md: a fake at every hardware seam): one
+// KernelDevice: the hardware seam of a GPU sweep (a fake at every hardware seam, docs/ARCHITECTURE.md): one
 // stream, event timing around launches on it, pinned host memory and asynchronous copies.
 // The CUDA implementation (OpenCudaKernelDevice) owns its stream and events; the fake runs the
 // compressors on the CPU backend with host memory and scripted elapsed times. Not thread-safe.

@@ -1,4 +1,4 @@
-// Where the profiler puts what it measures (STYLE.md: a fake at every hardware seam): the
+// Where the profiler puts what it measures (a fake at every hardware seam, docs/ARCHITECTURE.md): the
 // SQLite store, or memory for tests.
 #pragma once
 

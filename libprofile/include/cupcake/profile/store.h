@@ -1,4 +1,4 @@
-// The SQLite profile store (DESIGN.md 3.2): one DB file holds one cluster's profile (cluster
+// The SQLite profile store (docs/FORMATS.md): one DB file holds one cluster's profile (cluster
 // facts, cost curves) and the models measured on it.
 #pragma once
 

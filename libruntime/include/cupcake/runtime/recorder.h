@@ -1,4 +1,4 @@
-// Recorder: record mode (DESIGN.md sections 3.1 and 7). With no plan yet, a job measures its
+// Recorder: record mode (docs/FORMATS.md, libruntime/README.md). With no plan yet, a job measures its
 // gradient-ready times and writes them as a cupcake.model.v1 file, which `cupcake-profile
 // import` (or `cupcake-profile compute`) stores in a profile DB for the planner.
 //
@@ -15,7 +15,7 @@
 // the sum of its median gaps 0..i; the merged ready time is the maximum over ranks, and the
 // merged gaps are the differences of consecutive merged ready times (>= 0, as a maximum of
 // non-decreasing sequences is non-decreasing). Why the slowest: a group's collective starts only
-// when every rank has the group's gradients (C_k in DESIGN.md section 4 is the time the last
+// when every rank has the group's gradients (C_k in docs/MODEL.md is the time the last
 // rank is ready); a median over ranks would predict collectives starting before a slow rank
 // joins them. Why on ready times: the maximum of each gap separately would add up the worst
 // gap of every rank, a ready time no rank ever had. Noise within a rank is already filtered by
@@ -92,7 +92,7 @@ class Recorder {
   // The model's backward_us: the merged ones after MergeRanks, else MedianBackwardUs().
   StatusOr<std::vector<double>> BackwardUs() const;
 
-  // The cupcake.model.v1 JSON text (DESIGN.md 3.1) of BackwardUs().
+  // The cupcake.model.v1 JSON text (docs/FORMATS.md) of BackwardUs().
   StatusOr<std::string> ToJson() const;
   // Writes ToJson() to `path` atomically (WriteFileAtomic).
   Status Write(const std::string& path) const;

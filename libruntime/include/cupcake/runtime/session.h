@@ -1,9 +1,9 @@
-// Session: executes a plan (DESIGN.md sections 4 and 7) in a data-parallel job.
+// Session: executes a plan (docs/MODEL.md, libruntime/README.md) in a data-parallel job.
 //
 // The job registers its float32 gradient buffers in plan order, calls GradientReady(i) from its
 // backward hooks and Synchronize() before the optimizer step; afterwards every registered
 // gradient holds the average over ranks (exactly, for fp32; within the compressor's semantics
-// otherwise, DESIGN.md section 6). Stages run as the iteration-time model assumes:
+// otherwise, kernels/README.md). Stages run as the iteration-time model assumes:
 //   1. GradientReady(i) marks tensor i; when the last missing tensor of group k arrives, the
 //      caller's thread packs the group into its fusion buffer and encodes it (error feedback
 //      included) into the group's payload: compute side.

@@ -1,6 +1,6 @@
 // Device activity records (CUPTI's, or replayed ones) for kernel-only GPU timings, handed to
 // whoever measures in its constructor as kineto does, so the measuring code is tested on the
-// CPU (STYLE.md: a fake at every hardware seam). Users: the profiler's kernel sweep and the
+// CPU (a fake at every hardware seam, docs/ARCHITECTURE.md). Users: the profiler's kernel sweep and the
 // runtime's record mode. The CUPTI implementation is cupcake::kernels' (kernels/cupti/, made by
 // kernels::OpenCuptiActivitySource); this interface has no dependency, like the Clock.
 #pragma once

@@ -1,4 +1,4 @@
-// The compressor catalogue (DESIGN.md section 6): each compressor's name, collective, payload
+// The compressor catalogue (kernels/README.md): each compressor's name, collective, payload
 // size formula and default error-feedback memory. The planner, the kernels, the profiler and
 // the runtime all read it from here, so a payload's size is defined once.
 #pragma once
@@ -54,7 +54,7 @@ Status ValidateRatio(std::string_view what, double ratio);
 // k = max(1, floor(ratio * n)) for n >= 1. The product gets a relative nudge of 1e-12 so
 // that ratios such as 0.29 with n = 100 give 29, not 28 from binary rounding.
 int64_t SelectedCount(int64_t n, double ratio);
-// Payload bytes each rank sends for a group of n elements (DESIGN.md section 6 table).
+// Payload bytes each rank sends for a group of n elements (kernels/README.md, Semantics).
 int64_t PayloadBytes(const CompressorInfo& c, int64_t n, double ratio);
 
 }  // namespace cupcake

@@ -1,5 +1,5 @@
 // The clock every library measures or waits with, passed in so tests run on a fake one
-// (STYLE.md: no sleeps, time comes in from outside).
+// (no sleeps: time comes in from outside).
 #pragma once
 
 namespace cupcake {

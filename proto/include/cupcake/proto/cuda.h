@@ -1,4 +1,4 @@
-// CUDA runtime errors as Status, one macro for this vendor API (STYLE.md) shared by the
+// CUDA runtime errors as Status, one macro for this vendor API shared by the
 // libraries' CUDA code (kernels, profiler backends, runtime). Header-only: include it only from
 // sources built with CUDA (they link CUDA::cudart).
 #pragma once

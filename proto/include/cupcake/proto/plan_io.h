@@ -1,4 +1,4 @@
-// Plan files (DESIGN.md 3.3): the binary .pb the planner writes and the runtime loads, and its
+// Plan files (docs/FORMATS.md): the binary .pb the planner writes and the runtime loads, and its
 // JSON and text views. Reading validates once, at the boundary: a file that parses is also
 // checked for structure (groups cover the model's tensors contiguously, indices in range,
 // the embedded model matches its fingerprint, the fields every plan carries are present), so

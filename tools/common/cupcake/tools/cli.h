@@ -1,4 +1,4 @@
-// The frame every cupcake tool shares (STYLE.md, CLI): subcommands from a table with one-line
+// The frame every cupcake tool shares (docs/ARCHITECTURE.md, tools): subcommands from a table with one-line
 // help and "did you mean", exit codes 0 success / 1 failure / 2 usage error, diagnostics to
 // stderr and results to stdout or -o, --help and --version.
 //
