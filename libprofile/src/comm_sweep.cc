@@ -16,13 +16,34 @@ using comm::ReduceOp;
 
 constexpr int64_t kHostBytes = 256;
 
-// The value rank `rank` puts at `index` of its send buffer: small integers, exact in float.
-float Pattern(int rank, int64_t index) { return static_cast<float>(rank + 1 + index % 5); }
+// The value rank `rank` puts at `index` of its send buffer: small integers, so that every
+// expected result is exact: in float, and, for float16 sums, below 2048 (0 or 1 per rank, and
+// ranks past 2047 add 0).
+int Pattern(int rank, int64_t index, pb::DType dtype) {
+  if (dtype == pb::FLOAT16) return rank < 2048 ? static_cast<int>((rank + index) % 2) : 0;
+  return static_cast<int>(rank + 1 + index % 5);
+}
+
+// The bytes of a small non-negative integer as a float, or as a binary16 (exact below 2048).
+void Encode(int v, pb::DType dtype, std::byte* out) {
+  if (dtype != pb::FLOAT16) {
+    const float f = static_cast<float>(v);
+    std::memcpy(out, &f, 4);
+    return;
+  }
+  uint16_t h = 0;
+  if (v > 0) {
+    const int e = 31 - __builtin_clz(static_cast<unsigned>(v));  // v = 1.m x 2^e
+    h = static_cast<uint16_t>(((e + 15) << 10) | ((static_cast<unsigned>(v) << (10 - e)) & 0x3ff));
+  }
+  std::memcpy(out, &h, 2);
+}
 
 struct Planned {
   pb::Scope scope;
   pb::CommOp op;
-  int64_t size;  // stored size (bytes of each rank's send buffer)
+  pb::DType dtype;  // of the reduction; DTYPE_UNSPECIFIED: float32
+  int64_t size;     // stored size (bytes of each rank's send buffer)
 };
 
 // The stored size of `size` for `op` on `w` ranks, 0 when it rounds to nothing.
@@ -33,68 +54,64 @@ int64_t StoredSize(pb::CommOp op, int64_t size, int w) {
 
 // Runs one point: the collective on `data`, the barriers and the result exchange on `control`
 // (the same ranks). Returns (slowest rank's median us, wrong iterations).
-StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& data, pb::CommOp op, int64_t size,
-                                         int warmup, int iters, Clock& clock) {
+StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& data, const Planned& p, int warmup,
+                                         int iters, Clock& clock) {
+  const pb::CommOp op = p.op;
   const int w = data.size(), me = data.rank();
-  const int64_t n = size / 4;                 // floats in the send buffer
+  const int64_t elem = p.dtype == pb::FLOAT16 ? 2 : 4;
+  const int64_t n = p.size / elem;  // elements in the send buffer
   const int64_t block = op == pb::REDUCE_SCATTER || op == pb::ALLTOALL ? n / w : n;
   int64_t recv_n = n;
   if (op == pb::ALLGATHER) recv_n = n * w;
   if (op == pb::REDUCE_SCATTER) recv_n = block;
-  // Host images of the buffers; the communicator's own buffers may be GPU memory.
-  std::vector<float> pattern(static_cast<size_t>(n)), got(static_cast<size_t>(op == pb::BROADCAST ? n : recv_n));
-  const std::vector<float> cleared(static_cast<size_t>(std::max(n, recv_n)), -1.0f);
-  for (int64_t i = 0; i < n; ++i) pattern[static_cast<size_t>(i)] = Pattern(op == pb::BROADCAST ? 0 : me, i);
-  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer send, data.Allocate(n * 4));
-  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer recv, data.Allocate(recv_n * 4));
-  CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(pattern.data(), n * 4));
-  auto expected = [&](int64_t i) -> float {
+  auto expected = [&](int64_t i) -> int {
+    auto sum = [&](int64_t at) {
+      int s = 0;
+      for (int r = 0; r < w; ++r) s += Pattern(r, at, p.dtype);
+      return s;
+    };
     switch (op) {
-      case pb::ALLREDUCE: {
-        float s = 0;
-        for (int r = 0; r < w; ++r) s += Pattern(r, i);
-        return s;
-      }
-      case pb::ALLGATHER: return Pattern(static_cast<int>(i / n), i % n);
-      case pb::REDUCE_SCATTER: {
-        float s = 0;
-        for (int r = 0; r < w; ++r) s += Pattern(r, me * block + i);
-        return s;
-      }
-      case pb::ALLTOALL: return Pattern(static_cast<int>(i / block), me * block + i % block);
-      default: return Pattern(0, i);  // broadcast from rank 0
+      case pb::ALLREDUCE: return sum(i);
+      case pb::ALLGATHER: return Pattern(static_cast<int>(i / n), i % n, p.dtype);
+      case pb::REDUCE_SCATTER: return sum(me * block + i);
+      case pb::ALLTOALL: return Pattern(static_cast<int>(i / block), me * block + i % block, p.dtype);
+      default: return Pattern(0, i, p.dtype);  // broadcast from rank 0
     }
   };
+  // Host images of the buffers; the communicator's own buffers may be GPU memory.
+  const int64_t got_n = op == pb::BROADCAST ? n : recv_n;
+  std::vector<std::byte> pattern(static_cast<size_t>(n * elem)), want(static_cast<size_t>(got_n * elem)),
+      got(want.size());
+  const std::vector<std::byte> cleared(static_cast<size_t>(std::max(n, recv_n) * elem), std::byte{0xff});
+  for (int64_t i = 0; i < n; ++i) Encode(Pattern(op == pb::BROADCAST ? 0 : me, i, p.dtype), p.dtype, &pattern[i * elem]);
+  for (int64_t i = 0; i < got_n; ++i) Encode(expected(i), p.dtype, &want[i * elem]);
+  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer send, data.Allocate(n * elem));
+  CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer recv, data.Allocate(recv_n * elem));
+  CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(pattern.data(), n * elem));
+  const DataType type = p.dtype == pb::FLOAT16 ? DataType::kFloat16 : DataType::kFloat32;
   std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
   std::vector<double> us;
   for (int it = 0; it < warmup + iters; ++it) {
     // Allreduce runs in place, as the runtime runs it on flat gradient buffers.
-    if (op == pb::ALLREDUCE) CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(pattern.data(), n * 4));
-    else CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(cleared.data(), recv_n * 4));
-    if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(cleared.data(), n * 4));
+    if (op == pb::ALLREDUCE) CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(pattern.data(), n * elem));
+    else CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(cleared.data(), recv_n * elem));
+    if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(cleared.data(), n * elem));
     CUPCAKE_RETURN_IF_ERROR(control.Barrier());
     Status s;
     const double t0 = clock.NowUs();
     switch (op) {
-      case pb::ALLREDUCE: s = data.Allreduce(recv.data(), recv.data(), n, DataType::kFloat32, ReduceOp::kSum); break;
-      case pb::ALLGATHER: s = data.Allgather(send.data(), recv.data(), n * 4); break;
-      case pb::REDUCE_SCATTER:
-        s = data.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum);
-        break;
-      case pb::ALLTOALL: s = data.Alltoall(send.data(), recv.data(), block * 4); break;
-      default: s = data.Broadcast(send.data(), n * 4, 0); break;
+      case pb::ALLREDUCE: s = data.Allreduce(recv.data(), recv.data(), n, type, ReduceOp::kSum); break;
+      case pb::ALLGATHER: s = data.Allgather(send.data(), recv.data(), n * elem); break;
+      case pb::REDUCE_SCATTER: s = data.ReduceScatter(send.data(), recv.data(), block, type, ReduceOp::kSum); break;
+      case pb::ALLTOALL: s = data.Alltoall(send.data(), recv.data(), block * elem); break;
+      default: s = data.Broadcast(send.data(), n * elem, 0); break;
     }
     if (s.ok()) s = data.Synchronize();  // device collectives are enqueued: the time is to completion
     const double t1 = clock.NowUs();
-    CUPCAKE_RETURN_IF_ERROR(s.WithPrefix(std::string(Name(op)) + " of " + std::to_string(size) + " bytes"));
+    CUPCAKE_RETURN_IF_ERROR(s.WithPrefix(std::string(Name(op)) + " of " + std::to_string(p.size) + " bytes"));
     if (it >= warmup) us.push_back(t1 - t0);
-    CUPCAKE_RETURN_IF_ERROR((op == pb::BROADCAST ? send : recv).CopyToHost(got.data(), static_cast<int64_t>(got.size()) * 4));
-    for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
-      if (got[static_cast<size_t>(i)] != expected(i)) {
-        wrong[static_cast<size_t>(it)] = 1;
-        break;
-      }
-    }
+    CUPCAKE_RETURN_IF_ERROR((op == pb::BROADCAST ? send : recv).CopyToHost(got.data(), got_n * elem));
+    wrong[static_cast<size_t>(it)] = got == want ? 0 : 1;
   }
   double median = Median(std::move(us)), slowest = 0;
   CUPCAKE_RETURN_IF_ERROR(control.Allreduce(&median, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
@@ -106,11 +123,12 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
   return std::make_pair(slowest, count);
 }
 
-pb::Curve Key(pb::Scope scope, pb::CommOp op) {
+pb::Curve Key(const Planned& p) {
   pb::Curve c;
   c.set_kind(pb::COMM);
-  c.set_comm_op(op);
-  c.set_scope(scope);
+  c.set_comm_op(p.op);
+  c.set_scope(p.scope);
+  c.set_dtype(p.dtype);
   return c;
 }
 
@@ -222,14 +240,16 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
         int64_t stored = StoredSize(op, s, w);
         if (stored == 0 || std::find(seen.begin(), seen.end(), stored) != seen.end()) continue;
         seen.push_back(stored);
-        plan.push_back({scope, op, stored});
+        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored});
+        // The runtime's fp16 compressor sums halves: an allreduce of float16 is its own curve.
+        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored});
       }
     }
   std::vector<char> skip(plan.size(), 0);
   if (root && !options.force) {
     std::map<std::string, std::vector<int64_t>> present;
     for (size_t i = 0; i < plan.size(); ++i) {
-      pb::Curve key = Key(plan[i].scope, plan[i].op);
+      pb::Curve key = Key(plan[i]);
       auto it = present.find(CurveKey(key));
       if (it == present.end()) {
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sink->PointSizes(key));
@@ -254,8 +274,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
     if (skip[i]) {
       ++report.skipped;
     } else if (p.scope != pb::INTER || comm != nullptr) {
-      CUPCAKE_ASSIGN_OR_RETURN(auto result,
-                               Measure(*comm, *comm_data, p.op, p.size, options.warmup, options.iters, clock));
+      CUPCAKE_ASSIGN_OR_RETURN(auto result, Measure(*comm, *comm_data, p, options.warmup, options.iters, clock));
       double us = result.first;
       int wrong = result.second;
       if (p.scope == pb::INTRA) {  // the slowest host, and every rank learns of wrong results
@@ -266,7 +285,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
         CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&wrong, &any, 1, DataType::kInt32, ReduceOp::kMax));
         wrong = any;
       }
-      pb::Curve key = Key(p.scope, p.op);
+      pb::Curve key = Key(p);
       const std::string name = CurveKey(key);
       curve_wrong[name] += wrong;
       if (wrong > 0) {

@@ -257,12 +257,13 @@ const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backw
 const std::vector<std::string_view> kProfileKeys{"format", "cluster", "curves", "models"};
 const std::vector<std::string_view> kClusterKeys{"name",    "nodes",  "devices_per_node", "device",
                                                  "interconnect", "network", "source", "meta"};
-const std::vector<std::string_view> kCommKeys{"kind", "op", "scope", "points", "method", "warmup", "iters", "wrong"};
+const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope", "dtype", "points",
+                                              "method", "warmup", "iters", "wrong"};
 const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "points",
                                                "method", "warmup",     "iters",  "wrong"};
 const std::vector<std::string_view> kCopyKeys{"kind", "op", "device", "points", "method", "warmup", "iters", "wrong"};
-const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope", "compressor", "device",
-                                                  "points", "method", "warmup", "iters",     "wrong"};
+const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope",  "compressor", "device", "dtype",
+                                                  "points", "method", "warmup", "iters",      "wrong"};
 
 // Checks "format". Returns false when the document is of another format (stop reading it).
 bool CheckFormat(Reader& r, const json& doc, const std::string& path, std::string_view expected, bool required) {
@@ -328,6 +329,10 @@ void ReadCurve(Reader& r, const json& obj, const std::string& path, pb::Curve& c
         r.Keys(obj, path, kCommKeys, context);
         if (auto op = r.Enum<pb::CommOp>(obj, path, "op", true, "op", CommOpNames(), ParseCommOp)) c.set_comm_op(*op);
         if (auto s = r.Enum<pb::Scope>(obj, path, "scope", true, "scope", ScopeNames(), ParseScope)) c.set_scope(*s);
+        // float32, the default, is canonically absent, so a profile writes back as it was read.
+        if (auto d = r.Enum<pb::DType>(obj, path, "dtype", false, "dtype", DTypeNames(), ParseDType);
+            d && *d != pb::FLOAT32)
+          c.set_dtype(*d);
         break;
       case pb::ENCODE:
       case pb::DECODE: {
@@ -453,6 +458,7 @@ ordered_json CurveObject(const pb::Curve& c) {
     case pb::COMM:
       o["op"] = Name(c.comm_op());
       o["scope"] = Name(c.scope());
+      if (c.dtype() != pb::DTYPE_UNSPECIFIED) o["dtype"] = Name(c.dtype());
       break;
     case pb::ENCODE:
     case pb::DECODE:

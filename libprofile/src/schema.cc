@@ -67,7 +67,38 @@ CREATE VIEW curve_points AS
   ORDER BY c.position, p.size;
 )sql";
 
-constexpr std::array<Migration, 1> kMigrations{{{1, kSchemaV1}}};
+// Version 2: comm curves carry the element type of their reduction (`dtype`: '' is float32,
+// as every version 1 curve; 'float16', 'bfloat16'), so fp16 sums are priced with their own
+// curve. SQLite cannot change a UNIQUE constraint in place: the table is rebuilt (with foreign
+// keys off, so that dropping the old table does not cascade to the points; Migrate does that).
+constexpr std::string_view kSchemaV2 = R"sql(
+DROP VIEW curve_points;
+CREATE TABLE curves_v2 (
+  id INTEGER PRIMARY KEY,
+  position INTEGER NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  op TEXT NOT NULL DEFAULT '',
+  scope TEXT NOT NULL DEFAULT '',
+  compressor TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  dtype TEXT NOT NULL DEFAULT '',
+  method TEXT,
+  warmup INTEGER,
+  iters INTEGER,
+  wrong INTEGER,
+  UNIQUE (kind, op, scope, compressor, device, dtype)
+);
+INSERT INTO curves_v2 (id, position, kind, op, scope, compressor, device, method, warmup, iters, wrong)
+  SELECT id, position, kind, op, scope, compressor, device, method, warmup, iters, wrong FROM curves;
+DROP TABLE curves;
+ALTER TABLE curves_v2 RENAME TO curves;
+CREATE VIEW curve_points AS
+  SELECT c.kind, c.op, c.scope, c.compressor, c.device, c.dtype, p.size, p.us
+  FROM curves c JOIN points p ON p.curve_id = c.id
+  ORDER BY c.position, p.size;
+)sql";
+
+constexpr std::array<Migration, 2> kMigrations{{{1, kSchemaV1}, {2, kSchemaV2}}};
 
 }  // namespace
 
@@ -83,6 +114,13 @@ StatusOr<int64_t> PragmaInt(sqlite3* db, const std::string& path, std::string_vi
 }
 
 Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> migrations) {
+  // Foreign keys off around the transaction (the pragma is a no-op inside one): a step that
+  // rebuilds a table drops the old one, which must not cascade to the rows that refer to it.
+  CUPCAKE_RETURN_IF_ERROR(Exec(db, path, "PRAGMA foreign_keys = OFF"));
+  struct KeysBackOn {
+    sqlite3* db;
+    ~KeysBackOn() { sqlite3_exec(db, "PRAGMA foreign_keys = ON", nullptr, nullptr, nullptr); }
+  } keys_back_on{db};
   Transaction tx(db, path);
   CUPCAKE_RETURN_IF_ERROR(tx.Begin());
   CUPCAKE_ASSIGN_OR_RETURN(int64_t version, PragmaInt(db, path, "user_version"));
@@ -96,6 +134,12 @@ Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> 
     version = m.to_version;
   }
   CUPCAKE_RETURN_IF_ERROR(Exec(db, path, "PRAGMA application_id = " + std::to_string(kApplicationId)));
+  Statement check(db, path);  // every row still refers to a row that exists
+  CUPCAKE_RETURN_IF_ERROR(check.Prepare("PRAGMA foreign_key_check"));
+  CUPCAKE_ASSIGN_OR_RETURN(bool dangling, check.Step());
+  if (dangling)
+    return DataLossError(path + ": migration to schema version " + std::to_string(version) +
+                         " left rows referring to missing rows (table " + check.Text(0) + "); nothing was changed");
   return tx.Commit();
 }
 

@@ -29,7 +29,7 @@ constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 
 
 // The text columns of a curve's key; '' where a column does not apply to the kind.
 struct KeyColumns {
-  std::string kind, op, scope, compressor, device;
+  std::string kind, op, scope, compressor, device, dtype;
 };
 
 KeyColumns Key(const pb::Curve& c) {
@@ -39,6 +39,7 @@ KeyColumns Key(const pb::Curve& c) {
     case pb::COMM:
       k.op = std::string(Name(c.comm_op()));
       k.scope = std::string(Name(c.scope()));
+      if (c.dtype() != pb::DTYPE_UNSPECIFIED) k.dtype = std::string(Name(c.dtype()));
       break;
     case pb::ENCODE:
     case pb::DECODE:
@@ -124,8 +125,9 @@ StatusOr<std::optional<int64_t>> FindCurve(sqlite3* db, const std::string& path,
   KeyColumns k = Key(c);
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(
-      st.Prepare("SELECT id FROM curves WHERE kind = ?1 AND op = ?2 AND scope = ?3 AND compressor = ?4 AND device = ?5"));
-  st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device);
+      st.Prepare("SELECT id FROM curves WHERE kind = ?1 AND op = ?2 AND scope = ?3 AND compressor = ?4 AND device = ?5 "
+                 "AND dtype = ?6"));
+  st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device).Bind(6, k.dtype);
   CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<int64_t>();
   return std::optional<int64_t>(st.Int(0));
@@ -135,12 +137,12 @@ StatusOr<int64_t> InsertCurve(sqlite3* db, const std::string& path, const pb::Cu
   KeyColumns k = Key(c);
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(st.Prepare(
-      "INSERT INTO curves (position, kind, op, scope, compressor, device, method, warmup, iters, wrong) "
-      "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"));
+      "INSERT INTO curves (position, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype) "
+      "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"));
   st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device);
   st.BindOpt(6, c.has_method(), c.method());
   st.BindOptInt(7, c.has_warmup(), c.warmup()).BindOptInt(8, c.has_iters(), c.iters());
-  st.BindOptInt(9, c.has_wrong(), c.wrong());
+  st.BindOptInt(9, c.has_wrong(), c.wrong()).Bind(10, k.dtype);
   CUPCAKE_RETURN_IF_ERROR(st.Run());
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db));
 }
@@ -537,7 +539,8 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
   internal::Problems problems(path_);
   Statement curves(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(curves.Prepare(
-      "SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong FROM curves ORDER BY position"));
+      "SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype FROM curves "
+      "ORDER BY position"));
   Statement points(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(points.Prepare("SELECT size, us FROM points WHERE curve_id = ?1 ORDER BY size"));
   while (true) {
@@ -560,6 +563,9 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
       else bad("op", op, CommOpNames());
       if (auto s = ParseScope(scope)) c->set_scope(*s);
       else bad("scope", scope, ScopeNames());
+      const std::string dtype = internal::ReadText(curves, 10, problems, internal::Join(where, "dtype"));
+      if (auto d = ParseDType(dtype)) c->set_dtype(*d);
+      else if (!dtype.empty()) bad("dtype", dtype, DTypeNames());
     } else if (c->kind() == pb::COPY) {
       if (auto o = ParseCopyOp(op)) c->set_copy_op(*o);
       else bad("op", op, CopyOpNames());

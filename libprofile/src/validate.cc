@@ -165,6 +165,11 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);
       if (c.device() != pb::DEVICE_UNSPECIFIED) NotAllowed(Join(path, "device"), kind, Quote(Name(c.device())), p);
       if (c.copy_op() != pb::COPY_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.copy_op())), p);
+      if (c.dtype() == pb::FLOAT32)
+        p.Add(Join(path, "dtype"), "float32 is the default; got \"float32\", expected float16, bfloat16 or none");
+      else if (c.dtype() != pb::DTYPE_UNSPECIFIED && c.comm_op() != pb::ALLREDUCE && c.comm_op() != pb::REDUCE_SCATTER)
+        p.Add(Join(path, "dtype"), "not allowed for op " + std::string(Name(c.comm_op())) + "; got " +
+                                       Quote(Name(c.dtype())) + ", expected none (it moves bytes, it sums nothing)");
       break;
     case pb::ENCODE:
     case pb::DECODE:
@@ -180,6 +185,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (c.comm_op() != pb::COMM_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.comm_op())), p);
       if (c.copy_op() != pb::COPY_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.copy_op())), p);
       if (c.scope() != pb::SCOPE_UNSPECIFIED) NotAllowed(Join(path, "scope"), kind, Quote(Name(c.scope())), p);
+      if (c.dtype() != pb::DTYPE_UNSPECIFIED) NotAllowed(Join(path, "dtype"), kind, Quote(Name(c.dtype())), p);
       break;
     case pb::COPY:
       require(c.copy_op() != pb::COPY_OP_UNSPECIFIED, "op", CopyOpNames());
@@ -187,6 +193,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);
       if (c.comm_op() != pb::COMM_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.comm_op())), p);
       if (c.scope() != pb::SCOPE_UNSPECIFIED) NotAllowed(Join(path, "scope"), kind, Quote(Name(c.scope())), p);
+      if (c.dtype() != pb::DTYPE_UNSPECIFIED) NotAllowed(Join(path, "dtype"), kind, Quote(Name(c.dtype())), p);
       break;
     default:
       p.Add(Join(path, "kind"), "missing; expected one of " + CurveKindNames());

@@ -116,7 +116,9 @@ int64_t DTypeBytes(pb::DType v) {
 std::string CurveKey(const pb::Curve& c) {
   std::string key(Name(c.kind()));
   switch (c.kind()) {
-    case pb::COMM: return key + " " + std::string(Name(c.comm_op())) + " " + std::string(Name(c.scope()));
+    case pb::COMM:
+      return key + " " + std::string(Name(c.comm_op())) + " " + std::string(Name(c.scope())) +
+             (c.dtype() == pb::DTYPE_UNSPECIFIED ? "" : " " + std::string(Name(c.dtype())));
     case pb::ENCODE:
     case pb::DECODE: return key + " " + c.compressor() + " " + std::string(Name(c.device()));
     case pb::COPY: return key + " " + std::string(Name(c.copy_op())) + " " + std::string(Name(c.device()));

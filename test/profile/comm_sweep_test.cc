@@ -115,12 +115,12 @@ TEST(CommSweep, MeasuresEveryCollectiveAndChecksItsResult) {
   });
   for (auto& r : results) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->measured, 10);
+    EXPECT_EQ(r->measured, 12);  // 2 sizes x (5 collectives + the float16 allreduce)
     EXPECT_EQ(r->wrong, 0);
   }
   EXPECT_EQ(Keys(sink), (std::vector<std::string>{"comm allgather global 2", "comm allreduce global 2",
-                                                  "comm alltoall global 2", "comm broadcast global 2",
-                                                  "comm reduce_scatter global 2"}));
+                                                  "comm allreduce global float16 2", "comm alltoall global 2",
+                                                  "comm broadcast global 2", "comm reduce_scatter global 2"}));
   for (const auto& c : sink.Curves()) {
     EXPECT_EQ(c.method(), "wall");
     EXPECT_EQ(c.wrong(), 0);
@@ -139,7 +139,9 @@ TEST(CommSweep, SplitsByHostIntoIntraAndInter) {
   for (auto& r : results) ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Keys(sink), (std::vector<std::string>{"comm allgather global 2", "comm allgather inter 2",
                                                   "comm allgather intra 2", "comm allreduce global 2",
-                                                  "comm allreduce inter 2", "comm allreduce intra 2"}));
+                                                  "comm allreduce global float16 2", "comm allreduce inter 2",
+                                                  "comm allreduce inter float16 2", "comm allreduce intra 2",
+                                                  "comm allreduce intra float16 2"}));
 }
 
 TEST(CommSweep, WrongResultsAreCountedAndNotStoredAsCosts) {
@@ -153,7 +155,7 @@ TEST(CommSweep, WrongResultsAreCountedAndNotStoredAsCosts) {
   for (auto& r : results) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->wrong, 2);
-    EXPECT_EQ(r->measured, 8);
+    EXPECT_EQ(r->measured, 10);
   }
   for (const auto& p : results[0]->points)
     EXPECT_EQ(p.wrong, p.curve == "comm allgather global" ? 4 : 0) << p.curve;  // warm-up + 3 timed
@@ -174,10 +176,10 @@ TEST(CommSweep, ResumesSkippingWhatTheSinkHas) {
   auto second = run(Small());
   for (auto& r : second) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->skipped, 5);
-    EXPECT_EQ(r->measured, 5);
+    EXPECT_EQ(r->skipped, 6);
+    EXPECT_EQ(r->measured, 6);
   }
-  EXPECT_EQ(sink.added(), 10);
+  EXPECT_EQ(sink.added(), 12);
 }
 
 TEST(CommSweep, RanksThatDisagreeOnTheConfigurationAllFailNamingTheFlag) {
@@ -214,7 +216,7 @@ TEST(CommSweep, SynchronizesADeviceStyleDataCommunicatorBeforeReadingOrTiming) {
     EXPECT_GT(r->measured, 0);
   }
   EXPECT_GT(synchronized[0], 0);  // the global points; intra and inter run on the splits
-  EXPECT_EQ(sink.Curves().size(), 15u);  // five collectives x global, intra, inter
+  EXPECT_EQ(sink.Curves().size(), 18u);  // six curves (the float16 allreduce too) x global, intra, inter
 }
 
 TEST(CommSweep, WrongResultsOfTheDataCommunicatorAreCounted) {
@@ -232,7 +234,7 @@ TEST(CommSweep, WrongResultsOfTheDataCommunicatorAreCounted) {
   });
   for (auto& r : results) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->wrong, 2);
+    EXPECT_EQ(r->wrong, 4);  // 2 sizes x the float32 and the float16 allreduce
     EXPECT_EQ(r->measured, 0);
   }
 }

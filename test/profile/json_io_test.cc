@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cupcake/proto/file_io.h"
+#include "cupcake/proto/names.h"
 
 namespace cupcake::profile {
 namespace {
@@ -384,6 +385,29 @@ TEST(ModelJsonErrors, ValuesBeyondTheBoundsAreRefused) {
             "(microseconds)");
 }
 
+// Comm curves carry the element type their reduction sums; float32 is the default and is
+// written by leaving it out, so profiles from before the field read and write back unchanged.
+TEST(ProfileJson, CommCurvesCarryTheReductionsElementType) {
+  auto p = ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float16",
+                                                  "points": [[4, 1]]},
+                                                 {"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float32",
+                                                  "points": [[4, 2]]})"),
+                            "profile.json");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(CurveKey(p->curves(0)), "comm allreduce global float16");
+  EXPECT_EQ(CurveKey(p->curves(1)), "comm allreduce global");
+  const std::string out = ProfileToJson(*p);
+  EXPECT_NE(out.find(R"("dtype": "float16")"), std::string::npos) << out;
+  EXPECT_EQ(out.find(R"("dtype": "float32")"), std::string::npos) << out;
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "comm", "op": "allgather", "scope": "global", "dtype": "float16", "points": [[4, 1]]})")),
+            "profile.json: curves[0].dtype: not allowed for op allgather; got \"float16\", expected none (it moves "
+            "bytes, it sums nothing)");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "half", "points": [[4, 1]]})")),
+            "profile.json: curves[0].dtype: unknown dtype; got \"half\", expected one of float32, float16, bfloat16");
+}
+
 TEST(ProfileJsonErrors, CurveWithNoPoints) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": []})")),
             "profile.json: curves[0].points: no points; got 0 points, expected at least 1");
@@ -438,7 +462,7 @@ TEST(ProfileJsonErrors, UnknownOrMisplacedKeys) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scop": "global", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scop: unknown key for kind comm; got \"scop\" (did you mean 'scope'?), expected "
-            "one of kind, op, scope, points, method, warmup, iters, wrong");
+            "one of kind, op, scope, dtype, points, method, warmup, iters, wrong");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "encode", "compressor": "dgc", "device": "gpu", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scope: unknown key for kind encode; got \"scope\", expected one of kind, "

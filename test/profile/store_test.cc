@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "cupcake/profile/json_io.h"
+#include "cupcake/proto/names.h"
 #include "schema.h"
 #include "test_files.h"
 
@@ -110,8 +111,8 @@ TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
-  EXPECT_EQ(ProfileStore::SchemaVersion(), 1);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 2);
   EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
@@ -330,7 +331,7 @@ TEST_F(ProfileStoreTest, RefusesANewerSchema) {
   RawExec(db_, "PRAGMA user_version = 7");
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 1 (written by a newer cupcake; use that "
+  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 2 (written by a newer cupcake; use that "
                                "one)");
 }
 
@@ -364,18 +365,49 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-  const internal::Migration failing[] = {{1, "CREATE TABLE x (a)"}, {2, "ALTER TABLE models ADD COLUMN note TEXT"},
-                                         {3, "THIS IS NOT SQL"}};
+  // The DB is at version 2: step 2 is skipped, 3 and 4 run in one transaction.
+  const internal::Migration failing[] = {{2, "CREATE TABLE x (a)"}, {3, "ALTER TABLE models ADD COLUMN note TEXT"},
+                                         {4, "THIS IS NOT SQL"}};
   Status s = internal::Migrate(db, db_, failing);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 3 failed: ")) << s.message();
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 1);  // step 2 rolled back too
-  const internal::Migration next[] = {{1, "CREATE TABLE x (a)"}, {2, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 4 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 2);  // step 3 rolled back too
+  const internal::Migration next[] = {{2, "CREATE TABLE x (a)"}, {3, "ALTER TABLE models ADD COLUMN note TEXT"}};
   ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 2);
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 3);
   sqlite3_close(db);
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
+}
+
+// A version 1 DB (before comm curves had a dtype) opens migrated: every curve and point kept,
+// each comm curve a float32 one; then a float16 curve of the same collective can join it.
+TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(1)).ok());
+    sqlite3_close(db);
+  }
+  RawExec(db_, "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 4);"
+               "INSERT INTO curves (id, position, kind, op, scope) VALUES (7, 0, 'comm', 'allreduce', 'global');"
+               "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
+  ProfileStore store = OpenStore(false);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, dtype, size, us FROM curve_points"),
+            "comm|allreduce|global||4|10.0\ncomm|allreduce|global||1024|20.5\n");
+  pb::Curve half;
+  half.set_kind(pb::COMM);
+  half.set_comm_op(pb::ALLREDUCE);
+  half.set_scope(pb::GLOBAL);
+  half.set_dtype(pb::FLOAT16);
+  ASSERT_TRUE(store.AddPoint(half, 1024, 12.0).ok());
+  pb::Profile loaded = Load(store);
+  ASSERT_EQ(loaded.curves_size(), 2);
+  EXPECT_EQ(CurveKey(loaded.curves(0)), "comm allreduce global");
+  EXPECT_EQ(loaded.curves(0).points_size(), 2);
+  EXPECT_EQ(CurveKey(loaded.curves(1)), "comm allreduce global float16");
 }
 
 TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {

@@ -160,13 +160,14 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
 
   out << "comm: " << world.size() << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << measured.library()
       << "), warmup " << sweep.warmup << ", iters " << sweep.iters << ", time = the slowest rank's median\n";
-  out << "  collective      scope       size         us   wrong\n";
+  out << "  collective          scope       size         us   wrong\n";
   for (const auto& p : report->points) {
-    std::istringstream key(p.curve);  // "comm <op> <scope>"
-    std::string kind, op, scope;
-    key >> kind >> op >> scope;
+    std::istringstream key(p.curve);  // "comm <op> <scope> [<dtype>]"
+    std::string kind, op, scope, dtype;
+    key >> kind >> op >> scope >> dtype;
+    if (!dtype.empty()) op += " " + dtype;
     char line[160];
-    std::snprintf(line, sizeof line, "  %-15s %-7s %10s %10.1f %7d%s\n", op.c_str(), scope.c_str(),
+    std::snprintf(line, sizeof line, "  %-19s %-7s %10s %10.1f %7d%s\n", op.c_str(), scope.c_str(),
                   tools::HumanBytes(p.size).c_str(), p.us, p.wrong, p.wrong > 0 ? "  WRONG, not stored" : "");
     out << line;
   }

@@ -37,7 +37,8 @@ std::string ScopeNames();
 // Bytes per element; 0 for DTYPE_UNSPECIFIED.
 int64_t DTypeBytes(pb::DType v);
 
-// A readable key of a curve: "comm allgather global", "encode topk gpu", "copy pack gpu".
+// A readable key of a curve: "comm allgather global", "comm allreduce global float16",
+// "encode topk gpu", "copy pack gpu".
 std::string CurveKey(const pb::Curve& c);
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
