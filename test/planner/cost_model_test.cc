@@ -106,6 +106,36 @@ TEST(CostModel, BucketsCloseWhenTheyReachTheCap) {
   EXPECT_EQ(BucketStrategy(*p, 1), (std::vector<int>{0, 1, 2}));
 }
 
+// fp16 payloads are summed as halves: priced with the float16 allreduce curve when the profile
+// has one (here 5x the float32 one, constant), else with the float32 curve; fp32 keeps its own.
+TEST(MakeProblem, Fp16IsPricedWithTheFloat16AllreduceCurve) {
+  pb::Profile profile = HandProfile();
+  pb::Curve enc = MakeCurve(pb::ENCODE, {{1, 10}});
+  enc.set_compressor("fp16");
+  enc.set_device(pb::GPU);
+  *profile.add_curves() = enc;
+  pb::Curve dec = MakeCurve(pb::DECODE, {{1, 20}});
+  dec.set_compressor("fp16");
+  dec.set_device(pb::GPU);
+  *profile.add_curves() = dec;
+  PlanRequest fp16;
+  fp16.compressor = "fp16";
+  auto without = MakeProblem(HandModel(), profile, fp16);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ(without->comm.At(4096), 50);  // the float32 curve stands in
+  pb::Curve half = MakeCurve(pb::COMM, {{1, 250}});
+  half.set_comm_op(pb::ALLREDUCE);
+  half.set_scope(pb::GLOBAL);
+  half.set_dtype(pb::FLOAT16);
+  *profile.add_curves() = half;
+  auto with = MakeProblem(HandModel(), profile, fp16);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->comm.At(4096), 250);
+  auto fp32 = MakeProblem(HandModel(), profile, PlanRequest{});
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ(fp32->comm.At(4096), 50);
+}
+
 TEST(MakeProblem, MissingCurveIsNamed) {
   PlanRequest req;
   req.compressor = "topk";
