@@ -55,52 +55,97 @@ const char* kNoLauncher =
     "mpirun, one rank per device, e.g. `mpirun -np 4 cupcake-profile comm --db DB --quick` (as root add "
     "--allow-run-as-root; more ranks than cores need --oversubscribe)";
 
-Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out) {
-  const int rank = world.rank();
-  // 1. Same configuration on every rank, before anything is validated or written.
-  std::vector<std::pair<std::string, std::string>> flags{
-      {"--db", options.db},
-      {"--quick", options.quick ? "true" : "false"},
-      {"--force", options.force ? "true" : "false"},
-      {"--min-bytes", std::to_string(options.min_bytes)},
-      {"--max-bytes", std::to_string(options.max_bytes)},
-      {"--warmup", std::to_string(options.warmup)},
-      {"--iters", std::to_string(options.iters)},
-      {"--ops", [&] {
-         std::string s;
-         for (const auto& o : options.ops) s += (s.empty() ? "" : ",") + o;
-         return s;
-       }()},
-      {"--backend", options.backend},
-      {"--cluster", options.cluster},
-      {"--lock-timeout", std::to_string(options.lock_timeout_s)}};
-  CUPCAKE_RETURN_IF_ERROR(Quiet(profile::AgreeOnConfiguration(world, flags), rank));
+namespace {
 
-  // 2. Validate (every rank alike, so every rank fails alike).
+// Step 1: every rank runs with the same flags, before anything is validated or written.
+Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
+  std::string ops;
+  for (const auto& o : options.ops) ops += (ops.empty() ? "" : ",") + o;
+  return profile::AgreeOnConfiguration(world, {{"--db", options.db},
+                                               {"--quick", options.quick ? "true" : "false"},
+                                               {"--force", options.force ? "true" : "false"},
+                                               {"--min-bytes", std::to_string(options.min_bytes)},
+                                               {"--max-bytes", std::to_string(options.max_bytes)},
+                                               {"--warmup", std::to_string(options.warmup)},
+                                               {"--iters", std::to_string(options.iters)},
+                                               {"--ops", ops},
+                                               {"--backend", options.backend},
+                                               {"--cluster", options.cluster},
+                                               {"--lock-timeout", std::to_string(options.lock_timeout_s)}});
+}
+
+// Step 2: the flags as sweep options (every rank alike, so every rank fails alike).
+StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options) {
   profile::CommSweepOptions sweep;
   if (options.min_bytes < 4)
-    return Quiet(InvalidArgumentError("--min-bytes: out of range; got " + std::to_string(options.min_bytes) +
-                                      ", expected a power of two >= 4 (one float)"), rank);
-  auto sizes = profile::PowerOfTwoSizes("--min-bytes", options.min_bytes, "--max-bytes", options.max_bytes,
-                                        int64_t{1} << 30, options.step);
-  if (!sizes.ok()) return Quiet(sizes.status(), rank);
-  sweep.sizes = *sizes;
+    return InvalidArgumentError("--min-bytes: out of range; got " + std::to_string(options.min_bytes) +
+                                ", expected a power of two >= 4 (one float)");
+  CUPCAKE_ASSIGN_OR_RETURN(sweep.sizes, profile::PowerOfTwoSizes("--min-bytes", options.min_bytes, "--max-bytes",
+                                                                 options.max_bytes, int64_t{1} << 30, options.step));
   for (const std::string& name : options.ops) {
     auto op = ParseCommOp(name);
-    if (!op) return Quiet(InvalidArgumentError("--ops: unknown collective; got '" + name + "', expected " + CommOpNames()), rank);
+    if (!op) return InvalidArgumentError("--ops: unknown collective; got '" + name + "', expected " + CommOpNames());
     sweep.ops.push_back(*op);
   }
   if (options.backend != "mpi" && options.backend != "nccl")
-    return Quiet(InvalidArgumentError("--backend: unknown backend; got '" + options.backend + "', expected mpi or nccl"),
-                 rank);
-  if (options.warmup < 0) return Quiet(InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0"), rank);
-  if (options.iters < 1) return Quiet(InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1"), rank);
-  auto lock_ms = LockTimeoutMs(options.lock_timeout_s);
-  if (!lock_ms.ok()) return Quiet(lock_ms.status(), rank);
+    return InvalidArgumentError("--backend: unknown backend; got '" + options.backend + "', expected mpi or nccl");
+  if (options.warmup < 0)
+    return InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
+  if (options.iters < 1)
+    return InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
   sweep.warmup = options.warmup;
   sweep.iters = options.iters;
   sweep.force = options.force;
+  return sweep;
+}
 
+// Step 5 (rank 0): opens the DB, a new one made with the cluster in it, and records the cluster.
+StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, int lock_ms, const profile::Topology& topo,
+                                                  int world_size, const std::string& library) {
+  std::string hosts;
+  for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+  const std::map<std::string, std::string> meta{{"world_size", std::to_string(world_size)},
+                                                {"hosts", hosts},
+                                                {"comm.library", library},
+                                                {"comm.backend", options.backend},
+                                                {"comm.command", options.command},
+                                                {"comm.date", UtcNow()}};
+  return profile::ProfileStore::OpenOrCreate(options.db, lock_ms, [&](profile::ProfileStore& s) {
+    return EnsureCluster(s, options.cluster, static_cast<int>(topo.hosts.size()), topo.ranks_per_host, meta,
+                         "mpirun -np")
+        .status();
+  });
+}
+
+// Step 7 (rank 0): the table of what was measured.
+void PrintReport(const profile::SweepReport& report, const CommOptions& options, const profile::CommSweepOptions& sweep,
+                 int world_size, int nodes, const std::string& library, std::ostream& out) {
+  out << "comm: " << world_size << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << library
+      << "), warmup " << sweep.warmup << ", iters " << sweep.iters << ", time = the slowest rank's median\n";
+  out << "  collective          scope       size         us   wrong\n";
+  for (const auto& p : report.points) {
+    std::istringstream key(p.curve);  // "comm <op> <scope> [<dtype>]"
+    std::string kind, op, scope, dtype;
+    key >> kind >> op >> scope >> dtype;
+    if (!dtype.empty()) op += " " + dtype;
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-19s %-7s %10s %10.1f %7d%s\n", op.c_str(), scope.c_str(),
+                  tools::HumanBytes(p.size).c_str(), p.us, p.wrong, p.wrong > 0 ? "  WRONG, not stored" : "");
+    out << line;
+  }
+  out << "comm: measured " << report.measured << " points, skipped " << report.skipped << " already in " << options.db
+      << (report.skipped > 0 ? " (--force re-measures them)" : "") << "\n";
+}
+
+}  // namespace
+
+Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out) {
+  const int rank = world.rank();
+  CUPCAKE_RETURN_IF_ERROR(Quiet(AgreeOnFlags(world, options), rank));
+  auto sweep = SweepOptions(options);
+  if (!sweep.ok()) return Quiet(sweep.status(), rank);
+  auto lock_ms = LockTimeoutMs(options.lock_timeout_s);
+  if (!lock_ms.ok()) return Quiet(lock_ms.status(), rank);
   CUPCAKE_ASSIGN_OR_RETURN(profile::Topology topo, profile::DiscoverTopology(world));
   if (topo.ranks_per_host == 0)
     return Quiet(FailedPreconditionError("comm: hosts run different numbers of ranks; expected the same number on "
@@ -116,63 +161,39 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 
-  // 4. NCCL: without a GPU it fails here, before a DB is created. One GPU per rank,
-  // the host's local_rank-th; the sweep's own exchanges stay on MPI.
+  // 4. NCCL: without a GPU it fails here, before a DB is created. One GPU per rank, the host's
+  // local_rank-th; the sweep's own exchanges stay on MPI.
   std::unique_ptr<comm::Communicator> nccl;
   if (options.backend == "nccl") {
     auto made = comm::MakeNcclCommunicator(&world, topo.local_rank);
     if (!made.ok()) return made.status().WithPrefix("--backend nccl");
     nccl = std::move(made).value();
-    sweep.data = nccl.get();
+    sweep->data = nccl.get();
   }
-  comm::Communicator& measured = nccl ? *nccl : world;
+  const std::string library = (nccl ? *nccl : world).library();
 
-  // 5. Rank 0 opens the DB (a new one is made with the cluster in it) and records the cluster;
-  // everyone learns whether that worked.
+  // 5. Rank 0 opens the DB; everyone learns whether that worked.
   std::optional<profile::ProfileStore> store;
   if (rank == 0) {
-    std::string hosts;
-    for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
-    std::map<std::string, std::string> meta{{"world_size", std::to_string(world.size())},
-                                            {"hosts", hosts},
-                                            {"comm.library", measured.library()},
-                                            {"comm.backend", options.backend},
-                                            {"comm.command", options.command},
-                                            {"comm.date", UtcNow()}};
-    auto opened = profile::ProfileStore::OpenOrCreate(options.db, *lock_ms, [&](profile::ProfileStore& s) {
-      return EnsureCluster(s, options.cluster, nodes, topo.ranks_per_host, meta, "mpirun -np").status();
-    });
+    auto opened = OpenDbWithCluster(options, *lock_ms, topo, world.size(), library);
     if (opened.ok()) store.emplace(std::move(opened).value());
     else setup = opened.status();
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 
-  // 6. Sweep.
+  // 6. Sweep; rank 0 commits each point as it is measured.
   std::optional<profile::StoreSink> sink;
   if (store) sink.emplace(*store);
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (rank == 0 && options.progress) bar.emplace(*options.progress, "comm");
-  auto report = profile::SweepComm(world, sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
+  auto report = profile::SweepComm(world, *sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
   if (bar) bar->Finish();
   if (!report.ok()) return report.status().message().empty() ? report.status() : report.status().WithPrefix("comm");
   if (rank != 0) return report->wrong > 0 ? Status(StatusCode::kDataLoss, "") : Status::Ok();
 
-  out << "comm: " << world.size() << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << measured.library()
-      << "), warmup " << sweep.warmup << ", iters " << sweep.iters << ", time = the slowest rank's median\n";
-  out << "  collective          scope       size         us   wrong\n";
-  for (const auto& p : report->points) {
-    std::istringstream key(p.curve);  // "comm <op> <scope> [<dtype>]"
-    std::string kind, op, scope, dtype;
-    key >> kind >> op >> scope >> dtype;
-    if (!dtype.empty()) op += " " + dtype;
-    char line[160];
-    std::snprintf(line, sizeof line, "  %-19s %-7s %10s %10.1f %7d%s\n", op.c_str(), scope.c_str(),
-                  tools::HumanBytes(p.size).c_str(), p.us, p.wrong, p.wrong > 0 ? "  WRONG, not stored" : "");
-    out << line;
-  }
-  out << "comm: measured " << report->measured << " points, skipped " << report->skipped << " already in "
-      << options.db << (report->skipped > 0 ? " (--force re-measures them)" : "") << "\n";
+  // 7. Report.
+  PrintReport(*report, options, *sweep, world.size(), nodes, library, out);
   if (report->wrong > 0)
     return DataLossError("comm: " + std::to_string(report->wrong) +
                          " points had wrong results and were not stored (see WRONG above; their curves' `wrong` "
