@@ -193,9 +193,45 @@ Status AgreeOnConfiguration(Communicator& world, const std::vector<std::pair<std
   return Status::Ok();
 }
 
-StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock,
-                                ProfileSink* sink, const ProgressFn& progress) {
-  const bool root = world.rank() == 0;
+namespace {
+
+// The points to measure, the same on every rank: per scope (global, and intra and inter when
+// `scopes` has them), op and size; allreduce also over float16.
+std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& scopes, const std::vector<pb::CommOp>& ops,
+                                const std::vector<int64_t>& sizes) {
+  std::vector<Planned> plan;
+  for (auto [scope, w] : scopes)
+    for (pb::CommOp op : ops) {
+      std::vector<int64_t> seen;
+      for (int64_t s : sizes) {
+        int64_t stored = StoredSize(op, s, w);
+        if (stored == 0 || std::find(seen.begin(), seen.end(), stored) != seen.end()) continue;
+        seen.push_back(stored);
+        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored});
+        // The runtime's fp16 compressor sums halves: an allreduce of float16 is its own curve.
+        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored});
+      }
+    }
+  return plan;
+}
+
+// Rank 0: which planned points the sink already has (1) or not (0).
+StatusOr<std::vector<char>> PresentInSink(const std::vector<Planned>& plan, ProfileSink& sink) {
+  std::vector<char> present(plan.size(), 0);
+  std::map<std::string, std::vector<int64_t>> sizes_of;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    pb::Curve key = Key(plan[i]);
+    auto it = sizes_of.find(CurveKey(key));
+    if (it == sizes_of.end()) {
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sink.PointSizes(key));
+      it = sizes_of.emplace(CurveKey(key), std::move(sizes)).first;
+    }
+    present[i] = std::binary_search(it->second.begin(), it->second.end(), plan[i].size) ? 1 : 0;
+  }
+  return present;
+}
+
+Status CheckSweepOptions(const CommSweepOptions& options, bool root, const ProfileSink* sink) {
   if (options.sizes.empty()) return InvalidArgumentError("sizes: empty size range; got no sizes, expected at least one");
   for (int64_t s : options.sizes)
     if (s < 4 || s > (int64_t{1} << 30))
@@ -204,6 +240,34 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
     return InvalidArgumentError("warmup, iters: out of range; got " + std::to_string(options.warmup) + ", " +
                                 std::to_string(options.iters) + ", expected warmup >= 0 and iters >= 1");
   if (root && sink == nullptr) return InvalidArgumentError("sink: rank 0 needs a sink");
+  return Status::Ok();
+}
+
+// The communicators of each scope: intra (the ranks of each host) and inter (one rank per
+// host), control and data split alike; null where this rank takes no part or there are none.
+struct Scopes {
+  std::unique_ptr<Communicator> intra, inter, intra_data, inter_data;
+};
+
+StatusOr<Scopes> SplitScopes(Communicator& world, Communicator& data, const Topology& topo, bool hierarchical) {
+  Scopes s;
+  if (!hierarchical) return s;
+  const int host = topo.host_of_rank[static_cast<size_t>(world.rank())], leader = topo.local_rank == 0 ? 0 : -1;
+  CUPCAKE_ASSIGN_OR_RETURN(s.intra, world.Split(host, world.rank()));
+  CUPCAKE_ASSIGN_OR_RETURN(s.inter, world.Split(leader, world.rank()));
+  if (&data != &world) {
+    CUPCAKE_ASSIGN_OR_RETURN(s.intra_data, data.Split(host, world.rank()));
+    CUPCAKE_ASSIGN_OR_RETURN(s.inter_data, data.Split(leader, world.rank()));
+  }
+  return s;
+}
+
+}  // namespace
+
+StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock,
+                                ProfileSink* sink, const ProgressFn& progress) {
+  const bool root = world.rank() == 0;
+  CUPCAKE_RETURN_IF_ERROR(CheckSweepOptions(options, root, sink));
   std::vector<pb::CommOp> ops = options.ops;
   if (ops.empty()) ops = {pb::ALLREDUCE, pb::ALLGATHER, pb::REDUCE_SCATTER, pb::ALLTOALL, pb::BROADCAST};
 
@@ -215,48 +279,18 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
     return InvalidArgumentError("data: not the world's ranks; got rank " + std::to_string(data.rank()) + " of " +
                                 std::to_string(data.size()) + ", expected rank " + std::to_string(world.rank()) +
                                 " of " + std::to_string(world.size()));
-  // intra: the ranks of each host; inter: one rank per host. Control and data split alike.
-  std::unique_ptr<Communicator> intra, inter, intra_data, inter_data;
-  if (hierarchical) {
-    const int host = topo.host_of_rank[static_cast<size_t>(world.rank())], leader = topo.local_rank == 0 ? 0 : -1;
-    CUPCAKE_ASSIGN_OR_RETURN(intra, world.Split(host, world.rank()));
-    CUPCAKE_ASSIGN_OR_RETURN(inter, world.Split(leader, world.rank()));
-    if (&data != &world) {
-      CUPCAKE_ASSIGN_OR_RETURN(intra_data, data.Split(host, world.rank()));
-      CUPCAKE_ASSIGN_OR_RETURN(inter_data, data.Split(leader, world.rank()));
-    }
-  }
+  CUPCAKE_ASSIGN_OR_RETURN(Scopes split, SplitScopes(world, data, topo, hierarchical));
+
   // 1. The plan, the same on every rank; rank 0 marks what the sink has and broadcasts it.
-  std::vector<Planned> plan;
   std::vector<std::pair<pb::Scope, int>> scopes{{pb::GLOBAL, world.size()}};
   if (hierarchical) {
     scopes.emplace_back(pb::INTRA, topo.ranks_per_host);
     scopes.emplace_back(pb::INTER, nodes);
   }
-  for (auto [scope, w] : scopes)
-    for (pb::CommOp op : ops) {
-      std::vector<int64_t> seen;
-      for (int64_t s : options.sizes) {
-        int64_t stored = StoredSize(op, s, w);
-        if (stored == 0 || std::find(seen.begin(), seen.end(), stored) != seen.end()) continue;
-        seen.push_back(stored);
-        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored});
-        // The runtime's fp16 compressor sums halves: an allreduce of float16 is its own curve.
-        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored});
-      }
-    }
+  const std::vector<Planned> plan = PlanPoints(scopes, ops, options.sizes);
   std::vector<char> skip(plan.size(), 0);
   if (root && !options.force) {
-    std::map<std::string, std::vector<int64_t>> present;
-    for (size_t i = 0; i < plan.size(); ++i) {
-      pb::Curve key = Key(plan[i]);
-      auto it = present.find(CurveKey(key));
-      if (it == present.end()) {
-        CUPCAKE_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sink->PointSizes(key));
-        it = present.emplace(CurveKey(key), std::move(sizes)).first;
-      }
-      skip[i] = std::binary_search(it->second.begin(), it->second.end(), plan[i].size) ? 1 : 0;
-    }
+    CUPCAKE_ASSIGN_OR_RETURN(skip, PresentInSink(plan, *sink));
   }
   CUPCAKE_RETURN_IF_ERROR(world.Broadcast(skip.data(), static_cast<int64_t>(skip.size()), 0));
 
@@ -265,11 +299,11 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
   std::map<std::string, int> curve_wrong;  // this run's wrong iterations per curve
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
-    Communicator* comm = p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? intra.get() : inter.get();
+    Communicator* comm = p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? split.intra.get() : split.inter.get();
     Communicator* comm_data = &data == &world ? comm
                               : p.scope == pb::GLOBAL ? &data
-                              : p.scope == pb::INTRA  ? intra_data.get()
-                                                      : inter_data.get();
+                              : p.scope == pb::INTRA  ? split.intra_data.get()
+                                                      : split.inter_data.get();
     Status stored;
     if (skip[i]) {
       ++report.skipped;
