@@ -28,7 +28,17 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_retu
 export LSAN_OPTIONS="suppressions=$root/test/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="suppressions=$root/test/sanitizers/tsan.supp:halt_on_error=1:second_deadlock_stack=1"
-extra=()
-[ "$kind" = tsan ] && extra=(-LE mpi)
 cd "$build"
-ctest --output-on-failure -j"$(nproc)" "${extra[@]}" "$@"
+# The install consumer builds a project of its own without the sanitizer flags, which cannot
+# link the instrumented libraries: it runs in the plain build (scripts/test.sh) only.
+if [ "$kind" = tsan ]; then
+  exec ctest --output-on-failure -j"$(nproc)" -LE "mpi|install" "$@"
+fi
+status=0
+ctest --output-on-failure -j"$(nproc)" -LE "mpi|install" "$@" || status=1
+# Under mpirun, leak checking stays off: Open MPI unloads its components (dlclose) before
+# LeakSanitizer runs at exit, so their process-lifetime allocations come back unattributed and
+# cannot be suppressed by name; our code's leaks are checked by the in-process runs above.
+ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" ctest --output-on-failure -j"$(nproc)" -L mpi "$@" ||
+  status=1
+exit $status

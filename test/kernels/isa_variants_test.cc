@@ -75,7 +75,8 @@ std::vector<float> CanonicalNans(std::vector<float> v) {
 
 template <typename T>
 bool SameBytes(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // Empty vectors may hold null data(), which memcmp must not be given even for 0 bytes.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // First differing element, for the failure message.
