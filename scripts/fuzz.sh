@@ -4,7 +4,8 @@
 # line per target: executions, executions per second, corpus size, findings.
 # Usage: scripts/fuzz.sh SECONDS [TARGET...]   (targets: model_json profile_json plan profile_db)
 # A finding (crash, sanitizer report, failed property, leak, timeout) is saved under
-# build-fuzz/findings/<target>/ and makes the script exit 1.
+# build-fuzz/findings/<target>/ and makes the script exit 1. CUPCAKE_FUZZ_SEED=N fixes
+# libFuzzer's random seed (CI uses 1, so a run can be repeated); unset, libFuzzer picks one.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${CUPCAKE_FUZZ_BUILD_DIR:-$root/build-fuzz}"
@@ -32,7 +33,8 @@ for t in "${targets[@]}"; do
   log="$build/$t.log"
   rc=0
   # -timeout: one input may take at most 10 s; -rss_limit_mb bounds memory.
-  "$build/test/fuzz/${t}_fuzz" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+  "$build/test/fuzz/${t}_fuzz" -max_total_time="$seconds" -seed="${CUPCAKE_FUZZ_SEED:-0}" -print_final_stats=1 \
+    -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$findings/" "$work" "$root/test/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
