@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "profile/test_files.h"
+
 namespace cupcake {
 namespace {
 
@@ -34,12 +36,8 @@ TEST(FileIo, WriteAtomicThenReadBack) {
 
 class ReadFileTest : public ::testing::Test {
  protected:
-  ReadFileTest() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cupcake-read-XXXXXX").string();
-    dir_ = ::mkdtemp(tmpl.data());
-  }
-  ~ReadFileTest() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
+  testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(ReadFileTest, RefusesADirectory) {
