@@ -387,6 +387,10 @@ Status ProfileStore::CreateAtomically(const std::string& path, int busy_timeout_
   std::string tmp = path + ".new-XXXXXX";
   int fd = ::mkstemp(tmp.data());
   if (fd < 0) return FailedPreconditionError(path + ": cannot create: " + std::strerror(errno));
+  // mkstemp makes the file 0600; a DB gets the mode any new file gets (0666 less the umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  (void)::fchmod(fd, 0666 & ~mask);
   ::close(fd);
   auto remove_tmp = [&tmp] {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
