@@ -88,8 +88,10 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
     for (const std::string& key : {EncodeKey(request.compressor, p.device), DecodeKey(request.compressor, p.device)}) {
       if (!FindCurve(profile, key)) return MissingCurve(profile, key);
     }
-    p.encode = Curve(*FindCurve(profile, EncodeKey(request.compressor, p.device)));
-    p.decode = Curve(*FindCurve(profile, DecodeKey(request.compressor, p.device)));
+    p.encode_key = EncodeKey(request.compressor, p.device);
+    p.decode_key = DecodeKey(request.compressor, p.device);
+    p.encode = Curve(*FindCurve(profile, p.encode_key));
+    p.decode = Curve(*FindCurve(profile, p.decode_key));
   }
   // The curve of the call the runtime makes: fp16 payloads are summed as halves, which costs
   // otherwise than a float32 sum (an MPI user-defined operation); a profile from before such
@@ -100,9 +102,16 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   const pb::Curve* comm = FindCurve(profile, comm_key);
   if (!comm) return MissingCurve(profile, comm_key);
   p.comm = Curve(*comm);
+  p.comm_key = comm_key;
   const std::string device(Name(p.device));
-  if (const pb::Curve* c = FindCurve(profile, "copy pack " + device)) p.pack = Curve(*c);
-  if (const pb::Curve* c = FindCurve(profile, "copy unpack " + device)) p.unpack = Curve(*c);
+  if (const pb::Curve* c = FindCurve(profile, "copy pack " + device)) {
+    p.pack = Curve(*c);
+    p.pack_key = "copy pack " + device;
+  }
+  if (const pb::Curve* c = FindCurve(profile, "copy unpack " + device)) {
+    p.unpack = Curve(*c);
+    p.unpack_key = "copy unpack " + device;
+  }
   return p;
 }
 

@@ -45,7 +45,47 @@ void AddBaseline(pb::Plan& plan, const std::string& name, const Problem& p, cons
   b->set_iteration_us(IterationTime(p, ends));
 }
 
+// Keeps `max_size` as the largest size the plan reads `curve` at.
+struct CurveUse {
+  const Curve* curve;
+  const std::string* key;
+  const char* unit;
+  double max_size = 0;
+};
+
 }  // namespace
+
+std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<const int> group_ends) {
+  CurveUse pack{&p.pack, &p.pack_key, "bytes"}, encode{&p.encode, &p.encode_key, "elements"},
+      comm{&p.comm, &p.comm_key, "bytes"}, decode{&p.decode, &p.decode_key, "elements"},
+      unpack{&p.unpack, &p.unpack_key, "bytes"};
+  int first = 0;
+  for (int last : group_ends) {  // the sizes GroupPricer::Price reads
+    const double n = static_cast<double>(p.GroupNumel(first, last));
+    const double s = static_cast<double>(p.GroupBytes(first, last));
+    if (last > first) {
+      pack.max_size = std::max(pack.max_size, s);
+      unpack.max_size = std::max(unpack.max_size, s);
+    }
+    if (p.compress) {
+      encode.max_size = std::max(encode.max_size, n);
+      decode.max_size = std::max(decode.max_size, n);
+    }
+    comm.max_size = std::max(comm.max_size, static_cast<double>(p.PayloadOf(p.GroupNumel(first, last))));
+    first = last + 1;
+  }
+  std::vector<pb::Extrapolation> out;
+  for (const CurveUse* u : {&pack, &encode, &comm, &decode, &unpack}) {
+    if (u->curve->empty() || u->max_size <= kExtrapolationFactor * u->curve->last_size()) continue;
+    pb::Extrapolation e;
+    e.set_curve(*u->key);
+    e.set_last_size(u->curve->last_size());
+    e.set_max_size(u->max_size);
+    e.set_unit(u->unit);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
 
 StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
                             const SearchOptions& options) {
@@ -71,6 +111,7 @@ StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, 
   spec->set_memory(memory);
   spec->set_seed(problem.compressor->uses_seed ? request.seed : 0);
   FillGroups(problem, Evaluate(problem, found.group_ends), plan);
+  for (pb::Extrapolation& e : FindExtrapolations(problem, found.group_ends)) *plan.add_extrapolations() = std::move(e);
 
   AddBaseline(plan, "layerwise", problem, LayerwiseStrategy(problem));
   AddBaseline(plan, "one_group", problem, OneGroupStrategy(problem));

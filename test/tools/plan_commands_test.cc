@@ -151,7 +151,7 @@ TEST_F(PlanCommandsTest, ModelByNameFromTheProfileDb) {
             db + ": models: no such model; got \"resnet5\" (did you mean 'resnet50'?), expected one of resnet50");
   o.profile = profile_;  // a profile JSON without models
   EXPECT_EQ(RunFails(o).message(), profile_ + ": models: no such model; got \"resnet5\", expected a model the profile "
-                                              "carries (it has none: import one with 'cupcake-profile import')");
+                                              "carries (it has none: import one with \"cupcake-profile import\")");
 }
 
 TEST_F(PlanCommandsTest, RequireOptimalRefusesAPlanThatRanOutOfBudget) {
@@ -266,6 +266,87 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   EXPECT_EQ(j["groups"][0]["first_tensor"], 0);
   EXPECT_EQ(j["model"]["fingerprint"], plan.model().fingerprint());
   EXPECT_EQ(j["predicted"]["iteration_us"], plan.predicted().iteration_us());
+}
+
+// A profile whose allreduce was measured up to 400 bytes and a model of one 1200-byte tensor:
+// every plan reads the curve at 3x its last point.
+TEST_F(PlanCommandsTest, SearchWarnsOnceAboutExtrapolatedCurvesAndShowPrintsThem) {
+  pb::Profile profile;
+  profile.mutable_cluster()->set_name("short");
+  profile.mutable_cluster()->set_nodes(1);
+  profile.mutable_cluster()->set_devices_per_node(2);
+  pb::Curve* ar = profile.add_curves();
+  ar->set_kind(pb::COMM);
+  ar->set_comm_op(pb::ALLREDUCE);
+  ar->set_scope(pb::GLOBAL);
+  for (auto [size, us] : {std::pair{100, 20.0}, std::pair{400, 24.0}}) {
+    pb::Point* p = ar->add_points();
+    p->set_size(size);
+    p->set_us(us);
+  }
+  pb::Model model;
+  model.set_name("one");
+  pb::Tensor* t = model.add_tensors();
+  t->set_name("w");
+  t->set_numel(300);
+  t->set_dtype(pb::FLOAT32);
+  t->set_backward_us(10);
+  SearchOptions o = Search("fp32", "short.pb");
+  o.profile = Write("short.json", profile::ProfileToJson(profile));
+  o.model = Write("one.json", profile::ModelToJson(model));
+  std::ostringstream out, err;
+  ASSERT_TRUE(RunSearch(o, out, err).ok());
+  const std::string curves = "\"comm allreduce global\" read at 1.2 KiB, 3.0x its last measured point (400 B)";
+  EXPECT_EQ(err.str(), "warning: the plan relies on curves beyond their last measured point by more than 2x, where "
+                       "their times are extrapolated: " + curves + "; measure larger sizes (cupcake-profile comm "
+                       "--max-bytes, kernels --max-elements) to plan on measured times\n");
+  std::ostringstream text;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
+  EXPECT_NE(text.str().find("\nextrapolated " + curves + " (times beyond a curve's last point are extrapolated)\n"),
+            std::string::npos)
+      << text.str();
+  o.format = tools::OutputFormat::kJson;
+  std::ostringstream json_out, json_err;
+  ASSERT_TRUE(RunSearch(o, json_out, json_err).ok());
+  EXPECT_EQ(nlohmann::json::parse(json_out.str())["extrapolations"],
+            nlohmann::json::parse(R"([{"curve": "comm allreduce global", "last_size": 400.0, "max_size": 1200.0,
+                                       "unit": "bytes"}])"));
+}
+
+TEST_F(PlanCommandsTest, ShowPrintsALegendAndNoExtrapolationsForOldPlans) {
+  const SearchOptions o = Search("efsignsgd", "plan.pb");
+  RunOk(o);  // the sample profile covers resnet50's groups: no warning
+  std::ostringstream out;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, out).ok());
+  EXPECT_EQ(out.str().find("\nextrapolated "), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("\nlegend      backward: the sum of the tensors' backward times (encodes share the "
+                           "compute stream, so backward ends later); states: prefix labels the search expanded "
+                           "(docs/MODEL.md)\n"),
+            std::string::npos)
+      << out.str();
+}
+
+TEST_F(PlanCommandsTest, CommandLineMessages) {
+  auto run = [&](std::vector<std::string> args) {
+    std::ostringstream out, err;
+    const int code = tools::Dispatch(kTool, Commands(), args, out, err);
+    return std::pair{code, err.str()};
+  };
+  const std::string plan = dir_.File("ratio.pb");
+  auto [code, err] = run({"search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_,
+                          "--compressor", "efsignsgd", "--ratio", "0.5", "-o", plan});
+  EXPECT_EQ(code, tools::kExitOk);
+  EXPECT_EQ(err, "warning: --ratio: does not apply to efsignsgd (only topk, randk and dgc keep a fraction of the "
+                 "elements); ignored\n");
+  std::tie(code, err) = run({"search", "--ratoi", "0.5"});
+  EXPECT_EQ(code, tools::kExitUsage);
+  EXPECT_EQ(err, "cupcake-plan search: unknown option; got '--ratoi' (did you mean '--ratio'?); run 'cupcake-plan "
+                 "search --help' for its options\n");
+  std::tie(code, err) = run({"show"});
+  EXPECT_EQ(code, tools::kExitUsage);
+  EXPECT_TRUE(err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
+                              "usage: cupcake-plan show PLAN.pb [--format text|json]\n"))
+      << err;
 }
 
 TEST_F(PlanCommandsTest, ShowRefusesATruncatedPlan) {

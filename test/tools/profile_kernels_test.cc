@@ -63,7 +63,7 @@ TEST(KernelsCommand, ErrorsNameTheFlag) {
   o.world_size = 8;
   EXPECT_EQ(RunKernels(o, out).message(), dir.File("p.db") +
                                               ": --world-size: disagrees with the DB's cluster 'local'; got 8, "
-                                              "expected 2 (1 nodes x 2 devices)");
+                                              "expected 2 (1 node x 2 devices)");
 }
 
 // The --device gpu wiring on a fake device and replayed activity: event curves into the DB,

@@ -1,6 +1,7 @@
 #include "cupcake/tools/cli.h"
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <sstream>
 
@@ -88,6 +89,31 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
       return kExitOk;
     }
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    // A misspelt flag: name it and the nearest flag this command has, not the whole usage.
+    const std::string got = e.get_option_name();
+    std::vector<std::string> names;
+    for (const auto& o : flags.options()) names.push_back("--" + o->long_name());
+    std::vector<std::string_view> views(names.begin(), names.end());
+    inv.err << inv.tool << " " << inv.command << ": unknown option; got '" << got << "'" << DidYouMean(got, views)
+            << "; run '" << inv.tool << " " << inv.command << " --help' for its options\n";
+    return kExitUsage;
+  } catch (const po::required_option& e) {
+    // The positional arguments are named by their usage (PLAN.pb), not by the flag behind them.
+    std::string name = e.get_option_name();
+    if (name.starts_with("--")) name = name.substr(2);
+    for (unsigned i = 0; i < std::min(positional.max_total_count(), 8u); ++i) {
+      if (positional.name_for_position(i) != name) continue;
+      std::string upper = name;
+      for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      const auto* option = flags.find_nothrow(name, false);
+      inv.err << inv.tool << " " << inv.command << ": " << upper << ": missing; expected "
+              << (option ? option->description() : "an argument") << "\n"
+              << CommandUsage(inv, flags, synopsis);
+      return kExitUsage;
+    }
+    inv.err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
+    return kExitUsage;
   } catch (const po::error& e) {
     inv.err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
     return kExitUsage;

@@ -35,6 +35,10 @@ std::string HumanCount(int64_t count) {
   return Scaled(count, kUnits, 6, "");
 }
 
+std::string CountOf(int64_t count, const std::string& noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
 StatusOr<OutputFormat> ParseOutputFormat(const std::string& flag, const std::string& value) {
   if (value == "text") return OutputFormat::kText;
   if (value == "json") return OutputFormat::kJson;

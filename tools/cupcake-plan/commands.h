@@ -90,6 +90,12 @@ std::string TensorRange(const pb::Model& model, int first, int last);
 // baselines, search statistics. One "key  value" line each.
 void PrintSummary(const pb::Plan& plan, std::ostream& out);
 
+// The plan's extrapolated curves, "; "-separated, e.g. `"comm allreduce global" read at 97.5 MiB,
+// 97.5x its last measured point (1 MiB)`; empty when there are none.
+std::string Extrapolations(const pb::Plan& plan);
+// The warning `search` prints once on stderr when Extrapolations(plan) is not empty.
+std::string ExtrapolationWarning(const pb::Plan& plan);
+
 }  // namespace internal
 
 }  // namespace cupcake::plan_cli

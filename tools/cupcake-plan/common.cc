@@ -26,7 +26,7 @@ StatusOr<pb::Model> ResolveModel(const std::string& model_file, const std::strin
     names.push_back(m.name());
   }
   std::string expected = names.empty() ? "a model the profile carries (it has none: import one with "
-                                         "'cupcake-profile import')"
+                                         "\"cupcake-profile import\")"
                                        : "one of " + Join(names);
   return NotFoundError(profile_path + ": models: no such model; got \"" + model_name + "\"" +
                        DidYouMean(model_name, names) + ", expected " + expected);
@@ -80,6 +80,29 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
       << " pruned";
   if (s.budget() > 0) out << ", budget " << s.budget() << " nodes";
   out << ", " << (s.optimal() ? "proven optimal" : "NOT proven optimal (budget exhausted)") << "\n";
+}
+
+std::string Extrapolations(const pb::Plan& plan) {
+  std::string s;
+  for (const pb::Extrapolation& e : plan.extrapolations()) {
+    auto size = [&](double v) {
+      const auto n = static_cast<int64_t>(v);
+      return e.unit() == "elements" ? tools::HumanCount(n) + " elements" : tools::HumanBytes(n);
+    };
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.1fx", e.last_size() > 0 ? e.max_size() / e.last_size() : 0.0);
+    s += (s.empty() ? "\"" : "; \"") + e.curve() + "\" read at " + size(e.max_size()) + ", " + factor +
+         " its last measured point (" + size(e.last_size()) + ")";
+  }
+  return s;
+}
+
+std::string ExtrapolationWarning(const pb::Plan& plan) {
+  const std::string curves = Extrapolations(plan);
+  if (curves.empty()) return "";
+  return "warning: the plan relies on curves beyond their last measured point by more than 2x, where their "
+         "times are extrapolated: " + curves +
+         "; measure larger sizes (cupcake-profile comm --max-bytes, kernels --max-elements) to plan on measured times\n";
 }
 
 }  // namespace cupcake::plan_cli::internal

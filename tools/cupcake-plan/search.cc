@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "cupcake/profile/load.h"
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
 
@@ -44,6 +45,11 @@ void Json(const pb::Plan& plan, const std::string& output, double search_s, std:
   s["optimal"] = plan.search().optimal();
   s["wall_s"] = search_s;
   j["search"] = s;
+  ordered_json extrapolations = ordered_json::array();
+  for (const auto& e : plan.extrapolations())
+    extrapolations.push_back(
+        {{"curve", e.curve()}, {"last_size", e.last_size()}, {"max_size", e.max_size()}, {"unit", e.unit()}});
+  j["extrapolations"] = extrapolations;
   out << j.dump(2) << "\n";
 }
 
@@ -65,6 +71,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
     err << "warning: " << what << " (raise --budget to prove it)\n";
   }
   CUPCAKE_RETURN_IF_ERROR(WritePlanFile(options.output, plan));
+  err << internal::ExtrapolationWarning(plan);
   if (options.format == tools::OutputFormat::kJson) {
     Json(plan, options.output, search_s, out);
     return Status::Ok();
@@ -111,6 +118,12 @@ int SearchMain(tools::Invocation& inv) {
     auto d = ParseDevice(device);
     if (!d) return tools::UsageError(inv, "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
     options.request.device = *d;
+  }
+  if (!vm["ratio"].defaulted()) {
+    const CompressorInfo* info = FindCompressor(options.request.compressor);
+    if (info != nullptr && !info->uses_ratio)
+      inv.err << "warning: --ratio: does not apply to " << info->name
+              << " (only topk, randk and dgc keep a fraction of the elements); ignored\n";
   }
   auto a = planner::ParseAlgorithm(algorithm);
   if (!a.ok()) return tools::UsageError(inv, a.status().message());

@@ -13,7 +13,11 @@ std::string Span(double start_us, double end_us) { return internal::Ms(start_us)
 void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
   out << "plan        " << path << " (" << plan.format() << ")\n";
   internal::PrintSummary(plan, out);
+  if (const std::string curves = internal::Extrapolations(plan); !curves.empty())
+    out << "extrapolated " << curves << " (times beyond a curve's last point are extrapolated)\n";
   out << "fingerprint model " << plan.model().fingerprint() << ", profile " << plan.profile_fingerprint() << "\n";
+  out << "legend      backward: the sum of the tensors' backward times (encodes share the compute stream, so "
+         "backward ends later); states: prefix labels the search expanded (docs/MODEL.md)\n";
 
   // One row per group; times in ms from the start of backward.
   const pb::Model& m = plan.model().model();

@@ -43,8 +43,9 @@ int64_t GradientBytes(const pb::Model& m) {
 void Text(const std::string& db, const pb::Profile& p, std::ostream& out) {
   const pb::Cluster& c = p.cluster();
   out << "profile " << db << "\n";
-  out << "cluster " << c.name() << ": " << c.nodes() << " nodes x " << c.devices_per_node() << " devices ("
-      << c.nodes() * c.devices_per_node() << " ranks)\n";
+  out << "cluster " << c.name() << ": " << tools::CountOf(c.nodes(), "node") << " x "
+      << tools::CountOf(c.devices_per_node(), "device") << " (" << tools::CountOf(int64_t{c.nodes()} * c.devices_per_node(), "rank")
+      << ")\n";
   std::vector<std::pair<std::string, std::string>> facts;
   if (c.has_device()) facts.emplace_back("device", c.device());
   if (c.has_interconnect()) facts.emplace_back("interconnect", c.interconnect());

@@ -87,6 +87,7 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   // The world size: the DB's cluster's, else --world-size, else 1. A new DB is made with its
   // cluster in one step, so a failure leaves no DB behind.
   pb::Cluster cluster;
+  bool assumed_world = false;  // no cluster in the DB and no --world-size: W = 1
   auto prepare = [&](profile::ProfileStore& store) -> Status {
     CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
     int nodes = 1, per_node = options.world_size > 0 ? options.world_size : 1;
@@ -94,12 +95,13 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
       return InvalidArgumentError(options.db + ": --world-size: disagrees with the DB's cluster '" + existing->name() +
                                   "'; got " + std::to_string(options.world_size) + ", expected " +
                                   std::to_string(existing->nodes() * existing->devices_per_node()) + " (" +
-                                  std::to_string(existing->nodes()) + " nodes x " +
-                                  std::to_string(existing->devices_per_node()) + " devices)");
+                                  tools::CountOf(existing->nodes(), "node") + " x " +
+                                  tools::CountOf(existing->devices_per_node(), "device") + ")");
     if (existing) {
       nodes = existing->nodes();
       per_node = existing->devices_per_node();
     }
+    assumed_world = !existing && options.world_size == 0;
     CUPCAKE_ASSIGN_OR_RETURN(cluster, EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
     return Status::Ok();
   };
@@ -149,6 +151,9 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
       << sweep.iters << ": measured " << report.event.measured << " points, skipped " << report.event.skipped
       << " already in " << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in "
       << secs << " s\n";
+  if (assumed_world)
+    out << "kernels: W=1: " << options.db << " has no cluster (no comm profile) and no --world-size was given, so "
+        << "decode was timed for 1 rank's payloads; run comm first or give --world-size W\n";
   if (gpu && kernel_sink) {
     out << "kernel-only (CUPTI): measured " << report.kernel.measured << " points, skipped " << report.kernel.skipped
         << " already in " << kernel_db << "\n";

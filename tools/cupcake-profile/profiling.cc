@@ -1,5 +1,7 @@
 #include "profiling.h"
 
+#include "cupcake/tools/cli.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -75,10 +77,10 @@ StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::str
                                   "', expected '" + cluster.name() + "' (or another DB)");
     if (cluster.nodes() != nodes || cluster.devices_per_node() != devices_per_node)
       return InvalidArgumentError(store.path() + ": " + flag_hint + ": disagrees with the DB's cluster '" +
-                                  cluster.name() + "'; got " + std::to_string(nodes) + " nodes x " +
-                                  std::to_string(devices_per_node) + " devices, expected " +
-                                  std::to_string(cluster.nodes()) + " nodes x " +
-                                  std::to_string(cluster.devices_per_node()) + " devices");
+                                  cluster.name() + "'; got " + tools::CountOf(nodes, "node") + " x " +
+                                  tools::CountOf(devices_per_node, "device") + ", expected " +
+                                  tools::CountOf(cluster.nodes(), "node") + " x " +
+                                  tools::CountOf(cluster.devices_per_node(), "device"));
   } else {
     cluster.set_name(name.empty() ? "local" : name);
     cluster.set_nodes(nodes);

@@ -53,6 +53,8 @@ struct Problem {
   int world_size = 1;
   bool compress = false;  // false for fp32: no encode or decode
   Curve encode, decode, comm, pack, unpack;
+  // The profile keys of those curves (docs/FORMATS.md), empty for a curve the profile lacks.
+  std::string encode_key, decode_key, comm_key, pack_key, unpack_key;
 
   int size() const { return static_cast<int>(numel.size()); }
   int64_t GroupNumel(int first, int last) const { return numel_prefix[last + 1] - numel_prefix[first]; }

@@ -20,7 +20,8 @@ class Curve {
 
   double At(double size) const;
   bool empty() const { return sizes_.empty(); }
-
+  // The largest measured size (0 for the zero curve): beyond it, At() extrapolates.
+  double last_size() const { return sizes_.empty() ? 0.0 : sizes_.back(); }
 
  private:
   friend class CurveCursor;

@@ -72,5 +72,7 @@ StatusOr<OutputFormat> ParseOutputFormat(const std::string& flag, const std::str
 // Human sizes: 1536 -> "1.5 KiB", 1048576 -> "1 MiB"; counts: 1024 -> "1 Ki".
 std::string HumanBytes(int64_t bytes);
 std::string HumanCount(int64_t count);
+// "1 node", "4 nodes": the count and the noun, plural unless the count is 1.
+std::string CountOf(int64_t count, const std::string& noun);
 
 }  // namespace cupcake::tools
