@@ -27,6 +27,22 @@ KernelsOptions Tiny(const std::string& db) {
   return o;
 }
 
+TEST(KernelsCommand, SaysWhenItAssumesOneRank) {
+  testing::TempDir dir;
+  const std::string db = dir.File("p.db");
+  KernelsOptions o = Tiny(db);
+  o.world_size = 0;  // a new DB: no cluster to take W from
+  std::ostringstream out;
+  ASSERT_TRUE(RunKernels(o, out).ok());
+  EXPECT_NE(out.str().find("\nkernels: W=1: " + db + " has no cluster (no comm profile) and no --world-size was "
+                           "given, so decode was timed for 1 rank's payloads; run comm first or give --world-size W\n"),
+            std::string::npos)
+      << out.str();
+  std::ostringstream again;  // now the DB has a cluster (of 1 rank): nothing assumed
+  ASSERT_TRUE(RunKernels(o, again).ok());
+  EXPECT_EQ(again.str().find("kernels: W=1: "), std::string::npos) << again.str();
+}
+
 TEST(KernelsCommand, SweepsIntoANewDbThenSkipsWhatIsThere) {
   testing::TempDir dir;
   const std::string db = dir.File("p.db");

@@ -88,6 +88,34 @@ pb::Profile Example() {
   return p.ok() ? *p : pb::Profile();
 }
 
+// Within a panel no two curves share colour and dash pattern, and each is labelled at its end.
+TEST(PlotSvg, CurvesOfAPanelAreDistinguishableAndLabelled) {
+  const pb::Profile p = Example();
+  auto svg = PlotSvg(p, "styles", nullptr);
+  ASSERT_TRUE(svg.ok()) << svg.status().ToString();
+  static const std::regex kPanel(R"re(<g class="panel" data-title="([^"]*)">([^]*?)</g>)re");
+  static const std::regex kStyle(R"re(<polyline class="curve" data-curve="([^"]*)" points="[^"]*" fill="none" )re"
+                                 R"re(stroke="([^"]*)" stroke-width="1.5"( stroke-dasharray="[^"]*")?/>)re");
+  int panels = 0;
+  for (auto it = std::sregex_iterator(svg->begin(), svg->end(), kPanel); it != std::sregex_iterator(); ++it) {
+    ++panels;
+    const std::string body = (*it)[2];
+    std::map<std::string, std::string> seen;  // colour + dash -> curve
+    int curves = 0;
+    for (auto c = std::sregex_iterator(body.begin(), body.end(), kStyle); c != std::sregex_iterator(); ++c) {
+      ++curves;
+      const std::string style = std::string((*c)[2]) + std::string((*c)[3]);
+      EXPECT_FALSE(seen.contains(style)) << (*it)[1] << ": " << (*c)[1] << " drawn as " << seen[style];
+      seen[style] = (*c)[1];
+    }
+    EXPECT_GT(curves, 0) << (*it)[1];
+    EXPECT_EQ(Count(body, "<text class=\"legend\""), curves) << (*it)[1];
+  }
+  EXPECT_EQ(panels, 6);
+  EXPECT_NE(svg->find(">qsgd (cpu)</text>"), std::string::npos);
+  EXPECT_NE(svg->find(">unpack (gpu)</text>"), std::string::npos);
+}
+
 TEST(PlotSvg, OnePolylinePerCurveWithEveryPoint) {
   const pb::Profile p = Example();
   ASSERT_GT(p.curves_size(), 0);

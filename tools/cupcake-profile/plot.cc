@@ -19,10 +19,28 @@ constexpr double kLeft = 72, kRight = 190, kTop = 34, kBottom = 52;  // plot-are
 constexpr double kLegendLine = 16;
 constexpr double kTitleHeight = 34;
 
-// tab10, then the same colours dashed.
-constexpr const char* kColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+// Series i of a panel draws in colour i % 8, dash pattern (i + i / 8) % 4 and marker i % 5:
+// neighbours differ in all three and no two of the first 32 series share colour and dash, so
+// curves that lie on top of each other (qsgd and randk, pack and unpack) stay apart.
+constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                    "#9467bd", "#17becf", "#8c564b", "#e377c2"};
 constexpr int kColourCount = sizeof kColours / sizeof kColours[0];
+constexpr const char* kDashes[] = {"", "7,3", "2,2", "8,3,2,3"};
+constexpr int kDashCount = sizeof kDashes / sizeof kDashes[0];
+enum class Marker { kCircle, kSquare, kTriangle, kDiamond, kCross };
+constexpr int kMarkerCount = 5;
+
+struct Style {
+  const char* colour;
+  std::string dash;  // a stroke-dasharray attribute, or empty
+  Marker marker;
+};
+
+Style StyleOf(size_t i) {
+  const char* dash = kDashes[(i + i / kColourCount) % kDashCount];
+  return {kColours[i % kColourCount], *dash ? std::string(" stroke-dasharray=\"") + dash + "\"" : std::string(),
+          static_cast<Marker>(i % kMarkerCount)};
+}
 
 struct Series {
   std::string label;
@@ -78,7 +96,10 @@ std::vector<Panel> Panels(const pb::Profile& profile) {
         auto [it, added] = comm_index.try_emplace(static_cast<int>(c.comm_op()), comm.size());
         if (added)
           comm.push_back({"comm " + std::string(Name(c.comm_op())) + " (per scope)", "bytes per rank", true, {}});
-        comm[it->second].series.push_back({std::string(Name(c.scope())), &c});
+        // The key after "comm <op> ": the scope, and the element type when it is not float32.
+        const std::string prefix = "comm " + std::string(Name(c.comm_op())) + " ";
+        const std::string key = CurveKey(c);
+        comm[it->second].series.push_back({key.starts_with(prefix) ? key.substr(prefix.size()) : key, &c});
         break;
       }
       case pb::ENCODE:
@@ -98,6 +119,41 @@ std::vector<Panel> Panels(const pb::Profile& profile) {
   for (Panel* p : {&encode, &decode, &copy})
     if (!p->series.empty()) panels.push_back(std::move(*p));
   return panels;
+}
+
+// One marker of `style` centred at (x, y).
+std::string MarkerSvg(const Style& style, double x, double y) {
+  const double r = 3;
+  const std::string fill = std::string("\" fill=\"") + style.colour + "\"/>\n";
+  switch (style.marker) {
+    case Marker::kCircle:
+      return "<circle cx=\"" + Num(x) + "\" cy=\"" + Num(y) + "\" r=\"" + Num(r) + fill;
+    case Marker::kSquare:
+      return "<rect x=\"" + Num(x - r) + "\" y=\"" + Num(y - r) + "\" width=\"" + Num(2 * r) + "\" height=\"" +
+             Num(2 * r) + fill;
+    case Marker::kTriangle:
+      return "<polygon points=\"" + Num(x) + "," + Num(y - r - 1) + " " + Num(x - r - 1) + "," + Num(y + r) + " " +
+             Num(x + r + 1) + "," + Num(y + r) + fill;
+    case Marker::kDiamond:
+      return "<polygon points=\"" + Num(x) + "," + Num(y - r - 1) + " " + Num(x + r + 1) + "," + Num(y) + " " + Num(x) +
+             "," + Num(y + r + 1) + " " + Num(x - r - 1) + "," + Num(y) + fill;
+    case Marker::kCross:
+      return "<path d=\"M" + Num(x - r) + "," + Num(y - r) + "L" + Num(x + r) + "," + Num(y + r) + "M" + Num(x - r) +
+             "," + Num(y + r) + "L" + Num(x + r) + "," + Num(y - r) + "\" stroke=\"" + style.colour +
+             "\" stroke-width=\"1.5\"/>\n";
+  }
+  return "";
+}
+
+// Spreads label positions (sorted by their wanted y) so that neighbours are at least `gap`
+// apart, keeping each as close to its wanted y as the order allows; within [lo, hi] when they fit.
+std::vector<double> SpreadLabels(std::vector<double> y, double gap, double lo, double hi) {
+  for (size_t i = 1; i < y.size(); ++i) y[i] = std::max(y[i], y[i - 1] + gap);
+  if (!y.empty() && y.back() > hi) {
+    y.back() = std::max(hi, lo + gap * static_cast<double>(y.size() - 1));
+    for (size_t i = y.size() - 1; i-- > 0;) y[i] = std::min(y[i], y[i + 1] - gap);
+  }
+  return y;
 }
 
 // A log axis: [lo, hi] in log units (base 2 for sizes, base 10 for times), ticks at the
@@ -180,27 +236,44 @@ void DrawPanel(const Panel& panel, double x0, double y0, double height, int& cur
          "\" text-anchor=\"middle\" font-size=\"12\">" + Escape(panel.x_label) + " (log)</text>\n";
   svg += "<text x=\"" + Num(x0 + 16) + "\" y=\"" + Num(py + plot_h / 2) + "\" text-anchor=\"middle\" font-size=\"12\" "
          "transform=\"rotate(-90 " + Num(x0 + 16) + " " + Num(py + plot_h / 2) + ")\">time (log)</text>\n";
-  // Curves and legend.
+  // Curves, then each curve's label at the height where it ends, in the right margin (spread
+  // apart where ends are close), behind a sample of its line and marker.
+  struct EndLabel {
+    double want_y;
+    size_t series;
+  };
+  std::vector<EndLabel> labels;
   for (size_t i = 0; i < panel.series.size(); ++i) {
     const Series& s = panel.series[i];
-    const char* colour = kColours[i % kColourCount];
-    const std::string dash = (i / kColourCount) % 2 == 1 ? " stroke-dasharray=\"6,3\"" : "";
+    const Style style = StyleOf(i);
     const std::string key = Escape(CurveKey(*s.curve));
+    double end_y = py + 8 + kLegendLine * static_cast<double>(i);
     if (s.curve->points_size() > 0) {
       std::string points;
       for (const pb::Point& p : s.curve->points())
         points += (points.empty() ? "" : " ") + Num(X(static_cast<double>(p.size()))) + "," + Num(Y(p.us()));
       svg += "<polyline class=\"curve\" data-curve=\"" + key + "\" points=\"" + points + "\" fill=\"none\" stroke=\"" +
-             colour + "\" stroke-width=\"1.5\"" + dash + "/>\n";
+             style.colour + "\" stroke-width=\"1.5\"" + style.dash + "/>\n";
       for (const pb::Point& p : s.curve->points())
-        svg += "<circle cx=\"" + Num(X(static_cast<double>(p.size()))) + "\" cy=\"" + Num(Y(p.us())) +
-               "\" r=\"2\" fill=\"" + colour + "\"/>\n";
+        svg += MarkerSvg(style, X(static_cast<double>(p.size())), Y(p.us()));
+      end_y = Y(s.curve->points(s.curve->points_size() - 1).us());
       ++curves;
     }
-    const double ly = py + 8 + kLegendLine * static_cast<double>(i);
-    const double lx = px + plot_w + 12;
+    labels.push_back({end_y, i});
+  }
+  std::stable_sort(labels.begin(), labels.end(), [](const EndLabel& a, const EndLabel& b) { return a.want_y < b.want_y; });
+  std::vector<double> want;
+  for (const EndLabel& l : labels) want.push_back(l.want_y);
+  const std::vector<double> at = SpreadLabels(want, kLegendLine - 3, py + 4, py + plot_h);
+  for (size_t k = 0; k < labels.size(); ++k) {
+    const Series& s = panel.series[labels[k].series];
+    const Style style = StyleOf(labels[k].series);
+    const double lx = px + plot_w + 6, ly = at[k];
+    svg += "<line x1=\"" + Num(px + plot_w) + "\" y1=\"" + Num(labels[k].want_y) + "\" x2=\"" + Num(lx) + "\" y2=\"" +
+           Num(ly) + "\" stroke=\"#999999\" stroke-width=\"0.5\"/>\n";
     svg += "<line x1=\"" + Num(lx) + "\" y1=\"" + Num(ly) + "\" x2=\"" + Num(lx + 22) + "\" y2=\"" + Num(ly) +
-           "\" stroke=\"" + colour + "\" stroke-width=\"2\"" + dash + "/>\n";
+           "\" stroke=\"" + style.colour + "\" stroke-width=\"2\"" + style.dash + "/>\n";
+    svg += MarkerSvg(style, lx + 11, ly);
     svg += "<text class=\"legend\" x=\"" + Num(lx + 28) + "\" y=\"" + Num(ly + 4) + "\" font-size=\"11\">" +
            Escape(s.label) + (s.curve->points_size() == 0 ? " (no points)" : "") + "</text>\n";
   }
