@@ -490,6 +490,8 @@ class Session::Impl {
       if (timed_out()) return Fail(TimeoutError(launched_));
       std::this_thread::sleep_for(kPoll);
     }
+    // A lost peer never completes the collectives: NCCL's asynchronous error ends the wait.
+    auto peer_failed = [&] { return comm_->AsyncError().WithPrefix("Synchronize"); };
     for (int k = 0; k < count; ++k) {
       if (Status s = device_->StreamWait(device_->compute(), count + k); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
       CUPCAKE_RETURN_IF_ERROR(Decode(k));
@@ -499,6 +501,7 @@ class Session::Impl {
       StatusOr<bool> done = device_->Done(2 * count);
       if (!done.ok()) return Fail(done.status().WithPrefix("Synchronize"));
       if (*done) return Status::Ok();
+      if (Status s = peer_failed(); !s.ok()) return Fail(s);
       if (timed_out()) {
         int stuck = 0;
         while (stuck < count - 1) {

@@ -184,6 +184,13 @@ class NcclCommunicator final : public Communicator {
     if (async != ncclSuccess) return NcclError(async, "ncclCommGetAsyncError", comm_, rank_, host_);
     return Status::Ok();
   }
+  Status AsyncError() override {
+    ncclResult_t async = ncclSuccess;
+    CUPCAKE_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &async), comm_, rank_, host_);
+    if (async != ncclSuccess && async != ncclInProgress)
+      return NcclError(async, "ncclCommGetAsyncError", comm_, rank_, host_);
+    return Status::Ok();
+  }
   void Abort(const std::string& reason) override {
     if (aborted_.exchange(true)) return;
     std::fprintf(stderr, "cupcake: aborting the NCCL communicator: %s%s\n", reason.c_str(),

@@ -74,6 +74,10 @@ class Communicator {
   // Waits until every collective enqueued so far is done, and reports a failure the library
   // found meanwhile (NCCL's asynchronous errors: a peer lost). Host backends: Ok.
   virtual Status Synchronize() { return Status::Ok(); }
+  // Without waiting: a failure the library has found in enqueued collectives, so that a caller
+  // polling for their completion can stop (a lost peer never completes them). Host backends,
+  // whose collectives fail when called: Ok.
+  virtual Status AsyncError() { return Status::Ok(); }
   // Gives up on the group: collectives in progress or to come fail (in-process, NCCL) or the
   // job ends with a non-zero exit (MPI: MPI_Abort). For a peer that can no longer be waited for.
   virtual void Abort(const std::string& reason) = 0;
