@@ -259,7 +259,16 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
 
   std::ostringstream json;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kJson}, json).ok());
-  EXPECT_EQ(json.str(), PlanToJson(plan));
+  // The proto3 JSON mapping, summary first and the model (its tensor list) last.
+  EXPECT_EQ(nlohmann::json::parse(json.str()), nlohmann::json::parse(PlanToJson(plan)));
+  const auto ordered = nlohmann::ordered_json::parse(json.str());
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : ordered.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"format", "profile_name", "profile_fingerprint", "world_size", "device",
+                                            "compressor", "predicted", "baselines", "search", "extrapolations",
+                                            "groups", "model"}));
+  EXPECT_EQ(ordered["device"], "GPU");
+  EXPECT_EQ(ordered["model"]["model"]["name"], "resnet50");
   const auto j = nlohmann::json::parse(json.str());
   EXPECT_EQ(j["format"], "cupcake.plan.v1");
   EXPECT_EQ(j["groups"].size(), static_cast<size_t>(plan.groups_size()));

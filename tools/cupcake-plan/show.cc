@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "cupcake/proto/plan_io.h"
@@ -47,11 +48,24 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
   }
 }
 
+// The plan's proto3 JSON (PlanToJson) with the summary first and the model, with its tensor
+// list, last; the same keys and values, so it still parses as a Plan (docs/FORMATS.md).
+std::string SummaryFirst(const std::string& proto_json) {
+  const auto j = nlohmann::ordered_json::parse(proto_json);
+  nlohmann::ordered_json out;
+  for (const char* key : {"format", "profile_name", "profile_fingerprint", "world_size", "device", "compressor",
+                          "predicted", "baselines", "search", "extrapolations", "groups", "model"})
+    if (j.contains(key)) out[key] = j[key];
+  for (const auto& [key, value] : j.items())
+    if (!out.contains(key)) out[key] = value;
+  return out.dump(1) + "\n";
+}
+
 }  // namespace
 
 Status RunShow(const ShowOptions& options, std::ostream& out) {
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(options.plan));
-  if (options.format == tools::OutputFormat::kJson) out << PlanToJson(plan);
+  if (options.format == tools::OutputFormat::kJson) out << SummaryFirst(PlanToJson(plan));
   else Text(options.plan, plan, out);
   return Status::Ok();
 }
