@@ -1,45 +1,93 @@
 #!/usr/bin/env bash
-# The main job end to end, as far as it goes today: install what is missing, build, import the
-# sample profile and a model into an SQLite profile, inspect it and export it again, then plan
-# resnet50 with efsignsgd against the DB (the model taken from the DB by name), which prints the
-# plan's summary, and write the plan's predicted timeline as a Chrome trace beside it. Then profile
-# this machine into a second DB (4 MPI ranks: `cupcake-profile comm --quick` under mpirun, and the
-# CPU compressors: `kernels --device cpu --quick`, seconds both), import resnet50 into it, and
-# plan resnet50 with efsignsgd against this machine's profile. (A later issue adds training.)
-# Usage: scripts/demo.sh [DB]   (default: build/demo/profile.db)
+# The main job end to end. Installs what is missing and builds (build/), then two plans:
+#  1. The V100 story: the sample profile of 64 V100 GPUs and resnet50's backward times recorded
+#     on V100s (examples/), imported into an SQLite profile, planned with efsignsgd; the plan's
+#     predicted timeline as a Chrome trace beside it.
+#  2. This machine: its collectives (4 MPI ranks, `cupcake-profile comm --quick`) and CPU
+#     compressors (`kernels --device cpu --quick`) into build/demo/local.db, the backward times of
+#     the LibTorch example examples/train_mlp recorded here (`cupcake-profile compute`), and a
+#     plan of that model against this machine's profile: every number measured on this machine.
+#     (Without LibTorch, train_mlp is not built and this step says so and stops.)
+# Prints one line per stage and the two plans' summaries; everything else (apt, CMake, the
+# tools' own output) goes to build/demo/demo.log.
+# Usage: scripts/demo.sh [DB]   (the V100 profile DB; default: build/demo/profile.db)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${CUPCAKE_BUILD_DIR:-$root/build}"  # override to keep several build trees
-"$root/scripts/install-deps.sh"
-"$root/scripts/build.sh"
+db="${1:-$build/demo/profile.db}"
+demo="$(dirname "$db")"
+mkdir -p "$demo"
+log="$demo/demo.log"
+: >"$log"
+start=$SECONDS
 
+stage() { echo "demo: [$(( SECONDS - start )) s] $*"; }
+# Runs a command with its output in the log; on failure shows the log's tail and stops.
+quiet() {
+  echo "+ $*" >>"$log"
+  "$@" >>"$log" 2>&1 && return 0
+  echo "demo: failed: $*; the last lines of $log:" >&2
+  tail -n 25 "$log" >&2
+  exit 1
+}
+# Like quiet, but also shows the command's stdout (a plan's summary) and stderr on the terminal.
+shown() {
+  echo "+ $*" >>"$log"
+  local out errors="$demo/.stderr"
+  if ! out="$("$@" 2>"$errors")"; then
+    cat "$errors" >>"$log"
+    echo "demo: failed: $*; the last lines of $log:" >&2
+    tail -n 25 "$log" >&2
+    exit 1
+  fi
+  printf '%s\n' "$out" >>"$log"
+  printf '%s\n' "$out" | sed 's/^/  /'
+  # Warnings (an extrapolated curve, say) are shown too.
+  cat "$errors" >>"$log"
+  sed 's/^/  /' "$errors" >&2
+  rm -f "$errors"
+}
+
+stage "installing missing packages and building into $build (first run: about 3 minutes; log: $log)"
+quiet "$root/scripts/install-deps.sh"
+quiet "$root/scripts/build.sh"
 profile_tool="$build/tools/cupcake-profile"
 plan_tool="$build/tools/cupcake-plan"
-db="${1:-$build/demo/profile.db}"
-mkdir -p "$(dirname "$db")"
+
+stage "1. the V100 story: sample profile (64 V100 GPUs) and resnet50 recorded on V100s -> $db"
 rm -f "$db" "$db-wal" "$db-shm"
+quiet "$profile_tool" import --db "$db" "$root/examples/profiles/v100-8x8-pcie-25g.json"
+quiet "$profile_tool" import --db "$db" "$root/examples/models/resnet50.json"
+quiet "$profile_tool" inspect --db "$db"
+quiet "$profile_tool" export --db "$db" -o "$demo/profile.json"
+plan="$demo/resnet50-efsignsgd.pb"
+stage "   plan resnet50 with efsignsgd for the V100 cluster -> $plan"
+shown "$plan_tool" search --model-name resnet50 --profile "$db" --compressor efsignsgd --require-optimal -o "$plan"
+quiet "$plan_tool" trace "$plan" -o "${plan%.pb}.trace.json"
 
-set -x
-"$profile_tool" import --db "$db" "$root/examples/profiles/v100-8x8-pcie-25g.json"
-"$profile_tool" import --db "$db" "$root/examples/models/resnet50.json"
-"$profile_tool" inspect --db "$db"
-"$profile_tool" export --db "$db" -o "$(dirname "$db")/profile.json"
-plan="$(dirname "$db")/resnet50-efsignsgd.pb"
-"$plan_tool" search --model-name resnet50 --profile "$db" --compressor efsignsgd --require-optimal -o "$plan"
-"$plan_tool" trace "$plan" -o "${plan%.pb}.trace.json"
-
-# This machine's profile: 4 ranks on one host (--oversubscribe: more ranks than cores).
-local_db="$(dirname "$db")/local.db"
+# This machine: 4 ranks on one host (--oversubscribe: more ranks than cores).
+local_db="$demo/local.db"
 rm -f "$local_db" "$local_db-wal" "$local_db-shm"
-mpirun_flags=(--oversubscribe -np 4)
-if [ "$(id -u)" = 0 ]; then mpirun_flags+=(--allow-run-as-root); fi
-mpirun "${mpirun_flags[@]}" "$profile_tool" comm --db "$local_db" --quick
-"$profile_tool" kernels --db "$local_db" --device cpu --quick
-"$profile_tool" import --db "$local_db" "$root/examples/models/resnet50.json"
-"$profile_tool" inspect --db "$local_db"
-local_plan="$(dirname "$db")/resnet50-efsignsgd-local.pb"
-"$plan_tool" search --model-name resnet50 --profile "$local_db" --compressor efsignsgd --require-optimal -o "$local_plan"
-set +x
-echo "demo: this machine's profile at $local_db, the plan against it at $local_plan"
-echo "demo: profile DB at $db (try: sqlite3 $db 'SELECT * FROM curve_points LIMIT 5')"
-echo "demo: plan at $plan (try: $plan_tool show $plan); its timeline in ${plan%.pb}.trace.json (open in ui.perfetto.dev)"
+mpirun=(mpirun --oversubscribe -np 4)
+if [ "$(id -u)" = 0 ]; then mpirun+=(--allow-run-as-root); fi
+stage "2. this machine: collectives over 4 MPI ranks and the CPU compressors (--quick, seconds) -> $local_db"
+quiet "${mpirun[@]}" "$profile_tool" comm --db "$local_db" --quick
+quiet "$profile_tool" kernels --db "$local_db" --device cpu --quick
+train="$build/examples/train_mlp/train_mlp"
+if [ ! -x "$train" ]; then
+  stage "   no $train (LibTorch not found at configure time): no model recorded on this machine to plan"
+  exit 1
+fi
+stage "   record the backward times of examples/train_mlp (LibTorch, 4 ranks, 20 iterations) into $local_db"
+quiet "$profile_tool" compute --db "$local_db" --iterations 20 -- "${mpirun[@]}" "$train"
+quiet "$profile_tool" inspect --db "$local_db"
+local_plan="$demo/mlp-efsignsgd-local.pb"
+stage "   plan mlp with efsignsgd on this machine (its compute, collectives and kernels all measured here) -> $local_plan"
+shown "$plan_tool" search --model-name mlp --profile "$local_db" --compressor efsignsgd --require-optimal -o "$local_plan"
+
+stage "done. Try:"
+echo "  $plan_tool show $local_plan          # summary, legend and one row per group"
+echo "  $profile_tool inspect --db $local_db --plot $demo/local.svg   # this machine's curves"
+echo "  sqlite3 $db 'SELECT * FROM curve_points LIMIT 5'"
+echo "  ${plan%.pb}.trace.json: the V100 plan's predicted timeline (open in ui.perfetto.dev)"
+echo "  full log: $log"

@@ -13,6 +13,9 @@ packages=(
   nlohmann-json3-dev
   clang-14 libclang-rt-14-dev
   librsvg2-bin
+  # LibTorch builds examples/train_mlp: scripts/demo.sh records its backward times on this
+  # machine and the test train_mlp_np2 trains it. With its dependencies it is most of the
+  # download (about 200 packages); without it the build leaves the example and its test out.
   libtorch-dev
 )
 
