@@ -119,7 +119,8 @@ TEST_F(BinaryTest, CupcakePlanSearchShowSimulateTraceDiff) {
   EXPECT_EQ(r.code, 2);
   r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(r.err.starts_with("cupcake-plan diff: the option '--b' is required but missing\n")) << r.err;
+  EXPECT_TRUE(r.err.starts_with("cupcake-plan diff: B: missing; expected the second plan (.pb)\n"
+                                "usage: cupcake-plan diff A.pb B.pb ")) << r.err;
   // The same truncated plan elsewhere is a failure (1), not a usage error.
   r = Invoke(CUPCAKE_PLAN_BIN, "show cut.pb");
   EXPECT_EQ(r.code, 1);
