@@ -101,8 +101,10 @@ std::string ExtrapolationWarning(const pb::Plan& plan) {
   const std::string curves = Extrapolations(plan);
   if (curves.empty()) return "";
   return "warning: the plan relies on curves beyond their last measured point by more than 2x, where their "
-         "times are extrapolated: " + curves +
-         "; measure larger sizes (cupcake-profile comm --max-bytes, kernels --max-elements) to plan on measured times\n";
+         "times are extrapolated: " +
+         curves +
+         "; measure larger sizes (cupcake-profile comm --max-bytes, kernels --max-elements) to plan on measured "
+         "times\n";
 }
 
 }  // namespace cupcake::plan_cli::internal

@@ -44,8 +44,8 @@ void Text(const std::string& db, const pb::Profile& p, std::ostream& out) {
   const pb::Cluster& c = p.cluster();
   out << "profile " << db << "\n";
   out << "cluster " << c.name() << ": " << tools::CountOf(c.nodes(), "node") << " x "
-      << tools::CountOf(c.devices_per_node(), "device") << " (" << tools::CountOf(int64_t{c.nodes()} * c.devices_per_node(), "rank")
-      << ")\n";
+      << tools::CountOf(c.devices_per_node(), "device") << " ("
+      << tools::CountOf(int64_t{c.nodes()} * c.devices_per_node(), "rank") << ")\n";
   std::vector<std::pair<std::string, std::string>> facts;
   if (c.has_device()) facts.emplace_back("device", c.device());
   if (c.has_interconnect()) facts.emplace_back("interconnect", c.interconnect());
@@ -63,8 +63,8 @@ void Text(const std::string& db, const pb::Profile& p, std::ostream& out) {
   for (const auto& curve : p.curves()) {
     std::string key = CurveKey(curve);
     std::string points = std::to_string(curve.points_size()) + (curve.points_size() == 1 ? " point" : " points");
-    out << "  " << key << std::string(key_width - key.size() + 2, ' ') << std::string(10 - std::min<size_t>(10, points.size()), ' ')
-        << points << "  " << SizeRange(curve);
+    out << "  " << key << std::string(key_width - key.size() + 2, ' ')
+        << std::string(10 - std::min<size_t>(10, points.size()), ' ') << points << "  " << SizeRange(curve);
     if (curve.has_method()) out << "  (" << curve.method() << ")";
     if (curve.has_wrong() && curve.wrong() > 0) out << "  WRONG RESULTS: " << curve.wrong();
     out << "\n";
@@ -124,7 +124,8 @@ void Json(const std::string& db, const pb::Profile& p, std::ostream& out) {
 static StatusOr<bool> PlotIsPng(const std::string& path) {
   const size_t dot = path.rfind('.');
   std::string ext = dot == std::string::npos || path.find('/', dot) != std::string::npos ? "" : path.substr(dot);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (ext == ".svg" || ext == ".png") return ext == ".png";
   return InvalidArgumentError("--plot: unknown picture format; got '" + path +
                               "', expected a file name ending in .svg or .png");

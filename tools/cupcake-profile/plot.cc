@@ -261,7 +261,8 @@ void DrawPanel(const Panel& panel, double x0, double y0, double height, int& cur
     }
     labels.push_back({end_y, i});
   }
-  std::stable_sort(labels.begin(), labels.end(), [](const EndLabel& a, const EndLabel& b) { return a.want_y < b.want_y; });
+  std::stable_sort(labels.begin(), labels.end(),
+                   [](const EndLabel& a, const EndLabel& b) { return a.want_y < b.want_y; });
   std::vector<double> want;
   for (const EndLabel& l : labels) want.push_back(l.want_y);
   const std::vector<double> at = SpreadLabels(want, kLegendLine - 3, py + 4, py + plot_h);
