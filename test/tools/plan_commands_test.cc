@@ -308,7 +308,7 @@ TEST_F(PlanCommandsTest, SearchWarnsOnceAboutExtrapolatedCurvesAndShowPrintsThem
   const std::string curves = "\"comm allreduce global\" read at 1.2 KiB, 3.0x its last measured point (400 B)";
   EXPECT_EQ(err.str(), "warning: the plan relies on curves beyond their last measured point by more than 2x, where "
                        "their times are extrapolated: " + curves + "; measure larger sizes (cupcake-profile comm "
-                       "--max-bytes, kernels --max-elements) to plan on measured times\n");
+                       "--max-bytes auto, kernels --max-elements auto) to plan on measured times\n");
   std::ostringstream text;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
   EXPECT_NE(text.str().find("\nextrapolated " + curves + " (times beyond a curve's last point are extrapolated)\n"),

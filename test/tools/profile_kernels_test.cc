@@ -27,6 +27,44 @@ KernelsOptions Tiny(const std::string& db) {
   return o;
 }
 
+// --max-elements auto: the largest model in the DB as one group, rounded up to a power of two
+// (a model of 600 + 100 elements: 1024), so no plan reads the curves past their last point.
+TEST(KernelsCommand, MaxElementsAutoCoversTheLargestModel) {
+  testing::TempDir dir;
+  const std::string db = dir.File("p.db");
+  KernelsOptions o = Tiny(db);
+  o.max_elements_auto = true;
+  std::ostringstream out;
+  EXPECT_EQ(RunKernels(o, out).message(), "--max-elements auto: " + db + ": no such profile DB");
+  o.max_elements_auto = false;
+  o.max_elements = 256;
+  ASSERT_TRUE(RunKernels(o, out).ok());  // makes the DB
+  o.max_elements_auto = true;
+  EXPECT_EQ(RunKernels(o, out).message(),
+            "--max-elements auto: " + db + " holds no model; expected one (cupcake-profile import MODEL.json, or "
+            "compute), or a size such as --max-elements 16777216");
+  {
+    auto store = profile::ProfileStore::Open(db, false);
+    ASSERT_TRUE(store.ok());
+    pb::Model m;
+    m.set_name("m");
+    for (int64_t n : {600, 100}) {
+      pb::Tensor* t = m.add_tensors();
+      t->set_name("t" + std::to_string(n));
+      t->set_numel(n);
+      t->set_dtype(pb::FLOAT32);
+    }
+    ASSERT_TRUE(store->ImportModel(m, false).ok());
+  }
+  ASSERT_TRUE(RunKernels(o, out).ok()) << out.str();
+  auto store = profile::ProfileStore::Open(db, false);
+  pb::Curve key;
+  key.set_kind(pb::ENCODE);
+  key.set_compressor("topk");
+  key.set_device(pb::CPU);
+  EXPECT_EQ(*store->PointSizes(key), (std::vector<int64_t>{256, 512, 1024}));
+}
+
 TEST(KernelsCommand, SaysWhenItAssumesOneRank) {
   testing::TempDir dir;
   const std::string db = dir.File("p.db");

@@ -103,7 +103,7 @@ std::string ExtrapolationWarning(const pb::Plan& plan) {
   return "warning: the plan relies on curves beyond their last measured point by more than 2x, where their "
          "times are extrapolated: " +
          curves +
-         "; measure larger sizes (cupcake-profile comm --max-bytes, kernels --max-elements) to plan on measured "
+         "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) to plan on measured "
          "times\n";
 }
 

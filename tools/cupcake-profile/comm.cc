@@ -65,7 +65,7 @@ Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
                                                {"--quick", options.quick ? "true" : "false"},
                                                {"--force", options.force ? "true" : "false"},
                                                {"--min-bytes", std::to_string(options.min_bytes)},
-                                               {"--max-bytes", std::to_string(options.max_bytes)},
+                                               {"--max-bytes", options.max_bytes_auto ? "auto" : std::to_string(options.max_bytes)},
                                                {"--warmup", std::to_string(options.warmup)},
                                                {"--iters", std::to_string(options.iters)},
                                                {"--ops", ops},
@@ -75,13 +75,13 @@ Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
 }
 
 // Step 2: the flags as sweep options (every rank alike, so every rank fails alike).
-StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options) {
+StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options, int64_t max_bytes) {
   profile::CommSweepOptions sweep;
   if (options.min_bytes < 4)
     return InvalidArgumentError("--min-bytes: out of range; got " + std::to_string(options.min_bytes) +
                                 ", expected a power of two >= 4 (one float)");
   CUPCAKE_ASSIGN_OR_RETURN(sweep.sizes, profile::PowerOfTwoSizes("--min-bytes", options.min_bytes, "--max-bytes",
-                                                                 options.max_bytes, int64_t{1} << 30, options.step));
+                                                                 max_bytes, int64_t{1} << 30, options.step));
   for (const std::string& name : options.ops) {
     auto op = ParseCommOp(name);
     if (!op) return InvalidArgumentError("--ops: unknown collective; got '" + name + "', expected " + CommOpNames());
@@ -142,7 +142,19 @@ void PrintReport(const profile::SweepReport& report, const CommOptions& options,
 Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out) {
   const int rank = world.rank();
   CUPCAKE_RETURN_IF_ERROR(Quiet(AgreeOnFlags(world, options), rank));
-  auto sweep = SweepOptions(options);
+  // --max-bytes auto: rank 0 reads the DB's largest model, every rank learns the size.
+  int64_t max_bytes = options.max_bytes;
+  if (options.max_bytes_auto) {
+    Status found;
+    if (rank == 0) {
+      auto size = LargestModelSize(options.db, /*bytes=*/true, "--max-bytes");
+      if (size.ok()) max_bytes = *size;
+      else found = size.status();
+    }
+    CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, found));
+    CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&max_bytes, sizeof max_bytes, 0));
+  }
+  auto sweep = SweepOptions(options, max_bytes);
   if (!sweep.ok()) return Quiet(sweep.status(), rank);
   auto lock_ms = LockTimeoutMs(options.lock_timeout_s);
   if (!lock_ms.ok()) return Quiet(lock_ms.status(), rank);
@@ -203,14 +215,14 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
 
 int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem) {
   CommOptions options;
-  std::string ops;
+  std::string ops, max_bytes;
   po::options_description flags("options");
   flags.add_options()
       ("db", po::value(&options.db)->required(), "the profile DB, written by rank 0 (created when missing)")
       ("quick", po::bool_switch(&options.quick), "few sizes, few iterations (seconds)")
       ("force", po::bool_switch(&options.force), "re-measure points the DB already has")
       ("min-bytes", po::value(&options.min_bytes), "smallest send buffer per rank, a power of two >= 4 (default 4; --quick 1 KiB)")
-      ("max-bytes", po::value(&options.max_bytes), "largest send buffer per rank, a power of two (default 16 MiB; --quick 1 MiB)")
+      ("max-bytes", po::value(&max_bytes), "largest send buffer per rank, a power of two, or auto: the largest model in the DB (default 16 MiB; --quick 1 MiB)")
       ("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")
       ("iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")
       ("ops", po::value(&ops), "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")
@@ -220,9 +232,15 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
   po::variables_map vm;
   if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] (under mpirun)", vm))
     return *code;
+  if (!max_bytes.empty()) {
+    auto size = ParseSizeOrAuto("--max-bytes", max_bytes);
+    if (!size.ok()) return tools::UsageError(inv, size.status().message());
+    if (*size) options.max_bytes = **size;
+    options.max_bytes_auto = !*size;
+  }
   if (options.quick) {
     if (!vm.count("min-bytes")) options.min_bytes = 1024;
-    if (!vm.count("max-bytes")) options.max_bytes = int64_t{1} << 20;
+    if (max_bytes.empty()) options.max_bytes = int64_t{1} << 20;
     if (!vm.count("warmup")) options.warmup = 2;
     if (!vm.count("iters")) options.iters = 5;
     options.step = 2;

@@ -92,6 +92,7 @@ struct KernelsOptions {
   int world_size = 0;  // 0: the DB's cluster's, else 1
   int64_t min_elements = 1024;
   int64_t max_elements = int64_t{1} << 22;
+  bool max_elements_auto = false;  // the largest model in the DB (LargestModelSize)
   int step = 1;        // every step-th power of two (--quick: 2)
   int warmup = 2;
   int iters = 10;
@@ -120,6 +121,7 @@ struct CommOptions {
   bool force = false;
   int64_t min_bytes = 4;
   int64_t max_bytes = int64_t{1} << 24;
+  bool max_bytes_auto = false;  // the largest model in the DB, by rank 0 (LargestModelSize)
   int step = 1;         // every step-th power of two (--quick: 2)
   int warmup = 5;
   int iters = 20;

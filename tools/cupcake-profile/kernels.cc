@@ -32,8 +32,12 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   if (!device) return InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu");
   profile::KernelSweepOptions sweep;
   sweep.device = *device;
+  int64_t max_elements = options.max_elements;
+  if (options.max_elements_auto) {
+    CUPCAKE_ASSIGN_OR_RETURN(max_elements, LargestModelSize(options.db, /*bytes=*/false, "--max-elements"));
+  }
   CUPCAKE_ASSIGN_OR_RETURN(sweep.elements, profile::PowerOfTwoSizes("--min-elements", options.min_elements,
-                                                                    "--max-elements", options.max_elements,
+                                                                    "--max-elements", max_elements,
                                                                     int64_t{1} << 30, options.step));
   sweep.warmup = options.warmup;
   sweep.iters = options.iters;
@@ -168,6 +172,7 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
 
 int KernelsMain(tools::Invocation& inv) {
   KernelsOptions options;
+  std::string max_elements;
   std::string compressors;
   po::options_description flags("options");
   flags.add_options()
@@ -177,7 +182,7 @@ int KernelsMain(tools::Invocation& inv) {
       ("force", po::bool_switch(&options.force), "re-measure points the DB already has")
       ("world-size", po::value(&options.world_size)->default_value(0), "W for decode (default: the DB's cluster, else 1)")
       ("min-elements", po::value(&options.min_elements), "smallest group, a power of two (default 1024)")
-      ("max-elements", po::value(&options.max_elements), "largest group, a power of two (default 4Mi; --quick 1Mi)")
+      ("max-elements", po::value(&max_elements), "largest group, a power of two, or auto: the largest model in the DB (default 4Mi; --quick 1Mi)")
       ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp)
       ("warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")
       ("iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")
@@ -188,8 +193,14 @@ int KernelsMain(tools::Invocation& inv) {
   po::variables_map vm;
   if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--device cpu|gpu] [--quick] [--force] [--world-size W]", vm))
     return *code;
+  if (!max_elements.empty()) {
+    auto size = ParseSizeOrAuto("--max-elements", max_elements);
+    if (!size.ok()) return tools::UsageError(inv, size.status().message());
+    if (*size) options.max_elements = **size;
+    options.max_elements_auto = !*size;
+  }
   if (options.quick) {
-    if (!vm.count("max-elements")) options.max_elements = int64_t{1} << 20;
+    if (max_elements.empty()) options.max_elements = int64_t{1} << 20;
     if (!vm.count("warmup")) options.warmup = 1;
     if (!vm.count("iters")) options.iters = 5;
     options.step = 2;

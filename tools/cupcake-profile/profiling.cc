@@ -4,10 +4,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <cstdio>
+
+#include "cupcake/proto/names.h"
 
 namespace cupcake::profile_cli {
 namespace {
@@ -55,6 +60,34 @@ StatusOr<int> LockTimeoutMs(double seconds) {
 }
 
 bool StderrIsTerminal() { return isatty(STDERR_FILENO) == 1; }
+
+StatusOr<int64_t> LargestModelSize(const std::string& db, bool bytes, std::string_view flag) {
+  const std::string what = std::string(flag) + " auto";
+  auto store = profile::ProfileStore::Open(db, /*create=*/false);
+  if (!store.ok()) return Status(store.status().code(), what + ": " + store.status().message());
+  CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::string> names, store->ModelNames());
+  if (names.empty())
+    return FailedPreconditionError(what + ": " + db + " holds no model; expected one (cupcake-profile import MODEL.json, "
+                                   "or compute), or a size such as " + std::string(flag) + " 16777216");
+  int64_t largest = 1;
+  for (const std::string& name : names) {
+    CUPCAKE_ASSIGN_OR_RETURN(pb::Model m, store->LoadModel(name));
+    int64_t total = 0;  // bounded: at most 2^40 elements of at most 8 bytes
+    for (const pb::Tensor& t : m.tensors()) total += t.numel() * (bytes ? DTypeBytes(t.dtype()) : 1);
+    largest = std::max(largest, total);
+  }
+  return std::min<int64_t>(static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(largest))), int64_t{1} << 30);
+}
+
+StatusOr<std::optional<int64_t>> ParseSizeOrAuto(std::string_view flag, const std::string& text) {
+  if (text == "auto") return std::optional<int64_t>();
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size())
+    return InvalidArgumentError(std::string(flag) + ": not a size; got '" + text +
+                                "', expected a power of two in bytes or elements, or auto");
+  return std::optional<int64_t>(v);
+}
 
 std::string UtcNow() {
   std::time_t t = std::time(nullptr);

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "cupcake/profile/store.h"
 #include "cupcake/profile/sweep.h"
@@ -40,6 +42,14 @@ bool StderrIsTerminal();
 
 // The UTC time now, "2024-05-01T12:34:56Z".
 std::string UtcNow();
+
+// `--max-bytes auto` / `--max-elements auto`: the largest model the DB holds, as the size of one
+// group of all its gradients (bytes, or elements), rounded up to a power of two, so that a plan
+// of any grouping reads the curves within their measured points. `flag` names the flag in
+// errors (no DB, no model). At most 2^30, the sweeps' limit.
+StatusOr<int64_t> LargestModelSize(const std::string& db, bool bytes, std::string_view flag);
+// A size flag's text: "auto", or a whole number. nullopt for "auto".
+StatusOr<std::optional<int64_t>> ParseSizeOrAuto(std::string_view flag, const std::string& text);
 
 // The cluster the DB holds, creating it when the DB holds none: `name` (empty: "local"),
 // `nodes` x `devices_per_node`. The DB's cluster must have the same shape; `meta` entries are
