@@ -179,9 +179,16 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
       ok = false;
     }
     if (ok) {
+      // Tensors out of range are reported by CheckModel; the sum is checked over bounded ones
+      // only (at most 2^20 x 2^40 elements: no overflow).
       int64_t numel = 0;
-      for (int i = g.first_tensor(); i <= g.last_tensor(); ++i) numel += m.tensors(i).numel();
-      if (g.numel() != numel)
+      bool bounded = true;
+      for (int i = g.first_tensor(); i <= g.last_tensor(); ++i) {
+        const int64_t n = m.tensors(i).numel();
+        bounded = bounded && n >= 1 && n <= kMaxNumel;
+        if (bounded) numel += n;
+      }
+      if (bounded && g.numel() != numel)
         p.Add(f + ".numel", "does not match its tensors; got " + std::to_string(g.numel()) + ", expected " +
                                 std::to_string(numel) + " (tensors " + std::to_string(g.first_tensor()) + ".." +
                                 std::to_string(g.last_tensor()) + ")");

@@ -306,5 +306,18 @@ TEST_F(PlanIoTest, RejectsNonFiniteSummariesBaselinesAndRatios) {
             "plan.pb: compressor.ratio: out of range; got nan, expected in [0, 1] (unused by efsignsgd)");
 }
 
+// Found by test/fuzz/plan_fuzz.cc: tensors of numel near 2^63 overflowed the group's sum
+// (undefined behaviour) before their own bound was reported.
+TEST_F(PlanIoTest, HugeTensorsAreReportedWithoutOverflowingTheGroupSum) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_model()->mutable_model()->mutable_tensors(0)->set_numel(int64_t{1} << 62);
+  plan.mutable_model()->mutable_model()->mutable_tensors(1)->set_numel(int64_t{1} << 62);
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(plan.model().model()));
+  const std::string m = Message(plan);
+  EXPECT_EQ(m.substr(0, m.find('\n')), "plan.pb: model.model.tensors[0].numel: out of range; got 4611686018427387904, "
+                                       "expected 1 <= x <= 1099511627776");
+  EXPECT_EQ(m.find("groups[0].numel"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace cupcake
