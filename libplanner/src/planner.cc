@@ -129,7 +129,7 @@ StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, 
   st->set_nodes(found.stats.transitions);
   st->set_states(found.stats.states);
   st->set_pruned(found.stats.pruned);
-  st->set_budget(options.algorithm == Algorithm::kExhaustive ? 0 : options.node_budget);
+  st->set_budget(options.algorithm == Algorithm::kBranchAndBound ? options.node_budget : 0);
   st->set_optimal(found.stats.optimal);
   return plan;
 }

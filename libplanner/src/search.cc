@@ -250,12 +250,25 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: in n
 
 }  // namespace
 
-std::string AlgorithmName(Algorithm a) { return a == Algorithm::kExhaustive ? "exhaustive" : "branch_and_bound"; }
+std::string AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kBranchAndBound: return "branch_and_bound";
+    case Algorithm::kExhaustive: return "exhaustive";
+    case Algorithm::kLayerwise: return "layerwise";
+    case Algorithm::kOneGroup: return "one_group";
+    case Algorithm::kBucket: return "bucket";
+  }
+  return "?";
+}
 
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
-  if (name == "branch_and_bound" || name == "bnb") return Algorithm::kBranchAndBound;
-  if (name == "exhaustive") return Algorithm::kExhaustive;
-  return InvalidArgumentError("--algorithm: unknown algorithm '" + name + "'; expected branch_and_bound or exhaustive");
+  if (name == "bnb") return Algorithm::kBranchAndBound;
+  for (Algorithm a : {Algorithm::kBranchAndBound, Algorithm::kExhaustive, Algorithm::kLayerwise, Algorithm::kOneGroup,
+                      Algorithm::kBucket})
+    if (name == AlgorithmName(a)) return a;
+  return InvalidArgumentError("--algorithm: unknown algorithm '" + name +
+                              "'; expected branch_and_bound, exhaustive, or a fixed strategy: layerwise, one_group, "
+                              "bucket");
 }
 
 StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options) {
@@ -263,7 +276,15 @@ StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& optio
   if (options.node_budget < 1)
     return InvalidArgumentError("--budget: must be positive; got " + std::to_string(options.node_budget));
   SearchResult r;
-  if (options.algorithm == Algorithm::kExhaustive) {
+  if (IsFixedStrategy(options.algorithm)) {
+    if (options.bucket_bytes < 1)
+      return InvalidArgumentError("--bucket-mib: must be positive; got " + std::to_string(options.bucket_bytes) +
+                                  " bytes");
+    r.group_ends = options.algorithm == Algorithm::kLayerwise ? LayerwiseStrategy(problem)
+                   : options.algorithm == Algorithm::kOneGroup ? OneGroupStrategy(problem)
+                                                               : BucketStrategy(problem, options.bucket_bytes);
+    r.iteration_us = IterationTime(problem, r.group_ends);
+  } else if (options.algorithm == Algorithm::kExhaustive) {
     if (problem.size() > kMaxExhaustiveTensors)
       return InvalidArgumentError("--algorithm exhaustive: too many tensors; got " + std::to_string(problem.size()) +
                                   ", expected <= " + std::to_string(kMaxExhaustiveTensors) +

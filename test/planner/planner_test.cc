@@ -89,6 +89,42 @@ TEST(MakePlan, RecordsEverythingTheDesignNames) {
   }
 }
 
+// Fixed strategies plan what users run today, so the runtime can run them beside the optimum:
+// the groups as the test restates each rule (one per tensor; one; DDP's buckets, closed when
+// their bytes reach the cap), timed as the test's own model restatement times them, never
+// claimed optimal.
+TEST(MakePlan, FixedStrategiesPlanTheGroupsTheirRuleMakes) {
+  Fixture f = RandomFixture(5, 20);
+  PlanRequest req;
+  req.compressor = "efsignsgd";
+  const int64_t cap = 3000;  // bytes: a few of the random model's tensors each
+  std::vector<int> buckets;
+  int64_t bytes = 0;
+  for (int i = 0; i < f.model.tensors_size(); ++i) {
+    bytes += f.model.tensors(i).numel() * 4;
+    if (bytes >= cap || i == f.model.tensors_size() - 1) {
+      buckets.push_back(i);
+      bytes = 0;
+    }
+  }
+  for (auto [algorithm, groups] : std::vector<std::pair<Algorithm, size_t>>{
+           {Algorithm::kLayerwise, 20}, {Algorithm::kOneGroup, 1}, {Algorithm::kBucket, buckets.size()}}) {
+    SearchOptions options;
+    options.algorithm = algorithm;
+    options.bucket_bytes = cap;
+    auto plan = MakePlan(f.model, f.profile, req, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    SCOPED_TRACE(AlgorithmName(algorithm));
+    ASSERT_EQ(static_cast<size_t>(plan->groups_size()), groups);
+    if (algorithm == Algorithm::kBucket)
+      for (size_t k = 0; k < groups; ++k) EXPECT_EQ(plan->groups(static_cast<int>(k)).last_tensor(), buckets[k]);
+    EXPECT_EQ(plan->search().algorithm(), AlgorithmName(algorithm));
+    EXPECT_FALSE(plan->search().optimal());
+    EXPECT_EQ(plan->search().budget(), 0);
+    EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), ReferenceTimeOfPlan(*plan, f, req));
+  }
+}
+
 TEST(MakePlan, RejectsUnknownMemory) {
   Fixture f = RandomFixture(3, 4);
   PlanRequest req;

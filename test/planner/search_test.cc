@@ -172,7 +172,11 @@ TEST(ParseAlgorithm, NamesTheChoices) {
   EXPECT_TRUE(ParseAlgorithm("exhaustive").ok());
   auto a = ParseAlgorithm("greedy");
   ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.status().message(), "--algorithm: unknown algorithm 'greedy'; expected branch_and_bound or exhaustive");
+  EXPECT_EQ(a.status().message(), "--algorithm: unknown algorithm 'greedy'; expected branch_and_bound, exhaustive, or a "
+                                  "fixed strategy: layerwise, one_group, bucket");
+  EXPECT_EQ(*ParseAlgorithm("bucket"), Algorithm::kBucket);
+  EXPECT_TRUE(IsFixedStrategy(Algorithm::kLayerwise));
+  EXPECT_FALSE(IsFixedStrategy(Algorithm::kBranchAndBound));
 }
 
 }  // namespace

@@ -175,6 +175,22 @@ TEST_F(PlanCommandsTest, RequireOptimalRefusesAPlanThatRanOutOfBudget) {
   EXPECT_FALSE(plan->search().optimal());
 }
 
+// A fixed strategy (what users run today) is planned without a search, says so, and warns
+// about no budget; resnet50's four 25 MiB buckets are the bucket_25mib baseline.
+TEST_F(PlanCommandsTest, FixedStrategiesArePlannedAndSaySo) {
+  SearchOptions o = Search("efsignsgd", "bucket.pb");
+  o.search.algorithm = planner::Algorithm::kBucket;
+  const std::string out = RunOk(o);  // no warning on stderr
+  EXPECT_NE(out.find("search      bucket: 0 nodes, 0 states, 0 pruned, a fixed strategy (no search)\n"),
+            std::string::npos)
+      << out;
+  auto plan = ReadPlanFile(o.output);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->groups_size(), 4);
+  EXPECT_EQ(plan->baselines(2).name(), "bucket_25mib");
+  EXPECT_EQ(plan->predicted().iteration_us(), plan->baselines(2).iteration_us());
+}
+
 TEST_F(PlanCommandsTest, SearchErrorsNameTheirCause) {
   SearchOptions o = Search("efsignsdg", "x.pb");
   EXPECT_EQ(RunFails(o).message(),

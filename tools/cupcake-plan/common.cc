@@ -79,7 +79,11 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
   out << "search      " << s.algorithm() << ": " << s.nodes() << " nodes, " << s.states() << " states, " << s.pruned()
       << " pruned";
   if (s.budget() > 0) out << ", budget " << s.budget() << " nodes";
-  out << ", " << (s.optimal() ? "proven optimal" : "NOT proven optimal (budget exhausted)") << "\n";
+  const auto algorithm = planner::ParseAlgorithm(s.algorithm());
+  if (algorithm.ok() && planner::IsFixedStrategy(*algorithm))
+    out << ", a fixed strategy (no search)\n";
+  else
+    out << ", " << (s.optimal() ? "proven optimal" : "NOT proven optimal (budget exhausted)") << "\n";
 }
 
 std::string Extrapolations(const pb::Plan& plan) {

@@ -63,7 +63,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));
   const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (!plan.search().optimal()) {
+  if (!plan.search().optimal() && !planner::IsFixedStrategy(options.search.algorithm)) {
     const std::string what = "search: stopped at --budget " + std::to_string(plan.search().budget()) +
                              " (nodes); the plan is the best found, not proven optimal";
     if (options.require_optimal)
@@ -87,6 +87,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
 int SearchMain(tools::Invocation& inv) {
   SearchOptions options;
   std::string device, algorithm, format;
+  double bucket_mib = 25;
   po::options_description flags("options");
   flags.add_options()
       ("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")
@@ -100,7 +101,9 @@ int SearchMain(tools::Invocation& inv) {
       ("device", po::value(&device), "where encode and decode run: gpu or cpu (default: gpu if the profile has its curves)")
       ("memory", po::value(&options.request.memory), "error feedback: residual, dgc or none (default: the compressor's)")
       ("seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")
-      ("algorithm", po::value(&algorithm)->default_value("branch_and_bound"), "branch_and_bound or exhaustive")
+      ("algorithm", po::value(&algorithm)->default_value("branch_and_bound"),
+       "branch_and_bound or exhaustive; or a fixed strategy to compare with: layerwise, one_group, bucket")
+      ("bucket-mib", po::value(&bucket_mib)->default_value(25), "--algorithm bucket: the bucket cap in MiB (DDP: 25)")
       ("budget", po::value(&options.search.node_budget)->default_value(planner::kDefaultNodeBudget),
        "search nodes (groups priced) before the search stops with the best plan found")
       ("require-optimal", po::bool_switch(&options.require_optimal),
@@ -128,6 +131,10 @@ int SearchMain(tools::Invocation& inv) {
   auto a = planner::ParseAlgorithm(algorithm);
   if (!a.ok()) return tools::UsageError(inv, a.status().message());
   options.search.algorithm = *a;
+  if (!(bucket_mib > 0 && bucket_mib <= 1 << 20))
+    return tools::UsageError(inv, "--bucket-mib: out of range; got " + std::to_string(bucket_mib) +
+                                      ", expected 0 < MiB <= 1048576");
+  options.search.bucket_bytes = static_cast<int64_t>(bucket_mib * (1 << 20));
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());
   options.format = *f;

@@ -15,7 +15,17 @@ namespace cupcake::planner {
 enum class Algorithm {
   kBranchAndBound,  // exact DP over prefixes with dominance and bounds (the default)
   kExhaustive,      // every partition; the tests' oracle, refused above kMaxExhaustiveTensors
+  // Fixed strategies, no search: what users run today, planned so that the runtime can run
+  // them beside the optimum (an evaluation's baselines). Never "proven optimal".
+  kLayerwise,       // one group per tensor
+  kOneGroup,        // one group of every tensor
+  kBucket,          // buckets of SearchOptions::bucket_bytes, closed as DDP closes them
 };
+
+// Whether `a` is a fixed strategy rather than a search.
+inline bool IsFixedStrategy(Algorithm a) {
+  return a == Algorithm::kLayerwise || a == Algorithm::kOneGroup || a == Algorithm::kBucket;
+}
 
 inline constexpr int kMaxExhaustiveTensors = 24;
 // About a second of search on one core; every shipped model needs far less.
@@ -26,6 +36,8 @@ struct SearchOptions {
   // Nodes (groups priced, bounds included, plus dominance comparisons) before the search
   // stops with the best strategy found so far. Counted, not timed, so a plan does not depend on the machine's speed.
   int64_t node_budget = kDefaultNodeBudget;
+  // kBucket: the cap of a bucket's uncompressed bytes (PyTorch DDP's default, 25 MiB).
+  int64_t bucket_bytes = int64_t{25} << 20;
 };
 
 struct SearchStats {
@@ -46,7 +58,8 @@ struct SearchResult {
 StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options);
 
 std::string AlgorithmName(Algorithm a);
-// "branch_and_bound" / "bnb" / "exhaustive"; error names the flag and the choices.
+// "branch_and_bound" / "bnb" / "exhaustive" / "layerwise" / "one_group" / "bucket"; error names
+// the flag and the choices.
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name);
 
 }  // namespace cupcake::planner
