@@ -160,8 +160,9 @@ TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
                    "run 'cupcake-plan search --help' for its options\n");
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --algorithm greedy");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "cupcake-plan search: --algorithm: unknown algorithm 'greedy'; expected branch_and_bound or "
-                   "exhaustive\nrun 'cupcake-plan search --help' for its options\n");
+  EXPECT_EQ(r.err, "cupcake-plan search: --algorithm: unknown algorithm 'greedy'; expected branch_and_bound, "
+                   "exhaustive, or a fixed strategy: layerwise, one_group, bucket\nrun 'cupcake-plan search --help' "
+                   "for its options\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.File("p.pb")));
 
   // A plan simulated against another model: the fingerprints, exit 1.
