@@ -70,6 +70,7 @@ struct Group {
   kernels::Buffer state;     // error-feedback memory, momentum; kept across iterations
   kernels::Buffer payload;   // not for in-place groups
   kernels::Buffer received;
+  GroupTimeline times;         // record_timeline: comm_* by the communication thread
   int pending = 0;             // tensors not yet ready this step; caller's thread only
   Stage stage = Stage::kIdle;  // guarded by Impl::mu_ (host sessions)
   bool packed() const { return fusion.data() != nullptr; }
@@ -96,7 +97,8 @@ class Session::Impl {
       : origin_(std::move(origin)),
         comm_(std::move(comm)),
         timeout_us_(options.ready_timeout_us),
-        job_stream_(options.job_stream) {
+        job_stream_(options.job_stream),
+        record_timeline_(options.record_timeline) {
     if (options.clock == nullptr) {
       owned_clock_ = std::make_unique<SteadyClock>();
       clock_ = owned_clock_.get();
@@ -281,6 +283,7 @@ class Session::Impl {
     // The group is complete: pack and encode on this (the compute) thread, or on the compute
     // stream for a session on GPU memory.
     const int k = t.group;
+    if (record_timeline_) g.times.encode_start_us = clock_->NowUs();
     void* stream = on_device() ? device_->compute() : nullptr;
     if (on_device()) {  // after the job's work on its stream (the gradients' last kernels)
       const int job_ready = 2 * group_count() + 1 + k;
@@ -303,6 +306,7 @@ class Session::Impl {
       g.stage = Stage::kEncoded;
       return LaunchInOrder();
     }
+    if (record_timeline_) g.times.encode_end_us = clock_->NowUs();
     {
       std::lock_guard lock(mu_);
       g.stage = Stage::kEncoded;
@@ -330,7 +334,9 @@ class Session::Impl {
         }
         if (!comm_status_.ok()) return Fail(comm_status_.WithPrefix("Synchronize"));
         lock.unlock();
+        if (record_timeline_) groups_[k].times.decode_start_us = clock_->NowUs();
         CUPCAKE_RETURN_IF_ERROR(Decode(static_cast<int>(k)));
+        if (record_timeline_) groups_[k].times.decode_end_us = clock_->NowUs();
       }
     }
     for (Tensor& t : tensors_) t.ready = false;
@@ -368,6 +374,17 @@ class Session::Impl {
     return bytes;
   }
   uint64_t iteration() const { return iteration_; }
+  StatusOr<std::vector<GroupTimeline>> Timeline() const {
+    if (!record_timeline_)
+      return FailedPreconditionError("Timeline: not recorded; expected SessionOptions::record_timeline = true");
+    if (on_device())
+      return FailedPreconditionError("Timeline: not recorded on GPU memory yet; expected a session on host memory");
+    if (iteration_ == 0) return FailedPreconditionError("Timeline: no step synchronized yet");
+    std::vector<GroupTimeline> out;
+    out.reserve(groups_.size());
+    for (const Group& g : groups_) out.push_back(g.times);  // complete: the last Synchronize saw every group exchanged
+    return out;
+  }
 
  private:
   // The communication thread: the groups' collectives in group order, one step after another.
@@ -380,7 +397,9 @@ class Session::Impl {
       Group& g = groups_[k];
       in_collective_ = true;
       lock.unlock();
+      if (record_timeline_) g.times.comm_start_us = clock_->NowUs();
       Status s = Collective(g);
+      if (record_timeline_) g.times.comm_end_us = clock_->NowUs();
       lock.lock();
       in_collective_ = false;
       if (!s.ok()) {
@@ -564,6 +583,7 @@ class Session::Impl {
   std::unique_ptr<internal::DeviceStreams> device_;
   int launched_ = 0;  // device sessions: collectives enqueued this step, in group order
   void* job_stream_;  // device sessions: where the job computes its gradients
+  const bool record_timeline_;
   int registered_ = 0;
   uint64_t iteration_ = 0;
   bool accumulating_ = false;
@@ -619,5 +639,6 @@ Status Session::GradientReady(int i) { return impl_->GradientReady(i); }
 Status Session::Synchronize() { return impl_->Synchronize(); }
 Status Session::SetAccumulating(bool accumulating) { return impl_->SetAccumulating(accumulating); }
 uint64_t Session::iteration() const { return impl_->iteration(); }
+StatusOr<std::vector<GroupTimeline>> Session::Timeline() const { return impl_->Timeline(); }
 
 }  // namespace cupcake::runtime

@@ -3,6 +3,8 @@
 // missing-gradient timeout on a fake clock, accumulation steps and a peer that gives up.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <filesystem>
 #include <thread>
 
@@ -130,6 +132,68 @@ TEST_P(MatchesReference, OverSeveralIterationsWithErrorFeedback) {
           << "rank " << r << ", iteration " << it;
   }
   EXPECT_EQ(ranks[0].session->iteration(), static_cast<uint64_t>(kIterations));
+}
+
+// A clock that counts its readings (thread-safe): every later event reads a larger time, so
+// the recorded timeline shows the order the session did things in.
+class CountingClock final : public Clock {
+ public:
+  double NowUs() override { return static_cast<double>(++count_); }
+
+ private:
+  std::atomic<int64_t> count_{0};
+};
+
+// The timeline a host session records: per group encode, then collective (on the
+// communication thread), then decode, in group order on each resource.
+TEST(Session, RecordsWhatEachGroupDidWhenAsked) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "efsignsgd", 2);
+  std::vector<CountingClock> clocks(2);
+  std::vector<Rank> ranks(2);
+  InProcessGroup group(2);
+  for (int r = 0; r < 2; ++r) {
+    SessionOptions options;
+    options.clock = &clocks[static_cast<size_t>(r)];
+    options.record_timeline = true;
+    auto created = Session::Create(plan, group.Rank(r), options);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    rank.session = std::move(created).value();
+    rank.grads = testing::Gradients(model, testing::Layout::kSeparate);
+    ASSERT_TRUE(testing::RegisterAll(*rank.session, model, rank.grads).ok());
+  }
+  EXPECT_EQ(ranks[0].session->Timeline().status().message(), "Timeline: no step synchronized yet");
+  OnEveryRank(2, [&](int r) {
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    FillGradients(rank.grads, r, 0);
+    for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+    EXPECT_TRUE(rank.session->Synchronize().ok());
+  });
+  for (int r = 0; r < 2; ++r) {
+    auto timeline = ranks[static_cast<size_t>(r)].session->Timeline();
+    ASSERT_TRUE(timeline.ok()) << timeline.status().ToString();
+    ASSERT_EQ(timeline->size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      const GroupTimeline& g = (*timeline)[k];
+      SCOPED_TRACE("rank " + std::to_string(r) + ", group " + std::to_string(k));
+      EXPECT_GT(g.encode_start_us, 0);
+      EXPECT_LT(g.encode_start_us, g.encode_end_us);
+      EXPECT_LT(g.encode_end_us, g.comm_start_us);
+      EXPECT_LT(g.comm_start_us, g.comm_end_us);
+      EXPECT_LT(g.comm_end_us, g.decode_start_us);
+      EXPECT_LT(g.decode_start_us, g.decode_end_us);
+      if (k == 0) continue;
+      const GroupTimeline& prev = (*timeline)[k - 1];
+      EXPECT_LT(prev.encode_end_us, g.encode_start_us);
+      EXPECT_LT(prev.comm_end_us, g.comm_start_us);
+      EXPECT_LT(prev.decode_end_us, g.decode_start_us);
+    }
+  }
+  auto one = Session::Create(MakePlan(model, testing::Planned(), "efsignsgd", 1), InProcessGroup(1).Rank(0));
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)->Timeline().status().message(),
+            "Timeline: not recorded; expected SessionOptions::record_timeline = true");
 }
 
 std::vector<Case> AllCases() {

@@ -46,6 +46,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/clock.h"
@@ -75,6 +76,18 @@ struct SessionOptions {
   // the host) for the work queued on this stream so far, so a backward hook may call
   // GradientReady(i) as soon as it has queued gradient i's last kernel.
   void* job_stream = nullptr;
+  // Host sessions: record when each group's encode (pack included), collective and decode
+  // (unpack included) started and ended, on `clock`, for Timeline(): what the runtime did,
+  // beside what the plan predicted. Off, a step reads no extra clock times.
+  bool record_timeline = false;
+};
+
+// What one group did in the last synchronized step, in microseconds on the session's clock:
+// the same six times a plan predicts per group (pb::Group's *_us), measured.
+struct GroupTimeline {
+  double encode_start_us = 0, encode_end_us = 0;
+  double comm_start_us = 0, comm_end_us = 0;
+  double decode_start_us = 0, decode_end_us = 0;
 };
 
 class Session {
@@ -132,6 +145,11 @@ class Session {
   // so the job accumulates locally; the next step with false synchronizes the sum. Set between
   // steps, the same on every rank.
   Status SetAccumulating(bool accumulating);
+
+  // The last synchronized step's timeline, one entry per group (SessionOptions::
+  // record_timeline). FailedPrecondition when not recording, on a session on GPU memory (not
+  // built there yet), or before the first step.
+  StatusOr<std::vector<GroupTimeline>> Timeline() const;
 
   // Synchronized steps so far (the iteration that keys the compressors' random choices).
   uint64_t iteration() const;
