@@ -29,7 +29,7 @@
 
 namespace {
 
-using namespace cupcake;           // NOLINT
+using namespace cupcake;  // NOLINT
 using namespace cupcake::kernels;  // NOLINT
 
 constexpr int kWorld = 4;
@@ -176,19 +176,21 @@ int Register() {
     if (!BackendAvailable(backend).ok()) continue;
     for (auto name : CompressorNames()) {
       const std::string tag = std::string(BackendName(backend)) + "/" + std::string(name);
-      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), backend,
-                                   Variant::kDefault)->Apply(Sizes);
-      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), backend,
-                                   Variant::kDefault)->Apply(Sizes);
+      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), backend, Variant::kDefault)
+          ->Apply(Sizes);
+      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), backend, Variant::kDefault)
+          ->Apply(Sizes);
     }
   }
   if (cpu::BestIsa() != cpu::Isa::kBaseline) {
     for (const char* name : {"fp16", "qsgd", "signsgd", "efsignsgd", "signum", "terngrad", "onebit"}) {
       const std::string tag = std::string("cpu-baseline/") + name;
       benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), Backend::kCpu,
-                                   Variant::kBaseline)->Apply(Sizes);
+                                   Variant::kBaseline)
+          ->Apply(Sizes);
       benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), Backend::kCpu,
-                                   Variant::kBaseline)->Apply(Sizes);
+                                   Variant::kBaseline)
+          ->Apply(Sizes);
     }
   }
   return 0;

@@ -51,17 +51,25 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) Die(rank, flag + ": missing value");
     const char* value = argv[++i];
-    if (flag == "--ops") ops = value;
-    else if (flag == "--min-bytes") min_bytes = std::atoll(value);
-    else if (flag == "--max-bytes") max_bytes = std::atoll(value);
-    else if (flag == "--warmup") warmup = std::atoi(value);
-    else if (flag == "--iters") iters = std::atoi(value);
-    else if (flag == "--method") method = value;
-    else Die(rank, "unknown flag " + flag);
+    if (flag == "--ops")
+      ops = value;
+    else if (flag == "--min-bytes")
+      min_bytes = std::atoll(value);
+    else if (flag == "--max-bytes")
+      max_bytes = std::atoll(value);
+    else if (flag == "--warmup")
+      warmup = std::atoi(value);
+    else if (flag == "--iters")
+      iters = std::atoi(value);
+    else if (flag == "--method")
+      method = value;
+    else
+      Die(rank, "unknown flag " + flag);
   }
   if (min_bytes < 4 || max_bytes < min_bytes || max_bytes > (1ll << 30) || iters < 1 || warmup < 0)
     Die(rank, "bad sizes or counts");
-  if (method != "osu" && method != "per-call") Die(rank, "--method: unknown; got " + method + ", expected osu or per-call");
+  if (method != "osu" && method != "per-call")
+    Die(rank, "--method: unknown; got " + method + ", expected osu or per-call");
 
   std::vector<std::string> op_list;
   for (size_t start = 0; start <= ops.size();) {

@@ -44,15 +44,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench_plans.h"
+#include "cupcake/comm/mpi.h"
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/planner/cost_model.h"
 #include "cupcake/planner/planner.h"
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
-#include "cupcake/comm/mpi.h"
 #include "cupcake/runtime/session.h"
-#include "bench_plans.h"
 
 #ifndef CUPCAKE_SOURCE_DIR
 #define CUPCAKE_SOURCE_DIR "."
@@ -187,16 +187,25 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) Die(rank, flag + ": missing value", 2);
     const std::string value = argv[++i];
-    if (flag == "--model") o.model = value;
-    else if (flag == "--profile") o.profile = value;
-    else if (flag == "--plan") o.plans.push_back(value);
-    else if (flag == "--warmup") o.warmup = std::atoi(value.c_str());
-    else if (flag == "--iters") o.iters = std::atoi(value.c_str());
-    else if (flag == "--backward") o.backward = value;
-    else Die(rank, "unknown flag " + flag + "; expected --model, --profile, --plan, --warmup, --iters, --backward", 2);
+    if (flag == "--model")
+      o.model = value;
+    else if (flag == "--profile")
+      o.profile = value;
+    else if (flag == "--plan")
+      o.plans.push_back(value);
+    else if (flag == "--warmup")
+      o.warmup = std::atoi(value.c_str());
+    else if (flag == "--iters")
+      o.iters = std::atoi(value.c_str());
+    else if (flag == "--backward")
+      o.backward = value;
+    else
+      Die(rank, "unknown flag " + flag + "; expected --model, --profile, --plan, --warmup, --iters, --backward", 2);
   }
-  if (o.warmup < 0 || o.iters < 1) Die(rank, "--warmup/--iters: got " + std::to_string(o.warmup) + "/" +
-                                                 std::to_string(o.iters) + ", expected >= 0 / >= 1", 2);
+  if (o.warmup < 0 || o.iters < 1)
+    Die(rank,
+        "--warmup/--iters: got " + std::to_string(o.warmup) + "/" + std::to_string(o.iters) + ", expected >= 0 / >= 1",
+        2);
   if (o.backward != "none" && o.backward != "busy" && o.backward != "sleep" && o.backward != "all")
     Die(rank, "--backward: got '" + o.backward + "', expected none, busy, sleep or all", 2);
 
@@ -240,11 +249,12 @@ int main(int argc, char** argv) {
     std::printf("# runtime_bench: %s\n", command.c_str());
     std::printf("# %d ranks, %s; model %s: %d tensors, %" PRId64 " float32 elements (%.1f MiB)\n", world, l.c_str(),
                 model.name().c_str(), model.tensors_size(), total, 4.0 * static_cast<double>(total) / (1 << 20));
-    std::printf("# warmup %d, iters %d; time per iteration = slowest rank's, from the barrier's exit to the end of "
-                "the step\n",
-                o.warmup, o.iters);
-    if (!o.profile.empty()) std::printf("# predicted: docs/MODEL.md on %s, minus forward_us and update_us\n",
-                                        o.profile.c_str());
+    std::printf(
+        "# warmup %d, iters %d; time per iteration = slowest rank's, from the barrier's exit to the end of "
+        "the step\n",
+        o.warmup, o.iters);
+    if (!o.profile.empty())
+      std::printf("# predicted: docs/MODEL.md on %s, minus forward_us and update_us\n", o.profile.c_str());
     std::fflush(stdout);
   }
 
@@ -259,9 +269,9 @@ int main(int argc, char** argv) {
     if (!session_or.ok()) Die(rank, name + ": " + session_or.status().message());
     std::unique_ptr<rt::Session> session = std::move(session_or).value();
     for (int i = 0; i < model.tensors_size(); ++i) {
-      cupcake::Status s = session->Register(
-          model.tensors(i).name(),
-          std::span<float>(grads.data() + offsets[static_cast<size_t>(i)], static_cast<size_t>(model.tensors(i).numel())));
+      cupcake::Status s =
+          session->Register(model.tensors(i).name(), std::span<float>(grads.data() + offsets[static_cast<size_t>(i)],
+                                                                      static_cast<size_t>(model.tensors(i).numel())));
       if (!s.ok()) Die(rank, name + ": " + s.message());
     }
     return session;

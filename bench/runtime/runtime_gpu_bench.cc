@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "bench_plans.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
-#include "cupcake/comm/nccl.h"
 #include "cupcake/runtime/session.h"
 
 #ifndef CUPCAKE_SOURCE_DIR
@@ -102,16 +102,23 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) Die(flag + ": missing value", 2);
     const std::string value = argv[++i];
-    if (flag == "--model") model_path = value;
-    else if (flag == "--compressor") compressor = value;
-    else if (flag == "--plan") plan_path = value;
-    else if (flag == "--warmup") warmup = std::atoi(value.c_str());
-    else if (flag == "--iters") iters = std::atoi(value.c_str());
-    else Die("unknown flag " + flag + "; expected --model, --compressor, --plan, --warmup, --iters", 2);
+    if (flag == "--model")
+      model_path = value;
+    else if (flag == "--compressor")
+      compressor = value;
+    else if (flag == "--plan")
+      plan_path = value;
+    else if (flag == "--warmup")
+      warmup = std::atoi(value.c_str());
+    else if (flag == "--iters")
+      iters = std::atoi(value.c_str());
+    else
+      Die("unknown flag " + flag + "; expected --model, --compressor, --plan, --warmup, --iters", 2);
   }
   if (warmup < 0 || iters < 1) Die("--warmup/--iters: expected >= 0 / >= 1", 2);
   if (cupcake::FindCompressor(compressor) == nullptr) Die("--compressor: unknown '" + compressor + "'", 2);
-  if (cupcake::Status s = cupcake::kernels::BackendAvailable(cupcake::kernels::Backend::kCuda); !s.ok()) Die(s.message());
+  if (cupcake::Status s = cupcake::kernels::BackendAvailable(cupcake::kernels::Backend::kCuda); !s.ok())
+    Die(s.message());
   const Model model = Value(cupcake::profile::LoadModelFile(model_path), model_path);
 
   std::vector<int64_t> offsets;
@@ -131,10 +138,11 @@ int main(int argc, char** argv) {
   std::printf("# runtime_gpu_bench: %s\n", command.c_str());
   std::printf("# %s (sm_%d%d), CUDA driver %d, NCCL %d; 1 rank; model %s: %d tensors, %" PRId64
               " float32 elements (%.1f MiB)\n",
-              prop.name, prop.major, prop.minor, driver, nccl_version, model.name().c_str(), model.tensors_size(), total,
-              static_cast<double>(bytes) / (1 << 20));
-  std::printf("# warmup %d, iters %d; time per iteration on the host's steady clock, until the result is on the device\n",
-              warmup, iters);
+              prop.name, prop.major, prop.minor, driver, nccl_version, model.name().c_str(), model.tensors_size(),
+              total, static_cast<double>(bytes) / (1 << 20));
+  std::printf(
+      "# warmup %d, iters %d; time per iteration on the host's steady clock, until the result is on the device\n",
+      warmup, iters);
 
   // Host pattern per iteration, and the baseline's buffers: its own NCCL communicator of one
   // rank and stream; the divide is the kernels' fp32 decode, in place.
@@ -178,19 +186,23 @@ int main(int argc, char** argv) {
   sessions.emplace_back();  // the baseline has no session
   auto add = [&](const std::string& name, const Plan& plan, bool separate) {
     sessions.push_back(make(name, plan, separate));
-    rows.push_back({name, sessions.back().session->group_count(), {}, plan.compressor().name() == "fp32" ? "exact" : "-"});
+    rows.push_back(
+        {name, sessions.back().session->group_count(), {}, plan.compressor().name() == "fp32" ? "exact" : "-"});
   };
   const Plan fp32 = bench::PlanFor(model, 1, cupcake::pb::GPU, "fp32", bench::OneGroup(model));
   add("runtime fp32 one_group, flat buffer", fp32, false);
   add("runtime fp32 one_group, separate buffers", fp32, true);
-  add("runtime " + compressor + " layerwise", bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::LayerWise(model)), false);
+  add("runtime " + compressor + " layerwise",
+      bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::LayerWise(model)), false);
   add("runtime " + compressor + " buckets 25MiB",
       bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::Buckets(model, int64_t{25} << 20)), false);
-  add("runtime " + compressor + " one_group", bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::OneGroup(model)), false);
+  add("runtime " + compressor + " one_group",
+      bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::OneGroup(model)), false);
   if (!plan_path.empty()) {
     Plan plan = Value(cupcake::ReadPlanFile(plan_path), plan_path);
     if (plan.model().fingerprint() != cupcake::ModelFingerprint(model)) Die(plan_path + ": a plan for another model");
-    if (plan.compressor().name() != compressor) Die(plan_path + ": compressor '" + plan.compressor().name() + "', expected '" + compressor + "' (--compressor)");
+    if (plan.compressor().name() != compressor)
+      Die(plan_path + ": compressor '" + plan.compressor().name() + "', expected '" + compressor + "' (--compressor)");
     plan.set_world_size(1);
     plan.set_device(cupcake::pb::GPU);
     std::vector<std::pair<int, int>> groups;
@@ -214,8 +226,10 @@ int main(int argc, char** argv) {
       CUDA(cudaDeviceSynchronize());
       const double t0 = NowUs();
       if (r == 0) {
-        CheckNccl(ncclAllReduce(base, base, static_cast<size_t>(total), ncclFloat32, ncclSum, nccl, stream), "ncclAllReduce");
-        Ok(divide->Decode({reinterpret_cast<const std::byte*>(base), bytes}, {base, static_cast<size_t>(total)}, 0, stream),
+        CheckNccl(ncclAllReduce(base, base, static_cast<size_t>(total), ncclFloat32, ncclSum, nccl, stream),
+                  "ncclAllReduce");
+        Ok(divide->Decode({reinterpret_cast<const std::byte*>(base), bytes}, {base, static_cast<size_t>(total)}, 0,
+                          stream),
            "divide");
         CUDA(cudaStreamSynchronize(stream));
       } else {

@@ -109,11 +109,16 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (i + 1 >= argc) return Usage(arg + ": missing value");
     const char* value = argv[++i];
-    if (arg == "--plan") options.plan = value;
-    else if (arg == "--epochs") options.epochs = std::atoi(value);
-    else if (arg == "--steps") options.steps = std::atoi(value);
-    else if (arg == "--lr") options.lr = std::atof(value);
-    else return Usage("unknown flag " + arg);
+    if (arg == "--plan")
+      options.plan = value;
+    else if (arg == "--epochs")
+      options.epochs = std::atoi(value);
+    else if (arg == "--steps")
+      options.steps = std::atoi(value);
+    else if (arg == "--lr")
+      options.lr = std::atof(value);
+    else
+      return Usage("unknown flag " + arg);
   }
   // The job's main reads the environment; the runtime never does.
   if (const char* path = std::getenv("CUPCAKE_RECORD"); path != nullptr && *path != '\0') options.record_path = path;
@@ -200,7 +205,8 @@ int main(int argc, char** argv) {
       if (failed) return 1;
       if (auto status = s.Synchronize(); !status.ok()) return Fail("synchronize", status);
       // Every rank now steps with the averaged gradient.
-      for (size_t i = 0; i < params.size(); ++i) params[i].second.mutable_grad().copy_(buffers[i].view_as(params[i].second));
+      for (size_t i = 0; i < params.size(); ++i)
+        params[i].second.mutable_grad().copy_(buffers[i].view_as(params[i].second));
       sgd.step();
     }
     if (rank == 0) {

@@ -47,9 +47,7 @@ unsigned Blocks(int64_t work) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
 // ---- memory ----
-__global__ void AddKernel(float* e, const float* g, int64_t n) {
-  GRID_STRIDE(i, n) e[i] += g[i];
-}
+__global__ void AddKernel(float* e, const float* g, int64_t n) { GRID_STRIDE(i, n) e[i] += g[i]; }
 __global__ void DgcMemoryKernel(float* u, float* v, const float* g, int64_t n) {
   GRID_STRIDE(i, n) {
     const float ui = kDgcMomentum * u[i] + g[i];
@@ -63,9 +61,7 @@ __global__ void SignumKernel(float* mom, const float* x, int64_t n) {
     mom[i] = IsFinite(m) ? m : 0.0f;
   }
 }
-__global__ void ZeroNonFiniteKernel(float* e, int64_t n) {
-  GRID_STRIDE(i, n) e[i] = IsFinite(e[i]) ? e[i] : 0.0f;
-}
+__global__ void ZeroNonFiniteKernel(float* e, int64_t n) { GRID_STRIDE(i, n) e[i] = IsFinite(e[i]) ? e[i] : 0.0f; }
 
 // ---- dense encodes ----
 __global__ void Fp16EncodeKernel(const float* x, float* resid, int64_t n, int world, u8* payload) {
@@ -236,8 +232,7 @@ __global__ void QsgdDecodeKernel(const u8* p, int64_t n, int world, int64_t payl
     out[i] = acc;
   }
 }
-__global__ void SignDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, bool two_means,
-                                 float* out) {
+__global__ void SignDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, bool two_means, float* out) {
   const float wf = static_cast<float>(world);
   const int64_t nb = (n + 7) / 8;
   GRID_STRIDE(i, n) {
@@ -468,8 +463,7 @@ class CudaCompressor final : public Compressor {
     TileSelectKernel<<<grid, kThreads, 0, s>>>(x, L.n, L.k, sel, tiles, resid, u, v, payload);
   }
 
-  Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload_b,
-                    void* stream) override {
+  Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload_b, void* stream) override {
     const auto& L = layout();
     const int64_t n = L.n;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -500,9 +494,7 @@ class CudaCompressor final : public Compressor {
         CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(payload, x, 4 * n, cudaMemcpyDeviceToDevice, s));
         if (resid) CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(resid, 0, 4 * n, s));
         break;
-      case CompressorKind::kFp16:
-        Fp16EncodeKernel<<<grid, kThreads, 0, s>>>(x, resid, n, L.world_size, payload);
-        break;
+      case CompressorKind::kFp16: Fp16EncodeKernel<<<grid, kThreads, 0, s>>>(x, resid, n, L.world_size, payload); break;
       case CompressorKind::kTopk:
       case CompressorKind::kDgc: TopK(x, resid, u, v, payload, s); break;
       case CompressorKind::kRandk: {
@@ -520,7 +512,7 @@ class CudaCompressor final : public Compressor {
       case CompressorKind::kSignum:
         Reduce<Red::kSumAbs>(x, payload + (n + 7) / 8, s);
         SignEncodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(x, resid, n, scalars, false,
-                                                                 L.kind == CompressorKind::kSignum, payload);
+                                                                  L.kind == CompressorKind::kSignum, payload);
         break;
       case CompressorKind::kOnebit:
         Reduce<Red::kOnebit>(x, payload + (n + 7) / 8, s);
@@ -565,7 +557,7 @@ class CudaCompressor final : public Compressor {
       case CompressorKind::kSignum:
       case CompressorKind::kOnebit:
         SignDecodeKernel<<<grid, kThreads, 0, s>>>(p, n, L.world_size, L.payload_bytes,
-                                                    L.kind == CompressorKind::kOnebit, out);
+                                                   L.kind == CompressorKind::kOnebit, out);
         break;
       case CompressorKind::kTerngrad:
         TerngradDecodeKernel<<<grid, kThreads, 0, s>>>(p, n, L.world_size, L.payload_bytes, out);

@@ -50,7 +50,7 @@ CUPCAKE_HD uint16_t FloatToHalf(float f) {
   const uint32_t sign = u_all & 0x80000000u;
   const uint32_t u = u_all ^ sign;
   // Results of the three paths, then a select.
-  const uint32_t big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;              // NaN : Inf/overflow
+  const uint32_t big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN : Inf/overflow
   const uint32_t denorm_magic = ((127 - 15) + (23 - 10) + 1) << 23;
   const uint32_t denorm = FloatBits(BitsFloat(u) + BitsFloat(denorm_magic)) - denorm_magic;
   const uint32_t mant_odd = (u >> 13) & 1u;

@@ -16,11 +16,11 @@ constexpr int64_t kMaxElements = 2147483647;  // int32 indices in sparse payload
 
 CompressorKind KindOf(std::string_view name) {
   static constexpr std::pair<std::string_view, CompressorKind> kKinds[] = {
-      {"fp32", CompressorKind::kFp32},         {"fp16", CompressorKind::kFp16},
-      {"topk", CompressorKind::kTopk},         {"randk", CompressorKind::kRandk},
-      {"dgc", CompressorKind::kDgc},           {"qsgd", CompressorKind::kQsgd},
-      {"signsgd", CompressorKind::kSignsgd},   {"efsignsgd", CompressorKind::kEfsignsgd},
-      {"signum", CompressorKind::kSignum},     {"terngrad", CompressorKind::kTerngrad},
+      {"fp32", CompressorKind::kFp32},       {"fp16", CompressorKind::kFp16},
+      {"topk", CompressorKind::kTopk},       {"randk", CompressorKind::kRandk},
+      {"dgc", CompressorKind::kDgc},         {"qsgd", CompressorKind::kQsgd},
+      {"signsgd", CompressorKind::kSignsgd}, {"efsignsgd", CompressorKind::kEfsignsgd},
+      {"signum", CompressorKind::kSignum},   {"terngrad", CompressorKind::kTerngrad},
       {"onebit", CompressorKind::kOnebit},
   };
   for (const auto& [n, k] : kKinds)
@@ -43,8 +43,7 @@ StatusOr<CompressorLayout> ResolveLayout(const CompressorConfig& config) {
   auto add = [&](const std::string& m) { errors << (problems++ ? "\n" : "") << what << ": " << m; };
 
   if (config.n < 1 || config.n > kMaxElements) {
-    add("n: out of range; got " + std::to_string(config.n) + ", expected 1 <= n <= " +
-        std::to_string(kMaxElements));
+    add("n: out of range; got " + std::to_string(config.n) + ", expected 1 <= n <= " + std::to_string(kMaxElements));
   }
   if (config.world_size < 1) {
     add("world_size: out of range; got " + std::to_string(config.world_size) + ", expected world_size >= 1");
@@ -80,14 +79,15 @@ StatusOr<CompressorLayout> ResolveLayout(const CompressorConfig& config) {
   l.seed = config.seed;
   l.allreduce = info->collective == pb::ALLREDUCE;
   l.payload_bytes = PayloadBytes(*info, config.n, config.ratio);
-  l.state_floats = (mem == MemoryKind::kResidual ? l.n : mem == MemoryKind::kDgc ? 2 * l.n : 0) +
+  l.state_floats = (mem == MemoryKind::kResidual ? l.n
+                    : mem == MemoryKind::kDgc    ? 2 * l.n
+                                                 : 0) +
                    (kind == CompressorKind::kSignum ? l.n : 0);
   l.decode_input_bytes = l.allreduce ? l.payload_bytes : l.payload_bytes * l.world_size;
   return l;
 }
 
-Compressor::Compressor(CompressorLayout layout, Backend backend)
-    : layout_(std::move(layout)), backend_(backend) {}
+Compressor::Compressor(CompressorLayout layout, Backend backend) : layout_(std::move(layout)), backend_(backend) {}
 
 Compressor::~Compressor() = default;
 
@@ -101,11 +101,10 @@ Status CheckSpan(const std::string& name, const char* stage, const char* field, 
   if (!wrong_length && (expected == 0 || s.data() != nullptr)) return Status::Ok();
   const std::string what = name + " " + stage + ": " + field;
   if (wrong_length) {
-    return InvalidArgumentError(what + ": wrong length; got " + std::to_string(s.size()) + " " + unit +
-                                ", expected " + std::to_string(expected));
+    return InvalidArgumentError(what + ": wrong length; got " + std::to_string(s.size()) + " " + unit + ", expected " +
+                                std::to_string(expected));
   }
-  return InvalidArgumentError(what + ": null pointer; got nullptr, expected " + std::to_string(expected) + " " +
-                              unit);
+  return InvalidArgumentError(what + ": null pointer; got nullptr, expected " + std::to_string(expected) + " " + unit);
 }
 }  // namespace
 
@@ -117,16 +116,15 @@ Status Compressor::Encode(std::span<const float> grad, std::span<float> state, u
   return EncodeImpl(grad.data(), state.data(), iteration, payload.data(), stream);
 }
 
-Status Compressor::Decode(std::span<const std::byte> payloads, std::span<float> out, uint64_t iteration,
-                          void* stream) {
+Status Compressor::Decode(std::span<const std::byte> payloads, std::span<float> out, uint64_t iteration, void* stream) {
   if (static_cast<int64_t>(payloads.size()) != layout_.decode_input_bytes) {
     std::string expected = std::to_string(layout_.decode_input_bytes);
     if (!layout_.allreduce) {
-      expected += " (" + std::to_string(layout_.world_size) + " payloads of " +
-                  std::to_string(layout_.payload_bytes) + " bytes)";
+      expected += " (" + std::to_string(layout_.world_size) + " payloads of " + std::to_string(layout_.payload_bytes) +
+                  " bytes)";
     }
-    return InvalidArgumentError(layout_.name + " decode: payloads: wrong length; got " + std::to_string(payloads.size()) +
-                                " bytes, expected " + expected);
+    return InvalidArgumentError(layout_.name + " decode: payloads: wrong length; got " +
+                                std::to_string(payloads.size()) + " bytes, expected " + expected);
   }
   CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "decode", "payloads", "bytes", payloads, layout_.decode_input_bytes));
   CUPCAKE_RETURN_IF_ERROR(CheckSpan(layout_.name, "decode", "out", "floats", out, layout_.n));

@@ -88,7 +88,8 @@ StatusOr<Buffer> Buffer::Allocate(Backend backend, int64_t size_bytes) {
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)),
+    : backend_(other.backend_),
+      data_(std::exchange(other.data_, nullptr)),
       size_bytes_(std::exchange(other.size_bytes_, 0)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {

@@ -12,8 +12,8 @@ Status FusionTable::Pack(void* stream) { return PackImpl(stream); }
 Status FusionTable::Unpack(void* stream) { return UnpackImpl(0, stream); }
 Status FusionTable::UnpackDivided(int world_size, void* stream) {
   if (world_size < 1)
-    return InvalidArgumentError("fusion table: UnpackDivided: world_size out of range; got " + std::to_string(world_size) +
-                                ", expected >= 1");
+    return InvalidArgumentError("fusion table: UnpackDivided: world_size out of range; got " +
+                                std::to_string(world_size) + ", expected >= 1");
   return UnpackImpl(world_size, stream);
 }
 
@@ -34,8 +34,9 @@ StatusOr<int64_t> CheckFusionSegments(std::span<const FusionSegment> segments, c
     total += s.numel;
   }
   if (fusion == nullptr && total > 0)
-    problems += (problems.empty() ? "" : "\n") + std::string("fusion table: fusion: null; got nullptr, expected a buffer of ") +
-                std::to_string(total) + " floats";
+    problems += (problems.empty() ? "" : "\n") +
+                std::string("fusion table: fusion: null; got nullptr, expected a buffer of ") + std::to_string(total) +
+                " floats";
   if (!problems.empty()) return InvalidArgumentError(problems);
   return total;
 }

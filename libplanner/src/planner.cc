@@ -148,9 +148,8 @@ StatusOr<Timeline> Simulate(const pb::Plan& plan, const pb::Model& model, const 
   const std::string want = plan.model().fingerprint();
   const std::string got = ModelFingerprint(model);
   if (want != got)
-    return FailedPreconditionError("model " + model.name() + ": model fingerprint differs; got " + got +
-                                   ", expected " + want + " (the plan was made for model " +
-                                   plan.model().model().name() + ")");
+    return FailedPreconditionError("model " + model.name() + ": model fingerprint differs; got " + got + ", expected " +
+                                   want + " (the plan was made for model " + plan.model().model().name() + ")");
   CUPCAKE_ASSIGN_OR_RETURN(Problem problem, MakeProblem(model, profile, RequestOf(plan)));
   std::vector<int> ends;
   for (const auto& g : plan.groups()) ends.push_back(g.last_tensor());

@@ -115,11 +115,13 @@ std::string ChromeTrace(const pb::Plan& plan) {
     const auto& grp = plan.groups(g);
     const std::string name = GroupName(plan, g);
     if (grp.encode_end_us() > grp.encode_start_us())
-      w.Slice(kCompute, "encode " + name, "encode", t0 + grp.encode_start_us(), grp.encode_end_us() - grp.encode_start_us());
+      w.Slice(kCompute, "encode " + name, "encode", t0 + grp.encode_start_us(),
+              grp.encode_end_us() - grp.encode_start_us());
     w.Slice(kNetwork, std::string(Name(grp.options().collective())) + " " + name, "comm", t0 + grp.comm_start_us(),
             grp.comm_end_us() - grp.comm_start_us());
     if (grp.decode_end_us() > grp.decode_start_us())
-      w.Slice(kCompute, "decode " + name, "decode", t0 + grp.decode_start_us(), grp.decode_end_us() - grp.decode_start_us());
+      w.Slice(kCompute, "decode " + name, "decode", t0 + grp.decode_start_us(),
+              grp.decode_end_us() - grp.decode_start_us());
     end = std::max(end, grp.decode_end_us());
   }
   if (model.update_us() > 0) w.Slice(kCompute, "update", "update", t0 + end, model.update_us());

@@ -16,9 +16,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // over every P of the suffix. Index N is the empty suffix.
 struct SuffixBounds {
   std::vector<double> enc_dec;  // a_P - B(N) = sum of enc + dec: exact minimum
-  std::vector<double> dec;      // b_P = sum of dec: exact minimum
-  std::vector<double> net;      // c_P = max over k of (com_1..com_k + dec_k..dec_K)
-  std::vector<double> ready;    // d_P = max over k of (B(last_k + 1) + enc_1..enc_k + c of groups k..K)
+  std::vector<double> dec;  // b_P = sum of dec: exact minimum
+  std::vector<double> net;  // c_P = max over k of (com_1..com_k + dec_k..dec_K)
+  std::vector<double> ready;  // d_P = max over k of (B(last_k + 1) + enc_1..enc_k + c of groups k..K)
   double min_com = kInf, min_dec = kInf;  // over every group of the model
 };
 
@@ -124,8 +124,8 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: in n
   const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
   auto lower_bound = [&](const Label& l) {
     const int j = l.end;
-    return fixed + std::max({backward_total + l.y + sb.enc_dec[j], l.x + sb.dec[j], l.f + sb.net[j],
-                             l.e + sb.ready[j]});
+    return fixed +
+           std::max({backward_total + l.y + sb.enc_dec[j], l.x + sb.dec[j], l.f + sb.net[j], l.e + sb.ready[j]});
   };
 
   // Step 2: the incumbent: the best baseline, or the greedy strategy that keeps, for every
@@ -280,7 +280,7 @@ StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& optio
     if (options.bucket_bytes < 1)
       return InvalidArgumentError("--bucket-mib: must be positive; got " + std::to_string(options.bucket_bytes) +
                                   " bytes");
-    r.group_ends = options.algorithm == Algorithm::kLayerwise ? LayerwiseStrategy(problem)
+    r.group_ends = options.algorithm == Algorithm::kLayerwise  ? LayerwiseStrategy(problem)
                    : options.algorithm == Algorithm::kOneGroup ? OneGroupStrategy(problem)
                                                                : BucketStrategy(problem, options.bucket_bytes);
     r.iteration_us = IterationTime(problem, r.group_ends);

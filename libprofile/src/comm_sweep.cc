@@ -43,7 +43,7 @@ struct Planned {
   pb::Scope scope;
   pb::CommOp op;
   pb::DType dtype;  // of the reduction; DTYPE_UNSPECIFIED: float32
-  int64_t size;     // stored size (bytes of each rank's send buffer)
+  int64_t size;  // stored size (bytes of each rank's send buffer)
 };
 
 // The stored size of `size` for `op` on `w` ranks, 0 when it rounds to nothing.
@@ -83,7 +83,8 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
   std::vector<std::byte> pattern(static_cast<size_t>(n * elem)), want(static_cast<size_t>(got_n * elem)),
       got(want.size());
   const std::vector<std::byte> cleared(static_cast<size_t>(std::max(n, recv_n) * elem), std::byte{0xff});
-  for (int64_t i = 0; i < n; ++i) Encode(Pattern(op == pb::BROADCAST ? 0 : me, i, p.dtype), p.dtype, &pattern[i * elem]);
+  for (int64_t i = 0; i < n; ++i)
+    Encode(Pattern(op == pb::BROADCAST ? 0 : me, i, p.dtype), p.dtype, &pattern[i * elem]);
   for (int64_t i = 0; i < got_n; ++i) Encode(expected(i), p.dtype, &want[i * elem]);
   CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer send, data.Allocate(n * elem));
   CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer recv, data.Allocate(recv_n * elem));
@@ -93,8 +94,10 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
   std::vector<double> us;
   for (int it = 0; it < warmup + iters; ++it) {
     // Allreduce runs in place, as the runtime runs it on flat gradient buffers.
-    if (op == pb::ALLREDUCE) CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(pattern.data(), n * elem));
-    else CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(cleared.data(), recv_n * elem));
+    if (op == pb::ALLREDUCE)
+      CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(pattern.data(), n * elem));
+    else
+      CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(cleared.data(), recv_n * elem));
     if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(cleared.data(), n * elem));
     CUPCAKE_RETURN_IF_ERROR(control.Barrier());
     Status s;
@@ -197,8 +200,8 @@ namespace {
 
 // The points to measure, the same on every rank: per scope (global, and intra and inter when
 // `scopes` has them), op and size; allreduce also over float16.
-std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& scopes, const std::vector<pb::CommOp>& ops,
-                                const std::vector<int64_t>& sizes) {
+std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& scopes,
+                                const std::vector<pb::CommOp>& ops, const std::vector<int64_t>& sizes) {
   std::vector<Planned> plan;
   for (auto [scope, w] : scopes)
     for (pb::CommOp op : ops) {
@@ -232,7 +235,8 @@ StatusOr<std::vector<char>> PresentInSink(const std::vector<Planned>& plan, Prof
 }
 
 Status CheckSweepOptions(const CommSweepOptions& options, bool root, const ProfileSink* sink) {
-  if (options.sizes.empty()) return InvalidArgumentError("sizes: empty size range; got no sizes, expected at least one");
+  if (options.sizes.empty())
+    return InvalidArgumentError("sizes: empty size range; got no sizes, expected at least one");
   for (int64_t s : options.sizes)
     if (s < 4 || s > (int64_t{1} << 30))
       return InvalidArgumentError("sizes: out of range; got " + std::to_string(s) + ", expected 4 <= bytes <= 2^30");
@@ -264,8 +268,8 @@ StatusOr<Scopes> SplitScopes(Communicator& world, Communicator& data, const Topo
 
 }  // namespace
 
-StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock,
-                                ProfileSink* sink, const ProgressFn& progress) {
+StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& options, Clock& clock, ProfileSink* sink,
+                                const ProgressFn& progress) {
   const bool root = world.rank() == 0;
   CUPCAKE_RETURN_IF_ERROR(CheckSweepOptions(options, root, sink));
   std::vector<pb::CommOp> ops = options.ops;
@@ -300,7 +304,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
     Communicator* comm = p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? split.intra.get() : split.inter.get();
-    Communicator* comm_data = &data == &world ? comm
+    Communicator* comm_data = &data == &world         ? comm
                               : p.scope == pb::GLOBAL ? &data
                               : p.scope == pb::INTRA  ? split.intra_data.get()
                                                       : split.inter_data.get();

@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/limits.h"
@@ -20,12 +20,12 @@
 namespace cupcake::profile {
 namespace {
 
-using nlohmann::json;
-using nlohmann::ordered_json;
 using internal::Index;
 using internal::Join;
 using internal::Problems;
 using internal::Quote;
+using nlohmann::json;
+using nlohmann::ordered_json;
 
 std::string Got(const json& v) {
   std::string s = v.dump();
@@ -67,8 +67,8 @@ class StructureGuard {
         Frame& top = frames_.back();
         top.key = parsed.get<std::string>();
         if (!top.keys.insert(top.key).second)
-          throw StructureError{Path(), "duplicate key; got " + Quote(top.key) +
-                                           " twice in one object, expected each key once"};
+          throw StructureError{Path(),
+                               "duplicate key; got " + Quote(top.key) + " twice in one object, expected each key once"};
         break;
       }
       case json::parse_event_t::object_end:
@@ -76,9 +76,7 @@ class StructureGuard {
         frames_.pop_back();
         ValueDone();
         break;
-      case json::parse_event_t::value:
-        ValueDone();
-        break;
+      case json::parse_event_t::value: ValueDone(); break;
     }
     return true;
   }
@@ -88,7 +86,7 @@ class StructureGuard {
     bool object;
     std::set<std::string> keys;
     std::string key;  // of the member being read
-    size_t index;     // of the element being read
+    size_t index;  // of the element being read
   };
 
   void ValueDone() {
@@ -255,8 +253,8 @@ class Reader {
 const std::vector<std::string_view> kModelKeys{"format", "name", "source", "forward_us", "update_us", "tensors"};
 const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backward_us"};
 const std::vector<std::string_view> kProfileKeys{"format", "cluster", "curves", "models"};
-const std::vector<std::string_view> kClusterKeys{"name",    "nodes",  "devices_per_node", "device",
-                                                 "interconnect", "network", "source", "meta"};
+const std::vector<std::string_view> kClusterKeys{"name",         "nodes",   "devices_per_node", "device",
+                                                 "interconnect", "network", "source",           "meta"};
 const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope", "dtype", "points",
                                               "method", "warmup", "iters", "wrong"};
 const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "points",
@@ -351,8 +349,7 @@ void ReadCurve(Reader& r, const json& obj, const std::string& path, pb::Curve& c
         if (auto d = r.Enum<pb::Device>(obj, path, "device", true, "device", DeviceNames(), ParseDevice))
           c.set_device(*d);
         break;
-      default:
-        break;
+      default: break;
     }
   }
   if (auto s = r.String(obj, path, "method", false, "one of event, kernel, wall")) c.set_method(*s);
@@ -469,8 +466,7 @@ ordered_json CurveObject(const pb::Curve& c) {
       o["op"] = Name(c.copy_op());
       o["device"] = Name(c.device());
       break;
-    default:
-      break;
+    default: break;
   }
   if (c.has_method()) o["method"] = c.method();
   if (c.has_warmup()) o["warmup"] = c.warmup();
@@ -531,7 +527,8 @@ StatusOr<JsonFormat> DetectJsonFormat(std::string_view text, const std::string& 
   CUPCAKE_ASSIGN_OR_RETURN(json doc, ParseText(text, origin));
   const std::string expected = Quote(kModelFormat) + " or " + Quote(kProfileFormat);
   if (!doc.is_object())
-    return InvalidArgumentError(origin + ": (top level): wrong type; got " + TypeName(doc) + ", expected a JSON object");
+    return InvalidArgumentError(origin + ": (top level): wrong type; got " + TypeName(doc) +
+                                ", expected a JSON object");
   auto it = doc.find("format");
   if (it == doc.end()) return InvalidArgumentError(origin + ": format: missing; expected " + expected);
   if (it->is_string() && it->get<std::string>() == kModelFormat) return JsonFormat::kModel;

@@ -35,7 +35,8 @@ Status FakeKernelDevice::Synchronize() {
 
 StatusOr<void*> FakeKernelDevice::AllocatePinned(int64_t size_bytes) {
   void* p = std::malloc(static_cast<size_t>(size_bytes > 0 ? size_bytes : 1));
-  if (p == nullptr) return InternalError("fake device: host allocation failed; got " + std::to_string(size_bytes) + " bytes");
+  if (p == nullptr)
+    return InternalError("fake device: host allocation failed; got " + std::to_string(size_bytes) + " bytes");
   ++pinned_live_;
   return p;
 }
@@ -102,9 +103,14 @@ StatusOr<kernels::Buffer> Zeroed(kernels::Backend backend, int64_t size_bytes) {
 // "kernel", into `kernel_sink_`).
 class Sweep {
  public:
-  Sweep(const KernelSweepOptions& o, Clock* clock, KernelDevice* device, ActivitySource* activity,
-        ProfileSink& sink, ProfileSink* kernel_sink, const ProgressFn& progress)
-      : o_(o), clock_(clock), device_(device), activity_(activity), sink_(sink), kernel_sink_(kernel_sink),
+  Sweep(const KernelSweepOptions& o, Clock* clock, KernelDevice* device, ActivitySource* activity, ProfileSink& sink,
+        ProfileSink* kernel_sink, const ProgressFn& progress)
+      : o_(o),
+        clock_(clock),
+        device_(device),
+        activity_(activity),
+        sink_(sink),
+        kernel_sink_(kernel_sink),
         progress_(progress) {}
 
   KernelSweepReport& report() { return report_; }
@@ -170,9 +176,8 @@ class Sweep {
           }
           std::span<const std::byte> input_span(input.as<std::byte>(), static_cast<size_t>(input.size_bytes()));
           std::span<float> out_span(out.as<float>(), floats);
-          CUPCAKE_RETURN_IF_ERROR(Measure(dec, n, want_dec, [&](int) {
-            return comp->Decode(input_span, out_span, 0, stream);
-          }));
+          CUPCAKE_RETURN_IF_ERROR(
+              Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); }));
         }
       }
     }
@@ -389,8 +394,8 @@ Status ValidateOptions(const KernelSweepOptions& options) {
       add("elements[" + std::to_string(i) + "]: out of range; got " + std::to_string(options.elements[i]) +
           ", expected 1 <= n <= 2^30");
     else if (i > 0 && options.elements[i] <= options.elements[i - 1])
-      add("elements[" + std::to_string(i) + "]: not ascending; got " + std::to_string(options.elements[i]) +
-          " after " + std::to_string(options.elements[i - 1]) + ", expected increasing sizes");
+      add("elements[" + std::to_string(i) + "]: not ascending; got " + std::to_string(options.elements[i]) + " after " +
+          std::to_string(options.elements[i - 1]) + ", expected increasing sizes");
   }
   if (options.world_size < 1 || options.world_size > 65536)
     add("world_size: out of range; got " + std::to_string(options.world_size) + ", expected 1 <= W <= 65536");
@@ -416,8 +421,8 @@ StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clo
 }
 
 StatusOr<KernelSweepReport> SweepKernelsOnDevice(const KernelSweepOptions& options, KernelDevice& device,
-                                                 ActivitySource* activity, ProfileSink& sink,
-                                                 ProfileSink* kernel_sink, const ProgressFn& progress) {
+                                                 ActivitySource* activity, ProfileSink& sink, ProfileSink* kernel_sink,
+                                                 const ProgressFn& progress) {
   CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options));
   if (options.device != pb::GPU)
     return InvalidArgumentError("device: not a device sweep; got " + std::string(Name(options.device)) +

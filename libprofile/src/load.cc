@@ -44,8 +44,10 @@ StatusOr<pb::Profile> LoadProfileFile(const std::string& path) {
 
 StatusOr<pb::Model> LoadModelFile(const std::string& path) {
   if (IsSqliteFile(path))
-    return InvalidArgumentError(path + ": is an SQLite profile DB; expected a cupcake.model.v1 JSON file "
-                                       "(write one with: cupcake-profile export --db " + path + " --model NAME -o FILE)");
+    return InvalidArgumentError(path +
+                                ": is an SQLite profile DB; expected a cupcake.model.v1 JSON file "
+                                "(write one with: cupcake-profile export --db " +
+                                path + " --model NAME -o FILE)");
   CUPCAKE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   CUPCAKE_RETURN_IF_ERROR(CheckLooksLikeJson(text, path, "a cupcake.model.v1 JSON file"));
   return ParseModelJson(text, path);

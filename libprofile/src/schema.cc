@@ -128,8 +128,8 @@ Status Migrate(sqlite3* db, const std::string& path, std::span<const Migration> 
     if (m.to_version <= version) continue;
     Status s = Exec(db, path, m.sql);
     if (!s.ok())
-      return Status(s.code(), path + ": migration to schema version " + std::to_string(m.to_version) +
-                                  " failed: " + s.message());
+      return Status(s.code(),
+                    path + ": migration to schema version " + std::to_string(m.to_version) + " failed: " + s.message());
     CUPCAKE_RETURN_IF_ERROR(Exec(db, path, "PRAGMA user_version = " + std::to_string(m.to_version)));
     version = m.to_version;
   }

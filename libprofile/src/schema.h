@@ -17,7 +17,7 @@ namespace cupcake::profile::internal {
 inline constexpr int32_t kApplicationId = 0x43555043;
 
 struct Migration {
-  int to_version;        // user_version after this step
+  int to_version;  // user_version after this step
   std::string_view sql;  // run inside the migration's transaction
 };
 

@@ -26,7 +26,8 @@ StatusOr<std::vector<int64_t>> MemorySink::PointSizes(const pb::Curve& key) {
 }
 
 Status MemorySink::AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us, bool replace) {
-  if (fail_after >= 0 && added_ >= fail_after) return UnavailableError("memory sink: interrupted after " + std::to_string(added_) + " points");
+  if (fail_after >= 0 && added_ >= fail_after)
+    return UnavailableError("memory sink: interrupted after " + std::to_string(added_) + " points");
   const std::string key = CurveKey(key_and_metadata);
   auto [it, inserted] = curves_.try_emplace(key);
   pb::Curve& c = it->second;
@@ -42,7 +43,9 @@ Status MemorySink::AddPoint(const pb::Curve& key_and_metadata, int64_t size, dou
   }
   for (auto& p : *c.mutable_points()) {
     if (p.size() != size) continue;
-    if (!replace) return AlreadyExistsError("memory sink: curve '" + key + "': point already present; got size " + std::to_string(size));
+    if (!replace)
+      return AlreadyExistsError("memory sink: curve '" + key + "': point already present; got size " +
+                                std::to_string(size));
     p.set_us(us);
     ++added_;
     return Status::Ok();

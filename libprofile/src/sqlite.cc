@@ -6,15 +6,15 @@
 namespace cupcake::profile::internal {
 
 Status SqliteStatus(int rc, sqlite3* db, const std::string& path, std::string_view what) {
-  std::string message = path + ": " + std::string(what) + ": " +
-                        (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  std::string message =
+      path + ": " + std::string(what) + ": " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED: return UnavailableError(message + " (another process holds the DB)");
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
-      return DataLossError(path + ": corrupt or truncated DB (" + std::string(what) + "): " +
-                           (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+      return DataLossError(path + ": corrupt or truncated DB (" + std::string(what) +
+                           "): " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
     case SQLITE_READONLY:
     case SQLITE_CANTOPEN:
     case SQLITE_PERM: return FailedPreconditionError(message);

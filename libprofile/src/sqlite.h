@@ -18,12 +18,11 @@ namespace cupcake::profile::internal {
 // READONLY/CANTOPEN/PERM -> FailedPrecondition, constraint -> AlreadyExists, else Internal.
 Status SqliteStatus(int rc, sqlite3* db, const std::string& path, std::string_view what);
 
-#define CUPCAKE_SQLITE_RETURN_IF_ERROR(rc_expr, db, path, what)                                   \
-  do {                                                                                           \
-    int cupcake_sqlite_rc_ = (rc_expr);                                                          \
-    if (cupcake_sqlite_rc_ != SQLITE_OK && cupcake_sqlite_rc_ != SQLITE_DONE &&                  \
-        cupcake_sqlite_rc_ != SQLITE_ROW)                                                        \
-      return ::cupcake::profile::internal::SqliteStatus(cupcake_sqlite_rc_, db, path, what);     \
+#define CUPCAKE_SQLITE_RETURN_IF_ERROR(rc_expr, db, path, what)                                                   \
+  do {                                                                                                            \
+    int cupcake_sqlite_rc_ = (rc_expr);                                                                           \
+    if (cupcake_sqlite_rc_ != SQLITE_OK && cupcake_sqlite_rc_ != SQLITE_DONE && cupcake_sqlite_rc_ != SQLITE_ROW) \
+      return ::cupcake::profile::internal::SqliteStatus(cupcake_sqlite_rc_, db, path, what);                      \
   } while (0)
 
 // A prepared statement; finalized on destruction.

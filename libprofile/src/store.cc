@@ -50,8 +50,7 @@ KeyColumns Key(const pb::Curve& c) {
       k.op = std::string(Name(c.copy_op()));
       k.device = std::string(Name(c.device()));
       break;
-    default:
-      break;
+    default: break;
   }
   return k;
 }
@@ -60,8 +59,10 @@ std::string Printable(const char* data, size_t n) {
   std::string out;
   for (size_t i = 0; i < n && out.size() < 12; ++i) {
     unsigned char ch = static_cast<unsigned char>(data[i]);
-    if (ch >= 0x20 && ch < 0x7f) out += static_cast<char>(ch);
-    else out += '.';
+    if (ch >= 0x20 && ch < 0x7f)
+      out += static_cast<char>(ch);
+    else
+      out += '.';
   }
   return "'" + out + "'";
 }
@@ -256,9 +257,9 @@ Status WriteModel(sqlite3* db, const std::string& path, const pb::Model& m, bool
     del.Bind(1, *id);
     CUPCAKE_RETURN_IF_ERROR(del.Run());
   } else {
-    CUPCAKE_RETURN_IF_ERROR(st.Prepare(
-        "INSERT INTO models (position, name, source, forward_us, update_us) "
-        "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM models), ?1, ?2, ?3, ?4)"));
+    CUPCAKE_RETURN_IF_ERROR(
+        st.Prepare("INSERT INTO models (position, name, source, forward_us, update_us) "
+                   "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM models), ?1, ?2, ?3, ?4)"));
     st.Bind(1, m.name());
   }
   st.BindOpt(2, m.has_source(), m.source()).BindOpt(3, m.has_forward_us(), m.forward_us());
@@ -292,8 +293,8 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
   if (!st.IsNull(2)) m.set_forward_us(internal::ReadReal(st, 2, problems, internal::Join(where, "forward_us")));
   if (!st.IsNull(3)) m.set_update_us(internal::ReadReal(st, 3, problems, internal::Join(where, "update_us")));
   Statement t(db, path);
-  CUPCAKE_RETURN_IF_ERROR(t.Prepare(
-      "SELECT position, name, numel, dtype, backward_us FROM tensors WHERE model_id = ?1 ORDER BY position"));
+  CUPCAKE_RETURN_IF_ERROR(
+      t.Prepare("SELECT position, name, numel, dtype, backward_us FROM tensors WHERE model_id = ?1 ORDER BY position"));
   t.Bind(1, id);
   const std::string tensors = internal::Join(where, "tensors");
   bool gap_reported = false;
@@ -303,7 +304,8 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
     const int64_t i = m.tensors_size();
     const std::string tp = internal::Index(tensors, static_cast<size_t>(i));
     // Positions are the gradient-ready order: 0, 1, 2, ... with none missing.
-    const int64_t position = internal::ReadInt(t, 0, 0, std::numeric_limits<int64_t>::max(), problems, tp + ".position");
+    const int64_t position =
+        internal::ReadInt(t, 0, 0, std::numeric_limits<int64_t>::max(), problems, tp + ".position");
     if (position != i && !gap_reported) {
       gap_reported = true;
       problems.Add(tp + ".position", "not contiguous in the DB; got " + std::to_string(position) + ", expected " +
@@ -313,8 +315,10 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
     tensor->set_name(internal::ReadText(t, 1, problems, tp + ".name"));
     tensor->set_numel(internal::ReadInt(t, 2, 1, kMaxNumel, problems, tp + ".numel"));
     std::string dtype = internal::ReadText(t, 3, problems, tp + ".dtype");
-    if (auto d = ParseDType(dtype)) tensor->set_dtype(*d);
-    else problems.Add(tp + ".dtype", "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
+    if (auto d = ParseDType(dtype))
+      tensor->set_dtype(*d);
+    else
+      problems.Add(tp + ".dtype", "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
     tensor->set_backward_us(internal::ReadReal(t, 4, problems, tp + ".backward_us"));
   }
   return m;
@@ -379,8 +383,9 @@ StatusOr<ProfileStore> ProfileStore::OpenOrCreate(const std::string& path, int b
     if (created.ok()) return OpenFile(path, /*create_in_place=*/false, busy_timeout_ms);
     if (created.code() != StatusCode::kAlreadyExists) return created;
   }
-  return UnavailableError(path + ": appeared and vanished while it was being created; expected it to stay "
-                                 "(another process removing it?)");
+  return UnavailableError(path +
+                          ": appeared and vanished while it was being created; expected it to stay "
+                          "(another process removing it?)");
 }
 
 Status ProfileStore::CreateAtomically(const std::string& path, int busy_timeout_ms, const Writer& write) {
@@ -421,8 +426,9 @@ StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool crea
   if (!exists) return NotFoundError(path + ": no such profile DB");
   if (S_ISDIR(info.st_mode)) return InvalidArgumentError(path + ": is a directory; expected an SQLite profile DB");
   if (!S_ISREG(info.st_mode))
-    return InvalidArgumentError(path + ": not a regular file; expected an SQLite profile DB (SQLite cannot use a "
-                                       "pipe or device)");
+    return InvalidArgumentError(path +
+                                ": not a regular file; expected an SQLite profile DB (SQLite cannot use a "
+                                "pipe or device)");
   CUPCAKE_RETURN_IF_ERROR(CheckHeader(path));
   const bool create = create_in_place && info.st_size == 0;
 
@@ -445,8 +451,9 @@ StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool crea
                                   Hex(app_id) + " and " + std::to_string(objects) +
                                   " schema objects, expected application_id " + Hex(internal::kApplicationId));
     if (!create)
-      return InvalidArgumentError(path + ": not a cupcake profile DB; got an empty SQLite DB, expected one written by "
-                                         "cupcake-profile import");
+      return InvalidArgumentError(path +
+                                  ": not a cupcake profile DB; got an empty SQLite DB, expected one written by "
+                                  "cupcake-profile import");
   }
   if (version > internal::SchemaVersion())
     return FailedPreconditionError(path + ": schema version too new; got " + std::to_string(version) +
@@ -542,9 +549,9 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
 
   internal::Problems problems(path_);
   Statement curves(db_, path_);
-  CUPCAKE_RETURN_IF_ERROR(curves.Prepare(
-      "SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype FROM curves "
-      "ORDER BY position"));
+  CUPCAKE_RETURN_IF_ERROR(
+      curves.Prepare("SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype FROM curves "
+                     "ORDER BY position"));
   Statement points(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(points.Prepare("SELECT size, us FROM points WHERE curve_id = ?1 ORDER BY size"));
   while (true) {
@@ -560,25 +567,37 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
     std::string op = internal::ReadText(curves, 2, problems, internal::Join(where, "op"));
     std::string scope = internal::ReadText(curves, 3, problems, internal::Join(where, "scope"));
     std::string device = internal::ReadText(curves, 5, problems, internal::Join(where, "device"));
-    if (auto k = ParseCurveKind(kind)) c->set_kind(*k);
-    else bad("kind", kind, CurveKindNames());
+    if (auto k = ParseCurveKind(kind))
+      c->set_kind(*k);
+    else
+      bad("kind", kind, CurveKindNames());
     if (c->kind() == pb::COMM) {
-      if (auto o = ParseCommOp(op)) c->set_comm_op(*o);
-      else bad("op", op, CommOpNames());
-      if (auto s = ParseScope(scope)) c->set_scope(*s);
-      else bad("scope", scope, ScopeNames());
+      if (auto o = ParseCommOp(op))
+        c->set_comm_op(*o);
+      else
+        bad("op", op, CommOpNames());
+      if (auto s = ParseScope(scope))
+        c->set_scope(*s);
+      else
+        bad("scope", scope, ScopeNames());
       const std::string dtype = internal::ReadText(curves, 10, problems, internal::Join(where, "dtype"));
-      if (auto d = ParseDType(dtype)) c->set_dtype(*d);
-      else if (!dtype.empty()) bad("dtype", dtype, DTypeNames());
+      if (auto d = ParseDType(dtype))
+        c->set_dtype(*d);
+      else if (!dtype.empty())
+        bad("dtype", dtype, DTypeNames());
     } else if (c->kind() == pb::COPY) {
-      if (auto o = ParseCopyOp(op)) c->set_copy_op(*o);
-      else bad("op", op, CopyOpNames());
+      if (auto o = ParseCopyOp(op))
+        c->set_copy_op(*o);
+      else
+        bad("op", op, CopyOpNames());
     }
     if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE)
       c->set_compressor(internal::ReadText(curves, 4, problems, internal::Join(where, "compressor")));
     if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE || c->kind() == pb::COPY) {
-      if (auto d = ParseDevice(device)) c->set_device(*d);
-      else bad("device", device, DeviceNames());
+      if (auto d = ParseDevice(device))
+        c->set_device(*d);
+      else
+        bad("device", device, DeviceNames());
     }
     const int64_t kInt32Max = std::numeric_limits<int32_t>::max();
     auto count = [&](int col, std::string_view name) {
@@ -631,7 +650,8 @@ StatusOr<pb::Model> ProfileStore::LoadModel(const std::string& name) const {
     CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::string> names, ModelNames());
     std::vector<std::string_view> views(names.begin(), names.end());
     return NotFoundError(path_ + ": models: no such model; got " + Quote(name) + DidYouMean(name, views) +
-                         ", expected one of " + (names.empty() ? "(none: the DB holds no models)" : internal::JoinNames(views)));
+                         ", expected one of " +
+                         (names.empty() ? "(none: the DB holds no models)" : internal::JoinNames(views)));
   }
   internal::Problems problems(path_);
   CUPCAKE_ASSIGN_OR_RETURN(pb::Model model, ReadModel(db_, path_, *id, problems, "model " + Quote(name)));
@@ -644,9 +664,9 @@ namespace {
 
 Status UpdateMetadata(sqlite3* db, const std::string& path, int64_t curve_id, const pb::Curve& c) {
   Statement st(db, path);
-  CUPCAKE_RETURN_IF_ERROR(st.Prepare(
-      "UPDATE curves SET method = COALESCE(?2, method), warmup = COALESCE(?3, warmup), "
-      "iters = COALESCE(?4, iters), wrong = COALESCE(?5, wrong) WHERE id = ?1"));
+  CUPCAKE_RETURN_IF_ERROR(
+      st.Prepare("UPDATE curves SET method = COALESCE(?2, method), warmup = COALESCE(?3, warmup), "
+                 "iters = COALESCE(?4, iters), wrong = COALESCE(?5, wrong) WHERE id = ?1"));
   st.Bind(1, curve_id).BindOpt(2, c.has_method(), c.method()).BindOptInt(3, c.has_warmup(), c.warmup());
   st.BindOptInt(4, c.has_iters(), c.iters()).BindOptInt(5, c.has_wrong(), c.wrong());
   return st.Run();

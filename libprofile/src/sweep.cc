@@ -15,7 +15,8 @@ StatusOr<std::vector<int64_t>> PowerOfTwoSizes(std::string_view min_flag, int64_
   };
   auto check = [&](std::string_view flag, int64_t v) {
     if (v < 1 || v > limit)
-      add(flag, "out of range; got " + std::to_string(v) + ", expected a power of two in [1, " + std::to_string(limit) + "]");
+      add(flag,
+          "out of range; got " + std::to_string(v) + ", expected a power of two in [1, " + std::to_string(limit) + "]");
     else if (!std::has_single_bit(static_cast<uint64_t>(v)))
       add(flag, "not a power of two; got " + std::to_string(v) + ", expected a power of two such as " +
                     std::to_string(std::bit_floor(static_cast<uint64_t>(v))));

@@ -95,14 +95,13 @@ void CheckTime(const std::string& path, double v, Problems& p) {
 // An integer field in [min, max].
 void CheckRange(const std::string& path, int64_t v, int64_t min, int64_t max, Problems& p) {
   if (v < min || v > max)
-    p.Add(path, "out of range; got " + std::to_string(v) + ", expected " + std::to_string(min) + " <= x <= " +
-                    std::to_string(max));
+    p.Add(path, "out of range; got " + std::to_string(v) + ", expected " + std::to_string(min) +
+                    " <= x <= " + std::to_string(max));
 }
 
 // Text fields must be UTF-8: JSON cannot carry anything else.
 void CheckText(const std::string& path, const std::string& v, Problems& p) {
-  if (!IsValidUtf8(v))
-    p.Add(path, "not valid UTF-8; got \"" + EscapeBytes(v) + "\", expected UTF-8 text");
+  if (!IsValidUtf8(v)) p.Add(path, "not valid UTF-8; got \"" + EscapeBytes(v) + "\", expected UTF-8 text");
 }
 
 void CheckNonNegative(const std::string& path, int64_t v, Problems& p) {
@@ -140,12 +139,14 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
         p.Add(Join(tp, "name"), "duplicate name; got " + Quote(t.name()) + ", expected unique names (first at " +
                                     Index(tensors, static_cast<size_t>(it->second)) + ")");
     }
-    if (t.numel() <= 0) p.Add(Join(tp, "numel"), "must be positive; got " + std::to_string(t.numel()) + ", expected > 0");
-    else CheckRange(Join(tp, "numel"), t.numel(), 1, kMaxNumel, p);
+    if (t.numel() <= 0)
+      p.Add(Join(tp, "numel"), "must be positive; got " + std::to_string(t.numel()) + ", expected > 0");
+    else
+      CheckRange(Join(tp, "numel"), t.numel(), 1, kMaxNumel, p);
     if (t.numel() > 0 && t.numel() <= kMaxNumel) total_numel += t.numel();  // no overflow: <= 2^20 x 2^40
     if (DTypeBytes(t.dtype()) == 0)
-      p.Add(Join(tp, "dtype"), "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) +
-                                   ", expected one of " + DTypeNames());
+      p.Add(Join(tp, "dtype"),
+            "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
     CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
   }
   if (total_numel > kMaxNumel)
@@ -175,7 +176,8 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
     case pb::DECODE:
       CheckText(Join(path, "compressor"), c.compressor(), p);
       if (c.compressor().empty()) {
-        p.Add(Join(path, "compressor"), "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
+        p.Add(Join(path, "compressor"),
+              "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
       } else if (FindCompressor(c.compressor()) == nullptr) {
         p.Add(Join(path, "compressor"), "unknown compressor; got " + Quote(c.compressor()) +
                                             DidYouMean(c.compressor(), CompressorNames()) + ", expected one of " +
@@ -195,9 +197,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (c.scope() != pb::SCOPE_UNSPECIFIED) NotAllowed(Join(path, "scope"), kind, Quote(Name(c.scope())), p);
       if (c.dtype() != pb::DTYPE_UNSPECIFIED) NotAllowed(Join(path, "dtype"), kind, Quote(Name(c.dtype())), p);
       break;
-    default:
-      p.Add(Join(path, "kind"), "missing; expected one of " + CurveKindNames());
-      break;
+    default: p.Add(Join(path, "kind"), "missing; expected one of " + CurveKindNames()); break;
   }
   CheckText(Join(path, "method"), c.method(), p);
   if (c.has_method() && c.method() != "event" && c.method() != "kernel" && c.method() != "wall")
@@ -209,8 +209,10 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
 }
 
 void CheckPoint(int64_t size, double us, const std::string& path, Problems& p) {
-  if (size <= 0) p.Add(Join(path, "size"), "must be positive; got " + std::to_string(size) + ", expected > 0");
-  else CheckRange(Join(path, "size"), size, 1, kMaxCurveSize, p);
+  if (size <= 0)
+    p.Add(Join(path, "size"), "must be positive; got " + std::to_string(size) + ", expected > 0");
+  else
+    CheckRange(Join(path, "size"), size, 1, kMaxCurveSize, p);
   CheckTime(Join(path, "us"), us, p);
 }
 
@@ -248,7 +250,8 @@ void CheckProfile(const pb::Profile& profile, const std::string& path, Problems&
       CheckText(Join(cluster, "meta"), key, p);
       CheckText(Join(Join(cluster, "meta"), EscapeBytes(key)), value, p);
     }
-    if (c.nodes() < 1) p.Add(Join(cluster, "nodes"), "must be positive; got " + std::to_string(c.nodes()) + ", expected >= 1");
+    if (c.nodes() < 1)
+      p.Add(Join(cluster, "nodes"), "must be positive; got " + std::to_string(c.nodes()) + ", expected >= 1");
     if (c.devices_per_node() < 1)
       p.Add(Join(cluster, "devices_per_node"),
             "must be positive; got " + std::to_string(c.devices_per_node()) + ", expected >= 1");

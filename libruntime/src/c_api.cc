@@ -48,7 +48,8 @@ int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> co
                    cupcake_session** out) {
   if (out == nullptr) return Report(InvalidArgumentError("cupcake_session_create: out is NULL; expected a pointer"));
   *out = nullptr;
-  if (plan_path == nullptr) return Report(InvalidArgumentError("cupcake_session_create: plan_path is NULL; expected a path"));
+  if (plan_path == nullptr)
+    return Report(InvalidArgumentError("cupcake_session_create: plan_path is NULL; expected a path"));
   auto session = Session::Create(plan_path, std::move(comm), options);
   if (!session.ok()) return Report(session.status());
   *out = new cupcake_session{std::move(session).value()};
@@ -110,9 +111,9 @@ int cupcake_register_device(cupcake_session* session, const char* name, float* d
 int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel) {
   if (session == nullptr) return NullSession("cupcake_register");
   if (name == nullptr || (data == nullptr && numel != 0) || numel < 0)
-    return Report(cupcake::InvalidArgumentError(
-        "cupcake_register: bad arguments; got name " + std::string(name ? name : "NULL") + ", numel " +
-        std::to_string(numel) + ", expected a name, a buffer and numel >= 0"));
+    return Report(cupcake::InvalidArgumentError("cupcake_register: bad arguments; got name " +
+                                                std::string(name ? name : "NULL") + ", numel " + std::to_string(numel) +
+                                                ", expected a name, a buffer and numel >= 0"));
   return Report(session->session->Register(name, std::span<float>(data, static_cast<size_t>(numel))));
 }
 
@@ -134,7 +135,8 @@ int cupcake_set_accumulating(cupcake_session* session, int accumulating) {
 void cupcake_session_destroy(cupcake_session* session) { delete session; }
 
 int cupcake_recorder_create(const char* model_name, cupcake_recorder** out) {
-  if (out == nullptr) return Report(cupcake::InvalidArgumentError("cupcake_recorder_create: out is NULL; expected a pointer"));
+  if (out == nullptr)
+    return Report(cupcake::InvalidArgumentError("cupcake_recorder_create: out is NULL; expected a pointer"));
   *out = nullptr;
   auto recorder = cupcake::runtime::Recorder::Create(model_name != nullptr ? model_name : "");
   if (!recorder.ok()) return Report(recorder.status());
@@ -180,7 +182,8 @@ int cupcake_recorder_merge(cupcake_recorder* recorder, const void* mpi_comm) {
 
 int cupcake_recorder_write(cupcake_recorder* recorder, const char* path) {
   if (recorder == nullptr) return NullRecorder("cupcake_recorder_write");
-  if (path == nullptr) return Report(cupcake::InvalidArgumentError("cupcake_recorder_write: path is NULL; expected a path"));
+  if (path == nullptr)
+    return Report(cupcake::InvalidArgumentError("cupcake_recorder_write: path is NULL; expected a path"));
   return Report(recorder->recorder->Write(path));
 }
 

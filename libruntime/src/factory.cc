@@ -23,8 +23,10 @@ StatusOr<std::unique_ptr<DeviceStreams>> MakeDeviceStreams(int events, int rank,
   return MakeCudaDeviceStreams(events, rank, host, call);
 #else
   (void)events;
-  return FailedPreconditionError(call + ": this build has no CUDA; expected a build with the CUDA toolkit found "
-                                        "(CUPCAKE_WITH_CUDA=ON or AUTO) (rank " + std::to_string(rank) + " on " + host + ")");
+  return FailedPreconditionError(call +
+                                 ": this build has no CUDA; expected a build with the CUDA toolkit found "
+                                 "(CUPCAKE_WITH_CUDA=ON or AUTO) (rank " +
+                                 std::to_string(rank) + " on " + host + ")");
 #endif
 }
 

@@ -62,9 +62,11 @@ StatusOr<std::unique_ptr<Recorder>> Recorder::Create(const std::string& model_na
 Status Recorder::Register(const std::string& name, int64_t numel) {
   const std::string where = "recorder: tensor " + std::to_string(names_.size()) + " ('" + name + "')";
   if (in_backward_ || completed_ > 0)
-    return FailedPreconditionError(where + ": registered after BeginBackward; expected every gradient registered first");
+    return FailedPreconditionError(where +
+                                   ": registered after BeginBackward; expected every gradient registered first");
   if (name.empty()) return InvalidArgumentError(where + ": name: empty; expected the parameter's name");
-  if (numel < 1) return InvalidArgumentError(where + ": numel: out of range; got " + std::to_string(numel) + ", expected >= 1");
+  if (numel < 1)
+    return InvalidArgumentError(where + ": numel: out of range; got " + std::to_string(numel) + ", expected >= 1");
   if (std::find(names_.begin(), names_.end(), name) != names_.end())
     return InvalidArgumentError(where + ": name: registered twice; expected distinct names");
   names_.push_back(name);
@@ -77,7 +79,8 @@ int Recorder::registered() const { return static_cast<int>(names_.size()); }
 int Recorder::completed_iterations() const { return completed_; }
 
 Status Recorder::BeginBackward() {
-  if (names_.empty()) return FailedPreconditionError("recorder: BeginBackward: no gradient registered; expected Register first");
+  if (names_.empty())
+    return FailedPreconditionError("recorder: BeginBackward: no gradient registered; expected Register first");
   if (in_backward_)
     return FailedPreconditionError("recorder: BeginBackward: iteration " + std::to_string(completed_) +
                                    " is incomplete; got " + std::to_string(next_) + " of " +
@@ -146,8 +149,9 @@ Status Recorder::GradientReady(int i) {
 
 StatusOr<std::vector<double>> Recorder::MedianBackwardUs() const {
   if (completed_ == 0)
-    return FailedPreconditionError("recorder: model '" + model_name_ +
-                                   "': no completed iteration; expected BeginBackward and every GradientReady at least once");
+    return FailedPreconditionError(
+        "recorder: model '" + model_name_ +
+        "': no completed iteration; expected BeginBackward and every GradientReady at least once");
   std::vector<double> medians;
   medians.reserve(names_.size());
   for (const auto& gaps : gaps_us_) medians.push_back(Median(gaps));
@@ -184,10 +188,10 @@ Status Recorder::MergeRanks(comm::Communicator& comm) {
   for (int r = 0; r < w; ++r) {
     const MergeHeader& h = all[static_cast<size_t>(r)];
     if (std::string(h.fingerprint) != std::string(all[0].fingerprint) || h.tensors != all[0].tensors)
-      return FailedPreconditionError(where + "rank " + std::to_string(r) + " registered other gradients than rank 0; got " +
-                                     std::to_string(h.tensors) + " tensors (fingerprint " + h.fingerprint +
-                                     "), expected " + std::to_string(all[0].tensors) + " (fingerprint " +
-                                     all[0].fingerprint + ")");
+      return FailedPreconditionError(where + "rank " + std::to_string(r) +
+                                     " registered other gradients than rank 0; got " + std::to_string(h.tensors) +
+                                     " tensors (fingerprint " + h.fingerprint + "), expected " +
+                                     std::to_string(all[0].tensors) + " (fingerprint " + all[0].fingerprint + ")");
     if (h.completed < 1)
       return FailedPreconditionError(where + "rank " + std::to_string(r) +
                                      " has no completed iteration; expected every rank to record at least one");

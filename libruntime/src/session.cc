@@ -65,13 +65,13 @@ struct Group {
   // `fusion_table` (one kernel launch each on the device). Set when the last gradient is
   // registered.
   float* work = nullptr;
-  kernels::Buffer fusion;    // numel floats, allocated at registration only when needed
+  kernels::Buffer fusion;  // numel floats, allocated at registration only when needed
   std::unique_ptr<kernels::FusionTable> fusion_table;  // with `fusion`
-  kernels::Buffer state;     // error-feedback memory, momentum; kept across iterations
-  kernels::Buffer payload;   // not for in-place groups
+  kernels::Buffer state;  // error-feedback memory, momentum; kept across iterations
+  kernels::Buffer payload;  // not for in-place groups
   kernels::Buffer received;
-  GroupTimeline times;         // record_timeline: comm_* by the communication thread
-  int pending = 0;             // tensors not yet ready this step; caller's thread only
+  GroupTimeline times;  // record_timeline: comm_* by the communication thread
+  int pending = 0;  // tensors not yet ready this step; caller's thread only
   Stage stage = Stage::kIdle;  // guarded by Impl::mu_ (host sessions)
   bool packed() const { return fusion.data() != nullptr; }
   std::span<float> work_span() const { return {work, static_cast<size_t>(numel)}; }
@@ -145,8 +145,8 @@ class Session::Impl {
       add("device", "does not match the communicator; got " + std::string(Name(plan.device())) +
                         ", expected gpu (the communicator works on GPU memory)");
     if (!options.model_fingerprint.empty() && plan.model().fingerprint() != options.model_fingerprint)
-      add("model.fingerprint", "plan for another model; got " + plan.model().fingerprint() + " (model " +
-                                   model.name() + "), expected " + options.model_fingerprint + " (the job's model)");
+      add("model.fingerprint", "plan for another model; got " + plan.model().fingerprint() + " (model " + model.name() +
+                                   "), expected " + options.model_fingerprint + " (the job's model)");
     for (int i = 0; i < model.tensors_size(); ++i) {
       const pb::Tensor& t = model.tensors(i);
       if (t.dtype() != pb::FLOAT32)
@@ -190,8 +190,8 @@ class Session::Impl {
     if (on_device()) {
       // Events: encoded[k] = k on the compute stream, exchanged[k] = K + k on the
       // communicator's, the step's end 2K, and job_ready[k] = 2K + 1 + k on the job's stream.
-      CUPCAKE_ASSIGN_OR_RETURN(device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, comm_->rank(),
-                                                                    comm_->host(), "Session"));
+      CUPCAKE_ASSIGN_OR_RETURN(
+          device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, comm_->rank(), comm_->host(), "Session"));
     }
     const kernels::Backend backend = on_device() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
     for (int k = 0; k < plan.groups_size(); ++k) {
@@ -204,7 +204,8 @@ class Session::Impl {
       const kernels::CompressorLayout& layout = layouts[static_cast<size_t>(k)];
       g.allreduce = layout.allreduce;
       g.in_place = layout.kind == kernels::CompressorKind::kFp32 && layout.state_floats == 0;
-      g.reduce_type = layout.kind == kernels::CompressorKind::kFp16 ? comm::DataType::kFloat16 : comm::DataType::kFloat32;
+      g.reduce_type =
+          layout.kind == kernels::CompressorKind::kFp16 ? comm::DataType::kFloat16 : comm::DataType::kFloat32;
       g.reduce_count = layout.payload_bytes / comm::DataTypeBytes(g.reduce_type);
       if (!g.in_place || on_device()) {
         CUPCAKE_ASSIGN_OR_RETURN(g.compressor, kernels::MakeCompressor(config, backend));
@@ -229,23 +230,25 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     const int i = registered_;
     if (i >= tensor_count())
-      return InvalidArgumentError(origin_ + ": model.model.tensors: the job registers more gradients than the plan has; got " +
-                                  std::to_string(tensor_count()) + " tensors, expected at least " + std::to_string(i + 1) +
-                                  " (gradient " + Quoted(name) + ", model " + model_name_ + ")");
+      return InvalidArgumentError(
+          origin_ + ": model.model.tensors: the job registers more gradients than the plan has; got " +
+          std::to_string(tensor_count()) + " tensors, expected at least " + std::to_string(i + 1) + " (gradient " +
+          Quoted(name) + ", model " + model_name_ + ")");
     Tensor& t = tensors_[static_cast<size_t>(i)];
     if (t.name != name || t.numel != static_cast<int64_t>(gradient.size()))
-      return InvalidArgumentError(origin_ + ": model.model.tensors[" + std::to_string(i) +
-                                  "]: does not match the job's gradient " + std::to_string(i) + "; got " + Quoted(t.name) +
-                                  " with " + std::to_string(t.numel) + " elements, expected " + Quoted(name) + " with " +
-                                  std::to_string(gradient.size()) + " elements (model " + model_name_ + ")");
+      return InvalidArgumentError(
+          origin_ + ": model.model.tensors[" + std::to_string(i) + "]: does not match the job's gradient " +
+          std::to_string(i) + "; got " + Quoted(t.name) + " with " + std::to_string(t.numel) + " elements, expected " +
+          Quoted(name) + " with " + std::to_string(gradient.size()) + " elements (model " + model_name_ + ")");
     if (memory != comm_->memory())
       return InvalidArgumentError(std::string(call) + ": gradient " + std::to_string(i) + " (" + Quoted(name) + "): " +
                                   (on_device() ? "host memory for a session on GPU memory; expected RegisterDevice"
                                                : "device memory for a session on host memory; expected Register") +
                                   " (the communicator works on " + (on_device() ? "GPU" : "host") + " memory)");
     if (on_device())
-      CUPCAKE_RETURN_IF_ERROR(device_->CheckDeviceMemory(gradient.data())
-                                  .WithPrefix(std::string(call) + ": gradient " + std::to_string(i) + " (" + Quoted(name) + ")"));
+      CUPCAKE_RETURN_IF_ERROR(
+          device_->CheckDeviceMemory(gradient.data())
+              .WithPrefix(std::string(call) + ": gradient " + std::to_string(i) + " (" + Quoted(name) + ")"));
     t.buffer = gradient;
     ++registered_;
     if (registered_ == tensor_count()) {
@@ -270,7 +273,8 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckRegistered("GradientReady"));
     if (i < 0 || i >= tensor_count())
       return InvalidArgumentError("GradientReady: tensor index out of range; got " + std::to_string(i) +
-                                  ", expected 0 <= i < " + std::to_string(tensor_count()) + " (model " + model_name_ + ")");
+                                  ", expected 0 <= i < " + std::to_string(tensor_count()) + " (model " + model_name_ +
+                                  ")");
     if (accumulating_) return Status::Ok();
     Tensor& t = tensors_[static_cast<size_t>(i)];
     if (t.ready)
@@ -296,9 +300,9 @@ class Session::Impl {
         return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] pack"));
     }
     if (!g.in_place) {
-      Status s = g.compressor->Encode(g.work_span(), {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)},
-                                      iteration_, {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
-                                      stream);
+      Status s = g.compressor->Encode(g.work_span(),
+                                      {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)}, iteration_,
+                                      {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, stream);
       if (!s.ok()) return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] encode"));
     }
     if (on_device()) {
@@ -440,7 +444,8 @@ class Session::Impl {
   }
 
   std::string CollectiveName(int k) const {
-    return "groups[" + std::to_string(k) + "] " + (groups_[static_cast<size_t>(k)].allreduce ? "allreduce" : "allgather");
+    return "groups[" + std::to_string(k) + "] " +
+           (groups_[static_cast<size_t>(k)].allreduce ? "allreduce" : "allgather");
   }
 
   // Group k's collective: in place on its floats (lossless groups), else payload -> received.
@@ -463,7 +468,8 @@ class Session::Impl {
     // Messages are built only on failure: the step path allocates nothing.
     auto where = [k](const char* stage) { return "Synchronize: groups[" + std::to_string(k) + "] " + stage; };
     if (g.in_place && g.packed()) {
-      if (Status s = g.fusion_table->UnpackDivided(comm_->size(), stream); !s.ok()) return Fail(s.WithPrefix(where("unpack")));
+      if (Status s = g.fusion_table->UnpackDivided(comm_->size(), stream); !s.ok())
+        return Fail(s.WithPrefix(where("unpack")));
       return Status::Ok();
     }
     if (g.in_place && !on_device()) {
@@ -471,8 +477,9 @@ class Session::Impl {
       return Status::Ok();
     }
     const std::span<const std::byte> input =
-        g.in_place ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(g.work), static_cast<size_t>(4 * g.numel))
-                   : std::span<const std::byte>(g.received.as<std::byte>(), static_cast<size_t>(g.received.size_bytes()));
+        g.in_place
+            ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(g.work), static_cast<size_t>(4 * g.numel))
+            : std::span<const std::byte>(g.received.as<std::byte>(), static_cast<size_t>(g.received.size_bytes()));
     Status s = g.compressor->Decode(input, g.work_span(), iteration_, stream);
     if (!s.ok()) return Fail(s.WithPrefix(where("decode")));
     if (g.packed()) {
@@ -512,7 +519,8 @@ class Session::Impl {
     // A lost peer never completes the collectives: NCCL's asynchronous error ends the wait.
     auto peer_failed = [&] { return comm_->AsyncError().WithPrefix("Synchronize"); };
     for (int k = 0; k < count; ++k) {
-      if (Status s = device_->StreamWait(device_->compute(), count + k); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
+      if (Status s = device_->StreamWait(device_->compute(), count + k); !s.ok())
+        return Fail(s.WithPrefix("Synchronize"));
       CUPCAKE_RETURN_IF_ERROR(Decode(k));
     }
     if (Status s = device_->Record(2 * count, device_->compute()); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
@@ -539,7 +547,8 @@ class Session::Impl {
     int count = 0;
     for (int i = 0; i < tensor_count(); ++i) {
       if (tensors_[static_cast<size_t>(i)].ready) continue;
-      if (count < 10) missing += (count ? ", " : "") + std::to_string(i) + " (" + Quoted(tensors_[static_cast<size_t>(i)].name) + ")";
+      if (count < 10)
+        missing += (count ? ", " : "") + std::to_string(i) + " (" + Quoted(tensors_[static_cast<size_t>(i)].name) + ")";
       ++count;
     }
     if (count > 10) missing += " and " + std::to_string(count - 10) + " more";
@@ -549,10 +558,9 @@ class Session::Impl {
       return DeadlineExceededError("Synchronize: gradients never became ready; got no GradientReady within " +
                                    Seconds(timeout_us_) + " for " + std::to_string(count) + " of " +
                                    std::to_string(tensor_count()) + " tensors: " + missing + where);
-    return DeadlineExceededError("Synchronize: " + CollectiveName(group) + " did not finish within " +
-                                 Seconds(timeout_us_) +
-                                 "; every gradient of this rank is ready, so a peer is missing gradients or has died" +
-                                 where);
+    return DeadlineExceededError(
+        "Synchronize: " + CollectiveName(group) + " did not finish within " + Seconds(timeout_us_) +
+        "; every gradient of this rank is ready, so a peer is missing gradients or has died" + where);
   }
 
   Status Fail(Status s) {
@@ -565,8 +573,9 @@ class Session::Impl {
   }
   Status CheckRegistered(const char* call) const {
     if (registered_ == tensor_count()) return Status::Ok();
-    return FailedPreconditionError(std::string(call) + ": gradients not all registered; got " + std::to_string(registered_) +
-                                   ", expected " + std::to_string(tensor_count()) + " (model " + model_name_ + ")");
+    return FailedPreconditionError(std::string(call) + ": gradients not all registered; got " +
+                                   std::to_string(registered_) + ", expected " + std::to_string(tensor_count()) +
+                                   " (model " + model_name_ + ")");
   }
 
   std::string origin_;
@@ -591,16 +600,17 @@ class Session::Impl {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;           // guarded by mu_
+  bool stop_ = false;  // guarded by mu_
   bool in_collective_ = false;  // guarded by mu_
-  Status comm_status_;          // guarded by mu_
+  Status comm_status_;  // guarded by mu_
   std::thread thread_;
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
-StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path, std::unique_ptr<comm::Communicator> communicator,
+StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path,
+                                                   std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options) {
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(plan_path));
   SessionOptions o = options;
@@ -608,7 +618,8 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path,
   return Create(plan, std::move(communicator), o);
 }
 
-StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan, std::unique_ptr<comm::Communicator> communicator,
+StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan,
+                                                   std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options) {
   const std::string origin = options.origin.empty() ? "plan" : options.origin;
   if (communicator == nullptr) return InvalidArgumentError(origin + ": no communicator; expected one");

@@ -22,7 +22,7 @@ constexpr std::array<CompressorInfo, 11> kCatalogue{{
     {"onebit", pb::ALLGATHER, PayloadFormula::kSignTwoMeans, false, false, "residual", "sign bits + two means"},
 }};
 
-constexpr std::array<std::string_view, 11> kNames{"fp32", "fp16", "topk", "randk", "dgc", "qsgd",
+constexpr std::array<std::string_view, 11> kNames{"fp32",    "fp16",      "topk",   "randk",    "dgc",   "qsgd",
                                                   "signsgd", "efsignsgd", "signum", "terngrad", "onebit"};
 constexpr std::array<std::string_view, 3> kMemories{"residual", "dgc", "none"};
 

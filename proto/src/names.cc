@@ -16,11 +16,12 @@ constexpr Table<pb::Device, 2> kDevices{{{pb::GPU, "gpu"}, {pb::CPU, "cpu"}}};
 constexpr Table<pb::CurveKind, 4> kKinds{
     {{pb::COMM, "comm"}, {pb::ENCODE, "encode"}, {pb::DECODE, "decode"}, {pb::COPY, "copy"}}};
 constexpr Table<pb::CommOp, 5> kCommOps{{{pb::ALLREDUCE, "allreduce"},
-                                          {pb::ALLGATHER, "allgather"},
-                                          {pb::REDUCE_SCATTER, "reduce_scatter"},
-                                          {pb::ALLTOALL, "alltoall"},
-                                          {pb::BROADCAST, "broadcast"}}};
-constexpr Table<pb::CopyOp, 4> kCopyOps{{{pb::PACK, "pack"}, {pb::UNPACK, "unpack"}, {pb::D2H, "d2h"}, {pb::H2D, "h2d"}}};
+                                         {pb::ALLGATHER, "allgather"},
+                                         {pb::REDUCE_SCATTER, "reduce_scatter"},
+                                         {pb::ALLTOALL, "alltoall"},
+                                         {pb::BROADCAST, "broadcast"}}};
+constexpr Table<pb::CopyOp, 4> kCopyOps{
+    {{pb::PACK, "pack"}, {pb::UNPACK, "unpack"}, {pb::D2H, "d2h"}, {pb::H2D, "h2d"}}};
 constexpr Table<pb::Scope, 3> kScopes{{{pb::GLOBAL, "global"}, {pb::INTRA, "intra"}, {pb::INTER, "inter"}}};
 
 template <typename E, size_t N>

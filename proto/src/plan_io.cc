@@ -83,22 +83,21 @@ void CheckOrder(Problems& p, const std::string& field, double later, const std::
 void CheckModel(Problems& p, const pb::PlanModel& pm) {
   const pb::Model& m = pm.model();
   if (m.name().empty()) p.Add("model.model.name", "missing; expected the model's name");
-  if (m.tensors().empty())
-    p.Add("model.model.tensors", "empty; expected at least one tensor (model " + m.name() + ")");
+  if (m.tensors().empty()) p.Add("model.model.tensors", "empty; expected at least one tensor (model " + m.name() + ")");
   if (m.tensors_size() > kMaxTensors)
-    p.Add("model.model.tensors", "too many; got " + std::to_string(m.tensors_size()) + ", expected at most " +
-                                     std::to_string(kMaxTensors));
+    p.Add("model.model.tensors",
+          "too many; got " + std::to_string(m.tensors_size()) + ", expected at most " + std::to_string(kMaxTensors));
   for (int i = 0; i < m.tensors_size(); ++i) {
     const auto& t = m.tensors(i);
     const std::string f = Idx("model.model.tensors", i);
     if (t.name().empty()) p.Add(f + ".name", "missing; expected a non-empty name");
     if (t.numel() <= 0 || t.numel() > kMaxNumel)
-      p.Add(f + ".numel", "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " +
-                              std::to_string(kMaxNumel));
+      p.Add(f + ".numel",
+            "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " + std::to_string(kMaxNumel));
     CheckTime(p, f + ".backward_us", t.backward_us(), kMaxTimeUs);
     if (DTypeBytes(t.dtype()) == 0)
-      p.Add(f + ".dtype", "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " +
-                              DTypeNames());
+      p.Add(f + ".dtype",
+            "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
   }
   if (pm.fingerprint().empty()) {
     p.Add("model.fingerprint", "missing; expected " + ModelFingerprint(m) + " (model " + m.name() + ")");
@@ -120,8 +119,10 @@ void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
     p.Add("compressor.memory", "unknown memory; got " + Quoted(c.memory()) + ", expected one of residual, dgc, none");
   if (!(c.ratio() >= 0 && c.ratio() <= 1) || (info != nullptr && info->uses_ratio && c.ratio() == 0)) {
     std::ostringstream os;
-    if (info != nullptr && info->uses_ratio) os << "out of range; got " << c.ratio() << ", expected in (0, 1] for " << c.name();
-    else os << "out of range; got " << c.ratio() << ", expected in [0, 1] (unused by " << c.name() << ")";
+    if (info != nullptr && info->uses_ratio)
+      os << "out of range; got " << c.ratio() << ", expected in (0, 1] for " << c.name();
+    else
+      os << "out of range; got " << c.ratio() << ", expected in [0, 1] (unused by " << c.name() << ")";
     p.Add("compressor.ratio", os.str());
   }
 }
@@ -163,14 +164,14 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
                                      std::to_string(n) + of_model);
       ok = false;
     } else if (g.first_tensor() != expected_first) {
-      p.Add(f + ".first_tensor",
-            "not contiguous; got " + std::to_string(g.first_tensor()) + ", expected " + std::to_string(expected_first) +
-                (k == 0 ? " (the first group starts at tensor 0)" : " (groups[" + std::to_string(k - 1) +
-                                                                      "].last_tensor + 1)"));
+      p.Add(f + ".first_tensor", "not contiguous; got " + std::to_string(g.first_tensor()) + ", expected " +
+                                     std::to_string(expected_first) +
+                                     (k == 0 ? " (the first group starts at tensor 0)"
+                                             : " (groups[" + std::to_string(k - 1) + "].last_tensor + 1)"));
     }
     if (g.last_tensor() < 0 || g.last_tensor() >= n) {
-      p.Add(f + ".last_tensor", "out of range; got " + std::to_string(g.last_tensor()) + ", expected < " +
-                                    std::to_string(n) + of_model);
+      p.Add(f + ".last_tensor",
+            "out of range; got " + std::to_string(g.last_tensor()) + ", expected < " + std::to_string(n) + of_model);
       ok = false;
     }
     if (ok && g.first_tensor() > g.last_tensor()) {
@@ -201,8 +202,8 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     const double ratio = plan.compressor().ratio();
     const bool ratio_ok = info != nullptr && (!info->uses_ratio || (ratio > 0 && ratio <= 1));  // else reported
     if (ok && ratio_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
-      const int64_t expected = g.options().compress() ? PayloadBytes(*info, g.numel(), plan.compressor().ratio())
-                                                      : 4 * g.numel();
+      const int64_t expected =
+          g.options().compress() ? PayloadBytes(*info, g.numel(), plan.compressor().ratio()) : 4 * g.numel();
       if (g.payload_bytes() != expected)
         p.Add(f + ".payload_bytes", "does not match the compressor; got " + std::to_string(g.payload_bytes()) +
                                         ", expected " + std::to_string(expected) + " (" +
@@ -214,10 +215,9 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     if (info != nullptr && g.options().collective() != pb::COMM_OP_UNSPECIFIED) {
       const pb::CommOp op = g.options().compress() ? info->collective : pb::ALLREDUCE;
       if (g.options().collective() != op)
-        p.Add(f + ".options.collective", "does not match the compressor; got " +
-                                             std::string(Name(g.options().collective())) + ", expected " +
-                                             std::string(Name(op)) + " (" +
-                                             (g.options().compress() ? plan.compressor().name() : "fp32") + ")");
+        p.Add(f + ".options.collective",
+              "does not match the compressor; got " + std::string(Name(g.options().collective())) + ", expected " +
+                  std::string(Name(op)) + " (" + (g.options().compress() ? plan.compressor().name() : "fp32") + ")");
     }
     if (!g.has_options() || g.options().collective() == pb::COMM_OP_UNSPECIFIED)
       p.Add(f + ".options.collective", "missing; expected one of " + CommOpNames());
@@ -233,9 +233,9 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
   }
   const pb::Group& last = plan.groups(plan.groups_size() - 1);
   if (in_range && n > 0 && last.last_tensor() != n - 1)
-    p.Add(Idx("groups", plan.groups_size() - 1) + ".last_tensor",
-          "does not end the model; got " + std::to_string(last.last_tensor()) + ", expected " + std::to_string(n - 1) +
-              of_model);
+    p.Add(Idx("groups", plan.groups_size() - 1) + ".last_tensor", "does not end the model; got " +
+                                                                      std::to_string(last.last_tensor()) +
+                                                                      ", expected " + std::to_string(n - 1) + of_model);
 }
 
 }  // namespace
@@ -246,8 +246,8 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
     if (plan.format().empty())
       p.Add("format", "missing; expected " + Quoted(std::string(kPlanFileFormat)));
     else
-      p.Add("format", "unsupported; got " + Quoted(plan.format()) + ", expected " +
-                          Quoted(std::string(kPlanFileFormat)));
+      p.Add("format",
+            "unsupported; got " + Quoted(plan.format()) + ", expected " + Quoted(std::string(kPlanFileFormat)));
   }
   if (!plan.has_model()) {
     p.Add("model", "missing; expected the model the plan was made for");
@@ -256,13 +256,15 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
   CheckModel(p, plan.model());
   if (plan.profile_fingerprint().empty()) p.Add("profile_fingerprint", "missing; expected 16 hex digits");
   if (plan.world_size() < 1 || plan.world_size() > kMaxWorldSize)
-    p.Add("world_size", "out of range; got " + std::to_string(plan.world_size()) + ", expected 1 <= x <= " +
-                            std::to_string(kMaxWorldSize));
+    p.Add("world_size", "out of range; got " + std::to_string(plan.world_size()) +
+                            ", expected 1 <= x <= " + std::to_string(kMaxWorldSize));
   if (plan.device() != pb::GPU && plan.device() != pb::CPU)
-    p.Add("device", "missing; got " + std::to_string(static_cast<int>(plan.device())) + ", expected one of " +
-                        DeviceNames());
-  if (!plan.has_compressor()) p.Add("compressor", "missing; expected the compressor and its parameters");
-  else CheckCompressor(p, plan.compressor());
+    p.Add("device",
+          "missing; got " + std::to_string(static_cast<int>(plan.device())) + ", expected one of " + DeviceNames());
+  if (!plan.has_compressor())
+    p.Add("compressor", "missing; expected the compressor and its parameters");
+  else
+    CheckCompressor(p, plan.compressor());
   if (plan.model().model().tensors_size() > 0) CheckGroups(p, plan);
   if (!plan.has_predicted()) {
     p.Add("predicted", "missing; expected the predicted times");
@@ -295,17 +297,19 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
 }
 
 StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin) {
-  if (bytes.empty()) return DataLossError(origin + ": empty file; expected a " + std::string(kPlanFileFormat) + " plan");
+  if (bytes.empty())
+    return DataLossError(origin + ": empty file; expected a " + std::string(kPlanFileFormat) + " plan");
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
-    return InvalidArgumentError(origin + ": too large; got " + std::to_string(bytes.size()) + " bytes, expected < 2 GiB");
+    return InvalidArgumentError(origin + ": too large; got " + std::to_string(bytes.size()) +
+                                " bytes, expected < 2 GiB");
   pb::Plan plan;
   // Damaged strings make protobuf log "invalid UTF-8" to stderr; the Status says it instead.
   google::protobuf::LogSilencer silence_protobuf_log;
   if (!plan.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     std::string hint = bytes.front() == '{' ? " (this looks like JSON; plans are read as binary .pb)" : "";
     return DataLossError(origin + ": not a valid plan: corrupt or truncated protobuf; got " +
-                         std::to_string(bytes.size()) + " bytes, expected a " + std::string(kPlanFileFormat) +
-                         " plan" + hint);
+                         std::to_string(bytes.size()) + " bytes, expected a " + std::string(kPlanFileFormat) + " plan" +
+                         hint);
   }
   CUPCAKE_RETURN_IF_ERROR(ValidatePlan(plan, origin));
   return plan;
@@ -327,7 +331,9 @@ std::string SerializePlan(const pb::Plan& plan) {
   return bytes;
 }
 
-Status WritePlanFile(const std::string& path, const pb::Plan& plan) { return WriteFileAtomic(path, SerializePlan(plan)); }
+Status WritePlanFile(const std::string& path, const pb::Plan& plan) {
+  return WriteFileAtomic(path, SerializePlan(plan));
+}
 
 std::string PlanToJson(const pb::Plan& plan) {
   google::protobuf::util::JsonPrintOptions options;

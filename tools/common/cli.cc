@@ -13,11 +13,11 @@ namespace po = boost::program_options;
 
 std::string ToolUsage(const ToolInfo& tool, const std::vector<Command>& commands) {
   std::ostringstream os;
-  os << "usage: " << tool.name << " <command> [options]\n"
-     << tool.summary << "\n\ncommands:\n";
+  os << "usage: " << tool.name << " <command> [options]\n" << tool.summary << "\n\ncommands:\n";
   size_t width = 0;
   for (const Command& c : commands) width = std::max(width, c.name.size());
-  for (const Command& c : commands) os << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.help << "\n";
+  for (const Command& c : commands)
+    os << "  " << c.name << std::string(width - c.name.size() + 2, ' ') << c.help << "\n";
   if (commands.empty()) os << "  (none yet)\n";
   os << "\noptions:\n  --help     show this help\n  --version  print the version\n"
      << "\nRun '" << tool.name << " <command> --help' for a command's options.\n";
@@ -56,8 +56,8 @@ int Dispatch(const ToolInfo& tool, const std::vector<Command>& commands, const s
     Invocation inv{tool.name, c.name, std::vector<std::string>(args.begin() + 1, args.end()), out, err};
     return c.run(inv);
   }
-  err << tool.name << ": unknown command; got '" << first << "'" << DidYouMean(first, names) << ", " << expected
-      << "; " << hint << "\n";
+  err << tool.name << ": unknown command; got '" << first << "'" << DidYouMean(first, names) << ", " << expected << "; "
+      << hint << "\n";
   return kExitUsage;
 }
 

@@ -10,8 +10,9 @@
 
 namespace cupcake::tools {
 
-StatusOr<int> RunChild(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-                       const std::string& who, const std::string& cannot_run) {
+StatusOr<int> RunChild(const std::vector<std::string>& argv,
+                       const std::vector<std::pair<std::string, std::string>>& env, const std::string& who,
+                       const std::string& cannot_run) {
   if (argv.empty()) return InvalidArgumentError(who + ": no command; expected a program and its arguments");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

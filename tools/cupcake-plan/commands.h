@@ -14,21 +14,20 @@
 
 namespace cupcake::plan_cli {
 
-inline const tools::ToolInfo kTool{"cupcake-plan",
-                                   "Plans gradient fusion and compression from a profile and a model."};
+inline const tools::ToolInfo kTool{"cupcake-plan", "Plans gradient fusion and compression from a profile and a model."};
 
 // The subcommand table, in --help order.
 std::vector<tools::Command> Commands();
 
 // search (--model M.json | --model-name NAME) --profile P --compressor C [...] -o plan.pb
 struct SearchOptions {
-  std::string model;       // a cupcake.model.v1 JSON file
+  std::string model;  // a cupcake.model.v1 JSON file
   std::string model_name;  // or: a model the profile (DB or JSON) carries; exactly one of the two
-  std::string profile;     // a profile DB or a cupcake.profile.v1 JSON file
+  std::string profile;  // a profile DB or a cupcake.profile.v1 JSON file
   planner::PlanRequest request;
   planner::SearchOptions search;
   bool require_optimal = false;
-  std::string output;      // the plan (.pb), written atomically
+  std::string output;  // the plan (.pb), written atomically
   tools::OutputFormat format = tools::OutputFormat::kText;
 };
 // Searches, writes the plan and prints its summary to `out`; the warning that the search ran

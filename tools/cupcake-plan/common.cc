@@ -107,7 +107,8 @@ std::string ExtrapolationWarning(const pb::Plan& plan) {
   return "warning: the plan relies on curves beyond their last measured point by more than 2x, where their "
          "times are extrapolated: " +
          curves +
-         "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) to plan on measured "
+         "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) to plan on "
+         "measured "
          "times\n";
 }
 

@@ -25,7 +25,8 @@ StatusOr<bool> RunDiff(const DiffOptions& options, std::ostream& out) {
     out << j.dump(2) << "\n";
   } else {
     for (const auto& c : d.changes) out << c << "\n";
-    if (!d.different) out << (d.changes.empty() ? "plans are equivalent\n" : "plans are equivalent within the tolerance\n");
+    if (!d.different)
+      out << (d.changes.empty() ? "plans are equivalent\n" : "plans are equivalent within the tolerance\n");
   }
   return d.different;
 }
@@ -35,12 +36,11 @@ int DiffMain(tools::Invocation& inv) {
   DiffOptions options;
   std::string format;
   po::options_description flags("options");
-  flags.add_options()
-      ("a", po::value(&options.a)->required(), "the first plan (.pb)")
-      ("b", po::value(&options.b)->required(), "the second plan (.pb)")
-      ("tolerance", po::value(&options.tolerance_pct)->default_value(0.0),
-       "predicted iteration times within this many percent count as equal")
-      ("format", po::value(&format)->default_value("text"), "text (one change per line) or json");
+  flags.add_options()("a", po::value(&options.a)->required(), "the first plan (.pb)")(
+      "b", po::value(&options.b)->required(), "the second plan (.pb)")(
+      "tolerance", po::value(&options.tolerance_pct)->default_value(0.0),
+      "predicted iteration times within this many percent count as equal")(
+      "format", po::value(&format)->default_value("text"), "text (one change per line) or json");
   po::positional_options_description positional;
   positional.add("a", 1).add("b", 1);
   po::variables_map vm;

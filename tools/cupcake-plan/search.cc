@@ -89,37 +89,40 @@ int SearchMain(tools::Invocation& inv) {
   std::string device, algorithm, format;
   double bucket_mib = 25;
   po::options_description flags("options");
-  flags.add_options()
-      ("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")
-      ("model-name", po::value(&options.model_name),
-       "or: the model of this name stored in the profile (a DB or a profile JSON with models); "
-       "give exactly one of --model and --model-name")
-      ("profile", po::value(&options.profile)->required(), "the profile: an SQLite DB or a cupcake.profile.v1 JSON file")
-      ("compressor", po::value(&options.request.compressor)->required(), "compressor name (fp32, topk, efsignsgd, ...)")
-      ("ratio", po::value(&options.request.ratio)->default_value(kDefaultRatio),
-       "fraction of elements kept, in (0, 1] (topk, randk, dgc)")
-      ("device", po::value(&device), "where encode and decode run: gpu or cpu (default: gpu if the profile has its curves)")
-      ("memory", po::value(&options.request.memory), "error feedback: residual, dgc or none (default: the compressor's)")
-      ("seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")
-      ("algorithm", po::value(&algorithm)->default_value("branch_and_bound"),
-       "branch_and_bound or exhaustive; or a fixed strategy to compare with: layerwise, one_group, bucket")
-      ("bucket-mib", po::value(&bucket_mib)->default_value(25), "--algorithm bucket: the bucket cap in MiB (DDP: 25)")
-      ("budget", po::value(&options.search.node_budget)->default_value(planner::kDefaultNodeBudget),
-       "search nodes (groups priced) before the search stops with the best plan found")
-      ("require-optimal", po::bool_switch(&options.require_optimal),
-       "fail (exit 1, nothing written) unless the plan is proven optimal")
-      ("output,o", po::value(&options.output)->required(), "the plan file (.pb), written atomically")
-      ("format", po::value(&format)->default_value("text"), "summary on stdout: text or json");
+  flags.add_options()("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")(
+      "model-name", po::value(&options.model_name),
+      "or: the model of this name stored in the profile (a DB or a profile JSON with models); "
+      "give exactly one of --model and --model-name")("profile", po::value(&options.profile)->required(),
+                                                      "the profile: an SQLite DB or a cupcake.profile.v1 JSON file")(
+      "compressor", po::value(&options.request.compressor)->required(), "compressor name (fp32, topk, efsignsgd, ...)")(
+      "ratio", po::value(&options.request.ratio)->default_value(kDefaultRatio),
+      "fraction of elements kept, in (0, 1] (topk, randk, dgc)")(
+      "device", po::value(&device),
+      "where encode and decode run: gpu or cpu (default: gpu if the profile has its curves)")(
+      "memory", po::value(&options.request.memory),
+      "error feedback: residual, dgc or none (default: the compressor's)")(
+      "seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")(
+      "algorithm", po::value(&algorithm)->default_value("branch_and_bound"),
+      "branch_and_bound or exhaustive; or a fixed strategy to compare with: layerwise, one_group, bucket")(
+      "bucket-mib", po::value(&bucket_mib)->default_value(25), "--algorithm bucket: the bucket cap in MiB (DDP: 25)")(
+      "budget", po::value(&options.search.node_budget)->default_value(planner::kDefaultNodeBudget),
+      "search nodes (groups priced) before the search stops with the best plan found")(
+      "require-optimal", po::bool_switch(&options.require_optimal),
+      "fail (exit 1, nothing written) unless the plan is proven optimal")(
+      "output,o", po::value(&options.output)->required(), "the plan file (.pb), written atomically")(
+      "format", po::value(&format)->default_value("text"), "summary on stdout: text or json");
   po::variables_map vm;
   if (auto code = tools::ParseFlags(
-          inv, flags, {},
-          "(--model M.json | --model-name NAME) --profile P --compressor NAME [options] -o PLAN.pb", vm))
+          inv, flags, {}, "(--model M.json | --model-name NAME) --profile P --compressor NAME [options] -o PLAN.pb",
+          vm))
     return *code;
   if (options.model.empty() == options.model_name.empty())
     return tools::UsageError(inv, "give exactly one of --model FILE and --model-name NAME");
   if (!device.empty()) {
     auto d = ParseDevice(device);
-    if (!d) return tools::UsageError(inv, "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
+    if (!d)
+      return tools::UsageError(inv,
+                               "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
     options.request.device = *d;
   }
   if (!vm["ratio"].defaulted()) {
@@ -132,8 +135,8 @@ int SearchMain(tools::Invocation& inv) {
   if (!a.ok()) return tools::UsageError(inv, a.status().message());
   options.search.algorithm = *a;
   if (!(bucket_mib > 0 && bucket_mib <= 1 << 20))
-    return tools::UsageError(inv, "--bucket-mib: out of range; got " + std::to_string(bucket_mib) +
-                                      ", expected 0 < MiB <= 1048576");
+    return tools::UsageError(
+        inv, "--bucket-mib: out of range; got " + std::to_string(bucket_mib) + ", expected 0 < MiB <= 1048576");
   options.search.bucket_bytes = static_cast<int64_t>(bucket_mib * (1 << 20));
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());

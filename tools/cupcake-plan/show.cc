@@ -65,8 +65,10 @@ std::string SummaryFirst(const std::string& proto_json) {
 
 Status RunShow(const ShowOptions& options, std::ostream& out) {
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(options.plan));
-  if (options.format == tools::OutputFormat::kJson) out << SummaryFirst(PlanToJson(plan));
-  else Text(options.plan, plan, out);
+  if (options.format == tools::OutputFormat::kJson)
+    out << SummaryFirst(PlanToJson(plan));
+  else
+    Text(options.plan, plan, out);
   return Status::Ok();
 }
 
@@ -74,9 +76,8 @@ int ShowMain(tools::Invocation& inv) {
   ShowOptions options;
   std::string format;
   po::options_description flags("options");
-  flags.add_options()
-      ("plan", po::value(&options.plan)->required(), "the plan file (.pb)")
-      ("format", po::value(&format)->default_value("text"), "text (summary and groups) or json (every field)");
+  flags.add_options()("plan", po::value(&options.plan)->required(), "the plan file (.pb)")(
+      "format", po::value(&format)->default_value("text"), "text (summary and groups) or json (every field)");
   po::positional_options_description positional;
   positional.add("plan", 1);
   po::variables_map vm;

@@ -74,9 +74,9 @@ Status RunSimulate(const SimulateOptions& options, std::ostream& out) {
   }
 
   out << "simulate " << options.plan << " for model " << model.name() << " on profile " << profile.cluster().name()
-      << (same_profile ? " (the plan's profile)" : " (NOT the profile the plan was made with: fingerprint " +
-                                                       ProfileFingerprint(profile) + ", plan " +
-                                                       plan.profile_fingerprint() + ")")
+      << (same_profile ? " (the plan's profile)"
+                       : " (NOT the profile the plan was made with: fingerprint " + ProfileFingerprint(profile) +
+                             ", plan " + plan.profile_fingerprint() + ")")
       << "\n";
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"group", "tensors", "enc us", "com us", "dec us", "encode ms", "comm ms", "decode ms", "names"});
@@ -110,16 +110,14 @@ int SimulateMain(tools::Invocation& inv) {
   SimulateOptions options;
   std::string format;
   po::options_description flags("options");
-  flags.add_options()
-      ("plan", po::value(&options.plan)->required(), "the plan file (.pb)")
-      ("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file (must be the plan's model)")
-      ("model-name", po::value(&options.model_name), "or: the model of this name stored in the profile")
-      ("profile", po::value(&options.profile)->required(), "the profile to evaluate on: a DB or a profile JSON file")
-      ("format", po::value(&format)->default_value("text"), "text or json");
+  flags.add_options()("plan", po::value(&options.plan)->required(), "the plan file (.pb)")(
+      "model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file (must be the plan's model)")(
+      "model-name", po::value(&options.model_name), "or: the model of this name stored in the profile")(
+      "profile", po::value(&options.profile)->required(), "the profile to evaluate on: a DB or a profile JSON file")(
+      "format", po::value(&format)->default_value("text"), "text or json");
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, {},
-                                    "--plan PLAN.pb (--model M.json | --model-name NAME) --profile P [--format text|json]",
-                                    vm))
+  if (auto code = tools::ParseFlags(
+          inv, flags, {}, "--plan PLAN.pb (--model M.json | --model-name NAME) --profile P [--format text|json]", vm))
     return *code;
   if (options.model.empty() == options.model_name.empty())
     return tools::UsageError(inv, "give exactly one of --model FILE and --model-name NAME");

@@ -19,10 +19,9 @@ Status RunTrace(const TraceOptions& options, std::ostream& out) {
 int TraceMain(tools::Invocation& inv) {
   TraceOptions options;
   po::options_description flags("options");
-  flags.add_options()
-      ("plan", po::value(&options.plan)->required(), "the plan file (.pb)")
-      ("output,o", po::value(&options.output)->default_value("-"),
-       "the Chrome trace (chrome://tracing, Perfetto), written atomically; - for stdout");
+  flags.add_options()("plan", po::value(&options.plan)->required(), "the plan file (.pb)")(
+      "output,o", po::value(&options.output)->default_value("-"),
+      "the Chrome trace (chrome://tracing, Perfetto), written atomically; - for stdout");
   po::positional_options_description positional;
   positional.add("plan", 1);
   po::variables_map vm;

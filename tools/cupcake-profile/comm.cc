@@ -2,9 +2,9 @@
 #include <sstream>
 
 #include "commands.h"
+#include "cupcake/comm/nccl.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/comm_sweep.h"
-#include "cupcake/comm/nccl.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/names.h"
@@ -61,17 +61,18 @@ namespace {
 Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
   std::string ops;
   for (const auto& o : options.ops) ops += (ops.empty() ? "" : ",") + o;
-  return profile::AgreeOnConfiguration(world, {{"--db", options.db},
-                                               {"--quick", options.quick ? "true" : "false"},
-                                               {"--force", options.force ? "true" : "false"},
-                                               {"--min-bytes", std::to_string(options.min_bytes)},
-                                               {"--max-bytes", options.max_bytes_auto ? "auto" : std::to_string(options.max_bytes)},
-                                               {"--warmup", std::to_string(options.warmup)},
-                                               {"--iters", std::to_string(options.iters)},
-                                               {"--ops", ops},
-                                               {"--backend", options.backend},
-                                               {"--cluster", options.cluster},
-                                               {"--lock-timeout", std::to_string(options.lock_timeout_s)}});
+  return profile::AgreeOnConfiguration(
+      world, {{"--db", options.db},
+              {"--quick", options.quick ? "true" : "false"},
+              {"--force", options.force ? "true" : "false"},
+              {"--min-bytes", std::to_string(options.min_bytes)},
+              {"--max-bytes", options.max_bytes_auto ? "auto" : std::to_string(options.max_bytes)},
+              {"--warmup", std::to_string(options.warmup)},
+              {"--iters", std::to_string(options.iters)},
+              {"--ops", ops},
+              {"--backend", options.backend},
+              {"--cluster", options.cluster},
+              {"--lock-timeout", std::to_string(options.lock_timeout_s)}});
 }
 
 // Step 2: the flags as sweep options (every rank alike, so every rank fails alike).
@@ -100,8 +101,9 @@ StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options, int
 }
 
 // Step 5 (rank 0): opens the DB, a new one made with the cluster in it, and records the cluster.
-StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, int lock_ms, const profile::Topology& topo,
-                                                  int world_size, const std::string& library) {
+StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, int lock_ms,
+                                                  const profile::Topology& topo, int world_size,
+                                                  const std::string& library) {
   std::string hosts;
   for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
   const std::map<std::string, std::string> meta{{"world_size", std::to_string(world_size)},
@@ -148,8 +150,10 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
     Status found;
     if (rank == 0) {
       auto size = LargestModelSize(options.db, /*bytes=*/true, "--max-bytes");
-      if (size.ok()) max_bytes = *size;
-      else found = size.status();
+      if (size.ok())
+        max_bytes = *size;
+      else
+        found = size.status();
     }
     CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, found));
     CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&max_bytes, sizeof max_bytes, 0));
@@ -161,15 +165,18 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   CUPCAKE_ASSIGN_OR_RETURN(profile::Topology topo, profile::DiscoverTopology(world));
   if (topo.ranks_per_host == 0)
     return Quiet(FailedPreconditionError("comm: hosts run different numbers of ranks; expected the same number on "
-                                         "every host (docs/FORMATS.md: nodes x devices_per_node)"), rank);
+                                         "every host (docs/FORMATS.md: nodes x devices_per_node)"),
+                 rank);
   const int nodes = static_cast<int>(topo.hosts.size());
 
   // 3. Rank 0 checks an existing DB: it must be a profile DB measured with this backend.
   Status setup;
   if (rank == 0) {
     auto existing = profile::ProfileStore::Open(options.db, /*create=*/false, *lock_ms);
-    if (existing.ok()) setup = SameBackend(*existing, options.backend, options.force);
-    else if (existing.status().code() != StatusCode::kNotFound) setup = existing.status();
+    if (existing.ok())
+      setup = SameBackend(*existing, options.backend, options.force);
+    else if (existing.status().code() != StatusCode::kNotFound)
+      setup = existing.status();
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 
@@ -188,8 +195,10 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   std::optional<profile::ProfileStore> store;
   if (rank == 0) {
     auto opened = OpenDbWithCluster(options, *lock_ms, topo, world.size(), library);
-    if (opened.ok()) store.emplace(std::move(opened).value());
-    else setup = opened.status();
+    if (opened.ok())
+      store.emplace(std::move(opened).value());
+    else
+      setup = opened.status();
   }
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, setup));
 
@@ -199,7 +208,8 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (rank == 0 && options.progress) bar.emplace(*options.progress, "comm");
-  auto report = profile::SweepComm(world, *sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
+  auto report =
+      profile::SweepComm(world, *sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
   if (bar) bar->Finish();
   if (!report.ok()) return report.status().message().empty() ? report.status() : report.status().WithPrefix("comm");
   if (rank != 0) return report->wrong > 0 ? Status(StatusCode::kDataLoss, "") : Status::Ok();
@@ -217,20 +227,25 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
   CommOptions options;
   std::string ops, max_bytes;
   po::options_description flags("options");
-  flags.add_options()
-      ("db", po::value(&options.db)->required(), "the profile DB, written by rank 0 (created when missing)")
-      ("quick", po::bool_switch(&options.quick), "few sizes, few iterations (seconds)")
-      ("force", po::bool_switch(&options.force), "re-measure points the DB already has")
-      ("min-bytes", po::value(&options.min_bytes), "smallest send buffer per rank, a power of two >= 4 (default 4; --quick 1 KiB)")
-      ("max-bytes", po::value(&max_bytes), "largest send buffer per rank, a power of two, or auto: the largest model in the DB (default 16 MiB; --quick 1 MiB)")
-      ("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")
-      ("iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")
-      ("ops", po::value(&ops), "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")
-      ("backend", po::value(&options.backend), "mpi: MPI on host memory (default); nccl: NCCL on GPU memory, one GPU per rank")
-      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")
-      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
+  flags.add_options()("db", po::value(&options.db)->required(),
+                      "the profile DB, written by rank 0 (created when missing)")(
+      "quick", po::bool_switch(&options.quick), "few sizes, few iterations (seconds)")(
+      "force", po::bool_switch(&options.force), "re-measure points the DB already has")(
+      "min-bytes", po::value(&options.min_bytes),
+      "smallest send buffer per rank, a power of two >= 4 (default 4; --quick 1 KiB)")(
+      "max-bytes", po::value(&max_bytes),
+      "largest send buffer per rank, a power of two, or auto: the largest model in the DB (default 16 MiB; --quick 1 "
+      "MiB)")("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")(
+      "iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")(
+      "ops", po::value(&ops),
+      "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")(
+      "backend", po::value(&options.backend),
+      "mpi: MPI on host memory (default); nccl: NCCL on GPU memory, one GPU per rank")(
+      "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
+      "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] (under mpirun)", vm))
+  if (auto code = tools::ParseFlags(inv, flags, {},
+                                    "--db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] (under mpirun)", vm))
     return *code;
   if (!max_bytes.empty()) {
     auto size = ParseSizeOrAuto("--max-bytes", max_bytes);

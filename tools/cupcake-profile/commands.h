@@ -26,7 +26,6 @@ namespace cupcake::profile_cli {
 inline const tools::ToolInfo kTool{"cupcake-profile",
                                    "Measures and stores a cluster's cost curves and models in an SQLite profile."};
 
-
 // The commands; `world` is MPI_COMM_WORLD when main initialized MPI (comm under mpirun), else
 // nullptr, and `mpi_problem` says why it is missing when MPI failed to start.
 std::vector<tools::Command> Commands(comm::Communicator* world = nullptr, std::string mpi_problem = "");
@@ -66,8 +65,8 @@ int ComputeMain(tools::Invocation& inv);
 // export --db DB [--model NAME] [-o FILE]
 struct ExportOptions {
   std::string db;
-  std::string model;          // empty: the whole profile
-  std::string output = "-";   // "-": `out`
+  std::string model;  // empty: the whole profile
+  std::string output = "-";  // "-": `out`
 };
 Status RunExport(const ExportOptions& options, std::ostream& out);
 int ExportMain(tools::Invocation& inv);
@@ -93,7 +92,7 @@ struct KernelsOptions {
   int64_t min_elements = 1024;
   int64_t max_elements = int64_t{1} << 22;
   bool max_elements_auto = false;  // the largest model in the DB (LargestModelSize)
-  int step = 1;        // every step-th power of two (--quick: 2)
+  int step = 1;  // every step-th power of two (--quick: 2)
   int warmup = 2;
   int iters = 10;
   std::vector<std::string> compressors;  // empty: all
@@ -101,7 +100,8 @@ struct KernelsOptions {
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)
   double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
-  std::string kernel_db;  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
+  std::string
+      kernel_db;  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
   // Tests: --device gpu sweeps these (fakes) instead of opening CUDA and CUPTI. Not owned.
   profile::KernelDevice* device_for_test = nullptr;
   ActivitySource* activity_for_test = nullptr;
@@ -122,11 +122,11 @@ struct CommOptions {
   int64_t min_bytes = 4;
   int64_t max_bytes = int64_t{1} << 24;
   bool max_bytes_auto = false;  // the largest model in the DB, by rank 0 (LargestModelSize)
-  int step = 1;         // every step-th power of two (--quick: 2)
+  int step = 1;  // every step-th power of two (--quick: 2)
   int warmup = 5;
   int iters = 20;
   std::vector<std::string> ops;  // empty: all five
-  std::string backend = "mpi";   // mpi (host memory) or nccl (GPU memory, one GPU per rank)
+  std::string backend = "mpi";  // mpi (host memory) or nccl (GPU memory, one GPU per rank)
   std::string cluster;
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // rank 0's progress bar there when set

@@ -10,8 +10,8 @@
 #include <filesystem>
 
 #include "commands.h"
-#include "cupcake/tools/subprocess.h"
 #include "cupcake/profile/store.h"
+#include "cupcake/tools/subprocess.h"
 #include "profiling.h"
 
 namespace cupcake::profile_cli {
@@ -27,8 +27,7 @@ std::string Join(const std::vector<std::string>& words) {
 }  // namespace
 
 Status RunCompute(const ComputeOptions& options, std::ostream& out) {
-  if (options.command.empty())
-    return InvalidArgumentError("compute: no training command; expected it after --");
+  if (options.command.empty()) return InvalidArgumentError("compute: no training command; expected it after --");
   if (options.iterations < 1)
     return InvalidArgumentError("compute: --iterations: out of range; got " + std::to_string(options.iterations) +
                                 ", expected >= 1");
@@ -45,21 +44,19 @@ Status RunCompute(const ComputeOptions& options, std::ostream& out) {
   std::string model_file = options.model_file;
   const bool temporary = model_file.empty();
   if (temporary) {
-    model_file = (std::filesystem::temp_directory_path() /
-                  ("cupcake_record_" + std::to_string(::getpid()) + ".json"))
-                     .string();
+    model_file =
+        (std::filesystem::temp_directory_path() / ("cupcake_record_" + std::to_string(::getpid()) + ".json")).string();
   }
   // A model left by an earlier run must not pass for this run's.
   std::error_code ec;
   std::filesystem::remove(model_file, ec);
 
   const std::string command = Join(options.command);
-  CUPCAKE_ASSIGN_OR_RETURN(
-      int wstatus,
-      tools::RunChild(options.command,
-                      {{std::string(kRecordEnv), model_file},
-                       {std::string(kRecordIterationsEnv), std::to_string(options.iterations)}},
-                      "compute", "cupcake-profile compute: cannot run the training command: "));
+  CUPCAKE_ASSIGN_OR_RETURN(int wstatus,
+                           tools::RunChild(options.command,
+                                           {{std::string(kRecordEnv), model_file},
+                                            {std::string(kRecordIterationsEnv), std::to_string(options.iterations)}},
+                                           "compute", "cupcake-profile compute: cannot run the training command: "));
   Status status;
   if (WIFSIGNALED(wstatus)) {
     status = FailedPreconditionError("compute: the training command failed; got signal " +
@@ -69,8 +66,9 @@ Status RunCompute(const ComputeOptions& options, std::ostream& out) {
     status = FailedPreconditionError("compute: the training command failed; got exit status " +
                                      std::to_string(WEXITSTATUS(wstatus)) + ", expected 0 (command: " + command + ")");
   } else if (!std::filesystem::exists(model_file, ec)) {
-    status = NotFoundError("compute: " + model_file + ": no model written; expected the training command to write one (" +
-                           std::string(kRecordEnv) + " names the file; command: " + command + ")");
+    status =
+        NotFoundError("compute: " + model_file + ": no model written; expected the training command to write one (" +
+                      std::string(kRecordEnv) + " names the file; command: " + command + ")");
   } else {
     ImportOptions import;
     import.db = options.db;
@@ -93,14 +91,14 @@ int ComputeMain(tools::Invocation& inv) {
     inv.args.erase(dashes, inv.args.end());
   }
   po::options_description flags("options");
-  flags.add_options()
-      ("db", po::value(&options.db)->required(), "the profile DB the model is imported into (created when missing)")
-      ("iterations", po::value(&options.iterations)->default_value(20),
-       "iterations the job records (passed in CUPCAKE_RECORD_ITERATIONS); backward_us is their median")
-      ("model-file", po::value(&options.model_file),
-       "where the job writes the model (passed in CUPCAKE_RECORD); default: a temporary file, removed afterwards")
-      ("replace", po::bool_switch(&options.replace), "replace a model of the same name in the DB")
-      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
+  flags.add_options()("db", po::value(&options.db)->required(),
+                      "the profile DB the model is imported into (created when missing)")(
+      "iterations", po::value(&options.iterations)->default_value(20),
+      "iterations the job records (passed in CUPCAKE_RECORD_ITERATIONS); backward_us is their median")(
+      "model-file", po::value(&options.model_file),
+      "where the job writes the model (passed in CUPCAKE_RECORD); default: a temporary file, removed afterwards")(
+      "replace", po::bool_switch(&options.replace), "replace a model of the same name in the DB")(
+      "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::positional_options_description positional;
   po::variables_map vm;
   const std::string synopsis = "--db DB [--iterations N] [--model-file F] [--replace] -- TRAINING COMMAND...";

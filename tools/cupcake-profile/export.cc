@@ -26,10 +26,9 @@ Status RunExport(const ExportOptions& options, std::ostream& out) {
 int ExportMain(tools::Invocation& inv) {
   ExportOptions options;
   po::options_description flags("options");
-  flags.add_options()
-      ("db", po::value(&options.db)->required(), "the profile DB")
-      ("model", po::value(&options.model), "export this model instead of the profile")
-      ("output,o", po::value(&options.output)->default_value("-"), "output file, written atomically; - for stdout");
+  flags.add_options()("db", po::value(&options.db)->required(), "the profile DB")(
+      "model", po::value(&options.model), "export this model instead of the profile")(
+      "output,o", po::value(&options.output)->default_value("-"), "output file, written atomically; - for stdout");
   po::variables_map vm;
   if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--model NAME] [-o FILE.json]", vm)) return *code;
   return tools::Finish(inv, RunExport(options, inv.out));

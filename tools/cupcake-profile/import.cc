@@ -26,8 +26,8 @@ Status RunImport(const ImportOptions& options, std::ostream& out) {
                                                                    : store.ImportModel(model_in, options.replace);
                   }).status();
   if (status.code() == StatusCode::kAlreadyExists)
-    return Status(status.code(),
-                  status.message() + "\n" + options.db + ": nothing imported; pass --replace to replace what the DB holds");
+    return Status(status.code(), status.message() + "\n" + options.db +
+                                     ": nothing imported; pass --replace to replace what the DB holds");
   CUPCAKE_RETURN_IF_ERROR(status);
   if (format == profile::JsonFormat::kProfile) {
     out << "imported profile '" << profile_in.cluster().name() << "' (" << profile_in.curves_size() << " curves, "
@@ -42,15 +42,16 @@ Status RunImport(const ImportOptions& options, std::ostream& out) {
 int ImportMain(tools::Invocation& inv) {
   ImportOptions options;
   po::options_description flags("options");
-  flags.add_options()
-      ("db", po::value(&options.db)->required(), "the profile DB (created when missing)")
-      ("file", po::value(&options.file)->required(), "a cupcake.profile.v1 or cupcake.model.v1 JSON file")
-      ("replace", po::bool_switch(&options.replace), "replace what the DB holds (another cluster, a present curve or model)")
-      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
+  flags.add_options()("db", po::value(&options.db)->required(), "the profile DB (created when missing)")(
+      "file", po::value(&options.file)->required(), "a cupcake.profile.v1 or cupcake.model.v1 JSON file")(
+      "replace", po::bool_switch(&options.replace),
+      "replace what the DB holds (another cluster, a present curve or model)")(
+      "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, positional, "--db DB FILE.json [--replace] [--lock-timeout S]", vm)) return *code;
+  if (auto code = tools::ParseFlags(inv, flags, positional, "--db DB FILE.json [--replace] [--lock-timeout S]", vm))
+    return *code;
   return tools::Finish(inv, RunImport(options, inv.out));
 }
 

@@ -173,8 +173,10 @@ Status RunInspect(const InspectOptions& options, std::ostream& out) {
         << summary.curves << (summary.curves == 1 ? " curve" : " curves") << "\n";
     return Status::Ok();
   }
-  if (options.format == tools::OutputFormat::kJson) Json(options.db, p, out);
-  else Text(options.db, p, out);
+  if (options.format == tools::OutputFormat::kJson)
+    Json(options.db, p, out);
+  else
+    Text(options.db, p, out);
   return Status::Ok();
 }
 
@@ -182,13 +184,13 @@ int InspectMain(tools::Invocation& inv) {
   InspectOptions options;
   std::string format;
   po::options_description flags("options");
-  flags.add_options()
-      ("db", po::value(&options.db)->required(), "the profile DB (or a profile JSON file)")
-      ("format", po::value(&format)->default_value("text"), "text or json")
-      ("plot", po::value(&options.plot),
-       "draw the curves into this .svg or .png file instead (log-log, one panel per kind; PNG through rsvg-convert)");
+  flags.add_options()("db", po::value(&options.db)->required(), "the profile DB (or a profile JSON file)")(
+      "format", po::value(&format)->default_value("text"), "text or json")(
+      "plot", po::value(&options.plot),
+      "draw the curves into this .svg or .png file instead (log-log, one panel per kind; PNG through rsvg-convert)");
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json] [--plot FILE.svg|FILE.png]", vm)) return *code;
+  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--format text|json] [--plot FILE.svg|FILE.png]", vm))
+    return *code;
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());
   options.format = *f;

@@ -29,22 +29,25 @@ std::string DefaultKernelDb(const std::string& db) {
 
 Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   auto device = ParseDevice(options.device);
-  if (!device) return InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu");
+  if (!device)
+    return InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu");
   profile::KernelSweepOptions sweep;
   sweep.device = *device;
   int64_t max_elements = options.max_elements;
   if (options.max_elements_auto) {
     CUPCAKE_ASSIGN_OR_RETURN(max_elements, LargestModelSize(options.db, /*bytes=*/false, "--max-elements"));
   }
-  CUPCAKE_ASSIGN_OR_RETURN(sweep.elements, profile::PowerOfTwoSizes("--min-elements", options.min_elements,
-                                                                    "--max-elements", max_elements,
-                                                                    int64_t{1} << 30, options.step));
+  CUPCAKE_ASSIGN_OR_RETURN(
+      sweep.elements, profile::PowerOfTwoSizes("--min-elements", options.min_elements, "--max-elements", max_elements,
+                                               int64_t{1} << 30, options.step));
   sweep.warmup = options.warmup;
   sweep.iters = options.iters;
   sweep.force = options.force;
   sweep.compressors = options.compressors;
-  if (options.warmup < 0) return InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
-  if (options.iters < 1) return InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
+  if (options.warmup < 0)
+    return InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
+  if (options.iters < 1)
+    return InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
   if (options.world_size < 0 || options.world_size > 65536)
     return InvalidArgumentError("--world-size: out of range; got " + std::to_string(options.world_size) +
                                 ", expected 1 <= W <= 65536");
@@ -61,8 +64,7 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   if (*device == pb::GPU) {
     if (gpu == nullptr) {
       auto opened = profile::OpenCudaKernelDevice(0);
-      if (!opened.ok())
-        return Status(opened.status().code(), "kernels: --device gpu: " + opened.status().message());
+      if (!opened.ok()) return Status(opened.status().code(), "kernels: --device gpu: " + opened.status().message());
       gpu_owned = std::move(opened).value();
       gpu = gpu_owned.get();
     }
@@ -84,9 +86,8 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     gpu = nullptr;
   }
 
-  std::map<std::string, std::string> meta{{"kernels.command", options.command},
-                                          {"kernels.date", UtcNow()},
-                                          {"kernels.device", options.device}};
+  std::map<std::string, std::string> meta{
+      {"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
   if (gpu) meta["kernels.gpu"] = gpu->Describe();
   // The world size: the DB's cluster's, else --world-size, else 1. A new DB is made with its
   // cluster in one step, so a failure leaves no DB behind.
@@ -109,7 +110,8 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     CUPCAKE_ASSIGN_OR_RETURN(cluster, EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
     return Status::Ok();
   };
-  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::OpenOrCreate(options.db, lock_ms, prepare));
+  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store,
+                           profile::ProfileStore::OpenOrCreate(options.db, lock_ms, prepare));
   sweep.world_size = cluster.nodes() * cluster.devices_per_node();
   // The kernel-only curves: a profile of the same cluster in their own DB (a profile holds one
   // curve per key, and the planner reads the event time from the main DB).
@@ -123,7 +125,8 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
           .status()
           .WithPrefix(kernel_db);
     };
-    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore ks, profile::ProfileStore::OpenOrCreate(kernel_db, lock_ms, same_cluster));
+    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore ks,
+                             profile::ProfileStore::OpenOrCreate(kernel_db, lock_ms, same_cluster));
     kernel_store.emplace(std::move(ks));
     kernel_sink.emplace(*kernel_store);
   }
@@ -151,10 +154,9 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   std::snprintf(secs, sizeof secs, "%.1f", s);
   out << "kernels: " << options.device << (gpu ? " (" + gpu->Describe() + ")" : "") << ", W=" << sweep.world_size
       << ", " << sweep.elements.size() << " sizes (" << tools::HumanCount(sweep.elements.front()) << " .. "
-      << tools::HumanCount(sweep.elements.back()) << " elements), warmup " << sweep.warmup << ", iters "
-      << sweep.iters << ": measured " << report.event.measured << " points, skipped " << report.event.skipped
-      << " already in " << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in "
-      << secs << " s\n";
+      << tools::HumanCount(sweep.elements.back()) << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters
+      << ": measured " << report.event.measured << " points, skipped " << report.event.skipped << " already in "
+      << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in " << secs << " s\n";
   if (assumed_world)
     out << "kernels: W=1: " << options.db << " has no cluster (no comm profile) and no --world-size was given, so "
         << "decode was timed for 1 rank's payloads; run comm first or give --world-size W\n";
@@ -175,23 +177,25 @@ int KernelsMain(tools::Invocation& inv) {
   std::string max_elements;
   std::string compressors;
   po::options_description flags("options");
-  flags.add_options()
-      ("db", po::value(&options.db)->required(), "the profile DB (created when missing)")
-      ("device", po::value(&options.device)->default_value("cpu"), "cpu or gpu")
-      ("quick", po::bool_switch(&options.quick), "few sizes, few iterations (seconds)")
-      ("force", po::bool_switch(&options.force), "re-measure points the DB already has")
-      ("world-size", po::value(&options.world_size)->default_value(0), "W for decode (default: the DB's cluster, else 1)")
-      ("min-elements", po::value(&options.min_elements), "smallest group, a power of two (default 1024)")
-      ("max-elements", po::value(&max_elements), "largest group, a power of two, or auto: the largest model in the DB (default 4Mi; --quick 1Mi)")
-      ("lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp)
-      ("warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")
-      ("iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")
-      ("compressors", po::value(&compressors), "comma-separated names (default: all)")
-      ("cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")
-      ("kernel-db", po::value(&options.kernel_db),
-       "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)");
+  flags.add_options()("db", po::value(&options.db)->required(), "the profile DB (created when missing)")(
+      "device", po::value(&options.device)->default_value("cpu"), "cpu or gpu")(
+      "quick", po::bool_switch(&options.quick), "few sizes, few iterations (seconds)")(
+      "force", po::bool_switch(&options.force), "re-measure points the DB already has")(
+      "world-size", po::value(&options.world_size)->default_value(0),
+      "W for decode (default: the DB's cluster, else 1)")("min-elements", po::value(&options.min_elements),
+                                                          "smallest group, a power of two (default 1024)")(
+      "max-elements", po::value(&max_elements),
+      "largest group, a power of two, or auto: the largest model in the DB (default 4Mi; --quick 1Mi)")(
+      "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp)(
+      "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
+      "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
+      "compressors", po::value(&compressors), "comma-separated names (default: all)")(
+      "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
+      "kernel-db", po::value(&options.kernel_db),
+      "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)");
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, {}, "--db DB [--device cpu|gpu] [--quick] [--force] [--world-size W]", vm))
+  if (auto code =
+          tools::ParseFlags(inv, flags, {}, "--db DB [--device cpu|gpu] [--quick] [--force] [--world-size W]", vm))
     return *code;
   if (!max_elements.empty()) {
     auto size = ParseSizeOrAuto("--max-elements", max_elements);
@@ -212,8 +216,7 @@ int KernelsMain(tools::Invocation& inv) {
   for (const auto& a : inv.args) options.command += " " + a;
   if (StderrIsTerminal()) options.progress = &inv.err;
   Status status = RunKernels(options, inv.out);
-  if (!status.ok() && status.code() == StatusCode::kInvalidArgument &&
-      status.message().rfind("--", 0) == 0)
+  if (!status.ok() && status.code() == StatusCode::kInvalidArgument && status.message().rfind("--", 0) == 0)
     return tools::UsageError(inv, status.message());
   return tools::Finish(inv, status);
 }

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
   std::string mpi_problem;
   if (argc > 1 && std::string(argv[1]) == "comm" && cupcake::profile_cli::UnderMpiLauncher()) {
     auto process = cupcake::comm::InitMpi(&argc, &argv);
-    auto made = process.ok() ? (*process)->World() : cupcake::StatusOr<std::unique_ptr<cupcake::comm::Communicator>>(process.status());
+    auto made = process.ok() ? (*process)->World()
+                             : cupcake::StatusOr<std::unique_ptr<cupcake::comm::Communicator>>(process.status());
     if (made.ok()) {
       mpi = std::move(process).value();
       world = std::move(made).value();

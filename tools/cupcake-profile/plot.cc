@@ -77,9 +77,12 @@ std::string Num(double v) {
 
 std::string Us(double us) {
   char buf[32];
-  if (us >= 1e6) std::snprintf(buf, sizeof buf, "%g s", us / 1e6);
-  else if (us >= 1e3) std::snprintf(buf, sizeof buf, "%g ms", us / 1e3);
-  else std::snprintf(buf, sizeof buf, "%g us", us);
+  if (us >= 1e6)
+    std::snprintf(buf, sizeof buf, "%g s", us / 1e6);
+  else if (us >= 1e3)
+    std::snprintf(buf, sizeof buf, "%g ms", us / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%g us", us);
   return buf;
 }
 
@@ -111,8 +114,7 @@ std::vector<Panel> Panels(const pb::Profile& profile) {
       case pb::COPY:
         copy.series.push_back({std::string(Name(c.copy_op())) + " (" + std::string(Name(c.device())) + ")", &c});
         break;
-      default:
-        break;
+      default: break;
     }
   }
   std::vector<Panel> panels = std::move(comm);
@@ -126,8 +128,7 @@ std::string MarkerSvg(const Style& style, double x, double y) {
   const double r = 3;
   const std::string fill = std::string("\" fill=\"") + style.colour + "\"/>\n";
   switch (style.marker) {
-    case Marker::kCircle:
-      return "<circle cx=\"" + Num(x) + "\" cy=\"" + Num(y) + "\" r=\"" + Num(r) + fill;
+    case Marker::kCircle: return "<circle cx=\"" + Num(x) + "\" cy=\"" + Num(y) + "\" r=\"" + Num(r) + fill;
     case Marker::kSquare:
       return "<rect x=\"" + Num(x - r) + "\" y=\"" + Num(y - r) + "\" width=\"" + Num(2 * r) + "\" height=\"" +
              Num(2 * r) + fill;
@@ -203,9 +204,7 @@ void DrawPanel(const Panel& panel, double x0, double y0, double height, int& cur
   if (min_us == 0) min_us = max_us = 1;
   const Axis xa = LogAxis(min_size, max_size, 2, {1, 2, 5, 10});
   const Axis ya = LogAxis(min_us, max_us, 10, {1, 2, 3});
-  auto X = [&](double size) {
-    return px + (std::log2(std::max(1.0, size)) - xa.lo) / (xa.hi - xa.lo) * plot_w;
-  };
+  auto X = [&](double size) { return px + (std::log2(std::max(1.0, size)) - xa.lo) / (xa.hi - xa.lo) * plot_w; };
   auto Y = [&](double us) {
     const double e = us > 0 ? std::max(ya.lo, std::log10(us)) : ya.lo;
     return py + plot_h - (e - ya.lo) / (ya.hi - ya.lo) * plot_h;
@@ -234,8 +233,10 @@ void DrawPanel(const Panel& panel, double x0, double y0, double height, int& cur
          "\" fill=\"none\" stroke=\"#333333\"/>\n";
   svg += "<text x=\"" + Num(px + plot_w / 2) + "\" y=\"" + Num(py + plot_h + 36) +
          "\" text-anchor=\"middle\" font-size=\"12\">" + Escape(panel.x_label) + " (log)</text>\n";
-  svg += "<text x=\"" + Num(x0 + 16) + "\" y=\"" + Num(py + plot_h / 2) + "\" text-anchor=\"middle\" font-size=\"12\" "
-         "transform=\"rotate(-90 " + Num(x0 + 16) + " " + Num(py + plot_h / 2) + ")\">time (log)</text>\n";
+  svg += "<text x=\"" + Num(x0 + 16) + "\" y=\"" + Num(py + plot_h / 2) +
+         "\" text-anchor=\"middle\" font-size=\"12\" "
+         "transform=\"rotate(-90 " +
+         Num(x0 + 16) + " " + Num(py + plot_h / 2) + ")\">time (log)</text>\n";
   // Curves, then each curve's label at the height where it ends, in the right margin (spread
   // apart where ends are close), behind a sample of its line and marker.
   struct EndLabel {
@@ -254,8 +255,7 @@ void DrawPanel(const Panel& panel, double x0, double y0, double height, int& cur
         points += (points.empty() ? "" : " ") + Num(X(static_cast<double>(p.size()))) + "," + Num(Y(p.us()));
       svg += "<polyline class=\"curve\" data-curve=\"" + key + "\" points=\"" + points + "\" fill=\"none\" stroke=\"" +
              style.colour + "\" stroke-width=\"1.5\"" + style.dash + "/>\n";
-      for (const pb::Point& p : s.curve->points())
-        svg += MarkerSvg(style, X(static_cast<double>(p.size())), Y(p.us()));
+      for (const pb::Point& p : s.curve->points()) svg += MarkerSvg(style, X(static_cast<double>(p.size())), Y(p.us()));
       end_y = Y(s.curve->points(s.curve->points_size() - 1).us());
       ++curves;
     }
@@ -290,7 +290,8 @@ StatusOr<std::string> PlotSvg(const pb::Profile& profile, const std::string& tit
   const std::vector<Panel> panels = Panels(profile);
   size_t most_series = 0;
   for (const Panel& p : panels) most_series = std::max(most_series, p.series.size());
-  const double panel_h = std::max(kMinPanelHeight, kTop + 16 + kLegendLine * static_cast<double>(most_series) + kBottom);
+  const double panel_h =
+      std::max(kMinPanelHeight, kTop + 16 + kLegendLine * static_cast<double>(most_series) + kBottom);
   const int rows = (static_cast<int>(panels.size()) + kColumns - 1) / kColumns;
   const double width = kPanelWidth * kColumns;
   const double height = kTitleHeight + panel_h * rows;

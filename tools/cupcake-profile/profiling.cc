@@ -9,28 +9,29 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 
 #include "cupcake/proto/names.h"
 
 namespace cupcake::profile_cli {
 namespace {
 
-double NowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string Seconds(double s) {
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else
+    std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
   return buf;
 }
 
 }  // namespace
 
-ProgressBar::ProgressBar(std::ostream& err, std::string label) : err_(err), label_(std::move(label)), start_s_(NowS()) {}
+ProgressBar::ProgressBar(std::ostream& err, std::string label)
+    : err_(err), label_(std::move(label)), start_s_(NowS()) {}
 
 void ProgressBar::Update(int64_t done, int64_t total) {
   constexpr int kWidth = 30;
@@ -67,8 +68,10 @@ StatusOr<int64_t> LargestModelSize(const std::string& db, bool bytes, std::strin
   if (!store.ok()) return Status(store.status().code(), what + ": " + store.status().message());
   CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::string> names, store->ModelNames());
   if (names.empty())
-    return FailedPreconditionError(what + ": " + db + " holds no model; expected one (cupcake-profile import MODEL.json, "
-                                   "or compute), or a size such as " + std::string(flag) + " 16777216");
+    return FailedPreconditionError(what + ": " + db +
+                                   " holds no model; expected one (cupcake-profile import MODEL.json, "
+                                   "or compute), or a size such as " +
+                                   std::string(flag) + " 16777216");
   int64_t largest = 1;
   for (const std::string& name : names) {
     CUPCAKE_ASSIGN_OR_RETURN(pb::Model m, store->LoadModel(name));
@@ -109,11 +112,10 @@ StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::str
       return InvalidArgumentError(store.path() + ": --cluster: the DB holds another cluster; got '" + name +
                                   "', expected '" + cluster.name() + "' (or another DB)");
     if (cluster.nodes() != nodes || cluster.devices_per_node() != devices_per_node)
-      return InvalidArgumentError(store.path() + ": " + flag_hint + ": disagrees with the DB's cluster '" +
-                                  cluster.name() + "'; got " + tools::CountOf(nodes, "node") + " x " +
-                                  tools::CountOf(devices_per_node, "device") + ", expected " +
-                                  tools::CountOf(cluster.nodes(), "node") + " x " +
-                                  tools::CountOf(cluster.devices_per_node(), "device"));
+      return InvalidArgumentError(
+          store.path() + ": " + flag_hint + ": disagrees with the DB's cluster '" + cluster.name() + "'; got " +
+          tools::CountOf(nodes, "node") + " x " + tools::CountOf(devices_per_node, "device") + ", expected " +
+          tools::CountOf(cluster.nodes(), "node") + " x " + tools::CountOf(cluster.devices_per_node(), "device"));
   } else {
     cluster.set_name(name.empty() ? "local" : name);
     cluster.set_nodes(nodes);

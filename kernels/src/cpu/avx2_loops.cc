@@ -3,7 +3,8 @@
 // Every function carries __attribute__((target("avx2,f16c"))) and is reached only through a
 // compressor made with Isa::kAvx2, so the rest of the library stays baseline x86-64 code.
 // No FMA: a fused multiply-add rounds once where the baseline rounds twice (the AVX-512
-// target implies FMA, hence -ffp-contract=off in kernels/CMakeLists.txt). Each loop mirrors a baseline loop of cpu_compressor.cc element for element:
+// target implies FMA, hence -ffp-contract=off in kernels/CMakeLists.txt). Each loop mirrors a baseline loop of
+// cpu_compressor.cc element for element:
 //   - reductions keep the baseline's lanes (16 float lanes per 4096-element block summed in
 //     double in lane order; onebit's 8 lanes), so the sums round identically;
 //   - comparisons are the ordered `x < 0` of the baseline (so -0 and NaN count as
@@ -78,7 +79,11 @@ using detail::IsFinite;
 constexpr int64_t kBlock = 4096;  // the baseline's reduction block (cpu_compressor.cc)
 
 inline void StoreF(u8* p, float v) { std::memcpy(p, &v, 4); }
-inline float LoadF(const u8* p) { float v; std::memcpy(&v, p, 4); return v; }
+inline float LoadF(const u8* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 // acc + v with acc as the first source operand: when both are NaN, x86 returns the first
 // source's NaN, and the baseline's `out += v` keeps out's.
@@ -319,14 +324,15 @@ CUPCAKE_AVX512 int64_t QsgdQuantize512(const float* x, float* resid, int64_t n, 
       const int64_t j = i + 16 * k;
       const __m512 v = _mm512_loadu_ps(x + j);
       const __mmask16 bad = NonFinite16(v);
-      const __m512 l = _mm512_min_ps(_mm512_maskz_mov_ps(static_cast<__mmask16>(~bad), _mm512_mul_ps(Abs16(v), scale_v)),
-                                     levels);
+      const __m512 l =
+          _mm512_min_ps(_mm512_maskz_mov_ps(static_cast<__mmask16>(~bad), _mm512_mul_ps(Abs16(v), scale_v)), levels);
       const __m512i fl = _mm512_cvttps_epi32(l);
       const __mmask16 up = _mm512_cmp_ps_mask(Uniform16(key, j), _mm512_sub_ps(l, _mm512_cvtepi32_ps(fl)), _CMP_LT_OQ);
       const __m512i lv = _mm512_min_epi32(_mm512_mask_add_epi32(fl, up, fl, one), _mm512_set1_epi32(127));
       const __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
       const __m512i sq = _mm512_mask_sub_epi32(lv, neg, zero_i, lv);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(payload + j), _mm512_cvtepi32_epi8(_mm512_mask_mov_epi32(sq, bad, nan_q)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(payload + j),
+                       _mm512_cvtepi32_epi8(_mm512_mask_mov_epi32(sq, bad, nan_q)));
       if (kResid) {
         const __m512 sent = _mm512_mul_ps(_mm512_cvtepi32_ps(sq), unit_v);
         _mm512_storeu_ps(resid + j, _mm512_maskz_mov_ps(static_cast<__mmask16>(~bad), _mm512_sub_ps(v, sent)));
@@ -369,7 +375,8 @@ CUPCAKE_AVX512 int64_t TerngradCodes512(const float* x, float* resid, int64_t n,
 
 template <bool kResid, bool kWide>
 CUPCAKE_AVX2 void EncodeQsgdT(const float* g, float* resid, int64_t n, uint64_t key, u8* payload) {
-  const float norm = static_cast<float>(std::sqrt(FusedBlockedSum<kResid, false, true, true>(g, resid, nullptr, n, nullptr)));
+  const float norm =
+      static_cast<float>(std::sqrt(FusedBlockedSum<kResid, false, true, true>(g, resid, nullptr, n, nullptr)));
   const float scale = norm > 0.0f ? detail::kQsgdLevels / norm : 0.0f;
   const float unit = norm / detail::kQsgdLevels;
   const float* x = kResid ? resid : g;
@@ -504,8 +511,10 @@ CUPCAKE_AVX2 void EncodeFp16T(const float* g, float* resid, int64_t n, int world
 }  // namespace
 
 void EncodeFp16(const float* g, float* resid, int64_t n, int world_size, u8* payload) {
-  if (resid) EncodeFp16T<true>(g, resid, n, world_size, payload);
-  else EncodeFp16T<false>(g, resid, n, world_size, payload);
+  if (resid)
+    EncodeFp16T<true>(g, resid, n, world_size, payload);
+  else
+    EncodeFp16T<false>(g, resid, n, world_size, payload);
 }
 
 CUPCAKE_AVX2 void DecodeFp16(const u8* payload, float* out, int64_t n) {
@@ -531,10 +540,14 @@ CUPCAKE_AVX2 void DecodeFp16(const u8* payload, float* out, int64_t n) {
 }
 
 void EncodeSign(const float* g, float* resid, float* mom, int64_t n, u8* payload) {
-  if (resid && mom) EncodeSignT<true, true>(g, resid, mom, n, payload);
-  else if (resid) EncodeSignT<true, false>(g, resid, mom, n, payload);
-  else if (mom) EncodeSignT<false, true>(g, resid, mom, n, payload);
-  else EncodeSignT<false, false>(g, resid, mom, n, payload);
+  if (resid && mom)
+    EncodeSignT<true, true>(g, resid, mom, n, payload);
+  else if (resid)
+    EncodeSignT<true, false>(g, resid, mom, n, payload);
+  else if (mom)
+    EncodeSignT<false, true>(g, resid, mom, n, payload);
+  else
+    EncodeSignT<false, false>(g, resid, mom, n, payload);
 }
 
 namespace {
@@ -600,8 +613,10 @@ CUPCAKE_AVX2 void OnebitSums(const float* g, float* resid, int64_t n, double* su
 
 void EncodeOnebit(const float* g, float* resid, int64_t n, u8* payload) {
   double s[4];
-  if (resid) OnebitSums<true>(g, resid, n, s, payload);
-  else OnebitSums<false>(g, resid, n, s, payload);
+  if (resid)
+    OnebitSums<true>(g, resid, n, s, payload);
+  else
+    OnebitSums<false>(g, resid, n, s, payload);
   const double pos_count = s[3] - s[2];
   const float pos = pos_count > 0 ? static_cast<float>(s[0] / pos_count) : 0.0f;
   const float neg = s[2] > 0 ? static_cast<float>(s[1] / s[2]) : 0.0f;
@@ -637,8 +652,9 @@ struct SignValue8 {
   CUPCAKE_AVX2_INLINE __m256 operator()(int r, int64_t i, int k) const {
     uint32_t w;
     std::memcpy(&w, p + r * payload_bytes + (i - 8 * k) / 8, 4);
-    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
-                                          _mm256_add_epi32(_mm256_set1_epi32(8 * k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    const __m256i idx =
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)),
+                          _mm256_add_epi32(_mm256_set1_epi32(8 * k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
     // vpermilps reads the low two bits of each index; the table repeats [pos, neg], so bit 0 picks.
     return _mm256_permutevar_ps(table[r - r0], idx);
   }
@@ -675,7 +691,8 @@ struct QsgdValue8 {
   const float* factor;
   int r0;
   CUPCAKE_AVX2_INLINE __m256 operator()(int r, int64_t i, int) const {
-    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * payload_bytes + i)));
+    const __m256i q =
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + r * payload_bytes + i)));
     return _mm256_blendv_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(factor[r - r0])),
                             _mm256_set1_ps(std::numeric_limits<float>::quiet_NaN()),
                             _mm256_castsi256_ps(_mm256_cmpeq_epi32(q, _mm256_set1_epi32(-128))));
@@ -744,21 +761,29 @@ CUPCAKE_AVX2 void DecodeTerngrad(const u8* p, int64_t payload_bytes, int world_s
 
 void EncodeQsgd(const float* g, float* resid, int64_t n, uint64_t key, u8* payload, bool avx512) {
   if (avx512) {
-    if (resid) EncodeQsgdT<true, true>(g, resid, n, key, payload);
-    else EncodeQsgdT<false, true>(g, resid, n, key, payload);
+    if (resid)
+      EncodeQsgdT<true, true>(g, resid, n, key, payload);
+    else
+      EncodeQsgdT<false, true>(g, resid, n, key, payload);
   } else {
-    if (resid) EncodeQsgdT<true, false>(g, resid, n, key, payload);
-    else EncodeQsgdT<false, false>(g, resid, n, key, payload);
+    if (resid)
+      EncodeQsgdT<true, false>(g, resid, n, key, payload);
+    else
+      EncodeQsgdT<false, false>(g, resid, n, key, payload);
   }
 }
 
 void EncodeTerngrad(const float* g, float* resid, int64_t n, uint64_t key, u8* payload, bool avx512) {
   if (avx512) {
-    if (resid) EncodeTerngradT<true, true>(g, resid, n, key, payload);
-    else EncodeTerngradT<false, true>(g, resid, n, key, payload);
+    if (resid)
+      EncodeTerngradT<true, true>(g, resid, n, key, payload);
+    else
+      EncodeTerngradT<false, true>(g, resid, n, key, payload);
   } else {
-    if (resid) EncodeTerngradT<true, false>(g, resid, n, key, payload);
-    else EncodeTerngradT<false, false>(g, resid, n, key, payload);
+    if (resid)
+      EncodeTerngradT<true, false>(g, resid, n, key, payload);
+    else
+      EncodeTerngradT<false, false>(g, resid, n, key, payload);
   }
 }
 

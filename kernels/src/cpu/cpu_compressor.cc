@@ -10,10 +10,10 @@
 //   2. compress x into the payload; `sent` is what the payload stands for in gradient units.
 //   3. residual: e = (g + e) - sent; dgc: u = v = 0 where sent. Non-finite inputs leave 0.
 #include <algorithm>
-#include <functional>
-#include <limits>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,11 +34,23 @@ using u8 = unsigned char;
 constexpr int64_t kBlock = 4096;  // elements per float-accumulated block before a double sum
 
 inline void StoreU16(u8* p, uint16_t v) { std::memcpy(p, &v, 2); }
-inline uint16_t LoadU16(const u8* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
+inline uint16_t LoadU16(const u8* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
 inline void StoreI32(u8* p, int32_t v) { std::memcpy(p, &v, 4); }
-inline int32_t LoadI32(const u8* p) { int32_t v; std::memcpy(&v, p, 4); return v; }
+inline int32_t LoadI32(const u8* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 inline void StoreF(u8* p, float v) { std::memcpy(p, &v, 4); }
-inline float LoadF(const u8* p) { float v; std::memcpy(&v, p, 4); return v; }
+inline float LoadF(const u8* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 // Sums of f(x[i]) over [0, n): 16 float lanes per 4096-element block, blocks summed in double.
 template <typename F>
@@ -95,15 +107,14 @@ class CpuCompressor final : public Compressor {
   }
 
  private:
-  Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload_b,
-                    void*) override {
+  Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload_b, void*) override {
     const auto& L = layout();
     const int64_t n = L.n;
     u8* payload = reinterpret_cast<u8*>(payload_b);
     if (isa_ != cpu::Isa::kBaseline && EncodeAvx2(grad, state, iteration, payload)) return Status::Ok();
     // Step 1: memory.
     const float* x = grad;
-    float* resid = nullptr;   // e, holding g + e_old, for residual memory
+    float* resid = nullptr;  // e, holding g + e_old, for residual memory
     float* dgc_u = nullptr;
     float* dgc_v = nullptr;
     float* tail_state = state;
@@ -216,8 +227,10 @@ class CpuCompressor final : public Compressor {
               pos = LoadF(pr + nb) / wf;
               neg = -pos;
             }
-            if (r == 0) UnpackBits<true>(pr + b0 / 8, len, pos, neg, out + b0);
-            else UnpackBits<false>(pr + b0 / 8, len, pos, neg, out + b0);
+            if (r == 0)
+              UnpackBits<true>(pr + b0 / 8, len, pos, neg, out + b0);
+            else
+              UnpackBits<false>(pr + b0 / 8, len, pos, neg, out + b0);
           }
         }
         return Status::Ok();
@@ -227,8 +240,10 @@ class CpuCompressor final : public Compressor {
           for (int r = 0; r < W; ++r) {
             const u8* pr = p + r * L.payload_bytes;
             const float s = LoadF(pr + (n + 3) / 4) / wf;
-            if (r == 0) UnpackTernary<true>(pr + b0 / 4, len, s, out + b0);
-            else UnpackTernary<false>(pr + b0 / 4, len, s, out + b0);
+            if (r == 0)
+              UnpackTernary<true>(pr + b0 / 4, len, s, out + b0);
+            else
+              UnpackTernary<false>(pr + b0 / 4, len, s, out + b0);
           }
         }
         return Status::Ok();
@@ -246,7 +261,8 @@ class CpuCompressor final : public Compressor {
     switch (L.kind) {
       case CompressorKind::kFp16: cpu::avx2::EncodeFp16(grad, resid, L.n, L.world_size, payload); return true;
       case CompressorKind::kQsgd:
-        cpu::avx2::EncodeQsgd(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload, isa_ == cpu::Isa::kAvx512);
+        cpu::avx2::EncodeQsgd(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload,
+                              isa_ == cpu::Isa::kAvx512);
         return true;
       case CompressorKind::kTerngrad:
         cpu::avx2::EncodeTerngrad(grad, resid, L.n, detail::StreamKey(L.seed, iteration), payload,
@@ -347,14 +363,18 @@ class CpuCompressor final : public Compressor {
       const uint32_t byte = bits[b];
       for (int j = 0; j < 8; ++j) {
         const float v = (byte >> j) & 1u ? neg : pos;
-        if (kFirst) out[8 * b + j] = v;
-        else out[8 * b + j] += v;
+        if (kFirst)
+          out[8 * b + j] = v;
+        else
+          out[8 * b + j] += v;
       }
     }
     for (int64_t i = full * 8; i < n; ++i) {
       const float v = (bits[full] >> (i - full * 8)) & 1u ? neg : pos;
-      if (kFirst) out[i] = v;
-      else out[i] += v;
+      if (kFirst)
+        out[i] = v;
+      else
+        out[i] += v;
     }
   }
 
@@ -455,14 +475,18 @@ class CpuCompressor final : public Compressor {
       const uint32_t byte = codes[b];
       for (int j = 0; j < 4; ++j) {
         const float v = value((byte >> (2 * j)) & 3u);
-        if (kFirst) out[4 * b + j] = v;
-        else out[4 * b + j] += v;
+        if (kFirst)
+          out[4 * b + j] = v;
+        else
+          out[4 * b + j] += v;
       }
     }
     for (int64_t i = full * 4; i < n; ++i) {
       const float v = value((codes[full] >> (2 * (i - full * 4))) & 3u);
-      if (kFirst) out[i] = v;
-      else out[i] += v;
+      if (kFirst)
+        out[i] = v;
+      else
+        out[i] += v;
     }
   }
 

@@ -20,8 +20,12 @@ namespace cupcake::comm {
 
 struct InProcessGroup::State {
   explicit State(int n)
-      : size(n), sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n)), counts(static_cast<size_t>(n)),
-        ints(static_cast<size_t>(n) * 2), children(static_cast<size_t>(n)) {}
+      : size(n),
+        sends(static_cast<size_t>(n)),
+        recvs(static_cast<size_t>(n)),
+        counts(static_cast<size_t>(n)),
+        ints(static_cast<size_t>(n) * 2),
+        children(static_cast<size_t>(n)) {}
   const int size;
   std::mutex mu;
   std::condition_variable cv;
@@ -31,8 +35,8 @@ struct InProcessGroup::State {
   std::string reason;
   std::vector<const void*> sends;
   std::vector<void*> recvs;
-  std::vector<const int64_t*> counts;            // Alltoallv: each rank's send_bytes
-  std::vector<int> ints;                         // Split: color, key per rank
+  std::vector<const int64_t*> counts;  // Alltoallv: each rank's send_bytes
+  std::vector<int> ints;  // Split: color, key per rank
   std::vector<std::shared_ptr<State>> children;  // Split: the new groups' states, by leader rank
 
   Status Wait(int rank, const std::string& host) {
@@ -156,14 +160,15 @@ class InProcessCommunicator final : public Communicator {
     s.ints[2 * static_cast<size_t>(rank_) + 1] = key;
     CUPCAKE_RETURN_IF_ERROR(Wait());
     std::vector<std::pair<int, int>> members;  // (key, rank) of my color
-    int leader = size();                       // the lowest rank of my color makes the new state
+    int leader = size();  // the lowest rank of my color makes the new state
     for (int r = 0; r < size(); ++r) {
       if (color < 0 || s.ints[2 * static_cast<size_t>(r)] != color) continue;
       members.emplace_back(s.ints[2 * static_cast<size_t>(r) + 1], r);
       leader = std::min(leader, r);
     }
     std::sort(members.begin(), members.end());
-    if (leader == rank_) s.children[static_cast<size_t>(rank_)] = std::make_shared<State>(static_cast<int>(members.size()));
+    if (leader == rank_)
+      s.children[static_cast<size_t>(rank_)] = std::make_shared<State>(static_cast<int>(members.size()));
     CUPCAKE_RETURN_IF_ERROR(Wait());
     std::unique_ptr<Communicator> child;
     if (!members.empty()) {

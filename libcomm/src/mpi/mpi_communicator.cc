@@ -25,10 +25,10 @@ Status MpiError(const char* call, int code, int rank, const std::string& host) {
                           RankOnHost(rank, host));
 }
 
-#define CUPCAKE_MPI_RETURN_IF_ERROR(call, rank, host)                                           \
-  do {                                                                                          \
-    if (const int cupcake_mpi_rc_ = (call); cupcake_mpi_rc_ != MPI_SUCCESS)                     \
-      return ::cupcake::comm::internal::MpiError(#call, cupcake_mpi_rc_, rank, host);           \
+#define CUPCAKE_MPI_RETURN_IF_ERROR(call, rank, host)                                 \
+  do {                                                                                \
+    if (const int cupcake_mpi_rc_ = (call); cupcake_mpi_rc_ != MPI_SUCCESS)           \
+      return ::cupcake::comm::internal::MpiError(#call, cupcake_mpi_rc_, rank, host); \
   } while (0)
 
 std::string ProcessorName() {
@@ -115,9 +115,9 @@ class MpiCommunicator final : public Communicator {
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(Count("ReduceScatter", count_per_rank));
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("ReduceScatter", type, op, rank_, host_));
-    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count_per_rank), Type(type),
-                                                         Op(type, op), comm_),
-                                rank_, host_);
+    CUPCAKE_MPI_RETURN_IF_ERROR(
+        MPI_Reduce_scatter_block(send, recv, static_cast<int>(count_per_rank), Type(type), Op(type, op), comm_), rank_,
+        host_);
     return Status::Ok();
   }
   Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
@@ -200,7 +200,8 @@ bool MpiInitialized() {
 
 StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm) {
   if (!MpiInitialized())
-    return FailedPreconditionError("MPI communicator: MPI is not initialized; expected MPI_Init_thread (or InitMpi) first");
+    return FailedPreconditionError(
+        "MPI communicator: MPI is not initialized; expected MPI_Init_thread (or InitMpi) first");
   const std::string host = ProcessorName();
   MPI_Comm parent = mpi_comm == nullptr ? MPI_COMM_WORLD : *static_cast<const MPI_Comm*>(mpi_comm);
   int rank = -1;

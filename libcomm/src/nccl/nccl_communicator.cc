@@ -36,15 +36,15 @@ Status CudaError(cudaError_t e, const char* call, int rank, const std::string& h
 }
 
 // One macro per vendor API, taking what it needs as arguments.
-#define CUPCAKE_NCCL_RETURN_IF_ERROR(call, nccl_comm, rank, host)                                 \
-  do {                                                                                            \
-    if (const ncclResult_t cupcake_nccl_rc_ = (call); cupcake_nccl_rc_ != ncclSuccess)            \
+#define CUPCAKE_NCCL_RETURN_IF_ERROR(call, nccl_comm, rank, host)                                  \
+  do {                                                                                             \
+    if (const ncclResult_t cupcake_nccl_rc_ = (call); cupcake_nccl_rc_ != ncclSuccess)             \
       return ::cupcake::comm::internal::NcclError(cupcake_nccl_rc_, #call, nccl_comm, rank, host); \
   } while (0)
-#define CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(call, rank, host)                                       \
-  do {                                                                                            \
-    if (const cudaError_t cupcake_cuda_rc_ = (call); cupcake_cuda_rc_ != cudaSuccess)             \
-      return ::cupcake::comm::internal::CudaError(cupcake_cuda_rc_, #call, rank, host);           \
+#define CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(call, rank, host)                             \
+  do {                                                                                  \
+    if (const cudaError_t cupcake_cuda_rc_ = (call); cupcake_cuda_rc_ != cudaSuccess)   \
+      return ::cupcake::comm::internal::CudaError(cupcake_cuda_rc_, #call, rank, host); \
   } while (0)
 
 std::string HostName() {
@@ -104,14 +104,14 @@ class NcclCommunicator final : public Communicator {
   Status Barrier() override {
     CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     if (scratch_ == nullptr) CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, sizeof(int)), rank_, host_);
-    CUPCAKE_NCCL_RETURN_IF_ERROR(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), comm_,
-                                 rank_, host_);
+    CUPCAKE_NCCL_RETURN_IF_ERROR(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), comm_, rank_,
+                                 host_);
     return Synchronize();
   }
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
-    CUPCAKE_NCCL_RETURN_IF_ERROR(
-        ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_), comm_, rank_, host_);
+    CUPCAKE_NCCL_RETURN_IF_ERROR(ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_),
+                                 comm_, rank_, host_);
     return Status::Ok();
   }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
@@ -131,9 +131,9 @@ class NcclCommunicator final : public Communicator {
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("ReduceScatter", type, op, rank_, host_));
     CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
-    CUPCAKE_NCCL_RETURN_IF_ERROR(ncclReduceScatter(send, recv, static_cast<size_t>(count_per_rank), NcclType(type),
-                                                   NcclOp(op), comm_, stream_),
-                                 comm_, rank_, host_);
+    CUPCAKE_NCCL_RETURN_IF_ERROR(
+        ncclReduceScatter(send, recv, static_cast<size_t>(count_per_rank), NcclType(type), NcclOp(op), comm_, stream_),
+        comm_, rank_, host_);
     return Status::Ok();
   }
   Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
@@ -241,7 +241,8 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* boots
   ncclUniqueId id{};
   Status made;
   if (rank == 0)
-    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) made = NcclError(r, "ncclGetUniqueId", nullptr, rank, host);
+    if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+      made = NcclError(r, "ncclGetUniqueId", nullptr, rank, host);
   if (bootstrap != nullptr) CUPCAKE_RETURN_IF_ERROR(bootstrap->Broadcast(&id, sizeof id, 0));
   CUPCAKE_RETURN_IF_ERROR(made);
   // 3. Join.
@@ -267,7 +268,8 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicatorFromHandle(const voi
   if (std::string problem = CheckDevice(device, rank, host); !problem.empty())
     return FailedPreconditionError(call + ": " + problem.substr(problem.find(": ") + 2));
   ncclComm_t job = *static_cast<const ncclComm_t*>(nccl_comm);
-  if (job == nullptr) return InvalidArgumentError(call + ": nccl_comm: points to a null ncclComm_t; expected the job's");
+  if (job == nullptr)
+    return InvalidArgumentError(call + ": nccl_comm: points to a null ncclComm_t; expected the job's");
   CUPCAKE_NCCL_RETURN_IF_ERROR(ncclCommUserRank(job, &rank), job, rank, host);
   cudaStream_t stream = nullptr;
   CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank, host);

@@ -78,8 +78,8 @@ class CudaKernelDevice final : public KernelDevice {
 StatusOr<std::unique_ptr<KernelDevice>> MakeCudaKernelDevice(int ordinal) {
   CUPCAKE_ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
   if (ordinal < 0 || ordinal >= count)
-    return InvalidArgumentError("CUDA device: out of range; got " + std::to_string(ordinal) + ", expected 0 <= device < " +
-                                std::to_string(count));
+    return InvalidArgumentError("CUDA device: out of range; got " + std::to_string(ordinal) +
+                                ", expected 0 <= device < " + std::to_string(count));
   CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
   cudaDeviceProp prop{};
   CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));

@@ -51,7 +51,8 @@ class CudaDeviceStreams final : public DeviceStreams {
     if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return Status::Ok();
     return InvalidArgumentError(std::string("not device memory; got ") +
                                 (a.type == cudaMemoryTypeHost ? "pinned host memory" : "unregistered host memory") +
-                                ", expected memory from cudaMalloc (rank " + std::to_string(rank_) + " on " + host_ + ")");
+                                ", expected memory from cudaMalloc (rank " + std::to_string(rank_) + " on " + host_ +
+                                ")");
   }
 
  private:

@@ -28,9 +28,9 @@ inline Status CheckCudaDevice(const std::string& call, int rank, const std::stri
 
 }  // namespace cupcake::runtime::internal
 
-#define CUPCAKE_RT_CUDA_RETURN_IF_ERROR(call)                                                        \
-  do {                                                                                               \
-    cudaError_t cupcake_rt_cuda_err_ = (call);                                                       \
-    if (cupcake_rt_cuda_err_ != cudaSuccess)                                                         \
-      return ::cupcake::runtime::internal::CudaError(cupcake_rt_cuda_err_, #call, rank_, host_);     \
+#define CUPCAKE_RT_CUDA_RETURN_IF_ERROR(call)                                                    \
+  do {                                                                                           \
+    cudaError_t cupcake_rt_cuda_err_ = (call);                                                   \
+    if (cupcake_rt_cuda_err_ != cudaSuccess)                                                     \
+      return ::cupcake::runtime::internal::CudaError(cupcake_rt_cuda_err_, #call, rank_, host_); \
   } while (0)

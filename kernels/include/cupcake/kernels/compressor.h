@@ -41,19 +41,29 @@ enum class Backend { kCpu, kCuda };
 const char* BackendName(Backend backend);  // "cpu", "cuda"
 
 enum class CompressorKind {
-  kFp32, kFp16, kTopk, kRandk, kDgc, kQsgd, kSignsgd, kEfsignsgd, kSignum, kTerngrad, kOnebit,
+  kFp32,
+  kFp16,
+  kTopk,
+  kRandk,
+  kDgc,
+  kQsgd,
+  kSignsgd,
+  kEfsignsgd,
+  kSignum,
+  kTerngrad,
+  kOnebit,
 };
 enum class MemoryKind { kNone, kResidual, kDgc };
 
 // What the caller chooses. Validated once by ResolveLayout / MakeCompressor.
 struct CompressorConfig {
-  std::string name;      // catalogue name: fp32, fp16, topk, ...
-  std::string memory;    // residual, dgc, none; empty = the catalogue's default for `name`
-  int64_t n = 0;         // group size in elements, 1 <= n <= 2^31 - 1
-  int world_size = 1;    // W >= 1
-  double ratio = 0.01;   // topk, randk, dgc: k = max(1, floor(ratio n)); must lie in (0, 1]
-  uint64_t seed = 0;     // randk (same on every rank), qsgd and terngrad (differ per rank
-                         // for independent rounding, e.g. base seed + rank)
+  std::string name;  // catalogue name: fp32, fp16, topk, ...
+  std::string memory;  // residual, dgc, none; empty = the catalogue's default for `name`
+  int64_t n = 0;  // group size in elements, 1 <= n <= 2^31 - 1
+  int world_size = 1;  // W >= 1
+  double ratio = 0.01;  // topk, randk, dgc: k = max(1, floor(ratio n)); must lie in (0, 1]
+  uint64_t seed = 0;  // randk (same on every rank), qsgd and terngrad (differ per rank
+                      // for independent rounding, e.g. base seed + rank)
 };
 
 // Everything derived from a valid config.
@@ -63,12 +73,12 @@ struct CompressorLayout {
   MemoryKind memory = MemoryKind::kNone;
   int64_t n = 0;
   int world_size = 1;
-  int64_t k = 0;               // selected count (topk, randk, dgc), else 0
+  int64_t k = 0;  // selected count (topk, randk, dgc), else 0
   double ratio = 0.01;
   uint64_t seed = 0;
-  bool allreduce = false;      // collective: allreduce (else allgather)
-  int64_t payload_bytes = 0;   // bytes each rank sends
-  int64_t state_floats = 0;    // floats of per-group state (memory, momentum) the caller owns
+  bool allreduce = false;  // collective: allreduce (else allgather)
+  int64_t payload_bytes = 0;  // bytes each rank sends
+  int64_t state_floats = 0;  // floats of per-group state (memory, momentum) the caller owns
   int64_t decode_input_bytes = 0;  // allgather: W * payload_bytes; allreduce: payload_bytes
 };
 
@@ -103,21 +113,19 @@ class Compressor {
 
   // Compresses grad (n floats) plus the memory into payload (payload_bytes()), updating state.
   // `iteration` keys the random choices (randk, qsgd, terngrad) with the seed.
-  Status Encode(std::span<const float> grad, std::span<float> state, uint64_t iteration,
-                std::span<std::byte> payload, void* stream = nullptr);
+  Status Encode(std::span<const float> grad, std::span<float> state, uint64_t iteration, std::span<std::byte> payload,
+                void* stream = nullptr);
   // Writes the average over ranks into out (n floats). payloads: decode_input_bytes() bytes,
   // the W payloads side by side for allgather compressors, the one reduced buffer for
   // allreduce ones. `iteration` must be the encode's (randk's indices); others ignore it.
-  Status Decode(std::span<const std::byte> payloads, std::span<float> out, uint64_t iteration,
-                void* stream = nullptr);
+  Status Decode(std::span<const std::byte> payloads, std::span<float> out, uint64_t iteration, void* stream = nullptr);
 
  protected:
   Compressor(CompressorLayout layout, Backend backend);
 
  private:
   // Sizes are checked; the implementation trusts them.
-  virtual Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload,
-                            void* stream) = 0;
+  virtual Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload, void* stream) = 0;
   virtual Status DecodeImpl(const std::byte* payloads, float* out, uint64_t iteration, void* stream) = 0;
 
   CompressorLayout layout_;
@@ -142,7 +150,10 @@ class Buffer {
   ~Buffer();
 
   void* data() const { return data_; }
-  template <typename T> T* as() const { return static_cast<T*>(data_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   int64_t size_bytes() const { return size_bytes_; }
   Backend backend() const { return backend_; }
   // Synchronous copies and fill; size_bytes must not exceed size_bytes().

@@ -11,8 +11,8 @@ namespace cupcake::kernels {
 
 enum class CuptiMarks {
   kOff,  // kernel, memcpy and memset records; SetMark fails
-  kOn,   // also the runtime and driver API and external correlation records, so each record
-         // carries the mark current on its launching thread (cuptiActivityPushExternalCorrelationId)
+  kOn,  // also the runtime and driver API and external correlation records, so each record
+        // carries the mark current on its launching thread (cuptiActivityPushExternalCorrelationId)
 };
 
 // Start() enables CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, MEMCPY and MEMSET (with marks also

@@ -29,9 +29,9 @@ namespace cupcake::planner {
 
 struct PlanRequest {
   std::string compressor = "fp32";
-  double ratio = kDefaultRatio;      // used by topk, randk, dgc
+  double ratio = kDefaultRatio;  // used by topk, randk, dgc
   pb::Device device = pb::DEVICE_UNSPECIFIED;  // unspecified: gpu if the profile has its curves
-  std::string memory;                // empty: the compressor's default
+  std::string memory;  // empty: the compressor's default
   uint64_t seed = 0;
 };
 

@@ -18,7 +18,7 @@ struct PlanDiff {
   // One line per difference, in a stable order: what and how it changed.
   std::vector<std::string> changes;
   double time_change_pct = 0;  // (b - a) / a * 100 of predicted.iteration_us
-  bool different = false;      // a structural change, or a time change beyond the tolerance
+  bool different = false;  // a structural change, or a time change beyond the tolerance
 };
 
 // Compares a and b: model, profile, world size, device, compressor, group boundaries (as

@@ -14,12 +14,12 @@ namespace cupcake::planner {
 
 enum class Algorithm {
   kBranchAndBound,  // exact DP over prefixes with dominance and bounds (the default)
-  kExhaustive,      // every partition; the tests' oracle, refused above kMaxExhaustiveTensors
+  kExhaustive,  // every partition; the tests' oracle, refused above kMaxExhaustiveTensors
   // Fixed strategies, no search: what users run today, planned so that the runtime can run
   // them beside the optimum (an evaluation's baselines). Never "proven optimal".
-  kLayerwise,       // one group per tensor
-  kOneGroup,        // one group of every tensor
-  kBucket,          // buckets of SearchOptions::bucket_bytes, closed as DDP closes them
+  kLayerwise,  // one group per tensor
+  kOneGroup,  // one group of every tensor
+  kBucket,  // buckets of SearchOptions::bucket_bytes, closed as DDP closes them
 };
 
 // Whether `a` is a fixed strategy rather than a search.
@@ -41,12 +41,12 @@ struct SearchOptions {
 };
 
 struct SearchStats {
-  std::string algorithm;    // "branch_and_bound" or "exhaustive"
-  int64_t states = 0;       // labels expanded (exhaustive: partitions evaluated)
+  std::string algorithm;  // "branch_and_bound" or "exhaustive"
+  int64_t states = 0;  // labels expanded (exhaustive: partitions evaluated)
   int64_t transitions = 0;  // nodes: groups priced and labels compared
-  int64_t pruned = 0;       // labels dropped by a bound or by dominance
+  int64_t pruned = 0;  // labels dropped by a bound or by dominance
   int64_t budget = 0;
-  bool optimal = false;     // proven: the search finished within its budget
+  bool optimal = false;  // proven: the search finished within its budget
 };
 
 struct SearchResult {

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "cupcake/comm/communicator.h"
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/profile/clock.h"
-#include "cupcake/comm/communicator.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/sweep.h"
 #include "cupcake/proto/status.h"
@@ -19,9 +19,9 @@ namespace cupcake::profile {
 // Where the ranks run: hosts in rank order, and this rank's place.
 struct Topology {
   std::vector<std::string> hosts;  // distinct hosts, in order of their first rank
-  std::vector<int> host_of_rank;   // index into hosts
-  int local_rank = 0;              // among the ranks of this rank's host
-  int ranks_per_host = 0;          // 0 when hosts have different counts
+  std::vector<int> host_of_rank;  // index into hosts
+  int local_rank = 0;  // among the ranks of this rank's host
+  int ranks_per_host = 0;  // 0 when hosts have different counts
 };
 // Collective: allgathers the host names.
 StatusOr<Topology> DiscoverTopology(comm::Communicator& world);
@@ -32,11 +32,11 @@ StatusOr<Topology> DiscoverTopology(comm::Communicator& world);
 Status AgreeOnConfiguration(comm::Communicator& world, const std::vector<std::pair<std::string, std::string>>& flags);
 
 struct CommSweepOptions {
-  std::vector<int64_t> sizes;      // bytes of each rank's send buffer, ascending, >= 4
-  std::vector<pb::CommOp> ops;     // empty: all five
+  std::vector<int64_t> sizes;  // bytes of each rank's send buffer, ascending, >= 4
+  std::vector<pb::CommOp> ops;  // empty: all five
   int warmup = 5;
   int iters = 20;
-  bool force = false;              // re-measure points the sink has
+  bool force = false;  // re-measure points the sink has
   // Whose collectives are measured: nullptr for `world` itself, or a communicator over the same
   // ranks in the same order (NCCL on GPU memory), while `world` (MPI on host memory) makes the
   // sweep's own exchanges: barriers, the slowest median, the wrong counts. Not owned.

@@ -19,13 +19,13 @@ namespace cupcake::profile {
 
 struct KernelSweepOptions {
   pb::Device device = pb::CPU;
-  std::vector<int64_t> elements;   // group sizes n (elements), ascending; copies use 4n bytes
+  std::vector<int64_t> elements;  // group sizes n (elements), ascending; copies use 4n bytes
   std::vector<std::string> compressors;  // empty: every compressor of the catalogue
-  int world_size = 1;   // W: decode of allgather compressors sums W payloads
+  int world_size = 1;  // W: decode of allgather compressors sums W payloads
   double ratio = 0.01;  // topk, randk, dgc
   int warmup = 2;
   int iters = 10;
-  bool force = false;   // re-measure points the sink has
+  bool force = false;  // re-measure points the sink has
 };
 
 // Sweeps, in order, for each compressor: encode over `elements`, then decode; then copy pack
@@ -123,8 +123,8 @@ struct KernelSweepReport {
 // activity source is recorded in activity_error and ends kernel-only measurement only.
 // Errors: InvalidArgument for bad options and for a device other than gpu.
 StatusOr<KernelSweepReport> SweepKernelsOnDevice(const KernelSweepOptions& options, KernelDevice& device,
-                                                 ActivitySource* activity, ProfileSink& sink,
-                                                 ProfileSink* kernel_sink, const ProgressFn& progress = nullptr);
+                                                 ActivitySource* activity, ProfileSink& sink, ProfileSink* kernel_sink,
+                                                 const ProgressFn& progress = nullptr);
 
 // The CUDA device `ordinal` with a new stream and a pair of events, from the backends library
 // (cupcake_profile_backends). FailedPrecondition when this build has no CUDA ("this build has no

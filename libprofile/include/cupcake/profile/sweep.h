@@ -25,16 +25,16 @@ using ProgressFn = std::function<void(int64_t done, int64_t total)>;
 
 // One measured (or refused) point, for reports.
 struct SweepPoint {
-  std::string curve;   // CurveKey
+  std::string curve;  // CurveKey
   int64_t size = 0;
   double us = 0;
-  int wrong = 0;       // comm: collectives whose result was wrong (the point is then not stored)
+  int wrong = 0;  // comm: collectives whose result was wrong (the point is then not stored)
 };
 
 struct SweepReport {
   int64_t measured = 0;  // points measured and stored
-  int64_t skipped = 0;   // points the sink had already (resume)
-  int64_t wrong = 0;     // comm: points not stored because a result was wrong
+  int64_t skipped = 0;  // points the sink had already (resume)
+  int64_t wrong = 0;  // comm: points not stored because a result was wrong
   std::vector<SweepPoint> points;  // the measured ones, in order
 };
 

@@ -96,7 +96,7 @@ void cupcake_recorder_destroy(cupcake_recorder* recorder);
 const char* cupcake_last_error(void);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
-#endif  /* CUPCAKE_RUNTIME_CUPCAKE_H_ */
+#endif /* CUPCAKE_RUNTIME_CUPCAKE_H_ */

@@ -112,14 +112,14 @@ class Recorder {
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
   std::vector<std::vector<double>> gaps_us_;  // [tensor][iteration], completed iterations only
-  std::vector<double> current_us_;            // this iteration's gaps so far
+  std::vector<double> current_us_;  // this iteration's gaps so far
   bool in_backward_ = false;
-  int next_ = 0;                              // the next tensor expected this iteration
-  double last_us_ = 0;                        // when the previous mark happened
+  int next_ = 0;  // the next tensor expected this iteration
+  double last_us_ = 0;  // when the previous mark happened
   int completed_ = 0;
-  std::vector<double> merged_us_;             // after MergeRanks, until the next iteration completes
+  std::vector<double> merged_us_;  // after MergeRanks, until the next iteration completes
   int merged_ranks_ = 0;
-  int merged_iterations_ = 0;                 // the fewest completed iterations over the merged ranks
+  int merged_iterations_ = 0;  // the fewest completed iterations over the merged ranks
 };
 
 // The CUPTI activity source with marks (kernels::OpenCuptiActivitySource) for

@@ -48,10 +48,10 @@
 #include <string>
 #include <vector>
 
+#include "cupcake/comm/communicator.h"
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/clock.h"
 #include "cupcake/proto/status.h"
-#include "cupcake/comm/communicator.h"
 
 namespace cupcake::runtime {
 
@@ -100,7 +100,8 @@ class Session {
                                                    std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options = {});
   // The same for a plan already in memory (validated here with ValidatePlan).
-  static StatusOr<std::unique_ptr<Session>> Create(const pb::Plan& plan, std::unique_ptr<comm::Communicator> communicator,
+  static StatusOr<std::unique_ptr<Session>> Create(const pb::Plan& plan,
+                                                   std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options = {});
   // Stops the communication thread. If a collective is still in progress (a peer never joined
   // it, or the session is dropped mid-step), it aborts the group first: the in-process group's

@@ -14,22 +14,22 @@
 namespace cupcake {
 
 enum class PayloadFormula {
-  kDense32,      // 4n (fp32)
-  kDense16,      // 2n (fp16)
-  kSparse,       // 8k: values fp32 + indices int32 (topk, dgc)
-  kValuesOnly,   // 4k: values at indices known to every rank (randk)
-  kInt8Norm,     // n + 4 (qsgd)
-  kSignScale,    // ceil(n/8) + 4 (signsgd, efsignsgd, signum)
-  kTernaryScale, // ceil(n/4) + 4 (terngrad)
-  kSignTwoMeans, // ceil(n/8) + 8 (onebit)
+  kDense32,  // 4n (fp32)
+  kDense16,  // 2n (fp16)
+  kSparse,  // 8k: values fp32 + indices int32 (topk, dgc)
+  kValuesOnly,  // 4k: values at indices known to every rank (randk)
+  kInt8Norm,  // n + 4 (qsgd)
+  kSignScale,  // ceil(n/8) + 4 (signsgd, efsignsgd, signum)
+  kTernaryScale,  // ceil(n/4) + 4 (terngrad)
+  kSignTwoMeans,  // ceil(n/8) + 8 (onebit)
 };
 
 struct CompressorInfo {
   std::string_view name;
-  pb::CommOp collective;        // allreduce or allgather
+  pb::CommOp collective;  // allreduce or allgather
   PayloadFormula payload;
-  bool uses_ratio;              // topk, randk, dgc: k = max(1, floor(ratio n))
-  bool uses_seed;               // randk, qsgd, terngrad
+  bool uses_ratio;  // topk, randk, dgc: k = max(1, floor(ratio n))
+  bool uses_seed;  // randk, qsgd, terngrad
   std::string_view default_memory;  // "residual", "dgc" or "none"
   std::string_view summary;
 };

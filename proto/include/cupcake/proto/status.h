@@ -13,12 +13,12 @@ namespace cupcake {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   // bad input: a file, a flag, a buffer
-  kNotFound,          // a curve, a model, a file that is not there
-  kAlreadyExists,     // import of something the DB holds, without replace
+  kInvalidArgument,  // bad input: a file, a flag, a buffer
+  kNotFound,  // a curve, a model, a file that is not there
+  kAlreadyExists,  // import of something the DB holds, without replace
   kFailedPrecondition,
-  kDataLoss,          // corrupt or truncated data
-  kUnavailable,       // busy DB, dead peer
+  kDataLoss,  // corrupt or truncated data
+  kUnavailable,  // busy DB, dead peer
   kDeadlineExceeded,
   kInternal,
 };
@@ -62,9 +62,18 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return std::holds_alternative<T>(value_); }
   Status status() const { return ok() ? Status::Ok() : std::get<Status>(value_); }
-  const T& value() const& { CheckOk(); return std::get<T>(value_); }
-  T& value() & { CheckOk(); return std::get<T>(value_); }
-  T&& value() && { CheckOk(); return std::get<T>(std::move(value_)); }
+  const T& value() const& {
+    CheckOk();
+    return std::get<T>(value_);
+  }
+  T& value() & {
+    CheckOk();
+    return std::get<T>(value_);
+  }
+  T&& value() && {
+    CheckOk();
+    return std::get<T>(std::move(value_));
+  }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
@@ -116,14 +125,16 @@ std::string CheckOpMessage(const char* expr, const A& a, const B& b) {
   CUPCAKE_ASSIGN_OR_RETURN_IMPL(CUPCAKE_STATUS_CONCAT(cupcake_statusor_, __LINE__), lhs, expr)
 
 // Bugs: abort with the condition (and both values for the comparison forms).
-#define CUPCAKE_CHECK(cond) \
-  do { if (!(cond)) ::cupcake::internal::CheckFailed(__FILE__, __LINE__, #cond); } while (0)
-#define CUPCAKE_CHECK_OP(a, b, op)                                                        \
-  do {                                                                                    \
-    const auto& cupcake_a_ = (a);                                                         \
-    const auto& cupcake_b_ = (b);                                                         \
-    if (!(cupcake_a_ op cupcake_b_))                                                      \
-      ::cupcake::internal::CheckFailed(                                                   \
+#define CUPCAKE_CHECK(cond)                                                   \
+  do {                                                                        \
+    if (!(cond)) ::cupcake::internal::CheckFailed(__FILE__, __LINE__, #cond); \
+  } while (0)
+#define CUPCAKE_CHECK_OP(a, b, op)                                                                             \
+  do {                                                                                                         \
+    const auto& cupcake_a_ = (a);                                                                              \
+    const auto& cupcake_b_ = (b);                                                                              \
+    if (!(cupcake_a_ op cupcake_b_))                                                                           \
+      ::cupcake::internal::CheckFailed(                                                                        \
           __FILE__, __LINE__, ::cupcake::internal::CheckOpMessage(#a " " #op " " #b, cupcake_a_, cupcake_b_)); \
   } while (0)
 #define CUPCAKE_CHECK_EQ(a, b) CUPCAKE_CHECK_OP(a, b, ==)

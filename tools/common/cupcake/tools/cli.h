@@ -24,7 +24,7 @@ inline constexpr int kExitUsage = 2;
 
 // What a command gets: its arguments (after the command name) and the streams to write.
 struct Invocation {
-  std::string tool;     // "cupcake-profile"
+  std::string tool;  // "cupcake-profile"
   std::string command;  // "import"
   std::vector<std::string> args;
   std::ostream& out;
@@ -33,12 +33,12 @@ struct Invocation {
 
 struct Command {
   std::string name;
-  std::string help;                     // one line, shown by --help
+  std::string help;  // one line, shown by --help
   std::function<int(Invocation&)> run;  // returns the exit code
 };
 
 struct ToolInfo {
-  std::string name;     // "cupcake-profile"
+  std::string name;  // "cupcake-profile"
   std::string summary;  // one line
 };
 

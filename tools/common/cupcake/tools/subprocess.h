@@ -14,7 +14,8 @@ namespace cupcake::tools {
 // waits for it; returns its wait status (WIFEXITED etc.). When it cannot be started, the child
 // writes "<cannot_run><argv[0]>: <reason>" to stderr and exits 127. InternalError naming
 // `who` when fork or waitpid fail.
-StatusOr<int> RunChild(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-                       const std::string& who, const std::string& cannot_run);
+StatusOr<int> RunChild(const std::vector<std::string>& argv,
+                       const std::vector<std::pair<std::string, std::string>>& env, const std::string& who,
+                       const std::string& cannot_run);
 
 }  // namespace cupcake::tools
