@@ -9,7 +9,8 @@
 #   scripts/testbed.sh status
 #   scripts/testbed.sh down                                               (safe to repeat)
 #
-# Environment: CUPCAKE_TESTBED_DIR (state, default /run/cupcake-testbed), CUPCAKE_TESTBED_PREFIX
+# Environment: CUPCAKE_TESTBED_GSO_MAX_SIZE (e.g. 1514), CUPCAKE_TESTBED_BURST (htb burst and cburst, e.g. 15k; default tc's),
+# CUPCAKE_TESTBED_DIR (state, default /run/cupcake-testbed), CUPCAKE_TESTBED_PREFIX
 # (namespace names, default cupcake), CUPCAKE_TESTBED_NET (first three octets of the private
 # /24 made only inside the namespaces, default 10.77.0).
 # Exit codes: 0 success, 1 failure, 2 usage error, 77 the machine refuses namespaces or tc.
@@ -78,7 +79,14 @@ shape() {
   local ns=$1 dev=$2 rate=$3
   [ "$rate" = none ] && return 0
   tc -n "$ns" qdisc add dev "$dev" root handle 1: htb default 1 &&
-    tc -n "$ns" class add dev "$dev" parent 1: classid 1:1 htb rate "$rate" ceil "$rate" quantum 60000
+    tc -n "$ns" class add dev "$dev" parent 1: classid 1:1 htb rate "$rate" ceil "$rate" quantum 60000 ${CUPCAKE_TESTBED_BURST:+burst $CUPCAKE_TESTBED_BURST cburst $CUPCAKE_TESTBED_BURST}
+}
+
+# CUPCAKE_TESTBED_GSO_MAX_SIZE=1514: no 64 KiB segments, which htb lets through at once (so
+# messages up to 64 KiB pass above the shaped rate), at a per-packet CPU cost (docs/TESTBED.md).
+set_gso() {
+  [ -z "${CUPCAKE_TESTBED_GSO_MAX_SIZE:-}" ] && return 0
+  ip -n "$1" link set "$2" gso_max_size "$CUPCAKE_TESTBED_GSO_MAX_SIZE"
 }
 
 build() {
@@ -97,6 +105,7 @@ build() {
       ip -n "$ns" link add eth0 type veth peer name p$i netns "$SWITCH_NS" &&
       ip -n "$ns" addr add "$(host_ip "$i")/24" dev eth0 &&
       ip -n "$ns" link set eth0 up &&
+      set_gso "$ns" eth0 && set_gso "$SWITCH_NS" p$i &&
       ip -n "$SWITCH_NS" link set p$i master br0 &&
       ip -n "$SWITCH_NS" link set p$i up &&
       shape "$ns" eth0 "$rate" && shape "$SWITCH_NS" p$i "$rate" || return 1
