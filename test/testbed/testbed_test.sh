@@ -12,6 +12,7 @@ export CUPCAKE_TESTBED_DIR="${TMPDIR:-/tmp}/cupcake-testbed-test.$$"
 export CUPCAKE_TESTBED_PREFIX="cptt$$"
 export CUPCAKE_TESTBED_NET="10.78.$(($$ % 250))"
 work=$(mktemp -d)
+cd "$work" || exit 1   # runtime_mpi_test writes its files into the working directory
 cleanup() { "$tb" down >/dev/null 2>&1; rm -rf "$work"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
