@@ -153,6 +153,11 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     p.Add("groups", "empty; expected groups covering tensors 0.." + std::to_string(n - 1) + of_model);
     return;
   }
+  // The compressor every group's payload and collective are checked against (reported
+  // elsewhere when unknown or its ratio is out of range).
+  const CompressorInfo* info = FindCompressor(plan.compressor().name());
+  const double ratio = plan.compressor().ratio();
+  const bool ratio_ok = info != nullptr && (!info->uses_ratio || (ratio > 0 && ratio <= 1));
   int expected_first = 0;
   bool in_range = true;
   for (int k = 0; k < plan.groups_size(); ++k) {
@@ -198,12 +203,9 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
       in_range = false;
       expected_first = std::max(expected_first, g.last_tensor() + 1);
     }
-    const CompressorInfo* info = FindCompressor(plan.compressor().name());
-    const double ratio = plan.compressor().ratio();
-    const bool ratio_ok = info != nullptr && (!info->uses_ratio || (ratio > 0 && ratio <= 1));  // else reported
     if (ok && ratio_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
       const int64_t expected =
-          g.options().compress() ? PayloadBytes(*info, g.numel(), plan.compressor().ratio()) : 4 * g.numel();
+          g.options().compress() ? PayloadBytes(*info, g.numel(), ratio) : 4 * g.numel();
       if (g.payload_bytes() != expected)
         p.Add(f + ".payload_bytes", "does not match the compressor; got " + std::to_string(g.payload_bytes()) +
                                         ", expected " + std::to_string(expected) + " (" +
