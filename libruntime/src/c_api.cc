@@ -163,6 +163,16 @@ int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int6
   return Report(recorder->recorder->Register(name != nullptr ? name : "", numel));
 }
 
+int cupcake_recorder_begin_forward(cupcake_recorder* recorder) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_begin_forward");
+  return Report(recorder->recorder->BeginForward());
+}
+
+int cupcake_recorder_end_iteration(cupcake_recorder* recorder) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_end_iteration");
+  return Report(recorder->recorder->EndIteration());
+}
+
 int cupcake_recorder_begin_backward(cupcake_recorder* recorder) {
   if (recorder == nullptr) return NullRecorder("cupcake_recorder_begin_backward");
   return Report(recorder->recorder->BeginBackward());

@@ -44,6 +44,9 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The median of the samples; -1 when there are none (the field stays absent).
+double MedianOrNone(const std::vector<double>& v) { return v.empty() ? -1 : Median(v); }
+
 }  // namespace
 
 Recorder::Recorder(std::string model_name, const RecorderOptions& options)
@@ -78,6 +81,26 @@ Status Recorder::Register(const std::string& name, int64_t numel) {
 int Recorder::registered() const { return static_cast<int>(names_.size()); }
 int Recorder::completed_iterations() const { return completed_; }
 
+Status Recorder::BeginForward() {
+  if (in_backward_)
+    return FailedPreconditionError("recorder: BeginForward: iteration " + std::to_string(completed_) +
+                                   " is in backward; expected BeginForward before BeginBackward");
+  awaiting_end_ = false;
+  forward_start_us_ = clock_->NowUs();
+  return Status::Ok();
+}
+
+Status Recorder::EndIteration() {
+  const double now_us = clock_->NowUs();
+  if (!awaiting_end_)
+    return FailedPreconditionError(
+        "recorder: EndIteration: no iteration to end; expected it once after the last GradientReady of an iteration");
+  awaiting_end_ = false;
+  update_us_.push_back(std::max(0.0, now_us - last_us_));
+  merged_ranks_ = 0;  // a merge is a snapshot of the samples before it
+  return Status::Ok();
+}
+
 Status Recorder::BeginBackward() {
   if (names_.empty())
     return FailedPreconditionError("recorder: BeginBackward: no gradient registered; expected Register first");
@@ -94,9 +117,12 @@ Status Recorder::BeginBackward() {
     }
   }
   in_backward_ = true;
+  awaiting_end_ = false;
   next_ = 0;
   current_us_.clear();
   last_us_ = clock_->NowUs();
+  current_forward_us_ = forward_start_us_ < 0 ? -1 : std::max(0.0, last_us_ - forward_start_us_);
+  forward_start_us_ = -1;
   return Status::Ok();
 }
 
@@ -139,8 +165,10 @@ Status Recorder::GradientReady(int i) {
   ++next_;
   if (next_ == registered()) {
     for (size_t t = 0; t < names_.size(); ++t) gaps_us_[t].push_back(current_us_[t]);
+    if (current_forward_us_ >= 0) forward_us_.push_back(current_forward_us_);
     ++completed_;
     in_backward_ = false;
+    awaiting_end_ = true;
     merged_us_.clear();  // a merge is a snapshot of the iterations before it
     merged_ranks_ = 0;
   }
@@ -196,10 +224,14 @@ Status Recorder::MergeRanks(comm::Communicator& comm) {
       return FailedPreconditionError(where + "rank " + std::to_string(r) +
                                      " has no completed iteration; expected every rank to record at least one");
   }
+  // Each rank sends its n median gaps, then its forward and update medians (-1: none).
   CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> medians, MedianBackwardUs());
   const size_t n = medians.size();
-  std::vector<double> gathered(n * static_cast<size_t>(w));
-  CUPCAKE_RETURN_IF_ERROR(comm.Allgather(medians.data(), gathered.data(), static_cast<int64_t>(n * sizeof(double)))
+  medians.push_back(MedianOrNone(forward_us_));
+  medians.push_back(MedianOrNone(update_us_));
+  const size_t stride = n + 2;
+  std::vector<double> gathered(stride * static_cast<size_t>(w));
+  CUPCAKE_RETURN_IF_ERROR(comm.Allgather(medians.data(), gathered.data(), static_cast<int64_t>(stride * sizeof(double)))
                               .WithPrefix("recorder: MergeRanks"));
   // 1. Each rank's ready times (prefix sums of its gaps, summed in the same order everywhere);
   // 2. their maximum over ranks; 3. back to gaps.
@@ -207,12 +239,19 @@ Status Recorder::MergeRanks(comm::Communicator& comm) {
   for (int r = 0; r < w; ++r) {
     double t = 0;
     for (size_t i = 0; i < n; ++i) {
-      t += gathered[static_cast<size_t>(r) * n + i];
+      t += gathered[static_cast<size_t>(r) * stride + i];
       ready[i] = r == 0 ? t : std::max(ready[i], t);
     }
   }
   merged_us_.assign(n, 0.0);
   for (size_t i = 0; i < n; ++i) merged_us_[i] = std::max(0.0, ready[i] - (i == 0 ? 0.0 : ready[i - 1]));
+  // Forward and update: the slowest rank's among those that marked them (the iteration waits for
+  // every rank), -1 when none did.
+  merged_forward_us_ = merged_update_us_ = -1;
+  for (int r = 0; r < w; ++r) {
+    merged_forward_us_ = std::max(merged_forward_us_, gathered[static_cast<size_t>(r) * stride + n]);
+    merged_update_us_ = std::max(merged_update_us_, gathered[static_cast<size_t>(r) * stride + n + 1]);
+  }
   merged_ranks_ = w;
   merged_iterations_ = static_cast<int>(all[0].completed);
   for (const MergeHeader& h : all) merged_iterations_ = std::min(merged_iterations_, static_cast<int>(h.completed));
@@ -225,6 +264,9 @@ StatusOr<std::vector<double>> Recorder::BackwardUs() const {
   if (merged_ranks_ > 0) return merged_us_;
   return MedianBackwardUs();
 }
+
+double Recorder::ForwardUs() const { return merged_ranks_ > 0 ? merged_forward_us_ : MedianOrNone(forward_us_); }
+double Recorder::UpdateUs() const { return merged_ranks_ > 0 ? merged_update_us_ : MedianOrNone(update_us_); }
 
 StatusOr<std::string> Recorder::ToJson() const {
   CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> medians, BackwardUs());
@@ -239,6 +281,14 @@ StatusOr<std::string> Recorder::ToJson() const {
   AppendJsonString(out, model_name_);
   out += ",\n  \"source\": ";
   AppendJsonString(out, source);
+  if (const double f = ForwardUs(); f >= 0) {
+    out += ",\n  \"forward_us\": ";
+    AppendDouble(out, f);
+  }
+  if (const double u = UpdateUs(); u >= 0) {
+    out += ",\n  \"update_us\": ";
+    AppendDouble(out, u);
+  }
   out += ",\n  \"tensors\": [";
   for (size_t t = 0; t < names_.size(); ++t) {
     out += t == 0 ? "\n    {\"name\": " : ",\n    {\"name\": ";

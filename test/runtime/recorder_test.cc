@@ -332,6 +332,91 @@ TEST(RecorderMerge, TakesTheSlowestRankPerTensorOnReadyTimes) {
   EXPECT_EQ(model->tensors(2).backward_us(), 146);
 }
 
+// One iteration with forward and update marked: forward from `start_us` for `forward_us`, the
+// gradients' `gaps`, then the update for `update_us` after the last gradient.
+void MarkedIteration(Recorder& r, ScriptedClock& clock, double start_us, double forward_us,
+                     const std::vector<double>& gaps, double update_us) {
+  clock.Push(start_us);
+  ASSERT_TRUE(r.BeginForward().ok());
+  Iteration(r, clock, start_us + forward_us, gaps);
+  double last = start_us + forward_us;
+  for (double g : gaps) last += g;
+  clock.Push(last + update_us);
+  Status s = r.EndIteration();
+  ASSERT_TRUE(s.ok()) << s.message();
+}
+
+TEST(Recorder, ForwardAndUpdateAreMediansOfTheMarkedIterations) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  EXPECT_LT(r->ForwardUs(), 0) << "nothing marked yet";
+  MarkedIteration(*r, clock, 0, 400, {1, 2, 3}, 90);
+  MarkedIteration(*r, clock, 1000, 800, {1, 2, 3}, 30);  // outliers: forward, and update low
+  MarkedIteration(*r, clock, 5000, 500, {1, 2, 3}, 70);
+  Iteration(*r, clock, 9000, {1, 2, 3});  // neither marked: no sample
+  EXPECT_EQ(r->ForwardUs(), 500);
+  EXPECT_EQ(r->UpdateUs(), 70);
+  auto json = r->ToJson();
+  ASSERT_TRUE(json.ok());
+  auto model = profile::ParseModelJson(*json, "marked");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_TRUE(model->has_forward_us() && model->has_update_us());
+  EXPECT_EQ(model->forward_us(), 500);
+  EXPECT_EQ(model->update_us(), 70);
+  EXPECT_NE(json->find("\"forward_us\": 500.0,\n  \"update_us\": 70.0,\n  \"tensors\""), std::string::npos) << *json;
+}
+
+TEST(Recorder, UnmarkedModelsHaveNoForwardOrUpdate) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  Iteration(*r, clock, 0, {1, 2, 3});
+  auto model = profile::ParseModelJson(*r->ToJson(), "unmarked");
+  ASSERT_TRUE(model.ok());
+  EXPECT_FALSE(model->has_forward_us());
+  EXPECT_FALSE(model->has_update_us());
+}
+
+TEST(Recorder, RejectsMisplacedForwardAndUpdateMarks) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  clock.Push(0);
+  Status s = r->EndIteration();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("EndIteration: no iteration to end"), std::string::npos) << s.message();
+  clock.Push(1);
+  ASSERT_TRUE(r->BeginBackward().ok());
+  s = r->BeginForward();  // reads no time
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("BeginForward: iteration 0 is in backward"), std::string::npos) << s.message();
+  for (int i = 0; i < 3; ++i) {
+    clock.Push(10.0 + i);
+    ASSERT_TRUE(r->GradientReady(i).ok());
+  }
+  clock.Push(20);
+  ASSERT_TRUE(r->EndIteration().ok());
+  clock.Push(21);
+  EXPECT_EQ(r->EndIteration().code(), StatusCode::kFailedPrecondition) << "once per iteration";
+  EXPECT_EQ(r->UpdateUs(), 8);
+  EXPECT_LT(r->ForwardUs(), 0);
+}
+
+TEST(RecorderMerge, ForwardAndUpdateAreTheSlowestMarkingRanks) {
+  InProcessGroup group(3);
+  OnRanks(group, 3, [&](int r, Communicator& comm) {
+    ScriptedClock clock;
+    auto rec = ThreeTensors(clock);
+    if (r == 2) {
+      Iteration(*rec, clock, 0, {1, 1, 1});  // rank 2 marks nothing
+    } else {
+      MarkedIteration(*rec, clock, 0, r == 0 ? 300 : 200, {1, 1, 1}, r == 0 ? 10 : 40);
+    }
+    Status s = rec->MergeRanks(comm);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(rec->ForwardUs(), 300) << "rank " << r;
+    EXPECT_EQ(rec->UpdateUs(), 40) << "rank " << r;
+  });
+}
+
 TEST(RecorderMerge, FailsOnEveryRankWhenRanksRegisteredOtherTensors) {
   InProcessGroup group(2);
   std::vector<Status> results(2);
@@ -379,10 +464,13 @@ TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
   ASSERT_EQ(cupcake_recorder_register(r, "w", 8), CUPCAKE_OK);
   ASSERT_EQ(cupcake_recorder_register(r, "b", 2), CUPCAKE_OK);
   for (int it = 0; it < 3; ++it) {
+    ASSERT_EQ(cupcake_recorder_begin_forward(r), CUPCAKE_OK);
     ASSERT_EQ(cupcake_recorder_begin_backward(r), CUPCAKE_OK);
     ASSERT_EQ(cupcake_recorder_gradient_ready(r, 0), CUPCAKE_OK);
     ASSERT_EQ(cupcake_recorder_gradient_ready(r, 1), CUPCAKE_OK);
+    ASSERT_EQ(cupcake_recorder_end_iteration(r), CUPCAKE_OK);
   }
+  EXPECT_EQ(cupcake_recorder_end_iteration(r), CUPCAKE_FAILED_PRECONDITION);
   EXPECT_EQ(cupcake_recorder_gradient_ready(r, 0), CUPCAKE_FAILED_PRECONDITION);
   EXPECT_STREQ(cupcake_last_error(), "recorder: GradientReady(0): outside backward; expected BeginBackward first");
   const std::string path = TempPath("capi.json");
@@ -394,6 +482,7 @@ TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
   ASSERT_TRUE(model.ok()) << model.status().message();
   EXPECT_EQ(model->tensors_size(), 2);
   EXPECT_GE(model->tensors(1).backward_us(), 0);
+  EXPECT_TRUE(model->has_forward_us() && model->has_update_us());
   std::filesystem::remove(path);
   EXPECT_EQ(cupcake_recorder_begin_backward(nullptr), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),

@@ -73,7 +73,9 @@ void cupcake_session_destroy(cupcake_session* session);
  * steady clock and writes them as a cupcake.model.v1 file. Register in gradient-ready order;
  * each iteration: cupcake_recorder_begin_backward, then cupcake_recorder_gradient_ready(r, i)
  * for i = 0, 1, ...; then, with several ranks, cupcake_recorder_merge on every rank, and
- * cupcake_recorder_write on rank 0. */
+ * cupcake_recorder_write on rank 0. Optional per iteration, for the model's forward_us and
+ * update_us: cupcake_recorder_begin_forward before begin_backward, and
+ * cupcake_recorder_end_iteration after the optimizer step. */
 typedef struct cupcake_recorder cupcake_recorder;
 int cupcake_recorder_create(const char* model_name, cupcake_recorder** out);
 /* On a GPU: the gaps are the device's busy time of the work launched between the marks, from
@@ -81,7 +83,9 @@ int cupcake_recorder_create(const char* model_name, cupcake_recorder** out);
  * CUPCAKE_FAILED_PRECONDITION when the build has no CUPTI or another CUPTI source exists. */
 int cupcake_recorder_create_cupti(const char* model_name, cupcake_recorder** out);
 int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int64_t numel);
+int cupcake_recorder_begin_forward(cupcake_recorder* recorder);
 int cupcake_recorder_begin_backward(cupcake_recorder* recorder);
+int cupcake_recorder_end_iteration(cupcake_recorder* recorder);
 int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor);
 /* A collective over MPI (`mpi_comm` points to the job's MPI_Comm, NULL: MPI_COMM_WORLD; the
  * runtime duplicates it): every rank calls it; afterwards every rank holds the same model, per

@@ -9,6 +9,14 @@
 // median of its gaps over the completed iterations (the mean of the two middle ones for an even
 // count). Time comes from the Clock passed in.
 //
+// Forward and update (optional): BeginForward() before BeginBackward() marks the start of the
+// iteration's forward pass, and EndIteration() after the last GradientReady() marks the end of the
+// optimizer's update. The model's forward_us is the median of BeginForward -> BeginBackward, its
+// update_us the median of the last GradientReady -> EndIteration (what follows the last gradient
+// hook: the rest of backward, the job's copies and the optimizer step), over the completed
+// iterations that marked them. A job that never calls them writes a model without those fields
+// (read as 0 by the planner).
+//
 // Across ranks (MergeRanks): every rank records, then all merge over a communicator, so every
 // rank holds the same model and rank 0 writes it. The merged backward_us of tensor i is the
 // *slowest rank's*, taken on ready times rather than gaps: each rank's ready time of tensor i is
@@ -70,11 +78,15 @@ class Recorder {
   Status Register(const std::string& name, int64_t numel);
   int registered() const;
 
+  // Forward starts (optional, before BeginBackward): the reference time of forward_us.
+  Status BeginForward();
   // Backward starts: the reference time of gap 0. The previous iteration, if any, must be
   // complete (every registered gradient ready).
   Status BeginBackward();
   // Tensor i's gradient is ready; i must be the next in gradient-ready order.
   Status GradientReady(int i);
+  // The update after the last gradient is done (optional, once per completed iteration).
+  Status EndIteration();
   // Iterations whose every gradient became ready.
   int completed_iterations() const;
 
@@ -91,6 +103,10 @@ class Recorder {
   int merged_ranks() const;
   // The model's backward_us: the merged ones after MergeRanks, else MedianBackwardUs().
   StatusOr<std::vector<double>> BackwardUs() const;
+  // The model's forward_us and update_us: medians over this rank's marked iterations (the
+  // slowest rank's after MergeRanks); a negative value when no iteration marked them.
+  double ForwardUs() const;
+  double UpdateUs() const;
 
   // The cupcake.model.v1 JSON text (docs/FORMATS.md) of BackwardUs().
   StatusOr<std::string> ToJson() const;
@@ -117,7 +133,12 @@ class Recorder {
   int next_ = 0;  // the next tensor expected this iteration
   double last_us_ = 0;  // when the previous mark happened
   int completed_ = 0;
+  double forward_start_us_ = -1;  // BeginForward of this iteration; < 0: not marked
+  double current_forward_us_ = -1;
+  bool awaiting_end_ = false;  // an iteration completed and EndIteration may mark its update
+  std::vector<double> forward_us_, update_us_;  // samples, marked iterations only
   std::vector<double> merged_us_;  // after MergeRanks, until the next iteration completes
+  double merged_forward_us_ = -1, merged_update_us_ = -1;
   int merged_ranks_ = 0;
   int merged_iterations_ = 0;  // the fewest completed iterations over the merged ranks
 };
