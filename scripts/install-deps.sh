@@ -17,6 +17,10 @@ packages=(
   # machine and the test train_mlp_np2 trains it. With its dependencies it is most of the
   # download (about 200 packages); without it the build leaves the example and its test out.
   libtorch-dev
+  # The Python package (python/, docs/PYTHON.md): built with python3-dev and pybind11-dev; its
+  # tests and examples/python train with python3-torch (Debian's PyTorch 1.13, on the same
+  # libtorch as libtorch-dev). Without them the package or its tests are left out or skipped.
+  python3-dev pybind11-dev python3-torch
 )
 
 missing=()

@@ -1,0 +1,49 @@
+"""Cupcake's Python package: the runtime (libruntime) for training jobs (docs/PYTHON.md).
+
+`cupcake.torch.DistributedOptimizer` is what a PyTorch job uses. This module holds the process
+state the package shares: MPI, initialized on first use unless the job initialized it already
+(mpi4py, another library), and finalized at exit after every session and recorder made from it
+is closed.
+"""
+
+import atexit
+import ctypes
+import weakref
+
+# Open MPI loads its components with dlopen and expects libmpi's symbols to be global; a Python
+# extension is loaded RTLD_LOCAL, so load libmpi globally first (what mpi4py does).
+for _name in ("libmpi.so.40", "libmpi.so"):
+    try:
+        ctypes.CDLL(_name, mode=ctypes.RTLD_GLOBAL)
+        break
+    except OSError:
+        pass
+
+from ._runtime import Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl  # noqa: E402
+
+__all__ = ["Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "track", "built_with_nccl"]
+
+_mpi = None
+_tracked = weakref.WeakSet()
+
+
+def mpi():
+    """The process's Mpi object: MPI initialized (MPI_THREAD_MULTIPLE) on the first call."""
+    global _mpi
+    if _mpi is None:
+        _mpi = Mpi()
+        atexit.register(_finalize)
+    return _mpi
+
+
+def track(closeable):
+    """Closes `closeable` (a session) at exit, before MPI is finalized. Returns it."""
+    _tracked.add(closeable)
+    return closeable
+
+
+def _finalize():
+    for c in list(_tracked):
+        c.close()
+    if _mpi is not None:
+        _mpi.close()

@@ -1,0 +1,251 @@
+// cupcake._runtime: the Python binding of libruntime (python/README in docs/PYTHON.md).
+//
+// A thin layer: MPI's process state (comm::InitMpi, or the job's own MPI when it initialized it
+// first), Session and Recorder, with every Status turned into a cupcake.Error carrying the
+// runtime's message. Gradients are passed as raw addresses (a torch tensor's data_ptr()) and
+// element counts, so the module does not link LibTorch and works with any framework's float32
+// buffers; cupcake/torch.py does the PyTorch part. Blocking calls release the GIL.
+//
+// Ownership: Python holds each object; a Session or Recorder keeps a reference to the Mpi object
+// it was made from (py::keep_alive), so MPI is finalized only after the last of them is gone.
+// Thread-safety: as the wrapped classes' (one thread at a time per object).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cupcake/comm/communicator.h"
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/nccl.h"
+#include "cupcake/proto/status.h"
+#include "cupcake/runtime/recorder.h"
+#include "cupcake/runtime/session.h"
+
+namespace py = pybind11;
+
+namespace cupcake::python {
+namespace {
+
+// The Python exception every runtime error becomes (cupcake.Error, a RuntimeError); its `code`
+// is the Status code's name. Set once when the module is imported.
+struct ErrorTag {};
+PyObject* error_type = nullptr;
+
+[[noreturn]] void Raise(const Status& status) {
+  py::object error = py::reinterpret_borrow<py::object>(error_type)(status.message());
+  error.attr("code") = py::str(std::string(StatusCodeName(status.code())));
+  PyErr_SetObject(error_type, error.ptr());
+  throw py::error_already_set();
+}
+
+void Check(const Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+template <typename T>
+T Take(StatusOr<T> value) {
+  if (!value.ok()) Raise(value.status());
+  return std::move(value).value();
+}
+
+// MPI for the job: initialized here (MPI_Init_thread, finalized by Close or destruction) unless
+// the job (mpi4py, another library) initialized it first, in which case it stays the job's.
+class Mpi {
+ public:
+  Mpi() {
+    if (!comm::BuiltWithMpi())
+      Raise(FailedPreconditionError("cupcake: this build has no MPI; expected CUPCAKE_WITH_MPI=ON"));
+    if (!comm::MpiInitialized()) process_ = Take(comm::InitMpi(nullptr, nullptr));
+  }
+  // A new communicator on a duplicate of MPI_COMM_WORLD.
+  std::unique_ptr<comm::Communicator> World() {
+    if (closed_) Raise(FailedPreconditionError("cupcake: MPI is finalized; expected a live Mpi object"));
+    if (process_ != nullptr) return Take(process_->World());
+    return Take(comm::MpiCommunicatorFromHandle(nullptr));
+  }
+  bool owns_mpi() const { return process_ != nullptr; }
+  // Finalizes MPI when this object initialized it. Every session and recorder made from it must
+  // be closed first (MPI_Comm_free of their duplicates precedes MPI_Finalize).
+  void Close() {
+    process_.reset();
+    closed_ = true;
+  }
+
+ private:
+  std::unique_ptr<comm::MpiProcess> process_;
+  bool closed_ = false;
+};
+
+struct SessionArgs {
+  std::string compressor;
+  std::string model_fingerprint;
+  double ready_timeout_s = 60;
+  std::string origin;
+};
+
+runtime::SessionOptions ToOptions(const SessionArgs& args, void* job_stream) {
+  runtime::SessionOptions options;
+  options.compressor = args.compressor;
+  options.model_fingerprint = args.model_fingerprint;
+  options.ready_timeout_us = args.ready_timeout_s * 1e6;
+  options.origin = args.origin;
+  options.job_stream = job_stream;
+  return options;
+}
+
+// A Session with Python's calling conventions: close() ends it early (the communication
+// thread stops, the MPI duplicate is freed); every later call raises.
+class PySession {
+ public:
+  // Host memory over MPI.
+  static std::unique_ptr<PySession> Create(const std::string& plan, Mpi& mpi, const SessionArgs& args) {
+    return std::make_unique<PySession>(Take(runtime::Session::Create(plan, mpi.World(), ToOptions(args, nullptr))));
+  }
+  // Device memory over NCCL, bootstrapped through MPI, on the current CUDA device.
+  static std::unique_ptr<PySession> CreateNccl(const std::string& plan, Mpi& mpi, const SessionArgs& args,
+                                               uintptr_t job_stream) {
+    std::unique_ptr<comm::Communicator> world = mpi.World();
+    auto nccl = Take(comm::MakeNcclCommunicator(world.get()));
+    return std::make_unique<PySession>(Take(runtime::Session::Create(
+        plan, std::move(nccl), ToOptions(args, reinterpret_cast<void*>(job_stream)))));  // NOLINT
+  }
+  explicit PySession(std::unique_ptr<runtime::Session> session) : session_(std::move(session)) {}
+
+  runtime::Session& Get() const {
+    if (session_ == nullptr) Raise(FailedPreconditionError("cupcake: Session: closed; expected an open session"));
+    return *session_;
+  }
+  void Close() { session_.reset(); }
+  bool closed() const { return session_ == nullptr; }
+
+ private:
+  std::unique_ptr<runtime::Session> session_;
+};
+
+float* FloatPointer(uintptr_t address) { return reinterpret_cast<float*>(address); }  // NOLINT
+
+void BindSession(py::module_& m) {
+  py::class_<SessionArgs>(m, "SessionOptions")
+      .def(py::init<>())
+      .def_readwrite("compressor", &SessionArgs::compressor)
+      .def_readwrite("model_fingerprint", &SessionArgs::model_fingerprint)
+      .def_readwrite("ready_timeout_s", &SessionArgs::ready_timeout_s)
+      .def_readwrite("origin", &SessionArgs::origin);
+
+  py::class_<PySession>(m, "Session")
+      .def(py::init(&PySession::Create), py::arg("plan"), py::arg("mpi"), py::arg("options") = SessionArgs{},
+           py::keep_alive<1, 3>(), "A session on host memory over MPI (a duplicate of MPI_COMM_WORLD).")
+      .def_static("create_nccl", &PySession::CreateNccl, py::arg("plan"), py::arg("mpi"),
+                  py::arg("options") = SessionArgs{}, py::arg("job_stream") = 0, py::keep_alive<0, 2>(),
+                  "A session on the current CUDA device over NCCL, bootstrapped through MPI.")
+      .def(
+          "register",
+          [](PySession& s, const std::string& name, uintptr_t address, int64_t numel) {
+            Check(s.Get().Register(name, std::span<float>(FloatPointer(address), static_cast<size_t>(numel))));
+          },
+          py::arg("name"), py::arg("address"), py::arg("numel"),
+          "Registers the next gradient (float32 host memory at `address`, `numel` elements) in plan order.")
+      .def(
+          "register_device",
+          [](PySession& s, const std::string& name, uintptr_t address, int64_t numel) {
+            Check(s.Get().RegisterDevice(name, FloatPointer(address), numel));
+          },
+          py::arg("name"), py::arg("address"), py::arg("numel"))
+      .def(
+          "gradient_ready",
+          [](PySession& s, int i) {
+            runtime::Session& session = s.Get();
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = session.GradientReady(i);
+            }
+            Check(status);
+          },
+          py::arg("i"))
+      .def("synchronize",
+           [](PySession& s) {
+             runtime::Session& session = s.Get();
+             Status status;
+             {
+               py::gil_scoped_release release;
+               status = session.Synchronize();
+             }
+             Check(status);
+           })
+      .def(
+          "set_accumulating", [](PySession& s, bool on) { Check(s.Get().SetAccumulating(on)); }, py::arg("on"))
+      .def("close", &PySession::Close, "Stops the session (its thread, its MPI duplicate); later calls raise.")
+      .def_property_readonly("closed", &PySession::closed)
+      .def_property_readonly("registered", [](const PySession& s) { return s.Get().registered(); })
+      .def_property_readonly("tensor_count", [](const PySession& s) { return s.Get().tensor_count(); })
+      .def_property_readonly("group_count", [](const PySession& s) { return s.Get().group_count(); })
+      .def_property_readonly("rank", [](const PySession& s) { return s.Get().rank(); })
+      .def_property_readonly("world_size", [](const PySession& s) { return s.Get().world_size(); })
+      .def_property_readonly("fusion_bytes", [](const PySession& s) { return s.Get().fusion_bytes(); })
+      .def_property_readonly("iteration", [](const PySession& s) { return s.Get().iteration(); });
+}
+
+void BindRecorder(py::module_& m) {
+  using runtime::Recorder;
+  py::class_<Recorder>(m, "Recorder")
+      .def(py::init([](const std::string& model_name) { return Take(Recorder::Create(model_name)); }),
+           py::arg("model_name"), "Record mode on the steady clock (libruntime's Recorder).")
+      .def(
+          "register", [](Recorder& r, const std::string& name, int64_t numel) { Check(r.Register(name, numel)); },
+          py::arg("name"), py::arg("numel"))
+      .def_property_readonly("registered", &Recorder::registered)
+      .def("begin_forward", [](Recorder& r) { Check(r.BeginForward()); })
+      .def("begin_backward", [](Recorder& r) { Check(r.BeginBackward()); })
+      .def(
+          "gradient_ready", [](Recorder& r, int i) { Check(r.GradientReady(i)); }, py::arg("i"))
+      .def("end_iteration", [](Recorder& r) { Check(r.EndIteration()); })
+      .def_property_readonly("completed_iterations", &Recorder::completed_iterations)
+      .def(
+          "merge_ranks",
+          [](Recorder& r, Mpi& mpi) {
+            std::unique_ptr<comm::Communicator> world = mpi.World();
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = r.MergeRanks(*world);
+            }
+            Check(status);
+            return world->rank();
+          },
+          py::arg("mpi"), "Merges over MPI_COMM_WORLD (collective); returns this rank.")
+      .def_property_readonly("merged_ranks", &Recorder::merged_ranks)
+      .def("backward_us", [](const Recorder& r) { return Take(r.BackwardUs()); })
+      .def_property_readonly("forward_us", &Recorder::ForwardUs)
+      .def_property_readonly("update_us", &Recorder::UpdateUs)
+      .def("to_json", [](const Recorder& r) { return Take(r.ToJson()); })
+      .def(
+          "write", [](const Recorder& r, const std::string& path) { Check(r.Write(path)); }, py::arg("path"));
+}
+
+}  // namespace
+}  // namespace cupcake::python
+
+PYBIND11_MODULE(_runtime, m) {
+  using namespace cupcake::python;  // NOLINT: the module body only
+  m.doc() = "Cupcake's runtime (libruntime): sessions that execute a plan, record mode, MPI.";
+  static py::exception<ErrorTag> error(m, "Error", PyExc_RuntimeError);  // NOLINT: pybind11's idiom
+  error_type = error.ptr();
+
+  py::class_<Mpi>(m, "Mpi")
+      .def(py::init<>(), "Initializes MPI (MPI_THREAD_MULTIPLE) unless the job already did.")
+      .def_property_readonly("owns_mpi", &Mpi::owns_mpi)
+      .def("close", &Mpi::Close, "Finalizes MPI when this object initialized it.")
+      .def("world_rank_and_size", [](Mpi& mpi) {
+        auto world = mpi.World();
+        return std::make_pair(world->rank(), world->size());
+      });
+  m.def("built_with_nccl", &cupcake::comm::BuiltWithNccl);
+  BindSession(m);
+  BindRecorder(m);
+}

@@ -1,0 +1,118 @@
+"""The errors a job sees, as Python exceptions carrying the runtime's message (texts pinned here).
+Under mpirun with 2 ranks: a plan for another model (the first tensor that differs is named), a
+gradient withheld on every rank (synchronize() names the missing tensors after the timeout), a
+gradient computed twice before step(), no plan and no CUPCAKE_RECORD. With --world-size, one
+process against a plan for 2 ranks. The expected indices come from the gradient-ready order the
+record stage found with tensor hooks (WORK/order.json), not from the package.
+Usage: errors_job.py WORK | errors_job.py --world-size WORK"""
+
+import json
+import os
+import re
+import sys
+
+import torch
+
+import cnn
+import cupcake
+import cupcake.torch
+
+
+def expect_error(what, fn, pattern, error_type=cupcake.Error):
+    try:
+        fn()
+    except error_type as e:
+        if not re.search(pattern, str(e)):
+            sys.exit("FAIL: %s: message\n  %s\ndoes not match\n  %s" % (what, e, pattern))
+        return e
+    sys.exit("FAIL: %s: no %s raised" % (what, error_type.__name__))
+
+
+def train_step(model, opt, step, use_head2=True):
+    x, y = cnn.batch(0, step)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x, use_head2=use_head2), y).backward()
+    opt.step()
+
+
+def other_model(work, order):
+    """conv1 with 6 channels instead of 8: conv2.weight is the first tensor in ready order to differ."""
+    plan = os.path.join(work, "pycnn-fp32.pb")
+    model = cnn.make_model(channels=6)
+    opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                                             plan=plan)
+    i = order.index("conv2.weight")
+    pattern = (re.escape("%s: model.model.tensors[%d]: does not match the job's gradient %d; got 'conv2.weight' "
+                         "with 1152 elements, expected 'conv2.weight' with 864 elements (model pycnn)" % (plan, i, i)))
+    e = expect_error("another model's plan", lambda: train_step(model, opt, 0), pattern)
+    if not isinstance(e, RuntimeError) or e.code != "INVALID_ARGUMENT":
+        sys.exit("FAIL: another model's plan: got %s with code %r, expected a RuntimeError with code "
+                 "'INVALID_ARGUMENT'" % (type(e).__name__, getattr(e, "code", None)))
+    opt.close()
+
+
+def withheld_gradient(work, order, rank):
+    """Step 1 leaves head2 out of the forward on every rank: its two gradients never arrive."""
+    model = cnn.make_model()
+    opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                                             plan=os.path.join(work, "pycnn-fp32.pb"), timeout_s=1.5)
+    train_step(model, opt, 0)
+    missing = ", ".join("%d ('%s')" % (order.index(n), n) for n in ("head2.bias", "head2.weight"))
+    pattern = (re.escape("Synchronize: gradients never became ready; got no GradientReady within 1.5 s for 2 of 10 "
+                         "tensors: %s (iteration 1, rank %d on " % (missing, rank)))
+    e = expect_error("withheld gradient", lambda: train_step(model, opt, 1, use_head2=False), pattern)
+    if e.code != "DEADLINE_EXCEEDED":
+        sys.exit("FAIL: withheld gradient: code %r, expected 'DEADLINE_EXCEEDED'" % e.code)
+    opt.close()
+
+
+def gradient_twice(work):
+    model = cnn.make_model()
+    opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                                             plan=os.path.join(work, "pycnn-fp32.pb"))
+    train_step(model, opt, 0)
+    x, y = cnn.batch(0, 1)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    pattern = re.escape("DistributedOptimizer: parameter 'head2.bias': gradient computed 2 times since the last "
+                        "step(); expected 1 (backward_passes_per_step)")
+    expect_error("two backward passes", lambda: torch.nn.functional.cross_entropy(model(x), y).backward(), pattern)
+    opt.synchronize()  # the first pass's collective is under way; closing mid-step would abort the job
+    opt.close()
+
+
+def no_plan():
+    os.environ.pop("CUPCAKE_RECORD", None)
+    model = cnn.make_model()
+    pattern = re.escape("DistributedOptimizer: no plan; expected plan='PLAN.pb' (cupcake-plan search), or "
+                        "CUPCAKE_RECORD set for record mode (cupcake-profile compute --db DB -- CMD)")
+    expect_error("no plan", lambda: cupcake.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters()), pattern, ValueError)
+
+
+def world_size(work):
+    plan = os.path.join(work, "pycnn-fp32.pb")
+    model = cnn.make_model()
+    pattern = re.escape("%s: world_size: does not match the job; got 2, expected 1 (ranks in the communicator)" % plan)
+    expect_error("world size", lambda: cupcake.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(), plan=plan), pattern)
+    print("ok: errors: a plan for 2 ranks refused by 1")
+
+
+def main():
+    torch.set_num_threads(1)
+    if sys.argv[1] == "--world-size":
+        world_size(sys.argv[2])
+        return
+    work = sys.argv[1]
+    rank, _ = cnn.mpi_rank_size()
+    order = [n for n, _ in json.load(open(os.path.join(work, "order.json")))]
+    other_model(work, order)
+    withheld_gradient(work, order, rank)
+    gradient_twice(work)
+    no_plan()
+    if rank == 0:
+        print("ok: errors: another model's plan, a withheld gradient, a gradient twice, no plan")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""fp32 plan, under mpirun with 2 ranks: after every step each parameter's gradient equals, bit for
+bit, the average over ranks that torch.distributed (gloo) computes from the same local gradients,
+and both models' weights stay equal. The same with gradient accumulation (2 backward passes per
+step), with zero_grad(set_to_none=True) (the hook copies a new p.grad into the runtime's buffer),
+and with synchronize() before step() (clipping between them).
+Usage: fp32_job.py PLAN STORE_FILE"""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+import cnn
+import cupcake.torch
+
+STEPS = 6
+
+
+def reference_average(model):
+    """The definition: sum over ranks with gloo, divided by the world size."""
+    size = dist.get_world_size()
+    for p in model.parameters():
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad.div_(size)
+
+
+def check_equal(what, step, ours, theirs, rank):
+    for (name, a), (_, b) in zip(ours.named_parameters(), theirs.named_parameters()):
+        x, y = (a.grad, b.grad) if what == "gradient" else (a, b)
+        if not torch.equal(x, y):
+            diff = (x - y).abs().max().item()
+            sys.exit("FAIL: rank %d step %d: %s of '%s' differs from torch.distributed's average; max |diff| %g"
+                     % (rank, step, what, name, diff))
+
+
+def check_ranks_differ(model, rank):
+    """The local gradients differ between ranks (else the average would prove nothing)."""
+    g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty_like(g) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, g)
+    if torch.equal(gathered[0], gathered[1]):
+        sys.exit("FAIL: rank %d: the ranks' local gradients are equal; the test needs them to differ" % rank)
+
+
+def run(plan, rank, passes=1, set_to_none=False, clip=False):
+    ours, theirs = cnn.make_model(), cnn.make_model()
+    opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9),
+                                             ours.named_parameters(), plan=plan, backward_passes_per_step=passes)
+    ref = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=set_to_none)
+        ref.zero_grad(set_to_none=set_to_none)
+        for k in range(passes):
+            x, y = cnn.batch(rank, step * passes + k)
+            torch.nn.functional.cross_entropy(ours(x), y).backward()
+            torch.nn.functional.cross_entropy(theirs(x), y).backward()
+        if step == 0:
+            check_ranks_differ(theirs, rank)
+        reference_average(theirs)
+        if clip:
+            opt.synchronize()
+            torch.nn.utils.clip_grad_norm_(ours.parameters(), 0.5)
+            torch.nn.utils.clip_grad_norm_(theirs.parameters(), 0.5)
+            with opt.skip_synchronize():
+                opt.step()
+        else:
+            opt.synchronize()
+            check_equal("gradient", step, ours, theirs, rank)
+            opt.step()
+        ref.step()
+        check_equal("gradient", step, ours, theirs, rank)
+        check_equal("weight", step, ours, theirs, rank)
+    opt.close()
+    return "passes=%d set_to_none=%s clip=%s" % (passes, set_to_none, clip)
+
+
+def main():
+    plan, store = sys.argv[1], sys.argv[2]
+    torch.set_num_threads(1)
+    rank, size = cnn.init_gloo(store)
+    if size != 2:
+        sys.exit("FAIL: expected 2 ranks (mpirun -np 2); got %d" % size)
+    for kwargs in ({}, {"passes": 2}, {"set_to_none": True}, {"clip": True}):
+        what = run(plan, rank, **kwargs)
+        if rank == 0:
+            print("ok: fp32 %s: %d steps, every gradient and weight equal to gloo's average" % (what, STEPS))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

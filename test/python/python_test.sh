@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The Python package's tests under mpirun with 2 ranks (docs/PYTHON.md), one stage per ctest:
+#   record      profile this machine (--quick), record test/python/cnn.py's model with
+#               `cupcake-profile compute -- mpirun ... record_job.py`, check the imported model,
+#               plan it: fp32 (one group and layer-wise), efsignsgd, topk (the other stages' fixture)
+#   fp32        fp32_job.py with both fp32 plans
+#   compressed  compressed_job.py with the efsignsgd and topk plans
+#   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
+# Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
+# Exit 77 (ctest: skipped) only when PYTHON cannot import torch (python3-torch absent).
+set -euo pipefail
+stage="$1" work="$2" python="$3" mpiexec="$4" profile_tool="$5" plan_tool="$6"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+if ! "$python" -c "import torch" 2>/dev/null; then
+  echo "SKIP: $python cannot import torch; install python3-torch (scripts/install-deps.sh) to run the Python tests"
+  exit 77
+fi
+mpirun=("$mpiexec" --oversubscribe -np 2)
+if [ "$(id -u)" = 0 ]; then mpirun+=(--allow-run-as-root); fi
+export OMP_NUM_THREADS=1
+
+case "$stage" in
+  record)
+    rm -rf "$work" && mkdir -p "$work"
+    db="$work/profile.db"
+    "${mpirun[@]}" "$profile_tool" comm --db "$db" --quick --ops allreduce,allgather >"$work/comm.log"
+    "$profile_tool" kernels --db "$db" --device cpu --quick --compressors fp32,efsignsgd,topk >"$work/kernels.log"
+    "$profile_tool" compute --db "$db" --iterations 5 -- "${mpirun[@]}" "$python" "$here/record_job.py" "$work/order.json"
+    "$profile_tool" export --db "$db" --model pycnn | "$python" "$here/check_model.py" "$work/order.json"
+    for c in fp32 efsignsgd topk; do
+      "$plan_tool" search --model-name pycnn --profile "$db" --compressor "$c" -o "$work/pycnn-$c.pb" >/dev/null
+    done
+    "$plan_tool" search --model-name pycnn --profile "$db" --compressor fp32 --algorithm layerwise \
+      -o "$work/pycnn-fp32-layerwise.pb" >/dev/null
+    echo "ok: plans in $work"
+    ;;
+  fp32)
+    for plan in pycnn-fp32 pycnn-fp32-layerwise; do
+      rm -f "$work/$plan.store"
+      "${mpirun[@]}" "$python" "$here/fp32_job.py" "$work/$plan.pb" "$work/$plan.store"
+    done
+    ;;
+  compressed)
+    for c in efsignsgd topk; do
+      rm -f "$work/$c.store"
+      "${mpirun[@]}" "$python" "$here/compressed_job.py" "$work/pycnn-$c.pb" "$work/$c.store"
+    done
+    ;;
+  errors)
+    "${mpirun[@]}" "$python" "$here/errors_job.py" "$work"
+    # One rank against a plan for 2: refused when the optimizer is made.
+    "$python" "$here/errors_job.py" --world-size "$work"
+    ;;
+  *)
+    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed or errors" >&2
+    exit 2
+    ;;
+esac
