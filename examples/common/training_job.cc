@@ -1,0 +1,351 @@
+#include "training_job.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cupcake/comm/mpi.h"
+#include "cupcake/proto/file_io.h"
+#include "cupcake/runtime/recorder.h"
+#include "cupcake/runtime/session.h"
+
+namespace cupcake::examples {
+namespace {
+
+struct Flags {
+  std::string plan;
+  int epochs = 5;
+  int steps = 10;  // per epoch
+  int warmup = 0;  // iterations left out of --timing's statistics (still in the file's count)
+  double lr = 0.05;
+  int threads = 1;  // LibTorch intra-op threads per rank (several ranks share the cores)
+  int batches = 4;  // per rank, made before the loop and used in turn
+  std::string timing_path, timeline_path;
+  std::string record_path;  // from CUPCAKE_RECORD
+  int record_iterations = 20;
+};
+
+int Usage(const std::string& job, const std::string& problem) {
+  std::fprintf(stderr,
+               "%s: %s\nusage: %s --plan PLAN.pb [--epochs N] [--steps N] [--lr X] [--warmup N] [--timing FILE.json]\n"
+               "           [--timeline FILE.json] [--threads N] [--batches N]\n"
+               "       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] %s   (record mode)\n",
+               job.c_str(), problem.c_str(), job.c_str(), job.c_str());
+  return 2;
+}
+
+// A flag's integer value in [lo, hi], or nullopt.
+std::optional<int> ParseInt(const char* text, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < lo || v > hi) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+// Parses argv and the record-mode environment; an error message or "".
+std::string ParseFlags(int argc, char** argv, Flags& f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return arg + ": missing value";
+    const char* value = argv[++i];
+    auto integer = [&](int& out, int lo, int hi) -> std::string {
+      auto v = ParseInt(value, lo, hi);
+      if (!v)
+        return arg + ": got '" + value + "', expected an integer in [" + std::to_string(lo) + ", " +
+               std::to_string(hi) + "]";
+      out = *v;
+      return "";
+    };
+    std::string problem;
+    if (arg == "--plan") {
+      f.plan = value;
+    } else if (arg == "--epochs") {
+      problem = integer(f.epochs, 1, 1000000);
+    } else if (arg == "--steps") {
+      problem = integer(f.steps, 1, 1000000);
+    } else if (arg == "--warmup") {
+      problem = integer(f.warmup, 0, 1000000);
+    } else if (arg == "--threads") {
+      problem = integer(f.threads, 1, 1024);
+    } else if (arg == "--batches") {
+      problem = integer(f.batches, 1, 1024);
+    } else if (arg == "--lr") {
+      char* end = nullptr;
+      f.lr = std::strtod(value, &end);
+      if (end == value || *end != '\0' || !(f.lr > 0 && f.lr < 1e3))
+        problem = arg + ": got '" + value + "', expected a number in (0, 1000)";
+    } else if (arg == "--timing") {
+      f.timing_path = value;
+    } else if (arg == "--timeline") {
+      f.timeline_path = value;
+    } else {
+      problem = "unknown flag " + arg;
+    }
+    if (!problem.empty()) return problem;
+  }
+  // The job's main reads the environment; the runtime never does.
+  if (const char* path = std::getenv("CUPCAKE_RECORD"); path != nullptr && *path != '\0') f.record_path = path;
+  if (const char* n = std::getenv("CUPCAKE_RECORD_ITERATIONS"); n != nullptr && *n != '\0') {
+    auto v = ParseInt(n, 1, 1000000);
+    if (!v) return std::string("CUPCAKE_RECORD_ITERATIONS: got '") + n + "', expected an integer in [1, 1000000]";
+    f.record_iterations = *v;
+  }
+  if (f.record_path.empty() == f.plan.empty())
+    return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
+  if (f.warmup >= f.epochs * f.steps)
+    return "--warmup: must be below --epochs x --steps (" + std::to_string(f.epochs * f.steps) + ")";
+  return "";
+}
+
+int Fail(const std::string& job, const std::string& what, const Status& s) {
+  std::fprintf(stderr, "%s: %s: %s\n", job.c_str(), what.c_str(), s.message().c_str());
+  return 1;
+}
+
+using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The parameters in gradient-ready order, found from the hooks of one backward pass (the same
+// graph on every rank, so the same order).
+NamedParameters GradientReadyOrder(TrainingJob& job, const Batch& batch) {
+  NamedParameters named;
+  for (const auto& p : job.module().named_parameters()) named.emplace_back(p.key(), p.value());
+  std::vector<std::string> order;
+  std::vector<unsigned> handles;
+  for (const auto& [name, tensor] : named) {
+    handles.push_back(tensor.register_hook([&order, name = name](torch::Tensor g) {
+      order.push_back(name);
+      return g;
+    }));
+  }
+  job.Loss(batch).backward();
+  for (size_t i = 0; i < named.size(); ++i) named[i].second.remove_hook(handles[i]);
+  job.module().zero_grad();
+  std::map<std::string, torch::Tensor> by_name(named.begin(), named.end());
+  NamedParameters result;
+  for (const auto& name : order) result.emplace_back(name, by_name.at(name));
+  return result;
+}
+
+double EvalLoss(TrainingJob& job, const Batch& eval) {
+  torch::NoGradGuard no_grad;
+  return job.Loss(eval).item<double>();
+}
+
+// Whether every rank holds bitwise the same parameters: each rank compares its values with the
+// elementwise maximum over ranks; the ranks agree when no rank finds a difference.
+StatusOr<bool> RanksAgree(const NamedParameters& params, comm::Communicator& comm) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : params) flat.push_back(p.second.detach().reshape({-1}));
+  torch::Tensor mine = torch::cat(flat).contiguous();
+  torch::Tensor most = torch::empty_like(mine);
+  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(mine.data_ptr<float>(), most.data_ptr<float>(), mine.numel(),
+                                         comm::DataType::kFloat32, comm::ReduceOp::kMax));
+  int32_t differs = torch::equal(mine, most) ? 0 : 1, any = 0;
+  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(&differs, &any, 1, comm::DataType::kInt32, comm::ReduceOp::kMax));
+  return any == 0;
+}
+
+std::string JsonNumber(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// What one training iteration's own marks were, on the session's clock.
+struct IterationMarks {
+  double forward_start_us = 0, backward_start_us = 0, backward_end_us = 0, synchronized_us = 0, end_us = 0;
+};
+
+std::string TimelineJson(const std::string& model, const IterationMarks& m,
+                         const std::vector<runtime::GroupTimeline>& groups) {
+  // Times relative to the start of backward, as a plan's group times are.
+  auto rel = [&](double t) { return JsonNumber(t - m.backward_start_us); };
+  std::string out = "{\n  \"model\": " + JsonString(model) + ",\n  \"origin\": \"backward start\",\n";
+  out += "  \"forward_start_us\": " + rel(m.forward_start_us) + ",\n  \"backward_end_us\": " + rel(m.backward_end_us) +
+         ",\n  \"synchronized_us\": " + rel(m.synchronized_us) + ",\n  \"iteration_end_us\": " + rel(m.end_us) +
+         ",\n  \"groups\": [";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& t = groups[g];
+    out += std::string(g == 0 ? "\n" : ",\n") + "    {\"encode_start_us\": " + rel(t.encode_start_us) +
+           ", \"encode_end_us\": " + rel(t.encode_end_us) + ", \"comm_start_us\": " + rel(t.comm_start_us) +
+           ", \"comm_end_us\": " + rel(t.comm_end_us) + ", \"decode_start_us\": " + rel(t.decode_start_us) +
+           ", \"decode_end_us\": " + rel(t.decode_end_us) + "}";
+  }
+  return out + "\n  ]\n}\n";
+}
+
+}  // namespace
+
+int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
+  const std::string name = job.name();
+  // MPI's process state is made here and passed down; sessions are destroyed before it.
+  auto mpi = comm::InitMpi(&argc, &argv);
+  if (!mpi.ok()) return Fail(name, "MPI", mpi.status());
+  auto world = (*mpi)->World();
+  if (!world.ok()) return Fail(name, "MPI", world.status());
+  auto report = (*mpi)->World();  // the job's own collectives, after training
+  if (!report.ok()) return Fail(name, "MPI", report.status());
+  const int rank = (*world)->rank();
+
+  Flags flags;
+  if (std::string problem = ParseFlags(argc, argv, flags); !problem.empty()) return Usage(name, problem);
+  const bool recording = !flags.record_path.empty();
+  torch::set_num_threads(flags.threads);
+
+  std::vector<Batch> batches;
+  for (int b = 0; b < flags.batches; ++b) batches.push_back(job.MakeBatch(rank, b));
+  const Batch eval = job.MakeBatch(1 << 20, 0);  // a fixed batch, the same on every rank
+  NamedParameters params = GradientReadyOrder(job, eval);
+
+  runtime::SteadyClock clock;
+  std::unique_ptr<runtime::Recorder> recorder;
+  std::unique_ptr<runtime::Session> session;
+  if (recording) {
+    runtime::RecorderOptions options;
+    options.clock = &clock;
+    auto r = runtime::Recorder::Create(name, options);
+    if (!r.ok()) return Fail(name, "record", r.status());
+    recorder = std::move(r).value();
+  } else {
+    runtime::SessionOptions options;
+    options.clock = &clock;
+    options.record_timeline = !flags.timeline_path.empty();
+    auto s = runtime::Session::Create(flags.plan, std::move(world).value(), options);
+    if (!s.ok()) return Fail(name, "plan", s.status());
+    session = std::move(s).value();
+  }
+
+  // The gradients' buffers: slices of one flat buffer in gradient-ready (= plan) order, as
+  // frameworks keep gradients, so a session's groups work on them in place.
+  int64_t total = 0;
+  for (const auto& p : params) total += p.second.numel();
+  torch::Tensor flat = torch::zeros({total});
+  std::vector<torch::Tensor> buffers;
+  for (size_t i = 0, at = 0; i < params.size(); at += static_cast<size_t>(params[i].second.numel()), ++i) {
+    const auto& [pname, tensor] = params[i];
+    buffers.push_back(flat.narrow(0, static_cast<int64_t>(at), tensor.numel()));
+    Status status = recording
+                        ? recorder->Register(pname, tensor.numel())
+                        : session->Register(pname, std::span<float>(buffers[i].data_ptr<float>(), tensor.numel()));
+    if (!status.ok()) return Fail(name, recording ? "record" : "plan", status);
+  }
+  Status hook_status;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].second.register_hook([&, i](torch::Tensor g) {
+      buffers[i].copy_(g.reshape({-1}));
+      Status s = recording ? recorder->GradientReady(static_cast<int>(i)) : session->GradientReady(static_cast<int>(i));
+      if (!s.ok() && hook_status.ok()) hook_status = s;
+      return g;
+    });
+  }
+
+  torch::optim::SGD sgd(job.module().parameters(), torch::optim::SGDOptions(flags.lr).momentum(0.9));
+  const int iterations = recording ? flags.record_iterations : flags.epochs * flags.steps;
+  const int steps_per_epoch = recording ? iterations : flags.steps;
+  std::vector<double> iteration_us;
+  IterationMarks marks;
+  const double loss_first = EvalLoss(job, eval);
+  double loss_last = loss_first;
+  if (rank == 0 && !recording) std::printf("epoch 0 loss %.6f\n", loss_first);
+  for (int it = 0; it < iterations; ++it) {
+    marks.forward_start_us = clock.NowUs();
+    Status s = recording ? recorder->BeginForward() : Status::Ok();
+    sgd.zero_grad();
+    torch::Tensor loss = job.Loss(batches[static_cast<size_t>(it % flags.batches)]);
+    marks.backward_start_us = clock.NowUs();
+    if (s.ok() && recording) s = recorder->BeginBackward();
+    if (!s.ok()) return Fail(name, "record", s);
+    loss.backward();
+    marks.backward_end_us = clock.NowUs();
+    if (!hook_status.ok()) return Fail(name, recording ? "record" : "gradient ready", hook_status);
+    if (!recording) {
+      if (Status sync = session->Synchronize(); !sync.ok()) return Fail(name, "synchronize", sync);
+    }
+    marks.synchronized_us = clock.NowUs();
+    // Every rank now steps with the averaged gradient.
+    for (size_t i = 0; i < params.size(); ++i)
+      params[i].second.mutable_grad().copy_(buffers[i].view_as(params[i].second));
+    sgd.step();
+    marks.end_us = clock.NowUs();
+    if (recording) {
+      if (Status end = recorder->EndIteration(); !end.ok()) return Fail(name, "record", end);
+    }
+    iteration_us.push_back(marks.end_us - marks.forward_start_us);
+    if (!recording && (it + 1) % steps_per_epoch == 0) {
+      loss_last = EvalLoss(job, eval);
+      if (rank == 0) {
+        std::printf("epoch %d loss %.6f\n", (it + 1) / steps_per_epoch, loss_last);
+        std::fflush(stdout);
+      }
+    }
+  }
+
+  if (recording) {
+    // Every rank recorded; merged, every rank holds the slowest rank's times, and rank 0 writes them.
+    if (Status s = recorder->MergeRanks(**report); !s.ok()) return Fail(name, "record", s);
+    if (rank == 0) {
+      if (Status s = recorder->Write(flags.record_path); !s.ok()) return Fail(name, "record", s);
+      std::printf("%s: recorded %d tensors over %d iterations into %s\n", name.c_str(), recorder->registered(),
+                  recorder->completed_iterations(), flags.record_path.c_str());
+    }
+    return 0;
+  }
+
+  std::string timeline;
+  if (!flags.timeline_path.empty()) {
+    auto groups = session->Timeline();
+    if (!groups.ok()) return Fail(name, "timeline", groups.status());
+    timeline = TimelineJson(name, marks, *groups);
+  }
+  auto agree = RanksAgree(params, **report);
+  if (!agree.ok()) return Fail(name, "ranks agree", agree.status());
+  // Each iteration's time is the slowest rank's.
+  std::vector<double> slowest(iteration_us.size());
+  if (Status s = (*report)->Allreduce(iteration_us.data(), slowest.data(), static_cast<int64_t>(iteration_us.size()),
+                                      comm::DataType::kFloat64, comm::ReduceOp::kMax);
+      !s.ok()) {
+    return Fail(name, "timing", s);
+  }
+  if (rank == 0) {
+    if (!flags.timing_path.empty()) {
+      std::string out = "{\n  \"model\": " + JsonString(name) + ",\n  \"plan\": " + JsonString(flags.plan) +
+                        ",\n  \"world_size\": " + std::to_string(session->world_size()) +
+                        ",\n  \"warmup\": " + std::to_string(flags.warmup) +
+                        ",\n  \"loss_first\": " + JsonNumber(loss_first) +
+                        ",\n  \"loss_last\": " + JsonNumber(loss_last) +
+                        ",\n  \"ranks_agree\": " + (*agree ? "true" : "false") + ",\n  \"iteration_us\": [";
+      for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
+      out += "]\n}\n";
+      if (Status s = WriteFileAtomic(flags.timing_path, out); !s.ok()) return Fail(name, "--timing", s);
+    }
+    if (!timeline.empty()) {
+      if (Status s = WriteFileAtomic(flags.timeline_path, timeline); !s.ok()) return Fail(name, "--timeline", s);
+    }
+    std::vector<double> timed(slowest.begin() + flags.warmup, slowest.end());
+    std::sort(timed.begin(), timed.end());
+    std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", name.c_str(),
+                timed.size(), timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+  }
+  if (!*agree) {
+    if (rank == 0) std::fprintf(stderr, "%s: the ranks ended with different parameters\n", name.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace cupcake::examples
