@@ -3,6 +3,9 @@
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
 
+#include <string>
+#include <utility>
+
 #if CUPCAKE_HAVE_MPI
 #include "mpi/mpi_communicator.h"
 #endif
@@ -22,6 +25,15 @@ namespace {
                                  ": this build has no NCCL; expected a build with the CUDA toolkit and NCCL found "
                                  "(CUPCAKE_WITH_NCCL=ON or AUTO)");
 }
+Status CheckMpiWait(const MpiWait& wait) {
+  std::string problems;
+  for (auto [name, v] : {std::pair<const char*, double>{"spin_us", wait.spin_us}, {"sleep_us", wait.sleep_us}}) {
+    if (!(v >= 0 && v <= 1e6))
+      problems += std::string(problems.empty() ? "" : "\n") + "MpiWait: " + name + ": out of range; got " +
+                  std::to_string(v) + ", expected 0 <= t <= 1e6 (us)";
+  }
+  return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
+}
 }  // namespace
 
 bool BuiltWithMpi() { return CUPCAKE_HAVE_MPI != 0; }
@@ -35,9 +47,10 @@ bool MpiInitialized() {
 #endif
 }
 
-StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv) {
+StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv, const MpiWait& wait) {
+  CUPCAKE_RETURN_IF_ERROR(CheckMpiWait(wait));
 #if CUPCAKE_HAVE_MPI
-  return internal::MakeMpiProcess(argc, argv);
+  return internal::MakeMpiProcess(argc, argv, wait);
 #else
   (void)argc;
   (void)argv;
@@ -45,9 +58,10 @@ StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv) {
 #endif
 }
 
-StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm) {
+StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm, const MpiWait& wait) {
+  CUPCAKE_RETURN_IF_ERROR(CheckMpiWait(wait));
 #if CUPCAKE_HAVE_MPI
-  return internal::MakeMpiCommunicator(mpi_comm);
+  return internal::MakeMpiCommunicator(mpi_comm, wait);
 #else
   (void)mpi_comm;
   return NoMpi();

@@ -1,6 +1,8 @@
 // The backend suite over MPI: run under mpirun (ctest: comm_mpi_np2, comm_mpi_np4), each
-// process one rank of MPI_COMM_WORLD, every case on the world and on its splits. A failing
+// process one rank of MPI_COMM_WORLD, every case on the world and on its splits, with the
+// default wait (spin, then sleep between tests) and with spinning only (MpiWait in mpi.h). A failing
 // check on any rank fails that rank's process, so mpirun exits non-zero.
+#include <cmath>
 #include <cstdlib>
 
 #include "cases.h"
@@ -9,7 +11,8 @@
 namespace cupcake::comm::testing {
 namespace {
 
-Communicator* world = nullptr;  // set by main, for the tests of this process
+Communicator* world = nullptr;           // set by main, for the tests of this process
+Communicator* spinning_world = nullptr;  // the same ranks, MpiWait{.sleep_us = 0}
 
 class MpiSuite : public ::testing::TestWithParam<int> {};
 
@@ -20,6 +23,13 @@ TEST_P(MpiSuite, PassesTheBackendCase) {
   EXPECT_TRUE(world->Barrier().ok());  // no rank runs ahead into the next case
 }
 
+TEST_P(MpiSuite, PassesTheBackendCaseSpinningOnly) {
+  ASSERT_NE(spinning_world, nullptr);
+  const Case c = Cases()[static_cast<size_t>(GetParam())];
+  c.run(*spinning_world);
+  EXPECT_TRUE(spinning_world->Barrier().ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(World, MpiSuite, ::testing::Range(0, static_cast<int>(Cases().size())),
                          [](const auto& info) { return Cases()[static_cast<size_t>(info.param)].name; });
 
@@ -27,6 +37,16 @@ TEST(MpiWorld, NamesTheLibraryAndTheHost) {
   EXPECT_TRUE(world->library().starts_with("Open MPI") || world->library().starts_with("MPICH")) << world->library();
   EXPECT_FALSE(world->host().empty());
   EXPECT_EQ(world->memory(), MemoryKind::kHost);
+}
+
+TEST(MpiWait, OutOfRangeTimesAreRefusedNamingTheField) {
+  auto c = MpiCommunicatorFromHandle(nullptr, MpiWait{.spin_us = -1, .sleep_us = 2e6});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "MpiWait: spin_us: out of range; got -1.000000, expected 0 <= t <= 1e6 (us)\n"
+            "MpiWait: sleep_us: out of range; got 2000000.000000, expected 0 <= t <= 1e6 (us)");
+  EXPECT_FALSE(MpiCommunicatorFromHandle(nullptr, MpiWait{.spin_us = std::nan("")}).ok());
 }
 
 }  // namespace
@@ -45,7 +65,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   cupcake::comm::testing::world = w->get();
+  auto spinning = cupcake::comm::MpiCommunicatorFromHandle(nullptr, cupcake::comm::MpiWait{.sleep_us = 0});
+  if (!spinning.ok()) {
+    std::fprintf(stderr, "comm_mpi_test: %s\n", spinning.status().message().c_str());
+    return 1;
+  }
+  cupcake::comm::testing::spinning_world = spinning->get();
   const int failed = RUN_ALL_TESTS();
+  spinning->reset();
   w->reset();
   return failed;
 }

@@ -1,14 +1,17 @@
 // MpiCommunicator: the collectives on host memory over an MPI communicator of our own (a
-// duplicate of the job's, or a Split of one). MPI has no half types: float16 and bfloat16
+// duplicate of the job's, or a Split of one), each started non-blocking and completed by Wait
+// (MpiWait in mpi.h). MPI has no half types: float16 and bfloat16
 // travel as MPI_UINT16_T and are reduced by user-defined operations that apply ReduceInto,
 // the reduction every host backend shares.
 #include "mpi/mpi_communicator.h"
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "../common.h"
 
@@ -65,7 +68,8 @@ MPI_Datatype Type(DataType t) {
 class MpiCommunicator final : public Communicator {
  public:
   // Owns `comm` and the user-defined operations.
-  MpiCommunicator(MPI_Comm comm, std::string host) : comm_(comm), host_(std::move(host)) {
+  MpiCommunicator(MPI_Comm comm, std::string host, const MpiWait& wait)
+      : comm_(comm), host_(std::move(host)), wait_(wait) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -90,41 +94,47 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status Barrier() override {
-    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Barrier(comm_), rank_, host_);
-    return Status::Ok();
+    MPI_Request req;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Ibarrier(comm_, &req), rank_, host_);
+    return Wait(req);
   }
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     CUPCAKE_RETURN_IF_ERROR(Count("Broadcast", bytes));
-    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_), rank_, host_);
-    return Status::Ok();
+    MPI_Request req;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_, &req), rank_, host_);
+    return Wait(req);
   }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(Count("Allreduce", count));
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("Allreduce", type, op, rank_, host_));
     if (send == recv) send = MPI_IN_PLACE;
-    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Allreduce(send, recv, static_cast<int>(count), Type(type), Op(type, op), comm_),
-                                rank_, host_);
-    return Status::Ok();
+    MPI_Request req;
+    CUPCAKE_MPI_RETURN_IF_ERROR(
+        MPI_Iallreduce(send, recv, static_cast<int>(count), Type(type), Op(type, op), comm_, &req), rank_, host_);
+    return Wait(req);
   }
   Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
     CUPCAKE_RETURN_IF_ERROR(Count("Allgather", bytes_per_rank));
     const int n = static_cast<int>(bytes_per_rank);
-    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_), rank_, host_);
-    return Status::Ok();
+    MPI_Request req;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &req), rank_, host_);
+    return Wait(req);
   }
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(Count("ReduceScatter", count_per_rank));
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("ReduceScatter", type, op, rank_, host_));
+    MPI_Request req;
     CUPCAKE_MPI_RETURN_IF_ERROR(
-        MPI_Reduce_scatter_block(send, recv, static_cast<int>(count_per_rank), Type(type), Op(type, op), comm_), rank_,
-        host_);
-    return Status::Ok();
+        MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count_per_rank), Type(type), Op(type, op), comm_, &req),
+        rank_, host_);
+    return Wait(req);
   }
   Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
     CUPCAKE_RETURN_IF_ERROR(Count("Alltoall", bytes_per_rank));
     const int n = static_cast<int>(bytes_per_rank);
-    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_), rank_, host_);
-    return Status::Ok();
+    MPI_Request req;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Ialltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, &req), rank_, host_);
+    return Wait(req);
   }
   Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
                    std::span<const int64_t> recv_bytes) override {
@@ -141,15 +151,17 @@ class MpiCommunicator final : public Communicator {
       s_at += send_bytes[j];
       r_at += recv_bytes[j];
     }
+    MPI_Request req;
     CUPCAKE_MPI_RETURN_IF_ERROR(
-        MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_), rank_, host_);
-    return Status::Ok();
+        MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_, &req), rank_,
+        host_);
+    return Wait(req);
   }
   StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
     MPI_Comm out = MPI_COMM_NULL;
     CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), rank_, host_);
     if (out == MPI_COMM_NULL) return std::unique_ptr<Communicator>();
-    return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(out, host_));
+    return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(out, host_, wait_));
   }
   void Abort(const std::string& reason) override {
     std::fprintf(stderr, "cupcake: aborting the MPI job: %s%s\n", reason.c_str(), RankOnHost(rank_, host_).c_str());
@@ -157,6 +169,19 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // Completes a started collective (MpiWait in mpi.h): MPI_Test back to back for spin_us, then
+  // with sleep_us between tests, so that a long collective leaves the core to the job.
+  Status Wait(MPI_Request& req) {
+    using Clock = std::chrono::steady_clock;
+    const auto spin_until = Clock::now() + std::chrono::duration<double, std::micro>(wait_.spin_us);
+    const auto sleep = std::chrono::duration<double, std::micro>(wait_.sleep_us);
+    for (;;) {
+      int done = 0;
+      CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Test(&req, &done, MPI_STATUS_IGNORE), rank_, host_);
+      if (done != 0) return Status::Ok();
+      if (wait_.sleep_us > 0 && Clock::now() >= spin_until) std::this_thread::sleep_for(sleep);
+    }
+  }
   Status Count(std::string_view call, int64_t count) const { return CheckCount(call, count, INT_MAX, rank_, host_); }
   MPI_Op Op(DataType type, ReduceOp op) const {
     if (type == DataType::kFloat16) return sum_f16_;  // max refused by CheckReduce
@@ -166,6 +191,7 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm comm_;
   std::string host_;
+  MpiWait wait_;
   int rank_ = 0;
   int size_ = 1;
   MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL, max_bf16_ = MPI_OP_NULL;
@@ -174,16 +200,20 @@ class MpiCommunicator final : public Communicator {
 class MpiProcessImpl final : public MpiProcess {
  public:
   ~MpiProcessImpl() override { MPI_Finalize(); }
-  StatusOr<std::unique_ptr<Communicator>> World() override { return MakeMpiCommunicator(nullptr); }
+  explicit MpiProcessImpl(const MpiWait& wait) : wait_(wait) {}
+  StatusOr<std::unique_ptr<Communicator>> World() override { return MakeMpiCommunicator(nullptr, wait_); }
+
+ private:
+  MpiWait wait_;
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<MpiProcess>> MakeMpiProcess(int* argc, char*** argv) {
+StatusOr<std::unique_ptr<MpiProcess>> MakeMpiProcess(int* argc, char*** argv, const MpiWait& wait) {
   int provided = 0;
   CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), -1, "?");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  auto process = std::make_unique<MpiProcessImpl>();  // finalizes MPI on every path out
+  auto process = std::make_unique<MpiProcessImpl>(wait);  // finalizes MPI on every path out
   if (provided < MPI_THREAD_SERIALIZED)
     return FailedPreconditionError("MPI_Init_thread: thread support too low; got level " + std::to_string(provided) +
                                    ", expected MPI_THREAD_SERIALIZED or more (a runtime Session makes its collectives "
@@ -198,7 +228,7 @@ bool MpiInitialized() {
   return initialized != 0 && finalized == 0;
 }
 
-StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm) {
+StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm, const MpiWait& wait) {
   if (!MpiInitialized())
     return FailedPreconditionError(
         "MPI communicator: MPI is not initialized; expected MPI_Init_thread (or InitMpi) first");
@@ -215,7 +245,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm
                                    RankOnHost(rank, host));
   MPI_Comm comm = MPI_COMM_NULL;
   CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Comm_dup(parent, &comm), rank, host);
-  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(comm, host));
+  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(comm, host, wait));
 }
 
 }  // namespace cupcake::comm::internal

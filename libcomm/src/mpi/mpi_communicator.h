@@ -8,8 +8,8 @@
 
 namespace cupcake::comm::internal {
 
-StatusOr<std::unique_ptr<MpiProcess>> MakeMpiProcess(int* argc, char*** argv);
+StatusOr<std::unique_ptr<MpiProcess>> MakeMpiProcess(int* argc, char*** argv, const MpiWait& wait);
 bool MpiInitialized();
-StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm);
+StatusOr<std::unique_ptr<Communicator>> MakeMpiCommunicator(const void* mpi_comm, const MpiWait& wait);
 
 }  // namespace cupcake::comm::internal

@@ -9,6 +9,18 @@
 
 namespace cupcake::comm {
 
+// How an MPI collective waits for completion. MPI makes progress only inside MPI calls, so a
+// blocking collective keeps its core busy for its whole duration; where the communication thread
+// shares cores with the job's computation (training on CPUs, several ranks per machine) that
+// takes the CPU from backward and from encoding while a collective is in flight. Every collective
+// is therefore started non-blocking and tested: back to back for its first `spin_us`, then with
+// a sleep of `sleep_us` between tests (a collective that takes longer than spin_us finishes up
+// to about one sleep, plus the OS's timer slack, later). sleep_us = 0: test back to back until done.
+struct MpiWait {
+  double spin_us = 100;
+  double sleep_us = 20;
+};
+
 // MpiProcess: MPI_Init_thread on creation (MPI_THREAD_MULTIPLE requested, at least
 // MPI_THREAD_SERIALIZED required: a runtime Session makes its collectives on a thread of its
 // own), MPI_Finalize on destruction; at most one per process, made in main. Errors on
@@ -22,14 +34,16 @@ class MpiProcess {
 
 // Initializes MPI. FailedPrecondition when this build has no MPI (CUPCAKE_WITH_MPI=OFF) or the
 // library gives less than MPI_THREAD_SERIALIZED.
-StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv);
+// `wait` applies to the communicators of World(); InvalidArgument when a time is negative, not
+// finite or above 1 s.
+StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv, const MpiWait& wait = {});
 
 // A communicator on one the job already owns: `mpi_comm` points to the job's MPI_Comm
 // (nullptr: MPI_COMM_WORLD). It is duplicated (MPI_Comm_dup), so our traffic never mixes with
 // the job's, and the duplicate is freed on destruction. MPI must be initialized with at least
 // MPI_THREAD_SERIALIZED; with SERIALIZED the job must make no MPI call while a collective of
 // ours may run.
-StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm);
+StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm, const MpiWait& wait = {});
 
 // Whether this build has MPI, and whether MPI is initialized in this process (false without MPI).
 bool BuiltWithMpi();
