@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# evaluate.sh: the end-to-end evaluation (docs/EVALUATION.md). On a testbed of H hosts x R ranks
+# at RATE (scripts/testbed.sh), as a user would: profile it (`cupcake-profile comm` under the
+# testbed's mpirun, `kernels --device cpu`), record the LibTorch examples' times on it
+# (`cupcake-profile compute`), plan every strategy, train with each plan, and compare the
+# measured iteration time with the plan's prediction.
+#
+#   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
+#       [--models resnet,wide] [--compressors efsignsgd,topk,fp16] [--iterations 30] [--warmup 5]
+#       [--record-iterations 20] [--quick]
+#
+# Strategies per model: fp32 in 25 MiB buckets (what DDP does), and per compressor layer-wise
+# (one group per tensor), one group, 25 MiB buckets, and the plan (the optimal fusion search).
+# Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/*.json (each run's iteration times, losses,
+# whether the ranks agree, and for the plans the runtime's timeline of the last iteration),
+# DIR/logs/, then DIR/results.json, DIR/README.md and the plots (bench/testbed/report.py).
+# --quick: small sweeps and few iterations, to check the pipeline (the ctest testbed_evaluate).
+# Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
+# The testbed is its own (CUPCAKE_TESTBED_DIR/PREFIX/NET below) and is taken down at exit.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+build=${CUPCAKE_BUILD_DIR:-$repo/build}
+hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16
+iterations=30 warmup=5 record_iterations=20 quick=0
+
+usage() { sed -n '8,10p' "$0" | sed 's/^# *//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hosts) hosts=${2:-}; shift 2 ;;
+    --ranks-per-host) rph=${2:-}; shift 2 ;;
+    --rate) rate=${2:-}; shift 2 ;;
+    --out) out=${2:-}; shift 2 ;;
+    --models) models=${2:-}; shift 2 ;;
+    --compressors) compressors=${2:-}; shift 2 ;;
+    --iterations) iterations=${2:-}; shift 2 ;;
+    --warmup) warmup=${2:-}; shift 2 ;;
+    --record-iterations) record_iterations=${2:-}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    -h|--help) usage ;;
+    *) echo "evaluate: unknown flag $1" >&2; usage ;;
+  esac
+done
+[ -n "$out" ] || { echo "evaluate: --out DIR is required" >&2; usage; }
+[ -n "$rate" ] || { echo "evaluate: --rate is required (none, or a tc rate such as 1gbit)" >&2; usage; }
+for n in iterations warmup record_iterations; do
+  [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "evaluate: --${n//_/-}: got '${!n}', expected an integer" >&2; exit 2; }
+done
+[ "$iterations" -ge 1 ] || { echo "evaluate: --iterations: got $iterations, expected >= 1" >&2; exit 2; }
+for m in ${models//,/ }; do
+  [ -x "$build/examples/train_$m/train_$m" ] ||
+    { echo "evaluate: --models: no job $build/examples/train_$m/train_$m (LibTorch examples built?)" >&2; exit 2; }
+done
+for tool in tools/cupcake-profile tools/cupcake-plan; do
+  [ -x "$build/$tool" ] || { echo "evaluate: $build/$tool missing; build first (scripts/build.sh)" >&2; exit 1; }
+done
+profile_tool=$build/tools/cupcake-profile
+plan_tool=$build/tools/cupcake-plan
+
+export CUPCAKE_TESTBED_DIR=${CUPCAKE_TESTBED_DIR:-/run/cupcake-evaluate}
+export CUPCAKE_TESTBED_PREFIX=${CUPCAKE_TESTBED_PREFIX:-cceval}
+export CUPCAKE_TESTBED_NET=${CUPCAKE_TESTBED_NET:-10.78.0}
+testbed() { "$repo/scripts/testbed.sh" "$@"; }
+set +e; testbed probe; probe=$?; set -e
+[ "$probe" = 0 ] || exit "$probe"
+
+mkdir -p "$out/plans" "$out/runs" "$out/logs"
+out=$(cd "$out" && pwd)
+db=$out/profile.db
+world=$((hosts * rph))
+log() { echo "evaluate: $(date -u +%H:%M:%S) $*"; }
+# Runs a stage with its output in logs/NAME.log; on failure names the log and shows its tail.
+stage() {
+  local name=$1; shift
+  if ! "$@" >"$out/logs/$name.log" 2>&1; then
+    echo "evaluate: FAILED: $name (log: $out/logs/$name.log)" >&2
+    tail -n 20 "$out/logs/$name.log" >&2
+    exit 1
+  fi
+}
+
+trap 'testbed down >/dev/null 2>&1 || true' EXIT
+log "testbed: $hosts hosts x $rph ranks, rate $rate"
+stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
+{
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+  echo "cores=$(nproc)"
+  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
+  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
+  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --iterations $iterations --warmup $warmup --record-iterations $record_iterations$([ $quick = 1 ] && echo ' --quick')"
+} >"$out/machine.txt"
+
+# 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to
+# the largest model's gradients (wide: 25 MiB), so that the plans interpolate.
+if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes 4194304); ksweep=(--quick --max-elements 1048576)
+else sweep=(--warmup 2 --iters 7 --max-bytes 33554432); ksweep=(--max-elements 8388608); fi
+log "profile: comm (allreduce, allgather) across the testbed"
+stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops allreduce,allgather "${sweep[@]}"
+log "profile: kernels on the CPU (fp32,$compressors)"
+stage profile-kernels "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
+  --compressors "fp32,$compressors" "${ksweep[@]}"
+
+# 2. The models' forward, backward and update times, recorded on the testbed.
+for m in ${models//,/ }; do
+  log "record: $m ($record_iterations iterations on $world ranks)"
+  stage "record-$m" "$profile_tool" compute --db "$db" --iterations "$record_iterations" -- \
+    "$repo/scripts/testbed.sh" run -- "$build/examples/train_$m/train_$m"
+done
+
+# 3. Plans and 4. runs. A strategy is "STRATEGY COMPRESSOR".
+strategies=("fp32_bucket fp32")
+for c in ${compressors//,/ }; do
+  for s in layerwise one_group bucket plan; do strategies+=("$s $c"); done
+done
+for m in ${models//,/ }; do
+  for sc in "${strategies[@]}"; do
+    read -r s c <<<"$sc"
+    name="$m-$s-$c"
+    case "$s" in
+      plan) algorithm=(--algorithm branch_and_bound) ;;
+      fp32_bucket|bucket) algorithm=(--algorithm bucket --bucket-mib 25) ;;
+      *) algorithm=(--algorithm "$s") ;;
+    esac
+    stage "plan-$name" "$plan_tool" search --model-name "$m" --profile "$db" --compressor "$c" --device cpu \
+      "${algorithm[@]}" -o "$out/plans/$name.pb"
+    "$plan_tool" show "$out/plans/$name.pb" --format json >"$out/plans/$name.json"
+    timeline=()
+    [ "$s" = plan ] && timeline=(--timeline "$out/runs/$name.timeline.json")
+    log "train: $name ($warmup + $iterations iterations)"
+    stage "train-$name" testbed run -- "$build/examples/train_$m/train_$m" --plan "$out/plans/$name.pb" \
+      --epochs 1 --steps $((warmup + iterations)) --warmup "$warmup" --lr 0.01 \
+      --timing "$out/runs/$name.json" "${timeline[@]}"
+  done
+done
+echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
+
+# 5. The report.
+log "report: $out/results.json, $out/README.md, plots"
+stage report python3 "$repo/bench/testbed/report.py" "$out"
+cat "$out/summary.txt"

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""The evaluation's report (bench/testbed/evaluate.sh writes its inputs into DIR).
+
+Reads DIR/plans/NAME.json (`cupcake-plan show --format json`), DIR/runs/NAME.json (a training
+job's --timing file), DIR/runs/NAME.timeline.json (--timeline) and DIR/machine.txt, where NAME is
+MODEL-STRATEGY-COMPRESSOR. Writes DIR/results.json, DIR/README.md, DIR/summary.txt and plots:
+DIR/predicted-vs-measured.png (per model, each strategy's predicted and measured time) and
+DIR/timeline-MODEL-COMPRESSOR.png (the plan's predicted and measured timeline of one iteration).
+Plots are SVG converted with rsvg-convert (librsvg2-bin); without it the SVG files stay.
+Usage: report.py DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+STRATEGY_ORDER = ["fp32_bucket", "layerwise", "one_group", "bucket", "plan"]
+STRATEGY_TEXT = {
+    "fp32_bucket": "fp32, 25 MiB buckets",
+    "layerwise": "layer-wise",
+    "one_group": "one group",
+    "bucket": "25 MiB buckets",
+    "plan": "plan (optimal fusion)",
+}
+
+
+def percentile(sorted_values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_machine(d):
+    info = {}
+    with open(os.path.join(d, "machine.txt")) as f:
+        for line in f:
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                info[k] = v
+    return info
+
+
+def collect(d):
+    results = []
+    for fn in sorted(os.listdir(os.path.join(d, "plans"))):
+        if not fn.endswith(".json"):
+            continue
+        name = fn[: -len(".json")]
+        model, rest = name.split("-", 1)
+        strategy, compressor = rest.rsplit("-", 1)
+        run_path = os.path.join(d, "runs", name + ".json")
+        if not os.path.exists(run_path):
+            raise SystemExit(f"report: {run_path}: missing (the run of plan {fn} did not finish)")
+        plan, run = load(os.path.join(d, "plans", fn)), load(run_path)
+        timed = sorted(run["iteration_us"][run["warmup"]:])
+        if not timed:
+            raise SystemExit(f"report: {run_path}: iteration_us: no timed iteration after {run['warmup']} warm-up")
+        r = {
+            "model": model,
+            "strategy": strategy,
+            "compressor": compressor,
+            "groups": len(plan["groups"]),
+            "predicted_ms": plan["predicted"]["iteration_us"] / 1e3,
+            "measured_ms": percentile(timed, 0.5) / 1e3,
+            "measured_p10_ms": percentile(timed, 0.1) / 1e3,
+            "measured_p90_ms": percentile(timed, 0.9) / 1e3,
+            "iterations": len(timed),
+            "ranks_agree": run["ranks_agree"],
+            "loss_first": run["loss_first"],
+            "loss_last": run["loss_last"],
+        }
+        r["measured_over_predicted"] = r["measured_ms"] / r["predicted_ms"]
+        results.append(r)
+    key = lambda r: (r["model"], r["compressor"] != "fp32", r["compressor"], STRATEGY_ORDER.index(r["strategy"]))
+    return sorted(results, key=key)
+
+
+def verdicts(results):
+    """Per model and compressor: is the plan the fastest of its compressor, and faster than fp32?"""
+    lines = []
+    for model in sorted({r["model"] for r in results}):
+        rows = [r for r in results if r["model"] == model]
+        fp32 = next((r for r in rows if r["strategy"] == "fp32_bucket"), None)
+        for c in sorted({r["compressor"] for r in rows if r["compressor"] != "fp32"}):
+            mine = [r for r in rows if r["compressor"] == c]
+            plan = next((r for r in mine if r["strategy"] == "plan"), None)
+            if plan is None:
+                continue
+            best = min(mine, key=lambda r: r["measured_ms"])
+            text = f"{model} {c}: plan {plan['measured_ms']:.1f} ms measured"
+            if best is plan:
+                text += ", the fastest of its compressor"
+            else:
+                text += f"; fastest: {STRATEGY_TEXT[best['strategy']]} {best['measured_ms']:.1f} ms"
+            if fp32 is not None:
+                text += f"; fp32 buckets {fp32['measured_ms']:.1f} ms ({fp32['measured_ms'] / plan['measured_ms']:.2f}x)"
+            lines.append(text)
+    within = sum(1 for r in results if abs(r["measured_over_predicted"] - 1) <= 0.10)
+    lines.append(f"predicted within 10% of measured: {within} of {len(results)} runs")
+    return lines
+
+
+def esc(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def bars_svg(results):
+    """Per model a panel: per strategy the predicted and the measured median (p10-p90 whisker)."""
+    models = sorted({r["model"] for r in results})
+    panel_h, bar_h, left, width = 0, 9, 230, 760
+    parts, y = [], 30
+    for model in models:
+        rows = [r for r in results if r["model"] == model]
+        top = max(max(r["predicted_ms"], r["measured_p90_ms"]) for r in rows) * 1.05
+        scale = (width - left - 20) / top
+        parts.append(f'<text x="10" y="{y}" font-size="14" font-weight="bold">{esc(model)}</text>')
+        y += 10
+        for r in rows:
+            label = f"{STRATEGY_TEXT[r['strategy']]} ({r['compressor']}, {r['groups']} groups)"
+            parts.append(f'<text x="{left - 6}" y="{y + 14}" font-size="11" text-anchor="end">{esc(label)}</text>')
+            parts.append(f'<rect x="{left}" y="{y + 2}" width="{r["predicted_ms"] * scale:.1f}" height="{bar_h}" fill="#9ecae1"/>')
+            parts.append(f'<rect x="{left}" y="{y + 2 + bar_h}" width="{r["measured_ms"] * scale:.1f}" height="{bar_h}" fill="#e6550d"/>')
+            wy = y + 2 + 1.5 * bar_h
+            parts.append(f'<line x1="{left + r["measured_p10_ms"] * scale:.1f}" x2="{left + r["measured_p90_ms"] * scale:.1f}" '
+                         f'y1="{wy}" y2="{wy}" stroke="black"/>')
+            parts.append(f'<text x="{left + max(r["predicted_ms"], r["measured_p90_ms"]) * scale + 4:.1f}" y="{y + 14}" '
+                         f'font-size="10">{r["predicted_ms"]:.1f} / {r["measured_ms"]:.1f} ms</text>')
+            y += 2 * bar_h + 6
+        y += 24
+    legend = ('<rect x="10" y="8" width="12" height="8" fill="#9ecae1"/><text x="26" y="16" font-size="11">predicted</text>'
+              '<rect x="100" y="8" width="12" height="8" fill="#e6550d"/>'
+              '<text x="116" y="16" font-size="11">measured median (line: p10-p90)</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y}" font-family="sans-serif">'
+            f'<rect width="100%" height="100%" fill="white"/>{legend}{"".join(parts)}</svg>')
+
+
+def timeline_svg(title, predicted, measured):
+    """Two panels of one iteration from the start of backward: the plan's groups and what ran."""
+    width, left, row, lanes = 900, 90, 16, ["backward", "encode", "comm", "decode"]
+    colors = {"backward": "#bdbdbd", "encode": "#31a354", "comm": "#3182bd", "decode": "#e6550d"}
+    end = max(predicted["end"], measured["end"]) * 1.02
+    scale = (width - left - 20) / end
+    parts, y = [f'<text x="10" y="20" font-size="14" font-weight="bold">{esc(title)}</text>'], 36
+    for label, tl in (("predicted", predicted), ("measured", measured)):
+        parts.append(f'<text x="10" y="{y + 12}" font-size="12" font-weight="bold">{label}: {tl["end"] / 1e3:.1f} ms</text>')
+        y += 18
+        for lane in lanes:
+            parts.append(f'<text x="{left - 6}" y="{y + 12}" font-size="11" text-anchor="end">{lane}</text>')
+            for i, (a, b) in enumerate(tl[lane]):
+                shade = 0.55 + 0.45 * (i % 2)
+                parts.append(f'<rect x="{left + a * scale:.2f}" y="{y + 2}" width="{max(0.8, (b - a) * scale):.2f}" '
+                             f'height="{row - 4}" fill="{colors[lane]}" fill-opacity="{shade}"/>')
+            y += row
+        y += 12
+    for ms in range(0, int(end / 1e3) + 1, max(1, int(end / 1e3 / 10))):
+        x = left + ms * 1e3 * scale
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="40" y2="{y}" stroke="#eeeeee"/>'
+                     f'<text x="{x:.1f}" y="{y + 12}" font-size="10" text-anchor="middle">{ms}</text>')
+    parts.append(f'<text x="{left}" y="{y + 26}" font-size="11">ms from the start of backward</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{y + 36}" font-family="sans-serif">'
+            f'<rect width="100%" height="100%" fill="white"/>{"".join(parts)}</svg>')
+
+
+def lanes_of(groups, backward_end, end):
+    tl = {"backward": [(0, backward_end)], "end": end}
+    for lane in ("encode", "comm", "decode"):
+        tl[lane] = [(g[lane + "_start_us"], g[lane + "_end_us"]) for g in groups]
+    return tl
+
+
+def timeline_plots(d):
+    written = []
+    for fn in sorted(os.listdir(os.path.join(d, "runs"))):
+        if not fn.endswith(".timeline.json"):
+            continue
+        name = fn[: -len(".timeline.json")]
+        plan, run = load(os.path.join(d, "plans", name + ".json")), load(os.path.join(d, "runs", fn))
+        backward = plan["predicted"]["backward_us"]
+        predicted_end = max([backward] + [g["decode_end_us"] for g in plan["groups"]])
+        predicted = lanes_of(plan["groups"], backward, predicted_end)
+        measured = lanes_of(run["groups"], run["backward_end_us"], run["synchronized_us"])
+        model, rest = name.split("-", 1)
+        compressor = rest.rsplit("-", 1)[1]
+        title = f"{model}, {compressor}: the plan's {len(plan['groups'])} groups, one iteration (forward and update not shown)"
+        written.append((f"timeline-{model}-{compressor}", timeline_svg(title, predicted, measured)))
+    return written
+
+
+def write_plot(d, stem, svg):
+    svg_path = os.path.join(d, stem + ".svg")
+    with open(svg_path, "w") as f:
+        f.write(svg)
+    if shutil.which("rsvg-convert"):
+        subprocess.run(["rsvg-convert", "-o", os.path.join(d, stem + ".png"), svg_path], check=True)
+        os.remove(svg_path)
+        return stem + ".png"
+    return stem + ".svg"
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: report.py DIR")
+    d = sys.argv[1]
+    machine = read_machine(d)
+    results = collect(d)
+    with open(os.path.join(d, "results.json.tmp"), "w") as f:
+        json.dump(results, f, indent=1)
+        f.write("\n")
+    os.replace(os.path.join(d, "results.json.tmp"), os.path.join(d, "results.json"))
+    plots = [write_plot(d, "predicted-vs-measured", bars_svg(results))]
+    plots += [write_plot(d, stem, svg) for stem, svg in timeline_plots(d)]
+    summary = verdicts(results)
+    lines = [
+        f"# Evaluation: {machine.get('hosts', '?')} hosts x {machine.get('ranks_per_host', '?')} ranks, "
+        f"rate {machine.get('rate', '?')}, {machine.get('date', '?')}",
+        "",
+        "```",
+        machine.get("command", ""),
+        "```",
+        f"Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores; load average before "
+        f"{machine.get('load_before', '?')}, after {machine.get('load_after', '?')}; commit {machine.get('commit', '?')}.",
+        "Measured: the slowest rank's time per iteration (forward start to optimizer step end), "
+        "median and p10/p90 over the timed iterations after warm-up. Predicted: the plan's iteration_us.",
+        "",
+        "| model | strategy | compressor | groups | predicted ms | measured ms (p10-p90) | meas/pred | loss first -> last | ranks agree |",
+        "|---|---|---|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['model']} | {STRATEGY_TEXT[r['strategy']]} | {r['compressor']} | {r['groups']} | {r['predicted_ms']:.1f} | "
+            f"{r['measured_ms']:.1f} ({r['measured_p10_ms']:.1f}-{r['measured_p90_ms']:.1f}) | "
+            f"{r['measured_over_predicted']:.2f} | {r['loss_first']:.3f} -> {r['loss_last']:.3f} | "
+            f"{'yes' if r['ranks_agree'] else 'NO'} |")
+    lines += ["", *[f"- {s}" for s in summary], "", *[f"![{p}]({p})" for p in plots], ""]
+    with open(os.path.join(d, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+    with open(os.path.join(d, "summary.txt"), "w") as f:
+        f.write("\n".join(summary) + "\n")
+
+
+if __name__ == "__main__":
+    main()
