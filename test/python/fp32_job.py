@@ -42,6 +42,21 @@ def check_ranks_differ(model, rank):
         sys.exit("FAIL: rank %d: the ranks' local gradients are equal; the test needs them to differ" % rank)
 
 
+def check_in_place(opt, model, rank):
+    """No copies: every p.grad lies in one flat buffer, adjacent in the session's order, and the
+    session needs no fusion buffer for it."""
+    state = opt._cupcake
+    if state.session.fusion_bytes != 0:
+        sys.exit("FAIL: rank %d: fusion_bytes %d, expected 0 (gradients registered in place)"
+                 % (rank, state.session.fusion_bytes))
+    at = state.flat.data_ptr()
+    for k in state.order:
+        p = state.named[k][1]
+        if p.grad.data_ptr() != at:
+            sys.exit("FAIL: rank %d: '%s'.grad is not the next slice of the flat buffer" % (rank, state.named[k][0]))
+        at += p.numel() * 4
+
+
 def run(plan, rank, passes=1, set_to_none=False, clip=False):
     ours, theirs = cnn.make_model(), cnn.make_model()
     opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9),
@@ -70,6 +85,7 @@ def run(plan, rank, passes=1, set_to_none=False, clip=False):
         ref.step()
         check_equal("gradient", step, ours, theirs, rank)
         check_equal("weight", step, ours, theirs, rank)
+        check_in_place(opt, ours, rank)
     opt.close()
     return "passes=%d set_to_none=%s clip=%s" % (passes, set_to_none, clip)
 
