@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cupcake/planner/options.h"
 #include "cupcake/planner/planner.h"
 #include "cupcake/profile/load.h"
 
@@ -67,6 +68,40 @@ void BM_Plan(benchmark::State& state, const std::string& model_name, int tensors
   state.counters["iter_ms"] = result.iteration_us / 1000.0;
 }
 
+// The search over groups and options (docs/MODEL.md, v2) with its incumbents: counters give the
+// fusion-only optimum, Espresso's plan and the default's predicted iteration (ms), whether the
+// default proved optimality, and otherwise its gap to its lower bound (%).
+void BM_PlanOptions(benchmark::State& state, const std::string& model_name, int tensors,
+                    const std::string& compressor) {
+  const pb::Model model = LoadModel(model_name, tensors);
+  planner::PlanRequest request;
+  request.compressor = compressor;
+  auto problem = planner::MakeOptionProblem(model, SampleProfile(), request);
+  if (!problem.ok()) {
+    state.SkipWithError(problem.status().message().c_str());
+    return;
+  }
+  planner::SearchOptions options;
+  options.space = planner::SearchSpace::kOptions;
+  planner::OptionSearchResult result;
+  for (auto _ : state) {
+    auto r = planner::SearchWithOptions(*problem, options);
+    benchmark::DoNotOptimize(r);
+    result = *r;
+  }
+  state.counters["tensors"] = model.tensors_size();
+  state.counters["options"] = problem->option_count();
+  state.counters["groups"] = static_cast<double>(result.group_ends.size());
+  state.counters["nodes"] = static_cast<double>(result.stats.transitions);
+  state.counters["states"] = static_cast<double>(result.stats.states);
+  state.counters["optimal"] = result.stats.optimal ? 1 : 0;
+  state.counters["gap_pct"] = (result.iteration_us - result.lower_bound_us) / result.iteration_us * 100.0;
+  state.counters["fusion_ms"] = result.fusion_us / 1000.0;
+  state.counters["espresso_ms"] = result.espresso_us / 1000.0;
+  state.counters["iter_ms"] = result.iteration_us / 1000.0;
+  state.counters["gain_pct"] = (result.fusion_us - result.iteration_us) / result.fusion_us * 100.0;
+}
+
 const char* const kModels[] = {"resnet50", "vgg16", "bert_base", "gpt2", "ncf"};
 const char* const kCompressors[] = {"fp32", "fp16", "topk", "dgc", "randk", "qsgd", "efsignsgd", "onebit"};
 
@@ -75,6 +110,14 @@ int Register() {
     for (const char* c : kCompressors)
       benchmark::RegisterBenchmark((std::string("plan/") + m + "/" + c).c_str(), BM_Plan, m, 0, c)
           ->Unit(benchmark::kMillisecond);
+  for (const char* m : kModels)
+    for (const char* c : {"efsignsgd", "dgc", "topk", "fp16"})
+      benchmark::RegisterBenchmark((std::string("options/") + m + "/" + c).c_str(), BM_PlanOptions, m, 0, c)
+          ->Unit(benchmark::kMillisecond);
+  for (const char* c : {"efsignsgd", "dgc", "topk", "fp16"})
+    benchmark::RegisterBenchmark((std::string("options/resnet50x400/") + c).c_str(), BM_PlanOptions, "resnet50", 400, c)
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3);
   for (int n : {1000, 5000})
     for (const char* c : kCompressors)
       benchmark::RegisterBenchmark(("plan/resnet50x" + std::to_string(n) + "/" + c).c_str(), BM_Plan, "resnet50", n, c)

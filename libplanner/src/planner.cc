@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cupcake/planner/options.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/names.h"
 
@@ -53,6 +54,158 @@ struct CurveUse {
   double max_size = 0;
 };
 
+void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan& plan) {
+  plan.clear_groups();
+  double enc = 0, com = 0, dec = 0;
+  for (const OptionGroupTimes& g : t.groups) {
+    const Option& o = p.options[static_cast<size_t>(g.option)];
+    const SchemeInfo& s = *o.scheme;
+    const int n_step = PayloadStep(s);
+    pb::Group* out = plan.add_groups();
+    out->set_first_tensor(g.first);
+    out->set_last_tensor(g.last);
+    pb::GroupOptions* opt = out->mutable_options();
+    opt->set_compress(s.codec != Codec::kNone);
+    opt->set_device(o.device);
+    opt->set_collective(StepOp(s, s.steps[n_step], *p.base.compressor));
+    opt->set_scheme(std::string(s.name));
+    out->set_numel(p.base.GroupNumel(g.first, g.last));
+    out->set_payload_bytes(
+        StepBytes(s, s.steps[n_step], *p.base.compressor, out->numel(), p.base.ratio, p.devices_per_node));
+    out->set_encode_start_us(g.pre_start_us);
+    out->set_encode_end_us(g.pre_end_us);
+    out->set_comm_start_us(g.comm_start_us);
+    out->set_comm_end_us(g.comm_end_us);
+    out->set_decode_start_us(g.post_start_us);
+    out->set_decode_end_us(g.post_end_us);
+    for (const auto& st : g.steps) {
+      pb::Step* step = out->add_steps();
+      step->set_op(st.op);
+      step->set_scope(st.scope);
+      step->set_bytes(st.bytes);
+      step->set_start_us(st.start_us);
+      step->set_end_us(st.end_us);
+    }
+    enc += g.cost.pre();
+    com += g.cost.net;
+    dec += g.cost.post();
+  }
+  pb::Predicted* pred = plan.mutable_predicted();
+  pred->set_iteration_us(t.iteration_us);
+  pred->set_backward_us(p.base.backward_prefix.back());
+  pred->set_encode_us(enc);
+  pred->set_comm_us(com);
+  pred->set_decode_us(dec);
+}
+
+// As FindExtrapolations, over every curve the chosen options read (keyed by curve).
+std::vector<pb::Extrapolation> FindOptionExtrapolations(const OptionProblem& p, const OptionTimeline& t) {
+  std::vector<CurveUse> uses;
+  auto use = [&](const Curve& c, const std::string& key, const char* unit, double size) {
+    if (key.empty()) return;
+    for (CurveUse& u : uses)
+      if (*u.key == key) {
+        u.max_size = std::max(u.max_size, size);
+        return;
+      }
+    uses.push_back({&c, &key, unit, size});
+  };
+  for (const OptionGroupTimes& g : t.groups) {
+    const Option& o = p.options[static_cast<size_t>(g.option)];
+    const OptionCurves& c = p.curves[static_cast<size_t>(g.option)];
+    const int64_t n = p.base.GroupNumel(g.first, g.last);
+    const double s = static_cast<double>(p.base.GroupBytes(g.first, g.last));
+    const double m = static_cast<double>(ShardElements(*o.scheme, n, p.devices_per_node));
+    if (g.last > g.first && !o.offload) {
+      use(p.base.pack, p.base.pack_key, "bytes", s);
+      use(p.base.unpack, p.base.unpack_key, "bytes", s);
+    }
+    use(c.pre_kernel, c.pre_key, "elements", static_cast<double>(n));
+    use(c.mid_encode, c.mid_encode_key, "elements", m);
+    for (size_t i = 0; i < g.steps.size(); ++i)
+      use(c.steps[i], c.step_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
+    use(c.mid_decode, c.mid_decode_key, "elements", m);
+    use(c.post_kernel, c.post_key, "elements", static_cast<double>(n));
+  }
+  std::vector<pb::Extrapolation> out;
+  for (const CurveUse& u : uses) {
+    if (u.curve->empty() || u.max_size <= kExtrapolationFactor * u.curve->last_size()) continue;
+    pb::Extrapolation e;
+    e.set_curve(*u.key);
+    e.set_last_size(u.curve->last_size());
+    e.set_max_size(u.max_size);
+    e.set_unit(u.unit);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// The plan's fields every search space fills alike.
+void FillHeader(const pb::Model& model, const pb::Profile& profile, const Problem& problem, const PlanRequest& request,
+                const std::string& memory, pb::Plan& plan) {
+  plan.set_format(kPlanFormat);
+  *plan.mutable_model()->mutable_model() = model;
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(model));
+  plan.set_profile_fingerprint(ProfileFingerprint(profile));
+  plan.set_profile_name(profile.cluster().name());
+  plan.set_world_size(problem.world_size);
+  plan.set_device(problem.device);
+  pb::CompressorSpec* spec = plan.mutable_compressor();
+  spec->set_name(std::string(problem.compressor->name));
+  spec->set_ratio(problem.compressor->uses_ratio ? problem.ratio : 0.0);
+  spec->set_memory(memory);
+  spec->set_seed(problem.compressor->uses_seed ? request.seed : 0);
+}
+
+Status AddV1Baselines(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
+                      const Problem& problem, pb::Plan& plan) {
+  AddBaseline(plan, "layerwise", problem, LayerwiseStrategy(problem));
+  AddBaseline(plan, "one_group", problem, OneGroupStrategy(problem));
+  AddBaseline(plan, "bucket_25mib", problem, BucketStrategy(problem, int64_t{25} << 20));
+  AddBaseline(plan, "bucket_64mib", problem, BucketStrategy(problem, int64_t{64} << 20));
+  // No compression: fp32 allreduce in 25 MiB buckets, on the same profile.
+  PlanRequest fp32 = request;
+  fp32.compressor = "fp32";
+  fp32.device = problem.device;
+  CUPCAKE_ASSIGN_OR_RETURN(Problem dense, MakeProblem(model, profile, fp32));
+  AddBaseline(plan, "fp32_bucket_25mib", dense, BucketStrategy(dense, int64_t{25} << 20));
+  return Status::Ok();
+}
+
+StatusOr<pb::Plan> MakeOptionsPlan(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
+                                   const SearchOptions& options, const std::string& memory) {
+  CUPCAKE_ASSIGN_OR_RETURN(OptionProblem problem, MakeOptionProblem(model, profile, request));
+  CUPCAKE_ASSIGN_OR_RETURN(OptionSearchResult found, SearchWithOptions(problem, options));
+  pb::Plan plan;
+  FillHeader(model, profile, problem.base, request, memory, plan);
+  plan.set_devices_per_node(problem.devices_per_node);
+  const OptionTimeline t = EvaluateOptions(problem, found.group_ends, found.options);
+  FillOptionGroups(problem, t, plan);
+  for (pb::Extrapolation& e : FindOptionExtrapolations(problem, t)) *plan.add_extrapolations() = std::move(e);
+  CUPCAKE_RETURN_IF_ERROR(AddV1Baselines(model, profile, request, problem.base, plan));
+  if (!IsFixedStrategy(options.algorithm) && options.algorithm != Algorithm::kExhaustive) {
+    pb::Baseline* b = plan.add_baselines();
+    b->set_name("fusion_optimum");
+    b->set_groups(found.espresso_groups);
+    b->set_iteration_us(found.fusion_us);
+    b = plan.add_baselines();
+    b->set_name("espresso");
+    b->set_groups(found.espresso_groups);
+    b->set_iteration_us(found.espresso_us);
+  }
+  pb::SearchStats* st = plan.mutable_search();
+  st->set_algorithm(found.stats.algorithm);
+  st->set_nodes(found.stats.transitions);
+  st->set_states(found.stats.states);
+  st->set_pruned(found.stats.pruned);
+  st->set_budget(options.algorithm == Algorithm::kBranchAndBound ? options.node_budget : 0);
+  st->set_optimal(found.stats.optimal);
+  st->set_search_space(SearchSpaceName(SearchSpace::kOptions));
+  if (options.algorithm == Algorithm::kBranchAndBound && !found.stats.optimal)
+    st->set_lower_bound_us(found.lower_bound_us);
+  return plan;
+}
+
 }  // namespace
 
 std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<const int> group_ends) {
@@ -95,6 +248,7 @@ StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, 
   if (std::find(memories.begin(), memories.end(), memory) == memories.end())
     return InvalidArgumentError("--memory: unknown memory '" + memory + "'" + DidYouMean(memory, memories) +
                                 "; expected residual, dgc or none");
+  if (options.space == SearchSpace::kOptions) return MakeOptionsPlan(model, profile, request, options, memory);
   CUPCAKE_ASSIGN_OR_RETURN(SearchResult found, Search(problem, options));
 
   pb::Plan plan;
@@ -150,10 +304,49 @@ StatusOr<Timeline> Simulate(const pb::Plan& plan, const pb::Model& model, const 
   if (want != got)
     return FailedPreconditionError("model " + model.name() + ": model fingerprint differs; got " + got + ", expected " +
                                    want + " (the plan was made for model " + plan.model().model().name() + ")");
-  CUPCAKE_ASSIGN_OR_RETURN(Problem problem, MakeProblem(model, profile, RequestOf(plan)));
-  std::vector<int> ends;
-  for (const auto& g : plan.groups()) ends.push_back(g.last_tensor());
-  return Evaluate(problem, ends);
+  bool has_options = false;
+  for (const auto& g : plan.groups()) has_options = has_options || !g.options().scheme().empty();
+  if (!has_options) {
+    CUPCAKE_ASSIGN_OR_RETURN(Problem problem, MakeProblem(model, profile, RequestOf(plan)));
+    std::vector<int> ends;
+    for (const auto& g : plan.groups()) ends.push_back(g.last_tensor());
+    return Evaluate(problem, ends);
+  }
+  CUPCAKE_ASSIGN_OR_RETURN(OptionProblem problem, MakeOptionProblem(model, profile, RequestOf(plan)));
+  std::vector<int> ends, options;
+  for (int k = 0; k < plan.groups_size(); ++k) {
+    const pb::Group& g = plan.groups(k);
+    ends.push_back(g.last_tensor());
+    const std::string scheme =
+        g.options().scheme().empty() ? (g.options().compress() ? "flat" : "flat_fp32") : g.options().scheme();
+    const int o = FindOption(problem, scheme, g.options().device());
+    if (o < 0) {
+      std::string why;
+      for (const std::string& d : problem.dropped)
+        if (d.rfind(scheme + " ", 0) == 0 || d.rfind(scheme + ":", 0) == 0) why += "; " + d;
+      return FailedPreconditionError("profile " + profile.cluster().name() + ": groups[" + std::to_string(k) +
+                                     "]: option " + scheme + " on " + std::string(Name(g.options().device())) +
+                                     " cannot be priced on this profile" + why);
+    }
+    options.push_back(o);
+  }
+  const OptionTimeline ot = EvaluateOptions(problem, ends, options);
+  Timeline t;
+  t.iteration_us = ot.iteration_us;
+  for (const OptionGroupTimes& g : ot.groups) {
+    GroupTimes out;
+    out.first = g.first;
+    out.last = g.last;
+    out.cost = {g.cost.pre(), g.cost.net, g.cost.post()};
+    out.encode_start_us = g.pre_start_us;
+    out.encode_end_us = g.pre_end_us;
+    out.comm_start_us = g.comm_start_us;
+    out.comm_end_us = g.comm_end_us;
+    out.decode_start_us = g.post_start_us;
+    out.decode_end_us = g.post_end_us;
+    t.groups.push_back(out);
+  }
+  return t;
 }
 
 }  // namespace cupcake::planner

@@ -83,6 +83,9 @@ std::vector<std::string> Boundaries(const pb::Plan& p) {
 }
 
 std::string Options(const pb::GroupOptions& o) {
+  if (!o.scheme().empty())
+    return o.scheme() + (o.compress() ? " compress" : " fp32") + " on " + std::string(Name(o.device())) + " via " +
+           std::string(Name(o.collective()));
   return std::string(o.compress() ? "compress" : "fp32") + " on " + std::string(Name(o.device())) + " via " +
          std::string(Name(o.collective()));
 }
@@ -90,14 +93,19 @@ std::string Options(const pb::GroupOptions& o) {
 }  // namespace
 
 std::string ChromeTrace(const pb::Plan& plan) {
-  constexpr int kCompute = 1, kNetwork = 2;
+  constexpr int kCompute = 1, kNetwork = 2, kCpu = 3;
   TraceWriter w;
   w.ThreadName(kCompute, "compute");
   w.ThreadName(kNetwork, "network");
+  auto offloaded = [&](const pb::Group& g) { return g.options().device() != plan.device(); };
+  bool any_offloaded = false;
+  for (const auto& g : plan.groups()) any_offloaded = any_offloaded || offloaded(g);
+  if (any_offloaded) w.ThreadName(kCpu, "cpu worker");
   const auto& model = plan.model().model();
   const double t0 = model.forward_us();  // plan times start at backward
   if (model.forward_us() > 0) w.Slice(kCompute, "forward", "forward", 0, model.forward_us());
-  // Backward runs on the compute stream, delayed by the encodes of the groups before it.
+  // Backward runs on the compute stream, delayed by the encodes of the groups before it that
+  // run there (not by those offloaded to the CPU worker).
   double delay = 0, backward = 0;
   int k = 0;
   for (int i = 0; i < model.tensors_size(); ++i) {
@@ -106,7 +114,7 @@ std::string ChromeTrace(const pb::Plan& plan) {
     backward += t.backward_us();
     if (k < plan.groups_size() && plan.groups(k).last_tensor() == i) {
       const auto& g = plan.groups(k);
-      delay += g.encode_end_us() - g.encode_start_us();
+      if (!offloaded(g)) delay += g.encode_end_us() - g.encode_start_us();
       ++k;
     }
   }
@@ -114,13 +122,26 @@ std::string ChromeTrace(const pb::Plan& plan) {
   for (int g = 0; g < plan.groups_size(); ++g) {
     const auto& grp = plan.groups(g);
     const std::string name = GroupName(plan, g);
+    const int device = offloaded(grp) ? kCpu : kCompute;
     if (grp.encode_end_us() > grp.encode_start_us())
-      w.Slice(kCompute, "encode " + name, "encode", t0 + grp.encode_start_us(),
-              grp.encode_end_us() - grp.encode_start_us());
-    w.Slice(kNetwork, std::string(Name(grp.options().collective())) + " " + name, "comm", t0 + grp.comm_start_us(),
-            grp.comm_end_us() - grp.comm_start_us());
+      w.Slice(device, (offloaded(grp) ? "copy to host, encode " : "encode ") + name, "encode",
+              t0 + grp.encode_start_us(), grp.encode_end_us() - grp.encode_start_us());
+    if (grp.steps().empty()) {
+      w.Slice(kNetwork, std::string(Name(grp.options().collective())) + " " + name, "comm", t0 + grp.comm_start_us(),
+              grp.comm_end_us() - grp.comm_start_us());
+    } else {
+      // One slice per collective (intra, inter, global), and the encode or decode between them.
+      double at = grp.comm_start_us();
+      for (const auto& st : grp.steps()) {
+        if (st.start_us() > at) w.Slice(kNetwork, "codec " + name, "codec", t0 + at, st.start_us() - at);
+        w.Slice(kNetwork, std::string(Name(st.op())) + " " + std::string(Name(st.scope())) + " " + name, "comm",
+                t0 + st.start_us(), st.end_us() - st.start_us());
+        at = st.end_us();
+      }
+      if (grp.comm_end_us() > at) w.Slice(kNetwork, "codec " + name, "codec", t0 + at, grp.comm_end_us() - at);
+    }
     if (grp.decode_end_us() > grp.decode_start_us())
-      w.Slice(kCompute, "decode " + name, "decode", t0 + grp.decode_start_us(),
+      w.Slice(device, (offloaded(grp) ? "decode, copy back " : "decode ") + name, "decode", t0 + grp.decode_start_us(),
               grp.decode_end_us() - grp.decode_start_us());
     end = std::max(end, grp.decode_end_us());
   }

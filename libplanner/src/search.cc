@@ -257,18 +257,29 @@ std::string AlgorithmName(Algorithm a) {
     case Algorithm::kLayerwise: return "layerwise";
     case Algorithm::kOneGroup: return "one_group";
     case Algorithm::kBucket: return "bucket";
+    case Algorithm::kEspresso: return "espresso";
   }
   return "?";
+}
+
+std::string SearchSpaceName(SearchSpace s) { return s == SearchSpace::kOptions ? "options" : "fusion"; }
+
+StatusOr<SearchSpace> ParseSearchSpace(const std::string& name) {
+  for (SearchSpace s : {SearchSpace::kFusion, SearchSpace::kOptions})
+    if (name == SearchSpaceName(s)) return s;
+  return InvalidArgumentError("--search-space: unknown search space '" + name +
+                              "'; expected fusion (groups, the plan's one option) or options (groups and each "
+                              "group's option)");
 }
 
 StatusOr<Algorithm> ParseAlgorithm(const std::string& name) {
   if (name == "bnb") return Algorithm::kBranchAndBound;
   for (Algorithm a : {Algorithm::kBranchAndBound, Algorithm::kExhaustive, Algorithm::kLayerwise, Algorithm::kOneGroup,
-                      Algorithm::kBucket})
+                      Algorithm::kBucket, Algorithm::kEspresso})
     if (name == AlgorithmName(a)) return a;
   return InvalidArgumentError("--algorithm: unknown algorithm '" + name +
-                              "'; expected branch_and_bound, exhaustive, or a fixed strategy: layerwise, one_group, "
-                              "bucket");
+                              "'; expected branch_and_bound, exhaustive, espresso (--search-space options), or a "
+                              "fixed strategy: layerwise, one_group, bucket");
 }
 
 StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options) {
@@ -276,6 +287,8 @@ StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& optio
   if (options.node_budget < 1)
     return InvalidArgumentError("--budget: must be positive; got " + std::to_string(options.node_budget));
   SearchResult r;
+  if (options.algorithm == Algorithm::kEspresso)
+    return InvalidArgumentError("--algorithm espresso: chooses per-group options; needs --search-space options");
   if (IsFixedStrategy(options.algorithm)) {
     if (options.bucket_bytes < 1)
       return InvalidArgumentError("--bucket-mib: must be positive; got " + std::to_string(options.bucket_bytes) +

@@ -161,6 +161,22 @@ class Session::Impl {
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
+      // Options plans (docs/MODEL.md, v2): this runtime executes flat schemes on the plan's
+      // device; it refuses any other option rather than run something the plan did not say.
+      const std::string& scheme = g.options().scheme();
+      if (!scheme.empty() && scheme != "flat" && scheme != "flat_fp32") {
+        add(f + ".options.scheme", "not executed by this runtime yet; got " + Quoted(scheme) +
+                                       ", expected flat or flat_fp32 (plan with --search-space fusion)");
+        continue;
+      }
+      // A v1 group (no scheme) runs on the plan's device, as before options existed.
+      if (!scheme.empty() && g.options().device() != plan.device()) {
+        add(f + ".options.device", "offload is not executed by this runtime yet; got " +
+                                       std::string(Name(g.options().device())) + ", expected " +
+                                       std::string(Name(plan.device())) +
+                                       " (the plan's device; plan with --search-space fusion)");
+        continue;
+      }
       const bool compress = g.options().compress() || spec.name() == "fp32";
       kernels::CompressorConfig c;
       c.name = compress ? spec.name() : "fp32";

@@ -32,7 +32,89 @@ std::string JoinNames() {
   return out;
 }
 
+constexpr SchemeStep kGlobalPayload{pb::COMM_OP_UNSPECIFIED, pb::GLOBAL, true, false};
+constexpr SchemeStep kIntraReduceScatter{pb::REDUCE_SCATTER, pb::INTRA, false, false};
+constexpr SchemeStep kInterPayload{pb::COMM_OP_UNSPECIFIED, pb::INTER, true, true};
+constexpr SchemeStep kIntraAllgather{pb::ALLGATHER, pb::INTRA, false, true};
+constexpr SchemeStep kNoStep{pb::COMM_OP_UNSPECIFIED, pb::SCOPE_UNSPECIFIED, false, false};
+
+constexpr std::array<SchemeInfo, 6> kSchemes{{
+    {"flat_fp32", Codec::kNone, 1, {kGlobalPayload, kNoStep, kNoStep}, 0, 0, false, "fp32 allreduce"},
+    {"flat_fp16", Codec::kFp16, 1, {kGlobalPayload, kNoStep, kNoStep}, 0, 0, false, "fp16 allreduce"},
+    {"flat", Codec::kCompressor, 1, {kGlobalPayload, kNoStep, kNoStep}, 0, 0, false, "the compressor, flat"},
+    {"hier_fp32",
+     Codec::kNone,
+     3,
+     {kIntraReduceScatter, kInterPayload, kIntraAllgather},
+     1,
+     1,
+     true,
+     "reduce-scatter in the node, fp32 allreduce across nodes, allgather in the node"},
+    {"hier_fp16",
+     Codec::kFp16,
+     3,
+     {kIntraReduceScatter, kInterPayload, kIntraAllgather},
+     1,
+     1,
+     true,
+     "reduce-scatter in the node, fp16 allreduce across nodes, allgather in the node"},
+    {"hier",
+     Codec::kCompressor,
+     3,
+     {kIntraReduceScatter, kInterPayload, kIntraAllgather},
+     1,
+     1,
+     true,
+     "reduce-scatter in the node, the compressor across nodes on the shard, allgather in the node"},
+}};
+
 }  // namespace
+
+std::span<const SchemeInfo> Schemes() { return kSchemes; }
+
+const SchemeInfo* FindScheme(std::string_view name) {
+  for (const auto& s : kSchemes)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+std::string SchemeNames() {
+  std::string out;
+  for (const auto& s : kSchemes) out += (out.empty() ? "" : ", ") + std::string(s.name);
+  return out;
+}
+
+const CompressorInfo& CodecCompressor(const SchemeInfo& s, const CompressorInfo& plan_compressor) {
+  switch (s.codec) {
+    case Codec::kNone: return kCatalogue[0];
+    case Codec::kFp16: return kCatalogue[1];
+    case Codec::kCompressor: return plan_compressor;
+  }
+  return kCatalogue[0];
+}
+
+pb::CommOp StepOp(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor) {
+  return step.op != pb::COMM_OP_UNSPECIFIED ? step.op : CodecCompressor(s, plan_compressor).collective;
+}
+
+int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node) {
+  if (!s.hierarchical || devices_per_node <= 1) return n;
+  return (n + devices_per_node - 1) / devices_per_node;
+}
+
+int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
+                  double ratio, int devices_per_node) {
+  const int64_t m = ShardElements(s, n, devices_per_node);
+  const int64_t input = step.shard ? m : (s.hierarchical ? m * devices_per_node : n);
+  if (step.payload) return PayloadBytes(CodecCompressor(s, plan_compressor), input, ratio);
+  return 4 * input;
+}
+
+int PayloadStep(const SchemeInfo& s) {
+  for (int i = 0; i < s.step_count; ++i)
+    if (s.steps[i].payload) return i;
+  return 0;
+}
 
 std::span<const CompressorInfo> Compressors() { return kCatalogue; }
 std::span<const std::string_view> CompressorNames() { return kNames; }

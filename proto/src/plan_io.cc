@@ -127,8 +127,10 @@ void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
   }
 }
 
-// A group's phases run in order; the groups run in order on the compute stream (encodes,
-// decodes) and on the network (collectives).
+// A group's phases run in order; the groups run in order on the network (collectives) and on
+// each device's chains (pre stages, post stages): the compute stream, and for groups offloaded
+// to the CPU (options plans, docs/MODEL.md v2) the CPU worker. In v1 plans every group is on
+// the plan's device, so each group follows the one before it.
 void CheckPhaseOrder(Problems& p, const pb::Plan& plan, int k) {
   const pb::Group& g = plan.groups(k);
   const std::string f = Idx("groups", k);
@@ -137,12 +139,70 @@ void CheckPhaseOrder(Problems& p, const pb::Plan& plan, int k) {
   CheckOrder(p, f + ".comm_end_us", g.comm_end_us(), f + ".comm_start_us", g.comm_start_us());
   CheckOrder(p, f + ".decode_start_us", g.decode_start_us(), f + ".comm_end_us", g.comm_end_us());
   CheckOrder(p, f + ".decode_end_us", g.decode_end_us(), f + ".decode_start_us", g.decode_start_us());
-  if (k == 0) return;
-  const pb::Group& prev = plan.groups(k - 1);
-  const std::string pf = Idx("groups", k - 1);
-  CheckOrder(p, f + ".encode_start_us", g.encode_start_us(), pf + ".encode_end_us", prev.encode_end_us());
-  CheckOrder(p, f + ".comm_start_us", g.comm_start_us(), pf + ".comm_end_us", prev.comm_end_us());
-  CheckOrder(p, f + ".decode_start_us", g.decode_start_us(), pf + ".decode_end_us", prev.decode_end_us());
+  double step_end = g.comm_start_us();
+  std::string step_end_field = f + ".comm_start_us";
+  for (int i = 0; i < g.steps_size(); ++i) {
+    const pb::Step& st = g.steps(i);
+    const std::string sf = f + Idx(".steps", i);
+    CheckTime(p, sf + ".start_us", st.start_us());
+    CheckTime(p, sf + ".end_us", st.end_us());
+    CheckOrder(p, sf + ".start_us", st.start_us(), step_end_field, step_end);
+    CheckOrder(p, sf + ".end_us", st.end_us(), sf + ".start_us", st.start_us());
+    step_end = st.end_us();
+    step_end_field = sf + ".end_us";
+  }
+  if (g.steps_size() > 0) CheckOrder(p, f + ".comm_end_us", g.comm_end_us(), step_end_field, step_end);
+  if (k > 0) {
+    const pb::Group& prev = plan.groups(k - 1);
+    const std::string pf = Idx("groups", k - 1);
+    CheckOrder(p, f + ".comm_start_us", g.comm_start_us(), pf + ".comm_end_us", prev.comm_end_us());
+  }
+  for (int j = k - 1; j >= 0; --j) {
+    const pb::Group& prev = plan.groups(j);
+    if (prev.options().device() != g.options().device()) continue;
+    const std::string pf = Idx("groups", j);
+    CheckOrder(p, f + ".encode_start_us", g.encode_start_us(), pf + ".encode_end_us", prev.encode_end_us());
+    CheckOrder(p, f + ".decode_start_us", g.decode_start_us(), pf + ".decode_end_us", prev.decode_end_us());
+    break;
+  }
+}
+
+// An options plan's group (docs/MODEL.md, v2): its scheme is in the catalogue, its flags agree
+// with it, and its steps are the scheme's. Returns the scheme, or nullptr (v1 group or unknown).
+const SchemeInfo* CheckScheme(Problems& p, const pb::Plan& plan, int k) {
+  const pb::Group& g = plan.groups(k);
+  const std::string f = Idx("groups", k);
+  if (g.options().scheme().empty()) {
+    if (g.steps_size() > 0)
+      p.Add(f + ".steps", "set without options.scheme; got " + std::to_string(g.steps_size()) +
+                              " steps, expected none (a v1 group has one collective)");
+    return nullptr;
+  }
+  const SchemeInfo* s = FindScheme(g.options().scheme());
+  if (s == nullptr) {
+    p.Add(f + ".options.scheme",
+          "unknown scheme; got " + Quoted(g.options().scheme()) + ", expected one of " + SchemeNames());
+    return nullptr;
+  }
+  if (g.options().compress() != (s->codec != Codec::kNone))
+    p.Add(f + ".options.compress",
+          std::string("does not match the scheme; got ") + (g.options().compress() ? "true" : "false") + ", expected " +
+              (s->codec != Codec::kNone ? "true" : "false") + " (" + std::string(s->name) + ")");
+  if (g.options().device() != plan.device() && !(plan.device() == pb::GPU && g.options().device() == pb::CPU))
+    p.Add(f + ".options.device", "not the plan's device and not an offload to the CPU; got " +
+                                     std::string(Name(g.options().device())) + ", plan device " +
+                                     std::string(Name(plan.device())));
+  if (s->hierarchical && (plan.devices_per_node() < 2 || plan.world_size() % plan.devices_per_node() != 0 ||
+                          plan.world_size() / plan.devices_per_node() < 2))
+    p.Add(f + ".options.scheme",
+          "hierarchical on a plan without several nodes of several devices; got "
+          "devices_per_node " +
+              std::to_string(plan.devices_per_node()) + ", world_size " + std::to_string(plan.world_size()) +
+              ", expected devices_per_node >= 2 dividing world_size into >= 2 nodes");
+  if (g.steps_size() != s->step_count)
+    p.Add(f + ".steps", "do not match the scheme; got " + std::to_string(g.steps_size()) + " steps, expected " +
+                            std::to_string(s->step_count) + " (" + std::string(s->name) + ")");
+  return s;
 }
 
 void CheckGroups(Problems& p, const pb::Plan& plan) {
@@ -203,19 +263,28 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
       in_range = false;
       expected_first = std::max(expected_first, g.last_tensor() + 1);
     }
-    if (ok && ratio_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
-      const int64_t expected =
-          g.options().compress() ? PayloadBytes(*info, g.numel(), ratio) : 4 * g.numel();
+    const SchemeInfo* scheme = CheckScheme(p, plan, k);
+    const bool scheme_ok =
+        g.options().scheme().empty() || (scheme != nullptr && (!scheme->hierarchical || plan.devices_per_node() >= 2));
+    if (ok && ratio_ok && scheme_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
+      const int64_t expected = scheme != nullptr        ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info,
+                                                                    g.numel(), ratio, plan.devices_per_node())
+                               : g.options().compress() ? PayloadBytes(*info, g.numel(), ratio)
+                                                        : 4 * g.numel();
       if (g.payload_bytes() != expected)
-        p.Add(f + ".payload_bytes", "does not match the compressor; got " + std::to_string(g.payload_bytes()) +
-                                        ", expected " + std::to_string(expected) + " (" +
-                                        (g.options().compress() ? plan.compressor().name() : "fp32") + " of " +
-                                        std::to_string(g.numel()) + " elements)");
+        p.Add(f + ".payload_bytes",
+              "does not match the compressor; got " + std::to_string(g.payload_bytes()) + ", expected " +
+                  std::to_string(expected) + " (" +
+                  (scheme != nullptr ? "scheme " + std::string(scheme->name) + ", " : std::string()) +
+                  (g.options().compress() ? plan.compressor().name() : "fp32") + " of " + std::to_string(g.numel()) +
+                  " elements)");
     } else if (g.payload_bytes() <= 0) {
       p.Add(f + ".payload_bytes", "must be positive; got " + std::to_string(g.payload_bytes()) + ", expected > 0");
     }
-    if (info != nullptr && g.options().collective() != pb::COMM_OP_UNSPECIFIED) {
-      const pb::CommOp op = g.options().compress() ? info->collective : pb::ALLREDUCE;
+    if (info != nullptr && g.options().collective() != pb::COMM_OP_UNSPECIFIED && scheme_ok) {
+      const pb::CommOp op = scheme != nullptr        ? StepOp(*scheme, scheme->steps[PayloadStep(*scheme)], *info)
+                            : g.options().compress() ? info->collective
+                                                     : pb::ALLREDUCE;
       if (g.options().collective() != op)
         p.Add(f + ".options.collective",
               "does not match the compressor; got " + std::string(Name(g.options().collective())) + ", expected " +

@@ -172,8 +172,10 @@ TEST(ParseAlgorithm, NamesTheChoices) {
   EXPECT_TRUE(ParseAlgorithm("exhaustive").ok());
   auto a = ParseAlgorithm("greedy");
   ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.status().message(), "--algorithm: unknown algorithm 'greedy'; expected branch_and_bound, exhaustive, or a "
-                                  "fixed strategy: layerwise, one_group, bucket");
+  EXPECT_EQ(a.status().message(),
+            "--algorithm: unknown algorithm 'greedy'; expected branch_and_bound, exhaustive, espresso (--search-space "
+            "options), or a fixed strategy: layerwise, one_group, bucket");
+  EXPECT_EQ(*ParseAlgorithm("espresso"), Algorithm::kEspresso);
   EXPECT_EQ(*ParseAlgorithm("bucket"), Algorithm::kBucket);
   EXPECT_TRUE(IsFixedStrategy(Algorithm::kLayerwise));
   EXPECT_FALSE(IsFixedStrategy(Algorithm::kBranchAndBound));

@@ -181,20 +181,170 @@ inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& gro
       backward += p.backward_us[static_cast<size_t>(i)];
     }
     const bool fused = last > first;
-    const double enc = (fused ? p.pack.At(static_cast<double>(s)) : 0.0) +
-                       (p.compress ? p.encode.At(static_cast<double>(n)) : 0.0);
+    const double enc =
+        (fused ? p.pack.At(static_cast<double>(s)) : 0.0) + (p.compress ? p.encode.At(static_cast<double>(n)) : 0.0);
     const double com = p.comm.At(static_cast<double>(PayloadBytes(*p.compressor, n, p.ratio)));
     dec.push_back((p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) +
                   (fused ? p.unpack.At(static_cast<double>(s)) : 0.0));
     enc_sum += enc;
     const double c = backward + enc_sum;  // C_k
-    f = std::max(c, f) + com;              // F_k
+    f = std::max(c, f) + com;  // F_k
     ready.push_back(f);
     first = last + 1;
   }
   double d = backward + enc_sum;  // D_0 = C_K
   for (size_t k = 0; k < dec.size(); ++k) d = std::max(d, ready[k]) + dec[k];
   return p.forward_us + d + p.update_us;
+}
+
+}  // namespace cupcake::planner::testing
+
+namespace cupcake::planner::testing {
+
+// A profile for the options space (docs/MODEL.md, v2): RandomProfile's curves plus, each
+// sometimes missing, the intra and inter collectives, fp16 sums, and the host copies; several
+// nodes of several devices most of the time.
+inline pb::Profile RandomOptionsProfile(std::mt19937_64& rng) {
+  pb::Profile p = RandomProfile(rng);
+  p.mutable_cluster()->set_nodes(1 + static_cast<int>(rng() % 3));
+  p.mutable_cluster()->set_devices_per_node(1 + static_cast<int>(rng() % 4));
+  for (pb::Scope scope : {pb::INTRA, pb::INTER}) {
+    for (pb::CommOp op : {pb::ALLREDUCE, pb::ALLGATHER, pb::REDUCE_SCATTER}) {
+      if (rng() % 6 == 0) continue;
+      pb::Curve c = RandomCurve(rng, pb::COMM, 200000);
+      c.set_comm_op(op);
+      c.set_scope(scope);
+      *p.add_curves() = c;
+    }
+  }
+  if (rng() % 2) {
+    pb::Curve c = RandomCurve(rng, pb::COMM, 200000);
+    c.set_comm_op(pb::ALLREDUCE);
+    c.set_scope(pb::GLOBAL);
+    c.set_dtype(pb::FLOAT16);
+    *p.add_curves() = c;
+  }
+  for (pb::CopyOp op : {pb::D2H, pb::H2D}) {
+    if (rng() % 5 == 0) continue;
+    pb::Curve c = RandomCurve(rng, pb::COPY, 200000);
+    c.set_copy_op(op);
+    c.set_device(pb::GPU);
+    *p.add_curves() = c;
+  }
+  return p;
+}
+
+// One group's option as the reference reads it: a scheme's name and a device.
+struct RefOption {
+  std::string scheme;
+  pb::Device device;
+};
+
+// docs/MODEL.md's v2 timeline restated for the tests: every option priced from its scheme's
+// name (not from the catalogue's table), curves looked up in the profile by key, and the three
+// resources' chains run explicitly (not through labels). `plan_device` is the job's device; an
+// option on another device is offloaded. Returns -1 when a curve the option needs is missing.
+inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Profile& profile,
+                                          const std::string& compressor, double ratio, pb::Device plan_device,
+                                          const std::vector<int>& ends, const std::vector<RefOption>& options) {
+  auto curve = [&](const std::string& key, bool& found) -> Curve {
+    for (const auto& c : profile.curves())
+      if (CurveKey(c) == key) {
+        found = true;
+        return Curve(c);
+      }
+    found = false;
+    return Curve();
+  };
+  bool ok = true;
+  auto at = [&](const std::string& key, double size) {
+    bool found = false;
+    Curve c = curve(key, found);
+    if (!found) ok = false;
+    return c.At(size);
+  };
+  auto optional_at = [&](const std::string& key, double size) {
+    bool found = false;
+    Curve c = curve(key, found);
+    return found ? c.At(size) : 0.0;
+  };
+  const int d = profile.cluster().devices_per_node();
+  const std::string dev_plan(Name(plan_device));
+  double backward = 0, e = 0, f = 0, g = 0;
+  std::vector<double> net_end, post;
+  std::vector<bool> offloaded;
+  int first = 0;
+  for (size_t k = 0; k < ends.size(); ++k) {
+    const RefOption& o = options[k];
+    const bool hier = o.scheme.rfind("hier", 0) == 0;
+    std::string codec = compressor;
+    if (o.scheme == "flat_fp32" || o.scheme == "hier_fp32") codec = "fp32";
+    if (o.scheme == "flat_fp16" || o.scheme == "hier_fp16") codec = "fp16";
+    const CompressorInfo* info = FindCompressor(codec);
+    const bool has_codec = codec != "fp32";
+    const std::string op(Name(info->collective));
+    const std::string dev(Name(o.device));
+    const bool offload = o.device != plan_device;
+    int64_t n = 0, s = 0;
+    double d2h = 0, h2d = 0;
+    for (int i = first; i <= ends[k]; ++i) {
+      const auto& t = model.tensors(i);
+      n += t.numel();
+      s += 4 * t.numel();
+      backward += t.backward_us();
+      if (offload) {
+        d2h += at("copy d2h gpu", 4.0 * static_cast<double>(t.numel()));
+        h2d += at("copy h2d gpu", 4.0 * static_cast<double>(t.numel()));
+      }
+    }
+    const bool fused = ends[k] > first;
+    bool f16 = false;
+    curve("comm allreduce global float16", f16);
+    const std::string sum16 = codec == "fp16" && f16 ? " float16" : "";
+    double pre = 0, net = 0, pst = 0;
+    if (!hier) {
+      if (has_codec) pre += at("encode " + codec + " " + dev, static_cast<double>(n));
+      net += at("comm " + op + " global" + sum16, static_cast<double>(PayloadBytes(*info, n, ratio)));
+      if (has_codec) pst += at("decode " + codec + " " + dev, static_cast<double>(n));
+    } else {
+      bool intra16 = false, inter16 = false;
+      curve("comm allreduce inter float16", inter16);
+      (void)intra16;
+      const int64_t m = (n + d - 1) / d;
+      net += at("comm reduce_scatter intra", 4.0 * static_cast<double>(d * m));
+      if (has_codec) net += at("encode " + codec + " " + dev, static_cast<double>(m));
+      net += at("comm " + op + " inter" + (codec == "fp16" && inter16 ? " float16" : ""),
+                static_cast<double>(PayloadBytes(*info, m, ratio)));
+      if (has_codec) net += at("decode " + codec + " " + dev, static_cast<double>(m));
+      net += at("comm allgather intra", 4.0 * static_cast<double>(m));
+    }
+    if (!offload && fused) {
+      pre += optional_at("copy pack " + dev_plan, static_cast<double>(s));
+      pst += optional_at("copy unpack " + dev_plan, static_cast<double>(s));
+    }
+    pre += d2h;
+    pst += h2d;
+    double ready;
+    if (offload) {
+      g = std::max(backward + e, g) + pre;  // the CPU worker
+      ready = g;
+    } else {
+      e += pre;  // the compute stream
+      ready = backward + e;
+    }
+    f = std::max(ready, f) + net;  // the network
+    net_end.push_back(f);
+    post.push_back(pst);
+    offloaded.push_back(offload);
+    first = ends[k] + 1;
+  }
+  double compute = backward + e, cpu = g;  // D_0 and H_0
+  for (size_t k = 0; k < ends.size(); ++k) {
+    double& chain = offloaded[k] ? cpu : compute;
+    chain = std::max(chain, net_end[k]) + post[k];
+  }
+  if (!ok) return -1;
+  return model.forward_us() + std::max(compute, cpu) + model.update_us();
 }
 
 }  // namespace cupcake::planner::testing

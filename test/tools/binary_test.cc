@@ -161,7 +161,8 @@ TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --algorithm greedy");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "cupcake-plan search: --algorithm: unknown algorithm 'greedy'; expected branch_and_bound, "
-                   "exhaustive, or a fixed strategy: layerwise, one_group, bucket\nrun 'cupcake-plan search --help' "
+                   "exhaustive, espresso (--search-space options), or a fixed strategy: layerwise, one_group, "
+                   "bucket\nrun 'cupcake-plan search --help' "
                    "for its options\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.File("p.pb")));
 

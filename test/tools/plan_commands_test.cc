@@ -280,9 +280,9 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   const auto ordered = nlohmann::ordered_json::parse(json.str());
   std::vector<std::string> keys;
   for (const auto& [key, value] : ordered.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"format", "profile_name", "profile_fingerprint", "world_size", "device",
-                                            "compressor", "predicted", "baselines", "search", "extrapolations",
-                                            "groups", "model"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"format", "profile_name", "profile_fingerprint", "world_size",
+                                            "devices_per_node", "device", "compressor", "predicted", "baselines",
+                                            "search", "extrapolations", "groups", "model"}));
   EXPECT_EQ(ordered["device"], "GPU");
   EXPECT_EQ(ordered["model"]["model"]["name"], "resnet50");
   const auto j = nlohmann::json::parse(json.str());

@@ -85,6 +85,12 @@ std::string Ms(double us);
 // "fc.bias" or "fc.bias .. layer4.2.bn3.weight".
 std::string TensorRange(const pb::Model& model, int first, int last);
 
+// "hier gpu", "flat cpu (offloaded)": a group's option as people read it; v1 groups as their
+// flat equivalent.
+std::string OptionName(const pb::Plan& plan, const pb::GroupOptions& o);
+// "3 x flat gpu, 2 x hier gpu (groups per option)".
+std::string OptionsSummary(const pb::Plan& plan);
+
 // The plan's summary: model, profile, compressor, groups, predicted time, speedups over the
 // baselines, search statistics. One "key  value" line each.
 void PrintSummary(const pb::Plan& plan, std::ostream& out);

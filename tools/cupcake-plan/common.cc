@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -44,6 +45,27 @@ std::string TensorRange(const pb::Model& model, int first, int last) {
   return s;
 }
 
+std::string OptionName(const pb::Plan& plan, const pb::GroupOptions& o) {
+  const std::string scheme = o.scheme().empty() ? (o.compress() ? "flat" : "flat_fp32") : o.scheme();
+  const bool offload = o.device() != plan.device();
+  return scheme + " " + std::string(Name(o.device())) + (offload ? " (offloaded)" : "");
+}
+
+std::string OptionsSummary(const pb::Plan& plan) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& g : plan.groups()) {
+    const std::string name = OptionName(plan, g.options());
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == name; });
+    if (it == counts.end())
+      counts.emplace_back(name, 1);
+    else
+      ++it->second;
+  }
+  std::string s;
+  for (const auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + std::to_string(n) + " x " + name;
+  return s + " (groups per option)";
+}
+
 void PrintSummary(const pb::Plan& plan, std::ostream& out) {
   const pb::Model& m = plan.model().model();
   int64_t parameters = 0, bytes = 0;
@@ -80,10 +102,19 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
       << " pruned";
   if (s.budget() > 0) out << ", budget " << s.budget() << " nodes";
   const auto algorithm = planner::ParseAlgorithm(s.algorithm());
-  if (algorithm.ok() && planner::IsFixedStrategy(*algorithm))
+  if (algorithm.ok() && planner::IsFixedStrategy(*algorithm)) {
     out << ", a fixed strategy (no search)\n";
-  else
+  } else if (algorithm.ok() && *algorithm == planner::Algorithm::kEspresso) {
+    out << ", a heuristic (not proven optimal)\n";
+  } else if (s.optimal() || s.lower_bound_us() <= 0) {
     out << ", " << (s.optimal() ? "proven optimal" : "NOT proven optimal (budget exhausted)") << "\n";
+  } else {
+    char gap[64];
+    std::snprintf(gap, sizeof gap, "%.2f%%", t > 0 ? (t - s.lower_bound_us()) / t * 100.0 : 0.0);
+    out << ", NOT proven optimal (budget exhausted): within " << gap << " of the optimum (lower bound "
+        << Ms(s.lower_bound_us()) << " ms)\n";
+  }
+  if (!s.search_space().empty()) out << "space       " << s.search_space() << ": " << OptionsSummary(plan) << "\n";
 }
 
 std::string Extrapolations(const pb::Plan& plan) {

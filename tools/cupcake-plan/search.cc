@@ -43,6 +43,11 @@ void Json(const pb::Plan& plan, const std::string& output, double search_s, std:
   s["pruned"] = plan.search().pruned();
   s["budget"] = plan.search().budget();
   s["optimal"] = plan.search().optimal();
+  s["search_space"] = plan.search().search_space().empty() ? "fusion" : plan.search().search_space();
+  if (plan.search().lower_bound_us() > 0) {
+    s["lower_bound_us"] = plan.search().lower_bound_us();
+    s["gap"] = 1.0 - plan.search().lower_bound_us() / plan.predicted().iteration_us();
+  }
   s["wall_s"] = search_s;
   j["search"] = s;
   ordered_json extrapolations = ordered_json::array();
@@ -63,7 +68,8 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));
   const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (!plan.search().optimal() && !planner::IsFixedStrategy(options.search.algorithm)) {
+  if (!plan.search().optimal() && !planner::IsFixedStrategy(options.search.algorithm) &&
+      options.search.algorithm != planner::Algorithm::kEspresso) {
     const std::string what = "search: stopped at --budget " + std::to_string(plan.search().budget()) +
                              " (nodes); the plan is the best found, not proven optimal";
     if (options.require_optimal)
@@ -86,7 +92,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
 
 int SearchMain(tools::Invocation& inv) {
   SearchOptions options;
-  std::string device, algorithm, format;
+  std::string device, algorithm, format, space;
   double bucket_mib = 25;
   po::options_description flags("options");
   flags.add_options()("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")(
@@ -103,8 +109,12 @@ int SearchMain(tools::Invocation& inv) {
       "error feedback: residual, dgc or none (default: the compressor's)")(
       "seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")(
       "algorithm", po::value(&algorithm)->default_value("branch_and_bound"),
-      "branch_and_bound or exhaustive; or a fixed strategy to compare with: layerwise, one_group, bucket")(
-      "bucket-mib", po::value(&bucket_mib)->default_value(25), "--algorithm bucket: the bucket cap in MiB (DDP: 25)")(
+      "branch_and_bound or exhaustive; espresso (Espresso's two steps, --search-space options); or a fixed "
+      "strategy to compare with: layerwise, one_group, bucket")(
+      "search-space", po::value(&space)->default_value("fusion"),
+      "fusion: the groups, every group with the plan's option (v1); options: the groups and each group's "
+      "option (scheme and device; docs/MODEL.md v2)")("bucket-mib", po::value(&bucket_mib)->default_value(25),
+                                                      "--algorithm bucket: the bucket cap in MiB (DDP: 25)")(
       "budget", po::value(&options.search.node_budget)->default_value(planner::kDefaultNodeBudget),
       "search nodes (groups priced) before the search stops with the best plan found")(
       "require-optimal", po::bool_switch(&options.require_optimal),
@@ -134,6 +144,12 @@ int SearchMain(tools::Invocation& inv) {
   auto a = planner::ParseAlgorithm(algorithm);
   if (!a.ok()) return tools::UsageError(inv, a.status().message());
   options.search.algorithm = *a;
+  auto sp = planner::ParseSearchSpace(space);
+  if (!sp.ok()) return tools::UsageError(inv, sp.status().message());
+  options.search.space = *sp;
+  if (options.search.algorithm == planner::Algorithm::kEspresso &&
+      options.search.space != planner::SearchSpace::kOptions)
+    return tools::UsageError(inv, "--algorithm espresso: chooses per-group options; needs --search-space options");
   if (!(bucket_mib > 0 && bucket_mib <= 1 << 20))
     return tools::UsageError(
         inv, "--bucket-mib: out of range; got " + std::to_string(bucket_mib) + ", expected 0 < MiB <= 1048576");

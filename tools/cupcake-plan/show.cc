@@ -23,7 +23,9 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
   // One row per group; times in ms from the start of backward.
   const pb::Model& m = plan.model().model();
   std::vector<std::vector<std::string>> rows;
+  const bool options = !plan.search().search_space().empty();
   rows.push_back({"group", "tensors", "count", "numel", "payload", "encode ms", "comm ms", "decode ms", "names"});
+  if (options) rows.back().insert(rows.back().begin() + 2, "option");
   for (int k = 0; k < plan.groups_size(); ++k) {
     const pb::Group& g = plan.groups(k);
     rows.push_back({std::to_string(k), std::to_string(g.first_tensor()) + ".." + std::to_string(g.last_tensor()),
@@ -31,16 +33,18 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
                     tools::HumanBytes(g.payload_bytes()), Span(g.encode_start_us(), g.encode_end_us()),
                     Span(g.comm_start_us(), g.comm_end_us()), Span(g.decode_start_us(), g.decode_end_us()),
                     internal::TensorRange(m, g.first_tensor(), g.last_tensor())});
+    if (options) rows.back().insert(rows.back().begin() + 2, internal::OptionName(plan, g.options()));
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
-  out << "groups (times in ms from the start of backward):\n";
+  out << "groups (times in ms from the start of backward"
+      << (options ? "; encode and decode: on the option's device, the CPU worker when offloaded" : "") << "):\n";
   for (const auto& r : rows) {
     std::string line = " ";
     for (size_t c = 0; c < r.size(); ++c) {
       const bool last = c + 1 == r.size();
-      const bool left = c == 1 || last;  // the tensor columns read left to right
+      const bool left = c == 1 || last || (options && c == 2);  // the tensor and option columns read left to right
       std::string pad(width[c] - r[c].size(), ' ');
       line += " " + (left ? r[c] + (last ? "" : pad) : pad + r[c]);
     }
@@ -53,8 +57,8 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
 std::string SummaryFirst(const std::string& proto_json) {
   const auto j = nlohmann::ordered_json::parse(proto_json);
   nlohmann::ordered_json out;
-  for (const char* key : {"format", "profile_name", "profile_fingerprint", "world_size", "device", "compressor",
-                          "predicted", "baselines", "search", "extrapolations", "groups", "model"})
+  for (const char* key : {"format", "profile_name", "profile_fingerprint", "world_size", "devices_per_node", "device",
+                          "compressor", "predicted", "baselines", "search", "extrapolations", "groups", "model"})
     if (j.contains(key)) out[key] = j[key];
   for (const auto& [key, value] : j.items())
     if (!out.contains(key)) out[key] = value;

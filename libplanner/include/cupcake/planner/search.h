@@ -20,7 +20,20 @@ enum class Algorithm {
   kLayerwise,  // one group per tensor
   kOneGroup,  // one group of every tensor
   kBucket,  // buckets of SearchOptions::bucket_bytes, closed as DDP closes them
+  // Espresso's two steps (docs/MODEL.md, v2) on the fusion optimum's groups: options chosen
+  // greedily, then offloading; needs SearchSpace::kOptions. Never "proven optimal".
+  kEspresso,
 };
+
+// What a search chooses: the groups only, every group with the plan's one option (v1), or the
+// groups and each group's option (v2, docs/MODEL.md).
+enum class SearchSpace {
+  kFusion,
+  kOptions,
+};
+std::string SearchSpaceName(SearchSpace s);
+// "fusion" / "options"; the error names the flag and the choices.
+StatusOr<SearchSpace> ParseSearchSpace(const std::string& name);
 
 // Whether `a` is a fixed strategy rather than a search.
 inline bool IsFixedStrategy(Algorithm a) {
@@ -28,6 +41,8 @@ inline bool IsFixedStrategy(Algorithm a) {
 }
 
 inline constexpr int kMaxExhaustiveTensors = 24;
+// Options space: every cut times every option per group (about (options + 1)^N strategies).
+inline constexpr int kMaxExhaustiveOptionTensors = 7;
 // About a second of search on one core; every shipped model needs far less.
 inline constexpr int64_t kDefaultNodeBudget = 100'000'000;
 
@@ -38,6 +53,7 @@ struct SearchOptions {
   int64_t node_budget = kDefaultNodeBudget;
   // kBucket: the cap of a bucket's uncompressed bytes (PyTorch DDP's default, 25 MiB).
   int64_t bucket_bytes = int64_t{25} << 20;
+  SearchSpace space = SearchSpace::kFusion;
 };
 
 struct SearchStats {
@@ -56,6 +72,26 @@ struct SearchResult {
 };
 
 StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& options);
+
+struct OptionProblem;
+
+struct OptionSearchResult {
+  std::vector<int> group_ends;
+  std::vector<int> options;  // per group, an index into OptionProblem::options
+  double iteration_us = 0;
+  SearchStats stats;
+  // When the search stopped without a proof: a lower bound of the optimum (else iteration_us).
+  double lower_bound_us = 0;
+  // The incumbents it started from (branch_and_bound), for the plan's baselines.
+  double fusion_us = 0;  // v1's fusion optimum (or best found)
+  double espresso_us = 0;
+  int espresso_groups = 0;
+};
+
+// Searches groups and options together (docs/MODEL.md, v2): branch_and_bound (Espresso's plan
+// and the fusion optimum as incumbents), exhaustive (refused above kMaxExhaustiveOptionTensors)
+// or espresso. Fixed strategies give their groups with the plan's one option.
+StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& problem, const SearchOptions& options);
 
 std::string AlgorithmName(Algorithm a);
 // "branch_and_bound" / "bnb" / "exhaustive" / "layerwise" / "one_group" / "bucket"; error names

@@ -57,4 +57,53 @@ int64_t SelectedCount(int64_t n, double ratio);
 // Payload bytes each rank sends for a group of n elements (kernels/README.md, Semantics).
 int64_t PayloadBytes(const CompressorInfo& c, int64_t n, double ratio);
 
+// ---------------------------------------------------------------- Schemes (docs/MODEL.md, v2)
+// A group's communication scheme: a path in Espresso's decision tree above the device choice
+// (how many collectives and in which scopes, which carry the encoded data, which ops). One row
+// per scheme; a new scheme is one row. Read by the planner, the plan validator and the runtime.
+
+enum class Codec {
+  kNone,  // fp32 data throughout
+  kFp16,  // the fp16 compressor
+  kCompressor,  // the plan's compressor
+};
+
+struct SchemeStep {
+  pb::CommOp op;  // COMM_OP_UNSPECIFIED: the codec's collective (CodecCollective)
+  pb::Scope scope;
+  bool payload;  // carries the codec's payload; otherwise fp32 data
+  bool shard;  // its input is the shard (1/devices_per_node of the group) rather than the group
+};
+
+struct SchemeInfo {
+  std::string_view name;
+  Codec codec;
+  int step_count;  // 1..3
+  SchemeStep steps[3];
+  int encode_before;  // the step the encode precedes (0: before the network); unused for kNone
+  int decode_after;  // the step the decode follows (step_count - 1: after the network)
+  bool hierarchical;  // needs nodes >= 2 and devices_per_node >= 2 (intra and inter scopes)
+  std::string_view summary;
+};
+
+// Every scheme, in the order the planner offers them.
+std::span<const SchemeInfo> Schemes();
+// nullptr when unknown.
+const SchemeInfo* FindScheme(std::string_view name);
+// "flat_fp32, flat_fp16, ..."
+std::string SchemeNames();
+// The compressor a scheme's codec means in a plan of `plan_compressor`: fp32, fp16 or it.
+const CompressorInfo& CodecCompressor(const SchemeInfo& s, const CompressorInfo& plan_compressor);
+// The op of a step: its own, or the codec's collective.
+pb::CommOp StepOp(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor);
+// m = ceil(n / devices_per_node): the shard's elements (n when the scheme is flat).
+int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node);
+// Bytes per rank a step sends (the size its comm curve is read at): the codec's payload of its
+// input elements for a payload step; 4 x input elements for an fp32 step, where a hierarchical
+// scheme's unsharded input is the group padded to devices_per_node x m elements.
+int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
+                  double ratio, int devices_per_node);
+// The step that carries the payload (the plan's payload_bytes and collective describe it).
+int PayloadStep(const SchemeInfo& s);
+
 }  // namespace cupcake

@@ -1,0 +1,129 @@
+// The iteration-time model of docs/MODEL.md, v2: every fused group gets an option (a scheme of
+// proto/catalogue.h's Schemes() table and a device), the CPU worker is a resource of its own,
+// and hierarchical schemes read the profile's intra and inter curves.
+//
+// An OptionProblem is a v1 Problem (tensors, the plan's compressor and device) plus the curves
+// every offered option needs, resolved once. OptionPricer prices a group under every option as
+// five stage costs; EvaluateOptions runs the three-resource timeline (compute stream, CPU
+// worker, network) of docs/MODEL.md for a whole strategy. Pure and deterministic.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cupcake/cupcake.pb.h"
+#include "cupcake/planner/cost_model.h"
+#include "cupcake/planner/curve.h"
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/status.h"
+
+namespace cupcake::planner {
+
+// One offered option: a scheme and where its encode and decode run.
+struct Option {
+  const SchemeInfo* scheme = nullptr;
+  pb::Device device = pb::GPU;
+  bool offload = false;  // device differs from the plan's: the CPU worker, through host copies
+  std::string Name() const;  // "hier gpu", "flat cpu"
+};
+
+// The stage costs of one group under one option (docs/MODEL.md, "Stages").
+struct StageCost {
+  double gpu_pre = 0;  // on the compute stream, right after the group's last tensor
+  double cpu_pre = 0;  // on the CPU worker (offloaded options)
+  double net = 0;  // the network block: every step, and encodes/decodes between steps
+  double gpu_post = 0;  // on the compute stream after backward
+  double cpu_post = 0;  // on the CPU worker after its last encode
+  double pre() const { return gpu_pre + cpu_pre; }
+  double post() const { return gpu_post + cpu_post; }
+};
+
+// The curves one option reads, resolved from the profile.
+struct OptionCurves {
+  Curve pre_kernel, mid_encode, mid_decode, post_kernel;  // zero curves where unused
+  std::vector<Curve> steps;  // one per scheme step
+  std::vector<std::string> step_keys;
+  std::string pre_key, mid_encode_key, mid_decode_key, post_key;
+};
+
+struct OptionProblem {
+  Problem base;  // tensors, compressor, ratio, the plan's device, pack and unpack
+  int nodes = 1;
+  int devices_per_node = 1;
+  std::vector<Option> options;
+  std::vector<OptionCurves> curves;  // parallel to options
+  // sum of d2h(bytes_t), h2d(bytes_t) over tensors t < i (offloaded groups copy tensor by tensor)
+  std::vector<double> d2h_prefix, h2d_prefix;
+  // Options of the table left out, each with why (a missing curve, a single node, a duplicate).
+  std::vector<std::string> dropped;
+  // The option every group of a v1 plan has: "flat" (or "flat_fp32" for fp32) on the plan's device.
+  int fusion_option = 0;
+
+  int size() const { return base.size(); }
+  int option_count() const { return static_cast<int>(options.size()); }
+};
+
+// Resolves the options of Schemes() on the plan's device (and, for a GPU plan, offloaded to the
+// CPU) whose curves the profile has. Errors as MakeProblem's.
+StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Profile& profile,
+                                          const PlanRequest& request);
+
+// Prices groups [first, last] for one `first` and increasing `last`, every option at once, with
+// amortized O(1) curve lookups. Holds a reference to the problem. Not thread-safe.
+class OptionPricer {
+ public:
+  explicit OptionPricer(const OptionProblem& p);
+  void Start(int first);
+  // `last` must not decrease between calls after a Start. Fills out[o] for every option.
+  void Price(int last, std::span<StageCost> out);
+
+ private:
+  struct Cursors {
+    CurveCursor pre, mid_encode, mid_decode, post;
+    std::vector<CurveCursor> steps;
+  };
+  const OptionProblem& p_;
+  int first_ = 0;
+  CurveCursor pack_, unpack_;
+  std::vector<Cursors> cursors_;
+};
+
+// One group's costs under one option, by OptionPricer.
+StageCost CostOfOption(const OptionProblem& p, int option, int first, int last);
+
+// One group's place on the v2 timeline.
+struct OptionGroupTimes {
+  int first = 0;
+  int last = 0;
+  int option = 0;
+  StageCost cost;
+  double pre_start_us = 0, pre_end_us = 0;  // on its device (compute stream or CPU worker)
+  double comm_start_us = 0, comm_end_us = 0;
+  double post_start_us = 0, post_end_us = 0;
+  struct StepTimes {
+    pb::CommOp op;
+    pb::Scope scope;
+    int64_t bytes;
+    double start_us, end_us;
+  };
+  std::vector<StepTimes> steps;
+};
+
+struct OptionTimeline {
+  std::vector<OptionGroupTimes> groups;
+  double iteration_us = 0;
+};
+
+// A strategy: the last tensor of each group and each group's option index.
+OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options);
+// The same timeline's iteration time from each group's stage costs already priced (costs[k] is
+// group k's under options[k]); what the searches call in their inner loops.
+double IterationFromCosts(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options,
+                          std::span<const StageCost> costs);
+double OptionIterationTime(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options);
+
+// The index in p.options of `scheme` on `device`, or -1.
+int FindOption(const OptionProblem& p, std::string_view scheme, pb::Device device);
+
+}  // namespace cupcake::planner

@@ -1,0 +1,282 @@
+#include "cupcake/planner/options.h"
+
+#include <algorithm>
+
+#include "cupcake/proto/names.h"
+
+namespace cupcake::planner {
+namespace {
+
+const pb::Curve* FindCurve(const pb::Profile& profile, const std::string& key) {
+  for (const auto& c : profile.curves())
+    if (CurveKey(c) == key) return &c;
+  return nullptr;
+}
+
+bool HasCodec(const SchemeInfo& s) { return s.codec != Codec::kNone; }
+bool EncodesBeforeNetwork(const SchemeInfo& s) { return HasCodec(s) && s.encode_before == 0; }
+bool DecodesAfterNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_after == s.step_count - 1; }
+bool EncodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.encode_before > 0; }
+bool DecodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_after < s.step_count - 1; }
+
+// Resolves one option's curves; returns the key of the first missing curve, or "".
+std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const Option& o, OptionCurves& out) {
+  const SchemeInfo& s = *o.scheme;
+  const CompressorInfo& codec = CodecCompressor(s, *base.compressor);
+  const std::string dev(Name(o.device));
+  auto kernel = [&](const char* kind, Curve& curve, std::string& key) {
+    key = std::string(kind) + " " + std::string(codec.name) + " " + dev;
+    const pb::Curve* c = FindCurve(profile, key);
+    if (c == nullptr) return false;
+    curve = Curve(*c);
+    return true;
+  };
+  if (EncodesBeforeNetwork(s) && !kernel("encode", out.pre_kernel, out.pre_key)) return out.pre_key;
+  if (EncodesInNetwork(s) && !kernel("encode", out.mid_encode, out.mid_encode_key)) return out.mid_encode_key;
+  if (DecodesInNetwork(s) && !kernel("decode", out.mid_decode, out.mid_decode_key)) return out.mid_decode_key;
+  if (DecodesAfterNetwork(s) && !kernel("decode", out.post_kernel, out.post_key)) return out.post_key;
+  for (int i = 0; i < s.step_count; ++i) {
+    const SchemeStep& step = s.steps[i];
+    std::string key =
+        "comm " + std::string(Name(StepOp(s, step, *base.compressor))) + " " + std::string(Name(step.scope));
+    // fp16 payloads are summed as halves: that curve when the profile has it (as v1).
+    if (step.payload && codec.payload == PayloadFormula::kDense16 && FindCurve(profile, key + " float16"))
+      key += " float16";
+    const pb::Curve* c = FindCurve(profile, key);
+    if (c == nullptr) return key;
+    out.steps.emplace_back(*c);
+    out.step_keys.push_back(key);
+  }
+  return "";
+}
+
+// Why the table's scheme is not offered for this plan, or "" when it is.
+std::string Duplicate(const SchemeInfo& s, const CompressorInfo& compressor) {
+  if (s.codec == Codec::kCompressor && compressor.name == "fp32") return "the compressor is fp32 (see flat_fp32)";
+  if (s.codec == Codec::kFp16 && compressor.name == "fp16") return "the compressor is fp16 (see flat, hier)";
+  return "";
+}
+
+}  // namespace
+
+std::string Option::Name() const {
+  return std::string(scheme->name) + " " + std::string(cupcake::Name(device)) + (offload ? " (offloaded)" : "");
+}
+
+StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Profile& profile,
+                                          const PlanRequest& request) {
+  OptionProblem p;
+  CUPCAKE_ASSIGN_OR_RETURN(p.base, MakeProblem(model, profile, request));
+  p.nodes = profile.cluster().nodes();
+  p.devices_per_node = profile.cluster().devices_per_node();
+  const Problem& b = p.base;
+
+  // Host copies, tensor by tensor, for offloaded groups (GPU plans only).
+  const pb::Curve* d2h = FindCurve(profile, "copy d2h gpu");
+  const pb::Curve* h2d = FindCurve(profile, "copy h2d gpu");
+  const bool can_offload = b.device == pb::GPU && d2h != nullptr && h2d != nullptr;
+  if (b.device == pb::GPU && !can_offload)
+    p.dropped.push_back("every offloaded option: the profile lacks \"copy d2h gpu\" or \"copy h2d gpu\"");
+  p.d2h_prefix.assign(1, 0.0);
+  p.h2d_prefix.assign(1, 0.0);
+  if (can_offload) {
+    const Curve d(*d2h), h(*h2d);
+    for (int i = 0; i < b.size(); ++i) {
+      p.d2h_prefix.push_back(p.d2h_prefix.back() + d.At(static_cast<double>(b.bytes[i])));
+      p.h2d_prefix.push_back(p.h2d_prefix.back() + h.At(static_cast<double>(b.bytes[i])));
+    }
+  }
+
+  p.fusion_option = -1;
+  const std::string_view fusion_scheme = b.compress ? "flat" : "flat_fp32";
+  for (const SchemeInfo& s : Schemes()) {
+    if (std::string why = Duplicate(s, *b.compressor); !why.empty()) continue;
+    if (s.hierarchical && (p.nodes < 2 || p.devices_per_node < 2)) {
+      p.dropped.push_back(std::string(s.name) + ": one node or one device per node (nothing to split)");
+      continue;
+    }
+    std::vector<Option> candidates = {{&s, b.device, false}};
+    if (can_offload) candidates.push_back({&s, pb::CPU, true});
+    for (const Option& o : candidates) {
+      OptionCurves curves;
+      const std::string missing = ResolveCurves(profile, b, o, curves);
+      if (!missing.empty()) {
+        p.dropped.push_back(o.Name() + ": the profile lacks \"" + missing + "\"");
+        continue;
+      }
+      if (!o.offload && s.name == fusion_scheme) p.fusion_option = static_cast<int>(p.options.size());
+      p.options.push_back(o);
+      p.curves.push_back(std::move(curves));
+    }
+  }
+  // MakeProblem resolved the plan's own option, so it is always offered.
+  CUPCAKE_CHECK_GE(p.fusion_option, 0);
+  return p;
+}
+
+OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), unpack_(p.base.unpack) {
+  cursors_.reserve(p.curves.size());
+  for (const OptionCurves& c : p.curves) {
+    Cursors k{CurveCursor(c.pre_kernel),
+              CurveCursor(c.mid_encode),
+              CurveCursor(c.mid_decode),
+              CurveCursor(c.post_kernel),
+              {}};
+    for (const Curve& s : c.steps) k.steps.emplace_back(s);
+    cursors_.push_back(std::move(k));
+  }
+}
+
+void OptionPricer::Start(int first) {
+  first_ = first;
+  pack_.Reset();
+  unpack_.Reset();
+  for (Cursors& k : cursors_) {
+    k.pre.Reset();
+    k.mid_encode.Reset();
+    k.mid_decode.Reset();
+    k.post.Reset();
+    for (CurveCursor& c : k.steps) c.Reset();
+  }
+}
+
+void OptionPricer::Price(int last, std::span<StageCost> out) {
+  const Problem& b = p_.base;
+  const int64_t n = b.GroupNumel(first_, last);
+  const double s = static_cast<double>(b.GroupBytes(first_, last));
+  const bool fused = last > first_;
+  const double pack = fused ? pack_.At(s) : 0.0;
+  const double unpack = fused ? unpack_.At(s) : 0.0;
+  const double d2h = p_.d2h_prefix.size() > 1 ? p_.d2h_prefix[last + 1] - p_.d2h_prefix[first_] : 0.0;
+  const double h2d = p_.h2d_prefix.size() > 1 ? p_.h2d_prefix[last + 1] - p_.h2d_prefix[first_] : 0.0;
+  for (size_t o = 0; o < p_.options.size(); ++o) {
+    const Option& opt = p_.options[o];
+    const SchemeInfo& scheme = *opt.scheme;
+    Cursors& k = cursors_[o];
+    const double m = static_cast<double>(ShardElements(scheme, n, p_.devices_per_node));
+    StageCost c;
+    const double pre_kernel = EncodesBeforeNetwork(scheme) ? k.pre.At(static_cast<double>(n)) : 0.0;
+    const double post_kernel = DecodesAfterNetwork(scheme) ? k.post.At(static_cast<double>(n)) : 0.0;
+    if (opt.offload) {
+      c.cpu_pre = d2h + pre_kernel;
+      c.cpu_post = post_kernel + h2d;
+    } else {
+      c.gpu_pre = pack + pre_kernel;
+      c.gpu_post = post_kernel + unpack;
+    }
+    for (int i = 0; i < scheme.step_count; ++i)
+      c.net += k.steps[static_cast<size_t>(i)].At(
+          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.devices_per_node)));
+    if (EncodesInNetwork(scheme)) c.net += k.mid_encode.At(m);
+    if (DecodesInNetwork(scheme)) c.net += k.mid_decode.At(m);
+    out[o] = c;
+  }
+}
+
+StageCost CostOfOption(const OptionProblem& p, int option, int first, int last) {
+  OptionPricer pricer(p);
+  pricer.Start(first);
+  std::vector<StageCost> all(p.options.size());
+  pricer.Price(last, all);
+  return all[static_cast<size_t>(option)];
+}
+
+// The network block's steps, back to back from `start`, with the in-network encode before
+// step encode_before and decode after step decode_after (docs/MODEL.md, "Stages").
+static void PlaceSteps(const OptionProblem& p, OptionGroupTimes& g, double start) {
+  const Option& o = p.options[static_cast<size_t>(g.option)];
+  const SchemeInfo& s = *o.scheme;
+  const OptionCurves& curves = p.curves[static_cast<size_t>(g.option)];
+  const int64_t n = p.base.GroupNumel(g.first, g.last);
+  const double m = static_cast<double>(ShardElements(s, n, p.devices_per_node));
+  double t = start;
+  for (int i = 0; i < s.step_count; ++i) {
+    if (EncodesInNetwork(s) && i == s.encode_before) t += curves.mid_encode.At(m);
+    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.devices_per_node);
+    const double dur = curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
+    g.steps.push_back({StepOp(s, s.steps[i], *p.base.compressor), s.steps[i].scope, bytes, t, t + dur});
+    t += dur;
+    if (DecodesInNetwork(s) && i == s.decode_after) t += curves.mid_decode.At(m);
+  }
+}
+
+OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options) {
+  CUPCAKE_CHECK(!group_ends.empty());
+  CUPCAKE_CHECK_EQ(group_ends.size(), options.size());
+  CUPCAKE_CHECK_EQ(group_ends.back(), p.size() - 1);
+  OptionTimeline t;
+  double e = 0, network = 0, cpu = 0;  // E, F, G
+  int first = 0;
+  for (size_t k = 0; k < group_ends.size(); ++k) {
+    const int last = group_ends[k];
+    CUPCAKE_CHECK_LE(first, last);
+    OptionGroupTimes g;
+    g.first = first;
+    g.last = last;
+    g.option = options[k];
+    CUPCAKE_CHECK(g.option >= 0 && g.option < p.option_count());
+    g.cost = CostOfOption(p, g.option, first, last);
+    const double ready = p.base.backward_prefix[static_cast<size_t>(last) + 1] + e;  // A_k before its own pre
+    if (p.options[static_cast<size_t>(g.option)].offload) {
+      g.pre_start_us = std::max(ready, cpu);
+      g.pre_end_us = g.pre_start_us + g.cost.cpu_pre;
+      cpu = g.pre_end_us;
+    } else {
+      g.pre_start_us = ready;
+      g.pre_end_us = ready + g.cost.gpu_pre;
+      e += g.cost.gpu_pre;
+    }
+    g.comm_start_us = std::max(g.pre_end_us, network);
+    g.comm_end_us = g.comm_start_us + g.cost.net;
+    network = g.comm_end_us;
+    PlaceSteps(p, g, g.comm_start_us);
+    t.groups.push_back(std::move(g));
+    first = last + 1;
+  }
+  // Decodes: the compute stream after backward and every on-device pre stage; the CPU worker
+  // after its last encode. Each in group order.
+  double compute = p.base.backward_prefix.back() + e;
+  for (auto& g : t.groups) {
+    double& free = p.options[static_cast<size_t>(g.option)].offload ? cpu : compute;
+    g.post_start_us = std::max(free, g.comm_end_us);
+    g.post_end_us = g.post_start_us + g.cost.post();
+    free = g.post_end_us;
+  }
+  t.iteration_us = p.base.forward_us + std::max(compute, cpu) + p.base.update_us;
+  return t;
+}
+
+// One pass with docs/MODEL.md's label recurrences (v2, step 1): both decode chains are
+// (max, +)-linear in their start, so they are carried from 0 and their starts added at the end.
+double IterationFromCosts(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options,
+                          std::span<const StageCost> costs) {
+  double e = 0, f = 0, x = 0, y = 0, g = 0, u = 0, v = 0;
+  for (size_t k = 0; k < group_ends.size(); ++k) {
+    const double b = p.base.backward_prefix[static_cast<size_t>(group_ends[k]) + 1];
+    const StageCost& c = costs[k];
+    if (p.options[static_cast<size_t>(options[k])].offload) {
+      g = std::max(b + e, g) + c.cpu_pre;
+      f = std::max(g, f) + c.net;
+      u = std::max(u, f) + c.cpu_post;
+      v += c.cpu_post;
+    } else {
+      e += c.gpu_pre;
+      f = std::max(b + e, f) + c.net;
+      x = std::max(x, f) + c.gpu_post;
+      y += c.gpu_pre + c.gpu_post;
+    }
+  }
+  return p.base.forward_us + std::max({p.base.backward_prefix.back() + y, x, g + v, u}) + p.base.update_us;
+}
+
+double OptionIterationTime(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options) {
+  return EvaluateOptions(p, group_ends, options).iteration_us;
+}
+
+int FindOption(const OptionProblem& p, std::string_view scheme, pb::Device device) {
+  for (size_t o = 0; o < p.options.size(); ++o)
+    if (p.options[o].scheme->name == scheme && p.options[o].device == device) return static_cast<int>(o);
+  return -1;
+}
+
+}  // namespace cupcake::planner

@@ -1,0 +1,425 @@
+// The search over groups and per-group options (docs/MODEL.md, "Iteration time (v2)", "Search
+// over groups and options"): v1's label DP with the CPU worker as three more label coordinates,
+// its exhaustive oracle, and Espresso's two-step heuristic. Step numbers refer to MODEL.md.
+#include <algorithm>
+#include <limits>
+
+#include "cupcake/planner/options.h"
+#include "cupcake/planner/search.h"
+
+namespace cupcake::planner {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Step 2: lower bounds on what the tensors j..N-1 still add, over every cut and option.
+struct OptionBounds {
+  std::vector<double> net;  // Net*(j): the network from f, then the last post stage
+  std::vector<double> ready;  // Ready*(j): from e, a group's readiness, its network and the rest
+  double min_net = kInf, min_post = kInf;
+};
+
+OptionBounds ComputeOptionBounds(const OptionProblem& p, OptionPricer& pricer, std::vector<StageCost>& buf,
+                                 int64_t& transitions) {
+  const int n = p.size();
+  OptionBounds b;
+  b.net.assign(n + 1, kInf);
+  b.ready.assign(n + 1, kInf);
+  b.net[n] = b.ready[n] = 0;
+  for (int j = n - 1; j >= 0; --j) {
+    pricer.Start(j);
+    for (int q = j; q < n; ++q) {
+      pricer.Price(q, buf);
+      transitions += p.option_count();
+      for (const StageCost& c : buf) {
+        const double net = c.net + std::max(c.post(), b.net[q + 1]);
+        b.net[j] = std::min(b.net[j], net);
+        b.ready[j] =
+            std::min(b.ready[j], std::max(p.base.backward_prefix[q + 1] + c.pre() + net, c.gpu_pre + b.ready[q + 1]));
+        b.min_net = std::min(b.min_net, c.net);
+        b.min_post = std::min(b.min_post, c.post());
+      }
+    }
+  }
+  return b;
+}
+
+// Step 1: a grouped prefix. Every coordinate only ever raises the final time.
+struct Label {
+  double e, f, x, y;  // as v1: encodes on the compute stream, network, decode chain from 0, e + decodes
+  double g, u, v;  // the CPU worker: its encode chain, its decode chain from 0, the sum of its decodes
+  int32_t parent;
+  int32_t end;
+  int32_t option;
+};
+
+bool Dominates(const Label& a, const Label& b) {
+  return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y && a.g <= b.g && a.u <= b.u && a.v <= b.v;
+}
+
+Label Extend(const OptionProblem& p, const Label& l, int32_t id, int q, int option, const StageCost& c) {
+  Label n = l;
+  n.parent = id;
+  n.end = q + 1;
+  n.option = option;
+  const double b = p.base.backward_prefix[static_cast<size_t>(q) + 1];
+  if (p.options[static_cast<size_t>(option)].offload) {
+    n.g = std::max(b + l.e, l.g) + c.cpu_pre;
+    n.f = std::max(n.g, l.f) + c.net;
+    n.u = std::max(l.u, n.f) + c.cpu_post;
+    n.v = l.v + c.cpu_post;
+  } else {
+    n.e = l.e + c.gpu_pre;
+    n.f = std::max(b + n.e, l.f) + c.net;
+    n.x = std::max(l.x, n.f) + c.gpu_post;
+    n.y = l.y + c.gpu_pre + c.gpu_post;
+  }
+  return n;
+}
+
+double FinalTime(const OptionProblem& p, const Label& l) {
+  return p.base.forward_us + std::max({p.base.backward_prefix.back() + l.y, l.x, l.g + l.v, l.u}) + p.base.update_us;
+}
+
+void StrategyOf(const std::vector<Label>& labels, int32_t id, std::vector<int>& ends, std::vector<int>& options) {
+  ends.clear();
+  options.clear();
+  for (; labels[static_cast<size_t>(id)].end > 0; id = labels[static_cast<size_t>(id)].parent) {
+    ends.push_back(labels[static_cast<size_t>(id)].end - 1);
+    options.push_back(labels[static_cast<size_t>(id)].option);
+  }
+  std::reverse(ends.begin(), ends.end());
+  std::reverse(options.begin(), options.end());
+}
+
+// Marks the options of one group worth extending a label with: an option whose five stage costs
+// are all >= another's of the same kind (both on-device or both offloaded) gives, from any
+// label, a label the other's dominates (Extend is non-decreasing in the costs), so it is
+// skipped; of equal ones the first is kept.
+void UsefulOptions(const OptionProblem& p, std::span<const StageCost> c, std::vector<char>& useful) {
+  const size_t n = c.size();
+  useful.assign(n, 1);
+  auto le = [](const StageCost& a, const StageCost& b) {
+    return a.gpu_pre <= b.gpu_pre && a.cpu_pre <= b.cpu_pre && a.net <= b.net && a.gpu_post <= b.gpu_post &&
+           a.cpu_post <= b.cpu_post;
+  };
+  for (size_t o = 0; o < n; ++o)
+    for (size_t other = 0; other < n && useful[o]; ++other) {
+      if (other == o || !useful[other] || p.options[other].offload != p.options[o].offload) continue;
+      if (le(c[other], c[o]) && (other < o || !le(c[o], c[other]))) useful[o] = 0;
+    }
+}
+
+// Every group's stage costs under every option: costs[k * O + o].
+std::vector<StageCost> CostTable(const OptionProblem& p, std::span<const int> ends) {
+  OptionPricer pricer(p);
+  const size_t options = p.options.size();
+  std::vector<StageCost> table(ends.size() * options);
+  int first = 0;
+  for (size_t k = 0; k < ends.size(); ++k) {
+    pricer.Start(first);
+    pricer.Price(ends[k], std::span<StageCost>(table).subspan(k * options, options));
+    first = ends[k] + 1;
+  }
+  return table;
+}
+
+double TimeOf(const OptionProblem& p, std::span<const int> ends, std::span<const int> opts,
+              const std::vector<StageCost>& table, std::vector<StageCost>& scratch) {
+  scratch.resize(ends.size());
+  for (size_t k = 0; k < ends.size(); ++k) scratch[k] = table[k * p.options.size() + static_cast<size_t>(opts[k])];
+  return IterationFromCosts(p, ends, opts, scratch);
+}
+
+OptionSearchResult ExhaustiveOptions(const OptionProblem& p) {
+  const int n = p.size();
+  const int options = p.option_count();
+  OptionSearchResult best;
+  best.iteration_us = kInf;
+  std::vector<int> ends, opts;
+  std::vector<StageCost> scratch;
+  for (uint64_t mask = 0; mask < (uint64_t{1} << (n - 1)); ++mask) {
+    ends.clear();
+    for (int i = 0; i < n - 1; ++i)
+      if (mask >> i & 1) ends.push_back(i);
+    ends.push_back(n - 1);
+    const std::vector<StageCost> table = CostTable(p, ends);
+    opts.assign(ends.size(), 0);
+    while (true) {
+      const double t = TimeOf(p, ends, opts, table, scratch);
+      ++best.stats.states;
+      best.stats.transitions += static_cast<int64_t>(ends.size());
+      if (t < best.iteration_us) {
+        best.iteration_us = t;
+        best.group_ends = ends;
+        best.options = opts;
+      }
+      size_t k = 0;  // the next option tuple, as an odometer
+      while (k < opts.size() && ++opts[k] == options) opts[k++] = 0;
+      if (k == opts.size()) break;
+    }
+  }
+  best.stats.optimal = true;
+  best.lower_bound_us = best.iteration_us;
+  return best;
+}
+
+// Espresso's two steps (seeds: Espresso; docs/MODEL.md) on fixed groups. Returns the options.
+std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int64_t& evaluations) {
+  const std::vector<StageCost> table = CostTable(p, ends);
+  std::vector<StageCost> scratch;
+  const size_t k_count = ends.size();
+  int start = FindOption(p, "flat_fp32", p.base.device);
+  if (start < 0) start = p.fusion_option;
+  std::vector<int> opts(k_count, start);
+  double current = TimeOf(p, ends, opts, table, scratch);
+  // Step 1: among every group and on-device option, the single change that shortens the whole
+  // timeline most, until none does.
+  for (size_t round = 0; round < k_count * p.options.size(); ++round) {
+    double best = current;
+    size_t best_k = 0;
+    int best_o = -1;
+    for (size_t k = 0; k < k_count; ++k) {
+      const int was = opts[k];
+      for (int o = 0; o < p.option_count(); ++o) {
+        if (o == was || p.options[static_cast<size_t>(o)].offload) continue;
+        opts[k] = o;
+        const double t = TimeOf(p, ends, opts, table, scratch);
+        ++evaluations;
+        if (t < best) {
+          best = t;
+          best_k = k;
+          best_o = o;
+        }
+      }
+      opts[k] = was;
+    }
+    if (best_o < 0) break;
+    opts[best_k] = best_o;
+    current = best;
+  }
+  // Step 2: earliest ready first, offload a group (its scheme on the CPU) when that shortens it.
+  for (size_t k = 0; k < k_count; ++k) {
+    const int offloaded = FindOption(p, p.options[static_cast<size_t>(opts[k])].scheme->name, pb::CPU);
+    if (offloaded < 0 || !p.options[static_cast<size_t>(offloaded)].offload) continue;
+    const int was = opts[k];
+    opts[k] = offloaded;
+    const double t = TimeOf(p, ends, opts, table, scratch);
+    ++evaluations;
+    if (t < current)
+      current = t;
+    else
+      opts[k] = was;
+  }
+  return opts;
+}
+
+struct Incumbent {
+  std::vector<int> ends, options;
+  double time = kInf;
+};
+
+// Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent.
+OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget, Incumbent start, SearchStats& st) {
+  const int n = p.size();
+  const double fixed = p.base.forward_us + p.base.update_us;
+  const double backward_total = p.base.backward_prefix[static_cast<size_t>(n)];
+  OptionPricer pricer(p);
+  std::vector<StageCost> buf(p.options.size());
+  const OptionBounds sb = ComputeOptionBounds(p, pricer, buf, st.transitions);
+  auto lower_bound = [&](const Label& l) {
+    const size_t j = static_cast<size_t>(l.end);
+    return fixed + std::max({backward_total + l.y, l.x, l.g + l.v, l.u, l.f + sb.net[j], l.e + sb.ready[j]});
+  };
+  Incumbent inc = std::move(start);
+  const Label root{0, 0, 0, 0, 0, 0, 0, -1, 0, -1};
+
+  // Step 4's greedy pass: per prefix only the label with the smallest bound.
+  {
+    std::vector<Label> best(static_cast<size_t>(n) + 1);
+    std::vector<double> best_lb(static_cast<size_t>(n) + 1, kInf);
+    std::vector<Label> chain;
+    best[0] = root;
+    for (int j = 0; j < n; ++j) {
+      if (j > 0 && best_lb[static_cast<size_t>(j)] == kInf) continue;
+      chain.push_back(best[static_cast<size_t>(j)]);
+      const int32_t id = static_cast<int32_t>(chain.size() - 1);
+      pricer.Start(j);
+      for (int q = j; q < n; ++q) {
+        pricer.Price(q, buf);
+        for (int o = 0; o < p.option_count(); ++o) {
+          const Label next = Extend(p, chain[static_cast<size_t>(id)], id, q, o, buf[static_cast<size_t>(o)]);
+          ++st.transitions;
+          const double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
+          if (lb < best_lb[static_cast<size_t>(q) + 1]) {
+            best_lb[static_cast<size_t>(q) + 1] = lb;
+            best[static_cast<size_t>(q) + 1] = next;
+          }
+        }
+      }
+    }
+    chain.push_back(best[static_cast<size_t>(n)]);
+    if (best_lb[static_cast<size_t>(n)] < inc.time) {
+      inc.time = best_lb[static_cast<size_t>(n)];
+      StrategyOf(chain, static_cast<int32_t>(chain.size() - 1), inc.ends, inc.options);
+    }
+  }
+
+  // Step 5: labels by prefix length, then bound; cutoff; dominance in all seven coordinates.
+  std::vector<Label> labels{root};
+  std::vector<std::vector<int32_t>> at(static_cast<size_t>(n));
+  at[0].push_back(0);
+  int32_t best_label = -1;
+  bool stopped = false;
+  double open_bound = kInf;  // the smallest bound of a label left unexpanded when stopped
+  std::vector<std::pair<double, int32_t>> order;
+  std::vector<char> useful;
+  for (int j = 0; j < n && !stopped; ++j) {
+    order.clear();
+    for (int32_t id : at[static_cast<size_t>(j)]) order.emplace_back(lower_bound(labels[static_cast<size_t>(id)]), id);
+    std::sort(order.begin(), order.end());
+    for (auto [lb, id] : order) {
+      if (lb >= inc.time) {
+        ++st.pruned;
+        continue;
+      }
+      if (st.transitions >= budget) {
+        stopped = true;
+        open_bound = std::min(open_bound, lb);
+        continue;  // the rest of `order` only adds to open_bound
+      }
+      ++st.states;
+      const Label l = labels[static_cast<size_t>(id)];
+      pricer.Start(j);
+      for (int q = j; q < n; ++q) {
+        if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
+          break;
+        pricer.Price(q, buf);
+        UsefulOptions(p, buf, useful);
+        for (int o = 0; o < p.option_count(); ++o) {
+          if (!useful[static_cast<size_t>(o)]) continue;
+          const Label next = Extend(p, l, id, q, o, buf[static_cast<size_t>(o)]);
+          ++st.transitions;
+          if (q == n - 1) {
+            const double t = FinalTime(p, next);
+            if (t < inc.time) {
+              inc.time = t;
+              labels.push_back(next);
+              best_label = static_cast<int32_t>(labels.size() - 1);
+            }
+            continue;
+          }
+          if (lower_bound(next) >= inc.time) {
+            ++st.pruned;
+            continue;
+          }
+          std::vector<int32_t>& list = at[static_cast<size_t>(q) + 1];
+          bool dominated = false;
+          for (size_t i = 0; i < list.size();) {
+            ++st.transitions;
+            const Label& other = labels[static_cast<size_t>(list[i])];
+            if (Dominates(other, next)) {
+              std::swap(list[i], list[0]);
+              dominated = true;
+              break;
+            }
+            if (Dominates(next, other)) {
+              list[i] = list.back();
+              list.pop_back();
+              ++st.pruned;
+              continue;
+            }
+            ++i;
+          }
+          if (dominated) {
+            ++st.pruned;
+            continue;
+          }
+          labels.push_back(next);
+          list.push_back(static_cast<int32_t>(labels.size() - 1));
+        }
+      }
+    }
+    at[static_cast<size_t>(j)].clear();
+    at[static_cast<size_t>(j)].shrink_to_fit();
+  }
+  if (stopped)
+    for (const auto& list : at)
+      for (int32_t id : list) open_bound = std::min(open_bound, lower_bound(labels[static_cast<size_t>(id)]));
+
+  OptionSearchResult r;
+  if (best_label >= 0) {
+    StrategyOf(labels, best_label, r.group_ends, r.options);
+  } else {
+    r.group_ends = inc.ends;
+    r.options = inc.options;
+  }
+  r.iteration_us = OptionIterationTime(p, r.group_ends, r.options);
+  st.optimal = !stopped;
+  r.lower_bound_us = stopped ? std::min(open_bound, r.iteration_us) : r.iteration_us;
+  return r;
+}
+
+}  // namespace
+
+StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const SearchOptions& options) {
+  CUPCAKE_CHECK_GE(p.size(), 1);
+  if (options.node_budget < 1)
+    return InvalidArgumentError("--budget: must be positive; got " + std::to_string(options.node_budget));
+  OptionSearchResult r;
+  if (options.algorithm == Algorithm::kExhaustive) {
+    if (p.size() > kMaxExhaustiveOptionTensors)
+      return InvalidArgumentError("--algorithm exhaustive: too many tensors for --search-space options; got " +
+                                  std::to_string(p.size()) +
+                                  ", expected <= " + std::to_string(kMaxExhaustiveOptionTensors) +
+                                  " (every cut times every option per group); use branch_and_bound");
+    r = ExhaustiveOptions(p);
+    r.stats.algorithm = AlgorithmName(options.algorithm);
+    return r;
+  }
+  SearchOptions v1 = options;
+  v1.algorithm = IsFixedStrategy(options.algorithm) ? options.algorithm : Algorithm::kBranchAndBound;
+  CUPCAKE_ASSIGN_OR_RETURN(SearchResult fusion, Search(p.base, v1));
+  const std::vector<int> fusion_options(fusion.group_ends.size(), p.fusion_option);
+  r.fusion_us = OptionIterationTime(p, fusion.group_ends, fusion_options);
+  if (IsFixedStrategy(options.algorithm)) {
+    r.group_ends = fusion.group_ends;
+    r.options = fusion_options;
+    r.iteration_us = r.fusion_us;
+    r.stats = fusion.stats;
+    r.lower_bound_us = 0;
+    return r;
+  }
+  int64_t evaluations = 0;
+  const std::vector<int> espresso = Espresso(p, fusion.group_ends, evaluations);
+  r.espresso_us = OptionIterationTime(p, fusion.group_ends, espresso);
+  r.espresso_groups = static_cast<int>(fusion.group_ends.size());
+  SearchStats st;
+  st.algorithm = AlgorithmName(options.algorithm);
+  st.budget = options.node_budget;
+  st.transitions = fusion.stats.transitions + evaluations * static_cast<int64_t>(fusion.group_ends.size());
+  if (options.algorithm == Algorithm::kEspresso) {
+    r.group_ends = fusion.group_ends;
+    r.options = espresso;
+    r.iteration_us = r.espresso_us;
+    st.states = evaluations;
+    st.optimal = false;
+    r.stats = st;
+    r.lower_bound_us = 0;
+    return r;
+  }
+  Incumbent start;
+  if (r.espresso_us <= r.fusion_us) {
+    start = {fusion.group_ends, espresso, r.espresso_us};
+  } else {
+    start = {fusion.group_ends, fusion_options, r.fusion_us};
+  }
+  OptionSearchResult found = BranchAndBoundOptions(p, options.node_budget, std::move(start), st);
+  found.fusion_us = r.fusion_us;
+  found.espresso_us = r.espresso_us;
+  found.espresso_groups = r.espresso_groups;
+  found.stats = st;
+  return found;
+}
+
+}  // namespace cupcake::planner
