@@ -19,13 +19,13 @@
 namespace cupcake::runtime {
 namespace {
 
-using comm::Communicator;
-using comm::InProcessGroup;
-using comm::MemoryKind;
-using comm::DataType;
-using comm::ReduceOp;
-using comm::MakeNcclCommunicator;
 using comm::BuiltWithNccl;
+using comm::Communicator;
+using comm::DataType;
+using comm::InProcessGroup;
+using comm::MakeNcclCommunicator;
+using comm::MemoryKind;
+using comm::ReduceOp;
 
 using testing::FillGradients;
 using testing::Grouping;
@@ -48,8 +48,7 @@ class FakeClock final : public Clock {
 };
 
 std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("cupcake_runtime_" + std::to_string(::getpid()) + "_" + name))
+  return (std::filesystem::temp_directory_path() / ("cupcake_runtime_" + std::to_string(::getpid()) + "_" + name))
       .string();
 }
 
@@ -101,7 +100,7 @@ class MatchesReference : public ::testing::TestWithParam<Case> {};
 TEST_P(MatchesReference, OverSeveralIterationsWithErrorFeedback) {
   const Case c = GetParam();
   const pb::Model model = SmallModel();
-  const Grouping grouping = c.grouping == "layerwise" ? testing::LayerWise(model)
+  const Grouping grouping = c.grouping == "layerwise"   ? testing::LayerWise(model)
                             : c.grouping == "one_group" ? testing::OneGroup(model)
                                                         : testing::Planned();
   const pb::Plan plan = MakePlan(model, grouping, c.compressor, c.world);
@@ -208,16 +207,16 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllCompressors, MatchesReference, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& p) {
-                           return p.param.compressor + "_" + p.param.grouping + "_w" +
-                                  std::to_string(p.param.world) + "_" + testing::LayoutName(p.param.layout);
+                           return p.param.compressor + "_" + p.param.grouping + "_w" + std::to_string(p.param.world) +
+                                  "_" + testing::LayoutName(p.param.layout);
                          });
 
 // The seeds, against values computed by hand from the formula in session.h:
 // 2 * 0x9E3779B97F4A7C15 = 0x13C6EF372FE94F82A, which wraps to 0x3C6EF372FE94F82A.
 TEST(GroupSeed, IsPlanSeedPlusGroupTimesGoldenPlusRankForAllgather) {
   EXPECT_EQ(GroupSeed(7, 0, 0, false), 7u);
-  EXPECT_EQ(GroupSeed(7, 0, 3, false), 10u);   // allgather (qsgd, terngrad): each rank its own
-  EXPECT_EQ(GroupSeed(7, 0, 3, true), 7u);     // allreduce (randk): the same on every rank
+  EXPECT_EQ(GroupSeed(7, 0, 3, false), 10u);  // allgather (qsgd, terngrad): each rank its own
+  EXPECT_EQ(GroupSeed(7, 0, 3, true), 7u);  // allreduce (randk): the same on every rank
   EXPECT_EQ(GroupSeed(7, 1, 0, true), 0x9E3779B97F4A7C1Cull);
   EXPECT_EQ(GroupSeed(7, 2, 3, false), 0x3C6EF372FE94F834ull);
   EXPECT_EQ(GroupSeed(7, 2, 3, true), 0x3C6EF372FE94F831ull);
@@ -276,7 +275,8 @@ TEST(Session, AdjacentButReorderedBuffersArePacked) {
     EXPECT_TRUE(sessions[static_cast<size_t>(r)]->Synchronize().ok());
   });
   for (int r = 0; r < 2; ++r)
-    for (int j = 0; j < 7; ++j) EXPECT_EQ(flat[static_cast<size_t>(r)][static_cast<size_t>(j)], 1.5f * static_cast<float>(j)) << j;
+    for (int j = 0; j < 7; ++j)
+      EXPECT_EQ(flat[static_cast<size_t>(r)][static_cast<size_t>(j)], 1.5f * static_cast<float>(j)) << j;
 }
 
 TEST(Session, AccumulationStepsSkipSynchronization) {
@@ -292,14 +292,16 @@ TEST(Session, AccumulationStepsSkipSynchronization) {
     ASSERT_TRUE(rank.session->Synchronize().ok());
     // Untouched: the job accumulates the next micro-batch on top.
     EXPECT_EQ(rank.grads[2][1], testing::TestGradient(r, 0, 2, 1));
-    for (std::span<float> g : rank.grads) for (float& x : g) x *= 2;
+    for (std::span<float> g : rank.grads)
+      for (float& x : g) x *= 2;
     ASSERT_TRUE(rank.session->SetAccumulating(false).ok());
     for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(rank.session->GradientReady(i).ok());
     ASSERT_TRUE(rank.session->Synchronize().ok());
   });
   EXPECT_EQ(ranks[0].session->iteration(), 1u);
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(ranks[static_cast<size_t>(r)].grads[2][1], testing::TestGradient(0, 0, 2, 1) + testing::TestGradient(1, 0, 2, 1));
+    EXPECT_EQ(ranks[static_cast<size_t>(r)].grads[2][1],
+              testing::TestGradient(0, 0, 2, 1) + testing::TestGradient(1, 0, 2, 1));
 }
 
 TEST(Session, MissingGradientFailsAfterTheTimeoutNamingIt) {
@@ -349,12 +351,14 @@ TEST(Session, AbortedPeerFailsTheCollectiveWithItsReason) {
   Session& session = **s;
   std::vector<std::vector<float>> grads;
   for (const auto& t : model.tensors()) grads.emplace_back(static_cast<size_t>(t.numel()), 1.0f);
-  for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(session.Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok());
+  for (int i = 0; i < model.tensors_size(); ++i)
+    ASSERT_TRUE(session.Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok());
   for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(session.GradientReady(i).ok());
   peer->Abort("rank 1 died");
   Status st = session.Synchronize();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(st.message(), "Synchronize: groups[0] allreduce: in-process group aborted: rank 1 died (rank 0 on localhost)");
+  EXPECT_EQ(st.message(),
+            "Synchronize: groups[0] allreduce: in-process group aborted: rank 1 died (rank 0 on localhost)");
 }
 
 // ---------------------------------------------------------------- validation messages
@@ -409,7 +413,8 @@ TEST(SessionValidation, RejectsGradientOfOtherNameOrSize) {
   EXPECT_EQ(st.message(),
             "plan: model.model.tensors[1]: does not match the job's gradient 1; got 't1' with 5 elements, expected "
             "'t1' with 6 elements (model tiny)");
-  EXPECT_EQ((*s)->GradientReady(0).message(), "GradientReady: gradients not all registered; got 1, expected 6 (model tiny)");
+  EXPECT_EQ((*s)->GradientReady(0).message(),
+            "GradientReady: gradients not all registered; got 1, expected 6 (model tiny)");
 }
 
 TEST(SessionValidation, RejectsMoreGradientsThanThePlanHas) {
@@ -517,8 +522,8 @@ TEST(NoGpu, GpuSessionSaysNoCudaDeviceFound) {
 
 TEST(SessionValidation, RejectsCpuPlanOnADeviceCommunicator) {
   const pb::Model model = SmallModel("tiny", {4, 4});
-  auto s = Session::Create(MakePlan(model, testing::OneGroup(model), "fp32", 1),
-                           std::make_unique<FakeDeviceCommunicator>());
+  auto s =
+      Session::Create(MakePlan(model, testing::OneGroup(model), "fp32", 1), std::make_unique<FakeDeviceCommunicator>());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(),
             "plan: device: does not match the communicator; got cpu, expected gpu (the communicator works on GPU "
@@ -537,6 +542,36 @@ TEST(SessionValidation, RejectsDeviceMemoryOnAHostSession) {
   EXPECT_EQ((*s)->RegisterDevice("t0", nullptr, 4).message(),
             "RegisterDevice: gradient 0 ('t0'): bad arguments; got numel 4, expected a device buffer and numel >= 0");
   EXPECT_EQ((*s)->registered(), 0);
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
+
+namespace cupcake::runtime {
+namespace {
+
+// Options plans (docs/MODEL.md, v2): the runtime executes flat and flat_fp32 on the plan's
+// device; any other option is refused, naming the group, never run as something else.
+TEST(Session, RefusesPlanOptionsItDoesNotExecute) {
+  const pb::Model model = SmallModel("small", {8, 8, 8, 8, 8, 8});
+  pb::Plan plan = MakePlan(model, testing::Planned(), "efsignsgd", 1);
+  pb::Group* g = plan.mutable_groups(1);
+  g->mutable_options()->set_scheme("flat_fp16");
+  g->mutable_options()->set_collective(pb::ALLREDUCE);
+  g->set_payload_bytes(2 * g->numel());
+  pb::Step* step = g->add_steps();
+  step->set_op(pb::ALLREDUCE);
+  step->set_scope(pb::GLOBAL);
+  auto s = Session::Create(plan, InProcessGroup(1).Rank(0));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "plan: groups[1].options.scheme: not executed by this runtime yet; got 'flat_fp16', expected flat or "
+            "flat_fp32 (plan with --search-space fusion)");
+  // The same plan with the scheme the runtime runs is accepted.
+  g->mutable_options()->set_scheme("flat");
+  g->mutable_options()->set_collective(pb::ALLGATHER);
+  g->set_payload_bytes(PayloadBytes(*FindCompressor("efsignsgd"), g->numel(), 0));
+  EXPECT_TRUE(Session::Create(plan, InProcessGroup(1).Rank(0)).ok());
 }
 
 }  // namespace
