@@ -74,6 +74,11 @@ Label Extend(const OptionProblem& p, const Label& l, int32_t id, int q, int opti
     n.x = std::max(l.x, n.f) + c.gpu_post;
     n.y = l.y + c.gpu_pre + c.gpu_post;
   }
+  // Step 1's canonical form: a coordinate that can no longer change the final time of any
+  // completion is set to 0, so that more labels dominate one another (docs/MODEL.md).
+  if (n.x <= p.base.backward_prefix.back() + n.y) n.x = 0;
+  if (n.u <= n.g + n.v) n.u = 0;
+  if (n.f <= b + n.e) n.f = 0;
   return n;
 }
 

@@ -23,7 +23,8 @@ using testing::ReadExample;
 
 class PlanCommandsTest : public ::testing::Test {
  protected:
-  SearchOptions Search(const std::string& compressor, const std::string& output, const std::string& model = "resnet50") {
+  SearchOptions Search(const std::string& compressor, const std::string& output,
+                       const std::string& model = "resnet50") {
     SearchOptions o;
     o.model = ExamplePath("models/" + model + ".json");
     o.profile = profile_;
@@ -76,7 +77,8 @@ TEST_F(PlanCommandsTest, SearchWritesAPlanAndPrintsItsSummary) {
     EXPECT_LT(plan->groups_size(), 161);
 
     // The summary is made from the plan: its lines show the plan's own numbers.
-    EXPECT_TRUE(out.starts_with("wrote plan " + o.output + "\nmodel       resnet50: 161 tensors, 25557032 parameters "
+    EXPECT_TRUE(out.starts_with("wrote plan " + o.output +
+                                "\nmodel       resnet50: 161 tensors, 25557032 parameters "
                                 "(97.5 MiB of gradients)\nprofile     v100-8x8-pcie-25g: world size 64\n"))
         << out;
     EXPECT_NE(out.find("\ngroups      " + std::to_string(plan->groups_size()) + "\n"), std::string::npos) << out;
@@ -150,8 +152,9 @@ TEST_F(PlanCommandsTest, ModelByNameFromTheProfileDb) {
   EXPECT_EQ(RunFails(o).message(),
             db + ": models: no such model; got \"resnet5\" (did you mean 'resnet50'?), expected one of resnet50");
   o.profile = profile_;  // a profile JSON without models
-  EXPECT_EQ(RunFails(o).message(), profile_ + ": models: no such model; got \"resnet5\", expected a model the profile "
-                                              "carries (it has none: import one with \"cupcake-profile import\")");
+  EXPECT_EQ(RunFails(o).message(), profile_ +
+                                       ": models: no such model; got \"resnet5\", expected a model the profile "
+                                       "carries (it has none: import one with \"cupcake-profile import\")");
 }
 
 TEST_F(PlanCommandsTest, RequireOptimalRefusesAPlanThatRanOutOfBudget) {
@@ -166,8 +169,9 @@ TEST_F(PlanCommandsTest, RequireOptimalRefusesAPlanThatRanOutOfBudget) {
   o.require_optimal = false;
   std::ostringstream out, err;
   ASSERT_TRUE(RunSearch(o, out, err).ok());
-  EXPECT_EQ(err.str(), "warning: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
-                       "optimal (raise --budget to prove it)\n");
+  EXPECT_EQ(err.str(),
+            "warning: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
+            "optimal (raise --budget to prove it)\n");
   EXPECT_NE(out.str().find(", budget 1 nodes, NOT proven optimal (budget exhausted)\n"), std::string::npos)
       << out.str();
   auto plan = ReadPlanFile(o.output);
@@ -189,6 +193,39 @@ TEST_F(PlanCommandsTest, FixedStrategiesArePlannedAndSaySo) {
   EXPECT_EQ(plan->groups_size(), 4);
   EXPECT_EQ(plan->baselines(2).name(), "bucket_25mib");
   EXPECT_EQ(plan->predicted().iteration_us(), plan->baselines(2).iteration_us());
+}
+
+// --search-space options (docs/MODEL.md, v2) on resnet50 and the sample profile: with
+// efsignsgd every group is best sent as an fp16 allreduce, so the optimum is v1's fp16 fusion
+// optimum (planned here independently, with --compressor fp16 in the fusion space).
+TEST_F(PlanCommandsTest, OptionsSearchChoosesEachGroupsOption) {
+  SearchOptions o = Search("efsignsgd", "options.pb");
+  o.search.space = planner::SearchSpace::kOptions;
+  const std::string out = RunOk(o);
+  EXPECT_NE(out.find(", proven optimal\nspace       options: 5 x flat_fp16 gpu (groups per option)\n"),
+            std::string::npos)
+      << out;
+  auto plan = ReadPlanFile(o.output);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const SearchOptions fp16 = Search("fp16", "fp16.pb");
+  RunOk(fp16);
+  auto v1 = ReadPlanFile(fp16.output);
+  ASSERT_TRUE(v1.ok());
+  EXPECT_NEAR(plan->predicted().iteration_us(), v1->predicted().iteration_us(), 1e-9 * v1->predicted().iteration_us());
+  EXPECT_EQ(plan->search().search_space(), "options");
+
+  o.search.algorithm = planner::Algorithm::kEspresso;
+  EXPECT_NE(RunOk(o).find("search      espresso: "), std::string::npos);
+  EXPECT_NE(RunOk(o).find(", a heuristic (not proven optimal)\n"), std::string::npos);
+
+  // Out of budget: the gap to the lower bound is printed.
+  o.search.algorithm = planner::Algorithm::kBranchAndBound;
+  o.search.node_budget = 1;
+  std::ostringstream text, err;
+  ASSERT_TRUE(RunSearch(o, text, err).ok());
+  EXPECT_NE(text.str().find(", budget 1 nodes, NOT proven optimal (budget exhausted): within "), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("% of the optimum (lower bound "), std::string::npos) << text.str();
 }
 
 TEST_F(PlanCommandsTest, SearchErrorsNameTheirCause) {
@@ -215,8 +252,9 @@ TEST_F(PlanCommandsTest, SearchErrorsNameTheirCause) {
   o.profile = Write("no-allgather.json", profile.dump());
   Status s = RunFails(o);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
-  EXPECT_TRUE(s.message().starts_with("profile v100-8x8-pcie-25g: curve \"comm allgather global\" not found; the "
-                                      "profile has comm curves for: "))
+  EXPECT_TRUE(
+      s.message().starts_with("profile v100-8x8-pcie-25g: curve \"comm allgather global\" not found; the "
+                              "profile has comm curves for: "))
       << s.message();
 
   // A model with no tensors: the JSON loader refuses it; made in code, the planner does.
@@ -244,9 +282,9 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, out).ok());
   const std::string text = out.str();
   EXPECT_TRUE(text.starts_with("plan        " + o.output + " (cupcake.plan.v1)\nmodel       resnet50: ")) << text;
-  EXPECT_NE(text.find("\nfingerprint model " + plan.model().fingerprint() + ", profile " + plan.profile_fingerprint() +
-                      "\n"),
-            std::string::npos);
+  EXPECT_NE(
+      text.find("\nfingerprint model " + plan.model().fingerprint() + ", profile " + plan.profile_fingerprint() + "\n"),
+      std::string::npos);
   const std::string header = "groups (times in ms from the start of backward):\n";
   const size_t table = text.find(header);
   ASSERT_NE(table, std::string::npos) << text;
@@ -322,9 +360,12 @@ TEST_F(PlanCommandsTest, SearchWarnsOnceAboutExtrapolatedCurvesAndShowPrintsThem
   std::ostringstream out, err;
   ASSERT_TRUE(RunSearch(o, out, err).ok());
   const std::string curves = "\"comm allreduce global\" read at 1.2 KiB, 3.0x its last measured point (400 B)";
-  EXPECT_EQ(err.str(), "warning: the plan relies on curves beyond their last measured point by more than 2x, where "
-                       "their times are extrapolated: " + curves + "; measure larger sizes (cupcake-profile comm "
-                       "--max-bytes auto, kernels --max-elements auto) to plan on measured times\n");
+  EXPECT_EQ(err.str(),
+            "warning: the plan relies on curves beyond their last measured point by more than 2x, where "
+            "their times are extrapolated: " +
+                curves +
+                "; measure larger sizes (cupcake-profile comm "
+                "--max-bytes auto, kernels --max-elements auto) to plan on measured times\n");
   std::ostringstream text;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
   EXPECT_NE(text.str().find("\nextrapolated " + curves + " (times beyond a curve's last point are extrapolated)\n"),
@@ -361,16 +402,19 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
   auto [code, err] = run({"search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_,
                           "--compressor", "efsignsgd", "--ratio", "0.5", "-o", plan});
   EXPECT_EQ(code, tools::kExitOk);
-  EXPECT_EQ(err, "warning: --ratio: does not apply to efsignsgd (only topk, randk and dgc keep a fraction of the "
-                 "elements); ignored\n");
+  EXPECT_EQ(err,
+            "warning: --ratio: does not apply to efsignsgd (only topk, randk and dgc keep a fraction of the "
+            "elements); ignored\n");
   std::tie(code, err) = run({"search", "--ratoi", "0.5"});
   EXPECT_EQ(code, tools::kExitUsage);
-  EXPECT_EQ(err, "cupcake-plan search: unknown option; got '--ratoi' (did you mean '--ratio'?); run 'cupcake-plan "
-                 "search --help' for its options\n");
+  EXPECT_EQ(err,
+            "cupcake-plan search: unknown option; got '--ratoi' (did you mean '--ratio'?); run 'cupcake-plan "
+            "search --help' for its options\n");
   std::tie(code, err) = run({"show"});
   EXPECT_EQ(code, tools::kExitUsage);
-  EXPECT_TRUE(err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
-                              "usage: cupcake-plan show PLAN.pb [--format text|json]\n"))
+  EXPECT_TRUE(
+      err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
+                      "usage: cupcake-plan show PLAN.pb [--format text|json]\n"))
       << err;
 }
 
@@ -389,8 +433,9 @@ TEST_F(PlanCommandsTest, ShowRefusesATruncatedPlan) {
       EXPECT_EQ(s.message(), cut + ": empty file; expected a cupcake.plan.v1 plan");
     }
     if (len == 100) {
-      EXPECT_EQ(s.message(), cut + ": not a valid plan: corrupt or truncated protobuf; got 100 bytes, expected a "
-                                   "cupcake.plan.v1 plan");
+      EXPECT_EQ(s.message(), cut +
+                                 ": not a valid plan: corrupt or truncated protobuf; got 100 bytes, expected a "
+                                 "cupcake.plan.v1 plan");
     }
   }
 }
@@ -403,7 +448,8 @@ TEST_F(PlanCommandsTest, SimulateReproducesThePlansPrediction) {
   std::ostringstream out;
   ASSERT_TRUE(RunSimulate(so, out).ok());
   const std::string text = out.str();
-  EXPECT_TRUE(text.starts_with("simulate " + o.output + " for model resnet50 on profile v100-8x8-pcie-25g (the plan's "
+  EXPECT_TRUE(text.starts_with("simulate " + o.output +
+                               " for model resnet50 on profile v100-8x8-pcie-25g (the plan's "
                                "profile)\n  group tensors "))
       << text;
   std::string header = text.substr(text.find('\n') + 1);
@@ -411,8 +457,8 @@ TEST_F(PlanCommandsTest, SimulateReproducesThePlansPrediction) {
   for (const char* column : {" enc us ", " com us ", " dec us ", " encode ms ", " comm ms ", " decode ms "})
     EXPECT_NE(header.find(column), std::string::npos) << column << " in " << header;
   const std::string t = Ms(plan.predicted().iteration_us());
-  EXPECT_TRUE(text.ends_with("\niteration   " + t + " ms (plan predicted " + t +
-                             " ms; difference +0.000 ms, +0.000%)\n"))
+  EXPECT_TRUE(
+      text.ends_with("\niteration   " + t + " ms (plan predicted " + t + " ms; difference +0.000 ms, +0.000%)\n"))
       << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), plan.groups_size() + 3);
 
@@ -439,9 +485,9 @@ TEST_F(PlanCommandsTest, SimulateRefusesAModelThePlanWasNotMadeFor) {
   ASSERT_TRUE(vgg.ok());
   SimulateOptions so{o.output, ExamplePath("models/vgg16.json"), "", profile_, tools::OutputFormat::kText};
   std::ostringstream out;
-  EXPECT_EQ(RunSimulate(so, out).message(),
-            "model vgg16: model fingerprint differs; got " + ModelFingerprint(*vgg) + ", expected " +
-                plan.model().fingerprint() + " (the plan was made for model resnet50)");
+  EXPECT_EQ(RunSimulate(so, out).message(), "model vgg16: model fingerprint differs; got " + ModelFingerprint(*vgg) +
+                                                ", expected " + plan.model().fingerprint() +
+                                                " (the plan was made for model resnet50)");
   EXPECT_EQ(out.str(), "");
 }
 
@@ -489,8 +535,9 @@ TEST_F(PlanCommandsTest, DiffSaysWhetherPlansDiffer) {
   EXPECT_EQ(j["different"], true);
   EXPECT_EQ(j["changes"][0], "compressor: efsignsgd -> topk");
   const pb::Plan pa = *ReadPlanFile(a), pb_ = *ReadPlanFile(b);
-  EXPECT_DOUBLE_EQ(j["time_change_pct"].get<double>(),
-                   (pb_.predicted().iteration_us() - pa.predicted().iteration_us()) / pa.predicted().iteration_us() * 100);
+  EXPECT_DOUBLE_EQ(
+      j["time_change_pct"].get<double>(),
+      (pb_.predicted().iteration_us() - pa.predicted().iteration_us()) / pa.predicted().iteration_us() * 100);
 
   std::ostringstream none;
   EXPECT_EQ(RunDiff({a, dir_.File("missing.pb"), 0, tools::OutputFormat::kText}, none).status().message(),

@@ -53,6 +53,8 @@ Status RunSimulate(const SimulateOptions& options, std::ostream& out) {
       jg["last_tensor"] = g.last;
       jg["first_name"] = model.tensors(g.first).name();
       jg["last_name"] = model.tensors(g.last).name();
+      if (k < static_cast<size_t>(plan.groups_size()))
+        jg["option"] = internal::OptionName(plan, plan.groups(static_cast<int>(k)).options());
       jg["enc_us"] = g.cost.enc_us;
       jg["com_us"] = g.cost.com_us;
       jg["dec_us"] = g.cost.dec_us;
@@ -79,7 +81,9 @@ Status RunSimulate(const SimulateOptions& options, std::ostream& out) {
                              ", plan " + plan.profile_fingerprint() + ")")
       << "\n";
   std::vector<std::vector<std::string>> rows;
+  const bool with_options = !plan.search().search_space().empty();
   rows.push_back({"group", "tensors", "enc us", "com us", "dec us", "encode ms", "comm ms", "decode ms", "names"});
+  if (with_options) rows.back().insert(rows.back().begin() + 2, "option");
   for (size_t k = 0; k < t.groups.size(); ++k) {
     const planner::GroupTimes& g = t.groups[k];
     auto span = [](double a, double b) { return internal::Ms(a) + "-" + internal::Ms(b); };
@@ -87,6 +91,9 @@ Status RunSimulate(const SimulateOptions& options, std::ostream& out) {
                     Us(g.cost.com_us), Us(g.cost.dec_us), span(g.encode_start_us, g.encode_end_us),
                     span(g.comm_start_us, g.comm_end_us), span(g.decode_start_us, g.decode_end_us),
                     internal::TensorRange(model, g.first, g.last)});
+    if (with_options)
+      rows.back().insert(rows.back().begin() + 2,
+                         internal::OptionName(plan, plan.groups(static_cast<int>(k)).options()));
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
@@ -95,7 +102,7 @@ Status RunSimulate(const SimulateOptions& options, std::ostream& out) {
     std::string line = " ";
     for (size_t c = 0; c < r.size(); ++c) {
       const bool last = c + 1 == r.size();
-      const bool left = c == 1 || last;
+      const bool left = c == 1 || last || (with_options && c == 2);
       std::string pad(width[c] - r[c].size(), ' ');
       line += " " + (left ? r[c] + (last ? "" : pad) : pad + r[c]);
     }
