@@ -84,7 +84,7 @@ log "testbed: $hosts hosts x $rph ranks, rate $rate"
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
   echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)"
   echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
   echo "cores=$(nproc)"
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
