@@ -34,6 +34,7 @@ another model names the first tensor that differs; a gradient missing at synchro
 `timeout_s` names the missing tensors.
 """
 
+import atexit
 import contextlib
 import os
 import sys
@@ -323,6 +324,13 @@ class _Record:
         self.forward_handle = None
         self.backward = None  # torch.autograd.backward as it was before record mode wrapped it
         self.done = False
+        atexit.register(self._at_exit)
+
+    def _at_exit(self):
+        if not self.done:
+            recorded = self.recorder.completed_iterations if self.recorder is not None else 0
+            print("cupcake: record mode: the job ended after %d of %d recorded iterations (%s); no model written"
+                  % (recorded, self.iterations, _RECORD_ITERATIONS_ENV), file=sys.stderr, flush=True)
 
     def discover(self):
         state = self.state
