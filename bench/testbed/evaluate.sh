@@ -7,12 +7,15 @@
 #
 #   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
 #       [--models resnet,wide] [--compressors efsignsgd,topk,fp16] [--iterations 30] [--warmup 5]
-#       [--record-iterations 20] [--quick]
+#       [--record-iterations 20] [--rounds 3] [--quick]
 #
 # Strategies per model: fp32 in 25 MiB buckets (what DDP does), and per compressor layer-wise
 # (one group per tensor), one group, 25 MiB buckets, and the plan (the optimal fusion search).
-# Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/*.json (each run's iteration times, losses,
-# whether the ranks agree, and for the plans the runtime's timeline of the last iteration),
+# The runs go round-robin: every strategy trains once per round (its own warm-up, then
+# iterations/rounds timed iterations), so a burst of load on the machine falls on several
+# strategies rather than on one. Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/NAME.rK.json
+# (round K's iteration times, losses, whether the ranks agree; for the plans, the runtime's
+# timeline of the last iteration in DIR/runs/NAME.timeline.json),
 # DIR/logs/, then DIR/results.json, DIR/README.md and the plots (bench/testbed/report.py).
 # --quick: small sweeps and few iterations, to check the pipeline (the ctest testbed_evaluate).
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
@@ -22,7 +25,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16
-iterations=30 warmup=5 record_iterations=20 quick=0
+iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0
 
 usage() { sed -n '8,10p' "$0" | sed 's/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --iterations) iterations=${2:-}; shift 2 ;;
     --warmup) warmup=${2:-}; shift 2 ;;
     --record-iterations) record_iterations=${2:-}; shift 2 ;;
+    --rounds) rounds=${2:-}; shift 2 ;;
     --quick) quick=1; shift ;;
     -h|--help) usage ;;
     *) echo "evaluate: unknown flag $1" >&2; usage ;;
@@ -43,10 +47,11 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "evaluate: --out DIR is required" >&2; usage; }
 [ -n "$rate" ] || { echo "evaluate: --rate is required (none, or a tc rate such as 1gbit)" >&2; usage; }
-for n in iterations warmup record_iterations; do
+for n in iterations warmup record_iterations rounds; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "evaluate: --${n//_/-}: got '${!n}', expected an integer" >&2; exit 2; }
 done
-[ "$iterations" -ge 1 ] || { echo "evaluate: --iterations: got $iterations, expected >= 1" >&2; exit 2; }
+[ "$rounds" -ge 1 ] && [ "$iterations" -ge "$rounds" ] ||
+  { echo "evaluate: --iterations $iterations, --rounds $rounds: expected 1 <= rounds <= iterations" >&2; exit 2; }
 for m in ${models//,/ }; do
   [ -x "$build/examples/train_$m/train_$m" ] ||
     { echo "evaluate: --models: no job $build/examples/train_$m/train_$m (LibTorch examples built?)" >&2; exit 2; }
@@ -89,7 +94,7 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
   echo "cores=$(nproc)"
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
   printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
-  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --iterations $iterations --warmup $warmup --record-iterations $record_iterations$([ $quick = 1 ] && echo ' --quick')"
+  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')"
 } >"$out/machine.txt"
 
 # 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to
@@ -109,7 +114,7 @@ for m in ${models//,/ }; do
     "$repo/scripts/testbed.sh" run -- "$build/examples/train_$m/train_$m"
 done
 
-# 3. Plans and 4. runs. A strategy is "STRATEGY COMPRESSOR".
+# 3. Plans. A strategy is "STRATEGY COMPRESSOR".
 strategies=("fp32_bucket fp32")
 for c in ${compressors//,/ }; do
   for s in layerwise one_group bucket plan; do strategies+=("$s $c"); done
@@ -126,12 +131,23 @@ for m in ${models//,/ }; do
     stage "plan-$name" "$plan_tool" search --model-name "$m" --profile "$db" --compressor "$c" --device cpu \
       "${algorithm[@]}" -o "$out/plans/$name.pb"
     "$plan_tool" show "$out/plans/$name.pb" --format json >"$out/plans/$name.json"
-    timeline=()
-    [ "$s" = plan ] && timeline=(--timeline "$out/runs/$name.timeline.json")
-    log "train: $name ($warmup + $iterations iterations)"
-    stage "train-$name" testbed run -- "$build/examples/train_$m/train_$m" --plan "$out/plans/$name.pb" \
-      --epochs 1 --steps $((warmup + iterations)) --warmup "$warmup" --lr 0.01 \
-      --timing "$out/runs/$name.json" "${timeline[@]}"
+  done
+done
+
+# 4. Runs, round-robin over the strategies; the last round of a plan records its timeline.
+for ((round = 1; round <= rounds; round++)); do
+  timed=$(((iterations * round) / rounds - (iterations * (round - 1)) / rounds))
+  for m in ${models//,/ }; do
+    for sc in "${strategies[@]}"; do
+      read -r s c <<<"$sc"
+      name="$m-$s-$c"
+      timeline=()
+      [ "$s" = plan ] && [ "$round" = "$rounds" ] && timeline=(--timeline "$out/runs/$name.timeline.json")
+      log "train: $name, round $round of $rounds ($warmup + $timed iterations)"
+      stage "train-$name.r$round" testbed run -- "$build/examples/train_$m/train_$m" --plan "$out/plans/$name.pb" \
+        --epochs 1 --steps $((warmup + timed)) --warmup "$warmup" --lr 0.01 \
+        --timing "$out/runs/$name.r$round.json" "${timeline[@]}"
+    done
   done
 done
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The evaluation's report (bench/testbed/evaluate.sh writes its inputs into DIR).
 
-Reads DIR/plans/NAME.json (`cupcake-plan show --format json`), DIR/runs/NAME.json (a training
-job's --timing file), DIR/runs/NAME.timeline.json (--timeline) and DIR/machine.txt, where NAME is
-MODEL-STRATEGY-COMPRESSOR. Writes DIR/results.json, DIR/README.md, DIR/summary.txt and plots:
+Reads DIR/plans/NAME.json (`cupcake-plan show --format json`), DIR/runs/NAME.rK.json (a training
+job's --timing file, one per round K), DIR/runs/NAME.timeline.json (--timeline) and
+DIR/machine.txt, where NAME is MODEL-STRATEGY-COMPRESSOR. Writes DIR/results.json, DIR/README.md, DIR/summary.txt and plots:
 DIR/predicted-vs-measured.png (per model, each strategy's predicted and measured time) and
 DIR/timeline-MODEL-COMPRESSOR.png (the plan's predicted and measured timeline of one iteration).
 Plots are SVG converted with rsvg-convert (librsvg2-bin); without it the SVG files stay.
@@ -58,13 +58,16 @@ def collect(d):
         name = fn[: -len(".json")]
         model, rest = name.split("-", 1)
         strategy, compressor = rest.rsplit("-", 1)
-        run_path = os.path.join(d, "runs", name + ".json")
-        if not os.path.exists(run_path):
-            raise SystemExit(f"report: {run_path}: missing (the run of plan {fn} did not finish)")
-        plan, run = load(os.path.join(d, "plans", fn)), load(run_path)
-        timed = sorted(run["iteration_us"][run["warmup"]:])
+        rounds = sorted(f for f in os.listdir(os.path.join(d, "runs")) if f.startswith(name + ".r") and f.endswith(".json"))
+        if not rounds:
+            raise SystemExit(f"report: {d}/runs/{name}.r*.json: missing (the runs of plan {fn} did not finish)")
+        plan = load(os.path.join(d, "plans", fn))
+        runs = [load(os.path.join(d, "runs", f)) for f in rounds]
+        # Every round's timed iterations (after its own warm-up), pooled.
+        timed = sorted(t for run in runs for t in run["iteration_us"][run["warmup"]:])
         if not timed:
-            raise SystemExit(f"report: {run_path}: iteration_us: no timed iteration after {run['warmup']} warm-up")
+            raise SystemExit(f"report: {d}/runs/{name}.r*.json: iteration_us: no timed iteration after the warm-up")
+        run = runs[-1]  # the losses and the agreement of the last round
         r = {
             "model": model,
             "strategy": strategy,
@@ -75,7 +78,8 @@ def collect(d):
             "measured_p10_ms": percentile(timed, 0.1) / 1e3,
             "measured_p90_ms": percentile(timed, 0.9) / 1e3,
             "iterations": len(timed),
-            "ranks_agree": run["ranks_agree"],
+            "rounds": len(runs),
+            "ranks_agree": all(r["ranks_agree"] for r in runs),
             "loss_first": run["loss_first"],
             "loss_last": run["loss_last"],
         }
@@ -230,7 +234,8 @@ def main():
         f"Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores; load average before "
         f"{machine.get('load_before', '?')}, after {machine.get('load_after', '?')}; commit {machine.get('commit', '?')}.",
         "Measured: the slowest rank's time per iteration (forward start to optimizer step end), "
-        "median and p10/p90 over the timed iterations after warm-up. Predicted: the plan's iteration_us.",
+        "median and p10/p90 over the timed iterations of every round (each after its own warm-up; the "
+        "strategies run round-robin). Predicted: the plan's iteration_us.",
         "",
         "| model | strategy | compressor | groups | predicted ms | measured ms (p10-p90) | meas/pred | loss first -> last | ranks agree |",
         "|---|---|---|---:|---:|---:|---:|---|---|",

@@ -11,7 +11,7 @@ out=$(mktemp -d /tmp/cupcake-evaluate-test.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 CUPCAKE_BUILD_DIR=$build CUPCAKE_TESTBED_DIR=/run/cupcake-evaluate-test CUPCAKE_TESTBED_PREFIX=ccevt \
   CUPCAKE_TESTBED_NET=10.76.0 "$src/bench/testbed/evaluate.sh" --hosts 2 --ranks-per-host 1 --rate 1gbit \
-  --out "$out" --models mlp,resnet --compressors efsignsgd --iterations 5 --warmup 2 --record-iterations 3 --quick
+  --out "$out" --models mlp,resnet --compressors efsignsgd --iterations 5 --warmup 2 --record-iterations 3 --rounds 1 --quick
 rc=$?
 [ "$rc" = 0 ] || exit "$rc"
 python3 - "$out/results.json" <<'PY'
