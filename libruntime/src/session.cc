@@ -70,6 +70,15 @@ struct Group {
   kernels::Buffer state;  // error-feedback memory, momentum; kept across iterations
   kernels::Buffer payload;  // not for in-place groups
   kernels::Buffer received;
+  // Hierarchical schemes (docs/MODEL.md, v2; host sessions): reduce-scatter in the node, the
+  // codec across nodes on the shard (`shard` floats: this rank's 1/devices_per_node of the
+  // group), allgather in the node. `padded` holds the group zero-padded to devices_per_node x
+  // shard floats and, after the allgather, the sums; `compressor`, `state`, `payload` and
+  // `received` then work on `shard_floats` (none for fp32). The decode divides by `divisor`.
+  const SchemeInfo* hierarchical = nullptr;
+  int64_t shard = 0;
+  kernels::Buffer padded, shard_floats;
+  float divisor = 1;
   GroupTimeline times;  // record_timeline: comm_* by the communication thread
   int pending = 0;  // tensors not yet ready this step; caller's thread only
   Stage stage = Stage::kIdle;  // guarded by Impl::mu_ (host sessions)
@@ -158,31 +167,52 @@ class Session::Impl {
     const pb::CompressorSpec& spec = plan.compressor();
     std::vector<kernels::CompressorConfig> configs;
     std::vector<kernels::CompressorLayout> layouts;
+    std::vector<const SchemeInfo*> schemes;  // hierarchical groups' schemes, else nullptr
+    int hierarchical_devices = 0;  // devices_per_node when some group is hierarchical
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
-      // Options plans (docs/MODEL.md, v2): this runtime executes flat schemes on the plan's
-      // device; it refuses any other option rather than run something the plan did not say.
-      const std::string& scheme = g.options().scheme();
-      if (!scheme.empty() && scheme != "flat" && scheme != "flat_fp32") {
-        add(f + ".options.scheme", "not executed by this runtime yet; got " + Quoted(scheme) +
-                                       ", expected flat or flat_fp32 (plan with --search-space fusion)");
+      // Options plans (docs/MODEL.md, v2): flat schemes on the plan's device, hierarchical ones
+      // on host memory. Anything else is refused rather than run as something the plan did not say.
+      const std::string& scheme_name = g.options().scheme();
+      const SchemeInfo* scheme = scheme_name.empty() ? nullptr : FindScheme(scheme_name);
+      if (!scheme_name.empty() && scheme == nullptr) {
+        add(f + ".options.scheme", "unknown scheme; got " + Quoted(scheme_name) + ", expected one of " + SchemeNames());
         continue;
       }
       // A v1 group (no scheme) runs on the plan's device, as before options existed.
-      if (!scheme.empty() && g.options().device() != plan.device()) {
-        add(f + ".options.device", "offload is not executed by this runtime yet; got " +
+      if (scheme != nullptr && g.options().device() != plan.device()) {
+        add(f + ".options.device", "offload to the CPU is not executed by this runtime yet; got " +
                                        std::string(Name(g.options().device())) + ", expected " +
                                        std::string(Name(plan.device())) +
                                        " (the plan's device; plan with --search-space fusion)");
         continue;
       }
-      const bool compress = g.options().compress() || spec.name() == "fp32";
+      if (scheme != nullptr && scheme->hierarchical && on_device()) {
+        add(f + ".options.scheme", "hierarchical schemes on GPU memory are not executed by this runtime yet; got " +
+                                       Quoted(scheme_name) + ", expected a flat scheme (or a session on host memory)");
+        continue;
+      }
+      const CompressorInfo* plan_info = FindCompressor(spec.name());
+      if (scheme != nullptr && plan_info == nullptr) {
+        add("compressor.name", "unknown compressor; got " + Quoted(spec.name()));
+        continue;
+      }
+      const int devices_per_node = scheme != nullptr && scheme->hierarchical ? plan.devices_per_node() : 1;
+      if (devices_per_node < 1 || world % devices_per_node != 0) {
+        add("devices_per_node",
+            "does not divide the world; got " + std::to_string(devices_per_node) + ", world " + std::to_string(world));
+        continue;
+      }
+      const bool compress =
+          scheme != nullptr ? scheme->codec != Codec::kNone : g.options().compress() || spec.name() == "fp32";
       kernels::CompressorConfig c;
-      c.name = compress ? spec.name() : "fp32";
-      c.memory = compress ? spec.memory() : "none";
-      c.n = g.numel();
-      c.world_size = world;
+      c.name = scheme != nullptr ? std::string(CodecCompressor(*scheme, *plan_info).name)
+                                 : (compress ? spec.name() : "fp32");
+      c.memory = scheme != nullptr ? (scheme->codec == Codec::kCompressor ? spec.memory() : "none")
+                                   : (compress ? spec.memory() : "none");
+      c.n = scheme != nullptr ? ShardElements(*scheme, g.numel(), devices_per_node) : g.numel();
+      c.world_size = world / devices_per_node;
       c.ratio = spec.ratio() > 0 ? spec.ratio() : kDefaultRatio;
       const CompressorInfo* info = FindCompressor(c.name);
       const bool allreduce = info != nullptr && info->collective == pb::ALLREDUCE;
@@ -192,6 +222,8 @@ class Session::Impl {
         add(f, layout.status().message());
         continue;
       }
+      schemes.push_back(scheme != nullptr && scheme->hierarchical ? scheme : nullptr);
+      hierarchical_devices = scheme != nullptr && scheme->hierarchical ? devices_per_node : hierarchical_devices;
       // Payload sizes and collectives were checked against the catalogue by ValidatePlan.
       configs.push_back(c);
       layouts.push_back(*layout);
@@ -208,6 +240,13 @@ class Session::Impl {
       // communicator's, the step's end 2K, and job_ready[k] = 2K + 1 + k on the job's stream.
       CUPCAKE_ASSIGN_OR_RETURN(
           device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, comm_->rank(), comm_->host(), "Session"));
+    }
+    if (hierarchical_devices > 0) {
+      // Ranks r of node r / devices_per_node (mpirun's default placement by slot): one
+      // communicator per node (intra), one per local rank across the nodes (inter).
+      const int rank = comm_->rank();
+      CUPCAKE_ASSIGN_OR_RETURN(intra_, comm_->Split(rank / hierarchical_devices, rank % hierarchical_devices));
+      CUPCAKE_ASSIGN_OR_RETURN(inter_, comm_->Split(rank % hierarchical_devices, rank / hierarchical_devices));
     }
     const kernels::Backend backend = on_device() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
     for (int k = 0; k < plan.groups_size(); ++k) {
@@ -230,6 +269,20 @@ class Session::Impl {
         CUPCAKE_ASSIGN_OR_RETURN(g.state, AllocateZeroed(backend, 4 * layout.state_floats));
         CUPCAKE_ASSIGN_OR_RETURN(g.payload, AllocateZeroed(backend, layout.payload_bytes));
         CUPCAKE_ASSIGN_OR_RETURN(g.received, AllocateZeroed(backend, layout.decode_input_bytes));
+      }
+      if (const SchemeInfo* scheme = schemes[static_cast<size_t>(k)]; scheme != nullptr) {
+        g.hierarchical = scheme;
+        g.shard = config.n;
+        g.in_place = false;
+        g.divisor = static_cast<float>(scheme->codec == Codec::kNone ? comm_->size() : hierarchical_devices);
+        CUPCAKE_ASSIGN_OR_RETURN(g.padded, AllocateZeroed(backend, 4 * g.shard * hierarchical_devices));
+        CUPCAKE_ASSIGN_OR_RETURN(g.shard_floats, AllocateZeroed(backend, 4 * g.shard));
+        if (scheme->codec == Codec::kNone) {
+          g.compressor.reset();
+          g.state = {};
+          g.payload = {};
+          g.received = {};
+        }
       }
       g.pending = g.last - g.first + 1;
       for (int i = g.first; i <= g.last; ++i) tensors_[static_cast<size_t>(i)].group = k;
@@ -315,7 +368,7 @@ class Session::Impl {
       if (Status s = g.fusion_table->Pack(stream); !s.ok())
         return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] pack"));
     }
-    if (!g.in_place) {
+    if (!g.in_place && g.hierarchical == nullptr) {  // hierarchical: encoded on the shard, in Collective
       Status s = g.compressor->Encode(g.work_span(),
                                       {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)}, iteration_,
                                       {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, stream);
@@ -467,10 +520,42 @@ class Session::Impl {
   // Group k's collective: in place on its floats (lossless groups), else payload -> received.
   // Host communicators finish it here; device ones enqueue it on their stream.
   Status Collective(Group& g) {
+    if (g.hierarchical != nullptr) return HierarchicalCollective(g);
     if (g.in_place) return comm_->Allreduce(g.work, g.work, g.numel, comm::DataType::kFloat32, comm::ReduceOp::kSum);
     if (g.allreduce)
       return comm_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type, comm::ReduceOp::kSum);
     return comm_->Allgather(g.payload.data(), g.received.data(), g.payload.size_bytes());
+  }
+
+  // A hierarchical group on host memory (docs/MODEL.md, v2): 1. the group, zero-padded, is
+  // reduce-scattered in the node (each rank gets the node's sum of its shard); 2. the shard
+  // crosses the nodes: summed as fp32, or encoded, exchanged with the codec's collective and
+  // decoded (the mean over the nodes); 3. the shards are allgathered in the node into `padded`.
+  Status HierarchicalCollective(Group& g) {
+    const int devices = intra_->size();
+    float* padded = g.padded.as<float>();
+    float* shard = g.shard_floats.as<float>();
+    std::copy(g.work, g.work + g.numel, padded);
+    std::fill(padded + g.numel, padded + g.shard * devices, 0.0f);
+    CUPCAKE_RETURN_IF_ERROR(
+        intra_->ReduceScatter(padded, shard, g.shard, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+    const std::span<float> shard_span(shard, static_cast<size_t>(g.shard));
+    if (g.compressor == nullptr) {
+      CUPCAKE_RETURN_IF_ERROR(inter_->Allreduce(shard, shard, g.shard, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+    } else {
+      CUPCAKE_RETURN_IF_ERROR(g.compressor->Encode(
+          shard_span, {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)}, iteration_,
+          {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, nullptr));
+      if (g.allreduce)
+        CUPCAKE_RETURN_IF_ERROR(inter_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type,
+                                                  comm::ReduceOp::kSum));
+      else
+        CUPCAKE_RETURN_IF_ERROR(inter_->Allgather(g.payload.data(), g.received.data(), g.payload.size_bytes()));
+      CUPCAKE_RETURN_IF_ERROR(g.compressor->Decode(
+          std::span<const std::byte>(g.received.as<std::byte>(), static_cast<size_t>(g.received.size_bytes())),
+          shard_span, iteration_, nullptr));
+    }
+    return intra_->Allgather(shard, padded, 4 * g.shard);
   }
 
   // Group k's decode after its collective, into the registered buffers (on the compute stream
@@ -483,6 +568,13 @@ class Session::Impl {
     void* stream = on_device() ? device_->compute() : nullptr;
     // Messages are built only on failure: the step path allocates nothing.
     auto where = [k](const char* stage) { return "Synchronize: groups[" + std::to_string(k) + "] " + stage; };
+    if (g.hierarchical != nullptr) {  // the sums (fp32) or the means over the nodes, to the mean over all ranks
+      DivideInto(g.padded.as<float>(), g.work, g.numel, g.divisor);
+      if (g.packed()) {
+        if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
+      }
+      return Status::Ok();
+    }
     if (g.in_place && g.packed()) {
       if (Status s = g.fusion_table->UnpackDivided(comm_->size(), stream); !s.ok())
         return Fail(s.WithPrefix(where("unpack")));
@@ -596,6 +688,8 @@ class Session::Impl {
 
   std::string origin_;
   std::unique_ptr<comm::Communicator> comm_;
+  // Hierarchical groups: the ranks of this rank's node, and this local rank across the nodes.
+  std::unique_ptr<comm::Communicator> intra_, inter_;
   std::unique_ptr<Clock> owned_clock_;
   Clock* clock_ = nullptr;
   double timeout_us_;

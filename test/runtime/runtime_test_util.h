@@ -193,10 +193,12 @@ class Reference {
         kernels::Buffer in = Staged(flat.data(), 4 * g.numel), payload = Zeroed(static_cast<int64_t>(pb));
         kernels::Buffer& state = g.state[static_cast<size_t>(r)];
         if (!g.compressors[static_cast<size_t>(r)]
-                 ->Encode({in.as<float>(), flat.size()}, {state.as<float>(), static_cast<size_t>(state.size_bytes() / 4)},
+                 ->Encode({in.as<float>(), flat.size()},
+                          {state.as<float>(), static_cast<size_t>(state.size_bytes() / 4)},
                           static_cast<uint64_t>(iteration), {payload.as<std::byte>(), pb})
                  .ok() ||
-            !kernels::Synchronize(backend_).ok() || !payload.CopyToHost(all.data() + pb * static_cast<size_t>(r), static_cast<int64_t>(pb)).ok())
+            !kernels::Synchronize(backend_).ok() ||
+            !payload.CopyToHost(all.data() + pb * static_cast<size_t>(r), static_cast<int64_t>(pb)).ok())
           std::abort();
       }
       std::vector<std::byte> input;
@@ -213,7 +215,8 @@ class Reference {
       std::vector<float> decoded(static_cast<size_t>(g.numel));
       kernels::Buffer in = Staged(input.data(), static_cast<int64_t>(input.size())), dec = Zeroed(4 * g.numel);
       if (!g.compressors[0]
-               ->Decode({in.as<std::byte>(), input.size()}, {dec.as<float>(), decoded.size()}, static_cast<uint64_t>(iteration))
+               ->Decode({in.as<std::byte>(), input.size()}, {dec.as<float>(), decoded.size()},
+                        static_cast<uint64_t>(iteration))
                .ok() ||
           !kernels::Synchronize(backend_).ok() || !dec.CopyToHost(decoded.data(), 4 * g.numel).ok())
         std::abort();
@@ -232,7 +235,7 @@ class Reference {
   struct Group {
     int64_t numel = 0;
     std::vector<std::unique_ptr<kernels::Compressor>> compressors;  // one per rank
-    std::vector<kernels::Buffer> state;                              // one per rank
+    std::vector<kernels::Buffer> state;  // one per rank
   };
   kernels::Buffer Zeroed(int64_t bytes) const {
     auto b = kernels::Buffer::Allocate(backend_, bytes);
@@ -248,6 +251,142 @@ class Reference {
   pb::Plan plan_;
   int world_;
   kernels::Backend backend_;
+  std::vector<Group> groups_;
+};
+
+// `plan` with every group on `scheme_name` (docs/MODEL.md, v2) and `devices_per_node`: the
+// fields ValidatePlan checks (the collective and payload of the scheme's payload step, steps).
+inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int devices_per_node) {
+  const SchemeInfo* s = FindScheme(scheme_name);
+  const CompressorInfo* info = FindCompressor(plan.compressor().name());
+  if (s == nullptr || info == nullptr) std::abort();
+  plan.set_devices_per_node(devices_per_node);
+  for (pb::Group& g : *plan.mutable_groups()) {
+    const SchemeStep& payload = s->steps[PayloadStep(*s)];
+    g.mutable_options()->set_scheme(scheme_name);
+    g.mutable_options()->set_compress(s->codec != Codec::kNone);
+    g.mutable_options()->set_collective(StepOp(*s, payload, *info));
+    g.set_payload_bytes(StepBytes(*s, payload, *info, g.numel(), plan.compressor().ratio(), devices_per_node));
+    g.clear_steps();
+    for (int i = 0; i < s->step_count; ++i) {
+      pb::Step* step = g.add_steps();
+      step->set_op(StepOp(*s, s->steps[i], *info));
+      step->set_scope(s->steps[i].scope);
+    }
+  }
+  return plan;
+}
+
+// The hierarchical schemes restated for the tests (docs/MODEL.md, v2), every rank having filled
+// its buffers with FillGradients(rank, iteration): ranks r on node r / d; per node the sum of its
+// ranks' group, zero-padded to d x m elements (m = ceil(n / d)); rank (node i, local l) encodes
+// shard l of node i's sum with its own compressor of the codec (m elements, world = nodes, the
+// plan's memory for the plan's compressor, seeds as the runtime's); the nodes' payloads are
+// summed (allreduce codecs) or joined in node order, decoded (the mean over the nodes), and the
+// shards joined in local order; the mean over all ranks is that / d (fp32: the sums / W).
+class HierarchicalReference {
+ public:
+  HierarchicalReference(const pb::Plan& plan, int world, int devices_per_node)
+      : plan_(plan), world_(world), d_(devices_per_node) {
+    const pb::CompressorSpec& spec = plan.compressor();
+    for (int k = 0; k < plan.groups_size(); ++k) {
+      const pb::Group& pg = plan.groups(k);
+      const SchemeInfo* s = FindScheme(pg.options().scheme());
+      const CompressorInfo& codec = CodecCompressor(*s, *FindCompressor(spec.name()));
+      Group g;
+      g.numel = pg.numel();
+      g.shard = (g.numel + d_ - 1) / d_;
+      g.codec = std::string(codec.name);
+      if (g.codec != "fp32") {
+        for (int r = 0; r < world; ++r) {
+          kernels::CompressorConfig c;
+          c.name = g.codec;
+          c.memory = s->codec == Codec::kCompressor ? spec.memory() : "none";
+          c.n = g.shard;
+          c.world_size = world / d_;
+          c.ratio = spec.ratio() > 0 ? spec.ratio() : kDefaultRatio;
+          c.seed = ExpectedGroupSeed(spec.seed(), k, r, codec.collective == pb::ALLREDUCE);
+          auto comp = kernels::MakeCompressor(c, kernels::Backend::kCpu);
+          if (!comp.ok()) std::abort();
+          g.state.emplace_back(static_cast<size_t>((*comp)->state_floats()), 0.0f);
+          g.compressors.push_back(std::move(comp).value());
+        }
+      }
+      groups_.push_back(std::move(g));
+    }
+  }
+
+  std::vector<std::vector<float>> Step(int iteration) {
+    const pb::Model& m = plan_.model().model();
+    std::vector<std::vector<float>> out(static_cast<size_t>(m.tensors_size()));
+    const int nodes = world_ / d_;
+    for (int k = 0; k < plan_.groups_size(); ++k) {
+      const pb::Group& pg = plan_.groups(k);
+      Group& g = groups_[static_cast<size_t>(k)];
+      const size_t shard = static_cast<size_t>(g.shard);
+      std::vector<std::vector<float>> node_sum(static_cast<size_t>(nodes), std::vector<float>(shard * d_, 0.0f));
+      for (int r = 0; r < world_; ++r) {
+        size_t at = 0;
+        for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t)
+          for (int64_t j = 0; j < m.tensors(t).numel(); ++j)
+            node_sum[static_cast<size_t>(r / d_)][at++] += TestGradient(r, iteration, t, j);
+      }
+      std::vector<float> joined(shard * d_, 0.0f);
+      for (int l = 0; l < d_; ++l) {
+        float* into = joined.data() + shard * static_cast<size_t>(l);
+        if (g.codec == "fp32") {
+          for (int i = 0; i < nodes; ++i)
+            for (size_t j = 0; j < shard; ++j) into[j] += node_sum[static_cast<size_t>(i)][shard * l + j];
+          continue;
+        }
+        const kernels::CompressorLayout& layout = g.compressors[0]->layout();
+        const size_t pb = static_cast<size_t>(layout.payload_bytes);
+        std::vector<std::vector<std::byte>> payloads;
+        for (int i = 0; i < nodes; ++i) {
+          const int r = i * d_ + l;
+          std::vector<float> in(
+              node_sum[static_cast<size_t>(i)].begin() + static_cast<std::ptrdiff_t>(shard * l),
+              node_sum[static_cast<size_t>(i)].begin() + static_cast<std::ptrdiff_t>(shard * (l + 1)));
+          std::vector<std::byte> payload(pb);
+          std::vector<float>& state = g.state[static_cast<size_t>(r)];
+          if (!g.compressors[static_cast<size_t>(r)]
+                   ->Encode({in.data(), in.size()}, {state.data(), state.size()}, static_cast<uint64_t>(iteration),
+                            {payload.data(), pb})
+                   .ok())
+            std::abort();
+          payloads.push_back(std::move(payload));
+        }
+        std::vector<std::byte> input;
+        if (layout.allreduce) {
+          input = layout.kind == kernels::CompressorKind::kFp16 ? kernels::reference::SumHalves(payloads)
+                                                                : kernels::reference::SumFloats(payloads);
+        } else {
+          for (const auto& p : payloads) input.insert(input.end(), p.begin(), p.end());
+        }
+        if (!g.compressors[static_cast<size_t>(l)]
+                 ->Decode({input.data(), input.size()}, {into, shard}, static_cast<uint64_t>(iteration))
+                 .ok())
+          std::abort();
+      }
+      const float divisor = static_cast<float>(g.codec == "fp32" ? world_ : d_);
+      size_t at = 0;
+      for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t) {
+        for (int64_t j = 0; j < m.tensors(t).numel(); ++j)
+          out[static_cast<size_t>(t)].push_back(joined[at++] / divisor);
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Group {
+    int64_t numel = 0, shard = 0;
+    std::string codec;
+    std::vector<std::unique_ptr<kernels::Compressor>> compressors;  // one per rank
+    std::vector<std::vector<float>> state;  // one per rank
+  };
+  pb::Plan plan_;
+  int world_, d_;
   std::vector<Group> groups_;
 };
 

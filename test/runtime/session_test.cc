@@ -550,28 +550,155 @@ TEST(SessionValidation, RejectsDeviceMemoryOnAHostSession) {
 namespace cupcake::runtime {
 namespace {
 
-// Options plans (docs/MODEL.md, v2): the runtime executes flat and flat_fp32 on the plan's
-// device; any other option is refused, naming the group, never run as something else.
+// Options plans (docs/MODEL.md, v2): a group offloaded to the CPU is refused, naming the group,
+// never run as something else; the same plan with every group on the plan's device runs.
 TEST(Session, RefusesPlanOptionsItDoesNotExecute) {
   const pb::Model model = SmallModel("small", {8, 8, 8, 8, 8, 8});
-  pb::Plan plan = MakePlan(model, testing::Planned(), "efsignsgd", 1);
-  pb::Group* g = plan.mutable_groups(1);
-  g->mutable_options()->set_scheme("flat_fp16");
-  g->mutable_options()->set_collective(pb::ALLREDUCE);
-  g->set_payload_bytes(2 * g->numel());
-  pb::Step* step = g->add_steps();
-  step->set_op(pb::ALLREDUCE);
-  step->set_scope(pb::GLOBAL);
+  pb::Plan plan = testing::WithScheme(MakePlan(model, testing::Planned(), "efsignsgd", 1), "flat", 1);
+  plan.set_device(pb::GPU);
+  for (pb::Group& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
+  plan.mutable_groups(1)->mutable_options()->set_device(pb::CPU);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
   auto s = Session::Create(plan, InProcessGroup(1).Rank(0));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(),
-            "plan: groups[1].options.scheme: not executed by this runtime yet; got 'flat_fp16', expected flat or "
-            "flat_fp32 (plan with --search-space fusion)");
-  // The same plan with the scheme the runtime runs is accepted.
-  g->mutable_options()->set_scheme("flat");
-  g->mutable_options()->set_collective(pb::ALLGATHER);
-  g->set_payload_bytes(PayloadBytes(*FindCompressor("efsignsgd"), g->numel(), 0));
+            "plan: groups[1].options.device: offload to the CPU is not executed by this runtime yet; got cpu, "
+            "expected gpu (the plan's device; plan with --search-space fusion)");
+  plan.mutable_groups(1)->mutable_options()->set_device(pb::GPU);
   EXPECT_TRUE(Session::Create(plan, InProcessGroup(1).Rank(0)).ok());
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
+
+namespace cupcake::runtime {
+namespace {
+
+// MakeRanks for plans whose sessions split the communicator (a collective call in Create): the
+// W sessions made at once, one thread per rank.
+std::vector<Rank> MakeRanksTogether(const pb::Plan& plan, int world,
+                                    testing::Layout layout = testing::Layout::kSeparate) {
+  InProcessGroup group(world);
+  std::vector<Rank> ranks(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<comm::Communicator>> comms;
+  for (int r = 0; r < world; ++r) comms.push_back(group.Rank(r));
+  std::vector<Status> made(static_cast<size_t>(world));
+  OnEveryRank(world, [&](int r) {
+    auto s = Session::Create(plan, std::move(comms[static_cast<size_t>(r)]));
+    if (!s.ok()) {
+      made[static_cast<size_t>(r)] = s.status();
+      return;
+    }
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    rank.session = std::move(s).value();
+    rank.grads = testing::Gradients(plan.model().model(), layout);
+    made[static_cast<size_t>(r)] = testing::RegisterAll(*rank.session, plan.model().model(), rank.grads);
+  });
+  for (const Status& s : made) {
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return {};
+  }
+  return ranks;
+}
+
+struct HierCase {
+  std::string compressor;
+  std::string scheme;
+  testing::Layout layout;
+};
+
+void PrintTo(const HierCase& c, std::ostream* os) {
+  *os << c.compressor << "/" << c.scheme << "/" << testing::LayoutName(c.layout);
+}
+
+class HierarchicalMatchesReference : public ::testing::TestWithParam<HierCase> {};
+
+// Hierarchical schemes on host memory (docs/MODEL.md, v2): 4 ranks as 2 nodes of 2, over
+// several iterations with error feedback; every rank ends with the restatement's result
+// (runtime_test_util.h, HierarchicalReference), bit for bit.
+TEST_P(HierarchicalMatchesReference, OnTwoNodesOfTwoRanks) {
+  const HierCase c = GetParam();
+  constexpr int kWorld = 4, kDevices = 2;
+  const pb::Model model = SmallModel();
+  const pb::Plan plan =
+      testing::WithScheme(MakePlan(model, testing::Planned(), c.compressor, kWorld), c.scheme, kDevices);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
+  std::vector<Rank> ranks = MakeRanksTogether(plan, kWorld, c.layout);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  testing::HierarchicalReference reference(plan, kWorld, kDevices);
+  for (int it = 0; it < 3; ++it) {
+    const auto want = reference.Step(it);
+    OnEveryRank(kWorld, [&](int r) {
+      Rank& rank = ranks[static_cast<size_t>(r)];
+      FillGradients(rank.grads, r, it);
+      for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+      Status s = rank.session->Synchronize();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    });
+    for (int r = 0; r < kWorld; ++r)
+      ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "")
+          << "rank " << r << ", iteration " << it;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, HierarchicalMatchesReference,
+                         ::testing::Values(HierCase{"fp32", "hier_fp32", testing::Layout::kSeparate},
+                                           HierCase{"efsignsgd", "hier_fp32", testing::Layout::kFlat},
+                                           HierCase{"efsignsgd", "hier", testing::Layout::kSeparate},
+                                           HierCase{"efsignsgd", "hier", testing::Layout::kFlat},
+                                           HierCase{"topk", "hier", testing::Layout::kSeparate},
+                                           HierCase{"randk", "hier", testing::Layout::kFlat},
+                                           HierCase{"fp16", "hier", testing::Layout::kSeparate},
+                                           HierCase{"topk", "hier_fp16", testing::Layout::kSeparate},
+                                           HierCase{"onebit", "hier", testing::Layout::kFlat}));
+
+// hier_fp32 sums exactly what a flat fp32 allreduce sums (small integers): the flat
+// reference's means, bit for bit.
+TEST(Session, HierarchicalFp32EqualsTheFlatAverage) {
+  constexpr int kWorld = 4;
+  const pb::Model model = SmallModel();
+  const pb::Plan flat = MakePlan(model, testing::Planned(), "fp32", kWorld);
+  const pb::Plan plan = testing::WithScheme(flat, "hier_fp32", 2);
+  std::vector<Rank> ranks = MakeRanksTogether(plan, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  testing::Reference reference(flat, kWorld);
+  const auto want = reference.Step(0);
+  OnEveryRank(kWorld, [&](int r) {
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    FillGradients(rank.grads, r, 0);
+    for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+    EXPECT_TRUE(rank.session->Synchronize().ok());
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "");
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
+
+namespace cupcake::runtime {
+namespace {
+
+// flat_fp16 groups of an efsignsgd plan run the fp16 codec: the means of an fp16 plan with the
+// same groups (its reference), bit for bit.
+TEST(Session, FlatFp16GroupsRunTheFp16Codec) {
+  constexpr int kWorld = 2;
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::Planned(), "efsignsgd", kWorld), "flat_fp16", 1);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
+  std::vector<Rank> ranks = MakeRanks(plan, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  testing::Reference reference(MakePlan(model, testing::Planned(), "fp16", kWorld), kWorld);
+  for (int it = 0; it < 2; ++it) {
+    const auto want = reference.Step(it);
+    OnEveryRank(kWorld, [&](int r) {
+      Rank& rank = ranks[static_cast<size_t>(r)];
+      FillGradients(rank.grads, r, it);
+      for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+      EXPECT_TRUE(rank.session->Synchronize().ok());
+    });
+    for (int r = 0; r < kWorld; ++r)
+      ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
+  }
 }
 
 }  // namespace
