@@ -24,8 +24,8 @@
 namespace cupcake::runtime {
 namespace {
 
-using comm::MpiProcess;
 using comm::InitMpi;
+using comm::MpiProcess;
 
 using testing::FillGradients;
 
@@ -47,7 +47,7 @@ void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
     for (const char* grouping : {"layerwise", "one_group", "planned"}) {
       for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
         const std::string what = std::string(name) + "/" + grouping + "/" + testing::LayoutName(layout);
-        const testing::Grouping g = std::string(grouping) == "layerwise" ? testing::LayerWise(model)
+        const testing::Grouping g = std::string(grouping) == "layerwise"   ? testing::LayerWise(model)
                                     : std::string(grouping) == "one_group" ? testing::OneGroup(model)
                                                                            : testing::Planned();
         const pb::Plan plan = testing::MakePlan(model, g, std::string(name), world);
@@ -66,6 +66,41 @@ void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
           const std::string diff = testing::FirstDifference(grads, reference.Step(it));
           check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
         }
+      }
+    }
+  }
+}
+
+// Hierarchical schemes (docs/MODEL.md, v2) with the ranks as 2 simulated hosts of world / 2
+// ranks each (ranks r on node r / devices_per_node, as mpirun places them by slot): every rank
+// ends with HierarchicalReference's result, bit for bit. Needs 2 nodes of >= 2 ranks (np 4).
+void HierarchicalMatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
+  if (world < 4 || world % 2 != 0) return;
+  const int devices = world / 2;
+  const pb::Model model = testing::SmallModel();
+  const std::pair<const char*, const char*> cases[] = {
+      {"fp32", "hier_fp32"}, {"efsignsgd", "hier_fp32"}, {"efsignsgd", "hier"}, {"topk", "hier"},
+      {"randk", "hier"},     {"fp16", "hier"},           {"topk", "hier_fp16"}, {"onebit", "hier"}};
+  for (auto [compressor, scheme] : cases) {
+    for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+      const std::string what =
+          std::string(compressor) + "/" + scheme + "/" + testing::LayoutName(layout) + " on 2 hosts";
+      const pb::Plan plan =
+          testing::WithScheme(testing::MakePlan(model, testing::Planned(), compressor, world), scheme, devices);
+      auto comm = mpi.World();
+      if (!comm.ok()) return check(false, comm.status().ToString());
+      auto session = Session::Create(plan, std::move(comm).value());
+      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+      testing::Gradients grads(model, layout);
+      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+      testing::HierarchicalReference reference(plan, world, devices);
+      for (int it = 0; it < 3; ++it) {
+        FillGradients(grads, rank, it);
+        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+        Status s = (*session)->Synchronize();
+        check(s.ok(), what + ": synchronize: " + s.ToString());
+        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
+        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
       }
     }
   }
@@ -111,7 +146,8 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   testing::Gradients grads(model, testing::Layout::kSeparate);
   for (int i = 0; i < model.tensors_size(); ++i)
     check(cupcake_register(s, model.tensors(i).name().c_str(), grads[static_cast<size_t>(i)].data(),
-                           model.tensors(i).numel()) == CUPCAKE_OK, std::string("c register: ") + cupcake_last_error());
+                           model.tensors(i).numel()) == CUPCAKE_OK,
+          std::string("c register: ") + cupcake_last_error());
   testing::Reference reference(plan, world);
   for (int it = 0; it < 2; ++it) {
     FillGradients(grads, rank, it);
@@ -239,6 +275,7 @@ int main(int argc, char** argv) {
   Checks check;
   check.rank = rank;
   MatchesReference(**mpi, check, rank, world);
+  HierarchicalMatchesReference(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
   RecorderMergesRanks(**mpi, check, rank, world, dir);
