@@ -200,6 +200,26 @@ def timeline_plots(d):
     return written
 
 
+def phases(d):
+    """Per plan with a timeline: each term of the iteration, predicted and measured (ms)."""
+    lines = ["| model | compressor | forward | backward | synchronized (D_K) | update | iteration |",
+             "|---|---|---|---|---|---|---|"]
+    for fn in sorted(os.listdir(os.path.join(d, "runs"))):
+        if not fn.endswith(".timeline.json"):
+            continue
+        name = fn[: -len(".timeline.json")]
+        plan, run = load(os.path.join(d, "plans", name + ".json")), load(os.path.join(d, "runs", fn))
+        model = plan["model"]["model"]
+        pred = [model.get("forward_us", 0), plan["predicted"]["backward_us"],
+                max([plan["predicted"]["backward_us"]] + [g["decode_end_us"] for g in plan["groups"]]),
+                model.get("update_us", 0), plan["predicted"]["iteration_us"]]
+        meas = [-run["forward_start_us"], run["backward_end_us"], run["synchronized_us"],
+                run["iteration_end_us"] - run["synchronized_us"], run["iteration_end_us"] - run["forward_start_us"]]
+        cells = " | ".join(f"{p / 1e3:.1f} / {m / 1e3:.1f}" for p, m in zip(pred, meas))
+        lines.append(f"| {name.split('-', 1)[0]} | {name.rsplit('-', 1)[1]} | {cells} |")
+    return lines
+
+
 def write_plot(d, stem, svg):
     svg_path = os.path.join(d, stem + ".svg")
     with open(svg_path, "w") as f:
@@ -246,7 +266,10 @@ def main():
             f"{r['measured_ms']:.1f} ({r['measured_p10_ms']:.1f}-{r['measured_p90_ms']:.1f}) | "
             f"{r['measured_over_predicted']:.2f} | {r['loss_first']:.3f} -> {r['loss_last']:.3f} | "
             f"{'yes' if r['ranks_agree'] else 'NO'} |")
-    lines += ["", *[f"- {s}" for s in summary], "", *[f"![{p}]({p})" for p in plots], ""]
+    lines += ["", *[f"- {s}" for s in summary], "",
+              "The plans' terms, predicted / measured in ms (measured: rank 0's last iteration of the last "
+              "round, from its timeline; backward and synchronized from the start of backward):", "",
+              *phases(d), "", *[f"![{p}]({p})" for p in plots], ""]
     with open(os.path.join(d, "README.md"), "w") as f:
         f.write("\n".join(lines))
     with open(os.path.join(d, "summary.txt"), "w") as f:
