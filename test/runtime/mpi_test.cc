@@ -77,6 +77,21 @@ void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
 void HierarchicalMatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
   if (world < 4 || world % 2 != 0) return;
   const int devices = world / 2;
+  // On real hosts (the testbed), ranks r of one node group r / devices must share a host: the
+  // placement the runtime assumes (mpirun's by slot). One host for all is the simulated case.
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> names(static_cast<size_t>(world) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  auto host = [&](int r) { return std::string(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME); };
+  for (int r = 0; r < world; ++r)
+    check(host(r) == host(r / devices * devices), "rank " + std::to_string(r) + " on " + host(r) +
+                                                      ", its node group's first rank on " +
+                                                      host(r / devices * devices) + " (ranks must be placed by slot)");
+  if (rank == 0)
+    std::fprintf(stderr, "runtime_mpi_test: hierarchical: ranks 0..%d on %s, %s\n", world - 1, host(0).c_str(),
+                 host(world - 1).c_str());
   const pb::Model model = testing::SmallModel();
   const std::pair<const char*, const char*> cases[] = {
       {"fp32", "hier_fp32"}, {"efsignsgd", "hier_fp32"}, {"efsignsgd", "hier"}, {"topk", "hier"},
