@@ -65,6 +65,16 @@ inline pb::Plan Regroup(const pb::Plan& like, const Groups& groups) {
     g->set_numel(n);
     *g->mutable_options() = options;
     g->set_payload_bytes(PayloadBytes(*info, n, ratio));
+    // An options plan's scheme (docs/MODEL.md, v2): its payload step and its steps.
+    if (const SchemeInfo* s = FindScheme(options.scheme()); s != nullptr) {
+      const SchemeStep& payload = s->steps[PayloadStep(*s)];
+      g->set_payload_bytes(StepBytes(*s, payload, *info, n, ratio, like.devices_per_node()));
+      for (int i = 0; i < s->step_count; ++i) {
+        pb::Step* step = g->add_steps();
+        step->set_op(StepOp(*s, s->steps[i], *info));
+        step->set_scope(s->steps[i].scope);
+      }
+    }
   }
   return plan;
 }

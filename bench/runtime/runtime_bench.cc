@@ -147,15 +147,13 @@ double PredictSyncUs(const Plan& plan, const cupcake::pb::Profile& profile, bool
   Model model = plan.model().model();
   if (!with_backward)
     for (auto& t : *model.mutable_tensors()) t.set_backward_us(0);
-  auto problem = planner::MakeProblem(model, profile, planner::RequestOf(plan));
-  if (!problem.ok()) {
-    *why = problem.status().message();
+  // Simulate: the plan's groups with each group's option (docs/MODEL.md, v2; v1 plans as before).
+  auto t = planner::Simulate(plan, model, profile);
+  if (!t.ok()) {
+    *why = t.status().message();
     return -1;
   }
-  std::vector<int> ends;
-  for (const auto& g : plan.groups()) ends.push_back(g.last_tensor());
-  const planner::Timeline t = planner::Evaluate(*problem, ends);
-  return t.iteration_us - problem->forward_us - problem->update_us;
+  return t->iteration_us - model.forward_us() - model.update_us();
 }
 
 struct Row {
