@@ -544,3 +544,50 @@ TEST(OptionsSearch, MatchesExhaustiveSearchWithOffloadOnLargerInstances) {
 
 }  // namespace
 }  // namespace cupcake::planner
+
+namespace cupcake::planner {
+namespace {
+
+// Options plans of random instances (groups on the compute stream and on the CPU worker mixed)
+// pass the loader's checks (per-device order, schemes, steps), and Simulate reproduces them.
+TEST(OptionsPlan, RandomPlansValidateAndSimulate) {
+  std::mt19937_64 rng(909);
+  int mixed = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    SCOPED_TRACE(trial);
+    pb::Model model = testing::RandomModel(rng, 2 + static_cast<int>(rng() % 12));
+    pb::Profile profile = testing::RandomOptionsProfile(rng);
+    PlanRequest req;
+    req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
+    SearchOptions options;
+    options.space = SearchSpace::kOptions;
+    auto plan = MakePlan(model, profile, req, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const Status valid = ValidatePlan(*plan, "plan.pb");
+    EXPECT_TRUE(valid.ok()) << valid.ToString();
+    auto t = Simulate(*plan, model, profile);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_DOUBLE_EQ(t->iteration_us, plan->predicted().iteration_us());
+    bool cpu = false, gpu = false;
+    for (const auto& g : plan->groups()) (g.options().device() == plan->device() ? gpu : cpu) = true;
+    mixed += cpu && gpu;
+  }
+  EXPECT_GT(mixed, 5) << "plans mixing on-device and offloaded groups";
+}
+
+// Plans written before options existed (the fuzz corpus's, committed with v1) still load and
+// simulate as v1 plans: every group flat on the plan's device.
+TEST(OptionsPlan, OldPlansLoad) {
+  for (const char* name : {"ncf-topk.pb", "vgg16-fp32.pb", "ncf-efsignsgd-cpu.pb"}) {
+    auto plan = ReadPlanFile(std::string(CUPCAKE_SOURCE_DIR) + "/test/fuzz/corpus/plan/" + name);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.status().ToString();
+    EXPECT_EQ(plan->search().search_space(), "");
+    for (const auto& g : plan->groups()) {
+      EXPECT_EQ(g.options().scheme(), "");
+      EXPECT_EQ(g.steps_size(), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cupcake::planner
