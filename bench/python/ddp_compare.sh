@@ -8,14 +8,14 @@
 # median, p10, p90, and the evaluation loss after WARMUP + ITERS steps. Numbers, not pass/fail.
 #
 # Usage: bench/python/ddp_compare.sh [--np 2] [--warmup 10] [--iters 30] [--batch 32]
-#          [--width 16] [--hidden 1024] [--rounds 1] [--testbed] [--build DIR] [--out DIR]
+#          [--width 16] [--hidden 1024] [--lr 0.05] [--rounds 1] [--testbed] [--build DIR] [--out DIR]
 #   --testbed  run every MPI job on the testbed (scripts/testbed.sh up ... first; docs/TESTBED.md):
 #              DDP's MASTER_ADDR is host 1's address, 10.77.0.1 (CUPCAKE_TESTBED_NET.1)
 #   --rounds R run the five arms R times, interleaved (each round all five in turn)
 # Environment: PYTHON (default /usr/bin/python3, Debian's, which has python3-torch).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-np=2 warmup=10 iters=30 batch=32 width=16 hidden=1024 rounds=1 testbed=0
+np=2 warmup=10 iters=30 batch=32 width=16 hidden=1024 lr=0.05 rounds=1 testbed=0
 build="$root/build" out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,6 +25,7 @@ while [ $# -gt 0 ]; do
     --batch) batch="$2"; shift 2 ;;
     --width) width="$2"; shift 2 ;;
     --hidden) hidden="$2"; shift 2 ;;
+    --lr) lr="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --testbed) testbed=1; shift ;;
     --build) build="$2"; shift 2 ;;
@@ -47,24 +48,29 @@ profile_tool="$build/tools/cupcake-profile" plan_tool="$build/tools/cupcake-plan
 # How an MPI job is launched: loopback mpirun, or across the testbed's hosts.
 if [ "$testbed" = 1 ]; then
   export MASTER_ADDR="${CUPCAKE_TESTBED_NET:-10.77.0}.1"
+  export GLOO_SOCKET_IFNAME=eth0  # the testbed's link (gloo would resolve the host name otherwise)
   launch=("$root/scripts/testbed.sh" run)
-  for v in PYTHONPATH OMP_NUM_THREADS MASTER_ADDR MASTER_PORT CUPCAKE_RECORD CUPCAKE_RECORD_ITERATIONS; do
+  for v in PYTHONPATH OMP_NUM_THREADS MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME; do
     launch+=(--mpirun-arg -x --mpirun-arg "$v")
   done
+  # The record job also needs what `cupcake-profile compute` sets.
+  record_launch=("${launch[@]}" --mpirun-arg -x --mpirun-arg CUPCAKE_RECORD --mpirun-arg -x
+                 --mpirun-arg CUPCAKE_RECORD_ITERATIONS --)
   launch+=(--)
   where="testbed: $("$root/scripts/testbed.sh" status 2>&1 | tr '\n' ' ')"
 else
   export MASTER_ADDR=127.0.0.1
   launch=(mpirun --oversubscribe --bind-to none -np "$np")
   if [ "$(id -u)" = 0 ]; then launch+=(--allow-run-as-root); fi
+  record_launch=("${launch[@]}")
   where="loopback: $np ranks on one host (mpirun --bind-to none)"
 fi
 bench=("$python" "$root/bench/python/ddp_compare.py" --warmup "$warmup" --iters "$iters" --batch "$batch"
-       --width "$width" --hidden "$hidden")
+       --width "$width" --hidden "$hidden" --lr "$lr")
 
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(lscpu | sed -n 's/^Model name: *//p') ($cores cores)"
-  echo "# command: bench/python/ddp_compare.sh --np $np --warmup $warmup --iters $iters --batch $batch --width $width --hidden $hidden --rounds $rounds$([ "$testbed" = 1 ] && echo " --testbed")"
+  echo "# command: bench/python/ddp_compare.sh --np $np --warmup $warmup --iters $iters --batch $batch --width $width --hidden $hidden --lr $lr --rounds $rounds$([ "$testbed" = 1 ] && echo " --testbed")"
   echo "# $where"
   echo "# torch $("$python" -c 'import torch; print(torch.__version__)'), $(mpirun --version | head -1)"
   echo "# load before: $(uptime)"
@@ -74,7 +80,7 @@ bench=("$python" "$root/bench/python/ddp_compare.py" --warmup "$warmup" --iters 
 #    curves to the model's size (--max-bytes/--max-elements auto) and plan.
 "${launch[@]}" "$profile_tool" comm --db "$db" --quick --ops allreduce,allgather >"$out/comm.log"
 "$profile_tool" kernels --db "$db" --device cpu --quick --compressors fp32,efsignsgd,topk >"$out/kernels.log"
-"$profile_tool" compute --db "$db" --iterations 20 -- "${launch[@]}" "${bench[@]}" --arm cupcake --warmup 1 --iters 25 \
+"$profile_tool" compute --db "$db" --iterations 20 -- "${record_launch[@]}" "${bench[@]}" --arm cupcake --warmup 1 --iters 25 \
   >"$out/record.log" 2>&1 || { cat "$out/record.log" >&2; exit 1; }
 "${launch[@]}" "$profile_tool" comm --db "$db" --ops allreduce,allgather --min-bytes 1048576 --max-bytes auto >>"$out/comm.log"
 "$profile_tool" kernels --db "$db" --device cpu --compressors efsignsgd,topk --max-elements auto >>"$out/kernels.log"

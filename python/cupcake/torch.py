@@ -360,7 +360,7 @@ class _Record:
             self.forward_marked = False
 
     def gradient_ready(self, i):
-        if self.recorder is None:
+        if self.recorder is None or self.done:
             return
         if i == 0 and not self.in_backward:
             self.recorder.begin_backward()  # backward not entered through torch.autograd.backward
@@ -370,7 +370,7 @@ class _Record:
     def after_step(self):
         self.passes_done = 0
         self.forward_marked = False
-        if self.recorder is None:
+        if self.recorder is None or self.done:
             return
         if self.last_marked:
             self.recorder.end_iteration()
