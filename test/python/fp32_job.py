@@ -2,9 +2,11 @@
 bit, the average over ranks that torch.distributed (gloo) computes from the same local gradients,
 and both models' weights stay equal. The same with gradient accumulation (2 backward passes per
 step), with zero_grad(set_to_none=True) (the hook copies a new p.grad into the runtime's buffer),
-and with synchronize() before step() (clipping between them).
-Usage: fp32_job.py PLAN STORE_FILE"""
+and with synchronize() before step() (clipping between them). With --job-mpi the job initializes
+MPI itself first (as with mpi4py): the package then uses it and leaves finalizing to the job.
+Usage: fp32_job.py PLAN STORE_FILE [--job-mpi]"""
 
+import ctypes
 import sys
 
 import torch
@@ -90,17 +92,35 @@ def run(plan, rank, passes=1, set_to_none=False, clip=False):
     return "passes=%d set_to_none=%s clip=%s" % (passes, set_to_none, clip)
 
 
+def init_mpi_as_the_job():
+    """MPI_Init_thread called by the job itself (as mpi4py would), before the package is used."""
+    libmpi = ctypes.CDLL("libmpi.so.40", mode=ctypes.RTLD_GLOBAL)
+    provided = ctypes.c_int(0)
+    if libmpi.MPI_Init_thread(None, None, 3, ctypes.byref(provided)) != 0:  # 3: MPI_THREAD_MULTIPLE (Open MPI)
+        sys.exit("FAIL: MPI_Init_thread")
+    return libmpi
+
+
 def main():
     plan, store = sys.argv[1], sys.argv[2]
+    job_mpi = sys.argv[3:] == ["--job-mpi"]
+    libmpi = init_mpi_as_the_job() if job_mpi else None
     torch.set_num_threads(1)
     rank, size = cnn.init_gloo(store)
     if size != 2:
         sys.exit("FAIL: expected 2 ranks (mpirun -np 2); got %d" % size)
-    for kwargs in ({}, {"passes": 2}, {"set_to_none": True}, {"clip": True}):
+    if cupcake.mpi().owns_mpi == job_mpi:
+        sys.exit("FAIL: rank %d: cupcake.mpi().owns_mpi is %s with the job's MPI %s" % (rank, not job_mpi,
+                 "initialized" if job_mpi else "not initialized"))
+    configs = ({},) if job_mpi else ({}, {"passes": 2}, {"set_to_none": True}, {"clip": True})
+    for kwargs in configs:
         what = run(plan, rank, **kwargs)
         if rank == 0:
-            print("ok: fp32 %s: %d steps, every gradient and weight equal to gloo's average" % (what, STEPS))
+            print("ok: fp32 %s%s: %d steps, every gradient and weight equal to gloo's average"
+                  % (what, ", MPI initialized by the job" if job_mpi else "", STEPS))
     dist.destroy_process_group()
+    if libmpi is not None:
+        libmpi.MPI_Finalize()  # the job's to finalize; the package leaves it alone
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 #   record      profile this machine (--quick), record test/python/cnn.py's model with
 #               `cupcake-profile compute -- mpirun ... record_job.py`, check the imported model,
 #               plan it: fp32 (one group and layer-wise), efsignsgd, topk (the other stages' fixture)
-#   fp32        fp32_job.py with both fp32 plans
+#   fp32        fp32_job.py with both fp32 plans, and with MPI initialized by the job
 #   compressed  compressed_job.py with the efsignsgd and topk plans
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -40,6 +40,8 @@ case "$stage" in
       rm -f "$work/$plan.store"
       "${mpirun[@]}" "$python" "$here/fp32_job.py" "$work/$plan.pb" "$work/$plan.store"
     done
+    rm -f "$work/job-mpi.store"
+    "${mpirun[@]}" "$python" "$here/fp32_job.py" "$work/pycnn-fp32.pb" "$work/job-mpi.store" --job-mpi
     ;;
   compressed)
     for c in efsignsgd topk; do
