@@ -90,7 +90,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch")
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--width", type=int, default=32, help="channels of the first conv layer")
-    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--lr", type=float, default=0.01)
     args = parser.parse_args()
     recording = bool(os.environ.get("CUPCAKE_RECORD"))
     if sum([args.plan is not None, args.fp32, recording]) != 1:
