@@ -225,7 +225,8 @@ struct Incumbent {
 };
 
 // Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent.
-OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget, Incumbent start, SearchStats& st) {
+OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget, Incumbent start, bool greedy,
+                                         SearchStats& st) {
   const int n = p.size();
   const double fixed = p.base.forward_us + p.base.update_us;
   const double backward_total = p.base.backward_prefix[static_cast<size_t>(n)];
@@ -240,7 +241,7 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget,
   const Label root{0, 0, 0, 0, 0, 0, 0, -1, 0, -1};
 
   // Step 4's greedy pass: per prefix only the label with the smallest bound.
-  {
+  if (greedy) {
     std::vector<Label> best(static_cast<size_t>(n) + 1);
     std::vector<double> best_lb(static_cast<size_t>(n) + 1, kInf);
     std::vector<Label> chain;
@@ -414,12 +415,15 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
     return r;
   }
   Incumbent start;
-  if (r.espresso_us <= r.fusion_us) {
+  if (!options.seed_incumbents) {
+    start = {fusion.group_ends, fusion_options, kInf};  // kept only if nothing is found
+  } else if (r.espresso_us <= r.fusion_us) {
     start = {fusion.group_ends, espresso, r.espresso_us};
   } else {
     start = {fusion.group_ends, fusion_options, r.fusion_us};
   }
-  OptionSearchResult found = BranchAndBoundOptions(p, options.node_budget, std::move(start), st);
+  OptionSearchResult found =
+      BranchAndBoundOptions(p, options.node_budget, std::move(start), options.seed_incumbents, st);
   found.fusion_us = r.fusion_us;
   found.espresso_us = r.espresso_us;
   found.espresso_groups = r.espresso_groups;

@@ -591,3 +591,31 @@ TEST(OptionsPlan, OldPlansLoad) {
 
 }  // namespace
 }  // namespace cupcake::planner
+
+namespace cupcake::planner {
+namespace {
+
+// The label DP alone, with no incumbent to prune by (no Espresso, fusion optimum or greedy
+// pass): its dominance over all seven coordinates and its bounds must keep the optimum.
+TEST(OptionsSearch, LabelSearchWithoutIncumbentsMatchesExhaustiveSearch) {
+  std::mt19937_64 rng(515);
+  for (int trial = 0; trial < 300; ++trial) {
+    SCOPED_TRACE(trial);
+    pb::Model model = testing::RandomModel(rng, 2 + static_cast<int>(rng() % 5));
+    pb::Profile profile = testing::RandomOptionsProfile(rng);
+    PlanRequest req;
+    req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
+    auto p = MakeOptionProblem(model, profile, req);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    SearchOptions bare;
+    bare.seed_incumbents = false;
+    auto fast = SearchWithOptions(*p, bare);
+    auto oracle = SearchWithOptions(*p, SearchOptions{Algorithm::kExhaustive});
+    ASSERT_TRUE(fast.ok() && oracle.ok());
+    EXPECT_TRUE(fast->stats.optimal);
+    EXPECT_NEAR(fast->iteration_us, oracle->iteration_us, 1e-9 * oracle->iteration_us);
+  }
+}
+
+}  // namespace
+}  // namespace cupcake::planner

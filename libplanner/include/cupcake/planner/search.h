@@ -54,6 +54,10 @@ struct SearchOptions {
   // kBucket: the cap of a bucket's uncompressed bytes (PyTorch DDP's default, 25 MiB).
   int64_t bucket_bytes = int64_t{25} << 20;
   SearchSpace space = SearchSpace::kFusion;
+  // Options space, branch_and_bound: start from Espresso's plan, the fusion optimum and the
+  // greedy pass. Off, the search starts with no incumbent (the tests' check that the label DP
+  // alone is exact, where its dominance and bounds decide).
+  bool seed_incumbents = true;
 };
 
 struct SearchStats {
