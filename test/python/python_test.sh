@@ -6,6 +6,7 @@
 #   fp32        fp32_job.py with both fp32 plans, and with MPI initialized by the job
 #   compressed  compressed_job.py with the efsignsgd and topk plans
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
+#   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
 # Exit 77 (ctest: skipped) only when PYTHON cannot import torch (python3-torch absent).
 set -euo pipefail
@@ -54,8 +55,18 @@ case "$stage" in
     # One rank against a plan for 2: refused when the optimizer is made.
     "$python" "$here/errors_job.py" --world-size "$work"
     ;;
+  example)
+    # The README's Python commands on examples/python/train.py: record (into the fixture's
+    # profile), plan, train a few steps; the loss is printed for every epoch.
+    db="$work/profile.db"
+    example="$here/../../examples/python/train.py"
+    "$profile_tool" compute --db "$db" --replace --iterations 3 -- "${mpirun[@]}" "$python" "$example" --width 8
+    "$plan_tool" search --model-name cnn --profile "$db" --compressor efsignsgd -o "$work/cnn.pb" >/dev/null
+    "${mpirun[@]}" "$python" "$example" --plan "$work/cnn.pb" --width 8 --epochs 2 --steps 3 | tee "$work/example.log"
+    grep -q '^epoch 2 loss [0-9.]* ' "$work/example.log" || { echo "FAIL: no 'epoch 2 loss' line"; exit 1; }
+    ;;
   *)
-    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed or errors" >&2
+    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed, errors or example" >&2
     exit 2
     ;;
 esac
