@@ -619,3 +619,51 @@ TEST(OptionsSearch, LabelSearchWithoutIncumbentsMatchesExhaustiveSearch) {
 
 }  // namespace
 }  // namespace cupcake::planner
+
+namespace cupcake::planner {
+namespace {
+
+// Simulate on a profile that cannot price a group's option says which and why.
+TEST(OptionsPlan, SimulateNamesAnOptionTheProfileCannotPrice) {
+  const Hand h = HierarchicalInstance();
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok());
+  pb::Profile flat_only = h.profile;
+  flat_only.mutable_cluster()->set_name("flat-only");
+  flat_only.mutable_curves()->DeleteSubrange(1, 3);  // the intra and inter curves
+  auto t = Simulate(*plan, h.model, flat_only);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "profile flat-only: groups[0]: option hier_fp32 on gpu cannot be priced on this profile; hier_fp32 gpu: "
+            "the profile lacks \"comm reduce_scatter intra\"");
+}
+
+// The loader's checks of a group's option, each pinned.
+TEST(OptionsPlan, LoaderNamesWhatDisagreesWithTheScheme) {
+  const Hand h = HierarchicalInstance();
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok());
+  pb::Plan bad = *plan;
+  bad.mutable_groups(0)->mutable_options()->set_compress(true);
+  EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
+            "plan.pb: groups[0].options.compress: does not match the scheme; got true, expected false (hier_fp32)");
+  bad = *plan;
+  bad.mutable_groups(1)->clear_steps();
+  EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
+            "plan.pb: groups[1].steps: do not match the scheme; got 0 steps, expected 3 (hier_fp32)");
+  bad = *plan;
+  bad.set_device(pb::CPU);
+  EXPECT_THAT(ValidatePlan(bad, "plan.pb").message(),
+              HasSubstr("plan.pb: groups[0].options.device: not the plan's device and not an offload to the CPU; got "
+                        "gpu, plan device cpu"));
+  bad = *plan;
+  bad.mutable_groups(1)->mutable_steps(1)->set_start_us(bad.groups(1).steps(0).start_us() - 1);
+  EXPECT_THAT(ValidatePlan(bad, "plan.pb").message(), HasSubstr("plan.pb: groups[1].steps[1].start_us: out of order"));
+}
+
+}  // namespace
+}  // namespace cupcake::planner

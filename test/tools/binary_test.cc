@@ -60,12 +60,14 @@ TEST_F(BinaryTest, FailuresExitOneAndUsageErrorsTwo) {
 
   r = Invoke(CUPCAKE_PROFILE_BIN, "improt --db p.db model.json");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "cupcake-profile: unknown command; got 'improt' (did you mean 'import'?), expected one of import, "
-                   "export, inspect, kernels, comm, compute; run 'cupcake-profile --help' for the commands\n");
+  EXPECT_EQ(r.err,
+            "cupcake-profile: unknown command; got 'improt' (did you mean 'import'?), expected one of import, "
+            "export, inspect, kernels, comm, compute; run 'cupcake-profile --help' for the commands\n");
   r = Invoke(CUPCAKE_PROFILE_BIN, "inspect --db p.db --format yaml");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "cupcake-profile inspect: --format: unknown format; got \"yaml\", expected one of text, json\n"
-                   "run 'cupcake-profile inspect --help' for its options\n");
+  EXPECT_EQ(r.err,
+            "cupcake-profile inspect: --format: unknown format; got \"yaml\", expected one of text, json\n"
+            "run 'cupcake-profile inspect --help' for its options\n");
   r = Invoke(CUPCAKE_PROFILE_BIN, "export");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(r.err.starts_with("cupcake-profile export: the option '--db' is required but missing\n")) << r.err;
@@ -119,8 +121,10 @@ TEST_F(BinaryTest, CupcakePlanSearchShowSimulateTraceDiff) {
   EXPECT_EQ(r.code, 2);
   r = Invoke(CUPCAKE_PLAN_BIN, "diff e.pb");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(r.err.starts_with("cupcake-plan diff: B: missing; expected the second plan (.pb)\n"
-                                "usage: cupcake-plan diff A.pb B.pb ")) << r.err;
+  EXPECT_TRUE(
+      r.err.starts_with("cupcake-plan diff: B: missing; expected the second plan (.pb)\n"
+                        "usage: cupcake-plan diff A.pb B.pb "))
+      << r.err;
   // The same truncated plan elsewhere is a failure (1), not a usage error.
   r = Invoke(CUPCAKE_PLAN_BIN, "show cut.pb");
   EXPECT_EQ(r.code, 1);
@@ -138,13 +142,15 @@ TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
   EXPECT_EQ(r.err, "--ratio: ratio out of range; got 1.5, expected 0 < ratio <= 1\n");
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor efsignsdg");
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "--compressor: unknown compressor 'efsignsdg' (did you mean 'efsignsgd'?); expected one of fp32, "
-                   "fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n");
+  EXPECT_EQ(r.err,
+            "--compressor: unknown compressor 'efsignsdg' (did you mean 'efsignsgd'?); expected one of fp32, "
+            "fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n");
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --budget 1 --require-optimal");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "--require-optimal: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
-                   "optimal; raise --budget (no plan written)\n");
+  EXPECT_EQ(r.err,
+            "--require-optimal: search: stopped at --budget 1 (nodes); the plan is the best found, not proven "
+            "optimal; raise --budget (no plan written)\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.File("p.pb")));
 
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common);
@@ -152,25 +158,39 @@ TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
   EXPECT_TRUE(r.err.starts_with("cupcake-plan search: the option '--compressor' is required but missing\n")) << r.err;
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --model-name resnet50");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "cupcake-plan search: give exactly one of --model FILE and --model-name NAME\n"
-                   "run 'cupcake-plan search --help' for its options\n");
+  EXPECT_EQ(r.err,
+            "cupcake-plan search: give exactly one of --model FILE and --model-name NAME\n"
+            "run 'cupcake-plan search --help' for its options\n");
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --device tpu");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "cupcake-plan search: --device: unknown device; got \"tpu\", expected one of gpu, cpu\n"
-                   "run 'cupcake-plan search --help' for its options\n");
+  EXPECT_EQ(r.err,
+            "cupcake-plan search: --device: unknown device; got \"tpu\", expected one of gpu, cpu\n"
+            "run 'cupcake-plan search --help' for its options\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --algorithm espresso");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "cupcake-plan search: --algorithm espresso: chooses per-group options; needs --search-space "
+            "options\nrun 'cupcake-plan search --help' for its options\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --search-space groups");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "cupcake-plan search: --search-space: unknown search space 'groups'; expected fusion (groups, the "
+            "plan's one option) or options (groups and each group's option)\nrun 'cupcake-plan search --help' "
+            "for its options\n");
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --algorithm greedy");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "cupcake-plan search: --algorithm: unknown algorithm 'greedy'; expected branch_and_bound, "
-                   "exhaustive, espresso (--search-space options), or a fixed strategy: layerwise, one_group, "
-                   "bucket\nrun 'cupcake-plan search --help' "
-                   "for its options\n");
+  EXPECT_EQ(r.err,
+            "cupcake-plan search: --algorithm: unknown algorithm 'greedy'; expected branch_and_bound, "
+            "exhaustive, espresso (--search-space options), or a fixed strategy: layerwise, one_group, "
+            "bucket\nrun 'cupcake-plan search --help' "
+            "for its options\n");
   EXPECT_FALSE(std::filesystem::exists(dir_.File("p.pb")));
 
   // A plan simulated against another model: the fingerprints, exit 1.
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk");
   ASSERT_EQ(r.code, 0) << r.err;
-  r = Invoke(CUPCAKE_PLAN_BIN, "simulate --plan p.pb --model " + testing::ExamplePath("models/vgg16.json") +
-                                   " --profile " + profile);
+  r = Invoke(CUPCAKE_PLAN_BIN,
+             "simulate --plan p.pb --model " + testing::ExamplePath("models/vgg16.json") + " --profile " + profile);
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(r.err.starts_with("model vgg16: model fingerprint differs; got ")) << r.err;
   EXPECT_TRUE(r.err.ends_with(" (the plan was made for model resnet50)\n")) << r.err;
@@ -213,8 +233,9 @@ TEST_F(BinaryTest, HostileInputsFailCleanly) {
 
   r = Invoke(CUPCAKE_PLAN_BIN, "show /dev/zero");  // endless: stops at the input bound
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "/dev/zero: too large; got more than 268435456 bytes, expected at most 268435456 (is it the right "
-                   "file?)\n");
+  EXPECT_EQ(r.err,
+            "/dev/zero: too large; got more than 268435456 bytes, expected at most 268435456 (is it the right "
+            "file?)\n");
 
   // A model through a pipe is read once (it used to be read twice, the second time empty).
   ASSERT_EQ(Invoke(CUPCAKE_PROFILE_BIN, "import --db p.db " + profile).code, 0);
@@ -226,8 +247,10 @@ TEST_F(BinaryTest, HostileInputsFailCleanly) {
   // Text that is not UTF-8 is refused where it enters, and reported where a DB holds it.
   r = Invoke(CUPCAKE_PROFILE_BIN, "kernels --db k.db --device cpu --quick --cluster \"$(printf 'bad\\377name')\"");
   EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(r.err.starts_with("profile \"bad\\xffname\": cluster.name: not valid UTF-8; got \"bad\\xffname\", "
-                                "expected UTF-8 text\n")) << r.err;
+  EXPECT_TRUE(
+      r.err.starts_with("profile \"bad\\xffname\": cluster.name: not valid UTF-8; got \"bad\\xffname\", "
+                        "expected UTF-8 text\n"))
+      << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir_.File("k.db")));
   r = Invoke("sqlite3", "p.db \"UPDATE cluster SET device = CAST(X'ff41' AS TEXT)\"");
   ASSERT_EQ(r.code, 0) << r.err;
