@@ -2,6 +2,7 @@
 bit, the average over ranks that torch.distributed (gloo) computes from the same local gradients,
 and both models' weights stay equal. The same with gradient accumulation (2 backward passes per
 step), with zero_grad(set_to_none=True) (the hook copies a new p.grad into the runtime's buffer),
+and an LR scheduler on both optimizers (the state_dicts compared at the end),
 and with synchronize() before step() (clipping between them). With --job-mpi the job initializes
 MPI itself first (as with mpi4py): the package then uses it and leaves finalizing to the job.
 Usage: fp32_job.py PLAN STORE_FILE [--job-mpi]"""
@@ -59,11 +60,24 @@ def check_in_place(opt, model, rank):
         at += p.numel() * 4
 
 
+def check_state_dict(ours, theirs, rank):
+    """The wrapped optimizer's state (momentum buffers, the scheduled lr) is the reference's."""
+    if [g["lr"] for g in ours["param_groups"]] != [g["lr"] for g in theirs["param_groups"]]:
+        sys.exit("FAIL: rank %d: state_dict lr %s, expected %s" % (rank, [g["lr"] for g in ours["param_groups"]],
+                                                                   [g["lr"] for g in theirs["param_groups"]]))
+    if sorted(ours["state"]) != sorted(theirs["state"]) or not all(
+            torch.equal(ours["state"][k]["momentum_buffer"], theirs["state"][k]["momentum_buffer"])
+            for k in theirs["state"]):
+        sys.exit("FAIL: rank %d: state_dict momentum buffers differ from the reference's" % rank)
+
+
 def run(plan, rank, passes=1, set_to_none=False, clip=False):
     ours, theirs = cnn.make_model(), cnn.make_model()
     opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(ours.parameters(), lr=0.05, momentum=0.9),
                                              ours.named_parameters(), plan=plan, backward_passes_per_step=passes)
     ref = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
+    # Passed through: an LR scheduler on the wrapped optimizer, and its state_dict.
+    schedulers = [torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5) for o in (opt, ref)]
     for step in range(STEPS):
         opt.zero_grad(set_to_none=set_to_none)
         ref.zero_grad(set_to_none=set_to_none)
@@ -88,6 +102,9 @@ def run(plan, rank, passes=1, set_to_none=False, clip=False):
         check_equal("gradient", step, ours, theirs, rank)
         check_equal("weight", step, ours, theirs, rank)
         check_in_place(opt, ours, rank)
+        for scheduler in schedulers:
+            scheduler.step()
+    check_state_dict(opt.state_dict(), ref.state_dict(), rank)
     opt.close()
     return "passes=%d set_to_none=%s clip=%s" % (passes, set_to_none, clip)
 
