@@ -170,13 +170,19 @@ class _State:
         options.compressor = compressor
         options.ready_timeout_s = float(timeout_s)
         if self.device.type == "cuda":
-            # Untested here (no GPU on the machine this was written on): NCCL on the current
+            # Untested here (no GPU on the machine this was written on): NCCL on the parameters'
             # device; the runtime's encodes wait for the stream backward runs on.
-            stream = torch.cuda.current_stream(self.device).cuda_stream
-            self.session = cupcake.Session.create_nccl(plan, self.mpi, options, stream)
+            with self._on_device():
+                stream = torch.cuda.current_stream(self.device).cuda_stream
+                self.session = cupcake.Session.create_nccl(plan, self.mpi, options, stream)
         else:
             self.session = cupcake.Session(plan, self.mpi, options)
         cupcake.track(self.session)
+
+    def _on_device(self):
+        """CUDA calls of the session (NCCL, streams, events, pointer checks) need the parameters'
+        device current on the calling thread (the job's, or autograd's device thread)."""
+        return torch.cuda.device(self.device) if self.device.type == "cuda" else contextlib.nullcontext()
 
     # 1. Hooks on the gradient accumulators.
     def _install_hooks(self):
@@ -208,7 +214,8 @@ class _State:
                         "backward pass, which fixed the tensors the runtime synchronizes" % self.named[k][0])
         if self.mode == "train":
             self._adopt_gradient(k)
-            self.session.gradient_ready(i)
+            with self._on_device():
+                self.session.gradient_ready(i)
         else:
             self.record.gradient_ready(i)
 
@@ -238,6 +245,10 @@ class _State:
             view.copy_(p.grad.detach().reshape(-1))
 
     def _register(self):
+        with self._on_device():
+            self._register_in_order()
+
+    def _register_in_order(self):
         for k in self.order:
             name, view = self.named[k][0], self.views[k]
             if self.device.type == "cuda":
@@ -265,12 +276,14 @@ class _State:
                             "backward_passes_per_step passes per step()" % (max(self.counts), self.passes))
             self._discover()
             self._register()
-            for i, k in enumerate(self.order):
-                self.session.gradient_ready(i)
+            with self._on_device():
+                for i, k in enumerate(self.order):
+                    self.session.gradient_ready(i)
         elif 0 < max(self.counts) < self.passes:
             raise Error("DistributedOptimizer: step() after %d of %d backward passes; expected "
                         "backward_passes_per_step passes per step()" % (max(self.counts), self.passes))
-        self.session.synchronize()
+        with self._on_device():
+            self.session.synchronize()
         for k in self.order:
             p, view = self.named[k][1], self.views[k]
             if p.grad is None or p.grad.data_ptr() != view.data_ptr():
