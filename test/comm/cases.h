@@ -61,11 +61,11 @@ std::vector<T> Encoded(int r, int64_t count, T (*encode)(int)) {
   return v;
 }
 
-// Allreduce over `type` (sum, and max where given), out of place and in place, on a count
-// that does not divide by the world size.
+// Allreduce over `type` (sum, and max where given), out of place and in place, on `n`
+// elements (1001 and 70001 do not divide by the world size; 70001 crosses the MPI backend's
+// ring threshold, 64 KiB, in every type; 1 leaves some ranks' ring chunks empty).
 template <typename T>
-void CheckAllreduce(Communicator& c, DataType type, T (*encode)(int), bool with_max) {
-  const int64_t n = 1001;
+void CheckAllreduce(Communicator& c, DataType type, T (*encode)(int), bool with_max, int64_t n = 1001) {
   const int w = c.size();
   std::vector<T> mine = Encoded<T>(c.rank(), n, encode);
   std::vector<T> sum(static_cast<size_t>(n)), max(static_cast<size_t>(n));
@@ -90,6 +90,14 @@ void CheckAllreduce(Communicator& c, DataType type, T (*encode)(int), bool with_
   EXPECT_EQ(Download<T>(c, recv, n), max) << Name(type) << " max";
 }
 
+template <typename T>
+void CheckAllreduceSizes(Communicator& c, DataType type, T (*encode)(int), bool with_max) {
+  for (int64_t n : {int64_t{1}, int64_t{70001}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    CheckAllreduce<T>(c, type, encode, with_max, n);
+  }
+}
+
 inline std::vector<Case> Cases() {
   std::vector<Case> cases;
   cases.push_back({"AllreduceEveryType", [](Communicator& c) {
@@ -101,6 +109,16 @@ inline std::vector<Case> Cases() {
     CheckAllreduce<int64_t>(c, DataType::kInt64, [](int v) { return static_cast<int64_t>(v); }, true);
     CheckAllreduce<uint16_t>(c, DataType::kFloat16, &HalfOf, false);
     CheckAllreduce<uint16_t>(c, DataType::kBFloat16, &BHalfOf, true);
+  }});
+  cases.push_back({"AllreduceEveryTypeOneAndManyElements", [](Communicator& c) {
+    CheckAllreduceSizes<float>(c, DataType::kFloat32, [](int v) { return static_cast<float>(v); }, true);
+    CheckAllreduceSizes<double>(c, DataType::kFloat64, [](int v) { return static_cast<double>(v); }, true);
+    CheckAllreduceSizes<int8_t>(c, DataType::kInt8, [](int v) { return static_cast<int8_t>(v); }, true);
+    CheckAllreduceSizes<uint8_t>(c, DataType::kUint8, [](int v) { return static_cast<uint8_t>(v); }, true);
+    CheckAllreduceSizes<int32_t>(c, DataType::kInt32, [](int v) { return static_cast<int32_t>(v); }, true);
+    CheckAllreduceSizes<int64_t>(c, DataType::kInt64, [](int v) { return static_cast<int64_t>(v); }, true);
+    CheckAllreduceSizes<uint16_t>(c, DataType::kFloat16, &HalfOf, false);
+    CheckAllreduceSizes<uint16_t>(c, DataType::kBFloat16, &BHalfOf, true);
   }});
   cases.push_back({"AllgatherPutsRanksSideBySide", [](Communicator& c) {
     const int64_t per = 37;

@@ -1,6 +1,6 @@
 // The backend suite over MPI: run under mpirun (ctest: comm_mpi_np2, comm_mpi_np4), each
 // process one rank of MPI_COMM_WORLD, every case on the world and on its splits, with the
-// default wait (spin, then sleep between tests) and with spinning only (MpiWait in mpi.h). A failing
+// default wait (spin, then yield between tests) and with sleeps between tests (MpiWait in mpi.h). A failing
 // check on any rank fails that rank's process, so mpirun exits non-zero.
 #include <cmath>
 #include <cstdlib>
@@ -12,7 +12,7 @@ namespace cupcake::comm::testing {
 namespace {
 
 Communicator* world = nullptr;           // set by main, for the tests of this process
-Communicator* spinning_world = nullptr;  // the same ranks, MpiWait{.sleep_us = 0}
+Communicator* sleeping_world = nullptr;  // the same ranks, MpiWait{.spin_us = 0, .sleep_us = 20}
 
 class MpiSuite : public ::testing::TestWithParam<int> {};
 
@@ -23,11 +23,11 @@ TEST_P(MpiSuite, PassesTheBackendCase) {
   EXPECT_TRUE(world->Barrier().ok());  // no rank runs ahead into the next case
 }
 
-TEST_P(MpiSuite, PassesTheBackendCaseSpinningOnly) {
-  ASSERT_NE(spinning_world, nullptr);
+TEST_P(MpiSuite, PassesTheBackendCaseSleepingBetweenTests) {
+  ASSERT_NE(sleeping_world, nullptr);
   const Case c = Cases()[static_cast<size_t>(GetParam())];
-  c.run(*spinning_world);
-  EXPECT_TRUE(spinning_world->Barrier().ok());
+  c.run(*sleeping_world);
+  EXPECT_TRUE(sleeping_world->Barrier().ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(World, MpiSuite, ::testing::Range(0, static_cast<int>(Cases().size())),
@@ -65,14 +65,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   cupcake::comm::testing::world = w->get();
-  auto spinning = cupcake::comm::MpiCommunicatorFromHandle(nullptr, cupcake::comm::MpiWait{.sleep_us = 0});
-  if (!spinning.ok()) {
-    std::fprintf(stderr, "comm_mpi_test: %s\n", spinning.status().message().c_str());
+  auto sleeping = cupcake::comm::MpiCommunicatorFromHandle(nullptr, cupcake::comm::MpiWait{.spin_us = 0, .sleep_us = 20});
+  if (!sleeping.ok()) {
+    std::fprintf(stderr, "comm_mpi_test: %s\n", sleeping.status().message().c_str());
     return 1;
   }
-  cupcake::comm::testing::spinning_world = spinning->get();
+  cupcake::comm::testing::sleeping_world = sleeping->get();
   const int failed = RUN_ALL_TESTS();
-  spinning->reset();
+  sleeping->reset();
   w->reset();
   return failed;
 }

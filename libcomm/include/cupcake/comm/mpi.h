@@ -13,12 +13,15 @@ namespace cupcake::comm {
 // blocking collective keeps its core busy for its whole duration; where the communication thread
 // shares cores with the job's computation (training on CPUs, several ranks per machine) that
 // takes the CPU from backward and from encoding while a collective is in flight. Every collective
-// is therefore started non-blocking and tested: back to back for its first `spin_us`, then with
-// a sleep of `sleep_us` between tests (a collective that takes longer than spin_us finishes up
-// to about one sleep, plus the OS's timer slack, later). sleep_us = 0: test back to back until done.
+// is therefore started non-blocking and tested: back to back for its first `spin_us`, then
+// yielding the core between tests (sched_yield: the job's threads run first, and when none
+// wants the core the tests go on back to back), or with sleep_us > 0, sleeping that long
+// between tests. Sleeping costs bandwidth: over Open MPI's TCP transport any sleep between tests
+// (5 us or more, measured on the testbed) made transfers of 1-2 MiB per rank take twice their
+// time on one of two ranks; yielding kept the link's rate (docs/EVALUATION.md).
 struct MpiWait {
   double spin_us = 100;
-  double sleep_us = 20;
+  double sleep_us = 0;
 };
 
 // MpiProcess: MPI_Init_thread on creation (MPI_THREAD_MULTIPLE requested, at least
