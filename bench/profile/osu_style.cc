@@ -14,11 +14,21 @@
 //     2. Each rank's latency is the median of its timed calls; the reported one is the max
 //        over ranks.
 // allreduce: size / 4 floats, MPI_SUM. allgather: size bytes from each rank (MPI_BYTE).
+// --call blocking (default): MPI_Allreduce / MPI_Allgather. --call nonblocking: MPI_Iallreduce /
+// MPI_Iallgather completed by MPI_Test, back to back for --spin-us (100), then with sched_yield
+// between tests, or with --sleep-us T > 0 a sleep of T us (the way a job that must not take a
+// core from its computation waits; cupcake's MPI communicator waits the same way, by default
+// spinning 100 us, then yielding).
 //
 // Usage: mpirun -np N osu_style [--ops allreduce,allgather] [--min-bytes B] [--max-bytes B]
 //                                [--warmup W] [--iters I] [--method osu|per-call]
+//                                [--call blocking|nonblocking] [--spin-us S] [--sleep-us T]
+//                                [--thread single|multiple]
 // Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>max_rank_us<TAB>min_rank_us".
 #include <mpi.h>
+
+#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -35,10 +45,37 @@ void Die(int rank, const std::string& message) {
   std::exit(2);
 }
 
+// Completes `request` by MPI_Test: back to back until `spin_us` have passed, then yielding the
+// core (sleep_us = 0) or sleeping `sleep_us` between tests.
+void WaitByTesting(MPI_Request* request, double spin_us, long sleep_us) {
+  const double start = MPI_Wtime();
+  int done = 0;
+  for (;;) {
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    if ((MPI_Wtime() - start) * 1e6 < spin_us) continue;
+    if (sleep_us > 0) {
+      timespec pause{0, sleep_us * 1000};
+      nanosleep(&pause, nullptr);
+    } else {
+      sched_yield();
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // --thread multiple (anywhere on the command line): MPI_Init_thread at MPI_THREAD_MULTIPLE,
+  // the level cupcake initializes MPI at (its runtime calls collectives from a thread of its own).
+  bool multiple = false;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--thread") multiple = std::string(argv[i + 1]) == "multiple";
+  int provided = 0;
+  if (multiple)
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  else
+    MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -46,7 +83,9 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather";
   long long min_bytes = 4, max_bytes = 1 << 24;
   int warmup = 10, iters = 100;
-  std::string method = "osu";
+  std::string method = "osu", call_kind = "blocking";
+  double spin_us = 100;
+  long sleep_us = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) Die(rank, flag + ": missing value");
@@ -63,6 +102,16 @@ int main(int argc, char** argv) {
       iters = std::atoi(value);
     else if (flag == "--method")
       method = value;
+    else if (flag == "--call")
+      call_kind = value;
+    else if (flag == "--thread") {
+      if (std::string(value) != "single" && std::string(value) != "multiple")
+        Die(rank, "--thread: unknown; got " + std::string(value) + ", expected single or multiple");
+    }
+    else if (flag == "--spin-us")
+      spin_us = std::atof(value);
+    else if (flag == "--sleep-us")
+      sleep_us = std::atol(value);
     else
       Die(rank, "unknown flag " + flag);
   }
@@ -70,6 +119,9 @@ int main(int argc, char** argv) {
     Die(rank, "bad sizes or counts");
   if (method != "osu" && method != "per-call")
     Die(rank, "--method: unknown; got " + method + ", expected osu or per-call");
+  if (call_kind != "blocking" && call_kind != "nonblocking")
+    Die(rank, "--call: unknown; got " + call_kind + ", expected blocking or nonblocking");
+  if (spin_us < 0 || sleep_us < 0 || sleep_us > 999999) Die(rank, "--spin-us, --sleep-us: expected 0..999999");
 
   std::vector<std::string> op_list;
   for (size_t start = 0; start <= ops.size();) {
@@ -85,9 +137,18 @@ int main(int argc, char** argv) {
     MPI_Get_library_version(lib, &len);
     std::string l(lib, static_cast<size_t>(len));
     l = l.substr(0, l.find_first_of(",\n"));
-    std::printf("# osu_style: %d ranks, %s, warmup %d, iters %d, method %s: latency = max over ranks of %s\n", size,
-                l.c_str(), warmup, iters, method.c_str(),
-                method == "osu" ? "(elapsed / iters), calls back to back" : "the median call, each after a barrier");
+    std::printf("# osu_style: %d ranks, %s, warmup %d, iters %d, method %s: latency = max over ranks of %s; %s calls",
+                size, l.c_str(), warmup, iters, method.c_str(),
+                method == "osu" ? "(elapsed / iters), calls back to back" : "the median call, each after a barrier",
+                call_kind.c_str());
+    if (multiple) std::printf(", MPI_THREAD_MULTIPLE");
+    if (call_kind == "nonblocking") {
+      if (sleep_us > 0)
+        std::printf(" (MPI_Test: spin %.0f us, then sleep %ld us between tests)", spin_us, sleep_us);
+      else
+        std::printf(" (MPI_Test: spin %.0f us, then yield between tests)", spin_us);
+    }
+    std::printf("\n");
     std::printf("# op\tsize_bytes\tavg_us\tmin_rank_us\n");
   }
   for (const std::string& op : op_list) {
@@ -100,11 +161,20 @@ int main(int argc, char** argv) {
         std::memcpy(send.data() + 4 * i, &v, 4);
       }
       auto call = [&] {
+        const int count = static_cast<int>(op == "allreduce" ? n / 4 : n);
+        if (call_kind == "blocking") {
+          if (op == "allreduce")
+            MPI_Allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          else
+            MPI_Allgather(send.data(), count, MPI_BYTE, recv.data(), count, MPI_BYTE, MPI_COMM_WORLD);
+          return;
+        }
+        MPI_Request request;
         if (op == "allreduce")
-          MPI_Allreduce(send.data(), recv.data(), static_cast<int>(n / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          MPI_Iallreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
         else
-          MPI_Allgather(send.data(), static_cast<int>(n), MPI_BYTE, recv.data(), static_cast<int>(n), MPI_BYTE,
-                        MPI_COMM_WORLD);
+          MPI_Iallgather(send.data(), count, MPI_BYTE, recv.data(), count, MPI_BYTE, MPI_COMM_WORLD, &request);
+        WaitByTesting(&request, spin_us, sleep_us);
       };
       double us = 0;
       if (method == "osu") {
