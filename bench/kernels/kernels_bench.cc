@@ -7,17 +7,26 @@
 // size, allocated like the compressors' (64-byte aligned Buffer).
 // Method: every buffer (gradient, state, payloads, output, memcpy source and destination) is
 // allocated and written once before timing, so no page is first touched inside the timed
-// loop, and one untimed call runs before it. Iterations: Google Benchmark's adaptive count
-// until --benchmark_min_time (docs/KERNELS.md uses 0.5 s: >= 10 calls at 2^26 for every row).
+// loop, and one untimed call runs before it. Calls per row: fixed by size, enough to move
+// 1 GiB of float32 and never fewer than 10 (2^20: 256 calls, 2^26: 10); for a spread, repeat
+// with --benchmark_repetitions. The context lines name the CPU model (/proc/cpuinfo).
 // Setup: W = 4 ranks, ratio 0.01, each compressor's default memory; decode sums W payloads
 // (allgather compressors) or reads one reduced buffer (allreduce ones).
-// Rows: memcpy; <backend>/<compressor>/{encode,decode} with the variant the library picks
+// Rows: memcpy (glibc: non-temporal stores at large sizes, which skip the read-for-ownership
+// of the destination); copy-stores, the same copy by 16-byte loads and ordinary stores, which
+// is what the kernels' stores cost; <backend>/<compressor>/{encode,decode} with the variant the library picks
 // (label: the CPU variant, e.g. avx2); cpu-baseline/... forces the portable baseline of the
 // elementwise compressors, for comparison in the same run.
 // Sizes: n = 2^10, 2^14, 2^18, 2^20 (the target's size), 2^22, 2^24, 2^26 elements.
 #include <benchmark/benchmark.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -163,34 +172,68 @@ void BM_Memcpy(benchmark::State& st) {
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * 4 * n);
 }
 
-void Sizes(benchmark::internal::Benchmark* b) {
-  for (int64_t n : {int64_t{1} << 10, int64_t{1} << 14, int64_t{1} << 18, int64_t{1} << 20, int64_t{1} << 22,
-                    int64_t{1} << 24, int64_t{1} << 26})
-    b->Arg(n);
-  b->Unit(benchmark::kMicrosecond);
+#if defined(__SSE2__)
+// A copy by 16-byte loads and ordinary (cached) stores: the store traffic the kernels make.
+void BM_CopyStores(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  Buffer src = Touched(Backend::kCpu, 4 * n), dst = Touched(Backend::kCpu, 4 * n);
+  (void)src.CopyFromHost(Gradient(n).data(), 4 * n);
+  auto copy = [&] {
+    const float* from = src.as<const float>();
+    float* to = dst.as<float>();
+    for (int64_t i = 0; i + 4 <= n; i += 4) _mm_store_ps(to + i, _mm_load_ps(from + i));
+  };
+  copy();  // untimed warm-up
+  for (auto _ : st) {
+    copy();
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * 4 * n);
+}
+#endif
+
+// The CPU's model name, from /proc/cpuinfo ("unknown" where it has none).
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos)
+      return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// Registers `name`/n for every size, each with a fixed number of calls: enough to move 1 GiB
+// of float32 (2^28 elements), at least 10.
+template <typename... Args>
+void AddSizes(const std::string& name, Args&&... args) {
+  for (int shift : {10, 14, 18, 20, 22, 24, 26}) {
+    const int64_t n = int64_t{1} << shift;
+    benchmark::RegisterBenchmark(name.c_str(), args...)
+        ->Arg(n)
+        ->Iterations(std::max<int64_t>(10, (int64_t{1} << 28) / n))
+        ->Unit(benchmark::kMicrosecond);
+  }
 }
 
 int Register() {
-  benchmark::RegisterBenchmark("memcpy", BM_Memcpy)->Apply(Sizes);
+  benchmark::AddCustomContext("cpu_model", CpuModel());
+  AddSizes("memcpy", BM_Memcpy);
+#if defined(__SSE2__)
+  AddSizes("copy-stores", BM_CopyStores);
+#endif
   for (Backend backend : {Backend::kCpu, Backend::kCuda}) {
     if (!BackendAvailable(backend).ok()) continue;
     for (auto name : CompressorNames()) {
       const std::string tag = std::string(BackendName(backend)) + "/" + std::string(name);
-      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), backend, Variant::kDefault)
-          ->Apply(Sizes);
-      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), backend, Variant::kDefault)
-          ->Apply(Sizes);
+      AddSizes(tag + "/encode", BM_Encode, std::string(name), backend, Variant::kDefault);
+      AddSizes(tag + "/decode", BM_Decode, std::string(name), backend, Variant::kDefault);
     }
   }
   if (cpu::BestIsa() != cpu::Isa::kBaseline) {
     for (const char* name : {"fp16", "qsgd", "signsgd", "efsignsgd", "signum", "terngrad", "onebit"}) {
       const std::string tag = std::string("cpu-baseline/") + name;
-      benchmark::RegisterBenchmark((tag + "/encode").c_str(), BM_Encode, std::string(name), Backend::kCpu,
-                                   Variant::kBaseline)
-          ->Apply(Sizes);
-      benchmark::RegisterBenchmark((tag + "/decode").c_str(), BM_Decode, std::string(name), Backend::kCpu,
-                                   Variant::kBaseline)
-          ->Apply(Sizes);
+      AddSizes(tag + "/encode", BM_Encode, std::string(name), Backend::kCpu, Variant::kBaseline);
+      AddSizes(tag + "/decode", BM_Decode, std::string(name), Backend::kCpu, Variant::kBaseline);
     }
   }
   return 0;
