@@ -9,7 +9,9 @@
 #   scripts/testbed.sh status
 #   scripts/testbed.sh down                                               (safe to repeat)
 #
-# Environment: CUPCAKE_TESTBED_GSO_MAX_SIZE (e.g. 1514), CUPCAKE_TESTBED_BURST (htb burst and cburst, e.g. 15k; default tc's),
+# Environment: CUPCAKE_TESTBED_TCP_CC (the hosts' TCP congestion control, default cubic, Linux's
+# default; this machine's own default, bbr, halves a shaped link's rate, docs/TESTBED.md),
+# CUPCAKE_TESTBED_GSO_MAX_SIZE (e.g. 1514), CUPCAKE_TESTBED_BURST (htb burst and cburst, e.g. 15k; default tc's),
 # CUPCAKE_TESTBED_DIR (state, default /run/cupcake-testbed), CUPCAKE_TESTBED_PREFIX
 # (namespace names, default cupcake), CUPCAKE_TESTBED_NET (first three octets of the private
 # /24 made only inside the namespaces, default 10.77.0).
@@ -21,6 +23,7 @@ PREFIX=${CUPCAKE_TESTBED_PREFIX:-cupcake}
 NET=${CUPCAKE_TESTBED_NET:-10.77.0}
 SWITCH_NS="$PREFIX-sw"
 SWITCH_IP="$NET.254"
+TCP_CC=${CUPCAKE_TESTBED_TCP_CC:-cubic}
 
 die() { echo "testbed: $*" >&2; exit 1; }
 usage() { sed -n '7,10p' "$0" | sed 's/^# *//' >&2; exit 2; }
@@ -89,11 +92,31 @@ set_gso() {
   ip -n "$1" link set "$2" gso_max_size "$CUPCAKE_TESTBED_GSO_MAX_SIZE"
 }
 
+# The host's TCP congestion control. A namespace may only pick an algorithm on the kernel-wide
+# allowed list; if it is not there, add it (the list only gates what may be chosen).
+set_tcp_cc() {
+  local ns=$1 allowed
+  ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC" 2>/dev/null && return 0
+  allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control 2>/dev/null)
+  if ! grep -qw -- "$TCP_CC" <<<"$allowed" &&
+    sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed $TCP_CC" 2>/dev/null; then
+    echo "testbed: added $TCP_CC to net.ipv4.tcp_allowed_congestion_control (was: $allowed)" >&2
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC" 2>/dev/null && return 0
+  fi
+  echo "testbed: cannot set TCP congestion control $TCP_CC in $ns (available:" \
+    "$(sysctl -n net.ipv4.tcp_available_congestion_control 2>/dev/null)); set CUPCAKE_TESTBED_TCP_CC" >&2
+  return 1
+}
+
+config() {
+  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\ntcp_cc=%s\nprefix=%s\nnet=%s\n' "$1" "$2" "$3" "$TCP_CC" "$PREFIX" "$NET"
+}
+
 build() {
   local hosts=$1 rate=$3 i ns
   mkdir -p "$STATE" || return 1
   ip netns add "$SWITCH_NS" || return 1
-  ip -n "$SWITCH_NS" link set lo up &&
+  ip -n "$SWITCH_NS" link set lo up && set_tcp_cc "$SWITCH_NS" &&
     ip -n "$SWITCH_NS" link add br0 type bridge &&
     ip -n "$SWITCH_NS" addr add "$SWITCH_IP/24" dev br0 &&
     ip -n "$SWITCH_NS" link set br0 up || return 1
@@ -102,6 +125,7 @@ build() {
     ns=$(host_ns "$i")
     ip netns add "$ns" &&
       ip -n "$ns" link set lo up &&
+      set_tcp_cc "$ns" &&
       ip -n "$ns" link add eth0 type veth peer name p$i netns "$SWITCH_NS" &&
       ip -n "$ns" addr add "$(host_ip "$i")/24" dev eth0 &&
       ip -n "$ns" link set eth0 up &&
@@ -113,7 +137,7 @@ build() {
     echo "$(host_ip "$i") slots=$2" >>"$STATE/hostfile"
   done
   write_agent
-  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\nprefix=%s\nnet=%s\n' "$hosts" "$2" "$rate" "$PREFIX" "$NET" >"$STATE/config"
+  config "$hosts" "$2" "$rate" >"$STATE/config"
 }
 
 cmd_up() {
@@ -133,7 +157,7 @@ cmd_up() {
   [[ "$rate" =~ ^(none|[0-9]+(bit|kbit|mbit|gbit))$ ]] ||
     { echo "testbed: --rate: got '$rate', expected none or a tc rate such as 200mbit, 1gbit" >&2; exit 2; }
   local want
-  want=$(printf 'hosts=%s\nranks_per_host=%s\nrate=%s\nprefix=%s\nnet=%s\n' "$hosts" "$rph" "$rate" "$PREFIX" "$NET")
+  want=$(config "$hosts" "$rph" "$rate")
   if [ -f "$STATE/config" ] && [ "$(cat "$STATE/config")" = "$want" ] && cmd_status >/dev/null 2>&1; then
     echo "testbed: already up ($hosts hosts x $rph ranks, rate $rate)"; return 0
   fi
@@ -142,7 +166,7 @@ cmd_up() {
   if ! build "$hosts" "$rph" "$rate"; then
     echo "testbed: up failed; removing what was made" >&2; cmd_down; exit 1
   fi
-  echo "testbed: up: $hosts hosts x $rph ranks, rate $rate, subnet $NET.0/24, state $STATE"
+  echo "testbed: up: $hosts hosts x $rph ranks, rate $rate, TCP $TCP_CC, subnet $NET.0/24, state $STATE"
 }
 
 cmd_status() {

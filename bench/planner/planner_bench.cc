@@ -3,9 +3,12 @@
 // of 1000 and 5000 tensors made by repeating a shipped model's tensor list.
 // Counters: groups, nodes, states, optimal (1 = proven), predicted iteration in ms.
 // Run: build/bench/planner/planner_bench [--benchmark_filter=...]
+// CUPCAKE_BENCH_PROFILE=FILE (a profile DB or JSON) plans against that profile instead of the
+// sample one (examples/profiles/v100-8x8-pcie-25g.json), e.g. one measured on the testbed.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "cupcake/planner/options.h"
@@ -18,7 +21,11 @@ using namespace cupcake;
 
 const pb::Profile& SampleProfile() {
   static const pb::Profile* profile = [] {
-    auto p = profile::LoadProfileFile(std::string(CUPCAKE_SOURCE_DIR) + "/examples/profiles/v100-8x8-pcie-25g.json");
+    const char* chosen = std::getenv("CUPCAKE_BENCH_PROFILE");
+    const std::string path = chosen != nullptr && *chosen != '\0'
+                                 ? std::string(chosen)
+                                 : std::string(CUPCAKE_SOURCE_DIR) + "/examples/profiles/v100-8x8-pcie-25g.json";
+    auto p = profile::LoadProfileFile(path);
     if (!p.ok()) {
       std::fprintf(stderr, "%s\n", p.status().ToString().c_str());
       std::abort();

@@ -94,6 +94,7 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
   echo "cores=$(nproc)"
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
   printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
+  testbed status | grep '^tcp_cc='
   echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')"
 } >"$out/machine.txt"
 

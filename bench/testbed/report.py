@@ -252,7 +252,8 @@ def main():
         machine.get("command", ""),
         "```",
         f"Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores; load average before "
-        f"{machine.get('load_before', '?')}, after {machine.get('load_after', '?')}; commit {machine.get('commit', '?')}.",
+        f"{machine.get('load_before', '?')}, after {machine.get('load_after', '?')}; commit {machine.get('commit', '?')}; "
+        f"testbed TCP congestion control {machine.get('tcp_cc', '?')}.",
         "Measured: the slowest rank's time per iteration (forward start to optimizer step end), "
         "median and p10/p90 over the timed iterations of every round (each after its own warm-up; the "
         "strategies run round-robin). Predicted: the plan's iteration_us.",
