@@ -8,6 +8,7 @@
 # wire rate is S*8/t, set beside the shaped rate. Variants for the first try's faults:
 #   BIND=core   mpirun --bind-to core instead of none (every host's rank on core 0)
 #   QDISC=tbf   tbf with a small burst (TBF_BURST, default 5kb) instead of htb
+#   CUPCAKE_TESTBED_TCP_CC=bbr   the hosts' TCP congestion control (default cubic)
 # Usage: bench/testbed/measure.sh [RATE...]   (root; build/tools/cupcake-profile built)
 set -u -o pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,7 +24,7 @@ rates=("$@"); [ ${#rates[@]} -gt 0 ] || rates=(none 1gbit 200mbit)
 
 echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) ($(nproc) cores)"
 echo "# load before: $(uptime)"
-echo "# BIND=${BIND:-none} QDISC=${QDISC:-htb} runs=$runs"
+echo "# BIND=${BIND:-none} QDISC=${QDISC:-htb} TCP=${CUPCAKE_TESTBED_TCP_CC:-cubic} runs=$runs"
 printf '%-8s %-10s %-9s %10s %10s %10s %12s\n' rate collective size min_us median_us max_us wire_Mbit/s
 for rate in "${rates[@]}"; do
   "$tb" up --hosts 2 --ranks-per-host 1 --rate "$rate" >/dev/null || exit 1
