@@ -10,7 +10,8 @@
 #       [--record-iterations 20] [--rounds 3] [--quick]
 #
 # Strategies per model: fp32 in 25 MiB buckets (what DDP does), and per compressor layer-wise
-# (one group per tensor), one group, 25 MiB buckets, and the plan (the optimal fusion search).
+# (one group per tensor), one group, 25 MiB buckets, the plan (the optimal fusion search) and
+# the options plan (`--search-space options`: per group compress or not, flat or hierarchical).
 # The runs go round-robin: every strategy trains once per round (its own warm-up, then
 # iterations/rounds timed iterations), so a burst of load on the machine falls on several
 # strategies rather than on one. Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/NAME.rK.json
@@ -101,12 +102,16 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
 # 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to
 # the largest model's gradients (wide: 25 MiB), so that the plans interpolate.
 if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes 4194304); ksweep=(--quick --max-elements 1048576)
-else sweep=(--warmup 2 --iters 7 --max-bytes 33554432); ksweep=(--max-elements 8388608); fi
-log "profile: comm (allreduce, allgather) across the testbed"
-stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops allreduce,allgather "${sweep[@]}"
-log "profile: kernels on the CPU (fp32,$compressors)"
+else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes 33554432); ksweep=(--max-elements 8388608); fi
+# Hierarchical schemes reduce-scatter inside a host.
+ops=allreduce,allgather; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
+log "profile: comm ($ops) across the testbed"
+stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "${sweep[@]}"
+kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for any compressor's groups
+[[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
+log "profile: kernels on the CPU ($kcompressors)"
 stage profile-kernels "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
-  --compressors "fp32,$compressors" "${ksweep[@]}"
+  --compressors "$kcompressors" "${ksweep[@]}"
 
 # 2. The models' forward, backward and update times, recorded on the testbed.
 for m in ${models//,/ }; do
@@ -118,7 +123,7 @@ done
 # 3. Plans. A strategy is "STRATEGY COMPRESSOR".
 strategies=("fp32_bucket fp32")
 for c in ${compressors//,/ }; do
-  for s in layerwise one_group bucket plan; do strategies+=("$s $c"); done
+  for s in layerwise one_group bucket plan options; do strategies+=("$s $c"); done
 done
 for m in ${models//,/ }; do
   for sc in "${strategies[@]}"; do
@@ -126,6 +131,7 @@ for m in ${models//,/ }; do
     name="$m-$s-$c"
     case "$s" in
       plan) algorithm=(--algorithm branch_and_bound) ;;
+      options) algorithm=(--algorithm branch_and_bound --search-space options) ;;
       fp32_bucket|bucket) algorithm=(--algorithm bucket --bucket-mib 25) ;;
       *) algorithm=(--algorithm "$s") ;;
     esac
@@ -143,7 +149,7 @@ for ((round = 1; round <= rounds; round++)); do
       read -r s c <<<"$sc"
       name="$m-$s-$c"
       timeline=()
-      [ "$s" = plan ] && [ "$round" = "$rounds" ] && timeline=(--timeline "$out/runs/$name.timeline.json")
+      [[ "$s" = plan || "$s" = options ]] && [ "$round" = "$rounds" ] && timeline=(--timeline "$out/runs/$name.timeline.json")
       log "train: $name, round $round of $rounds ($warmup + $timed iterations)"
       stage "train-$name.r$round" testbed run -- "$build/examples/train_$m/train_$m" --plan "$out/plans/$name.pb" \
         --epochs 1 --steps $((warmup + timed)) --warmup "$warmup" --lr 0.01 \

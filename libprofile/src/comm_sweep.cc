@@ -52,10 +52,11 @@ int64_t StoredSize(pb::CommOp op, int64_t size, int w) {
   return size / 4 * 4;
 }
 
-// Runs one point: the collective on `data`, the barriers and the result exchange on `control`
-// (the same ranks). Returns (slowest rank's median us, wrong iterations).
-StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& data, const Planned& p, int warmup,
-                                         int iters, Clock& clock) {
+// One pass over a point: the collective on `data`, the barriers and the result exchange on
+// `control` (the same ranks). Appends this rank's timed calls to `us`; returns the wrong
+// iterations (wrong on any rank).
+StatusOr<int> Measure(Communicator& control, Communicator& data, const Planned& p, int warmup, int iters,
+                      Clock& clock, std::vector<double>& us) {
   const pb::CommOp op = p.op;
   const int w = data.size(), me = data.rank();
   const int64_t elem = p.dtype == pb::FLOAT16 ? 2 : 4;
@@ -91,7 +92,6 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
   CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(pattern.data(), n * elem));
   const DataType type = p.dtype == pb::FLOAT16 ? DataType::kFloat16 : DataType::kFloat32;
   std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
-  std::vector<double> us;
   for (int it = 0; it < warmup + iters; ++it) {
     // Allreduce runs in place, as the runtime runs it on flat gradient buffers.
     if (op == pb::ALLREDUCE)
@@ -116,14 +116,12 @@ StatusOr<std::pair<double, int>> Measure(Communicator& control, Communicator& da
     CUPCAKE_RETURN_IF_ERROR((op == pb::BROADCAST ? send : recv).CopyToHost(got.data(), got_n * elem));
     wrong[static_cast<size_t>(it)] = got == want ? 0 : 1;
   }
-  double median = Median(std::move(us)), slowest = 0;
-  CUPCAKE_RETURN_IF_ERROR(control.Allreduce(&median, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
   std::vector<int> any(wrong.size());
   CUPCAKE_RETURN_IF_ERROR(control.Allreduce(wrong.data(), any.data(), static_cast<int64_t>(wrong.size()),
                                             DataType::kInt32, ReduceOp::kMax));
   int count = 0;
   for (int v : any) count += v;
-  return std::make_pair(slowest, count);
+  return count;
 }
 
 pb::Curve Key(const Planned& p) {
@@ -240,9 +238,10 @@ Status CheckSweepOptions(const CommSweepOptions& options, bool root, const Profi
   for (int64_t s : options.sizes)
     if (s < 4 || s > (int64_t{1} << 30))
       return InvalidArgumentError("sizes: out of range; got " + std::to_string(s) + ", expected 4 <= bytes <= 2^30");
-  if (options.warmup < 0 || options.iters < 1)
-    return InvalidArgumentError("warmup, iters: out of range; got " + std::to_string(options.warmup) + ", " +
-                                std::to_string(options.iters) + ", expected warmup >= 0 and iters >= 1");
+  if (options.warmup < 0 || options.iters < 1 || options.rounds < 1)
+    return InvalidArgumentError("warmup, iters, rounds: out of range; got " + std::to_string(options.warmup) + ", " +
+                                std::to_string(options.iters) + ", " + std::to_string(options.rounds) +
+                                ", expected warmup >= 0, iters >= 1 and rounds >= 1");
   if (root && sink == nullptr) return InvalidArgumentError("sink: rank 0 needs a sink");
   return Status::Ok();
 }
@@ -264,6 +263,43 @@ StatusOr<Scopes> SplitScopes(Communicator& world, Communicator& data, const Topo
     CUPCAKE_ASSIGN_OR_RETURN(s.inter_data, data.Split(leader, world.rank()));
   }
   return s;
+}
+
+// After a point's last pass: its time (the slowest rank's median over all its timed calls; for
+// intra, the slowest host), reported and, when no call was wrong, stored by rank 0, which
+// sets `stored` to the sink's status. Collective over `world` (the returned Status is a
+// collective's); `comm` is the point's scope, null on ranks outside it.
+Status StorePoint(Communicator& world, Communicator* comm, const Planned& p, const CommSweepOptions& options,
+                  std::vector<double>& us, int wrong, std::map<std::string, int>& curve_wrong, ProfileSink* sink,
+                  SweepReport& report, Status& stored) {
+  if (p.scope == pb::INTER && comm == nullptr) return Status::Ok();
+  double median = Median(std::move(us)), slowest = 0;
+  CUPCAKE_RETURN_IF_ERROR(comm->Allreduce(&median, &slowest, 1, DataType::kFloat64, ReduceOp::kMax));
+  if (p.scope == pb::INTRA) {  // the slowest host, and every rank learns of wrong results
+    double all = 0;
+    CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&slowest, &all, 1, DataType::kFloat64, ReduceOp::kMax));
+    slowest = all;
+    int any = 0;
+    CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&wrong, &any, 1, DataType::kInt32, ReduceOp::kMax));
+    wrong = any;
+  }
+  pb::Curve key = Key(p);
+  const std::string name = CurveKey(key);
+  curve_wrong[name] += wrong;
+  ++(wrong > 0 ? report.wrong : report.measured);
+  report.points.push_back({name, p.size, slowest, wrong});
+  if (world.rank() != 0) return Status::Ok();
+  key.set_method("wall");
+  key.set_warmup(options.warmup);
+  key.set_iters(options.iters * options.rounds);
+  key.set_wrong(curve_wrong[name]);
+  if (wrong == 0) {
+    stored = sink->AddPoint(key, p.size, slowest, options.force);
+  } else {
+    stored = sink->UpdateCurveMetadata(key);
+    if (stored.code() == StatusCode::kNotFound) stored = Status::Ok();
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -298,61 +334,42 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
   }
   CUPCAKE_RETURN_IF_ERROR(world.Broadcast(skip.data(), static_cast<int64_t>(skip.size()), 0));
 
-  // 2. Measure.
+  // 2. Measure, in `rounds` passes over the points; a point is stored after its last pass.
   SweepReport report;
   std::map<std::string, int> curve_wrong;  // this run's wrong iterations per curve
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const Planned& p = plan[i];
-    Communicator* comm = p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? split.intra.get() : split.inter.get();
-    Communicator* comm_data = &data == &world         ? comm
-                              : p.scope == pb::GLOBAL ? &data
-                              : p.scope == pb::INTRA  ? split.intra_data.get()
-                                                      : split.inter_data.get();
-    Status stored;
-    if (skip[i]) {
-      ++report.skipped;
-    } else if (p.scope != pb::INTER || comm != nullptr) {
-      CUPCAKE_ASSIGN_OR_RETURN(auto result, Measure(*comm, *comm_data, p, options.warmup, options.iters, clock));
-      double us = result.first;
-      int wrong = result.second;
-      if (p.scope == pb::INTRA) {  // the slowest host, and every rank learns of wrong results
-        double all = 0;
-        CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&us, &all, 1, DataType::kFloat64, ReduceOp::kMax));
-        us = all;
-        int any = 0;
-        CUPCAKE_RETURN_IF_ERROR(world.Allreduce(&wrong, &any, 1, DataType::kInt32, ReduceOp::kMax));
-        wrong = any;
+  std::vector<std::vector<double>> us(plan.size());  // this rank's timed calls per point
+  std::vector<int> wrong(plan.size(), 0);
+  const int64_t steps = static_cast<int64_t>(plan.size()) * options.rounds;
+  for (int round = 0; round < options.rounds; ++round) {
+    const bool last = round == options.rounds - 1;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const Planned& p = plan[i];
+      Communicator* comm =
+          p.scope == pb::GLOBAL ? &world : p.scope == pb::INTRA ? split.intra.get() : split.inter.get();
+      Communicator* comm_data = &data == &world         ? comm
+                                : p.scope == pb::GLOBAL ? &data
+                                : p.scope == pb::INTRA  ? split.intra_data.get()
+                                                        : split.inter_data.get();
+      Status stored;
+      if (skip[i]) {
+        if (last) ++report.skipped;
+      } else if (p.scope != pb::INTER || comm != nullptr) {
+        CUPCAKE_ASSIGN_OR_RETURN(int w, Measure(*comm, *comm_data, p, options.warmup, options.iters, clock, us[i]));
+        wrong[i] += w;
       }
-      pb::Curve key = Key(p);
-      const std::string name = CurveKey(key);
-      curve_wrong[name] += wrong;
-      if (wrong > 0) {
-        ++report.wrong;
-      } else {
-        ++report.measured;
+      if (last && !skip[i]) {
+        CUPCAKE_RETURN_IF_ERROR(
+            StorePoint(world, comm, p, options, us[i], wrong[i], curve_wrong, sink, report, stored));
+        // Every rank learns whether rank 0 could store the point, so none waits in a
+        // collective rank 0 will never join.
+        int ok = stored.ok() ? 1 : 0;
+        CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
+        if (!ok) return root ? stored : Status(StatusCode::kUnavailable, "");
       }
-      report.points.push_back({name, p.size, us, wrong});
-      if (root) {
-        key.set_method("wall");
-        key.set_warmup(options.warmup);
-        key.set_iters(options.iters);
-        key.set_wrong(curve_wrong[name]);
-        if (wrong == 0) {
-          stored = sink->AddPoint(key, p.size, us, options.force);
-        } else {
-          stored = sink->UpdateCurveMetadata(key);
-          if (stored.code() == StatusCode::kNotFound) stored = Status::Ok();
-        }
-      }
+      if (root && progress)
+        progress(static_cast<int64_t>(round) * static_cast<int64_t>(plan.size()) + static_cast<int64_t>(i) + 1,
+                 steps);
     }
-    if (!skip[i]) {
-      // Every rank learns whether rank 0 could store the point, so none waits in a collective
-      // rank 0 will never join.
-      int ok = stored.ok() ? 1 : 0;
-      CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
-      if (!ok) return root ? stored : Status(StatusCode::kUnavailable, "");
-    }
-    if (root && progress) progress(static_cast<int64_t>(i) + 1, static_cast<int64_t>(plan.size()));
   }
   return report;
 }

@@ -182,6 +182,50 @@ TEST(CommSweep, ResumesSkippingWhatTheSinkHas) {
   EXPECT_EQ(sink.added(), 12);
 }
 
+// A clock whose calls advance by `slow_us` until `slow_calls` have been made, then by 5 us:
+// a transient that covers exactly the first pass of a sweep.
+class TransientClock final : public Clock {
+ public:
+  TransientClock(int64_t slow_calls, double slow_us) : slow_calls_(slow_calls), slow_us_(slow_us) {}
+  double NowUs() override {
+    const double t = now_;
+    now_ += calls_++ < slow_calls_ ? slow_us_ : 5.0;
+    return t;
+  }
+
+ private:
+  int64_t slow_calls_, calls_ = 0;
+  double slow_us_, now_ = 0;
+};
+
+TEST(CommSweep, RoundsKeepATransientFromOwningAPoint) {
+  CommSweepOptions o = Small();  // 2 sizes, warm-up 1 + 3 timed calls per point and round
+  o.ops = {pb::ALLREDUCE};
+  // The first pass: 4 points (float32 and float16 at 2 sizes) x 4 calls x 2 clock reads.
+  constexpr int64_t kFirstPassReads = 4 * 4 * 2;
+  for (int rounds : {1, 3}) {
+    SCOPED_TRACE(rounds);
+    o.rounds = rounds;
+    MemorySink sink;
+    auto results = RunRanks(2, {}, [&](std::unique_ptr<Communicator> comm) {
+      TransientClock clock(kFirstPassReads, 1000.0);
+      return SweepComm(*comm, o, clock, comm->rank() == 0 ? &sink : nullptr);
+    });
+    for (auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->measured, 4);  // float32 and float16 allreduce at 2 sizes, each stored once
+      for (const auto& p : r->points) EXPECT_EQ(p.us, rounds == 1 ? 1000.0 : 5.0) << p.curve << " " << p.size;
+    }
+    for (const auto& c : sink.Curves()) EXPECT_EQ(c.iters(), 3 * rounds) << CurveKey(c);
+  }
+  o.rounds = 0;
+  MemorySink sink;
+  FakeClock clock;
+  InProcessGroup group(1);
+  EXPECT_EQ(SweepComm(*group.Rank(0), o, clock, &sink).status().message(),
+            "warmup, iters, rounds: out of range; got 1, 3, 0, expected warmup >= 0, iters >= 1 and rounds >= 1");
+}
+
 TEST(CommSweep, RanksThatDisagreeOnTheConfigurationAllFailNamingTheFlag) {
   auto results = RunRanks(3, {}, [&](std::unique_ptr<Communicator> comm) -> StatusOr<SweepReport> {
     std::string max = comm->rank() == 2 ? "4096" : "1048576";

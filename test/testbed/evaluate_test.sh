@@ -18,7 +18,7 @@ python3 - "$out/results.json" <<'PY'
 import json, sys
 results = json.load(open(sys.argv[1]))
 want = {(m, s, c) for m in ("mlp", "resnet")
-        for s, c in [("fp32_bucket", "fp32")] + [(s, "efsignsgd") for s in ("layerwise", "one_group", "bucket", "plan")]}
+        for s, c in [("fp32_bucket", "fp32")] + [(s, "efsignsgd") for s in ("layerwise", "one_group", "bucket", "plan", "options")]}
 got = {(r["model"], r["strategy"], r["compressor"]) for r in results}
 problems = [f"missing run {k}" for k in sorted(want - got)] + [f"unexpected run {k}" for k in sorted(got - want)]
 keys = {"model", "strategy", "compressor", "groups", "predicted_ms", "measured_ms", "measured_p10_ms",

@@ -69,6 +69,7 @@ Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
               {"--max-bytes", options.max_bytes_auto ? "auto" : std::to_string(options.max_bytes)},
               {"--warmup", std::to_string(options.warmup)},
               {"--iters", std::to_string(options.iters)},
+              {"--rounds", std::to_string(options.rounds)},
               {"--ops", ops},
               {"--backend", options.backend},
               {"--cluster", options.cluster},
@@ -94,8 +95,11 @@ StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options, int
     return InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
   if (options.iters < 1)
     return InvalidArgumentError("--iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
+  if (options.rounds < 1)
+    return InvalidArgumentError("--rounds: out of range; got " + std::to_string(options.rounds) + ", expected >= 1");
   sweep.warmup = options.warmup;
   sweep.iters = options.iters;
+  sweep.rounds = options.rounds;
   sweep.force = options.force;
   return sweep;
 }
@@ -123,7 +127,9 @@ StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, in
 void PrintReport(const profile::SweepReport& report, const CommOptions& options, const profile::CommSweepOptions& sweep,
                  int world_size, int nodes, const std::string& library, std::ostream& out) {
   out << "comm: " << world_size << " ranks on " << nodes << (nodes == 1 ? " host" : " hosts") << " (" << library
-      << "), warmup " << sweep.warmup << ", iters " << sweep.iters << ", time = the slowest rank's median\n";
+      << "), warmup " << sweep.warmup << ", iters " << sweep.iters
+      << (sweep.rounds > 1 ? " in each of " + std::to_string(sweep.rounds) + " rounds" : "")
+      << ", time = the slowest rank's median\n";
   out << "  collective          scope       size         us   wrong\n";
   for (const auto& p : report.points) {
     std::istringstream key(p.curve);  // "comm <op> <scope> [<dtype>]"
@@ -236,7 +242,9 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
       "max-bytes", po::value(&max_bytes),
       "largest send buffer per rank, a power of two, or auto: the largest model in the DB (default 16 MiB; --quick 1 "
       "MiB)")("warmup", po::value(&options.warmup), "untimed iterations per point (default 5; --quick 2)")(
-      "iters", po::value(&options.iters), "timed iterations per point (default 20; --quick 5)")(
+      "iters", po::value(&options.iters), "timed iterations per point and round (default 20; --quick 5)")(
+      "rounds", po::value(&options.rounds),
+      "passes over all the points, a point's time the median of its calls in all rounds (default 1)")(
       "ops", po::value(&ops),
       "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")(
       "backend", po::value(&options.backend),

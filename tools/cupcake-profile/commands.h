@@ -125,6 +125,7 @@ struct CommOptions {
   int step = 1;  // every step-th power of two (--quick: 2)
   int warmup = 5;
   int iters = 20;
+  int rounds = 1;  // passes over all the points (CommSweepOptions::rounds)
   std::vector<std::string> ops;  // empty: all five
   std::string backend = "mpi";  // mpi (host memory) or nccl (GPU memory, one GPU per rank)
   std::string cluster;

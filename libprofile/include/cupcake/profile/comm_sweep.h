@@ -36,6 +36,10 @@ struct CommSweepOptions {
   std::vector<pb::CommOp> ops;  // empty: all five
   int warmup = 5;
   int iters = 20;
+  // Passes over all the points, each with `warmup` + `iters` calls per point: a transient on the
+  // network or the machine (it lasts seconds) then lands in one pass of a point, not in all of
+  // its calls.
+  int rounds = 1;
   bool force = false;  // re-measure points the sink has
   // Whose collectives are measured: nullptr for `world` itself, or a communicator over the same
   // ranks in the same order (NCCL on GPU memory), while `world` (MPI on host memory) makes the
@@ -53,8 +57,11 @@ struct CommSweepOptions {
 //      untimed then `iters` timed calls.
 //   3. Check every call's result against the formula of the collective; an iteration is
 //      wrong when any rank's result is (allreduce MAX over ranks).
-//   4. The point's time is the slowest rank's median (allreduce MAX of the medians).
-//   5. No wrong iteration: rank 0 commits the point (method wall, warmup, iters, and the
+//   4. Steps 1-3 run once per round (`rounds` passes over all the points, in order). The
+//      point's time is the slowest rank's median over its timed calls of all rounds (allreduce
+//      MAX of the medians).
+//   5. No wrong iteration: rank 0 commits the point after its last pass (method wall, warmup,
+//      iters = timed calls of all rounds, and the
 //      curve's wrong count so far). Otherwise the point is not stored, counted in
 //      SweepReport::wrong and in the curve's `wrong`, and the sweep goes on.
 // Sizes are those of each rank's send buffer (docs/FORMATS.md); reduce_scatter and alltoall
