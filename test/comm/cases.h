@@ -63,7 +63,7 @@ std::vector<T> Encoded(int r, int64_t count, T (*encode)(int)) {
 
 // Allreduce over `type` (sum, and max where given), out of place and in place, on `n`
 // elements (1001 and 70001 do not divide by the world size; 70001 crosses the MPI backend's
-// ring threshold, 64 KiB, in every type; 1 leaves some ranks' ring chunks empty).
+// chunked-allreduce threshold, 64 KiB, in every type; 1 pads every chunk but the first).
 template <typename T>
 void CheckAllreduce(Communicator& c, DataType type, T (*encode)(int), bool with_max, int64_t n = 1001) {
   const int w = c.size();

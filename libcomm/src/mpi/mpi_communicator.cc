@@ -4,14 +4,18 @@
 // travel as MPI_UINT16_T and are reduced by user-defined operations that apply ReduceInto,
 // the reduction every host backend shares.
 //
-// Allreduce is a ring of our own (reduce-scatter, then allgather, over MPI_Isend/MPI_Irecv
-// with ReduceInto) for 2 ranks, and from kRingMinBytes up. Open MPI's non-blocking allreduce
-// (libnbc) reduces to rank 0 and broadcasts back for fewer than 4 ranks and whenever the call is
-// in place, which the runtime's fp32 groups are: every byte crosses the root's link twice, one
-// direction at a time, so a large allreduce took twice the time of an allgather of the same
-// bytes (measured on the testbed: 4 MiB at 1 Gbit/s, 72 ms against 36 ms). The ring sends
-// 2 (p - 1) / p of the bytes each way at once. Below kRingMinBytes, with more than 2 ranks,
-// MPI's tree (2 log2 p steps) beats the ring's 2 (p - 1) steps and stays.
+// Allreduce for 2 ranks, and from kChunkedMinBytes up, is ours: a reduce-scatter by
+// MPI_Ialltoall (chunk j to rank j, which reduces the copies in rank order), then
+// MPI_Iallgather of the reduced chunks. Open MPI's non-blocking allreduce (libnbc) reduces to
+// rank 0 and broadcasts back for fewer than 4 ranks and whenever the call is in place, which
+// the runtime's fp32 groups are: every byte crosses the root's link twice, one direction at a
+// time, so a large allreduce took twice the time of an allgather of the same bytes (on the
+// testbed: 4 MiB at 1 Gbit/s, 72 ms against 36 ms). Ours sends 2 (p - 1) / p of the bytes each
+// way at once. A ring over MPI_Isend/MPI_Irecv moves the same bytes, but on the testbed its
+// large transfers ran at half rate for whole calls now and then (14 of 48 profile points of 4-32
+// MiB at 1.3-2x, against 1 of 24 through the two collectives; docs/EVALUATION.md), so the
+// exchanges go through MPI's collectives. Below kChunkedMinBytes, with more than 2 ranks, MPI's
+// tree (2 log2 p steps) beats two all-to-all exchanges and stays.
 #include "mpi/mpi_communicator.h"
 
 #include <mpi.h>
@@ -118,8 +122,8 @@ class MpiCommunicator final : public Communicator {
   Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(Count("Allreduce", count));
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("Allreduce", type, op, rank_, host_));
-    if (size_ == 2 || (size_ > 2 && count * DataTypeBytes(type) >= kRingMinBytes))
-      return RingAllreduce(send, recv, count, type, op);
+    if (size_ == 2 || (size_ > 2 && count * DataTypeBytes(type) >= kChunkedMinBytes))
+      return ChunkedAllreduce(send, recv, count, type, op);
     if (send == recv) send = MPI_IN_PLACE;
     MPI_Request req;
     CUPCAKE_MPI_RETURN_IF_ERROR(
@@ -182,43 +186,35 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  static constexpr int64_t kRingMinBytes = 64 << 10;
-  static constexpr int kRingTag = 0x4370;  // our communicator is private: any fixed tag is ours alone
+  static constexpr int64_t kChunkedMinBytes = 64 << 10;
 
-  // The ring: the count split into size_ chunks (sizes differ by at most one element). In
-  // step s of the reduce-scatter, rank r sends chunk r - s to its right neighbour and adds the
-  // chunk r - s - 1 it receives from its left one into its own; after size_ - 1 steps it holds
-  // chunk r + 1 summed over every rank, and size_ - 1 steps of the allgather pass the summed
-  // chunks round. Every chunk is reduced on one rank, in one order, so all ranks end with the
-  // same bits.
-  Status RingAllreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) {
-    const int64_t width = DataTypeBytes(type);
-    auto* out = static_cast<std::byte*>(recv);
-    if (send != recv && count > 0) std::memcpy(out, send, static_cast<size_t>(count * width));
-    const int p = size_, right = (rank_ + 1) % p, left = (rank_ + p - 1) % p;
-    auto begin = [&](int chunk) { return count * chunk / p; };
-    auto length = [&](int chunk) { return static_cast<int>(begin(chunk + 1) - begin(chunk)); };
-    auto at = [&](int chunk) { return out + begin(chunk) * width; };
-    auto mod = [&](int i) { return ((i % p) + p) % p; };
-    scratch_.resize(static_cast<size_t>((count + p - 1) / p * width));  // the longest chunk
+  // Reduce-scatter by an alltoall, then allgather: the count split into size_ chunks of
+  // ceil(count / size_) elements (the last ones padded), chunk j sent to rank j
+  // (MPI_Ialltoall), which reduces the size_ copies of its chunk in rank order, and the
+  // reduced chunks gathered back (MPI_Iallgather). Every chunk is reduced on one rank, in one
+  // order, so all ranks end with the same bits; each rank sends and receives
+  // 2 (p - 1) / p of the bytes, as in a ring.
+  Status ChunkedAllreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) {
+    const int64_t width = DataTypeBytes(type), p = size_, chunk = (count + p - 1) / p;
+    const int64_t padded = chunk * p * width;
+    const bool exact = count % p == 0;  // no padding: send from and gather into the caller's buffers
+    const std::byte* in = static_cast<const std::byte*>(send);
+    if (!exact) {
+      padded_.assign(static_cast<size_t>(padded), std::byte{0});
+      std::memcpy(padded_.data(), send, static_cast<size_t>(count * width));
+      in = padded_.data();
+    }
+    chunks_.resize(static_cast<size_t>(padded));
     const MPI_Datatype t = Type(type);
-    auto exchange = [&](int send_chunk, void* into, int recv_chunk) -> Status {
-      MPI_Request reqs[2];
-      CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Irecv(into, length(recv_chunk), t, left, kRingTag, comm_, &reqs[0]), rank_,
-                                  host_);
-      CUPCAKE_MPI_RETURN_IF_ERROR(
-          MPI_Isend(at(send_chunk), length(send_chunk), t, right, kRingTag, comm_, &reqs[1]), rank_, host_);
-      return Wait(reqs, 2);
-    };
-    for (int s = 0; s < p - 1; ++s) {
-      const int recv_chunk = mod(rank_ - s - 1);
-      CUPCAKE_RETURN_IF_ERROR(exchange(mod(rank_ - s), scratch_.data(), recv_chunk));
-      ReduceInto(scratch_.data(), at(recv_chunk), length(recv_chunk), type, op);
-    }
-    for (int s = 0; s < p - 1; ++s) {
-      const int recv_chunk = mod(rank_ - s);
-      CUPCAKE_RETURN_IF_ERROR(exchange(mod(rank_ + 1 - s), at(recv_chunk), recv_chunk));
-    }
+    const int c = static_cast<int>(chunk);
+    MPI_Request req;
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Ialltoall(in, c, t, chunks_.data(), c, t, comm_, &req), rank_, host_);
+    CUPCAKE_RETURN_IF_ERROR(Wait(req));
+    for (int64_t r = 1; r < p; ++r) ReduceInto(chunks_.data() + r * chunk * width, chunks_.data(), chunk, type, op);
+    std::byte* out = exact ? static_cast<std::byte*>(recv) : padded_.data();
+    CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Iallgather(chunks_.data(), c, t, out, c, t, comm_, &req), rank_, host_);
+    CUPCAKE_RETURN_IF_ERROR(Wait(req));
+    if (!exact) std::memcpy(recv, padded_.data(), static_cast<size_t>(count * width));
     return Status::Ok();
   }
 
@@ -254,7 +250,7 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   MPI_Op sum_f16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL, max_bf16_ = MPI_OP_NULL;
-  std::vector<std::byte> scratch_;  // the ring's receive chunk, kept between calls
+  std::vector<std::byte> chunks_, padded_;  // ChunkedAllreduce's buffers, kept between calls
 };
 
 class MpiProcessImpl final : public MpiProcess {
