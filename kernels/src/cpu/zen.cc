@@ -1,0 +1,229 @@
+// Zen's host-side steps (cupcake/kernels/zen.h).
+#include "cupcake/kernels/zen.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+namespace cupcake::kernels::zen {
+
+Status ValidateSparse(SparseView input, int64_t n, const std::string& what) {
+  std::vector<std::string> problems;
+  if (n < 1 || n > kMaxElements) {
+    problems.push_back(what + ": n: out of range; got " + std::to_string(n) +
+                       ", expected 1 <= n <= " + std::to_string(kMaxElements));
+  }
+  if (input.values.size() != input.indices.size()) {
+    problems.push_back(what + ": values: size mismatch; got " + std::to_string(input.values.size()) + ", expected " +
+                       std::to_string(input.indices.size()) + " (the number of indices)");
+  }
+  for (size_t j = 0; j < input.indices.size(); ++j) {
+    if (j > 0 && input.indices[j] <= input.indices[j - 1]) {
+      problems.push_back(what + ": indices[" + std::to_string(j) + "]: not increasing; got " +
+                         std::to_string(input.indices[j]) + ", expected > " + std::to_string(input.indices[j - 1]));
+      break;
+    }
+  }
+  for (size_t j = 0; j < input.indices.size(); ++j) {
+    if (input.indices[j] >= n) {
+      problems.push_back(what + ": indices[" + std::to_string(j) + "]: out of range; got " +
+                         std::to_string(input.indices[j]) + ", expected < " + std::to_string(n) + " (n)");
+      break;
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string message = problems[0];
+  for (size_t p = 1; p < problems.size(); ++p) message += "; " + problems[p];
+  return InvalidArgumentError(message);
+}
+
+StatusOr<SparseView> TopkPayloadView(std::span<const std::byte> payload, int64_t k) {
+  if (k < 0 || static_cast<int64_t>(payload.size()) != 8 * k) {
+    return InvalidArgumentError("topk payload: size: mismatch; got " + std::to_string(payload.size()) +
+                                " bytes, expected " + std::to_string(8 * k) + " (8 k, k = " + std::to_string(k) + ")");
+  }
+  if (reinterpret_cast<uintptr_t>(payload.data()) % 4 != 0) {
+    return InvalidArgumentError("topk payload: address: not 4-byte aligned");
+  }
+  const auto* values = reinterpret_cast<const float*>(payload.data());
+  const auto* indices = reinterpret_cast<const uint32_t*>(payload.data() + 4 * k);
+  return SparseView{{indices, static_cast<size_t>(k)}, {values, static_cast<size_t>(k)}};
+}
+
+uint32_t RowHash(uint32_t row, uint32_t seed) {
+  uint32_t h = row ^ (seed * 0x9e3779b9u);
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+int Owner(uint32_t index, int world_size, uint32_t seed) {
+  const auto p = static_cast<uint32_t>(world_size);
+  return static_cast<int>((index % p + RowHash(index / p, seed) % p) % p);
+}
+
+int64_t RowMember(uint32_t row, int owner, int world_size, uint32_t seed) {
+  const auto p = static_cast<uint32_t>(world_size);
+  const uint32_t column = (static_cast<uint32_t>(owner) + p - RowHash(row, seed) % p) % p;
+  return static_cast<int64_t>(row) * world_size + column;
+}
+
+int64_t PartitionRows(int owner, int64_t n, int world_size, uint32_t seed) {
+  const int64_t full_rows = n / world_size;
+  const bool in_last_row =
+      n % world_size != 0 && RowMember(static_cast<uint32_t>(full_rows), owner, world_size, seed) < n;
+  return full_rows + (in_last_row ? 1 : 0);
+}
+
+Partitioned PartitionByOwner(SparseView input, int world_size, uint32_t seed) {
+  Partitioned out{std::vector<int64_t>(static_cast<size_t>(world_size), 0), std::vector<Pair>(input.indices.size())};
+  std::vector<int> owners(input.indices.size());
+  for (size_t j = 0; j < owners.size(); ++j) {
+    owners[j] = Owner(input.indices[j], world_size, seed);
+    ++out.counts[static_cast<size_t>(owners[j])];
+  }
+  std::vector<int64_t> next(out.counts.size());
+  std::exclusive_scan(out.counts.begin(), out.counts.end(), next.begin(), int64_t{0});
+  for (size_t j = 0; j < owners.size(); ++j) {
+    out.pairs[static_cast<size_t>(next[static_cast<size_t>(owners[j])]++)] = {input.indices[j], input.values[j]};
+  }
+  return out;
+}
+
+Sparse MergeSum(std::span<const Pair> pairs) {
+  // The lists are concatenated in sender order, so a stable sort by index keeps, for equal
+  // indices, the senders in rank order: the sum below adds them in that order.
+  std::vector<Pair> sorted(pairs.begin(), pairs.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Pair& a, const Pair& b) { return a.index < b.index; });
+  Sparse out;
+  for (const Pair& pair : sorted) {
+    if (!out.indices.empty() && out.indices.back() == pair.index) {
+      out.values.back() += pair.value;
+    } else {
+      out.indices.push_back(pair.index);
+      out.values.push_back(pair.value);
+    }
+  }
+  return out;
+}
+
+const char* EncodingName(Encoding encoding) { return encoding == Encoding::kRows ? "rows" : "bitmap"; }
+
+int64_t EncodedPartitionBytes(Encoding encoding, int64_t count, int64_t rows) {
+  const int64_t body = encoding == Encoding::kRows ? 4 * count : (rows + 7) / 8;
+  return kPartitionHeaderBytes + body + 4 * count;
+}
+
+Encoding ChooseEncoding(int64_t count, int64_t rows) {
+  return EncodedPartitionBytes(Encoding::kBitmap, count, rows) < EncodedPartitionBytes(Encoding::kRows, count, rows)
+             ? Encoding::kBitmap
+             : Encoding::kRows;
+}
+
+Encoding EncodePartition(SparseView partition, int owner, int64_t n, int world_size, uint32_t seed,
+                         std::vector<std::byte>& out) {
+  const auto count = static_cast<int64_t>(partition.indices.size());
+  const int64_t rows = PartitionRows(owner, n, world_size, seed);
+  const Encoding encoding = ChooseEncoding(count, rows);
+  const size_t start = out.size();
+  out.resize(start + static_cast<size_t>(EncodedPartitionBytes(encoding, count, rows)), std::byte{0});
+  std::byte* at = out.data() + start;
+  const uint32_t header[2] = {static_cast<uint32_t>(encoding), static_cast<uint32_t>(count)};
+  std::memcpy(at, header, sizeof(header));
+  at += sizeof(header);
+  if (encoding == Encoding::kRows) {
+    for (uint32_t index : partition.indices) {
+      const uint32_t row = index / static_cast<uint32_t>(world_size);
+      std::memcpy(at, &row, 4);
+      at += 4;
+    }
+  } else {
+    for (uint32_t index : partition.indices) {
+      const uint32_t row = index / static_cast<uint32_t>(world_size);
+      at[row / 8] |= std::byte{static_cast<uint8_t>(1u << (row % 8))};
+    }
+    at += (rows + 7) / 8;
+  }
+  if (count > 0) std::memcpy(at, partition.values.data(), 4 * static_cast<size_t>(count));
+  return encoding;
+}
+
+StatusOr<Sparse> DecodePartition(std::span<const std::byte> bytes, int owner, int64_t n, int world_size,
+                                 uint32_t seed) {
+  const std::string where = "zen partition of rank " + std::to_string(owner);
+  uint32_t header[2] = {0, 0};
+  if (bytes.size() >= sizeof(header)) std::memcpy(header, bytes.data(), sizeof(header));
+  const int64_t rows = PartitionRows(owner, n, world_size, seed);
+  const auto encoding = static_cast<Encoding>(header[0]);
+  const int64_t count = header[1];
+  if (bytes.size() < sizeof(header) || header[0] > 1 || count > rows ||
+      static_cast<int64_t>(bytes.size()) != EncodedPartitionBytes(encoding, count, rows)) {
+    return DataLossError(where + ": size: mismatch; got " + std::to_string(bytes.size()) +
+                         " bytes, expected a header and a body for at most " + std::to_string(rows) + " rows");
+  }
+  Sparse out;
+  out.indices.reserve(static_cast<size_t>(count));
+  const std::byte* body = bytes.data() + sizeof(header);
+  if (encoding == Encoding::kRows) {
+    for (int64_t j = 0; j < count; ++j) {
+      uint32_t row;
+      std::memcpy(&row, body + 4 * j, 4);
+      const int64_t index = RowMember(row, owner, world_size, seed);
+      // A row list from a peer must name increasing rows whose members lie below n.
+      if (index >= n || (j > 0 && index <= out.indices.back())) {
+        return DataLossError(where + ": rows[" + std::to_string(j) + "]: not an increasing row of the partition; got " +
+                             std::to_string(row) + ", expected < " + std::to_string(rows) + " and increasing");
+      }
+      out.indices.push_back(static_cast<uint32_t>(index));
+    }
+    body += 4 * count;
+  } else {
+    for (int64_t row = 0; row < rows; ++row) {
+      if ((static_cast<uint8_t>(body[row / 8]) >> (row % 8)) & 1u) {
+        out.indices.push_back(static_cast<uint32_t>(RowMember(static_cast<uint32_t>(row), owner, world_size, seed)));
+      }
+    }
+    body += (rows + 7) / 8;
+  }
+  if (static_cast<int64_t>(out.indices.size()) != count) {
+    return DataLossError(where + ": count: mismatch; got " + std::to_string(out.indices.size()) +
+                         " set bits, expected " + std::to_string(count) + " (the header)");
+  }
+  out.values.resize(out.indices.size());
+  std::memcpy(out.values.data(), body, 4 * static_cast<size_t>(count));
+  return out;
+}
+
+Sparse MergePartitions(std::span<const Sparse> partitions) {
+  std::vector<Pair> pairs;
+  for (const Sparse& p : partitions) {
+    for (size_t j = 0; j < p.indices.size(); ++j) pairs.push_back({p.indices[j], p.values[j]});
+  }
+  std::sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) { return a.index < b.index; });
+  Sparse out;
+  out.indices.reserve(pairs.size());
+  out.values.reserve(pairs.size());
+  for (const Pair& pair : pairs) {
+    out.indices.push_back(pair.index);
+    out.values.push_back(pair.value);
+  }
+  return out;
+}
+
+Status ScatterDense(SparseView input, float scale, std::span<float> out) {
+  for (size_t j = 0; j < input.indices.size(); ++j) {
+    if (input.indices[j] >= out.size()) {
+      return InvalidArgumentError("zen scatter: indices[" + std::to_string(j) + "]: out of range; got " +
+                                  std::to_string(input.indices[j]) + ", expected < " + std::to_string(out.size()) +
+                                  " (the dense size)");
+    }
+  }
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (size_t j = 0; j < input.indices.size(); ++j) out[input.indices[j]] = scale * input.values[j];
+  return Status::Ok();
+}
+
+}  // namespace cupcake::kernels::zen

@@ -1,0 +1,99 @@
+// ZenAllreduce over the in-process group at 1, 2, 3, 4 and 8 ranks (threads): the result
+// equals the dense sum (zen_cases.h), on every rank alike, and bad inputs are named.
+#include <cstring>
+#include <thread>
+
+#include "zen_cases.h"
+
+namespace cupcake::comm::testing {
+namespace {
+
+void RunRanks(int size, const std::function<void(Communicator&)>& fn) {
+  InProcessGroup group(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] {
+      auto c = group.Rank(r);
+      fn(*c);
+    });
+  for (auto& t : threads) t.join();
+}
+
+class ZenInProcess : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(ZenInProcess, EqualsTheDenseSum) {
+  const auto [size, index] = GetParam();
+  const ZenCase c = ZenCases()[static_cast<size_t>(index)];
+  RunRanks(size, [&](Communicator& comm) { RunZenCase(comm, c); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ZenInProcess,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
+                                            ::testing::Range(0, static_cast<int>(ZenCases().size()))),
+                         [](const auto& test) {
+                           return ZenCases()[static_cast<size_t>(std::get<1>(test.param))].name + "_" +
+                                  std::to_string(std::get<0>(test.param)) + "ranks";
+                         });
+
+// Non-integer values, where the order of additions shows: every rank's bytes are equal.
+TEST(ZenAllreduce, AllRanksGetBitwiseIdenticalResults) {
+  const int size = 4;
+  std::vector<kernels::zen::Sparse> results(size);
+  RunRanks(size, [&](Communicator& comm) {
+    const std::vector<uint32_t> idx = UniformIndices(comm.rank() % 2, 1000, 300);  // ranks 0, 2 and 1, 3 alike
+    std::vector<float> val;
+    std::mt19937 rng(static_cast<uint32_t>(comm.rank()));
+    std::uniform_real_distribution<float> dist(-1e4f, 1e4f);
+    for (size_t j = 0; j < idx.size(); ++j) val.push_back(dist(rng));
+    auto out = ZenAllreduce(comm, {idx, val}, {.n = 1000});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    results[static_cast<size_t>(comm.rank())] = std::move(out).value();
+  });
+  for (int r = 1; r < size; ++r) {
+    ASSERT_EQ(results[static_cast<size_t>(r)].indices, results[0].indices);
+    ASSERT_EQ(results[static_cast<size_t>(r)].values.size(), results[0].values.size());
+    EXPECT_EQ(std::memcmp(results[static_cast<size_t>(r)].values.data(), results[0].values.data(),
+                          4 * results[0].values.size()),
+              0);
+  }
+}
+
+TEST(ZenAllreduce, StatsCountTheBytesToOtherRanks) {
+  RunRanks(2, [](Communicator& comm) {
+    // Indices 0..9: each owner gets 5, so each rank sends 5 pairs and receives 5.
+    std::vector<uint32_t> idx(10);
+    for (uint32_t i = 0; i < 10; ++i) idx[i] = i;
+    const std::vector<float> val(10, 1);
+    ZenStats stats;
+    ASSERT_TRUE(ZenAllreduce(comm, {idx, val}, {.n = 10}, &stats).ok());
+    EXPECT_EQ(stats.counts.sent, 8);
+    EXPECT_EQ(stats.pairs.sent, 40);
+    EXPECT_EQ(stats.pairs.received, 40);
+    EXPECT_EQ(stats.sizes.received, 8);
+    // 5 of 5 rows: bitmap (1 byte) beats 20 bytes of rows; header 8, values 20.
+    EXPECT_EQ(stats.partitions.sent, 29);
+    EXPECT_EQ(stats.partitions.received, 29);
+    EXPECT_EQ(stats.encodings, (std::vector<kernels::zen::Encoding>(2, kernels::zen::Encoding::kBitmap)));
+    EXPECT_EQ(stats.Total().sent, 8 + 40 + 8 + 29);
+  });
+}
+
+TEST(ZenAllreduce, RejectsBadInputOnEveryRank) {
+  RunRanks(2, [](Communicator& comm) {
+    const std::vector<uint32_t> idx{3, 2};
+    const std::vector<float> val{1, 1};
+    auto out = ZenAllreduce(comm, {idx, val}, {.n = 3});
+    EXPECT_EQ(out.status().message(), "ZenAllreduce (rank " + std::to_string(comm.rank()) +
+                                          "): indices[1]: not increasing; got 2, expected > 3; ZenAllreduce (rank " +
+                                          std::to_string(comm.rank()) +
+                                          "): indices[0]: out of range; got 3, expected < 3 (n)");
+  });
+}
+
+TEST(ZenAllreduce, AllgatherSchemeSendsEveryOtherRanksBlock) {
+  EXPECT_EQ(AllgatherSchemeBytes(100, 4).sent, 100 * 8 * 3);
+  EXPECT_EQ(AllgatherSchemeBytes(100, 1).received, 0);
+}
+
+}  // namespace
+}  // namespace cupcake::comm::testing
