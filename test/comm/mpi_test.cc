@@ -1,12 +1,14 @@
-// The backend suite over MPI: run under mpirun (ctest: comm_mpi_np2, comm_mpi_np4), each
-// process one rank of MPI_COMM_WORLD, every case on the world and on its splits, with the
-// default wait (spin, then yield between tests) and with sleeps between tests (MpiWait in mpi.h). A failing
-// check on any rank fails that rank's process, so mpirun exits non-zero.
+// The backend suite over MPI: run under mpirun (ctest: comm_mpi_np2..4), each process one rank
+// of MPI_COMM_WORLD, every case on the world and on its splits, with the default wait (spin,
+// then yield between tests) and with sleeps between tests (MpiWait in mpi.h); and ZenAllreduce's
+// cases (zen_cases.h) on the world. A failing check on any rank fails that rank's process, so
+// mpirun exits non-zero.
 #include <cmath>
 #include <cstdlib>
 
 #include "cases.h"
 #include "cupcake/comm/mpi.h"
+#include "zen_cases.h"
 
 namespace cupcake::comm::testing {
 namespace {
@@ -32,6 +34,17 @@ TEST_P(MpiSuite, PassesTheBackendCaseSleepingBetweenTests) {
 
 INSTANTIATE_TEST_SUITE_P(World, MpiSuite, ::testing::Range(0, static_cast<int>(Cases().size())),
                          [](const auto& info) { return Cases()[static_cast<size_t>(info.param)].name; });
+
+class ZenMpi : public ::testing::TestWithParam<int> {};
+
+TEST_P(ZenMpi, EqualsTheDenseSum) {
+  ASSERT_NE(world, nullptr);
+  RunZenCase(*world, ZenCases()[static_cast<size_t>(GetParam())]);
+  EXPECT_TRUE(world->Barrier().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(World, ZenMpi, ::testing::Range(0, static_cast<int>(ZenCases().size())),
+                         [](const auto& test) { return ZenCases()[static_cast<size_t>(test.param)].name; });
 
 TEST(MpiWorld, NamesTheLibraryAndTheHost) {
   EXPECT_TRUE(world->library().starts_with("Open MPI") || world->library().starts_with("MPICH")) << world->library();

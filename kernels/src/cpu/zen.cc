@@ -5,6 +5,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "../common.h"
+
 namespace cupcake::kernels::zen {
 
 Status ValidateSparse(SparseView input, int64_t n, const std::string& what) {
@@ -50,15 +52,7 @@ StatusOr<SparseView> TopkPayloadView(std::span<const std::byte> payload, int64_t
   return SparseView{{indices, static_cast<size_t>(k)}, {values, static_cast<size_t>(k)}};
 }
 
-uint32_t RowHash(uint32_t row, uint32_t seed) {
-  uint32_t h = row ^ (seed * 0x9e3779b9u);
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  return h;
-}
+uint32_t RowHash(uint32_t row, uint32_t seed) { return detail::Mix32(row ^ (seed * 0x9e3779b9u)); }
 
 int Owner(uint32_t index, int world_size, uint32_t seed) {
   const auto p = static_cast<uint32_t>(world_size);

@@ -6,7 +6,7 @@
 // holds the steps on either side of it, host memory only, so a CUDA version can reuse the layout.
 //
 // The hierarchical hash. With P ranks, index i lies in row q = i / P at column c = i % P, and
-//   owner(i) = (c + h(q)) mod P,   h = murmur3's 32-bit finalizer of q mixed with a seed.
+//   owner(i) = (c + h(q)) mod P,   h = a 32-bit integer finalizer of q mixed with a seed.
 // Within a row the owner is a rotation of the column, so each row of P consecutive indices has
 // exactly one member per owner: a contiguous run of L indices gives every owner floor(L/P) or
 // ceil(L/P) members when it starts at a row, at most one more or fewer otherwise (its partial
