@@ -11,14 +11,16 @@
 # so that a slow minute of a shared machine does not land on one of them alone.
 # Usage: bench/profile/compare.sh [NP]   (default 2; CUPCAKE_BUILD_DIR picks the build, default build/)
 # Environment: MIN_BYTES (1024), MAX_BYTES (16777216), WARMUP (5), ITERS (20), REF_ITERS (100),
-# ROUNDS (3), CALL (nonblocking).
+# ROUNDS (3), CALL (nonblocking), ALLREDUCE (the per-call reference's allreduce: exchange, the
+# algorithm cupcake runs for 2 ranks and from 64 KiB, default; or mpi, MPI's own). The osu
+# column is always MPI's own allreduce.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${CUPCAKE_BUILD_DIR:-$root/build}"
 np="${1:-2}"
 min="${MIN_BYTES:-1024}" max="${MAX_BYTES:-16777216}"
 warmup="${WARMUP:-5}" iters="${ITERS:-20}" ref_iters="${REF_ITERS:-100}" rounds="${ROUNDS:-3}"
-call="${CALL:-nonblocking}"
+call="${CALL:-nonblocking}" allreduce="${ALLREDUCE:-exchange}"
 mpirun=(mpirun -np "$np")
 [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)
 [ "$np" -gt "$(nproc)" ] && mpirun+=(--oversubscribe)
@@ -34,11 +36,11 @@ for round in $(seq "$rounds"); do
     --min-bytes "$min" --max-bytes "$max" --warmup "$warmup" --iters "$iters" >"$work/cupcake.txt"
   "$build/tools/cupcake-profile" export --db "$work/p$round.db" -o "$work/p$round.json"
   for method in per-call osu; do
-    kind=blocking
-    [ "$method" = per-call ] && kind=$call
+    kind=blocking algorithm=mpi
+    [ "$method" = per-call ] && kind=$call algorithm=$allreduce
     "${mpirun[@]}" "$build/bench/profile/osu_style" --ops allreduce,allgather --min-bytes "$min" \
       --max-bytes "$max" --warmup "$warmup" --iters "$ref_iters" --method "$method" --call "$kind" \
-      >"$work/$method$round.txt"
+      --allreduce "$algorithm" >"$work/$method$round.txt"
   done
 done
 head -1 "$work/cupcake.txt"
@@ -52,7 +54,8 @@ work, rounds = sys.argv[1], int(sys.argv[2])
 def read_cupcake(path):
     cup = {}
     for c in json.load(open(path))["curves"]:
-        if c["kind"] == "comm" and c["scope"] == "global":
+        # float32 curves only: the float16 allreduce curve has the same op and sizes
+        if c["kind"] == "comm" and c["scope"] == "global" and c.get("dtype", "") in ("", "float32"):
             for size, us in c["points"]:
                 cup[(c["op"], size)] = us
     return cup

@@ -14,6 +14,10 @@
 //     2. Each rank's latency is the median of its timed calls; the reported one is the max
 //        over ranks.
 // allreduce: size / 4 floats, MPI_SUM. allgather: size bytes from each rank (MPI_BYTE).
+// --allreduce mpi (default): MPI's allreduce. --allreduce exchange: the algorithm cupcake's MPI
+// communicator runs for 2 ranks and from 64 KiB (libcomm), written anew here: an alltoall of
+// size / 4 / P floats per rank, each rank sums the P chunks it received in rank order, then an
+// allgather of the sums; blocking or non-blocking as --call says.
 // --call blocking (default): MPI_Allreduce / MPI_Allgather. --call nonblocking: MPI_Iallreduce /
 // MPI_Iallgather completed by MPI_Test, back to back for --spin-us (100), then with sched_yield
 // between tests, or with --sleep-us T > 0 a sleep of T us (the way a job that must not take a
@@ -23,7 +27,7 @@
 // Usage: mpirun -np N osu_style [--ops allreduce,allgather] [--min-bytes B] [--max-bytes B]
 //                                [--warmup W] [--iters I] [--method osu|per-call]
 //                                [--call blocking|nonblocking] [--spin-us S] [--sleep-us T]
-//                                [--thread single|multiple]
+//                                [--thread single|multiple] [--allreduce mpi|exchange]
 // Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>max_rank_us<TAB>min_rank_us".
 #include <mpi.h>
 
@@ -83,7 +87,7 @@ int main(int argc, char** argv) {
   std::string ops = "allreduce,allgather";
   long long min_bytes = 4, max_bytes = 1 << 24;
   int warmup = 10, iters = 100;
-  std::string method = "osu", call_kind = "blocking";
+  std::string method = "osu", call_kind = "blocking", allreduce = "mpi";
   double spin_us = 100;
   long sleep_us = 0;
   for (int i = 1; i < argc; ++i) {
@@ -108,6 +112,8 @@ int main(int argc, char** argv) {
       if (std::string(value) != "single" && std::string(value) != "multiple")
         Die(rank, "--thread: unknown; got " + std::string(value) + ", expected single or multiple");
     }
+    else if (flag == "--allreduce")
+      allreduce = value;
     else if (flag == "--spin-us")
       spin_us = std::atof(value);
     else if (flag == "--sleep-us")
@@ -121,6 +127,8 @@ int main(int argc, char** argv) {
     Die(rank, "--method: unknown; got " + method + ", expected osu or per-call");
   if (call_kind != "blocking" && call_kind != "nonblocking")
     Die(rank, "--call: unknown; got " + call_kind + ", expected blocking or nonblocking");
+  if (allreduce != "mpi" && allreduce != "exchange")
+    Die(rank, "--allreduce: unknown; got " + allreduce + ", expected mpi or exchange");
   if (spin_us < 0 || sleep_us < 0 || sleep_us > 999999) Die(rank, "--spin-us, --sleep-us: expected 0..999999");
 
   std::vector<std::string> op_list;
@@ -141,6 +149,7 @@ int main(int argc, char** argv) {
                 size, l.c_str(), warmup, iters, method.c_str(),
                 method == "osu" ? "(elapsed / iters), calls back to back" : "the median call, each after a barrier",
                 call_kind.c_str());
+    if (allreduce == "exchange") std::printf(", allreduce by alltoall + sum + allgather");
     if (multiple) std::printf(", MPI_THREAD_MULTIPLE");
     if (call_kind == "nonblocking") {
       if (sleep_us > 0)
@@ -160,7 +169,31 @@ int main(int argc, char** argv) {
         const float v = static_cast<float>((rank + static_cast<int>(i)) % 7);
         std::memcpy(send.data() + 4 * i, &v, 4);
       }
+      std::vector<float> chunks;  // --allreduce exchange: the P chunks this rank receives
+      if (op == "allreduce" && allreduce == "exchange") {
+        if ((n / 4) % static_cast<size_t>(size) != 0) Die(rank, "--allreduce exchange: size / 4 must divide by the ranks");
+        chunks.resize(n / 4);
+      }
+      auto exchange = [&] {
+        const int chunk = static_cast<int>(n / 4 / static_cast<size_t>(size));
+        MPI_Request request;
+        if (call_kind == "blocking") {
+          MPI_Alltoall(send.data(), chunk, MPI_FLOAT, chunks.data(), chunk, MPI_FLOAT, MPI_COMM_WORLD);
+        } else {
+          MPI_Ialltoall(send.data(), chunk, MPI_FLOAT, chunks.data(), chunk, MPI_FLOAT, MPI_COMM_WORLD, &request);
+          WaitByTesting(&request, spin_us, sleep_us);
+        }
+        for (int r = 1; r < size; ++r)
+          for (int i = 0; i < chunk; ++i) chunks[static_cast<size_t>(i)] += chunks[static_cast<size_t>(r * chunk + i)];
+        if (call_kind == "blocking") {
+          MPI_Allgather(chunks.data(), chunk, MPI_FLOAT, recv.data(), chunk, MPI_FLOAT, MPI_COMM_WORLD);
+        } else {
+          MPI_Iallgather(chunks.data(), chunk, MPI_FLOAT, recv.data(), chunk, MPI_FLOAT, MPI_COMM_WORLD, &request);
+          WaitByTesting(&request, spin_us, sleep_us);
+        }
+      };
       auto call = [&] {
+        if (!chunks.empty()) return exchange();
         const int count = static_cast<int>(op == "allreduce" ? n / 4 : n);
         if (call_kind == "blocking") {
           if (op == "allreduce")
