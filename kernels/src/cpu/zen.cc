@@ -187,7 +187,7 @@ StatusOr<Sparse> DecodePartition(std::span<const std::byte> bytes, int owner, in
                          " set bits, expected " + std::to_string(count) + " (the header)");
   }
   out.values.resize(out.indices.size());
-  std::memcpy(out.values.data(), body, 4 * static_cast<size_t>(count));
+  if (count > 0) std::memcpy(out.values.data(), body, 4 * static_cast<size_t>(count));
   return out;
 }
 

@@ -69,6 +69,11 @@ using State = InProcessGroup::State;
 
 const std::byte* At(const void* p, int64_t offset) { return static_cast<const std::byte*>(p) + offset; }
 std::byte* At(void* p, int64_t offset) { return static_cast<std::byte*>(p) + offset; }
+// memcpy without its null-pointer precondition: a rank may send or receive an empty block
+// (Alltoallv, a zero-count collective) whose buffer is null.
+void Copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
 
 class InProcessCommunicator final : public Communicator {
  public:
@@ -82,7 +87,7 @@ class InProcessCommunicator final : public Communicator {
   Status Barrier() override { return Wait(); }
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     CUPCAKE_RETURN_IF_ERROR(Post(buf, buf));
-    if (rank_ != root) std::memcpy(buf, state_->sends[static_cast<size_t>(root)], static_cast<size_t>(bytes));
+    if (rank_ != root) Copy(buf, state_->sends[static_cast<size_t>(root)], bytes);
     return Wait();
   }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
@@ -96,32 +101,30 @@ class InProcessCommunicator final : public Communicator {
     const int64_t per_block = kBlockBytes / elem;
     for (int64_t at = begin; at < end; at += per_block) {
       const int64_t n = std::min(per_block, end - at);
-      std::memcpy(block, At(state_->sends[0], at * elem), static_cast<size_t>(n * elem));
+      Copy(block, At(state_->sends[0], at * elem), n * elem);
       for (int r = 1; r < w; ++r) ReduceInto(At(state_->sends[static_cast<size_t>(r)], at * elem), block, n, type, op);
-      std::memcpy(At(recv, at * elem), block, static_cast<size_t>(n * elem));
+      Copy(At(recv, at * elem), block, n * elem);
     }
     CUPCAKE_RETURN_IF_ERROR(Wait());
     // Phase 2 (allgather): the other ranks' chunks from their outputs.
     for (int r = 0; r < w; ++r) {
       if (r == rank_) continue;
       const int64_t b = count * r / w, e = count * (r + 1) / w;
-      std::memcpy(At(recv, b * elem), At(state_->recvs[static_cast<size_t>(r)], b * elem),
-                  static_cast<size_t>((e - b) * elem));
+      Copy(At(recv, b * elem), At(state_->recvs[static_cast<size_t>(r)], b * elem), (e - b) * elem);
     }
     return Wait();
   }
   Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
     CUPCAKE_RETURN_IF_ERROR(Post(send, recv));
     for (int r = 0; r < size(); ++r)
-      std::memcpy(At(recv, r * bytes_per_rank), state_->sends[static_cast<size_t>(r)],
-                  static_cast<size_t>(bytes_per_rank));
+      Copy(At(recv, r * bytes_per_rank), state_->sends[static_cast<size_t>(r)], bytes_per_rank);
     return Wait();
   }
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(internal::CheckReduce("ReduceScatter", type, op, rank_, host()));
     CUPCAKE_RETURN_IF_ERROR(Post(send, recv));
     const int64_t block = count_per_rank * DataTypeBytes(type);
-    std::memcpy(recv, At(state_->sends[0], rank_ * block), static_cast<size_t>(block));
+    Copy(recv, At(state_->sends[0], rank_ * block), block);
     for (int r = 1; r < size(); ++r)
       ReduceInto(At(state_->sends[static_cast<size_t>(r)], rank_ * block), recv, count_per_rank, type, op);
     return Wait();
@@ -129,8 +132,8 @@ class InProcessCommunicator final : public Communicator {
   Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
     CUPCAKE_RETURN_IF_ERROR(Post(send, recv));
     for (int r = 0; r < size(); ++r)
-      std::memcpy(At(recv, r * bytes_per_rank), At(state_->sends[static_cast<size_t>(r)], rank_ * bytes_per_rank),
-                  static_cast<size_t>(bytes_per_rank));
+      Copy(At(recv, r * bytes_per_rank), At(state_->sends[static_cast<size_t>(r)], rank_ * bytes_per_rank),
+           bytes_per_rank);
     return Wait();
   }
   Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
@@ -149,7 +152,7 @@ class InProcessCommunicator final : public Communicator {
                       std::to_string(recv_bytes[static_cast<size_t>(r)]));
         return Wait();
       }
-      std::memcpy(At(recv, out), At(state_->sends[static_cast<size_t>(r)], offset), static_cast<size_t>(theirs[rank_]));
+      Copy(At(recv, out), At(state_->sends[static_cast<size_t>(r)], offset), theirs[rank_]);
       out += theirs[rank_];
     }
     return Wait();
