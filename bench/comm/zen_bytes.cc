@@ -8,52 +8,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cupcake/comm/zen.h"
+#include "zen_indices.h"
 
 namespace cupcake::comm {
 namespace {
 
 namespace zen = kernels::zen;
 
-struct Options {
-  int64_t n = int64_t{1} << 22;
+struct Options : bench::IndexSet {
   int iters = 3;
-  double overlap = 0.9;  // overlapping: share of a rank's indices drawn from the hot pool
-  double pool = 1.1;  // overlapping: hot pool size, in units of k
-  uint64_t seed = 1;
 };
-
-// `count` distinct sorted indices below n: `from` drawn, then topped up uniformly.
-std::vector<uint32_t> Distinct(std::vector<uint32_t> from, int64_t count, int64_t n, std::mt19937_64& rng) {
-  std::sort(from.begin(), from.end());
-  from.erase(std::unique(from.begin(), from.end()), from.end());
-  while (static_cast<int64_t>(from.size()) < count) {
-    for (int64_t j = static_cast<int64_t>(from.size()); j < count; ++j)
-      from.push_back(static_cast<uint32_t>(rng() % static_cast<uint64_t>(n)));
-    std::sort(from.begin(), from.end());
-    from.erase(std::unique(from.begin(), from.end()), from.end());
-  }
-  return from;
-}
-
-// Rank r's k indices: "uniform" k distinct uniform indices; "overlapping" round(overlap k)
-// distinct indices from a hot pool of round(pool k) uniform indices shared by all ranks, the
-// rest uniform over n (distinct from them).
-std::vector<uint32_t> RankIndices(const Options& o, bool overlapping, int rank, int64_t k) {
-  std::mt19937_64 rng(o.seed * 1000003 + static_cast<uint64_t>(rank));
-  if (!overlapping) return Distinct({}, k, o.n, rng);
-  std::mt19937_64 shared(o.seed);
-  const std::vector<uint32_t> hot = Distinct({}, std::llround(o.pool * static_cast<double>(k)), o.n, shared);
-  std::vector<uint32_t> picked(hot);
-  std::shuffle(picked.begin(), picked.end(), rng);
-  picked.resize(static_cast<size_t>(std::llround(o.overlap * static_cast<double>(k))));
-  return Distinct(std::move(picked), k, o.n, rng);
-}
 
 struct Row {
   std::vector<ZenStats> stats;
@@ -68,7 +37,7 @@ Row RunOne(const Options& o, int p, bool overlapping, int64_t k) {
   std::vector<double> dense(static_cast<size_t>(o.n), 0);
   std::vector<bool> present(static_cast<size_t>(o.n), false);
   for (int r = 0; r < p; ++r) {
-    idx[static_cast<size_t>(r)] = RankIndices(o, overlapping, r, k);
+    idx[static_cast<size_t>(r)] = bench::RankIndices(o, overlapping, r, k);
     for (uint32_t i : idx[static_cast<size_t>(r)]) {
       const float v = static_cast<float>((i + 3 * r) % 64) - 32;  // integers: exact sums
       val[static_cast<size_t>(r)].push_back(v);

@@ -69,6 +69,22 @@ TEST(ZenMergeSum, SumsEqualIndicesInSenderOrder) {
   EXPECT_EQ(out.values, (std::vector<float>{3, 0, 1}));
 }
 
+TEST(ZenMergeSum, KeepsSenderOrderWhenOneSendersListContinuesAnothers) {
+  // Sender 1's list [6] continues sender 0's [1, 4] in increasing order, so the two form one
+  // run; index 4 must still be summed as sender 0's 1e8, then sender 2's 1, then sender 3's
+  // -1e8 (0 in float), and index 6 as sender 1's 2 then sender 2's -1.
+  const std::vector<Pair> pairs{{1, 3}, {4, 1e8f}, {6, 2}, {4, 1}, {6, -1}, {4, -1e8f}};
+  const Sparse out = MergeSum(pairs);
+  EXPECT_EQ(out.indices, (std::vector<uint32_t>{1, 4, 6}));
+  EXPECT_EQ(out.values, (std::vector<float>{3, 0, 1}));
+}
+
+TEST(ZenMergeSum, EmptyInputGivesAnEmptyVector) {
+  const Sparse out = MergeSum({});
+  EXPECT_TRUE(out.indices.empty());
+  EXPECT_TRUE(out.values.empty());
+}
+
 // A partition of `owner` holding its members of the rows that `take` selects.
 Sparse PartitionOf(int owner, int64_t n, int p, uint32_t seed, const std::function<bool(int64_t)>& take) {
   Sparse s;

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <utility>
 
 #include "../common.h"
 
@@ -88,17 +90,42 @@ Partitioned PartitionByOwner(SparseView input, int world_size, uint32_t seed) {
 }
 
 Sparse MergeSum(std::span<const Pair> pairs) {
-  // The lists are concatenated in sender order, so a stable sort by index keeps, for equal
-  // indices, the senders in rank order: the sum below adds them in that order.
-  std::vector<Pair> sorted(pairs.begin(), pairs.end());
-  std::stable_sort(sorted.begin(), sorted.end(), [](const Pair& a, const Pair& b) { return a.index < b.index; });
+  // The sender lists split into runs of strictly increasing indices (a run may join several
+  // senders' lists; never two pairs of one index), merged by a heap of the runs' heads in
+  // (index, run) order, so equal indices come out in run order, which is sender order, and are
+  // summed in that order. U log R instead of a sort's U log U.
+  std::vector<size_t> at;  // each run's next pair
+  std::vector<size_t> end;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (i == 0 || pairs[i].index <= pairs[i - 1].index) {
+      if (i > 0) end.push_back(i);
+      at.push_back(i);
+    }
+  }
+  if (!pairs.empty()) end.push_back(pairs.size());
+  using Head = std::pair<uint32_t, size_t>;  // (index, run)
+  std::vector<Head> heap;
+  for (size_t r = 0; r < at.size(); ++r) heap.push_back({pairs[at[r]].index, r});
+  const std::greater<Head> later;
+  std::make_heap(heap.begin(), heap.end(), later);
   Sparse out;
-  for (const Pair& pair : sorted) {
+  out.indices.reserve(pairs.size());
+  out.values.reserve(pairs.size());
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const size_t r = heap.back().second;
+    const Pair& pair = pairs[at[r]];
     if (!out.indices.empty() && out.indices.back() == pair.index) {
       out.values.back() += pair.value;
     } else {
       out.indices.push_back(pair.index);
       out.values.push_back(pair.value);
+    }
+    if (++at[r] < end[r]) {
+      heap.back().first = pairs[at[r]].index;
+      std::push_heap(heap.begin(), heap.end(), later);
+    } else {
+      heap.pop_back();
     }
   }
   return out;
@@ -192,17 +219,33 @@ StatusOr<Sparse> DecodePartition(std::span<const std::byte> bytes, int owner, in
 }
 
 Sparse MergePartitions(std::span<const Sparse> partitions) {
-  std::vector<Pair> pairs;
-  for (const Sparse& p : partitions) {
-    for (size_t j = 0; j < p.indices.size(); ++j) pairs.push_back({p.indices[j], p.values[j]});
+  // A P-way merge of the sorted partitions (a heap of their heads): U log P, where sorting
+  // the concatenation took U log U and most of a call's time at 1% density.
+  using Head = std::pair<uint32_t, size_t>;  // (index, partition)
+  std::vector<Head> heap;
+  std::vector<size_t> at(partitions.size(), 0);
+  size_t total = 0;
+  for (size_t p = 0; p < partitions.size(); ++p) {
+    total += partitions[p].indices.size();
+    if (!partitions[p].indices.empty()) heap.push_back({partitions[p].indices[0], p});
   }
-  std::sort(pairs.begin(), pairs.end(), [](const Pair& a, const Pair& b) { return a.index < b.index; });
+  const auto later = [](const Head& a, const Head& b) { return a.first > b.first; };
+  std::make_heap(heap.begin(), heap.end(), later);
   Sparse out;
-  out.indices.reserve(pairs.size());
-  out.values.reserve(pairs.size());
-  for (const Pair& pair : pairs) {
-    out.indices.push_back(pair.index);
-    out.values.push_back(pair.value);
+  out.indices.reserve(total);
+  out.values.reserve(total);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const size_t p = heap.back().second;
+    const Sparse& from = partitions[p];
+    out.indices.push_back(from.indices[at[p]]);
+    out.values.push_back(from.values[at[p]]);
+    if (++at[p] < from.indices.size()) {
+      heap.back().first = from.indices[at[p]];
+      std::push_heap(heap.begin(), heap.end(), later);
+    } else {
+      heap.pop_back();
+    }
   }
   return out;
 }

@@ -1,0 +1,185 @@
+// zen_time: ZenAllreduce against the allgather scheme for top-k payloads, timed over MPI (run
+// under mpirun, or scripts/testbed.sh run for a shaped network; docs/ZEN.md). Both schemes
+// start from the same top-k payload per rank (k values, then k ascending indices: the topk
+// compressor's layout) and end with the dense mean over the ranks in a float buffer of n, as
+// the runtime's decode leaves it:
+//   allgather: the communicator's Allgather of the payloads, then the topk compressor's Decode
+//   zen:       ZenAllreduce on the payload's view, then the union scattered divided by P
+// The two results must be bitwise equal (integer values, sums in rank order); a mismatch ends
+// the run with exit 1. A call's time is the slowest rank's (each call after a barrier); the
+// table gives the median and the p10-p90 over the calls, the two schemes alternating.
+//
+//   mpirun -np P zen_time [--n=4194304] [--iters=20] [--warmup=3] [--overlap=0.9] [--pool=1.1]
+//                         [--seed=1]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cupcake/comm/mpi.h"
+#include "cupcake/comm/zen.h"
+#include "cupcake/kernels/compressor.h"
+#include "cupcake/proto/catalogue.h"
+#include "zen_indices.h"
+
+namespace cupcake::comm {
+namespace {
+
+namespace zen = kernels::zen;
+
+struct Options : bench::IndexSet {
+  int iters = 20;
+  int warmup = 3;
+};
+
+[[noreturn]] void Die(int rank, const std::string& what) {
+  std::fprintf(stderr, "zen_time: rank %d: %s\n", rank, what.c_str());
+  std::exit(1);
+}
+
+struct Times {
+  std::vector<double> zen_ms, allgather_ms;
+};
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+void RunRow(Communicator& comm, const Options& o, double density, bool overlapping) {
+  const int rank = comm.rank(), p = comm.size();
+  const int64_t k = SelectedCount(o.n, density);
+  const std::vector<uint32_t> indices = bench::RankIndices(o, overlapping, rank, k);
+  // The payload: k values (integers, so every sum is exact), then the k indices.
+  std::vector<std::byte> payload(static_cast<size_t>(8 * k));
+  for (int64_t j = 0; j < k; ++j) {
+    const float v = static_cast<float>((indices[static_cast<size_t>(j)] + 3 * rank) % 64) - 32;
+    std::memcpy(payload.data() + 4 * j, &v, 4);
+  }
+  std::memcpy(payload.data() + 4 * k, indices.data(), static_cast<size_t>(4 * k));
+
+  kernels::CompressorConfig config{.name = "topk", .memory = "none", .n = o.n, .world_size = p, .ratio = density};
+  auto topk = kernels::MakeCompressor(config, kernels::Backend::kCpu);
+  if (!topk.ok()) Die(rank, topk.status().ToString());
+  if ((*topk)->payload_bytes() != static_cast<int64_t>(payload.size()))
+    Die(rank, "topk payload: size: mismatch; got " + std::to_string(payload.size()) + ", the compressor expects " +
+                  std::to_string((*topk)->payload_bytes()));
+  std::vector<std::byte> received(static_cast<size_t>((*topk)->decode_input_bytes()));
+  std::vector<float> by_allgather(static_cast<size_t>(o.n)), by_zen(static_cast<size_t>(o.n));
+  auto view = zen::TopkPayloadView(payload, k);
+  if (!view.ok()) Die(rank, view.status().ToString());
+
+  ZenStats stats;
+  int64_t union_size = 0;
+  auto run_allgather = [&] {
+    Status s = comm.Allgather(payload.data(), received.data(), static_cast<int64_t>(payload.size()));
+    if (s.ok()) s = (*topk)->Decode(received, by_allgather, 0);
+    if (!s.ok()) Die(rank, "allgather scheme: " + s.ToString());
+  };
+  auto run_zen = [&] {
+    auto sum = ZenAllreduce(comm, *view, {.n = o.n, .seed = static_cast<uint32_t>(o.seed)}, &stats);
+    if (!sum.ok()) Die(rank, "zen: " + sum.status().ToString());
+    std::fill(by_zen.begin(), by_zen.end(), 0.0f);
+    for (size_t j = 0; j < sum->indices.size(); ++j)
+      by_zen[sum->indices[j]] = sum->values[j] / static_cast<float>(p);
+    union_size = static_cast<int64_t>(sum->indices.size());
+  };
+  // One call's time: the slowest rank's, each call after a barrier.
+  auto timed = [&](auto&& call) {
+    if (Status s = comm.Barrier(); !s.ok()) Die(rank, s.ToString());
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (Status s = comm.Allreduce(&ms, &ms, 1, DataType::kFloat64, ReduceOp::kMax); !s.ok()) Die(rank, s.ToString());
+    return ms;
+  };
+  Times t;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    const double a = timed(run_allgather), z = timed(run_zen);
+    if (it < o.warmup) continue;
+    t.allgather_ms.push_back(a);
+    t.zen_ms.push_back(z);
+  }
+  if (std::memcmp(by_allgather.data(), by_zen.data(), 4 * by_allgather.size()) != 0)
+    Die(rank, "zen and the allgather scheme disagree (expected bitwise equal means)");
+
+  // Bytes this rank sent to others: the largest over ranks.
+  int64_t sent[2] = {stats.Total().sent, AllgatherSchemeBytes(k, p).sent};
+  if (Status s = comm.Allreduce(sent, sent, 2, DataType::kInt64, ReduceOp::kMax); !s.ok()) Die(rank, s.ToString());
+  if (rank != 0) return;
+  auto range = [](const std::vector<double>& v) {
+    char out[48];
+    std::snprintf(out, sizeof(out), "%.3f-%.3f", Quantile(v, 0.1), Quantile(v, 0.9));
+    return std::string(out);
+  };
+  const double zen_med = Quantile(t.zen_ms, 0.5), ag_med = Quantile(t.allgather_ms, 0.5);
+  std::printf("%3d %8.3f %12s %9lld %10lld %12lld %12lld %9.3f %17s %9.3f %17s %7.2f\n", p, 100 * density,
+              overlapping ? "overlapping" : "uniform", static_cast<long long>(k), static_cast<long long>(union_size),
+              static_cast<long long>(sent[0]), static_cast<long long>(sent[1]), zen_med, range(t.zen_ms).c_str(),
+              ag_med, range(t.allgather_ms).c_str(), ag_med / zen_med);
+  std::fflush(stdout);
+}
+
+bool ParseFlag(const char* arg, const char* name, std::string& value) {
+  const size_t len = std::strlen(name);
+  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
+  value = arg + len + 1;
+  return true;
+}
+
+}  // namespace
+}  // namespace cupcake::comm
+
+int main(int argc, char** argv) {
+  using namespace cupcake::comm;
+  auto process = InitMpi(&argc, &argv);
+  if (!process.ok()) {
+    std::fprintf(stderr, "zen_time: %s\n", process.status().ToString().c_str());
+    return 1;
+  }
+  auto world = (*process)->World();
+  if (!world.ok()) {
+    std::fprintf(stderr, "zen_time: %s\n", world.status().ToString().c_str());
+    return 1;
+  }
+  Communicator& comm = **world;
+  Options o;
+  for (int a = 1; a < argc; ++a) {
+    std::string v;
+    if (ParseFlag(argv[a], "--n", v))
+      o.n = std::atoll(v.c_str());
+    else if (ParseFlag(argv[a], "--iters", v))
+      o.iters = std::atoi(v.c_str());
+    else if (ParseFlag(argv[a], "--warmup", v))
+      o.warmup = std::atoi(v.c_str());
+    else if (ParseFlag(argv[a], "--overlap", v))
+      o.overlap = std::atof(v.c_str());
+    else if (ParseFlag(argv[a], "--pool", v))
+      o.pool = std::atof(v.c_str());
+    else if (ParseFlag(argv[a], "--seed", v))
+      o.seed = std::strtoull(v.c_str(), nullptr, 10);
+    else
+      Die(comm.rank(), std::string(argv[a]) +
+                           ": unknown flag; expected --n, --iters, --warmup, --overlap, --pool or --seed");
+  }
+  if (o.n < 1 || o.n > cupcake::kernels::zen::kMaxElements || o.iters < 1 || o.warmup < 0 || o.overlap < 0 ||
+      o.overlap > 1 || o.pool < o.overlap)
+    Die(comm.rank(),
+        "flags: out of range; expected 1 <= n <= 2^31-1, iters >= 1, warmup >= 0, 0 <= overlap <= 1, pool >= overlap");
+  if (comm.rank() == 0) {
+    std::printf("# zen_time --n=%lld --iters=%d --warmup=%d --overlap=%g --pool=%g --seed=%llu, %d ranks\n",
+                static_cast<long long>(o.n), o.iters, o.warmup, o.overlap, o.pool,
+                static_cast<unsigned long long>(o.seed), comm.size());
+    std::printf(
+        "# both schemes from the same top-k payload to the dense mean (checked bitwise equal); time: the slowest\n"
+        "# rank's, median and p10-p90 over the calls; sent: the largest bytes one rank sent to the others.\n");
+    std::printf("%3s %8s %12s %9s %10s %12s %12s %9s %17s %9s %17s %7s\n", "P", "dens(%)", "indices", "k", "union",
+                "zen_sent(B)", "ag_sent(B)", "zen(ms)", "zen p10-p90", "ag(ms)", "ag p10-p90", "ag/zen");
+  }
+  for (bool overlapping : {false, true})
+    for (double density : {0.01, 0.001}) RunRow(comm, o, density, overlapping);
+  return 0;
+}
