@@ -25,7 +25,9 @@ struct Case {
 inline kernels::Buffer Upload(Communicator& c, const void* host, int64_t bytes) {
   auto b = c.Allocate(bytes);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
-  if (bytes > 0) EXPECT_TRUE(b->CopyFromHost(host, bytes).ok());
+  if (bytes > 0) {
+    EXPECT_TRUE(b->CopyFromHost(host, bytes).ok());
+  }
   return std::move(b).value();
 }
 
@@ -33,7 +35,9 @@ template <typename T>
 std::vector<T> Download(Communicator& c, const kernels::Buffer& b, int64_t count) {
   EXPECT_TRUE(c.Synchronize().ok());
   std::vector<T> out(static_cast<size_t>(count));
-  if (count > 0) EXPECT_TRUE(b.CopyToHost(out.data(), count * static_cast<int64_t>(sizeof(T))).ok());
+  if (count > 0) {
+    EXPECT_TRUE(b.CopyToHost(out.data(), count * static_cast<int64_t>(sizeof(T))).ok());
+  }
   return out;
 }
 
@@ -206,7 +210,9 @@ inline std::vector<Case> Cases() {
     auto none = c.Split(me == 0 ? -1 : 0, me);  // rank 0 joins no group
     ASSERT_TRUE(none.ok());
     EXPECT_EQ(*none == nullptr, me == 0);
-    if (*none) EXPECT_EQ((*none)->size(), w - 1);
+    if (*none) {
+      EXPECT_EQ((*none)->size(), w - 1);
+    }
   }});
   cases.push_back({"WrongArgumentsAreRefusedNamingThem", [](Communicator& c) {
     const std::string tail = " (rank " + std::to_string(c.rank()) + " on " + c.host() + ")";

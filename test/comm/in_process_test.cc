@@ -31,9 +31,9 @@ TEST_P(InProcessSuite, PassesTheBackendCase) {
 INSTANTIATE_TEST_SUITE_P(Ranks, InProcessSuite,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Range(0, static_cast<int>(Cases().size()))),
-                         [](const auto& info) {
-                           return Cases()[static_cast<size_t>(std::get<1>(info.param))].name + "_" +
-                                  std::to_string(std::get<0>(info.param)) + "ranks";
+                         [](const auto& param_info) {
+                           return Cases()[static_cast<size_t>(std::get<1>(param_info.param))].name + "_" +
+                                  std::to_string(std::get<0>(param_info.param)) + "ranks";
                          });
 
 TEST(InProcessGroup, HostsNameTheFakeNodes) {

@@ -33,7 +33,7 @@ TEST_P(MpiSuite, PassesTheBackendCaseSleepingBetweenTests) {
 }
 
 INSTANTIATE_TEST_SUITE_P(World, MpiSuite, ::testing::Range(0, static_cast<int>(Cases().size())),
-                         [](const auto& info) { return Cases()[static_cast<size_t>(info.param)].name; });
+                         [](const auto& param_info) { return Cases()[static_cast<size_t>(param_info.param)].name; });
 
 class ZenMpi : public ::testing::TestWithParam<int> {};
 

@@ -20,7 +20,7 @@ TEST_P(NcclSuite, PassesTheBackendCase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(OneGpu, NcclSuite, ::testing::Range(0, static_cast<int>(Cases().size())),
-                         [](const auto& info) { return Cases()[static_cast<size_t>(info.param)].name; });
+                         [](const auto& param_info) { return Cases()[static_cast<size_t>(param_info.param)].name; });
 
 }  // namespace
 }  // namespace cupcake::comm::testing
