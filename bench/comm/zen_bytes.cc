@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,13 +105,6 @@ void PrintRow(const Options& o, int p, double density, bool overlapping) {
               static_cast<long long>(bitmaps), row.times_ms[row.times_ms.size() / 2], row.correct ? "OK" : "FAIL");
 }
 
-bool ParseFlag(const char* arg, const char* name, std::string& value) {
-  const size_t len = std::strlen(name);
-  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
-  value = arg + len + 1;
-  return true;
-}
-
 }  // namespace
 }  // namespace cupcake::comm
 
@@ -120,25 +112,13 @@ int main(int argc, char** argv) {
   using namespace cupcake::comm;
   Options o;
   for (int a = 1; a < argc; ++a) {
-    std::string v;
-    if (ParseFlag(argv[a], "--n", v))
-      o.n = std::atoll(v.c_str());
-    else if (ParseFlag(argv[a], "--iters", v))
-      o.iters = std::atoi(v.c_str());
-    else if (ParseFlag(argv[a], "--overlap", v))
-      o.overlap = std::atof(v.c_str());
-    else if (ParseFlag(argv[a], "--pool", v))
-      o.pool = std::atof(v.c_str());
-    else if (ParseFlag(argv[a], "--seed", v))
-      o.seed = std::strtoull(v.c_str(), nullptr, 10);
-    else {
+    if (!cupcake::bench::ParseCommonFlag(argv[a], o, o.iters)) {
       std::fprintf(stderr, "zen_bytes: %s: unknown flag; expected --n, --iters, --overlap, --pool or --seed\n",
                    argv[a]);
       return 2;
     }
   }
-  if (o.n < 1 || o.n > cupcake::kernels::zen::kMaxElements || o.iters < 1 || o.overlap < 0 || o.overlap > 1 ||
-      o.pool < o.overlap) {
+  if (!cupcake::bench::CommonFlagsInRange(o, o.iters, cupcake::kernels::zen::kMaxElements)) {
     std::fprintf(
         stderr,
         "zen_bytes: flags: out of range; expected 1 <= n <= 2^31-1, iters >= 1, 0 <= overlap <= 1, pool >= overlap\n");

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace cupcake::bench {
@@ -43,6 +46,38 @@ inline std::vector<uint32_t> RankIndices(const IndexSet& o, bool overlapping, in
   std::shuffle(picked.begin(), picked.end(), rng);
   picked.resize(static_cast<size_t>(std::llround(o.overlap * static_cast<double>(k))));
   return Distinct(std::move(picked), k, o.n, rng);
+}
+
+// `arg` is `name=value`: value set, true.
+inline bool ParseFlag(const char* arg, const char* name, std::string& value) {
+  const size_t len = std::strlen(name);
+  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
+  value = arg + len + 1;
+  return true;
+}
+
+// The flags --n, --iters, --overlap, --pool and --seed of both benchmarks; false when `arg` is
+// none of them.
+inline bool ParseCommonFlag(const char* arg, IndexSet& o, int& iters) {
+  std::string v;
+  if (ParseFlag(arg, "--n", v))
+    o.n = std::atoll(v.c_str());
+  else if (ParseFlag(arg, "--iters", v))
+    iters = std::atoi(v.c_str());
+  else if (ParseFlag(arg, "--overlap", v))
+    o.overlap = std::atof(v.c_str());
+  else if (ParseFlag(arg, "--pool", v))
+    o.pool = std::atof(v.c_str());
+  else if (ParseFlag(arg, "--seed", v))
+    o.seed = std::strtoull(v.c_str(), nullptr, 10);
+  else
+    return false;
+  return true;
+}
+
+// The ranges of those flags (max_n: the largest vector the scheme takes).
+inline bool CommonFlagsInRange(const IndexSet& o, int iters, int64_t max_n) {
+  return o.n >= 1 && o.n <= max_n && iters >= 1 && o.overlap >= 0 && o.overlap <= 1 && o.pool >= o.overlap;
 }
 
 }  // namespace cupcake::bench

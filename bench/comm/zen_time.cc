@@ -123,13 +123,6 @@ void RunRow(Communicator& comm, const Options& o, double density, bool overlappi
   std::fflush(stdout);
 }
 
-bool ParseFlag(const char* arg, const char* name, std::string& value) {
-  const size_t len = std::strlen(name);
-  if (std::strncmp(arg, name, len) != 0 || arg[len] != '=') return false;
-  value = arg + len + 1;
-  return true;
-}
-
 }  // namespace
 }  // namespace cupcake::comm
 
@@ -149,24 +142,13 @@ int main(int argc, char** argv) {
   Options o;
   for (int a = 1; a < argc; ++a) {
     std::string v;
-    if (ParseFlag(argv[a], "--n", v))
-      o.n = std::atoll(v.c_str());
-    else if (ParseFlag(argv[a], "--iters", v))
-      o.iters = std::atoi(v.c_str());
-    else if (ParseFlag(argv[a], "--warmup", v))
+    if (cupcake::bench::ParseFlag(argv[a], "--warmup", v))
       o.warmup = std::atoi(v.c_str());
-    else if (ParseFlag(argv[a], "--overlap", v))
-      o.overlap = std::atof(v.c_str());
-    else if (ParseFlag(argv[a], "--pool", v))
-      o.pool = std::atof(v.c_str());
-    else if (ParseFlag(argv[a], "--seed", v))
-      o.seed = std::strtoull(v.c_str(), nullptr, 10);
-    else
+    else if (!cupcake::bench::ParseCommonFlag(argv[a], o, o.iters))
       Die(comm.rank(), std::string(argv[a]) +
                            ": unknown flag; expected --n, --iters, --warmup, --overlap, --pool or --seed");
   }
-  if (o.n < 1 || o.n > cupcake::kernels::zen::kMaxElements || o.iters < 1 || o.warmup < 0 || o.overlap < 0 ||
-      o.overlap > 1 || o.pool < o.overlap)
+  if (!cupcake::bench::CommonFlagsInRange(o, o.iters, cupcake::kernels::zen::kMaxElements) || o.warmup < 0)
     Die(comm.rank(),
         "flags: out of range; expected 1 <= n <= 2^31-1, iters >= 1, warmup >= 0, 0 <= overlap <= 1, pool >= overlap");
   if (comm.rank() == 0) {
