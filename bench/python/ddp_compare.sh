@@ -7,15 +7,15 @@
 # then ITERS timed steps; an iteration's time is the slowest rank's (ddp_compare.py); printed:
 # median, p10, p90, and the evaluation loss after WARMUP + ITERS steps. Numbers, not pass/fail.
 #
-# Usage: bench/python/ddp_compare.sh [--np 2] [--warmup 10] [--iters 30] [--batch 32]
-#          [--width 16] [--hidden 1024] [--lr 0.05] [--rounds 1] [--testbed] [--build DIR] [--out DIR]
+# Usage: bench/python/ddp_compare.sh [--np 2] [--warmup 10] [--iters 200] [--batch 32]
+#          [--width 16] [--hidden 1024] [--lr 0.01] [--rounds 1] [--testbed] [--build DIR] [--out DIR]
 #   --testbed  run every MPI job on the testbed (scripts/testbed.sh up ... first; docs/TESTBED.md):
 #              DDP's MASTER_ADDR is host 1's address, 10.77.0.1 (CUPCAKE_TESTBED_NET.1)
 #   --rounds R run the five arms R times, interleaved (each round all five in turn)
 # Environment: PYTHON (default /usr/bin/python3, Debian's, which has python3-torch).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-np=2 warmup=10 iters=30 batch=32 width=16 hidden=1024 lr=0.05 rounds=1 testbed=0
+np=2 warmup=10 iters=200 batch=32 width=16 hidden=1024 lr=0.01 rounds=1 testbed=0
 build="$root/build" out=""
 while [ $# -gt 0 ]; do
   case "$1" in
