@@ -28,7 +28,10 @@
 //                                [--warmup W] [--iters I] [--method osu|per-call]
 //                                [--call blocking|nonblocking] [--spin-us S] [--sleep-us T]
 //                                [--thread single|multiple] [--allreduce mpi|exchange]
-// Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>max_rank_us<TAB>min_rank_us".
+//                                [--print-calls yes|no]
+// Prints, on rank 0, one line per point: "op<TAB>size_bytes<TAB>max_rank_us<TAB>min_rank_us";
+// with --print-calls yes and --method per-call, before it, every timed call of rank 0:
+// "call<TAB>op<TAB>size_bytes<TAB>index<TAB>us".
 #include <mpi.h>
 
 #include <sched.h>
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   std::string method = "osu", call_kind = "blocking", allreduce = "mpi";
   double spin_us = 100;
   long sleep_us = 0;
+  bool print_calls = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) Die(rank, flag + ": missing value");
@@ -118,7 +122,11 @@ int main(int argc, char** argv) {
       spin_us = std::atof(value);
     else if (flag == "--sleep-us")
       sleep_us = std::atol(value);
-    else
+    else if (flag == "--print-calls") {
+      if (std::string(value) != "yes" && std::string(value) != "no")
+        Die(rank, "--print-calls: unknown; got " + std::string(value) + ", expected yes or no");
+      print_calls = std::string(value) == "yes";
+    } else
       Die(rank, "unknown flag " + flag);
   }
   if (min_bytes < 4 || max_bytes < min_bytes || max_bytes > (1ll << 30) || iters < 1 || warmup < 0)
@@ -233,6 +241,9 @@ int main(int argc, char** argv) {
           for (char c : got) sink += static_cast<unsigned char>(c);
           if (i >= warmup) calls.push_back((t1 - t0) * 1e6);
         }
+        if (print_calls && rank == 0)
+          for (size_t i = 0; i < calls.size(); ++i)
+            std::printf("call\t%s\t%lld\t%zu\t%.1f\n", op.c_str(), bytes, i, calls[i]);
         std::nth_element(calls.begin(), calls.begin() + iters / 2, calls.end());
         us = calls[static_cast<size_t>(iters / 2)];
         if (iters % 2 == 0) us = (us + *std::max_element(calls.begin(), calls.begin() + iters / 2)) / 2;
