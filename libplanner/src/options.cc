@@ -18,6 +18,12 @@ bool EncodesBeforeNetwork(const SchemeInfo& s) { return HasCodec(s) && s.encode_
 bool DecodesAfterNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_after == s.step_count - 1; }
 bool EncodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.encode_before > 0; }
 bool DecodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_after < s.step_count - 1; }
+// Zen's work inside the network block (the owners' merge-sum of the pairs, the partitions'
+// encode, decode and merge), priced as one more decode of the group by the codec's decode
+// curve (docs/MODEL.md, "The zen scheme"), placed after the payload step.
+bool MergesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.zen; }
+// The codec's decode curve read inside the network block: a decode between steps or Zen's merge.
+bool ReadsDecodeInNetwork(const SchemeInfo& s) { return DecodesInNetwork(s) || MergesInNetwork(s); }
 
 // Resolves one option's curves; returns the key of the first missing curve, or "".
 std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const Option& o, OptionCurves& out) {
@@ -33,7 +39,7 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
   };
   if (EncodesBeforeNetwork(s) && !kernel("encode", out.pre_kernel, out.pre_key)) return out.pre_key;
   if (EncodesInNetwork(s) && !kernel("encode", out.mid_encode, out.mid_encode_key)) return out.mid_encode_key;
-  if (DecodesInNetwork(s) && !kernel("decode", out.mid_decode, out.mid_decode_key)) return out.mid_decode_key;
+  if (ReadsDecodeInNetwork(s) && !kernel("decode", out.mid_decode, out.mid_decode_key)) return out.mid_decode_key;
   if (DecodesAfterNetwork(s) && !kernel("decode", out.post_kernel, out.post_key)) return out.post_key;
   for (int i = 0; i < s.step_count; ++i) {
     const SchemeStep& step = s.steps[i];
@@ -91,6 +97,10 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
   const std::string_view fusion_scheme = b.compress ? "flat" : "flat_fp32";
   for (const SchemeInfo& s : Schemes()) {
     if (std::string why = Duplicate(s, *b.compressor); !why.empty()) continue;
+    if (std::string why = SchemeCodecProblem(s, *b.compressor); !why.empty()) {
+      p.dropped.push_back(why);
+      continue;
+    }
     if (s.hierarchical && (p.nodes < 2 || p.devices_per_node < 2)) {
       p.dropped.push_back(std::string(s.name) + ": one node or one device per node (nothing to split)");
       continue;
@@ -166,9 +176,9 @@ void OptionPricer::Price(int last, std::span<StageCost> out) {
     }
     for (int i = 0; i < scheme.step_count; ++i)
       c.net += k.steps[static_cast<size_t>(i)].At(
-          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.devices_per_node)));
+          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.ranks())));
     if (EncodesInNetwork(scheme)) c.net += k.mid_encode.At(m);
-    if (DecodesInNetwork(scheme)) c.net += k.mid_decode.At(m);
+    if (ReadsDecodeInNetwork(scheme)) c.net += k.mid_decode.At(m);
     out[o] = c;
   }
 }
@@ -192,11 +202,12 @@ static void PlaceSteps(const OptionProblem& p, OptionGroupTimes& g, double start
   double t = start;
   for (int i = 0; i < s.step_count; ++i) {
     if (EncodesInNetwork(s) && i == s.encode_before) t += curves.mid_encode.At(m);
-    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.devices_per_node);
+    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.ranks());
     const double dur = curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
     g.steps.push_back({StepOp(s, s.steps[i], *p.base.compressor), s.steps[i].scope, bytes, t, t + dur});
     t += dur;
     if (DecodesInNetwork(s) && i == s.decode_after) t += curves.mid_decode.At(m);
+    if (MergesInNetwork(s) && i == PayloadStep(s)) t += curves.mid_decode.At(m);
   }
 }
 

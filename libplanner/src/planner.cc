@@ -70,8 +70,7 @@ void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan&
     opt->set_collective(StepOp(s, s.steps[n_step], *p.base.compressor));
     opt->set_scheme(std::string(s.name));
     out->set_numel(p.base.GroupNumel(g.first, g.last));
-    out->set_payload_bytes(
-        StepBytes(s, s.steps[n_step], *p.base.compressor, out->numel(), p.base.ratio, p.devices_per_node));
+    out->set_payload_bytes(StepBytes(s, s.steps[n_step], *p.base.compressor, out->numel(), p.base.ratio, p.ranks()));
     out->set_encode_start_us(g.pre_start_us);
     out->set_encode_end_us(g.pre_end_us);
     out->set_comm_start_us(g.comm_start_us);

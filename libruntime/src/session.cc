@@ -8,8 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "cupcake/comm/zen.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/fusion.h"
+#include "cupcake/kernels/zen.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/names.h"
@@ -79,6 +81,12 @@ struct Group {
   int64_t shard = 0;
   kernels::Buffer padded, shard_floats;
   float divisor = 1;
+  // Zen (docs/ZEN.md; host sessions): the payload (topk's and dgc's layout: k values, then k
+  // ascending indices) is summed over the ranks by comm::ZenAllreduce; `zen_sum` holds the union
+  // and its sums from the collective to the decode. No `received` buffer.
+  bool zen = false;
+  uint32_t zen_seed = 0;
+  kernels::zen::Sparse zen_sum;
   GroupTimeline times;  // record_timeline: comm_* by the communication thread
   int pending = 0;  // tensors not yet ready this step; caller's thread only
   Stage stage = Stage::kIdle;  // guarded by Impl::mu_ (host sessions)
@@ -90,6 +98,14 @@ struct Group {
 // bitwise); `in` may be `out`.
 void DivideInto(const float* in, float* out, int64_t n, float w) {
   for (int64_t i = 0; i < n; ++i) out[i] = in[i] / w;
+}
+
+// out = 0 except out[i] = sum / w at the union's indices (strictly increasing, < out.size(),
+// as ZenAllreduce returns them): the division the sparse compressors' decode makes, so a zen
+// group's means equal the allgather scheme's bitwise whenever the sums do.
+void ScatterMean(const kernels::zen::Sparse& sum, float w, std::span<float> out) {
+  std::fill(out.begin(), out.end(), 0.0f);
+  for (size_t j = 0; j < sum.indices.size(); ++j) out[sum.indices[j]] = sum.values[j] / w;
 }
 
 StatusOr<kernels::Buffer> AllocateZeroed(kernels::Backend backend, int64_t bytes) {
@@ -167,13 +183,14 @@ class Session::Impl {
     const pb::CompressorSpec& spec = plan.compressor();
     std::vector<kernels::CompressorConfig> configs;
     std::vector<kernels::CompressorLayout> layouts;
-    std::vector<const SchemeInfo*> schemes;  // hierarchical groups' schemes, else nullptr
+    std::vector<const SchemeInfo*> schemes;  // options plans' groups' schemes, else nullptr
     int hierarchical_devices = 0;  // devices_per_node when some group is hierarchical
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
       // Options plans (docs/MODEL.md, v2): flat schemes on the plan's device, hierarchical ones
-      // on host memory. Anything else is refused rather than run as something the plan did not say.
+      // and zen on host memory. Anything else is refused rather than run as something the plan
+      // did not say.
       const std::string& scheme_name = g.options().scheme();
       const SchemeInfo* scheme = scheme_name.empty() ? nullptr : FindScheme(scheme_name);
       if (!scheme_name.empty() && scheme == nullptr) {
@@ -191,6 +208,11 @@ class Session::Impl {
       if (scheme != nullptr && scheme->hierarchical && on_device()) {
         add(f + ".options.scheme", "hierarchical schemes on GPU memory are not executed by this runtime yet; got " +
                                        Quoted(scheme_name) + ", expected a flat scheme (or a session on host memory)");
+        continue;
+      }
+      if (scheme != nullptr && scheme->zen && on_device()) {
+        add(f + ".options.scheme", "zen on GPU memory is not executed by this runtime yet; got " + Quoted(scheme_name) +
+                                       ", expected a flat scheme (or a session on host memory)");
         continue;
       }
       const CompressorInfo* plan_info = FindCompressor(spec.name());
@@ -222,7 +244,7 @@ class Session::Impl {
         add(f, layout.status().message());
         continue;
       }
-      schemes.push_back(scheme != nullptr && scheme->hierarchical ? scheme : nullptr);
+      schemes.push_back(scheme);
       hierarchical_devices = scheme != nullptr && scheme->hierarchical ? devices_per_node : hierarchical_devices;
       // Payload sizes and collectives were checked against the catalogue by ValidatePlan.
       configs.push_back(c);
@@ -268,9 +290,16 @@ class Session::Impl {
       if (!g.in_place) {
         CUPCAKE_ASSIGN_OR_RETURN(g.state, AllocateZeroed(backend, 4 * layout.state_floats));
         CUPCAKE_ASSIGN_OR_RETURN(g.payload, AllocateZeroed(backend, layout.payload_bytes));
+      }
+      const SchemeInfo* scheme = schemes[static_cast<size_t>(k)];
+      g.zen = scheme != nullptr && scheme->zen;
+      if (g.zen) {
+        // The owner hash's seed: GroupSeed's shared form, equal on every rank.
+        g.zen_seed = static_cast<uint32_t>(GroupSeed(spec.seed(), k, comm_->rank(), /*allreduce=*/true));
+      } else if (!g.in_place) {
         CUPCAKE_ASSIGN_OR_RETURN(g.received, AllocateZeroed(backend, layout.decode_input_bytes));
       }
-      if (const SchemeInfo* scheme = schemes[static_cast<size_t>(k)]; scheme != nullptr) {
+      if (scheme != nullptr && scheme->hierarchical) {
         g.hierarchical = scheme;
         g.shard = config.n;
         g.in_place = false;
@@ -513,18 +542,30 @@ class Session::Impl {
   }
 
   std::string CollectiveName(int k) const {
-    return "groups[" + std::to_string(k) + "] " +
-           (groups_[static_cast<size_t>(k)].allreduce ? "allreduce" : "allgather");
+    const Group& g = groups_[static_cast<size_t>(k)];
+    return "groups[" + std::to_string(k) + "] " + (g.zen ? "zen" : g.allreduce ? "allreduce" : "allgather");
   }
 
   // Group k's collective: in place on its floats (lossless groups), else payload -> received.
   // Host communicators finish it here; device ones enqueue it on their stream.
   Status Collective(Group& g) {
     if (g.hierarchical != nullptr) return HierarchicalCollective(g);
+    if (g.zen) return ZenCollective(g);
     if (g.in_place) return comm_->Allreduce(g.work, g.work, g.numel, comm::DataType::kFloat32, comm::ReduceOp::kSum);
     if (g.allreduce)
       return comm_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type, comm::ReduceOp::kSum);
     return comm_->Allgather(g.payload.data(), g.received.data(), g.payload.size_bytes());
+  }
+
+  // A zen group on host memory: the encoded payload viewed as a sparse vector (no copy) and
+  // summed over the ranks into `zen_sum`. ZenAllreduce allocates its buffers on every call.
+  Status ZenCollective(Group& g) {
+    CUPCAKE_ASSIGN_OR_RETURN(
+        const kernels::zen::SparseView view,
+        kernels::zen::TopkPayloadView({g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
+                                      g.payload.size_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair))));
+    CUPCAKE_ASSIGN_OR_RETURN(g.zen_sum, comm::ZenAllreduce(*comm_, view, {g.numel, g.zen_seed}));
+    return Status::Ok();
   }
 
   // A hierarchical group on host memory (docs/MODEL.md, v2): 1. the group, zero-padded, is
@@ -570,6 +611,13 @@ class Session::Impl {
     auto where = [k](const char* stage) { return "Synchronize: groups[" + std::to_string(k) + "] " + stage; };
     if (g.hierarchical != nullptr) {  // the sums (fp32) or the means over the nodes, to the mean over all ranks
       DivideInto(g.padded.as<float>(), g.work, g.numel, g.divisor);
+      if (g.packed()) {
+        if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
+      }
+      return Status::Ok();
+    }
+    if (g.zen) {  // host sessions only: the mean at the union's indices, zeros elsewhere
+      ScatterMean(g.zen_sum, static_cast<float>(comm_->size()), g.work_span());
       if (g.packed()) {
         if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
       }

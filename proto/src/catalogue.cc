@@ -1,5 +1,6 @@
 #include "cupcake/proto/catalogue.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -32,40 +33,66 @@ std::string JoinNames() {
   return out;
 }
 
-constexpr SchemeStep kGlobalPayload{pb::COMM_OP_UNSPECIFIED, pb::GLOBAL, true, false};
-constexpr SchemeStep kIntraReduceScatter{pb::REDUCE_SCATTER, pb::INTRA, false, false};
-constexpr SchemeStep kInterPayload{pb::COMM_OP_UNSPECIFIED, pb::INTER, true, true};
-constexpr SchemeStep kIntraAllgather{pb::ALLGATHER, pb::INTRA, false, true};
-constexpr SchemeStep kNoStep{pb::COMM_OP_UNSPECIFIED, pb::SCOPE_UNSPECIFIED, false, false};
+constexpr StepSize kInput = StepSize::kInput;
+constexpr SchemeStep kGlobalPayload{pb::COMM_OP_UNSPECIFIED, pb::GLOBAL, true, false, kInput};
+constexpr SchemeStep kIntraReduceScatter{pb::REDUCE_SCATTER, pb::INTRA, false, false, kInput};
+constexpr SchemeStep kInterPayload{pb::COMM_OP_UNSPECIFIED, pb::INTER, true, true, kInput};
+constexpr SchemeStep kIntraAllgather{pb::ALLGATHER, pb::INTRA, false, true, kInput};
+constexpr SchemeStep kNoStep{pb::COMM_OP_UNSPECIFIED, pb::SCOPE_UNSPECIFIED, false, false, kInput};
+// ZenAllreduce's collectives, in order (libcomm/src/zen.cc).
+constexpr SchemeStep kZenCounts{pb::ALLTOALL, pb::GLOBAL, false, false, StepSize::kZenCounts};
+constexpr SchemeStep kZenPairs{pb::ALLTOALL, pb::GLOBAL, true, false, kInput};
+constexpr SchemeStep kZenSizes{pb::ALLGATHER, pb::GLOBAL, false, false, StepSize::kZenSizes};
+constexpr SchemeStep kZenPartitions{pb::ALLGATHER, pb::GLOBAL, false, false, StepSize::kZenPartition};
 
-constexpr std::array<SchemeInfo, 6> kSchemes{{
-    {"flat_fp32", Codec::kNone, 1, {kGlobalPayload, kNoStep, kNoStep}, 0, 0, false, "fp32 allreduce"},
-    {"flat_fp16", Codec::kFp16, 1, {kGlobalPayload, kNoStep, kNoStep}, 0, 0, false, "fp16 allreduce"},
-    {"flat", Codec::kCompressor, 1, {kGlobalPayload, kNoStep, kNoStep}, 0, 0, false, "the compressor, flat"},
+constexpr std::array<SchemeInfo, 7> kSchemes{{
+    {"flat_fp32", Codec::kNone, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp32 allreduce"},
+    {"flat_fp16", Codec::kFp16, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp16 allreduce"},
+    {"flat",
+     Codec::kCompressor,
+     1,
+     {kGlobalPayload, kNoStep, kNoStep, kNoStep},
+     0,
+     0,
+     false,
+     false,
+     "the compressor, flat"},
     {"hier_fp32",
      Codec::kNone,
      3,
-     {kIntraReduceScatter, kInterPayload, kIntraAllgather},
+     {kIntraReduceScatter, kInterPayload, kIntraAllgather, kNoStep},
      1,
      1,
      true,
+     false,
      "reduce-scatter in the node, fp32 allreduce across nodes, allgather in the node"},
     {"hier_fp16",
      Codec::kFp16,
      3,
-     {kIntraReduceScatter, kInterPayload, kIntraAllgather},
+     {kIntraReduceScatter, kInterPayload, kIntraAllgather, kNoStep},
      1,
      1,
      true,
+     false,
      "reduce-scatter in the node, fp16 allreduce across nodes, allgather in the node"},
     {"hier",
      Codec::kCompressor,
      3,
-     {kIntraReduceScatter, kInterPayload, kIntraAllgather},
+     {kIntraReduceScatter, kInterPayload, kIntraAllgather, kNoStep},
      1,
      1,
      true,
+     false,
      "reduce-scatter in the node, the compressor across nodes on the shard, allgather in the node"},
+    {"zen",
+     Codec::kCompressor,
+     4,
+     {kZenCounts, kZenPairs, kZenSizes, kZenPartitions},
+     0,
+     3,
+     false,
+     true,
+     "Zen: the compressor's pairs to their owner ranks, summed there, the owners' sums gathered"},
 }};
 
 }  // namespace
@@ -97,15 +124,30 @@ pb::CommOp StepOp(const SchemeInfo& s, const SchemeStep& step, const CompressorI
   return step.op != pb::COMM_OP_UNSPECIFIED ? step.op : CodecCompressor(s, plan_compressor).collective;
 }
 
+std::string SchemeCodecProblem(const SchemeInfo& s, const CompressorInfo& plan_compressor) {
+  if (!s.zen || plan_compressor.payload == PayloadFormula::kSparse) return "";
+  std::string sparse;
+  for (const CompressorInfo& c : kCatalogue)
+    if (c.payload == PayloadFormula::kSparse) sparse += (sparse.empty() ? "" : " or ") + std::string(c.name);
+  return std::string(s.name) + " needs a compressor whose payload is sparse pairs; got " +
+         std::string(plan_compressor.name) + ", expected " + sparse;
+}
+
 int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node) {
   if (!s.hierarchical || devices_per_node <= 1) return n;
   return (n + devices_per_node - 1) / devices_per_node;
 }
 
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
-                  double ratio, int devices_per_node) {
-  const int64_t m = ShardElements(s, n, devices_per_node);
-  const int64_t input = step.shard ? m : (s.hierarchical ? m * devices_per_node : n);
+                  double ratio, const RankLayout& ranks) {
+  switch (step.size) {
+    case StepSize::kZenCounts: return 8 * static_cast<int64_t>(ranks.world_size);
+    case StepSize::kZenSizes: return 8;
+    case StepSize::kZenPartition: return ZenExpectedPartitionBytes(n, SelectedCount(n, ratio), ranks.world_size);
+    case StepSize::kInput: break;
+  }
+  const int64_t m = ShardElements(s, n, ranks.devices_per_node);
+  const int64_t input = step.shard ? m : (s.hierarchical ? m * ranks.devices_per_node : n);
   if (step.payload) return PayloadBytes(CodecCompressor(s, plan_compressor), input, ratio);
   return 4 * input;
 }
@@ -145,6 +187,20 @@ int64_t SelectedCount(int64_t n, double ratio) {
   int64_t k = static_cast<int64_t>(std::floor(x + x * 1e-12));
   if (k > n) k = n;
   return k < 1 ? 1 : k;
+}
+
+int64_t ZenPartitionBytes(bool bitmap, int64_t count, int64_t rows) {
+  return kZenPartitionHeaderBytes + (bitmap ? (rows + 7) / 8 : 4 * count) + 4 * count;
+}
+
+int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size) {
+  const double w = static_cast<double>(world_size < 1 ? 1 : world_size);
+  const double dn = static_cast<double>(n);
+  const double selected = static_cast<double>(std::clamp<int64_t>(k, 0, n));
+  const double union_size = n > 0 ? dn * (1.0 - std::pow(1.0 - selected / dn, w)) : 0.0;
+  const auto count = static_cast<int64_t>(std::llround(union_size / w));
+  const int64_t rows = (n + static_cast<int64_t>(w) - 1) / static_cast<int64_t>(w);
+  return std::min(ZenPartitionBytes(false, count, rows), ZenPartitionBytes(true, count, rows));
 }
 
 int64_t PayloadBytes(const CompressorInfo& c, int64_t n, double ratio) {

@@ -199,6 +199,9 @@ const SchemeInfo* CheckScheme(Problems& p, const pb::Plan& plan, int k) {
           "devices_per_node " +
               std::to_string(plan.devices_per_node()) + ", world_size " + std::to_string(plan.world_size()) +
               ", expected devices_per_node >= 2 dividing world_size into >= 2 nodes");
+  if (const CompressorInfo* info = FindCompressor(plan.compressor().name()); info != nullptr) {
+    if (std::string why = SchemeCodecProblem(*s, *info); !why.empty()) p.Add(f + ".options.scheme", why);
+  }
   if (g.steps_size() != s->step_count)
     p.Add(f + ".steps", "do not match the scheme; got " + std::to_string(g.steps_size()) + " steps, expected " +
                             std::to_string(s->step_count) + " (" + std::string(s->name) + ")");
@@ -267,8 +270,9 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     const bool scheme_ok =
         g.options().scheme().empty() || (scheme != nullptr && (!scheme->hierarchical || plan.devices_per_node() >= 2));
     if (ok && ratio_ok && scheme_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
-      const int64_t expected = scheme != nullptr        ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info,
-                                                                    g.numel(), ratio, plan.devices_per_node())
+      const int64_t expected = scheme != nullptr
+                                   ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info, g.numel(), ratio,
+                                               {plan.world_size(), plan.devices_per_node()})
                                : g.options().compress() ? PayloadBytes(*info, g.numel(), ratio)
                                                         : 4 * g.numel();
       if (g.payload_bytes() != expected)

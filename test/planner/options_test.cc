@@ -272,7 +272,7 @@ TEST(OptionsPlan, HierarchicalStepsOnTheTrace) {
   bad.mutable_groups(0)->mutable_options()->set_scheme("hier_magic");
   EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
             "plan.pb: groups[0].options.scheme: unknown scheme; got \"hier_magic\", expected one of flat_fp32, "
-            "flat_fp16, flat, hier_fp32, hier_fp16, hier");
+            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen");
   // A hierarchical group on a plan without several devices per node.
   bad = *plan;
   bad.set_devices_per_node(1);
@@ -316,7 +316,7 @@ double ReferenceMinimum(const pb::Model& model, const pb::Profile& profile, cons
 // and on the smallest instances that is the restatement's own minimum over every strategy.
 TEST(OptionsSearch, MatchesExhaustiveSearchAndTheReference) {
   std::mt19937_64 rng(20261124);
-  int with_offload = 0, with_hier = 0, mixed = 0;
+  int with_offload = 0, with_hier = 0, zen_offered = 0, mixed = 0;
   for (int trial = 0; trial < 500; ++trial) {
     SCOPED_TRACE(trial);
     const int n = 1 + static_cast<int>(rng() % 5);
@@ -347,6 +347,18 @@ TEST(OptionsSearch, MatchesExhaustiveSearchAndTheReference) {
     const double ref_time = testing::ReferenceOptionsIterationUs(model, profile, req.compressor, req.ratio,
                                                                  p->base.device, fast->group_ends, ref);
     EXPECT_NEAR(fast->iteration_us, ref_time, 1e-9 * fast->iteration_us);
+    // Zen is rarely the best on jagged curves (four collectives against one): its price on the
+    // search's groups, every group zen, against the restatement.
+    if (const int zen = FindOption(*p, "zen", p->base.device); zen >= 0) {
+      ++zen_offered;
+      const std::vector<int> all_zen(fast->group_ends.size(), zen);
+      const std::vector<RefOption> ref_zen(fast->group_ends.size(), RefOption{"zen", p->base.device});
+      const double t = OptionIterationTime(*p, fast->group_ends, all_zen);
+      EXPECT_NEAR(t,
+                  testing::ReferenceOptionsIterationUs(model, profile, req.compressor, req.ratio, p->base.device,
+                                                       fast->group_ends, ref_zen),
+                  1e-9 * t);
+    }
     // Never worse than its incumbents: the fusion optimum and Espresso's plan.
     EXPECT_LE(fast->iteration_us, fast->fusion_us * (1 + 1e-12));
     EXPECT_LE(fast->iteration_us, fast->espresso_us * (1 + 1e-12));
@@ -356,6 +368,7 @@ TEST(OptionsSearch, MatchesExhaustiveSearchAndTheReference) {
   // The instances exercise what the model adds.
   EXPECT_GT(with_offload, 15);
   EXPECT_GT(with_hier, 8);
+  EXPECT_GT(zen_offered, 20);
   EXPECT_GT(mixed, 20);
 }
 
@@ -663,6 +676,156 @@ TEST(OptionsPlan, LoaderNamesWhatDisagreesWithTheScheme) {
   bad = *plan;
   bad.mutable_groups(1)->mutable_steps(1)->set_start_us(bad.groups(1).steps(0).start_us() - 1);
   EXPECT_THAT(ValidatePlan(bad, "plan.pb").message(), HasSubstr("plan.pb: groups[1].steps[1].start_us: out of order"));
+}
+
+}  // namespace
+}  // namespace cupcake::planner
+
+namespace cupcake::planner {
+namespace {
+
+// The zen scheme (docs/MODEL.md, "The zen scheme"): one tensor of 1000 floats, backward 100 us,
+// no forward or update; one node of 4 CPUs (W = 4); topk at ratio 0.3 (k = 300); constant
+// kernels on the CPU: encode 10, decode 10; allreduce 100000 us (flat_fp32 never wins). Zen's
+// steps, by hand:
+//   counts alltoall 8 W = 32 B; pairs alltoall 8 k = 2400 B; sizes allgather 8 B;
+//   partitions allgather: U = 1000 (1 - 0.7^4) = 759.9, an owner's 190 entries over 250 rows:
+//     row list 8 + 760 + 760 = 1528, bitmap 8 + ceil(250 / 8) + 760 = 800 -> 800 B.
+// `allgather_per_byte`: allgather(b) = b us and alltoall 1 us per call; else the reverse.
+//   allgather dear: flat: A = 110, F = 110 + 2400, D = 2520.
+//                   zen:  F = 110 + 1 + 1 + merge 10 + 8 + 800 = 930, D = 940  -> zen
+//   alltoall dear:  flat: F = 111, D = 121; zen: F = 110 + 32 + 2400 + 10 + 1 + 1 -> flat
+struct ZenHand {
+  pb::Model model;
+  pb::Profile profile;
+  PlanRequest request;
+};
+
+ZenHand ZenInstance(bool allgather_per_byte) {
+  ZenHand h;
+  h.model = TwoTensors(1000, 0, 0);
+  h.model.mutable_tensors()->RemoveLast();
+  h.profile.mutable_cluster()->set_name("hand-zen");
+  h.profile.mutable_cluster()->set_nodes(1);
+  h.profile.mutable_cluster()->set_devices_per_node(4);
+  const std::initializer_list<std::pair<int64_t, double>> per_byte = {{8, 8}, {8000, 8000}};
+  const std::initializer_list<std::pair<int64_t, double>> cheap = {{8, 1}};
+  AddComm(h.profile, pb::ALLGATHER, pb::GLOBAL, allgather_per_byte ? per_byte : cheap);
+  AddComm(h.profile, pb::ALLTOALL, pb::GLOBAL, allgather_per_byte ? cheap : per_byte);
+  AddKernel(h.profile, pb::ENCODE, "topk", pb::CPU, 10);
+  AddKernel(h.profile, pb::DECODE, "topk", pb::CPU, 10);
+  AddComm(h.profile, pb::ALLREDUCE, pb::GLOBAL, {{8, 100000}});  // fp32 (the baselines' and flat_fp32's)
+  h.request.compressor = "topk";
+  h.request.ratio = 0.3;
+  h.request.device = pb::CPU;
+  return h;
+}
+
+TEST(OptionsZen, ChosenWhenTheAllgatherIsDearAndTheAlltoallCheap) {
+  const ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->option_count(), 3);  // flat_fp32, flat, zen on the CPU (no fp16 curves)
+  const std::vector<int> ends{0};
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, ends, Opts(*p, {{"flat", pb::CPU}})), 2520);
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, ends, Opts(*p, {{"zen", pb::CPU}})), 940);
+  for (const char* scheme : {"flat", "zen"}) {
+    const double want = std::string(scheme) == "zen" ? 940 : 2520;
+    EXPECT_DOUBLE_EQ(
+        testing::ReferenceOptionsIterationUs(h.model, h.profile, "topk", 0.3, pb::CPU, ends, {{scheme, pb::CPU}}), want)
+        << scheme;
+  }
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->groups_size(), 1);
+  const pb::Group& g = plan->groups(0);
+  EXPECT_EQ(g.options().scheme(), "zen");
+  EXPECT_EQ(g.options().collective(), pb::ALLTOALL);
+  EXPECT_EQ(g.payload_bytes(), 2400);
+  EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), 940);
+  // The steps: counts 110..111, pairs 111..112, the merge 112..122, sizes 122..130,
+  // partitions 130..930.
+  ASSERT_EQ(g.steps_size(), 4);
+  const std::vector<std::tuple<pb::CommOp, int64_t, double, double>> steps = {{pb::ALLTOALL, 32, 110, 111},
+                                                                              {pb::ALLTOALL, 2400, 111, 112},
+                                                                              {pb::ALLGATHER, 8, 122, 130},
+                                                                              {pb::ALLGATHER, 800, 130, 930}};
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    const auto& [op, bytes, start, end] = steps[static_cast<size_t>(i)];
+    EXPECT_EQ(g.steps(i).op(), op);
+    EXPECT_EQ(g.steps(i).scope(), pb::GLOBAL);
+    EXPECT_EQ(g.steps(i).bytes(), bytes);
+    EXPECT_DOUBLE_EQ(g.steps(i).start_us(), start);
+    EXPECT_DOUBLE_EQ(g.steps(i).end_us(), end);
+  }
+  EXPECT_TRUE(ValidatePlan(*plan, "plan.pb").ok()) << ValidatePlan(*plan, "plan.pb").ToString();
+  auto t = Simulate(*plan, h.model, h.profile);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_DOUBLE_EQ(t->iteration_us, 940);
+  EXPECT_THAT(ChromeTrace(*plan), HasSubstr("\"name\":\"alltoall global group 0 [t0]\""));
+  pb::Plan other = *plan;
+  other.mutable_groups(0)->mutable_options()->set_scheme("flat");
+  other.mutable_groups(0)->mutable_options()->set_collective(pb::ALLGATHER);
+  const PlanDiff d = DiffPlans(other, *plan, 0);
+  ASSERT_FALSE(d.changes.empty());
+  EXPECT_EQ(d.changes[0], "group [t0] options: flat compress on cpu via allgather -> zen compress on cpu via alltoall");
+}
+
+TEST(OptionsZen, FlatWhenTheAlltoallIsDearAndTheAllgatherCheap) {
+  const ZenHand h = ZenInstance(/*allgather_per_byte=*/false);
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"flat", pb::CPU}})), 121);
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"zen", pb::CPU}})),
+                   110 + 32 + 2400 + 10 + 1 + 1 + 10);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->groups(0).options().scheme(), "flat");
+  EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), 121);
+}
+
+// Zen is left out, with the reason, for a compressor whose payload is not sparse pairs and for
+// a profile without an alltoall curve.
+TEST(OptionsZen, DroppedNamingWhy) {
+  ZenHand h = ZenInstance(true);
+  h.request.compressor = "efsignsgd";
+  AddKernel(h.profile, pb::ENCODE, "efsignsgd", pb::CPU, 10);
+  AddKernel(h.profile, pb::DECODE, "efsignsgd", pb::CPU, 10);
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(FindOption(*p, "zen", pb::CPU), -1);
+  EXPECT_THAT(p->dropped,
+              ::testing::Contains("zen needs a compressor whose payload is sparse pairs; got efsignsgd, expected topk "
+                                  "or dgc"));
+  h = ZenInstance(true);
+  h.profile.mutable_curves()->DeleteSubrange(1, 1);  // the alltoall curve
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(FindOption(*p, "zen", pb::CPU), -1);
+  EXPECT_THAT(p->dropped, ::testing::Contains("zen cpu: the profile lacks \"comm alltoall global\""));
+}
+
+// A plan with zen for a compressor whose payload is not sparse pairs is refused on load.
+TEST(OptionsZen, LoaderRefusesZenForADenseCompressor) {
+  const ZenHand h = ZenInstance(true);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->groups(0).options().scheme(), "zen");
+  pb::Plan bad = *plan;
+  bad.mutable_compressor()->set_name("efsignsgd");
+  bad.mutable_compressor()->set_ratio(0);
+  bad.mutable_compressor()->set_memory("residual");
+  bad.mutable_groups(0)->set_payload_bytes((1000 + 7) / 8 + 4);
+  EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
+            "plan.pb: groups[0].options.scheme: zen needs a compressor whose payload is sparse pairs; got efsignsgd, "
+            "expected topk or dgc");
 }
 
 }  // namespace

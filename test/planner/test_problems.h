@@ -1,6 +1,8 @@
 // Random and hand-made planner problems for the tests.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -202,8 +204,8 @@ inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& gro
 namespace cupcake::planner::testing {
 
 // A profile for the options space (docs/MODEL.md, v2): RandomProfile's curves plus, each
-// sometimes missing, the intra and inter collectives, fp16 sums, and the host copies; several
-// nodes of several devices most of the time.
+// sometimes missing, the intra and inter collectives, fp16 sums, the host copies and the global
+// alltoall (zen); several nodes of several devices most of the time.
 inline pb::Profile RandomOptionsProfile(std::mt19937_64& rng) {
   pb::Profile p = RandomProfile(rng);
   p.mutable_cluster()->set_nodes(1 + static_cast<int>(rng() % 3));
@@ -231,7 +233,24 @@ inline pb::Profile RandomOptionsProfile(std::mt19937_64& rng) {
     c.set_device(pb::GPU);
     *p.add_curves() = c;
   }
+  if (rng() % 2) {
+    pb::Curve c = RandomCurve(rng, pb::COMM, 200000);
+    c.set_comm_op(pb::ALLTOALL);
+    c.set_scope(pb::GLOBAL);
+    *p.add_curves() = c;
+  }
   return p;
+}
+
+// Zen's partition step restated (docs/MODEL.md, "The zen scheme"): each of w ranks sends k of n
+// indices; the expected union of independent uniform selections, u = n (1 - (1 - k/n)^w); an
+// owner's share round(u / w) over ceil(n / w) rows, as a row list (4 bytes each) or a bitmap,
+// the smaller, plus 4 bytes per value and the 8-byte header.
+inline double ZenPartitionStepBytes(int64_t n, int64_t k, int w) {
+  const double u = static_cast<double>(n) * (1.0 - std::pow(1.0 - static_cast<double>(k) / static_cast<double>(n), w));
+  const double count = std::round(u / w);
+  const double rows = std::ceil(static_cast<double>(n) / w);
+  return 8 + 4 * count + std::min(4 * count, std::ceil(rows / 8));
 }
 
 // One group's option as the reference reads it: a scheme's name and a device.
@@ -277,6 +296,7 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
   for (size_t k = 0; k < ends.size(); ++k) {
     const RefOption& o = options[k];
     const bool hier = o.scheme.rfind("hier", 0) == 0;
+    const bool zen = o.scheme == "zen";
     std::string codec = compressor;
     if (o.scheme == "flat_fp32" || o.scheme == "hier_fp32") codec = "fp32";
     if (o.scheme == "flat_fp16" || o.scheme == "hier_fp16") codec = "fp16";
@@ -302,7 +322,16 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
     curve("comm allreduce global float16", f16);
     const std::string sum16 = codec == "fp16" && f16 ? " float16" : "";
     double pre = 0, net = 0, pst = 0;
-    if (!hier) {
+    if (zen) {
+      // counts, pairs (8 k bytes: the payload), the owners' merge (a decode), sizes, partitions.
+      const int w = profile.cluster().nodes() * d;
+      const int64_t selected = PayloadBytes(*info, n, ratio) / 8;
+      pre += at("encode " + codec + " " + dev, static_cast<double>(n));
+      net += at("comm alltoall global", 8.0 * w) + at("comm alltoall global", 8.0 * static_cast<double>(selected)) +
+             at("decode " + codec + " " + dev, static_cast<double>(n)) + at("comm allgather global", 8.0) +
+             at("comm allgather global", ZenPartitionStepBytes(n, selected, w));
+      pst += at("decode " + codec + " " + dev, static_cast<double>(n));
+    } else if (!hier) {
       if (has_codec) pre += at("encode " + codec + " " + dev, static_cast<double>(n));
       net += at("comm " + op + " global" + sum16, static_cast<double>(PayloadBytes(*info, n, ratio)));
       if (has_codec) pst += at("decode " + codec + " " + dev, static_cast<double>(n));

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <vector>
 
 namespace cupcake {
 namespace {
@@ -62,6 +63,47 @@ TEST(Catalogue, SelectedCountAndRatioChecks) {
   EXPECT_EQ(UnknownCompressorError("--compressor", "topkk").message(),
             "--compressor: unknown compressor 'topkk' (did you mean 'topk'?); expected one of fp32, fp16, topk, "
             "randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit");
+}
+
+// Zen's steps (docs/MODEL.md, "The zen scheme"), each size worked out by hand.
+TEST(Catalogue, ZenStepBytesByHand) {
+  const SchemeInfo* zen = FindScheme("zen");
+  ASSERT_NE(zen, nullptr);
+  ASSERT_EQ(zen->step_count, 4);
+  EXPECT_TRUE(zen->zen);
+  EXPECT_EQ(PayloadStep(*zen), 1);
+  const CompressorInfo& topk = *FindCompressor("topk");
+  auto bytes = [&](int64_t n, double ratio, int world) {
+    std::vector<int64_t> out;
+    for (int i = 0; i < zen->step_count; ++i) out.push_back(StepBytes(*zen, zen->steps[i], topk, n, ratio, {world, 1}));
+    return out;
+  };
+  // n 1000, k 10, W 4: counts 8 x 4; pairs 8 x 10; sizes 8; the union
+  // 1000 (1 - 0.99^4) = 39.404, an owner's round(9.851) = 10 entries over 250 rows: row list
+  // 8 + 40 + 40 = 88, bitmap 8 + 32 + 40 = 80 -> 80.
+  EXPECT_EQ(bytes(1000, 0.01, 4), (std::vector<int64_t>{32, 80, 8, 80}));
+  // n 1000, k 1, W 2: union 1000 (1 - 0.999^2) = 1.999, round(0.9995) = 1 entry over 500 rows:
+  // row list 8 + 4 + 4 = 16, bitmap 8 + 63 + 4 = 75 -> 16.
+  EXPECT_EQ(bytes(1000, 0.001, 2), (std::vector<int64_t>{16, 8, 8, 16}));
+  // n 100000, k 1000, W 8: union 100000 (1 - 0.99^8) = 7725.53, round(965.69) = 966 entries
+  // over 12500 rows: row list 8 + 3864 + 3864 = 7736, bitmap 8 + 1563 + 3864 = 5435 -> 5435.
+  EXPECT_EQ(bytes(100000, 0.01, 8), (std::vector<int64_t>{64, 8000, 8, 5435}));
+  // One rank: the union is its k = 10 entries over 1000 rows: 8 + 40 + 40 = 88.
+  EXPECT_EQ(bytes(1000, 0.01, 1), (std::vector<int64_t>{8, 80, 8, 88}));
+  EXPECT_EQ(zen->steps[0].op, pb::ALLTOALL);
+  EXPECT_EQ(zen->steps[1].op, pb::ALLTOALL);
+  EXPECT_EQ(zen->steps[2].op, pb::ALLGATHER);
+  EXPECT_EQ(zen->steps[3].op, pb::ALLGATHER);
+}
+
+TEST(Catalogue, ZenNeedsSparsePairs) {
+  const SchemeInfo& zen = *FindScheme("zen");
+  EXPECT_EQ(SchemeCodecProblem(zen, *FindCompressor("topk")), "");
+  EXPECT_EQ(SchemeCodecProblem(zen, *FindCompressor("dgc")), "");
+  EXPECT_EQ(SchemeCodecProblem(zen, *FindCompressor("efsignsgd")),
+            "zen needs a compressor whose payload is sparse pairs; got efsignsgd, expected topk or dgc");
+  EXPECT_EQ(SchemeCodecProblem(*FindScheme("flat"), *FindCompressor("efsignsgd")), "");
+  EXPECT_EQ(SchemeNames(), "flat_fp32, flat_fp16, flat, hier_fp32, hier_fp16, hier, zen");
 }
 
 }  // namespace

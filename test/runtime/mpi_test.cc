@@ -1,7 +1,8 @@
 // The runtime under a real MPI launcher (mpirun -np 2 and 4, label mpi): every compressor and
-// grouping against the reference over several iterations, fp32 exactly the MPI average, the
-// C API on a communicator the job owns, a plan for another world size refused. With --die,
-// rank 1 dies after setup and the job must end with a non-zero exit instead of hanging.
+// grouping against the reference over several iterations, zen groups equal to the allgather
+// scheme, fp32 exactly the MPI average, the C API on a communicator the job owns, a plan for
+// another world size refused. With --die, rank 1 dies after setup and the job must end with a
+// non-zero exit instead of hanging.
 // Prints `runtime_mpi_test: rank 0: all N checks passed`; every failure line has FAIL.
 #include <mpi.h>
 
@@ -109,6 +110,33 @@ void HierarchicalMatchesReference(MpiProcess& mpi, Checks& check, int rank, int 
       testing::Gradients grads(model, layout);
       check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
       testing::HierarchicalReference reference(plan, world, devices);
+      for (int it = 0; it < 3; ++it) {
+        FillGradients(grads, rank, it);
+        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+        Status s = (*session)->Synchronize();
+        check(s.ok(), what + ": synchronize: " + s.ToString());
+        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
+        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+      }
+    }
+  }
+}
+
+// Zen groups (docs/ZEN.md) over MPI: the allgather scheme's means bit for bit (the reference
+// of the same plan without the scheme; see ZenMatchesFlat in session_test.cc for why exactly).
+void ZenMatchesFlat(MpiProcess& mpi, Checks& check, int rank, int world) {
+  const pb::Model model = testing::SmallModel();
+  for (const char* compressor : {"topk", "dgc"}) {
+    for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+      const std::string what = std::string(compressor) + "/zen/" + testing::LayoutName(layout);
+      const pb::Plan flat = testing::MakePlan(model, testing::Planned(), compressor, world);
+      auto comm = mpi.World();
+      if (!comm.ok()) return check(false, comm.status().ToString());
+      auto session = Session::Create(testing::WithScheme(flat, "zen", 1), std::move(comm).value());
+      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+      testing::Gradients grads(model, layout);
+      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+      testing::Reference reference(flat, world);
       for (int it = 0; it < 3; ++it) {
         FillGradients(grads, rank, it);
         for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
@@ -291,6 +319,7 @@ int main(int argc, char** argv) {
   check.rank = rank;
   MatchesReference(**mpi, check, rank, world);
   HierarchicalMatchesReference(**mpi, check, rank, world);
+  ZenMatchesFlat(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
   RecorderMergesRanks(**mpi, check, rank, world, dir);

@@ -266,7 +266,8 @@ inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int de
     g.mutable_options()->set_scheme(scheme_name);
     g.mutable_options()->set_compress(s->codec != Codec::kNone);
     g.mutable_options()->set_collective(StepOp(*s, payload, *info));
-    g.set_payload_bytes(StepBytes(*s, payload, *info, g.numel(), plan.compressor().ratio(), devices_per_node));
+    g.set_payload_bytes(
+        StepBytes(*s, payload, *info, g.numel(), plan.compressor().ratio(), {plan.world_size(), devices_per_node}));
     g.clear_steps();
     for (int i = 0; i < s->step_count; ++i) {
       pb::Step* step = g.add_steps();

@@ -718,3 +718,97 @@ TEST(Session, FlatFp16GroupsRunTheFp16Codec) {
 
 }  // namespace
 }  // namespace cupcake::runtime
+
+namespace cupcake::runtime {
+namespace {
+
+struct ZenCase {
+  std::string compressor;
+  int world;
+  testing::Layout layout;
+};
+
+void PrintTo(const ZenCase& c, std::ostream* os) {
+  *os << c.compressor << "/w" << c.world << "/" << testing::LayoutName(c.layout);
+}
+
+class ZenMatchesFlat : public ::testing::TestWithParam<ZenCase> {};
+
+// Zen groups (docs/ZEN.md) on host memory, each rank's gradients different: the allgather
+// scheme's means bit for bit, that is the reference of the same plan without the scheme (every
+// rank's payload encoded by the kernels, the values added into zeros in rank order, divided by
+// W by the compressor's decode). Zen adds each index's values at its owner in sender rank order
+// too, and divides the same sums by W, so the results agree exactly (the gradients are small
+// integers besides: exact sums in any order). Over iterations with error feedback, with the
+// timeline recorded: the collective between the encode and the decode of each group.
+TEST_P(ZenMatchesFlat, BitForBitOverIterations) {
+  const ZenCase c = GetParam();
+  const pb::Model model = SmallModel();
+  const pb::Plan flat = MakePlan(model, testing::Planned(), c.compressor, c.world);
+  const pb::Plan plan = testing::WithScheme(flat, "zen", 1);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
+  CountingClock clock;
+  SessionOptions options;
+  options.clock = &clock;
+  options.record_timeline = true;
+  std::vector<Rank> ranks = MakeRanks(plan, c.world, options, c.layout);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(c.world));
+  testing::Reference reference(flat, c.world);
+  for (int it = 0; it < 3; ++it) {
+    const auto want = reference.Step(it);
+    OnEveryRank(c.world, [&](int r) {
+      Rank& rank = ranks[static_cast<size_t>(r)];
+      FillGradients(rank.grads, r, it);
+      for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+      Status s = rank.session->Synchronize();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    });
+    for (int r = 0; r < c.world; ++r)
+      ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "")
+          << "rank " << r << ", iteration " << it;
+  }
+  for (int r = 0; r < c.world; ++r) {
+    auto timeline = ranks[static_cast<size_t>(r)].session->Timeline();
+    ASSERT_TRUE(timeline.ok()) << timeline.status().ToString();
+    for (const GroupTimeline& g : *timeline) {
+      EXPECT_LT(g.encode_end_us, g.comm_start_us);
+      EXPECT_LT(g.comm_start_us, g.comm_end_us);
+      EXPECT_LT(g.comm_end_us, g.decode_start_us);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SparseCompressors, ZenMatchesFlat,
+    ::testing::Values(ZenCase{"topk", 2, testing::Layout::kSeparate}, ZenCase{"topk", 2, testing::Layout::kFlat},
+                      ZenCase{"topk", 3, testing::Layout::kSeparate}, ZenCase{"topk", 3, testing::Layout::kFlat},
+                      ZenCase{"topk", 4, testing::Layout::kSeparate}, ZenCase{"topk", 4, testing::Layout::kFlat},
+                      ZenCase{"dgc", 3, testing::Layout::kSeparate}, ZenCase{"dgc", 4, testing::Layout::kFlat}));
+
+// Zen for a compressor whose payload is not sparse pairs is refused on load, naming the field.
+TEST(SessionValidation, RejectsZenForADenseCompressor) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::OneGroup(model), "efsignsgd", 2), "zen", 1);
+  InProcessGroup group(2);
+  auto s = Session::Create(plan, group.Rank(0));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "plan: groups[0].options.scheme: zen needs a compressor whose payload is sparse pairs; got efsignsgd, "
+            "expected topk or dgc");
+}
+
+// A zen group in a session on GPU memory is refused naming the group, before any device work.
+TEST(NoGpu, ZenGroupsOnGpuMemoryAreRefused) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  pb::Plan plan = testing::WithScheme(MakePlan(model, testing::OneGroup(model), "topk", 1), "zen", 1);
+  plan.set_device(pb::GPU);
+  plan.mutable_groups(0)->mutable_options()->set_device(pb::GPU);
+  auto s = Session::Create(plan, std::make_unique<FakeDeviceCommunicator>());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "plan: groups[0].options.scheme: zen on GPU memory is not executed by this runtime yet; got 'zen', "
+            "expected a flat scheme (or a session on host memory)");
+}
+
+}  // namespace
+}  // namespace cupcake::runtime

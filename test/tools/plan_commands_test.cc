@@ -549,3 +549,33 @@ TEST_F(PlanCommandsTest, DiffSaysWhetherPlansDiffer) {
 
 }  // namespace
 }  // namespace cupcake::plan_cli
+
+namespace cupcake::plan_cli {
+namespace {
+
+// The zen scheme (docs/MODEL.md) through the commands: the sample profile plus a constant
+// 10 us global alltoall curve, topk on ncf over the profile's 64 ranks. With an alltoall that cheap
+// zen sends far fewer allgather bytes (an owner's share of the union, a bitmap, instead of all
+// 64 ranks' pairs), so the search picks it for some groups; search's summary and show's rows
+// name it like any option, and the plan loads (ValidatePlan).
+TEST_F(PlanCommandsTest, OptionsSearchCanChooseZenAndShowNamesIt) {
+  nlohmann::json profile = nlohmann::json::parse(ReadExample("profiles/v100-8x8-pcie-25g.json"));
+  profile["curves"].push_back(
+      {{"kind", "comm"}, {"op", "alltoall"}, {"scope", "global"}, {"points", {{8, 10.0}, {1 << 26, 10.0}}}});
+  SearchOptions o = Search("topk", "zen.pb", "ncf");
+  o.profile = Write("with-alltoall.json", profile.dump());
+  o.search.space = planner::SearchSpace::kOptions;
+  const std::string out = RunOk(o);
+  EXPECT_NE(out.find(" x zen gpu"), std::string::npos) << out;
+  auto plan = ReadPlanFile(o.output);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int zen = 0;
+  for (const auto& g : plan->groups()) zen += g.options().scheme() == "zen";
+  EXPECT_GT(zen, 0);
+  std::ostringstream text;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
+  EXPECT_NE(text.str().find(" zen gpu "), std::string::npos) << text.str();
+}
+
+}  // namespace
+}  // namespace cupcake::plan_cli

@@ -134,8 +134,7 @@ Sparse MergeSum(std::span<const Pair> pairs) {
 const char* EncodingName(Encoding encoding) { return encoding == Encoding::kRows ? "rows" : "bitmap"; }
 
 int64_t EncodedPartitionBytes(Encoding encoding, int64_t count, int64_t rows) {
-  const int64_t body = encoding == Encoding::kRows ? 4 * count : (rows + 7) / 8;
-  return kPartitionHeaderBytes + body + 4 * count;
+  return ZenPartitionBytes(encoding == Encoding::kBitmap, count, rows);
 }
 
 Encoding ChooseEncoding(int64_t count, int64_t rows) {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/status.h"
 
 namespace cupcake::kernels::zen {
@@ -81,9 +82,11 @@ Sparse MergeSum(std::span<const Pair> pairs);
 // count x uint32 row numbers (kRows) or a bitmap of ceil(rows / 8) bytes, bit j of byte b for
 // row 8b + j (kBitmap), whichever is smaller (kRows on a tie), then count x f32 values in
 // increasing index order. Rows instead of indices: the owner and the hash give the index back.
+// The sizes are the catalogue's ZenPartitionBytes (cupcake/proto/catalogue.h), which the
+// planner's step sizes read too.
 enum class Encoding : uint32_t { kRows = 0, kBitmap = 1 };
 const char* EncodingName(Encoding encoding);  // "rows", "bitmap"
-inline constexpr int64_t kPartitionHeaderBytes = 8;
+inline constexpr int64_t kPartitionHeaderBytes = kZenPartitionHeaderBytes;
 int64_t EncodedPartitionBytes(Encoding encoding, int64_t count, int64_t rows);
 Encoding ChooseEncoding(int64_t count, int64_t rows);
 

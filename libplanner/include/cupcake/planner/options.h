@@ -41,7 +41,9 @@ struct StageCost {
 
 // The curves one option reads, resolved from the profile.
 struct OptionCurves {
-  Curve pre_kernel, mid_encode, mid_decode, post_kernel;  // zero curves where unused
+  // Zero curves where unused. mid_decode: a decode between steps, or Zen's merge in the network
+  // block (priced with the codec's decode curve, docs/MODEL.md).
+  Curve pre_kernel, mid_encode, mid_decode, post_kernel;
   std::vector<Curve> steps;  // one per scheme step
   std::vector<std::string> step_keys;
   std::string pre_key, mid_encode_key, mid_decode_key, post_key;
@@ -61,6 +63,7 @@ struct OptionProblem {
   int fusion_option = 0;
 
   int size() const { return base.size(); }
+  RankLayout ranks() const { return {base.world_size, devices_per_node}; }
   int option_count() const { return static_cast<int>(options.size()); }
 };
 

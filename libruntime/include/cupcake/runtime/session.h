@@ -166,6 +166,7 @@ class Session {
 // that are summed (allreduce compressors: randk) need the same random choices on every rank;
 // the others (qsgd, terngrad) round independently per rank:
 //   seed = plan_seed + group * 0x9E3779B97F4A7C15 (+ rank, for allgather compressors).
+// A zen group's owner hash (docs/ZEN.md) uses the low 32 bits of the shared form (no rank).
 uint64_t GroupSeed(uint64_t plan_seed, int group, int rank, bool allreduce);
 
 }  // namespace cupcake::runtime

@@ -68,21 +68,37 @@ enum class Codec {
   kCompressor,  // the plan's compressor
 };
 
-struct SchemeStep {
-  pb::CommOp op;  // COMM_OP_UNSPECIFIED: the codec's collective (CodecCollective)
-  pb::Scope scope;
-  bool payload;  // carries the codec's payload; otherwise fp32 data
-  bool shard;  // its input is the shard (1/devices_per_node of the group) rather than the group
+// What a step's bytes per rank are (StepBytes).
+enum class StepSize {
+  kInput,  // the codec's payload of the step's input (payload steps), else 4 bytes per input element
+  kZenCounts,  // Zen: one int64 pair count per rank, 8 W (the alltoall's whole send buffer)
+  kZenSizes,  // Zen: this rank's encoded partition size, one int64
+  kZenPartition,  // Zen: one owner's expected encoded partition (ZenExpectedPartitionBytes)
 };
+
+struct SchemeStep {
+  pb::CommOp op;  // COMM_OP_UNSPECIFIED: the codec's collective (CodecCompressor)
+  pb::Scope scope;
+  bool payload;  // carries the codec's payload; otherwise fp32 data or Zen's metadata
+  bool shard;  // its input is the shard (1/devices_per_node of the group) rather than the group
+  StepSize size;
+};
+
+inline constexpr int kMaxSchemeSteps = 4;
 
 struct SchemeInfo {
   std::string_view name;
   Codec codec;
-  int step_count;  // 1..3
-  SchemeStep steps[3];
+  int step_count;  // 1..kMaxSchemeSteps
+  SchemeStep steps[kMaxSchemeSteps];
   int encode_before;  // the step the encode precedes (0: before the network); unused for kNone
   int decode_after;  // the step the decode follows (step_count - 1: after the network)
   bool hierarchical;  // needs nodes >= 2 and devices_per_node >= 2 (intra and inter scopes)
+  // Zen (cupcake/comm/zen.h, docs/ZEN.md): the steps are ZenAllreduce's collectives, the payload
+  // step carries the pairs to their owners; offered only for compressors whose payload is sparse
+  // pairs (PayloadFormula::kSparse). The owners' merge-sum runs in the network block after the
+  // payload step; the decode writes the mean from the summed union.
+  bool zen;
   std::string_view summary;
 };
 
@@ -94,16 +110,49 @@ const SchemeInfo* FindScheme(std::string_view name);
 std::string SchemeNames();
 // The compressor a scheme's codec means in a plan of `plan_compressor`: fp32, fp16 or it.
 const CompressorInfo& CodecCompressor(const SchemeInfo& s, const CompressorInfo& plan_compressor);
+// Why `s` cannot run with `plan_compressor`'s payload, or "" when it can: a Zen scheme needs
+// sparse pairs ("zen needs a compressor whose payload is sparse pairs; got efsignsgd, expected
+// topk or dgc").
+std::string SchemeCodecProblem(const SchemeInfo& s, const CompressorInfo& plan_compressor);
 // The op of a step: its own, or the codec's collective.
 pb::CommOp StepOp(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor);
+
+// The ranks a group is synchronized over: the plan's world size and, for hierarchical schemes,
+// the ranks per node.
+struct RankLayout {
+  int world_size = 1;
+  int devices_per_node = 1;
+};
+
 // m = ceil(n / devices_per_node): the shard's elements (n when the scheme is flat).
 int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node);
-// Bytes per rank a step sends (the size its comm curve is read at): the codec's payload of its
-// input elements for a payload step; 4 x input elements for an fp32 step, where a hierarchical
-// scheme's unsharded input is the group padded to devices_per_node x m elements.
+// Bytes per rank a step sends (the size its comm curve is read at), by step.size:
+//   kInput: the codec's payload of the step's input elements for a payload step; 4 x input
+//     elements for an fp32 step, where a hierarchical scheme's unsharded input is the group
+//     padded to devices_per_node x m elements;
+//   kZenCounts: 8 W; kZenSizes: 8;
+//   kZenPartition: ZenExpectedPartitionBytes(n, k, W), k = SelectedCount(n, ratio).
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
-                  double ratio, int devices_per_node);
+                  double ratio, const RankLayout& ranks);
 // The step that carries the payload (the plan's payload_bytes and collective describe it).
 int PayloadStep(const SchemeInfo& s);
+
+// ---------------------------------------------------------------- Zen's encoded partition
+// One owner's partition on the wire (cupcake/kernels/zen.h, Encoding; defined here so that the
+// kernels' encoder and the catalogue's step sizes share one formula): an 8-byte header, then
+// either count x uint32 row numbers (row list) or a bitmap of ceil(rows / 8) bytes over the
+// partition's rows, then count x f32 values.
+inline constexpr int64_t kZenPartitionHeaderBytes = 8;
+int64_t ZenPartitionBytes(bool bitmap, int64_t count, int64_t rows);
+
+// The expected encoded partition of one owner when each of W ranks sends k of n indices
+// (docs/MODEL.md, "The zen scheme"). With the ranks' selections independent and uniform, an
+// index is in none of them with probability (1 - k/n)^W, so the union holds
+//   U = n (1 - (1 - k/n)^W)
+// indices in expectation; the owner hash gives each owner a 1/W share of the rows, so an owner
+// holds count = round(U / W) entries over rows = ceil(n / W) rows, encoded as the smaller of
+// the row list and the bitmap (ZenPartitionBytes). Real top-k selections overlap across ranks,
+// which only shrinks the union: for them this is an upper bound. k is clamped to [0, n].
+int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size);
 
 }  // namespace cupcake
