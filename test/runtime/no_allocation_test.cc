@@ -1,7 +1,7 @@
 // The step path (GradientReady, Synchronize) allocates nothing, for every compressor with fused
 // and single groups: operator new is counted on the calling thread while a step of one rank
 // runs, and on every thread (the ranks', each session's communication thread, the in-process
-// collectives) while a step of two ranks runs.
+// collectives) while a step of two ranks runs. Zen groups allocate only in their collective.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -110,6 +110,51 @@ TEST(SessionStep, DoesNotAllocateOnAnyThreadWithTwoRanks) {
         ASSERT_TRUE(ok[0] && ok[1]) << what;
         EXPECT_EQ(allocations_everywhere.load(), 0) << what << ", iteration " << it;
       }
+    }
+  }
+  not_counted = false;
+}
+
+// Zen groups (docs/ZEN.md): the ranks' own threads (encode, the decode's scatter and unpack)
+// allocate nothing; the communication threads do, inside ZenAllreduce (its exchange buffers, the
+// partitions, the result), which is what docs/ZEN.md notes.
+TEST(SessionStep, ZenAllocatesOnlyInItsCollective) {
+  const pb::Model model = testing::SmallModel();
+  not_counted = true;
+  for (const char* name : {"topk", "dgc"}) {
+    const pb::Plan plan = testing::WithScheme(testing::MakePlan(model, testing::Planned(), name, 2), "zen", 1);
+    InProcessGroup group(2);
+    std::vector<std::unique_ptr<Session>> sessions;
+    std::vector<testing::Gradients> grads;
+    for (int r = 0; r < 2; ++r) {
+      auto session = Session::Create(plan, group.Rank(r));
+      ASSERT_TRUE(session.ok()) << session.status().ToString();
+      sessions.push_back(std::move(session).value());
+      grads.emplace_back(model, testing::Layout::kSeparate);
+      ASSERT_TRUE(testing::RegisterAll(*sessions.back(), model, grads.back()).ok());
+    }
+    for (int it = 0; it < 3; ++it) {
+      for (int r = 0; r < 2; ++r) testing::FillGradients(grads[static_cast<size_t>(r)], r, it);
+      bool ok[2] = {false, false};
+      long on_rank[2] = {-1, -1};
+      allocations_everywhere = 0;
+      counting_everywhere = true;
+      auto run = [&](int r) {
+        allocations = 0;
+        counting = true;
+        ok[r] = Step(*sessions[static_cast<size_t>(r)], model);
+        counting = false;
+        on_rank[r] = allocations;
+      };
+      std::thread rank0(run, 0);
+      std::thread rank1(run, 1);
+      rank0.join();
+      rank1.join();
+      counting_everywhere = false;
+      ASSERT_TRUE(ok[0] && ok[1]) << name;
+      EXPECT_EQ(on_rank[0], 0) << name << ", iteration " << it;
+      EXPECT_EQ(on_rank[1], 0) << name << ", iteration " << it;
+      EXPECT_GT(allocations_everywhere.load(), 0) << name << ": ZenAllreduce allocates its buffers";
     }
   }
   not_counted = false;
