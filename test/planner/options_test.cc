@@ -362,8 +362,9 @@ TEST(OptionsSearch, MatchesExhaustiveSearchAndTheReference) {
     // Never worse than its incumbents: the fusion optimum and Espresso's plan.
     EXPECT_LE(fast->iteration_us, fast->fusion_us * (1 + 1e-12));
     EXPECT_LE(fast->iteration_us, fast->espresso_us * (1 + 1e-12));
-    if (n <= 3 && p->option_count() <= 8)
+    if (n <= 3 && p->option_count() <= 8) {
       EXPECT_NEAR(fast->iteration_us, ReferenceMinimum(model, profile, req, *p), 1e-9 * fast->iteration_us);
+    }
   }
   // The instances exercise what the model adds.
   EXPECT_GT(with_offload, 15);

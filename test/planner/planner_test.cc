@@ -116,8 +116,9 @@ TEST(MakePlan, FixedStrategiesPlanTheGroupsTheirRuleMakes) {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     SCOPED_TRACE(AlgorithmName(algorithm));
     ASSERT_EQ(static_cast<size_t>(plan->groups_size()), groups);
-    if (algorithm == Algorithm::kBucket)
+    if (algorithm == Algorithm::kBucket) {
       for (size_t k = 0; k < groups; ++k) EXPECT_EQ(plan->groups(static_cast<int>(k)).last_tensor(), buckets[k]);
+    }
     EXPECT_EQ(plan->search().algorithm(), AlgorithmName(algorithm));
     EXPECT_FALSE(plan->search().optimal());
     EXPECT_EQ(plan->search().budget(), 0);
