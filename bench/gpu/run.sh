@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the GPU tests and runtime_gpu_bench from a pack made by bench/gpu/pack.sh, on a GPU
+# Runs the GPU tests, gpu_kernels_bench and runtime_gpu_bench from a pack made by bench/gpu/pack.sh, on a GPU
 # machine, from the repository root; logs into OUT_DIR (default ./gpu-results).
 # Libraries: the pack's own first, then the machine's NCCL and CUPTI (found by name), then the
 # pack's fallbacks for what the machine lacks (Open MPI, the CUDA runtime).
@@ -20,6 +20,9 @@ for t in kernels_compressor_test kernels_cuda_test runtime_gpu_test profile_gpu_
   timeout 300 "$pack/bin/$t" > "$out/$t.txt" 2>&1
   echo "$t: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.txt" | tr '\n' ' '))"
 done
+timeout 300 "$pack/bin/gpu_kernels_bench" > "$out/gpu_kernels_bench.txt" 2>&1
+echo "gpu_kernels_bench: exit $?"
+cat "$out/gpu_kernels_bench.txt"
 for c in efsignsgd topk; do
   timeout 300 "$pack/bin/runtime_gpu_bench" --model examples/models/resnet50.json --compressor "$c" --iters 50 \
     > "$out/runtime_gpu_bench_$c.txt" 2>&1

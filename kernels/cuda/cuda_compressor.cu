@@ -4,19 +4,38 @@
 // means) sum in double with a fixed grid, deterministic from run to run but in another order
 // than the CPU: scales may differ in the last bits (test/kernels/cuda_matches_cpu_test.cc).
 //
-// Top-k (topk, dgc): radix selection, no sort:
-//   1. four histogram passes over 8 bits of MagnitudeKey each, restricted to the keys that
-//      share the digits chosen so far, find the k-th largest key T and how many entries equal
-//      to T belong to the top k (need_eq); the pick between passes runs on the device;
-//   2. per 4096-element tile, count (key > T, key == T) as one 64-bit pair; scan the tiles;
-//   3. per tile, a block scan gives each entry its rank among the selected in index order
-//      (ties: the lowest indices), and the selected entries are written in index order.
+// Memory traffic (docs/KERNELS.md counts the bytes per kernel):
+//   - Elementwise passes give each thread 4 consecutive elements, read and written 16 bytes at a
+//     time when the pointers allow (a scalar path otherwise), so enough loads are in flight to
+//     fill the memory system.
+//   - Residual memory is fused: the passes read e and g and use x = e + g (the CPU's e += g, the
+//     same float sum), and the last pass writes the new residual, so no pass only adds.
+//     signum's momentum is updated in its reduction pass. Other memory combinations run the
+//     memory as a pass of its own first, as the CPU does.
+//   - Reductions run on a fixed grid; the last block to finish (a counter in the workspace)
+//     sums the partials in a fixed order and writes the scale, so a reduction is one launch.
+//   - Dense decodes read each rank's scale once per block into shared memory (the division by
+//     W included), not once per element.
+//
+// Top-k (topk, dgc): radix selection over MagnitudeKey in three digits (11, 12 and 8 bits), no
+// sort:
+//   1. pass A applies the memory (residual or dgc, writing it) and histograms the top 11 bits;
+//      a one-block kernel picks the digit holding the k-th largest key;
+//   2. pass B histograms the next 12 bits of the keys that share that digit; pick;
+//   3. pass C, per 4096-element tile: the tile's count of keys above the 23-bit prefix and its
+//      histogram of the last 8 bits among keys with the prefix (uint16 per bin); pick: the k-th
+//      largest key T and need_eq, the entries equal to T that belong to the top k;
+//   4. per tile, (key > T, key == T) counts from its histogram, an exclusive scan over the tiles,
+//      then each tile's block scan ranks its selected entries in index order (ties: the lowest
+//      indices) and writes them.
+// Four full reads of x (pass A with the memory, B, C, the select) against six before.
 // dgc selects the same set with the same kernels (the CPU's sampled threshold only narrows
 // its candidate scan; the result is identical by construction).
 // Sparse decode: one scatter-add kernel per rank, in rank order (deterministic); out-of-range
 // indices are skipped (the CPU reports them; checking here would need a host sync).
 #include <cuda_runtime.h>
 
+#include <cub/block/block_load.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <memory>
@@ -32,54 +51,144 @@ using namespace cupcake::kernels::detail;  // NOLINT: the shared scalar helpers
 using u8 = unsigned char;
 
 constexpr int kThreads = 256;
-constexpr int kReduceBlocks = 256;
+constexpr int kVec = 4;  // elements per thread in the elementwise passes
+constexpr int kReduceBlocks = 1024;
+constexpr int kHistBlocks = 1024;
 constexpr int kItems = 16;
 constexpr int kTile = kThreads * kItems;
+constexpr int kRankChunk = 256;  // ranks whose scales a decode block holds in shared memory at once
+constexpr unsigned kFullMask = 0xffffffffu;
 
+// Blocks for `work` items of one thread each, capped (grid-stride loops cover the rest).
 unsigned Blocks(int64_t work) {
   int64_t b = (work + kThreads - 1) / kThreads;
   if (b < 1) b = 1;
-  if (b > (1 << 20)) b = 1 << 20;  // grid-stride loops cover the rest
+  if (b > (1 << 20)) b = 1 << 20;
   return static_cast<unsigned>(b);
 }
+// Blocks for n elements, kVec per thread.
+unsigned VecBlocks(int64_t n) { return Blocks((n + kVec - 1) / kVec); }
 
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
-// ---- memory ----
-__global__ void AddKernel(float* e, const float* g, int64_t n) { GRID_STRIDE(i, n) e[i] += g[i]; }
-__global__ void DgcMemoryKernel(float* u, float* v, const float* g, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const float ui = kDgcMomentum * u[i] + g[i];
-    u[i] = ui;
-    v[i] += ui;
-  }
-}
-__global__ void SignumKernel(float* mom, const float* x, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const float m = kSignumMomentum * mom[i] + (1.0f - kSignumMomentum) * x[i];
-    mom[i] = IsFinite(m) ? m : 0.0f;
-  }
-}
-__global__ void ZeroNonFiniteKernel(float* e, int64_t n) { GRID_STRIDE(i, n) e[i] = IsFinite(e[i]) ? e[i] : 0.0f; }
+// A grid-stride loop over groups of kVec elements whose trip count is the same for the 32 lanes
+// of a warp (the grid's thread count is a multiple of 32), so the body may use warp votes and
+// shuffles; `q` is this thread's group, valid when q * kVec < n.
+#define WARP_UNIFORM_VEC_STRIDE(q, n)                                                          \
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;                             \
+       (q - static_cast<int64_t>(threadIdx.x % 32)) * kVec < (n); q += int64_t{gridDim.x} * blockDim.x)
 
-// ---- dense encodes ----
-__global__ void Fp16EncodeKernel(const float* x, float* resid, int64_t n, int world, u8* payload) {
-  const float wf = static_cast<float>(world);
-  const float inv_w = 1.0f / wf;
-  GRID_STRIDE(i, n) {
-    const uint16_t h = FloatToHalf(x[i] * inv_w);
-    payload[2 * i] = static_cast<u8>(h);
-    payload[2 * i + 1] = static_cast<u8>(h >> 8);
-    if (resid) {
-      const float e = resid[i] - HalfToFloat(h) * wf;
-      resid[i] = IsFinite(e) ? e : 0.0f;
+__host__ __device__ bool Aligned(const void* p, int bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+
+// ---- four elements at a time ----
+struct F4 {
+  float v[kVec];
+};
+
+// p[i .. i+3] (zeros past n): one 16-byte load when p + i is 16-byte aligned and in range.
+__device__ __forceinline__ F4 Load4(const float* p, int64_t i, int64_t n) {
+  F4 r;
+  if (i + kVec <= n && (reinterpret_cast<uintptr_t>(p + i) & 15) == 0) {
+    const float4 v = *reinterpret_cast<const float4*>(p + i);
+    r.v[0] = v.x;
+    r.v[1] = v.y;
+    r.v[2] = v.z;
+    r.v[3] = v.w;
+  } else {
+    for (int j = 0; j < kVec; ++j) r.v[j] = i + j < n ? p[i + j] : 0.0f;
+  }
+  return r;
+}
+__device__ __forceinline__ void Store4(float* p, int64_t i, int64_t n, const F4& r) {
+  if (i + kVec <= n && (reinterpret_cast<uintptr_t>(p + i) & 15) == 0) {
+    *reinterpret_cast<float4*>(p + i) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+    for (int j = 0; j < kVec; ++j)
+      if (i + j < n) p[i + j] = r.v[j];
+  }
+}
+// `count` bytes (<= 8) at p: one store when aligned to their size, else byte by byte.
+__device__ __forceinline__ void StoreBytes(u8* p, uint64_t bytes, int count) {
+  if (count == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    *reinterpret_cast<uint64_t*>(p) = bytes;
+  } else if (count == 4 && (reinterpret_cast<uintptr_t>(p) & 3) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(bytes);
+  } else {
+    for (int j = 0; j < count; ++j) p[j] = static_cast<u8>(bytes >> (8 * j));
+  }
+}
+
+// Sources of x, the vector a pass compresses. Load(i, n) returns x[i .. i+3].
+// Plain: x is an array (the gradient, or memory a previous pass updated).
+struct Plain {
+  const float* x;
+  __device__ F4 Load(int64_t i, int64_t n) const { return Load4(x, i, n); }
+};
+// Residual memory, fused: x = e + g, the CPU's e += g. Passes that end the encode write the
+// new residual over e themselves.
+struct ResidualSum {
+  const float* e;
+  const float* g;
+  __device__ F4 Load(int64_t i, int64_t n) const {
+    F4 a = Load4(e, i, n);
+    const F4 b = Load4(g, i, n);
+    for (int j = 0; j < kVec; ++j) a.v[j] = a.v[j] + b.v[j];
+    return a;
+  }
+};
+// Residual memory applied and written: e += g, x = e (top-k's pass A, whose later passes read e).
+struct ResidualUpdate {
+  float* e;
+  const float* g;
+  __device__ F4 Load(int64_t i, int64_t n) const {
+    const F4 x = ResidualSum{e, g}.Load(i, n);
+    Store4(e, i, n, x);
+    return x;
+  }
+};
+// dgc memory applied and written: u = 0.9 u + g, v += u, x = v.
+struct DgcUpdate {
+  float* u;
+  float* v;
+  const float* g;
+  __device__ F4 Load(int64_t i, int64_t n) const {
+    F4 a = Load4(u, i, n), b = Load4(v, i, n);
+    const F4 c = Load4(g, i, n);
+    for (int j = 0; j < kVec; ++j) {
+      a.v[j] = kDgcMomentum * a.v[j] + c.v[j];
+      b.v[j] += a.v[j];
     }
+    Store4(u, i, n, a);
+    Store4(v, i, n, b);
+    return b;
   }
+};
+// signum's momentum applied and written: m = 0.9 m + 0.1 x (0 when not finite), x = m.
+struct SignumUpdate {
+  float* mom;
+  const float* x;
+  __device__ F4 Load(int64_t i, int64_t n) const {
+    F4 m = Load4(mom, i, n);
+    const F4 in = Load4(x, i, n);
+    for (int j = 0; j < kVec; ++j) {
+      const float t = kSignumMomentum * m.v[j] + (1.0f - kSignumMomentum) * in.v[j];
+      m.v[j] = IsFinite(t) ? t : 0.0f;
+    }
+    Store4(mom, i, n, m);
+    return m;
+  }
+};
+
+// ---- memory passes (the combinations that are not fused) ----
+__global__ void AddKernel(float* e, const float* g, int64_t n) {
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) ResidualUpdate{e, g}.Load(q * kVec, n);
+}
+__global__ void DgcMemoryKernel(float* u, float* v, const float* g, int64_t n) {
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) DgcUpdate{u, v, g}.Load(q * kVec, n);
 }
 
-// Reductions: Acc of four doubles, summed (or max-ed) over a fixed grid, then finished by one
-// block in a fixed order.
+// ---- reductions: Acc of four doubles, summed (or max-ed) over a fixed grid ----
 struct Acc {
   double v[4];
 };
@@ -109,22 +218,9 @@ struct Combine {
   }
 };
 
+// Writes the scale(s) of the reduction `a` over n elements to scalars[] and the payload metadata.
 template <Red R>
-__global__ void ReduceKernel(const float* x, int64_t n, Acc* partials) {
-  using BR = cub::BlockReduce<Acc, kThreads>;
-  __shared__ typename BR::TempStorage tmp;
-  Acc a{{0, 0, 0, 0}};
-  GRID_STRIDE(i, n) a = Combine<R>()(a, Element<R>(x[i]));
-  Acc total = BR(tmp).Reduce(a, Combine<R>());
-  if (threadIdx.x == 0) partials[blockIdx.x] = total;
-}
-
-// Finishes the reduction and writes the scale(s) to scalars[] and to the payload metadata.
-template <Red R>
-__global__ void FinishKernel(const Acc* partials, int64_t n, float* scalars, u8* meta) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  Acc a{{0, 0, 0, 0}};
-  for (int b = 0; b < kReduceBlocks; ++b) a = Combine<R>()(a, partials[b]);
+__device__ void Finish(const Acc& a, int64_t n, float* scalars, u8* meta) {
   if (R == Red::kSumSquares) {
     const float norm = static_cast<float>(sqrt(a.v[0]));
     scalars[0] = norm;
@@ -148,178 +244,394 @@ __global__ void FinishKernel(const Acc* partials, int64_t n, float* scalars, u8*
   }
 }
 
-__global__ void QsgdEncodeKernel(const float* x, float* resid, int64_t n, uint64_t key, const float* scalars,
-                                 u8* payload) {
+// One launch of kReduceBlocks blocks: each block reduces its grid-stride share and stores a
+// partial; the last block to finish (counted in *done, which it resets) combines the partials
+// in a fixed order (thread t: partials t, t + 256, ...; then the block reduction) and finishes.
+template <Red R, class Src>
+__global__ void __launch_bounds__(kThreads) ReduceKernel(Src src, int64_t n, Acc* partials, unsigned* done,
+                                                         float* scalars, u8* meta) {
+  using BR = cub::BlockReduce<Acc, kThreads>;
+  __shared__ typename BR::TempStorage tmp;
+  __shared__ bool last;
+  Acc a{{0, 0, 0, 0}};
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const F4 x = src.Load(q * kVec, n);
+    for (int j = 0; j < kVec; ++j)
+      if (q * kVec + j < n) a = Combine<R>()(a, Element<R>(x.v[j]));
+  }
+  const Acc total = BR(tmp).Reduce(a, Combine<R>());
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = total;
+    __threadfence();
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  Acc b{{0, 0, 0, 0}};
+  for (int j = threadIdx.x; j < static_cast<int>(gridDim.x); j += kThreads) {
+    Acc p;
+    for (int c = 0; c < 4; ++c) p.v[c] = __ldcg(&partials[j].v[c]);  // other blocks' writes, not L1's copy
+    b = Combine<R>()(b, p);
+  }
+  __syncthreads();  // tmp is reused
+  const Acc all = BR(tmp).Reduce(b, Combine<R>());
+  if (threadIdx.x == 0) {
+    Finish<R>(all, n, scalars, meta);
+    *done = 0;
+  }
+}
+
+// ---- dense encodes: thread q encodes elements 4q .. 4q+3 ----
+template <class Src>
+__global__ void Fp32EncodeKernel(Src src, float* resid, int64_t n, u8* payload) {
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    const F4 x = src.Load(i, n);
+    if (Aligned(payload, 4)) {
+      Store4(reinterpret_cast<float*>(payload), i, n, x);
+    } else {
+      for (int j = 0; j < kVec; ++j)
+        if (i + j < n) StoreF32(payload + 4 * (i + j), x.v[j]);
+    }
+    if (resid) Store4(resid, i, n, F4{{0.0f, 0.0f, 0.0f, 0.0f}});
+  }
+}
+
+template <class Src>
+__global__ void Fp16EncodeKernel(Src src, float* resid, int64_t n, int world, u8* payload) {
+  const float wf = static_cast<float>(world);
+  const float inv_w = 1.0f / wf;
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    const F4 x = src.Load(i, n);
+    uint64_t halves = 0;
+    F4 e;
+    for (int j = 0; j < kVec; ++j) {
+      const uint16_t h = FloatToHalf(x.v[j] * inv_w);
+      halves |= static_cast<uint64_t>(h) << (16 * j);
+      const float r = x.v[j] - HalfToFloat(h) * wf;
+      e.v[j] = IsFinite(r) ? r : 0.0f;
+    }
+    const int count = static_cast<int>(n - i < kVec ? n - i : kVec);
+    StoreBytes(payload + 2 * i, halves, 2 * count);
+    if (resid) Store4(resid, i, n, e);
+  }
+}
+
+template <class Src>
+__global__ void QsgdEncodeKernel(Src src, float* resid, int64_t n, uint64_t key, const float* scalars, u8* payload) {
   const float norm = scalars[0];
   const float scale = norm > 0.0f ? kQsgdLevels / norm : 0.0f;
   const float unit = norm / kQsgdLevels;
-  GRID_STRIDE(i, n) {
-    const float r = QsgdQuantizeOne(x[i], scale, unit, key, static_cast<uint32_t>(i), payload + i);
-    if (resid) resid[i] = r;
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    const F4 x = src.Load(i, n);
+    u8 bytes[kVec];
+    F4 e;
+    for (int j = 0; j < kVec; ++j)
+      e.v[j] = QsgdQuantizeOne(x.v[j], scale, unit, key, static_cast<uint32_t>(i + j), &bytes[j]);
+    const int count = static_cast<int>(n - i < kVec ? n - i : kVec);
+    StoreBytes(payload + i, uint64_t{bytes[0]} | uint64_t{bytes[1]} << 8 | uint64_t{bytes[2]} << 16 |
+                                uint64_t{bytes[3]} << 24,
+               count);
+    if (resid) Store4(resid, i, n, e);
   }
 }
 
-// One thread per byte of sign bits. pos/neg from scalars: sign family (s, -s) or onebit.
-// signum_resid: the residual of signum, whose bits come from the momentum x but whose
-// residual is against the input held in resid.
-__global__ void SignEncodeKernel(const float* x, float* resid, int64_t n, const float* scalars, bool two_means,
+// Sign bits: thread q holds the 4 bits of elements 4q .. 4q+3 (bit j: element 4q+j negative);
+// the even lane of each pair writes the byte of both. pos/neg from scalars: the sign family
+// (s, -s) or onebit's two means. signum_resid: the residual of signum with residual memory,
+// whose bits come from the momentum x but whose residual is against the input held in resid.
+template <class Src>
+__global__ void SignEncodeKernel(Src src, float* resid, int64_t n, const float* scalars, bool two_means,
                                  bool signum_resid, u8* bits) {
   const float pos = scalars[0];
   const float neg = two_means ? scalars[1] : -scalars[0];
-  const int64_t nb = (n + 7) / 8;
-  GRID_STRIDE(b, nb) {
-    uint32_t byte = 0;
-    for (int j = 0; j < 8; ++j) {
-      const int64_t i = 8 * b + j;
-      if (i >= n) break;
-      const float v = x[i];
-      byte |= static_cast<uint32_t>(v < 0.0f) << j;
-      if (resid) {
-        if (signum_resid) {
-          const float e = resid[i] - (v < 0.0f ? neg : pos);
-          resid[i] = IsFinite(e) ? e : 0.0f;
-        } else {
-          const float e = v - (v < 0.0f ? neg : pos);
-          resid[i] = IsFinite(v) ? e : 0.0f;
-        }
+  WARP_UNIFORM_VEC_STRIDE(q, n) {
+    const int64_t i = q * kVec;
+    const bool valid = i < n;
+    uint32_t nibble = 0;
+    if (valid) {
+      const F4 x = src.Load(i, n);
+      F4 e = signum_resid ? Load4(resid, i, n) : x;
+      for (int j = 0; j < kVec; ++j) {
+        const float v = x.v[j];
+        nibble |= static_cast<uint32_t>(i + j < n && v < 0.0f) << j;
+        const float r = e.v[j] - (v < 0.0f ? neg : pos);
+        e.v[j] = signum_resid ? (IsFinite(r) ? r : 0.0f) : (IsFinite(v) ? r : 0.0f);
       }
+      if (resid) Store4(resid, i, n, e);
     }
-    bits[b] = static_cast<u8>(byte);
+    const uint32_t odd = __shfl_down_sync(kFullMask, nibble, 1);
+    if (valid && (q & 1) == 0) bits[q / 2] = static_cast<u8>(nibble | (odd << 4));
   }
 }
 
-__global__ void TerngradEncodeKernel(const float* x, float* resid, int64_t n, uint64_t key, const float* scalars,
+// Two-bit codes: thread q writes the byte of elements 4q .. 4q+3.
+template <class Src>
+__global__ void TerngradEncodeKernel(Src src, float* resid, int64_t n, uint64_t key, const float* scalars,
                                      u8* codes) {
   const float mx = scalars[0];
   const float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
-  const int64_t nb = (n + 3) / 4;
-  GRID_STRIDE(b, nb) {
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    const F4 x = src.Load(i, n);
     uint32_t byte = 0;
-    for (int j = 0; j < 4; ++j) {
-      const int64_t i = 4 * b + j;
-      if (i >= n) break;
-      const float v = x[i];
-      const uint32_t c = TerngradCode(v, inv, key, static_cast<uint32_t>(i));
+    F4 e;
+    for (int j = 0; j < kVec; ++j) {
+      const float v = x.v[j];
+      const uint32_t c = i + j < n ? TerngradCode(v, inv, key, static_cast<uint32_t>(i + j)) : 0u;
       byte |= c << (2 * j);
-      if (resid) {
-        const float sent = c == 1u ? mx : (c == 2u ? -mx : 0.0f);
-        resid[i] = c == 3u ? 0.0f : v - sent;
-      }
+      const float sent = c == 1u ? mx : (c == 2u ? -mx : 0.0f);
+      e.v[j] = c == 3u ? 0.0f : v - sent;
     }
-    codes[b] = static_cast<u8>(byte);
+    codes[q] = static_cast<u8>(byte);
+    if (resid) Store4(resid, i, n, e);
   }
 }
 
-// ---- dense decodes: one thread per element, ranks in order, the CPU's float operations ----
+// ---- dense decodes: thread q writes out[4q .. 4q+3]; ranks summed in order, the CPU's float
+// operations. Each block walks the elements in steps of its 4 x 256 and, for each chunk of
+// kRankChunk ranks, first loads their scales (already divided as the CPU divides) into shared
+// memory. Loops are uniform per block (they hold __syncthreads). ----
+#define BLOCK_UNIFORM_VEC_STRIDE(q, n)                                                                     \
+  for (int64_t q##_base = blockIdx.x * int64_t{kThreads}; q##_base * kVec < (n);                          \
+       q##_base += int64_t{gridDim.x} * kThreads)                                                          \
+    for (int64_t q = q##_base + threadIdx.x, q##_once = 0; q##_once == 0; ++q##_once)
+
 __global__ void Fp32DecodeKernel(const u8* p, int64_t n, int world, float* out) {
   const float wf = static_cast<float>(world);
-  GRID_STRIDE(i, n) out[i] = LoadF32(p + 4 * i) / wf;
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    F4 x;
+    if (Aligned(p, 4)) {
+      x = Load4(reinterpret_cast<const float*>(p), i, n);
+    } else {
+      for (int j = 0; j < kVec; ++j) x.v[j] = i + j < n ? LoadF32(p + 4 * (i + j)) : 0.0f;
+    }
+    for (int j = 0; j < kVec; ++j) x.v[j] = x.v[j] / wf;
+    Store4(out, i, n, x);
+  }
 }
+
 __global__ void Fp16DecodeKernel(const u8* p, int64_t n, float* out) {
-  GRID_STRIDE(i, n) out[i] = HalfToFloat(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
-}
-__global__ void QsgdDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, float* out) {
-  const float wf = static_cast<float>(world);
-  GRID_STRIDE(i, n) {
-    float acc = 0.0f;
-    for (int r = 0; r < world; ++r) {
-      const u8* pr = p + r * payload_bytes;
-      const float f = LoadF32(pr + n) / (kQsgdLevels * wf);
-      const int8_t q = static_cast<int8_t>(pr[i]);
-      const float v = q == -128 ? __int_as_float(0x7fc00000) : static_cast<float>(q) * f;
-      acc = r == 0 ? v : acc + v;
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    uint64_t halves = 0;
+    if (i + kVec <= n && Aligned(p + 2 * i, 8)) {
+      halves = *reinterpret_cast<const uint64_t*>(p + 2 * i);
+    } else {
+      for (int j = 0; j < 2 * kVec; ++j)
+        if (i + j / 2 < n) halves |= static_cast<uint64_t>(p[2 * i + j]) << (8 * j);
     }
-    out[i] = acc;
+    F4 x;
+    for (int j = 0; j < kVec; ++j) x.v[j] = HalfToFloat(static_cast<uint16_t>(halves >> (16 * j)));
+    Store4(out, i, n, x);
   }
 }
-__global__ void SignDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, bool two_means, float* out) {
-  const float wf = static_cast<float>(world);
-  const int64_t nb = (n + 7) / 8;
-  GRID_STRIDE(i, n) {
-    float acc = 0.0f;
-    for (int r = 0; r < world; ++r) {
-      const u8* pr = p + r * payload_bytes;
-      const float pos = LoadF32(pr + nb) / wf;
-      const float neg = two_means ? LoadF32(pr + nb + 4) / wf : -pos;
-      const float v = (pr[i / 8] >> (i % 8)) & 1u ? neg : pos;
-      acc = r == 0 ? v : acc + v;
-    }
-    out[i] = acc;
+
+enum class Dense { kQsgd, kSign, kOnebit, kTerngrad };
+
+// The per-rank scale(s) of a dense payload at pr, divided as the CPU divides.
+template <Dense D>
+__device__ void RankScales(const u8* pr, int64_t n, float wf, float* a, float* b) {
+  if (D == Dense::kQsgd) {
+    *a = LoadF32(pr + n) / (kQsgdLevels * wf);
+  } else if (D == Dense::kTerngrad) {
+    *a = LoadF32(pr + (n + 3) / 4) / wf;
+  } else {
+    const int64_t nb = (n + 7) / 8;
+    *a = LoadF32(pr + nb) / wf;
+    *b = D == Dense::kOnebit ? LoadF32(pr + nb + 4) / wf : -*a;
   }
 }
-__global__ void TerngradDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, float* out) {
-  const float wf = static_cast<float>(world);
-  const int64_t nb = (n + 3) / 4;
-  GRID_STRIDE(i, n) {
-    float acc = 0.0f;
-    for (int r = 0; r < world; ++r) {
-      const u8* pr = p + r * payload_bytes;
-      const float s = LoadF32(pr + nb) / wf;
-      const uint32_t c = (pr[i / 4] >> (2 * (i % 4))) & 3u;
-      const float v = c == 0u ? 0.0f : c == 1u ? s : c == 2u ? -s : __int_as_float(0x7fc00000);
-      acc = r == 0 ? v : acc + v;
+
+// Element i + j's value in rank r's payload pr, from the rank's scales a (and b).
+template <Dense D>
+__device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, float b, F4* v) {
+  if (D == Dense::kQsgd) {
+    uint32_t w = 0;
+    if (i + kVec <= n && Aligned(pr + i, 4)) {
+      w = *reinterpret_cast<const uint32_t*>(pr + i);
+    } else {
+      for (int j = 0; j < kVec; ++j)
+        if (i + j < n) w |= static_cast<uint32_t>(pr[i + j]) << (8 * j);
     }
-    out[i] = acc;
+    for (int j = 0; j < kVec; ++j) {
+      const int8_t q = static_cast<int8_t>(w >> (8 * j));
+      v->v[j] = q == -128 ? __int_as_float(0x7fc00000) : static_cast<float>(q) * a;
+    }
+  } else if (D == Dense::kTerngrad) {
+    const uint32_t byte = pr[i / 4];
+    for (int j = 0; j < kVec; ++j) {
+      const uint32_t c = (byte >> (2 * j)) & 3u;
+      v->v[j] = c == 0u ? 0.0f : c == 1u ? a : c == 2u ? -a : __int_as_float(0x7fc00000);
+    }
+  } else {
+    const uint32_t nibble = pr[i / 8] >> (i % 8);  // i is a multiple of 4
+    for (int j = 0; j < kVec; ++j) v->v[j] = (nibble >> j) & 1u ? b : a;
+  }
+}
+
+template <Dense D>
+__global__ void __launch_bounds__(kThreads) DenseDecodeKernel(const u8* p, int64_t n, int world,
+                                                              int64_t payload_bytes, float* out) {
+  __shared__ float sa[kRankChunk], sb[kRankChunk];
+  const float wf = static_cast<float>(world);
+  BLOCK_UNIFORM_VEC_STRIDE(q, n) {
+    const int64_t i = q * kVec;
+    F4 acc{{0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int r0 = 0; r0 < world; r0 += kRankChunk) {
+      const int chunk = world - r0 < kRankChunk ? world - r0 : kRankChunk;
+      __syncthreads();
+      for (int c = threadIdx.x; c < chunk; c += kThreads)
+        RankScales<D>(p + (r0 + c) * payload_bytes, n, wf, &sa[c], &sb[c]);
+      __syncthreads();
+      if (i >= n) continue;
+      for (int c = 0; c < chunk; ++c) {
+        F4 v;
+        RankValues<D>(p + (r0 + c) * payload_bytes, i, n, sa[c], sb[c], &v);
+        for (int j = 0; j < kVec; ++j) acc.v[j] = r0 + c == 0 ? v.v[j] : acc.v[j] + v.v[j];
+      }
+    }
+    if (i < n) Store4(out, i, n, acc);
   }
 }
 
 // ---- sparse ----
+// The radix selection's state: the digits chosen so far (prefix under mask) and how many of the
+// top k are still to be found among the keys that share them (after the last pick: need_eq).
 struct Selection {
   uint32_t prefix;
   uint32_t mask;
-  long long remaining;  // after the passes: need_eq
+  long long remaining;
 };
 
+constexpr int kBinsA = 2048, kShiftA = 20;  // key bits 30..20
+constexpr int kBinsB = 4096, kShiftB = 8;  // key bits 19..8
+constexpr int kBinsC = 256;  // key bits 7..0
+static_assert(kBinsC == kThreads, "pass C gives each thread one bin");
+
 __global__ void InitSelectionKernel(Selection* sel, int64_t k, uint32_t* hist) {
-  sel->prefix = 0;
-  sel->mask = 0;
-  sel->remaining = k;
-  for (int d = 0; d < 256; ++d) hist[d] = 0;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    sel->prefix = 0;
+    sel->mask = 0;
+    sel->remaining = k;
+  }
+  for (int d = threadIdx.x; d < kBinsA + kBinsB + kBinsC; d += blockDim.x) hist[d] = 0;
 }
 
-__global__ void HistogramKernel(const float* x, int64_t n, const Selection* sel, int shift, uint32_t* hist) {
-  __shared__ uint32_t sh[256];
-  for (int d = threadIdx.x; d < 256; d += blockDim.x) sh[d] = 0;
+// Adds one to sh[digit] for every lane with `match`, one shared atomic per distinct digit of
+// the warp (gradients put many lanes in few bins; atomics on one address serialize).
+__device__ __forceinline__ void WarpCount(uint32_t* sh, bool match, uint32_t digit) {
+  const unsigned active = __ballot_sync(kFullMask, match);
+  if (!match) return;
+  const unsigned peers = __match_any_sync(active, digit);
+  if ((threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&sh[digit], __popc(peers));
+}
+
+// Passes A and B: a histogram of (key >> shift) & (bins - 1) over the keys under the selection's
+// prefix, on a fixed grid of kHistBlocks (each block flushes its shared histogram once).
+template <int kBins, class Src>
+__global__ void __launch_bounds__(kThreads) HistogramKernel(Src src, int64_t n, const Selection* sel, int shift,
+                                                            uint32_t* hist) {
+  __shared__ uint32_t sh[kBins];
+  for (int d = threadIdx.x; d < kBins; d += kThreads) sh[d] = 0;
   __syncthreads();
   const uint32_t prefix = sel->prefix, mask = sel->mask;
-  GRID_STRIDE(i, n) {
-    const uint32_t key = MagnitudeKey(x[i]);
-    if ((key & mask) == prefix) atomicAdd(&sh[(key >> shift) & 255u], 1u);
+  WARP_UNIFORM_VEC_STRIDE(q, n) {
+    const int64_t i = q * kVec;
+    F4 x{{0.0f, 0.0f, 0.0f, 0.0f}};
+    if (i < n) x = src.Load(i, n);
+    for (int j = 0; j < kVec; ++j) {
+      const uint32_t key = MagnitudeKey(x.v[j]);
+      WarpCount(sh, i + j < n && (key & mask) == prefix, (key >> shift) & (kBins - 1));
+    }
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < 256; d += blockDim.x)
+  for (int d = threadIdx.x; d < kBins; d += kThreads)
     if (sh[d]) atomicAdd(&hist[d], sh[d]);
 }
 
-__global__ void PickDigitKernel(Selection* sel, int shift, uint32_t* hist) {
-  long long above = 0;
-  int d = 255;
-  for (;; --d) {
-    if (above + hist[d] >= sel->remaining || d == 0) break;
-    above += hist[d];
+// One block of 1024 threads: the digit (of kBins, descending) holding the selection's
+// remaining-th largest key; updates the selection. Thread t owns the bins t*P .. t*P+P-1 counted
+// from the largest digit.
+template <int kBins>
+__global__ void __launch_bounds__(1024) PickDigitKernel(Selection* sel, int shift, const uint32_t* hist) {
+  constexpr int P = kBins >= 1024 ? kBins / 1024 : 1;
+  using BS = cub::BlockScan<unsigned long long, 1024>;
+  __shared__ typename BS::TempStorage tmp;
+  const long long remaining = sel->remaining;
+  unsigned long long counts[P], mine = 0;
+  for (int j = 0; j < P; ++j) {
+    const int pos = threadIdx.x * P + j;
+    counts[j] = pos < kBins ? hist[kBins - 1 - pos] : 0;
+    mine += counts[j];
   }
-  sel->remaining -= above;
-  sel->prefix |= static_cast<uint32_t>(d) << shift;
-  sel->mask |= 255u << shift;
-  for (int j = 0; j < 256; ++j) hist[j] = 0;
+  unsigned long long before;
+  BS(tmp).ExclusiveSum(mine, before);
+  for (int j = 0; j < P; ++j) {
+    const int pos = threadIdx.x * P + j;
+    if (pos >= kBins) break;
+    const bool reaches = static_cast<long long>(before + counts[j]) >= remaining || pos == kBins - 1;
+    if (reaches && static_cast<long long>(before) < remaining) {
+      sel->remaining = remaining - static_cast<long long>(before);
+      sel->prefix |= static_cast<uint32_t>(kBins - 1 - pos) << shift;
+      sel->mask |= static_cast<uint32_t>(kBins - 1) << shift;
+    }
+    before += counts[j];
+  }
+}
+
+// Pass C, one block per tile of kTile elements: keys above the 23-bit prefix (bits 30..8)
+// counted into tile_above, and the keys with the prefix histogrammed by their last 8 bits, into
+// the tile's tile_hist (uint16: a tile has at most 4096 entries) and the global hist.
+template <class Src>
+__global__ void __launch_bounds__(kThreads) TileHistogramKernel(Src src, int64_t n, const Selection* sel,
+                                                                uint32_t* tile_above, uint16_t* tile_hist,
+                                                                uint32_t* hist) {
+  using BR = cub::BlockReduce<uint32_t, kThreads>;
+  __shared__ typename BR::TempStorage tmp;
+  __shared__ uint32_t sh[kBinsC];
+  sh[threadIdx.x] = 0;  // kThreads == kBinsC
+  __syncthreads();
+  const uint32_t hi = sel->prefix >> 8;
+  const int64_t base = blockIdx.x * int64_t{kTile};
+  uint32_t above = 0;
+  for (int j = 0; j < kItems / kVec; ++j) {
+    const int64_t i = base + (j * kThreads + threadIdx.x) * kVec;  // any order will do for counts
+    F4 x{{0.0f, 0.0f, 0.0f, 0.0f}};
+    if (i < n) x = src.Load(i, n);
+    for (int c = 0; c < kVec; ++c) {
+      const uint32_t key = MagnitudeKey(x.v[c]);
+      const bool in = i + c < n;
+      above += in && (key >> 8) > hi;
+      WarpCount(sh, in && (key >> 8) == hi, key & 255u);
+    }
+  }
+  const uint32_t total = BR(tmp).Sum(above);
+  __syncthreads();
+  if (threadIdx.x == 0) tile_above[blockIdx.x] = total;
+  const uint32_t h = sh[threadIdx.x];
+  tile_hist[blockIdx.x * int64_t{kBinsC} + threadIdx.x] = static_cast<uint16_t>(h);
+  if (h) atomicAdd(&hist[threadIdx.x], h);
 }
 
 __device__ unsigned long long Flags(uint32_t key, uint32_t t) {
   return static_cast<unsigned long long>(key > t) | (static_cast<unsigned long long>(key == t) << 32);
 }
 
-__global__ void TileCountKernel(const float* x, int64_t n, const Selection* sel, unsigned long long* tiles) {
+// One block per tile: (keys > T, keys == T) as one 64-bit pair, from the tile's pass C counts.
+__global__ void __launch_bounds__(kThreads) TileCountKernel(const Selection* sel, const uint32_t* tile_above,
+                                                            const uint16_t* tile_hist, unsigned long long* tiles) {
   using BR = cub::BlockReduce<unsigned long long, kThreads>;
   __shared__ typename BR::TempStorage tmp;
-  const uint32_t t = sel->prefix;
-  const int64_t base = blockIdx.x * int64_t{kTile};
-  unsigned long long c = 0;
-  for (int j = 0; j < kItems; ++j) {
-    const int64_t i = base + j * kThreads + threadIdx.x;  // any order will do for a count
-    if (i < n) c += Flags(MagnitudeKey(x[i]), t);
-  }
-  const unsigned long long total = BR(tmp).Sum(c);
-  if (threadIdx.x == 0) tiles[blockIdx.x] = total;
+  const uint32_t d = sel->prefix & 255u;
+  const unsigned long long h = tile_hist[blockIdx.x * int64_t{kBinsC} + threadIdx.x];
+  const unsigned long long mine = threadIdx.x > d ? h : (threadIdx.x == d ? h << 32 : 0ull);
+  const unsigned long long total = BR(tmp).Sum(mine);
+  if (threadIdx.x == 0) tiles[blockIdx.x] = total + tile_above[blockIdx.x];
 }
 
 // Exclusive scan of the tile counts by one block, in chunks. __launch_bounds__: without it the
@@ -343,26 +655,38 @@ __global__ void __launch_bounds__(1024) TileScanKernel(unsigned long long* tiles
   }
 }
 
-__global__ void TileSelectKernel(const float* x, int64_t n, int64_t k, const Selection* sel,
-                                 const unsigned long long* tile_offsets, float* resid, float* u, float* v,
-                                 u8* payload) {
+// One block per tile: the tile is loaded coalesced and transposed so that thread t holds
+// elements t*16 .. t*16+15 (index order); a block scan ranks the selected entries.
+__global__ void __launch_bounds__(kThreads) TileSelectKernel(const float* x, int64_t n, int64_t k,
+                                                             const Selection* sel,
+                                                             const unsigned long long* tile_offsets, float* resid,
+                                                             float* u, float* v, u8* payload) {
+  using BL = cub::BlockLoad<float, kThreads, kItems, cub::BLOCK_LOAD_TRANSPOSE>;
   using BS = cub::BlockScan<unsigned long long, kThreads>;
-  __shared__ typename BS::TempStorage tmp;
+  __shared__ union {
+    typename BL::TempStorage load;
+    typename BS::TempStorage scan;
+  } tmp;
   const uint32_t t = sel->prefix;
   const unsigned long long need_eq = static_cast<unsigned long long>(sel->remaining);
-  const int64_t first = blockIdx.x * int64_t{kTile} + threadIdx.x * int64_t{kItems};  // blocked: index order
+  const int64_t tile = blockIdx.x * int64_t{kTile};
+  const int valid = static_cast<int>(n - tile < kTile ? n - tile : kTile);
+  float items[kItems];
+  BL(tmp.load).Load(x + tile, items, valid, 0.0f);
+  __syncthreads();
+  const int first = threadIdx.x * kItems;
   unsigned long long mine = 0;
   for (int j = 0; j < kItems; ++j)
-    if (first + j < n) mine += Flags(MagnitudeKey(x[first + j]), t);
+    if (first + j < valid) mine += Flags(MagnitudeKey(items[j]), t);
   unsigned long long before;
-  BS(tmp).ExclusiveSum(mine, before);
+  BS(tmp.scan).ExclusiveSum(mine, before);
   unsigned long long run = tile_offsets[blockIdx.x] + before;
   u8* vals = payload;
   u8* idxs = payload + 4 * k;
   for (int j = 0; j < kItems; ++j) {
-    const int64_t i = first + j;
-    if (i >= n) break;
-    const float xi = x[i];
+    if (first + j >= valid) break;
+    const int64_t i = tile + first + j;
+    const float xi = items[j];
     const uint32_t key = MagnitudeKey(xi);
     const unsigned long long gt_before = run & 0xffffffffull, eq_before = run >> 32;
     const bool take = key > t || (key == t && eq_before < need_eq);
@@ -384,11 +708,25 @@ __global__ void TileSelectKernel(const float* x, int64_t n, int64_t k, const Sel
   }
 }
 
-__global__ void RandkEncodeKernel(const float* x, int64_t k, Feistel f, uint32_t n, float* resid, float* u, float* v,
-                                  u8* payload) {
+// randk with residual memory, fused: payload[j] = (e + g)[idx_j] ...
+__global__ void RandkGatherKernel(const float* x, const float* g, int64_t k, Feistel f, uint32_t n, u8* payload) {
   GRID_STRIDE(j, k) {
     const uint32_t i = FeistelPermute(f, n, static_cast<uint32_t>(j));
-    StoreF32(payload + 4 * j, x[i]);
+    StoreF32(payload + 4 * j, g ? x[i] + g[i] : x[i]);
+  }
+}
+// ... then e = e + g where finite, else 0 (the CPU's sweep over the memory) ...
+__global__ void ResidualFiniteKernel(float* e, const float* g, int64_t n) {
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    F4 x = ResidualSum{e, g}.Load(q * kVec, n);
+    for (int j = 0; j < kVec; ++j) x.v[j] = IsFinite(x.v[j]) ? x.v[j] : 0.0f;
+    Store4(e, q * kVec, n, x);
+  }
+}
+// ... and the sent entries' memory cleared.
+__global__ void RandkClearKernel(int64_t k, Feistel f, uint32_t n, float* resid, float* u, float* v) {
+  GRID_STRIDE(j, k) {
+    const uint32_t i = FeistelPermute(f, n, static_cast<uint32_t>(j));
     if (resid) resid[i] = 0.0f;
     if (u) {
       u[i] = 0.0f;
@@ -403,16 +741,24 @@ __global__ void RandkDecodeKernel(const u8* p, int64_t k, Feistel f, uint32_t n,
 }
 
 __global__ void ScatterAddKernel(const u8* pr, int64_t k, int64_t n, float* out) {
+  const bool aligned = Aligned(pr, 4);
   GRID_STRIDE(j, k) {
     const u8* q = pr + 4 * k + 4 * j;
-    const int32_t i = static_cast<int32_t>(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24));
-    if (i >= 0 && i < n) atomicAdd(&out[i], LoadF32(pr + 4 * j));  // unique per rank: no contention
+    const int32_t i = aligned ? *reinterpret_cast<const int32_t*>(q)
+                              : static_cast<int32_t>(q[0] | (q[1] << 8) | (q[2] << 16) |
+                                                     (static_cast<uint32_t>(q[3]) << 24));
+    const float val = aligned ? *reinterpret_cast<const float*>(pr + 4 * j) : LoadF32(pr + 4 * j);
+    if (i >= 0 && i < n) atomicAdd(&out[i], val);  // unique per rank: no contention
   }
 }
 
 __global__ void DivideKernel(float* out, int64_t n, int world) {
   const float wf = static_cast<float>(world);
-  GRID_STRIDE(i, n) out[i] /= wf;
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    F4 x = Load4(out, q * kVec, n);
+    for (int j = 0; j < kVec; ++j) x.v[j] = x.v[j] / wf;
+    Store4(out, q * kVec, n, x);
+  }
 }
 
 class CudaCompressor final : public Compressor {
@@ -424,14 +770,20 @@ class CudaCompressor final : public Compressor {
 
   Status Init() {
     const auto& L = layout();
-    num_tiles_ = (L.n + kTile - 1) / kTile;
-    // Workspace: partials | scalars | selection | histogram | tile counts.
+    const bool sparse = L.kind == CompressorKind::kTopk || L.kind == CompressorKind::kDgc;
+    num_tiles_ = sparse ? (L.n + kTile - 1) / kTile : 0;
+    // Workspace: partials | scalars | reduce counter | selection | histograms (A, B, C) |
+    // tile counts (8 B per tile) | tile_above (4 B) | tile_hist (512 B).
     off_scalars_ = sizeof(Acc) * kReduceBlocks;
-    off_sel_ = off_scalars_ + 16;
+    off_done_ = off_scalars_ + 16;
+    off_sel_ = off_done_ + 16;
     off_hist_ = off_sel_ + sizeof(Selection);
-    off_tiles_ = (off_hist_ + 256 * 4 + 7) / 8 * 8;
-    const size_t bytes = off_tiles_ + 8 * static_cast<size_t>(num_tiles_);
+    off_tiles_ = (off_hist_ + 4 * (kBinsA + kBinsB + kBinsC) + 7) / 8 * 8;
+    off_above_ = off_tiles_ + 8 * static_cast<size_t>(num_tiles_);
+    off_tile_hist_ = off_above_ + 4 * static_cast<size_t>(num_tiles_);
+    const size_t bytes = off_tile_hist_ + 2 * kBinsC * static_cast<size_t>(num_tiles_);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemset(workspace_, 0, bytes));  // the reduce counter starts at 0
     return Status::Ok();
   }
 
@@ -441,26 +793,73 @@ class CudaCompressor final : public Compressor {
     return reinterpret_cast<T*>(static_cast<char*>(workspace_) + off);
   }
 
-  template <Red R>
-  void Reduce(const float* x, u8* meta, cudaStream_t s) {
-    ReduceKernel<R><<<kReduceBlocks, kThreads, 0, s>>>(x, layout().n, Ws<Acc>(0));
-    FinishKernel<R><<<1, 32, 0, s>>>(Ws<Acc>(0), layout().n, Ws<float>(off_scalars_), meta);
+  template <Red R, class Src>
+  void Reduce(Src src, u8* meta, cudaStream_t s) {
+    ReduceKernel<R><<<kReduceBlocks, kThreads, 0, s>>>(src, layout().n, Ws<Acc>(0), Ws<unsigned>(off_done_),
+                                                       Ws<float>(off_scalars_), meta);
   }
 
-  void TopK(const float* x, float* resid, float* u, float* v, u8* payload, cudaStream_t s) {
+  // Pass A's source applies the memory; the later passes read x from where it left it.
+  template <class SrcA>
+  void TopK(SrcA first, const float* x, float* resid, float* u, float* v, u8* payload, cudaStream_t s) {
     const auto& L = layout();
     Selection* sel = Ws<Selection>(off_sel_);
     uint32_t* hist = Ws<uint32_t>(off_hist_);
-    InitSelectionKernel<<<1, 1, 0, s>>>(sel, L.k, hist);
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      HistogramKernel<<<Blocks(L.n), kThreads, 0, s>>>(x, L.n, sel, shift, hist);
-      PickDigitKernel<<<1, 1, 0, s>>>(sel, shift, hist);
-    }
-    auto* tiles = Ws<unsigned long long>(off_tiles_);
+    InitSelectionKernel<<<1, 1024, 0, s>>>(sel, L.k, hist);
+    HistogramKernel<kBinsA><<<kHistBlocks, kThreads, 0, s>>>(first, L.n, sel, kShiftA, hist);
+    PickDigitKernel<kBinsA><<<1, 1024, 0, s>>>(sel, kShiftA, hist);
+    HistogramKernel<kBinsB><<<kHistBlocks, kThreads, 0, s>>>(Plain{x}, L.n, sel, kShiftB, hist + kBinsA);
+    PickDigitKernel<kBinsB><<<1, 1024, 0, s>>>(sel, kShiftB, hist + kBinsA);
     const unsigned grid = static_cast<unsigned>(num_tiles_);
-    TileCountKernel<<<grid, kThreads, 0, s>>>(x, L.n, sel, tiles);
+    auto* tiles = Ws<unsigned long long>(off_tiles_);
+    auto* above = Ws<uint32_t>(off_above_);
+    auto* tile_hist = Ws<uint16_t>(off_tile_hist_);
+    uint32_t* hist_c = hist + kBinsA + kBinsB;
+    TileHistogramKernel<<<grid, kThreads, 0, s>>>(Plain{x}, L.n, sel, above, tile_hist, hist_c);
+    PickDigitKernel<kBinsC><<<1, 1024, 0, s>>>(sel, 0, hist_c);
+    TileCountKernel<<<grid, kThreads, 0, s>>>(sel, above, tile_hist, tiles);
     TileScanKernel<<<1, 1024, 0, s>>>(tiles, num_tiles_);
     TileSelectKernel<<<grid, kThreads, 0, s>>>(x, L.n, L.k, sel, tiles, resid, u, v, payload);
+  }
+
+  // The dense compressors after the memory: x from `src`; resid (when not null) receives the
+  // residual, computed from x (or, for signum_resid, from the input resid holds).
+  template <class Src>
+  void Dense(Src src, float* resid, bool signum_resid, uint64_t key, u8* payload, cudaStream_t s) {
+    const auto& L = layout();
+    const int64_t n = L.n;
+    const unsigned grid = VecBlocks(n);
+    float* scalars = Ws<float>(off_scalars_);
+    switch (L.kind) {
+      case CompressorKind::kFp32: Fp32EncodeKernel<<<grid, kThreads, 0, s>>>(src, resid, n, payload); break;
+      case CompressorKind::kFp16:
+        Fp16EncodeKernel<<<grid, kThreads, 0, s>>>(src, resid, n, L.world_size, payload);
+        break;
+      case CompressorKind::kQsgd:
+        Reduce<Red::kSumSquares>(src, payload + n, s);
+        QsgdEncodeKernel<<<grid, kThreads, 0, s>>>(src, resid, n, key, scalars, payload);
+        break;
+      case CompressorKind::kSignsgd:
+      case CompressorKind::kEfsignsgd:
+        Reduce<Red::kSumAbs>(src, payload + (n + 7) / 8, s);
+        SignEncodeKernel<<<grid, kThreads, 0, s>>>(src, resid, n, scalars, false, false, payload);
+        break;
+      case CompressorKind::kSignum:
+        // The momentum is updated by the reduction's pass (src is SignumUpdate); the encode
+        // reads it back.
+        Reduce<Red::kSumAbs>(src, payload + (n + 7) / 8, s);
+        SignEncodeKernel<<<grid, kThreads, 0, s>>>(Plain{signum_mom_}, resid, n, scalars, false, signum_resid, payload);
+        break;
+      case CompressorKind::kOnebit:
+        Reduce<Red::kOnebit>(src, payload + (n + 7) / 8, s);
+        SignEncodeKernel<<<grid, kThreads, 0, s>>>(src, resid, n, scalars, true, false, payload);
+        break;
+      case CompressorKind::kTerngrad:
+        Reduce<Red::kMaxAbs>(src, payload + (n + 3) / 4, s);
+        TerngradEncodeKernel<<<grid, kThreads, 0, s>>>(src, resid, n, key, scalars, payload);
+        break;
+      default: break;  // sparse kinds: EncodeImpl
+    }
   }
 
   Status EncodeImpl(const float* grad, float* state, uint64_t iteration, std::byte* payload_b, void* stream) override {
@@ -468,59 +867,66 @@ class CudaCompressor final : public Compressor {
     const int64_t n = L.n;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     u8* payload = reinterpret_cast<u8*>(payload_b);
-    const unsigned grid = Blocks(n);
-    const float* x = grad;
+    const unsigned grid = VecBlocks(n);
     float *resid = nullptr, *u = nullptr, *v = nullptr, *tail = state;
     if (L.memory == MemoryKind::kResidual) {
       resid = state;
-      AddKernel<<<grid, kThreads, 0, s>>>(resid, grad, n);
-      x = resid;
       tail = state + n;
     } else if (L.memory == MemoryKind::kDgc) {
       u = state;
       v = state + n;
-      DgcMemoryKernel<<<grid, kThreads, 0, s>>>(u, v, grad, n);
-      x = v;
       tail = state + 2 * n;
     }
-    if (L.kind == CompressorKind::kSignum) {
-      SignumKernel<<<grid, kThreads, 0, s>>>(tail, x, n);
-      x = tail;
-    }
     const uint64_t key = StreamKey(L.seed, iteration);
-    float* scalars = Ws<float>(off_scalars_);
     switch (L.kind) {
-      case CompressorKind::kFp32:
-        CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(payload, x, 4 * n, cudaMemcpyDeviceToDevice, s));
-        if (resid) CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(resid, 0, 4 * n, s));
-        break;
-      case CompressorKind::kFp16: Fp16EncodeKernel<<<grid, kThreads, 0, s>>>(x, resid, n, L.world_size, payload); break;
       case CompressorKind::kTopk:
-      case CompressorKind::kDgc: TopK(x, resid, u, v, payload, s); break;
+      case CompressorKind::kDgc:
+        if (resid)
+          TopK(ResidualUpdate{resid, grad}, resid, resid, u, v, payload, s);
+        else if (u)
+          TopK(DgcUpdate{u, v, grad}, v, resid, u, v, payload, s);
+        else
+          TopK(Plain{grad}, grad, resid, u, v, payload, s);
+        break;
       case CompressorKind::kRandk: {
         const Feistel f = MakeFeistel(L.seed, iteration, static_cast<uint32_t>(n));
-        RandkEncodeKernel<<<Blocks(L.k), kThreads, 0, s>>>(x, L.k, f, static_cast<uint32_t>(n), resid, u, v, payload);
-        if (resid) ZeroNonFiniteKernel<<<grid, kThreads, 0, s>>>(resid, n);
+        const unsigned kgrid = Blocks(L.k);
+        const auto un = static_cast<uint32_t>(n);
+        if (u) DgcMemoryKernel<<<grid, kThreads, 0, s>>>(u, v, grad, n);
+        RandkGatherKernel<<<kgrid, kThreads, 0, s>>>(resid ? resid : (u ? v : grad), resid ? grad : nullptr, L.k, f,
+                                                     un, payload);
+        if (resid) ResidualFiniteKernel<<<grid, kThreads, 0, s>>>(resid, grad, n);
+        if (resid || u) RandkClearKernel<<<kgrid, kThreads, 0, s>>>(L.k, f, un, resid, u, v);
         break;
       }
-      case CompressorKind::kQsgd:
-        Reduce<Red::kSumSquares>(x, payload + n, s);
-        QsgdEncodeKernel<<<grid, kThreads, 0, s>>>(x, resid, n, key, scalars, payload);
-        break;
-      case CompressorKind::kSignsgd:
-      case CompressorKind::kEfsignsgd:
-      case CompressorKind::kSignum:
-        Reduce<Red::kSumAbs>(x, payload + (n + 7) / 8, s);
-        SignEncodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(x, resid, n, scalars, false,
-                                                                  L.kind == CompressorKind::kSignum, payload);
-        break;
-      case CompressorKind::kOnebit:
-        Reduce<Red::kOnebit>(x, payload + (n + 7) / 8, s);
-        SignEncodeKernel<<<Blocks((n + 7) / 8), kThreads, 0, s>>>(x, resid, n, scalars, true, false, payload);
-        break;
-      case CompressorKind::kTerngrad:
-        Reduce<Red::kMaxAbs>(x, payload + (n + 3) / 4, s);
-        TerngradEncodeKernel<<<Blocks((n + 3) / 4), kThreads, 0, s>>>(x, resid, n, key, scalars, payload);
+      case CompressorKind::kFp32:
+        if (!resid && !u) {
+          CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(payload, grad, 4 * n, cudaMemcpyDeviceToDevice, s));
+          break;
+        }
+        [[fallthrough]];
+      default:
+        if (L.kind == CompressorKind::kSignum) {
+          // Signum's momentum sits after the memory; with residual or dgc memory, that memory
+          // runs as a pass of its own first (x = e or v), then the momentum in the reduction.
+          signum_mom_ = tail;
+          const float* x = grad;
+          if (resid) {
+            AddKernel<<<grid, kThreads, 0, s>>>(resid, grad, n);
+            x = resid;
+          } else if (u) {
+            DgcMemoryKernel<<<grid, kThreads, 0, s>>>(u, v, grad, n);
+            x = v;
+          }
+          Dense(SignumUpdate{tail, x}, resid, resid != nullptr, key, payload, s);
+        } else if (resid) {
+          Dense(ResidualSum{resid, grad}, resid, false, key, payload, s);
+        } else if (u) {
+          DgcMemoryKernel<<<grid, kThreads, 0, s>>>(u, v, grad, n);
+          Dense(Plain{v}, nullptr, false, key, payload, s);
+        } else {
+          Dense(Plain{grad}, nullptr, false, key, payload, s);
+        }
         break;
     }
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -532,35 +938,37 @@ class CudaCompressor final : public Compressor {
     const int64_t n = L.n;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const u8* p = reinterpret_cast<const u8*>(payloads_b);
-    const unsigned grid = Blocks(n);
+    const unsigned grid = VecBlocks(n);
+    const int W = L.world_size;
     switch (L.kind) {
-      case CompressorKind::kFp32: Fp32DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, L.world_size, out); break;
+      case CompressorKind::kFp32: Fp32DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, W, out); break;
       case CompressorKind::kFp16: Fp16DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, out); break;
       case CompressorKind::kRandk: {
         CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, 4 * n, s));
         const Feistel f = MakeFeistel(L.seed, iteration, static_cast<uint32_t>(n));
-        RandkDecodeKernel<<<Blocks(L.k), kThreads, 0, s>>>(p, L.k, f, static_cast<uint32_t>(n), L.world_size, out);
+        RandkDecodeKernel<<<Blocks(L.k), kThreads, 0, s>>>(p, L.k, f, static_cast<uint32_t>(n), W, out);
         break;
       }
       case CompressorKind::kTopk:
       case CompressorKind::kDgc:
         CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, 4 * n, s));
-        for (int r = 0; r < L.world_size; ++r)
+        for (int r = 0; r < W; ++r)
           ScatterAddKernel<<<Blocks(L.k), kThreads, 0, s>>>(p + r * L.payload_bytes, L.k, n, out);
-        if (L.world_size > 1) DivideKernel<<<grid, kThreads, 0, s>>>(out, n, L.world_size);
+        if (W > 1) DivideKernel<<<grid, kThreads, 0, s>>>(out, n, W);
         break;
       case CompressorKind::kQsgd:
-        QsgdDecodeKernel<<<grid, kThreads, 0, s>>>(p, n, L.world_size, L.payload_bytes, out);
+        DenseDecodeKernel<Dense::kQsgd><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
         break;
       case CompressorKind::kSignsgd:
       case CompressorKind::kEfsignsgd:
       case CompressorKind::kSignum:
+        DenseDecodeKernel<Dense::kSign><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
+        break;
       case CompressorKind::kOnebit:
-        SignDecodeKernel<<<grid, kThreads, 0, s>>>(p, n, L.world_size, L.payload_bytes,
-                                                   L.kind == CompressorKind::kOnebit, out);
+        DenseDecodeKernel<Dense::kOnebit><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
         break;
       case CompressorKind::kTerngrad:
-        TerngradDecodeKernel<<<grid, kThreads, 0, s>>>(p, n, L.world_size, L.payload_bytes, out);
+        DenseDecodeKernel<Dense::kTerngrad><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
         break;
     }
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -568,8 +976,10 @@ class CudaCompressor final : public Compressor {
   }
 
   void* workspace_ = nullptr;
+  float* signum_mom_ = nullptr;  // signum: the momentum in the state, for the encode after the reduction
   int64_t num_tiles_ = 0;
-  size_t off_scalars_ = 0, off_sel_ = 0, off_hist_ = 0, off_tiles_ = 0;
+  size_t off_scalars_ = 0, off_done_ = 0, off_sel_ = 0, off_hist_ = 0, off_tiles_ = 0, off_above_ = 0,
+         off_tile_hist_ = 0;
 };
 
 }  // namespace
