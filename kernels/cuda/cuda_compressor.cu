@@ -522,13 +522,17 @@ __global__ void InitSelectionKernel(Selection* sel, int64_t k, uint32_t* hist) {
   for (int d = threadIdx.x; d < kBinsA + kBinsB + kBinsC; d += blockDim.x) hist[d] = 0;
 }
 
-// Adds one to sh[digit] for every lane with `match`, one shared atomic per distinct digit of
-// the warp (gradients put many lanes in few bins; atomics on one address serialize).
+// Adds one to sh[digit] for every lane with `match`. A warp whose lanes all match with one digit
+// (a run of equal values: zeros, a clipped range) adds once; otherwise each lane adds, and lanes
+// on one address serialize in the shared-memory atomic unit, which on gradients (few lanes per
+// bin) costs less than aggregating every warp (__match_any_sync).
 __device__ __forceinline__ void WarpCount(uint32_t* sh, bool match, uint32_t digit) {
   const unsigned active = __ballot_sync(kFullMask, match);
-  if (!match) return;
-  const unsigned peers = __match_any_sync(active, digit);
-  if ((threadIdx.x % 32) == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&sh[digit], __popc(peers));
+  if (active == kFullMask && __all_sync(kFullMask, digit == __shfl_sync(kFullMask, digit, 0))) {
+    if ((threadIdx.x % 32) == 0) atomicAdd(&sh[digit], 32u);
+    return;
+  }
+  if (match) atomicAdd(&sh[digit], 1u);
 }
 
 // Passes A and B: a histogram of (key >> shift) & (bins - 1) over the keys under the selection's
@@ -634,24 +638,31 @@ __global__ void __launch_bounds__(kThreads) TileCountKernel(const Selection* sel
   if (threadIdx.x == 0) tiles[blockIdx.x] = total + tile_above[blockIdx.x];
 }
 
-// Exclusive scan of the tile counts by one block, in chunks. __launch_bounds__: without it the
-// compiler may use more registers than a 1024-thread block can have (the launch then fails with
-// cudaErrorLaunchOutOfResources, as it did on an H100).
+// Exclusive scan of the tile counts by one block: each thread scans kScanItems consecutive tiles,
+// chunk after chunk of 1024 x kScanItems tiles (one chunk up to 2^25 elements). __launch_bounds__:
+// without it the compiler may use more registers than a 1024-thread block can have (the launch
+// then fails with cudaErrorLaunchOutOfResources, as it did on an H100).
+constexpr int kScanItems = 8;
 __global__ void __launch_bounds__(1024) TileScanKernel(unsigned long long* tiles, int64_t num_tiles) {
   using BS = cub::BlockScan<unsigned long long, 1024>;
   __shared__ typename BS::TempStorage tmp;
-  __shared__ unsigned long long carry;
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  for (int64_t base = 0; base < num_tiles; base += 1024) {
-    const int64_t i = base + threadIdx.x;
-    const unsigned long long v = i < num_tiles ? tiles[i] : 0ull;
+  unsigned long long carry = 0;  // the same in every thread: the chunk totals of the scan
+  for (int64_t base = 0; base < num_tiles; base += 1024 * kScanItems) {
+    const int64_t first = base + int64_t{threadIdx.x} * kScanItems;
+    unsigned long long v[kScanItems], mine = 0;
+    for (int j = 0; j < kScanItems; ++j) {
+      v[j] = first + j < num_tiles ? tiles[first + j] : 0ull;
+      mine += v[j];
+    }
     unsigned long long ex, total;
-    BS(tmp).ExclusiveSum(v, ex, total);
-    if (i < num_tiles) tiles[i] = carry + ex;
-    __syncthreads();
-    if (threadIdx.x == 0) carry += total;
-    __syncthreads();
+    BS(tmp).ExclusiveSum(mine, ex, total);
+    ex += carry;
+    for (int j = 0; j < kScanItems; ++j) {
+      if (first + j < num_tiles) tiles[first + j] = ex;
+      ex += v[j];
+    }
+    carry += total;
+    __syncthreads();  // tmp is reused
   }
 }
 
