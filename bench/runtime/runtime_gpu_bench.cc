@@ -18,7 +18,8 @@
 //   equals the baseline's bitwise; compressed rows "-" (runtime_gpu_test checks them against the
 //   CUDA kernels bitwise).
 // Rows: the fp32 one-group plan on slices of one flat device buffer and on one cudaMalloc per
-// tensor; the compressor (--compressor, default efsignsgd) layer-wise, in 25 MiB buckets, as one
+// tensor; the compressor (--compressor, default efsignsgd) layer-wise (also with
+// SessionOptions::device_graphs off: every launch queued each step), in 25 MiB buckets, as one
 // group, and as --plan's groups when given (a plan for this model; its compressor must match).
 //
 // Usage: runtime_gpu_bench [--model M.json] [--compressor C] [--plan P.pb] [--warmup W] [--iters I]
@@ -166,9 +167,12 @@ int main(int argc, char** argv) {
   auto divide = Value(cupcake::kernels::MakeCompressor(fp32_config, cupcake::kernels::Backend::kCuda), "fp32 decode");
 
   // The sessions: fp32 one group (flat and separate), the compressor's groupings.
-  auto make = [&](const std::string& name, const Plan& plan, bool separate) {
+  auto make = [&](const std::string& name, const Plan& plan, bool separate, bool graphs) {
     Registered r;
-    r.session = Value(rt::Session::Create(plan, Value(cupcake::comm::MakeNcclCommunicator(nullptr), name)), name);
+    rt::SessionOptions options;
+    options.device_graphs = graphs;
+    r.session =
+        Value(rt::Session::Create(plan, Value(cupcake::comm::MakeNcclCommunicator(nullptr), name), options), name);
     for (int i = 0; i < model.tensors_size(); ++i) {
       float* p = flat + offsets[static_cast<size_t>(i)];
       if (separate) {
@@ -184,16 +188,17 @@ int main(int argc, char** argv) {
   std::vector<Registered> sessions;
   rows.push_back({"ncclAllReduce in place + divide (baseline)", 1, {}, "reference"});
   sessions.emplace_back();  // the baseline has no session
-  auto add = [&](const std::string& name, const Plan& plan, bool separate) {
-    sessions.push_back(make(name, plan, separate));
+  auto add = [&](const std::string& name, const Plan& plan, bool separate, bool graphs = true) {
+    sessions.push_back(make(name, plan, separate, graphs));
     rows.push_back(
         {name, sessions.back().session->group_count(), {}, plan.compressor().name() == "fp32" ? "exact" : "-"});
   };
   const Plan fp32 = bench::PlanFor(model, 1, cupcake::pb::GPU, "fp32", bench::OneGroup(model));
   add("runtime fp32 one_group, flat buffer", fp32, false);
   add("runtime fp32 one_group, separate buffers", fp32, true);
-  add("runtime " + compressor + " layerwise",
-      bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::LayerWise(model)), false);
+  const Plan layerwise = bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::LayerWise(model));
+  add("runtime " + compressor + " layerwise", layerwise, false);
+  add("runtime " + compressor + " layerwise, no graphs", layerwise, false, /*graphs=*/false);
   add("runtime " + compressor + " buckets 25MiB",
       bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::Buckets(model, int64_t{25} << 20)), false);
   add("runtime " + compressor + " one_group",

@@ -14,8 +14,9 @@
 //     memory as a pass of its own first, as the CPU does.
 //   - Reductions run on a fixed grid; the last block to finish (a counter in the workspace)
 //     sums the partials in a fixed order and writes the scale, so a reduction is one launch.
-//   - Dense decodes read each rank's scale once per block into shared memory (the division by
-//     W included), not once per element.
+//   - Dense decodes compute each rank's scale (the division by W included) once, not once per
+//     element: per block into shared memory (sign family, onebit), or by a kernel of its own into
+//     the workspace (qsgd, terngrad), whichever measured faster for the kind.
 //
 // Top-k (topk, dgc): radix selection over MagnitudeKey in three digits (11, 12 and 8 bits), no
 // sort:
@@ -499,6 +500,33 @@ __global__ void __launch_bounds__(kThreads) DenseDecodeKernel(const u8* p, int64
   }
 }
 
+// The other layout of the dense decodes: each rank's scales, divided as the CPU divides, into
+// scales[2r], scales[2r + 1] by a kernel of their own, which the decode's threads then load
+// beside their data (no shared memory, no barrier). Measured on an H100 at W = 8 (docs/KERNELS.md):
+// faster for qsgd (275 to 197 us at 32 Mi elements) and terngrad (216 to 201 us), slower for the
+// sign family (113 to 127 us), which keeps the shared-memory kernel above.
+template <Dense D>
+__global__ void RankScalesKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, float* scales) {
+  const float wf = static_cast<float>(world);
+  GRID_STRIDE(r, world) RankScales<D>(p + r * payload_bytes, n, wf, &scales[2 * r], &scales[2 * r + 1]);
+}
+
+template <Dense D>
+__global__ void __launch_bounds__(kThreads) DenseDecodeGlobalKernel(const u8* p, int64_t n, int world,
+                                                                    int64_t payload_bytes, const float* scales,
+                                                                    float* out) {
+  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+    const int64_t i = q * kVec;
+    F4 acc{{0.0f, 0.0f, 0.0f, 0.0f}};
+    for (int r = 0; r < world; ++r) {
+      F4 v;
+      RankValues<D>(p + r * payload_bytes, i, n, scales[2 * r], scales[2 * r + 1], &v);
+      for (int j = 0; j < kVec; ++j) acc.v[j] = r == 0 ? v.v[j] : acc.v[j] + v.v[j];
+    }
+    Store4(out, i, n, acc);
+  }
+}
+
 // ---- sparse ----
 // The radix selection's state: the digits chosen so far (prefix under mask) and how many of the
 // top k are still to be found among the keys that share them (after the last pick: need_eq).
@@ -792,7 +820,8 @@ class CudaCompressor final : public Compressor {
     off_tiles_ = (off_hist_ + 4 * (kBinsA + kBinsB + kBinsC) + 7) / 8 * 8;
     off_above_ = off_tiles_ + 8 * static_cast<size_t>(num_tiles_);
     off_tile_hist_ = off_above_ + 4 * static_cast<size_t>(num_tiles_);
-    const size_t bytes = off_tile_hist_ + 2 * kBinsC * static_cast<size_t>(num_tiles_);
+    off_rank_scales_ = off_tile_hist_ + 2 * kBinsC * static_cast<size_t>(num_tiles_);
+    const size_t bytes = off_rank_scales_ + 8 * static_cast<size_t>(L.world_size);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemset(workspace_, 0, bytes));  // the reduce counter starts at 0
     return Status::Ok();
@@ -802,6 +831,14 @@ class CudaCompressor final : public Compressor {
   template <typename T>
   T* Ws(size_t off) {
     return reinterpret_cast<T*>(static_cast<char*>(workspace_) + off);
+  }
+
+  template <Dense D>
+  void DenseDecodeGlobal(const u8* p, float* out, cudaStream_t s) {
+    const auto& L = layout();
+    float* scales = Ws<float>(off_rank_scales_);
+    RankScalesKernel<D><<<Blocks(L.world_size), kThreads, 0, s>>>(p, L.n, L.world_size, L.payload_bytes, scales);
+    DenseDecodeGlobalKernel<D><<<VecBlocks(L.n), kThreads, 0, s>>>(p, L.n, L.world_size, L.payload_bytes, scales, out);
   }
 
   template <Red R, class Src>
@@ -968,7 +1005,7 @@ class CudaCompressor final : public Compressor {
         if (W > 1) DivideKernel<<<grid, kThreads, 0, s>>>(out, n, W);
         break;
       case CompressorKind::kQsgd:
-        DenseDecodeKernel<Dense::kQsgd><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
+        DenseDecodeGlobal<Dense::kQsgd>(p, out, s);
         break;
       case CompressorKind::kSignsgd:
       case CompressorKind::kEfsignsgd:
@@ -979,7 +1016,7 @@ class CudaCompressor final : public Compressor {
         DenseDecodeKernel<Dense::kOnebit><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
         break;
       case CompressorKind::kTerngrad:
-        DenseDecodeKernel<Dense::kTerngrad><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
+        DenseDecodeGlobal<Dense::kTerngrad>(p, out, s);
         break;
     }
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -989,6 +1026,7 @@ class CudaCompressor final : public Compressor {
   void* workspace_ = nullptr;
   float* signum_mom_ = nullptr;  // signum: the momentum in the state, for the encode after the reduction
   int64_t num_tiles_ = 0;
+  size_t off_rank_scales_ = 0;  // qsgd and terngrad decodes: 2 floats per rank
   size_t off_scalars_ = 0, off_done_ = 0, off_sel_ = 0, off_hist_ = 0, off_tiles_ = 0, off_above_ = 0,
          off_tile_hist_ = 0;
 };

@@ -11,8 +11,22 @@
 
 namespace cupcake::runtime::internal {
 
-// DeviceStreams: a compute stream (pack, encode, decode, unpack) on the current CUDA device and
-// `events` events (cudaEventDisableTiming), all made at creation. Every call but Done and
+// A non-owning reference to work that queues on a stream, `Status work(void* stream)`; unlike
+// std::function it never allocates (a step must not). The callable must outlive the reference.
+class StreamWork {
+ public:
+  template <typename F>
+  explicit StreamWork(F& work)
+      : object_(&work), call_([](void* o, void* stream) { return (*static_cast<F*>(o))(stream); }) {}
+  Status operator()(void* stream) const { return call_(object_, stream); }
+
+ private:
+  void* object_;
+  Status (*call_)(void*, void*);
+};
+
+// DeviceStreams: a compute stream (pack, encode, decode, unpack) on the current CUDA device,
+// `events` events (cudaEventDisableTiming) and room for `graphs` CUDA graphs, made at creation. Every call but Done and
 // CheckDeviceMemory is asynchronous: it queues work on a stream and returns. Streams are
 // cudaStream_t passed as void* (nullptr: the legacy default stream). Errors name the CUDA call, its
 // message, and the rank and host given at creation.
@@ -28,13 +42,19 @@ class DeviceStreams {
   virtual Status StreamWait(void* stream, int event) = 0;
   // Whether event `event`'s work is done (cudaEventQuery); does not block.
   virtual StatusOr<bool> Done(int event) = 0;
+  // Queues on the compute stream: a wait for event `wait`, the work `enqueue` queues on the stream
+  // it is given, a record of event `record` (-1: no wait, no record). With `graph` >= 0 the three
+  // are captured into CUDA graph `graph` at the first call and that graph is launched (one launch
+  // for them all) then and on every later call with that `graph`: valid only while `enqueue` would
+  // queue the same work with the same arguments. `graph` -1 queues them directly every time.
+  virtual Status Enqueue(int graph, int wait, int record, StreamWork enqueue) = 0;
   // Ok when `p` points to device (or managed) memory; otherwise says what it is.
   virtual Status CheckDeviceMemory(const void* p) const = 0;
 };
 
 // FailedPrecondition when the build has no CUDA or the machine no device ("no CUDA device
 // found", naming `call`).
-StatusOr<std::unique_ptr<DeviceStreams>> MakeDeviceStreams(int events, int rank, const std::string& host,
-                                                           const std::string& call);
+StatusOr<std::unique_ptr<DeviceStreams>> MakeDeviceStreams(int events, int graphs, int rank,
+                                                           const std::string& host, const std::string& call);
 
 }  // namespace cupcake::runtime::internal

@@ -17,12 +17,13 @@ StatusOr<std::unique_ptr<ActivitySource>> OpenKernelTimeSource() {
 
 namespace internal {
 
-StatusOr<std::unique_ptr<DeviceStreams>> MakeDeviceStreams(int events, int rank, const std::string& host,
-                                                           const std::string& call) {
+StatusOr<std::unique_ptr<DeviceStreams>> MakeDeviceStreams(int events, int graphs, int rank,
+                                                           const std::string& host, const std::string& call) {
 #if CUPCAKE_HAVE_CUDA
-  return MakeCudaDeviceStreams(events, rank, host, call);
+  return MakeCudaDeviceStreams(events, graphs, rank, host, call);
 #else
   (void)events;
+  (void)graphs;
   return FailedPreconditionError(call +
                                  ": this build has no CUDA; expected a build with the CUDA toolkit found "
                                  "(CUPCAKE_WITH_CUDA=ON or AUTO) (rank " +

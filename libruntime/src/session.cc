@@ -123,7 +123,8 @@ class Session::Impl {
         comm_(std::move(comm)),
         timeout_us_(options.ready_timeout_us),
         job_stream_(options.job_stream),
-        record_timeline_(options.record_timeline) {
+        record_timeline_(options.record_timeline),
+        device_graphs_(options.device_graphs) {
     if (options.clock == nullptr) {
       owned_clock_ = std::make_unique<SteadyClock>();
       clock_ = owned_clock_.get();
@@ -260,8 +261,9 @@ class Session::Impl {
     if (on_device()) {
       // Events: encoded[k] = k on the compute stream, exchanged[k] = K + k on the
       // communicator's, the step's end 2K, and job_ready[k] = 2K + 1 + k on the job's stream.
-      CUPCAKE_ASSIGN_OR_RETURN(
-          device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, comm_->rank(), comm_->host(), "Session"));
+      // Graphs: group k's pack and encode k, its decode and unpack K + k.
+      CUPCAKE_ASSIGN_OR_RETURN(device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, 2 * plan.groups_size(),
+                                                                    comm_->rank(), comm_->host(), "Session"));
     }
     if (hierarchical_devices > 0) {
       // Ranks r of node r / devices_per_node (mpirun's default placement by slot): one
@@ -386,28 +388,22 @@ class Session::Impl {
     // stream for a session on GPU memory.
     const int k = t.group;
     if (record_timeline_) g.times.encode_start_us = clock_->NowUs();
-    void* stream = on_device() ? device_->compute() : nullptr;
     if (on_device()) {  // after the job's work on its stream (the gradients' last kernels)
       const int job_ready = 2 * group_count() + 1 + k;
-      Status s = device_->Record(job_ready, job_stream_);
-      if (s.ok()) s = device_->StreamWait(stream, job_ready);
-      if (!s.ok()) return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "]"));
-    }
-    if (g.packed()) {
-      if (Status s = g.fusion_table->Pack(stream); !s.ok())
-        return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] pack"));
-    }
-    if (!g.in_place && g.hierarchical == nullptr) {  // hierarchical: encoded on the shard, in Collective
-      Status s = g.compressor->Encode(g.work_span(),
-                                      {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)}, iteration_,
-                                      {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, stream);
-      if (!s.ok()) return Fail(s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] encode"));
-    }
-    if (on_device()) {
-      if (Status s = device_->Record(k, stream); !s.ok()) return Fail(s.WithPrefix("GradientReady"));
+      auto where = [k] { return "GradientReady: groups[" + std::to_string(k) + "]"; };  // built on failure only
+      if (Status s = device_->Record(job_ready, job_stream_); !s.ok()) return Fail(s.WithPrefix(where()));
+      bool work_failed = false;
+      auto work = [&](void* stream) {
+        Status w = PackAndEncode(g, k, stream);
+        work_failed = !w.ok();
+        return w;
+      };
+      Status s = device_->Enqueue(DeviceGraph(g, k, /*decode=*/false), job_ready, k, internal::StreamWork(work));
+      if (!s.ok()) return Fail(work_failed ? s : s.WithPrefix(where()));
       g.stage = Stage::kEncoded;
       return LaunchInOrder();
     }
+    if (Status s = PackAndEncode(g, k, nullptr); !s.ok()) return Fail(s);
     if (record_timeline_) g.times.encode_end_us = clock_->NowUs();
     {
       std::lock_guard lock(mu_);
@@ -437,7 +433,7 @@ class Session::Impl {
         if (!comm_status_.ok()) return Fail(comm_status_.WithPrefix("Synchronize"));
         lock.unlock();
         if (record_timeline_) groups_[k].times.decode_start_us = clock_->NowUs();
-        CUPCAKE_RETURN_IF_ERROR(Decode(static_cast<int>(k)));
+        if (Status s = Decode(static_cast<int>(k), nullptr); !s.ok()) return Fail(s);
         if (record_timeline_) groups_[k].times.decode_end_us = clock_->NowUs();
       }
     }
@@ -599,33 +595,58 @@ class Session::Impl {
     return intra_->Allgather(shard, padded, 4 * g.shard);
   }
 
+  // Group k's pack (when packed) and encode (unless in place or hierarchical, which encodes the
+  // shard in Collective) on `stream` (nullptr: host memory).
+  Status PackAndEncode(Group& g, int k, void* stream) {
+    if (g.packed()) {
+      if (Status s = g.fusion_table->Pack(stream); !s.ok())
+        return s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] pack");
+    }
+    if (g.in_place || g.hierarchical != nullptr) return Status::Ok();
+    Status s = g.compressor->Encode(g.work_span(), {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)},
+                                    iteration_, {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
+                                    stream);
+    if (!s.ok()) return s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] encode");
+    return Status::Ok();
+  }
+
+  // Device sessions: the graph that holds group k's encode (or decode), or -1 to queue it
+  // directly: graphs off, or kernels that take the iteration (their arguments change each step).
+  int DeviceGraph(const Group& g, int k, bool decode) const {
+    if (!device_graphs_) return -1;
+    const kernels::CompressorKind kind = g.compressor->layout().kind;
+    const bool keyed = kind == kernels::CompressorKind::kRandk ||
+                       (!decode && (kind == kernels::CompressorKind::kQsgd || kind == kernels::CompressorKind::kTerngrad));
+    if (keyed) return -1;
+    return decode ? group_count() + k : k;
+  }
+
   // Group k's decode after its collective, into the registered buffers (on the compute stream
   // for a device session). Lossless groups: the divide by W, fused with the unpack when packed
   // (one kernel on the device), else in place (host: a loop; device: fp32's Decode, the same
   // divide as an elementwise kernel). Otherwise the compressor's Decode into the group's floats,
-  // then the unpack.
-  Status Decode(int k) {
+  // then the unpack. `stream`: the compute stream (device sessions) or nullptr.
+  Status Decode(int k, void* stream) {
     Group& g = groups_[static_cast<size_t>(k)];
-    void* stream = on_device() ? device_->compute() : nullptr;
     // Messages are built only on failure: the step path allocates nothing.
     auto where = [k](const char* stage) { return "Synchronize: groups[" + std::to_string(k) + "] " + stage; };
     if (g.hierarchical != nullptr) {  // the sums (fp32) or the means over the nodes, to the mean over all ranks
       DivideInto(g.padded.as<float>(), g.work, g.numel, g.divisor);
       if (g.packed()) {
-        if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
+        if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return c.WithPrefix(where("unpack"));
       }
       return Status::Ok();
     }
     if (g.zen) {  // host sessions only: the mean at the union's indices, zeros elsewhere
       ScatterMean(g.zen_sum, static_cast<float>(comm_->size()), g.work_span());
       if (g.packed()) {
-        if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
+        if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return c.WithPrefix(where("unpack"));
       }
       return Status::Ok();
     }
     if (g.in_place && g.packed()) {
       if (Status s = g.fusion_table->UnpackDivided(comm_->size(), stream); !s.ok())
-        return Fail(s.WithPrefix(where("unpack")));
+        return s.WithPrefix(where("unpack"));
       return Status::Ok();
     }
     if (g.in_place && !on_device()) {
@@ -637,9 +658,9 @@ class Session::Impl {
             ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(g.work), static_cast<size_t>(4 * g.numel))
             : std::span<const std::byte>(g.received.as<std::byte>(), static_cast<size_t>(g.received.size_bytes()));
     Status s = g.compressor->Decode(input, g.work_span(), iteration_, stream);
-    if (!s.ok()) return Fail(s.WithPrefix(where("decode")));
+    if (!s.ok()) return s.WithPrefix(where("decode"));
     if (g.packed()) {
-      if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return Fail(c.WithPrefix(where("unpack")));
+      if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return c.WithPrefix(where("unpack"));
     }
     return Status::Ok();
   }
@@ -675,9 +696,15 @@ class Session::Impl {
     // A lost peer never completes the collectives: NCCL's asynchronous error ends the wait.
     auto peer_failed = [&] { return comm_->AsyncError().WithPrefix("Synchronize"); };
     for (int k = 0; k < count; ++k) {
-      if (Status s = device_->StreamWait(device_->compute(), count + k); !s.ok())
-        return Fail(s.WithPrefix("Synchronize"));
-      CUPCAKE_RETURN_IF_ERROR(Decode(k));
+      bool work_failed = false;
+      auto work = [&](void* stream) {
+        Status w = Decode(k, stream);
+        work_failed = !w.ok();
+        return w;
+      };
+      Status s = device_->Enqueue(DeviceGraph(groups_[static_cast<size_t>(k)], k, /*decode=*/true), count + k, -1,
+                                  internal::StreamWork(work));
+      if (!s.ok()) return Fail(work_failed ? s : s.WithPrefix("Synchronize"));
     }
     if (Status s = device_->Record(2 * count, device_->compute()); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
     while (true) {
@@ -751,6 +778,7 @@ class Session::Impl {
   int launched_ = 0;  // device sessions: collectives enqueued this step, in group order
   void* job_stream_;  // device sessions: where the job computes its gradients
   const bool record_timeline_;
+  const bool device_graphs_;
   int registered_ = 0;
   uint64_t iteration_ = 0;
   bool accumulating_ = false;

@@ -104,8 +104,12 @@ struct Case {
   std::string compressor;
   std::string grouping;
   testing::Layout layout;
+  bool graphs = true;  // SessionOptions::device_graphs
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.compressor << "/" << c.grouping << "/" << testing::LayoutName(c.layout); }
+std::string CaseName(const Case& c) {
+  return c.compressor + "_" + c.grouping + "_" + testing::LayoutName(c.layout) + (c.graphs ? "" : "_nographs");
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << CaseName(c); }
 
 class GpuMatchesCudaReference : public ::testing::TestWithParam<Case> {};
 
@@ -124,6 +128,7 @@ TEST_P(GpuMatchesCudaReference, OverSeveralIterationsWithErrorFeedback) {
   ASSERT_CUDA(cudaStreamCreateWithFlags(&job, cudaStreamNonBlocking));
   SessionOptions options;
   options.job_stream = job;
+  options.device_graphs = c.graphs;
   auto session = Session::Create(plan, std::move(comm).value(), options);
   ASSERT_TRUE(session.ok()) << session.status().message();
   {
@@ -153,13 +158,14 @@ std::vector<Case> AllCases() {
     for (const char* grouping : {"layerwise", "one_group", "planned"})
       for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat})
         cases.push_back({std::string(name), grouping, layout});
+  // Graphs are captured in the first step and replayed after; the same steps queued directly:
+  for (std::string_view name : CompressorNames())
+    cases.push_back({std::string(name), "planned", testing::Layout::kSeparate, /*graphs=*/false});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCompressors, GpuMatchesCudaReference, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<Case>& p) {
-                           return p.param.compressor + "_" + p.param.grouping + "_" + testing::LayoutName(p.param.layout);
-                         });
+                         [](const ::testing::TestParamInfo<Case>& p) { return CaseName(p.param); });
 
 TEST(GpuSession, RefusesHostMemoryAndCpuPlans) {
   SKIP_WITHOUT_GPU();

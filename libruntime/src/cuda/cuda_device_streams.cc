@@ -15,11 +15,14 @@ class CudaDeviceStreams final : public DeviceStreams {
   CudaDeviceStreams(int rank, std::string host) : rank_(rank), host_(std::move(host)) {}
   ~CudaDeviceStreams() override {
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+    for (cudaGraphExec_t g : graphs_)
+      if (g != nullptr) (void)cudaGraphExecDestroy(g);
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
 
-  Status Init(int events) {
+  Status Init(int events, int graphs) {
+    graphs_.assign(static_cast<size_t>(graphs), nullptr);
     CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     events_.reserve(static_cast<size_t>(events));
     for (int i = 0; i < events; ++i) {
@@ -45,6 +48,18 @@ class CudaDeviceStreams final : public DeviceStreams {
     if (e == cudaErrorNotReady) return false;
     return CudaError(e, "cudaEventQuery", rank_, host_);
   }
+  Status Enqueue(int graph, int wait, int record, StreamWork enqueue) override {
+    if (graph < 0) {
+      if (wait >= 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, Event(wait), 0));
+      CUPCAKE_RETURN_IF_ERROR(enqueue(stream_));
+      if (record >= 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(Event(record), stream_));
+      return Status::Ok();
+    }
+    cudaGraphExec_t& exec = graphs_[static_cast<size_t>(graph)];
+    if (exec == nullptr) CUPCAKE_RETURN_IF_ERROR(Capture(wait, record, enqueue, &exec));
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_));
+    return Status::Ok();
+  }
   Status CheckDeviceMemory(const void* p) const override {
     cudaPointerAttributes a{};
     CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&a, p));
@@ -57,20 +72,50 @@ class CudaDeviceStreams final : public DeviceStreams {
 
  private:
   static cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
+  cudaEvent_t Event(int i) const { return events_[static_cast<size_t>(i)]; }
+
+  // Captures the wait, the work and the record on the compute stream (thread-local capture: other
+  // threads' CUDA calls are not affected) and instantiates the graph. The events become external
+  // wait and record nodes, which act as cudaStreamWaitEvent and cudaEventRecord do each launch.
+  // The capture is always ended, so a failure leaves the stream usable.
+  Status Capture(int wait, int record, StreamWork enqueue, cudaGraphExec_t* exec) {
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    cudaError_t e = cudaSuccess;
+    const char* call = "cudaStreamWaitEvent (external, in capture)";
+    if (wait >= 0) e = cudaStreamWaitEvent(stream_, Event(wait), cudaEventWaitExternal);
+    Status work = e == cudaSuccess ? enqueue(stream_) : Status::Ok();
+    if (e == cudaSuccess && work.ok() && record >= 0) {
+      e = cudaEventRecordWithFlags(Event(record), stream_, cudaEventRecordExternal);
+      call = "cudaEventRecordWithFlags (external, in capture)";
+    }
+    cudaGraph_t g = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+    if (e == cudaSuccess && work.ok() && end == cudaSuccess) {
+      e = cudaGraphInstantiate(exec, g, 0);
+      call = "cudaGraphInstantiate";
+      if (e != cudaSuccess) *exec = nullptr;
+    }
+    if (g != nullptr) (void)cudaGraphDestroy(g);
+    if (!work.ok()) return work;
+    if (e != cudaSuccess) return CudaError(e, call, rank_, host_);
+    if (end != cudaSuccess) return CudaError(end, "cudaStreamEndCapture", rank_, host_);
+    return Status::Ok();
+  }
 
   int rank_;
   std::string host_;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
+  std::vector<cudaGraphExec_t> graphs_;  // null until captured
 };
 
 }  // namespace
 
-StatusOr<std::unique_ptr<DeviceStreams>> MakeCudaDeviceStreams(int events, int rank, const std::string& host,
-                                                               const std::string& call) {
+StatusOr<std::unique_ptr<DeviceStreams>> MakeCudaDeviceStreams(int events, int graphs, int rank,
+                                                               const std::string& host, const std::string& call) {
   CUPCAKE_RETURN_IF_ERROR(CheckCudaDevice(call, rank, host));
   auto streams = std::make_unique<CudaDeviceStreams>(rank, host);
-  CUPCAKE_RETURN_IF_ERROR(streams->Init(events));
+  CUPCAKE_RETURN_IF_ERROR(streams->Init(events, graphs));
   return std::unique_ptr<DeviceStreams>(std::move(streams));
 }
 

@@ -5,7 +5,7 @@
 
 namespace cupcake::runtime::internal {
 
-StatusOr<std::unique_ptr<DeviceStreams>> MakeCudaDeviceStreams(int events, int rank, const std::string& host,
-                                                               const std::string& call);
+StatusOr<std::unique_ptr<DeviceStreams>> MakeCudaDeviceStreams(int events, int graphs, int rank,
+                                                               const std::string& host, const std::string& call);
 
 }  // namespace cupcake::runtime::internal

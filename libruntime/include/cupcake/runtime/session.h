@@ -80,6 +80,11 @@ struct SessionOptions {
   // (unpack included) started and ended, on `clock`, for Timeline(): what the runtime did,
   // beside what the plan predicted. Off, a step reads no extra clock times.
   bool record_timeline = false;
+  // Sessions on GPU memory: each group's pack and encode, and its decode and unpack, with the
+  // event waits and records around them, are captured into a CUDA graph in the first step and
+  // replayed (one launch each) in later ones. Groups whose kernels take the iteration (randk,
+  // qsgd and terngrad encode, randk decode) are always queued directly. Off: always directly.
+  bool device_graphs = true;
 };
 
 // What one group did in the last synchronized step, in microseconds on the session's clock:
