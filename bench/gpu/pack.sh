@@ -9,7 +9,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${CUPCAKE_BUILD_DIR:-$root/build}"
 out="${1:-$root/.gpu-pack}"
 bins=(test/kernels/kernels_compressor_test test/kernels/kernels_cuda_test test/runtime/runtime_gpu_test
-      test/profile/profile_gpu_test test/profile/profile_nccl_test test/comm/comm_nccl_test bench/runtime/runtime_gpu_bench
+      test/profile/profile_gpu_test test/profile/profile_nccl_test test/comm/comm_nccl_test
+      test/runtime/runtime_session_test test/runtime/runtime_recorder_test test/tools/tools_profile_kernels_test
+      bench/runtime/runtime_gpu_bench
       bench/kernels/gpu_kernels_bench
       tools/cupcake-profile tools/cupcake-plan)
 rm -rf "$out"
