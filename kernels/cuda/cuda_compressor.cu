@@ -396,11 +396,6 @@ __global__ void TerngradEncodeKernel(Src src, float* resid, int64_t n, uint64_t 
 // operations. Each block walks the elements in steps of its 4 x 256 and, for each chunk of
 // kRankChunk ranks, first loads their scales (already divided as the CPU divides) into shared
 // memory. Loops are uniform per block (they hold __syncthreads). ----
-#define BLOCK_UNIFORM_VEC_STRIDE(q, n)                                                                     \
-  for (int64_t q##_base = blockIdx.x * int64_t{kThreads}; q##_base * kVec < (n);                          \
-       q##_base += int64_t{gridDim.x} * kThreads)                                                          \
-    for (int64_t q = q##_base + threadIdx.x, q##_once = 0; q##_once == 0; ++q##_once)
-
 __global__ void Fp32DecodeKernel(const u8* p, int64_t n, int world, float* out) {
   const float wf = static_cast<float>(world);
   GRID_STRIDE(q, (n + kVec - 1) / kVec) {
@@ -448,9 +443,9 @@ __device__ void RankScales(const u8* pr, int64_t n, float wf, float* a, float* b
   }
 }
 
-// Element i + j's value in rank r's payload pr, from the rank's scales a (and b).
+// Elements i .. i+3 of the rank whose qsgd or terngrad payload is at pr, from the rank's scale a.
 template <Dense D>
-__device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, float b, F4* v) {
+__device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, F4* v) {
   if (D == Dense::kQsgd) {
     uint32_t w = 0;
     if (i + kVec <= n && Aligned(pr + i, 4)) {
@@ -463,48 +458,56 @@ __device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, float b,
       const int8_t q = static_cast<int8_t>(w >> (8 * j));
       v->v[j] = q == -128 ? __int_as_float(0x7fc00000) : static_cast<float>(q) * a;
     }
-  } else if (D == Dense::kTerngrad) {
+  } else {  // terngrad
     const uint32_t byte = pr[i / 4];
     for (int j = 0; j < kVec; ++j) {
       const uint32_t c = (byte >> (2 * j)) & 3u;
       v->v[j] = c == 0u ? 0.0f : c == 1u ? a : c == 2u ? -a : __int_as_float(0x7fc00000);
     }
-  } else {
-    const uint32_t nibble = pr[i / 8] >> (i % 8);  // i is a multiple of 4
-    for (int j = 0; j < kVec; ++j) v->v[j] = (nibble >> j) & 1u ? b : a;
   }
 }
 
+// Sign bits (signsgd, efsignsgd, signum, onebit): each thread decodes one byte of every rank's
+// bits, 8 elements (two 16-byte stores), with the ranks' scales in shared memory per block,
+// loaded kRankChunk ranks at a time. Loops are uniform per block (they hold __syncthreads).
+// Measured on an H100 at W = 8 and 32 Mi elements against 4 elements per thread: onebit 117 to
+// 100 us, efsignsgd 114 to 109 us; 32 elements per thread (a 4-byte load per rank) took 170 us.
 template <Dense D>
-__global__ void __launch_bounds__(kThreads) DenseDecodeKernel(const u8* p, int64_t n, int world,
-                                                              int64_t payload_bytes, float* out) {
+__global__ void __launch_bounds__(kThreads) SignDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes,
+                                                             float* out) {
   __shared__ float sa[kRankChunk], sb[kRankChunk];
   const float wf = static_cast<float>(world);
-  BLOCK_UNIFORM_VEC_STRIDE(q, n) {
-    const int64_t i = q * kVec;
-    F4 acc{{0.0f, 0.0f, 0.0f, 0.0f}};
+  const int64_t nb = (n + 7) / 8;
+  for (int64_t base = blockIdx.x * int64_t{kThreads}; base < nb; base += int64_t{gridDim.x} * kThreads) {
+    const int64_t b = base + threadIdx.x;  // this thread's byte: elements 8b .. 8b+7
+    float acc[8];
     for (int r0 = 0; r0 < world; r0 += kRankChunk) {
       const int chunk = world - r0 < kRankChunk ? world - r0 : kRankChunk;
       __syncthreads();
       for (int c = threadIdx.x; c < chunk; c += kThreads)
         RankScales<D>(p + (r0 + c) * payload_bytes, n, wf, &sa[c], &sb[c]);
       __syncthreads();
-      if (i >= n) continue;
+      if (b >= nb) continue;
       for (int c = 0; c < chunk; ++c) {
-        F4 v;
-        RankValues<D>(p + (r0 + c) * payload_bytes, i, n, sa[c], sb[c], &v);
-        for (int j = 0; j < kVec; ++j) acc.v[j] = r0 + c == 0 ? v.v[j] : acc.v[j] + v.v[j];
+        const uint32_t bits = p[(r0 + c) * payload_bytes + b];
+        const float pos = sa[c], neg = sb[c];
+        for (int e = 0; e < 8; ++e) {
+          const float v = (bits >> e) & 1u ? neg : pos;
+          acc[e] = r0 + c == 0 ? v : acc[e] + v;
+        }
       }
     }
-    if (i < n) Store4(out, i, n, acc);
+    if (b >= nb) continue;
+    Store4(out, 8 * b, n, F4{{acc[0], acc[1], acc[2], acc[3]}});
+    if (8 * b + kVec < n) Store4(out, 8 * b + kVec, n, F4{{acc[4], acc[5], acc[6], acc[7]}});
   }
 }
 
-// The other layout of the dense decodes: each rank's scales, divided as the CPU divides, into
-// scales[2r], scales[2r + 1] by a kernel of their own, which the decode's threads then load
-// beside their data (no shared memory, no barrier). Measured on an H100 at W = 8 (docs/KERNELS.md):
-// faster for qsgd (275 to 197 us at 32 Mi elements) and terngrad (216 to 201 us), slower for the
-// sign family (113 to 127 us), which keeps the shared-memory kernel above.
+// qsgd and terngrad: each rank's scales, divided as the CPU divides, into scales[2r] by a kernel
+// of their own, which the decode's threads then load beside their data (no shared memory, no
+// barrier). Measured on an H100 at W = 8 (docs/KERNELS.md): against scales in shared memory per
+// block, faster for qsgd (275 to 197 us at 32 Mi elements) and terngrad (216 to 201 us), slower
+// for the sign family (113 to 127 us), which keeps SignDecodeKernel.
 template <Dense D>
 __global__ void RankScalesKernel(const u8* p, int64_t n, int world, int64_t payload_bytes, float* scales) {
   const float wf = static_cast<float>(world);
@@ -520,7 +523,7 @@ __global__ void __launch_bounds__(kThreads) DenseDecodeGlobalKernel(const u8* p,
     F4 acc{{0.0f, 0.0f, 0.0f, 0.0f}};
     for (int r = 0; r < world; ++r) {
       F4 v;
-      RankValues<D>(p + r * payload_bytes, i, n, scales[2 * r], scales[2 * r + 1], &v);
+      RankValues<D>(p + r * payload_bytes, i, n, scales[2 * r], &v);
       for (int j = 0; j < kVec; ++j) acc.v[j] = r == 0 ? v.v[j] : acc.v[j] + v.v[j];
     }
     Store4(out, i, n, acc);
@@ -988,6 +991,7 @@ class CudaCompressor final : public Compressor {
     const u8* p = reinterpret_cast<const u8*>(payloads_b);
     const unsigned grid = VecBlocks(n);
     const int W = L.world_size;
+    const unsigned sign_grid = Blocks((n + 7) / 8);
     switch (L.kind) {
       case CompressorKind::kFp32: Fp32DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, W, out); break;
       case CompressorKind::kFp16: Fp16DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, out); break;
@@ -1010,10 +1014,10 @@ class CudaCompressor final : public Compressor {
       case CompressorKind::kSignsgd:
       case CompressorKind::kEfsignsgd:
       case CompressorKind::kSignum:
-        DenseDecodeKernel<Dense::kSign><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
+        SignDecodeKernel<Dense::kSign><<<sign_grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
         break;
       case CompressorKind::kOnebit:
-        DenseDecodeKernel<Dense::kOnebit><<<grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
+        SignDecodeKernel<Dense::kOnebit><<<sign_grid, kThreads, 0, s>>>(p, n, W, L.payload_bytes, out);
         break;
       case CompressorKind::kTerngrad:
         DenseDecodeGlobal<Dense::kTerngrad>(p, out, s);
