@@ -40,6 +40,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <memory>
+#include <type_traits>
 
 #include "../src/backends.h"
 #include "../src/common.h"
@@ -898,8 +899,10 @@ class CudaCompressor final : public Compressor {
       case CompressorKind::kSignum:
         // The momentum is updated by the reduction's pass (src is SignumUpdate); the encode
         // reads it back.
-        Reduce<Red::kSumAbs>(src, payload + (n + 7) / 8, s);
-        SignEncodeKernel<<<grid, kThreads, 0, s>>>(Plain{signum_mom_}, resid, n, scalars, false, signum_resid, payload);
+        if constexpr (std::is_same_v<Src, SignumUpdate>) {
+          Reduce<Red::kSumAbs>(src, payload + (n + 7) / 8, s);
+          SignEncodeKernel<<<grid, kThreads, 0, s>>>(Plain{src.mom}, resid, n, scalars, false, signum_resid, payload);
+        }
         break;
       case CompressorKind::kOnebit:
         Reduce<Red::kOnebit>(src, payload + (n + 7) / 8, s);
@@ -960,7 +963,6 @@ class CudaCompressor final : public Compressor {
         if (L.kind == CompressorKind::kSignum) {
           // Signum's momentum sits after the memory; with residual or dgc memory, that memory
           // runs as a pass of its own first (x = e or v), then the momentum in the reduction.
-          signum_mom_ = tail;
           const float* x = grad;
           if (resid) {
             AddKernel<<<grid, kThreads, 0, s>>>(resid, grad, n);
@@ -1028,7 +1030,6 @@ class CudaCompressor final : public Compressor {
   }
 
   void* workspace_ = nullptr;
-  float* signum_mom_ = nullptr;  // signum: the momentum in the state, for the encode after the reduction
   int64_t num_tiles_ = 0;
   size_t off_rank_scales_ = 0;  // qsgd and terngrad decodes: 2 floats per rank
   size_t off_scalars_ = 0, off_done_ = 0, off_sel_ = 0, off_hist_ = 0, off_tiles_ = 0, off_above_ = 0,
