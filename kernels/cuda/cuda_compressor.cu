@@ -32,8 +32,9 @@
 // Four full reads of x (pass A with the memory, B, C, the select) against six before.
 // dgc selects the same set with the same kernels (the CPU's sampled threshold only narrows
 // its candidate scan; the result is identical by construction).
-// Sparse decode: one scatter-add kernel per rank, in rank order (deterministic); out-of-range
-// indices are skipped (the CPU reports them; checking here would need a host sync).
+// Sparse decode: by tiles of the output, each rank's run of ascending indices added in shared
+// memory in rank order (SparseDecodeKernel, below); out-of-range indices are skipped (the CPU
+// reports them; checking here would need a host sync).
 #include <cuda_runtime.h>
 
 #include <cub/block/block_load.cuh>
@@ -82,6 +83,10 @@ unsigned VecBlocks(int64_t n) { return Blocks((n + kVec - 1) / kVec); }
        (q - static_cast<int64_t>(threadIdx.x % 32)) * kVec < (n); q += int64_t{gridDim.x} * blockDim.x)
 
 __host__ __device__ bool Aligned(const void* p, int bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
+// A little-endian int32 at any alignment (payload indices).
+__device__ __forceinline__ int32_t LoadI32(const unsigned char* q) {
+  return static_cast<int32_t>(q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24));
+}
 
 // ---- four elements at a time ----
 struct F4 {
@@ -787,9 +792,7 @@ __global__ void ScatterAddKernel(const u8* pr, int64_t k, int64_t n, float* out)
   const bool aligned = Aligned(pr, 4);
   GRID_STRIDE(j, k) {
     const u8* q = pr + 4 * k + 4 * j;
-    const int32_t i = aligned ? *reinterpret_cast<const int32_t*>(q)
-                              : static_cast<int32_t>(q[0] | (q[1] << 8) | (q[2] << 16) |
-                                                     (static_cast<uint32_t>(q[3]) << 24));
+    const int32_t i = aligned ? *reinterpret_cast<const int32_t*>(q) : LoadI32(q);
     const float val = aligned ? *reinterpret_cast<const float*>(pr + 4 * j) : LoadF32(pr + 4 * j);
     if (i >= 0 && i < n) atomicAdd(&out[i], val);  // unique per rank: no contention
   }
@@ -801,6 +804,111 @@ __global__ void DivideKernel(float* out, int64_t n, int world) {
     F4 x = Load4(out, q * kVec, n);
     for (int j = 0; j < kVec; ++j) x.v[j] = x.v[j] / wf;
     Store4(out, q * kVec, n, x);
+  }
+}
+
+
+// ---- sparse decode by tiles ----
+// out[i] = (0 + v_0(i) + v_1(i) + ...) / W over the ranks whose payload holds index i, in rank
+// order (the CPU's float operations), 0 elsewhere; no divide for W = 1. Relies on the payload
+// format's ascending indices (compressor.h): each rank's entries for a tile of kDecodeTile
+// elements are then one contiguous run, found without a search:
+//   1. TileStartsKernel, one thread per entry: entry e of rank r, in tile t_e (its predecessor in
+//      t_p), starts the runs of tiles t_p + 1 .. t_e: starts[r][t] = e (and the last entry also
+//      ends the tiles after it: k). Indices outside [0, n) are clamped to tiles -1 and T, and so
+//      belong to no tile.
+//   2. SparseDecodeKernel, one block per tile: the tile starts at zero in shared memory; rank by
+//      rank (barriers between), the block adds the rank's run into it, one thread per entry
+//      (a rank's indices are distinct, so no two threads of one rank meet); then the tile is
+//      divided by W and written with 16-byte stores. (A run that starts out of bounds or out of
+//      order is clamped; see the kernel.)
+// One write of out and one read of the payloads, against a zero fill, W scatters of atomics and
+// a divide pass before. A table beyond kMaxDecodeStarts entries (huge W x n) uses those kernels.
+constexpr int kDecodeTile = 4096;  // floats: 16 KiB of shared memory per block
+constexpr int64_t kMaxDecodeStarts = int64_t{1} << 24;
+
+__device__ __forceinline__ int64_t DecodeTileOf(int32_t i, int64_t n, int64_t tiles) {
+  if (i < 0) return -1;
+  return i >= n ? tiles : i / kDecodeTile;
+}
+
+__global__ void TileStartsKernel(const u8* p, int64_t n, int64_t k, int world, int64_t payload_bytes,
+                                 int64_t tiles, int32_t* starts) {
+  const bool aligned = Aligned(p, 4) && payload_bytes % 4 == 0;
+  GRID_STRIDE(g, k * world) {
+    const int64_t r = g / k, e = g % k;
+    const u8* idx = p + r * payload_bytes + 4 * k;
+    auto at = [&](int64_t j) { return aligned ? reinterpret_cast<const int32_t*>(idx)[j] : LoadI32(idx + 4 * j); };
+    const int64_t t_e = DecodeTileOf(at(e), n, tiles);
+    const int64_t t_p = e == 0 ? -1 : DecodeTileOf(at(e - 1), n, tiles);
+    int32_t* row = starts + r * (tiles + 1);
+    for (int64_t t = t_p + 1; t <= t_e; ++t) row[t] = static_cast<int32_t>(e);
+    if (e == k - 1)
+      for (int64_t t = t_e + 1; t <= tiles; ++t) row[t] = static_cast<int32_t>(k);
+  }
+}
+
+// Ranks are taken kRankChunk at a time, their runs' bounds read into shared memory first. When
+// no run of the chunk is longer than the block (the usual case: about k / tiles entries), each
+// thread loads its entry of kPrefetch ranks at once and the block then adds them rank by rank;
+// else a rank's run is walked in steps of the block. Out-of-order payloads (which break the runs:
+// wrong values) are clamped so that no read or write leaves its buffer.
+constexpr int kPrefetch = 8;
+__global__ void __launch_bounds__(kThreads) SparseDecodeKernel(const u8* p, int64_t n, int64_t k, int world,
+                                                               int64_t payload_bytes, int64_t tiles,
+                                                               const int32_t* starts, float* out) {
+  __shared__ float tile[kDecodeTile];
+  __shared__ int64_t lo_s[kRankChunk], hi_s[kRankChunk];
+  const int64_t t = blockIdx.x;
+  const int64_t a = t * kDecodeTile;
+  for (int j = threadIdx.x; j < kDecodeTile; j += kThreads) tile[j] = 0.0f;
+  auto add = [&](const u8* pr, int64_t e) {
+    const int64_t i = LoadI32(pr + 4 * k + 4 * e);
+    if (i >= a && i < a + kDecodeTile) tile[i - a] += LoadF32(pr + 4 * e);
+  };
+  for (int r0 = 0; r0 < world; r0 += kRankChunk) {
+    const int chunk = world - r0 < kRankChunk ? world - r0 : kRankChunk;
+    __syncthreads();
+    bool long_run = false;
+    if (threadIdx.x < chunk) {
+      const int32_t* row = starts + (r0 + threadIdx.x) * (tiles + 1);
+      const int64_t lo = min(max(int64_t{row[t]}, int64_t{0}), k);
+      const int64_t hi = min(max(int64_t{row[t + 1]}, lo), k);
+      lo_s[threadIdx.x] = lo;
+      hi_s[threadIdx.x] = hi;
+      long_run = hi - lo > kThreads;
+    }
+    if (!__syncthreads_or(long_run)) {
+      for (int c0 = 0; c0 < chunk; c0 += kPrefetch) {
+        int32_t idx[kPrefetch];
+        float val[kPrefetch];
+        for (int c = 0; c < kPrefetch; ++c) {
+          const int64_t e = lo_s[c0 + c < chunk ? c0 + c : 0] + threadIdx.x;
+          const bool in = c0 + c < chunk && e < hi_s[c0 + c];
+          const u8* pr = p + (r0 + c0 + c) * payload_bytes;
+          idx[c] = in ? LoadI32(pr + 4 * k + 4 * e) : -1;
+          val[c] = in ? LoadF32(pr + 4 * e) : 0.0f;
+        }
+        for (int c = 0; c < kPrefetch && c0 + c < chunk; ++c) {
+          if (idx[c] >= a && idx[c] < a + kDecodeTile) tile[idx[c] - a] += val[c];
+          __syncthreads();  // rank r0 + c0 + c's adds before the next rank's
+        }
+      }
+    } else {
+      for (int c = 0; c < chunk; ++c) {
+        const u8* pr = p + (r0 + c) * payload_bytes;
+        for (int64_t e = lo_s[c] + threadIdx.x; e < hi_s[c]; e += kThreads) add(pr, e);
+        __syncthreads();
+      }
+    }
+  }
+  __syncthreads();
+  const float wf = static_cast<float>(world);
+  for (int j = threadIdx.x * kVec; j < kDecodeTile && a + j < n; j += kThreads * kVec) {
+    F4 v{{tile[j], tile[j + 1], tile[j + 2], tile[j + 3]}};
+    if (world > 1)
+      for (int c = 0; c < kVec; ++c) v.v[c] = v.v[c] / wf;
+    Store4(out, a + j, n, v);
   }
 }
 
@@ -825,7 +933,11 @@ class CudaCompressor final : public Compressor {
     off_above_ = off_tiles_ + 8 * static_cast<size_t>(num_tiles_);
     off_tile_hist_ = off_above_ + 4 * static_cast<size_t>(num_tiles_);
     off_rank_scales_ = off_tile_hist_ + 2 * kBinsC * static_cast<size_t>(num_tiles_);
-    const size_t bytes = off_rank_scales_ + 8 * static_cast<size_t>(L.world_size);
+    off_decode_starts_ = off_rank_scales_ + 8 * static_cast<size_t>(L.world_size);
+    decode_tiles_ = (L.n + kDecodeTile - 1) / kDecodeTile;
+    tiled_decode_ = sparse && L.world_size * (decode_tiles_ + 1) <= kMaxDecodeStarts;
+    const size_t bytes =
+        off_decode_starts_ + (tiled_decode_ ? 4 * static_cast<size_t>(L.world_size * (decode_tiles_ + 1)) : 0);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemset(workspace_, 0, bytes));  // the reduce counter starts at 0
     return Status::Ok();
@@ -1005,6 +1117,13 @@ class CudaCompressor final : public Compressor {
       }
       case CompressorKind::kTopk:
       case CompressorKind::kDgc:
+        if (tiled_decode_) {
+          int32_t* starts = Ws<int32_t>(off_decode_starts_);
+          TileStartsKernel<<<Blocks(L.k * W), kThreads, 0, s>>>(p, n, L.k, W, L.payload_bytes, decode_tiles_, starts);
+          SparseDecodeKernel<<<static_cast<unsigned>(decode_tiles_), kThreads, 0, s>>>(p, n, L.k, W, L.payload_bytes,
+                                                                                      decode_tiles_, starts, out);
+          break;
+        }
         CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, 4 * n, s));
         for (int r = 0; r < W; ++r)
           ScatterAddKernel<<<Blocks(L.k), kThreads, 0, s>>>(p + r * L.payload_bytes, L.k, n, out);
@@ -1032,6 +1151,9 @@ class CudaCompressor final : public Compressor {
   void* workspace_ = nullptr;
   int64_t num_tiles_ = 0;
   size_t off_rank_scales_ = 0;  // qsgd and terngrad decodes: 2 floats per rank
+  size_t off_decode_starts_ = 0;  // topk and dgc decodes: int32 run starts, W x (tiles + 1)
+  int64_t decode_tiles_ = 0;
+  bool tiled_decode_ = false;
   size_t off_scalars_ = 0, off_done_ = 0, off_sel_ = 0, off_hist_ = 0, off_tiles_ = 0, off_above_ = 0,
          off_tile_hist_ = 0;
 };
