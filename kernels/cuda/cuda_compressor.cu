@@ -398,10 +398,8 @@ __global__ void TerngradEncodeKernel(Src src, float* resid, int64_t n, uint64_t 
   }
 }
 
-// ---- dense decodes: thread q writes out[4q .. 4q+3]; ranks summed in order, the CPU's float
-// operations. Each block walks the elements in steps of its 4 x 256 and, for each chunk of
-// kRankChunk ranks, first loads their scales (already divided as the CPU divides) into shared
-// memory. Loops are uniform per block (they hold __syncthreads). ----
+// ---- dense decodes: ranks summed in order, the CPU's float operations; fp32, fp16, qsgd and
+// terngrad write out[4q .. 4q+3] from thread q, the sign family 8 elements per thread ----
 __global__ void Fp32DecodeKernel(const u8* p, int64_t n, int world, float* out) {
   const float wf = static_cast<float>(world);
   GRID_STRIDE(q, (n + kVec - 1) / kVec) {
