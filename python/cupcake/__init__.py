@@ -20,10 +20,13 @@ for _name in ("libmpi.so.40", "libmpi.so"):
         pass
 
 from ._runtime import Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl  # noqa: E402
+from ._runtime import open_kernel_time_source as _open_kernel_time_source  # noqa: E402
 
-__all__ = ["Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "track", "built_with_nccl"]
+__all__ = ["Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "track", "built_with_nccl",
+           "kernel_time_source"]
 
 _mpi = None
+_kernel_time = None
 _tracked = weakref.WeakSet()
 
 
@@ -34,6 +37,16 @@ def mpi():
         _mpi = Mpi()
         atexit.register(_finalize)
     return _mpi
+
+
+def kernel_time_source():
+    """The process's CUPTI kernel-time source (one per process), opened on the first call, for a
+    Recorder on a GPU: `Recorder(name, kernel_time_source())`. Raises cupcake.Error when the
+    build has no CUPTI."""
+    global _kernel_time
+    if _kernel_time is None:
+        _kernel_time = _open_kernel_time_source()
+    return _kernel_time
 
 
 def track(closeable):

@@ -348,7 +348,10 @@ class _Record:
     def discover(self):
         state = self.state
         state._discover()
-        self.recorder = cupcake.Recorder(self.model_name)
+        # On a GPU the host's gaps time launches, not kernels: the device's kernel time between
+        # the gradient-ready marks (CUPTI) instead.
+        on_gpu = state.device.type == "cuda"
+        self.recorder = cupcake.Recorder(self.model_name, cupcake.kernel_time_source() if on_gpu else None)
         for k in state.order:
             self.recorder.register(state.named[k][0], state.named[k][1].numel())
         self.forward_handle = torch.nn.modules.module.register_module_forward_pre_hook(self._on_forward)

@@ -22,6 +22,7 @@
 #include "cupcake/comm/communicator.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
+#include "cupcake/proto/activity.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
@@ -193,9 +194,22 @@ void BindSession(py::module_& m) {
 
 void BindRecorder(py::module_& m) {
   using runtime::Recorder;
+  // The CUPTI source of kernel time (runtime::OpenKernelTimeSource): one per process; a Recorder
+  // made with it keeps it alive (py::keep_alive).
+  py::class_<ActivitySource>(m, "KernelTimeSource",
+                             "Device kernel time between gradient-ready marks (CUPTI), for a Recorder on a GPU.");
+  m.def(
+      "open_kernel_time_source", [] { return Take(runtime::OpenKernelTimeSource()); },
+      "Opens the CUPTI kernel-time source (one per process). Raises when the build has no CUPTI.");
   py::class_<Recorder>(m, "Recorder")
-      .def(py::init([](const std::string& model_name) { return Take(Recorder::Create(model_name)); }),
-           py::arg("model_name"), "Record mode on the steady clock (libruntime's Recorder).")
+      .def(py::init([](const std::string& model_name, ActivitySource* activity) {
+             runtime::RecorderOptions options;
+             options.activity = activity;
+             return Take(Recorder::Create(model_name, options));
+           }),
+           py::arg("model_name"), py::arg("activity") = nullptr, py::keep_alive<1, 3>(),
+           "Record mode (libruntime's Recorder): gaps on the steady clock, or with `activity` (a "
+           "KernelTimeSource) the device's kernel time between gradient-ready marks.")
       .def(
           "register", [](Recorder& r, const std::string& name, int64_t numel) { Check(r.Register(name, numel)); },
           py::arg("name"), py::arg("numel"))

@@ -1,7 +1,8 @@
 """The errors a job sees, as Python exceptions carrying the runtime's message (texts pinned here).
 Under mpirun with 2 ranks: a plan for another model (the first tensor that differs is named), a
 gradient withheld on every rank (synchronize() names the missing tensors after the timeout), a
-gradient computed twice before step(), no plan and no CUPCAKE_RECORD. With --world-size, one
+gradient computed twice before step(), no plan and no CUPCAKE_RECORD, record mode's kernel time
+where there is no GPU (this suite runs on Debian's CPU-only torch). With --world-size, one
 process against a plan for 2 ranks. The expected indices come from the gradient-ready order the
 record stage found with tensor hooks (WORK/order.json), not from the package.
 Usage: errors_job.py WORK | errors_job.py --world-size WORK"""
@@ -98,6 +99,33 @@ def world_size(work):
     print("ok: errors: a plan for 2 ranks refused by 1")
 
 
+def kernel_time_without_a_gpu():
+    """Record mode's kernel time (cupcake.kernel_time_source(), what record mode uses for CUDA
+    parameters) where there is no GPU: a CUPTI build opens the source and the first iteration
+    says why it cannot time kernels (CUPTI at begin_backward, or CUDA at the flush); a build
+    without CUPTI names the fix. (On a GPU, libruntime's RecorderKernelTime test records with
+    the same source.)"""
+    try:
+        source = cupcake.kernel_time_source()
+    except cupcake.Error as e:
+        if str(e) == ("this build has no CUPTI; build with the CUDA toolkit's CUPTI (extras/CUPTI) and "
+                      "-DCUPCAKE_WITH_CUPTI=ON") or str(e).startswith("cupti: "):
+            return
+        sys.exit("FAIL: kernel_time_source: unexpected error: %s" % e)
+    if cupcake.kernel_time_source() is not source:
+        sys.exit("FAIL: kernel_time_source: a second source was opened; expected one per process")
+    recorder = cupcake.Recorder("mlp", source)
+    recorder.register("fc.bias", 10)
+
+    def one_iteration():
+        recorder.begin_backward()
+        recorder.gradient_ready(0)
+
+    expect_error("kernel time without a GPU", one_iteration,
+                 r"^(recorder: BeginBackward: kernel time: cupti: |"
+                 r"recorder: GradientReady\(0\): kernel time; iteration 0 abandoned: cuda: )")
+
+
 def main():
     torch.set_num_threads(1)
     if sys.argv[1] == "--world-size":
@@ -110,8 +138,10 @@ def main():
     gradient_twice(work)  # its steps (60 s timeout) also bring the ranks together for the next one
     withheld_gradient(work, order, rank)  # step 0 must finish within its 1.5 s timeout
     no_plan()
+    kernel_time_without_a_gpu()
     if rank == 0:
-        print("ok: errors: another model's plan, a withheld gradient, a gradient twice, no plan")
+        print("ok: errors: another model's plan, a withheld gradient, a gradient twice, no plan, kernel time "
+              "without a GPU")
 
 
 if __name__ == "__main__":
