@@ -8,20 +8,29 @@
 // The two results must be bitwise equal (integer values, sums in rank order); a mismatch ends
 // the run with exit 1. A call's time is the slowest rank's (each call after a barrier); the
 // table gives the median and the p10-p90 over the calls, the two schemes alternating.
+// With --profile=DB (a profile of the same cluster: comm allgather and alltoall, topk's kernels
+// on the CPU), rank 0 also prints the planner's prediction for each scheme, what the options
+// search prices for one group of n elements from the payload to the dense mean: the scheme's
+// network block and its decode (docs/MODEL.md, "The zen scheme"), and which scheme each picks.
+// The planner assumes independent selections (the uniform rows): its prediction is the same for
+// the overlapping rows.
 //
 //   mpirun -np P zen_time [--n=4194304] [--iters=20] [--warmup=3] [--overlap=0.9] [--pool=1.1]
-//                         [--seed=1]
+//                         [--seed=1] [--profile=DB]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/zen.h"
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/planner/options.h"
+#include "cupcake/profile/load.h"
 #include "cupcake/proto/catalogue.h"
 #include "zen_indices.h"
 
@@ -33,7 +42,33 @@ namespace zen = kernels::zen;
 struct Options : bench::IndexSet {
   int iters = 20;
   int warmup = 3;
+  std::string profile;  // --profile: print the planner's predictions
 };
+
+// The planner's price of one group of n elements at `density` from the payload to the dense
+// mean (network block + decode) under the topk compressor's `scheme` on the CPU, in ms.
+StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density, const char* scheme) {
+  pb::Model model;
+  model.set_name("zen_time");
+  pb::Tensor* t = model.add_tensors();
+  t->set_name("g");
+  t->set_numel(n);
+  t->set_dtype(pb::FLOAT32);
+  planner::PlanRequest request;
+  request.compressor = "topk";
+  request.ratio = density;
+  request.device = pb::CPU;
+  CUPCAKE_ASSIGN_OR_RETURN(const planner::OptionProblem p, planner::MakeOptionProblem(model, profile, request));
+  const int option = planner::FindOption(p, scheme, pb::CPU);
+  if (option < 0) {
+    std::string why;
+    for (const std::string& d : p.dropped) why += (why.empty() ? "" : "; ") + d;
+    return NotFoundError(std::string("--profile: the planner offers no '") + scheme + " cpu' option here (" + why +
+                         ")");
+  }
+  const planner::StageCost c = planner::CostOfOption(p, option, 0, 0);
+  return (c.net + c.post()) / 1000.0;
+}
 
 [[noreturn]] void Die(int rank, const std::string& what) {
   std::fprintf(stderr, "zen_time: rank %d: %s\n", rank, what.c_str());
@@ -49,7 +84,7 @@ double Quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
-void RunRow(Communicator& comm, const Options& o, double density, bool overlapping) {
+void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, double density, bool overlapping) {
   const int rank = comm.rank(), p = comm.size();
   const int64_t k = SelectedCount(o.n, density);
   const std::vector<uint32_t> indices = bench::RankIndices(o, overlapping, rank, k);
@@ -116,10 +151,20 @@ void RunRow(Communicator& comm, const Options& o, double density, bool overlappi
     return std::string(out);
   };
   const double zen_med = Quantile(t.zen_ms, 0.5), ag_med = Quantile(t.allgather_ms, 0.5);
-  std::printf("%3d %8.3f %12s %9lld %10lld %12lld %12lld %9.3f %17s %9.3f %17s %7.2f\n", p, 100 * density,
+  std::printf("%3d %8.3f %12s %9lld %10lld %12lld %12lld %9.3f %17s %9.3f %17s %7.2f", p, 100 * density,
               overlapping ? "overlapping" : "uniform", static_cast<long long>(k), static_cast<long long>(union_size),
               static_cast<long long>(sent[0]), static_cast<long long>(sent[1]), zen_med, range(t.zen_ms).c_str(),
               ag_med, range(t.allgather_ms).c_str(), ag_med / zen_med);
+  if (profile != nullptr) {
+    auto zen_pred = Predicted(*profile, o.n, density, "zen");
+    auto ag_pred = Predicted(*profile, o.n, density, "flat");
+    if (!zen_pred.ok()) Die(rank, zen_pred.status().message());
+    if (!ag_pred.ok()) Die(rank, ag_pred.status().message());
+    const bool planner_zen = *zen_pred < *ag_pred, measured_zen = zen_med < ag_med;
+    std::printf(" %9.3f %9.3f %6s %6s", *zen_pred, *ag_pred, planner_zen ? "zen" : "ag",
+                planner_zen == measured_zen ? "right" : "wrong");
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -144,13 +189,22 @@ int main(int argc, char** argv) {
     std::string v;
     if (cupcake::bench::ParseFlag(argv[a], "--warmup", v))
       o.warmup = std::atoi(v.c_str());
+    else if (cupcake::bench::ParseFlag(argv[a], "--profile", v))
+      o.profile = v;
     else if (!cupcake::bench::ParseCommonFlag(argv[a], o, o.iters))
       Die(comm.rank(), std::string(argv[a]) +
-                           ": unknown flag; expected --n, --iters, --warmup, --overlap, --pool or --seed");
+                           ": unknown flag; expected --n, --iters, --warmup, --overlap, --pool, --seed or --profile");
   }
   if (!cupcake::bench::CommonFlagsInRange(o, o.iters, cupcake::kernels::zen::kMaxElements) || o.warmup < 0)
     Die(comm.rank(),
         "flags: out of range; expected 1 <= n <= 2^31-1, iters >= 1, warmup >= 0, 0 <= overlap <= 1, pool >= overlap");
+  // Rank 0 prices the rows when asked (it alone prints); a profile it cannot read ends the run.
+  std::optional<cupcake::pb::Profile> profile;
+  if (!o.profile.empty() && comm.rank() == 0) {
+    auto loaded = cupcake::profile::LoadProfileFile(o.profile);
+    if (!loaded.ok()) Die(0, loaded.status().message());
+    profile = std::move(loaded).value();
+  }
   if (comm.rank() == 0) {
     std::printf("# zen_time --n=%lld --iters=%d --warmup=%d --overlap=%g --pool=%g --seed=%llu, %d ranks\n",
                 static_cast<long long>(o.n), o.iters, o.warmup, o.overlap, o.pool,
@@ -158,10 +212,12 @@ int main(int argc, char** argv) {
     std::printf(
         "# both schemes from the same top-k payload to the dense mean (checked bitwise equal); time: the slowest\n"
         "# rank's, median and p10-p90 over the calls; sent: the largest bytes one rank sent to the others.\n");
-    std::printf("%3s %8s %12s %9s %10s %12s %12s %9s %17s %9s %17s %7s\n", "P", "dens(%)", "indices", "k", "union",
-                "zen_sent(B)", "ag_sent(B)", "zen(ms)", "zen p10-p90", "ag(ms)", "ag p10-p90", "ag/zen");
+    if (profile) std::printf("# pred: the planner's net + decode for the scheme from %s; pick: its choice, right or wrong against the medians\n", o.profile.c_str());
+    std::printf("%3s %8s %12s %9s %10s %12s %12s %9s %17s %9s %17s %7s%s\n", "P", "dens(%)", "indices", "k", "union",
+                "zen_sent(B)", "ag_sent(B)", "zen(ms)", "zen p10-p90", "ag(ms)", "ag p10-p90", "ag/zen",
+                profile ? " zen_pred   ag_pred   pick  check" : "");
   }
   for (bool overlapping : {false, true})
-    for (double density : {0.01, 0.001}) RunRow(comm, o, density, overlapping);
+    for (double density : {0.01, 0.001}) RunRow(comm, o, profile ? &*profile : nullptr, density, overlapping);
   return 0;
 }
