@@ -69,8 +69,9 @@ unsigned Blocks(int64_t work) {
   if (b > (1 << 20)) b = 1 << 20;
   return static_cast<unsigned>(b);
 }
-// Blocks for n elements, kVec per thread.
-unsigned VecBlocks(int64_t n) { return Blocks((n + kVec - 1) / kVec); }
+// Groups of kVec elements covering n; blocks for them, one group per thread.
+__host__ __device__ int64_t VecGroups(int64_t n) { return (n + kVec - 1) / kVec; }
+unsigned VecBlocks(int64_t n) { return Blocks(VecGroups(n)); }
 
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
@@ -189,10 +190,10 @@ struct SignumUpdate {
 
 // ---- memory passes (the combinations that are not fused) ----
 __global__ void AddKernel(float* e, const float* g, int64_t n) {
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) ResidualUpdate{e, g}.Load(q * kVec, n);
+  GRID_STRIDE(q, VecGroups(n)) ResidualUpdate{e, g}.Load(q * kVec, n);
 }
 __global__ void DgcMemoryKernel(float* u, float* v, const float* g, int64_t n) {
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) DgcUpdate{u, v, g}.Load(q * kVec, n);
+  GRID_STRIDE(q, VecGroups(n)) DgcUpdate{u, v, g}.Load(q * kVec, n);
 }
 
 // ---- reductions: Acc of four doubles, summed (or max-ed) over a fixed grid ----
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) ReduceKernel(Src src, int64_t n, Acc
   __shared__ typename BR::TempStorage tmp;
   __shared__ bool last;
   Acc a{{0, 0, 0, 0}};
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const F4 x = src.Load(q * kVec, n);
     for (int j = 0; j < kVec; ++j)
       if (q * kVec + j < n) a = Combine<R>()(a, Element<R>(x.v[j]));
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(kThreads) ReduceKernel(Src src, int64_t n, Acc
 // ---- dense encodes: thread q encodes elements 4q .. 4q+3 ----
 template <class Src>
 __global__ void Fp32EncodeKernel(Src src, float* resid, int64_t n, u8* payload) {
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     const F4 x = src.Load(i, n);
     if (Aligned(payload, 4)) {
@@ -309,7 +310,7 @@ template <class Src>
 __global__ void Fp16EncodeKernel(Src src, float* resid, int64_t n, int world, u8* payload) {
   const float wf = static_cast<float>(world);
   const float inv_w = 1.0f / wf;
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     const F4 x = src.Load(i, n);
     uint64_t halves = 0;
@@ -331,7 +332,7 @@ __global__ void QsgdEncodeKernel(Src src, float* resid, int64_t n, uint64_t key,
   const float norm = scalars[0];
   const float scale = norm > 0.0f ? kQsgdLevels / norm : 0.0f;
   const float unit = norm / kQsgdLevels;
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     const F4 x = src.Load(i, n);
     u8 bytes[kVec];
@@ -381,7 +382,7 @@ __global__ void TerngradEncodeKernel(Src src, float* resid, int64_t n, uint64_t 
                                      u8* codes) {
   const float mx = scalars[0];
   const float inv = mx > 0.0f ? 1.0f / mx : 0.0f;
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     const F4 x = src.Load(i, n);
     uint32_t byte = 0;
@@ -402,7 +403,7 @@ __global__ void TerngradEncodeKernel(Src src, float* resid, int64_t n, uint64_t 
 // terngrad write out[4q .. 4q+3] from thread q, the sign family 8 elements per thread ----
 __global__ void Fp32DecodeKernel(const u8* p, int64_t n, int world, float* out) {
   const float wf = static_cast<float>(world);
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     F4 x;
     if (Aligned(p, 4)) {
@@ -416,7 +417,7 @@ __global__ void Fp32DecodeKernel(const u8* p, int64_t n, int world, float* out) 
 }
 
 __global__ void Fp16DecodeKernel(const u8* p, int64_t n, float* out) {
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     uint64_t halves = 0;
     if (i + kVec <= n && Aligned(p + 2 * i, 8)) {
@@ -522,7 +523,7 @@ template <Dense D>
 __global__ void __launch_bounds__(kThreads) DenseDecodeGlobalKernel(const u8* p, int64_t n, int world,
                                                                     int64_t payload_bytes, const float* scales,
                                                                     float* out) {
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     F4 acc{{0.0f, 0.0f, 0.0f, 0.0f}};
     for (int r = 0; r < world; ++r) {
@@ -763,7 +764,7 @@ __global__ void RandkGatherKernel(const float* x, const float* g, int64_t k, Fei
 }
 // ... then e = e + g where finite, else 0 (the CPU's sweep over the memory) ...
 __global__ void ResidualFiniteKernel(float* e, const float* g, int64_t n) {
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     F4 x = ResidualSum{e, g}.Load(q * kVec, n);
     for (int j = 0; j < kVec; ++j) x.v[j] = IsFinite(x.v[j]) ? x.v[j] : 0.0f;
     Store4(e, q * kVec, n, x);
@@ -798,7 +799,7 @@ __global__ void ScatterAddKernel(const u8* pr, int64_t k, int64_t n, float* out)
 
 __global__ void DivideKernel(float* out, int64_t n, int world) {
   const float wf = static_cast<float>(world);
-  GRID_STRIDE(q, (n + kVec - 1) / kVec) {
+  GRID_STRIDE(q, VecGroups(n)) {
     F4 x = Load4(out, q * kVec, n);
     for (int j = 0; j < kVec; ++j) x.v[j] = x.v[j] / wf;
     Store4(out, q * kVec, n, x);

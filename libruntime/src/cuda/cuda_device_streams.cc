@@ -35,24 +35,24 @@ class CudaDeviceStreams final : public DeviceStreams {
 
   void* compute() const override { return stream_; }
   Status Record(int event, void* stream) override {
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(events_[static_cast<size_t>(event)], Stream(stream)));
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(Event(event), Stream(stream)));
     return Status::Ok();
   }
   Status StreamWait(void* stream, int event) override {
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Stream(stream), events_[static_cast<size_t>(event)], 0));
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Stream(stream), Event(event), 0));
     return Status::Ok();
   }
   StatusOr<bool> Done(int event) override {
-    const cudaError_t e = cudaEventQuery(events_[static_cast<size_t>(event)]);
+    const cudaError_t e = cudaEventQuery(Event(event));
     if (e == cudaSuccess) return true;
     if (e == cudaErrorNotReady) return false;
     return CudaError(e, "cudaEventQuery", rank_, host_);
   }
   Status Enqueue(int graph, int wait, int record, StreamWork enqueue) override {
     if (graph < 0) {
-      if (wait >= 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, Event(wait), 0));
+      if (wait >= 0) CUPCAKE_RETURN_IF_ERROR(StreamWait(stream_, wait));
       CUPCAKE_RETURN_IF_ERROR(enqueue(stream_));
-      if (record >= 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(Event(record), stream_));
+      if (record >= 0) CUPCAKE_RETURN_IF_ERROR(Record(record, stream_));
       return Status::Ok();
     }
     cudaGraphExec_t& exec = graphs_[static_cast<size_t>(graph)];
