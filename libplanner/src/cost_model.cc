@@ -8,12 +8,6 @@
 namespace cupcake::planner {
 namespace {
 
-const pb::Curve* FindCurve(const pb::Profile& profile, const std::string& key) {
-  for (const auto& c : profile.curves())
-    if (CurveKey(c) == key) return &c;
-  return nullptr;
-}
-
 Status MissingCurve(const pb::Profile& profile, const std::string& key) {
   std::string kind = key.substr(0, key.find(' '));
   std::string have;
@@ -25,14 +19,74 @@ Status MissingCurve(const pb::Profile& profile, const std::string& key) {
                        kind + " curves for: " + (have.empty() ? "none" : have));
 }
 
-std::string EncodeKey(const std::string& compressor, pb::Device d) {
-  return "encode " + compressor + " " + std::string(Name(d));
+// The kernel curve for the plan's compressor, or the missing-curve error.
+StatusOr<KernelCurve> RequireKernelCurve(const pb::Profile& profile, pb::CurveKind kind, const Problem& p) {
+  std::optional<KernelCurve> c = FindKernelCurve(profile, kind, p.compressor->name, p.device, p.ratio);
+  if (!c) return MissingCurve(profile, std::string(Name(kind)) + " " + std::string(p.compressor->name) + " " +
+                                            std::string(Name(p.device)));
+  return std::move(*c);
 }
-std::string DecodeKey(const std::string& compressor, pb::Device d) {
-  return "decode " + compressor + " " + std::string(Name(d));
+
+bool HasKernelCurves(const pb::Profile& profile, std::string_view compressor, pb::Device d) {
+  for (const auto& c : profile.curves())
+    if (c.kind() == pb::ENCODE && c.compressor() == compressor && c.device() == d) return true;
+  return false;
 }
 
 }  // namespace
+
+const pb::Curve* FindProfileCurve(const pb::Profile& profile, const std::string& key) {
+  for (const auto& c : profile.curves())
+    if (CurveKey(c) == key) return &c;
+  return nullptr;
+}
+
+std::optional<KernelCurve> FindKernelCurve(const pb::Profile& profile, pb::CurveKind kind, std::string_view name,
+                                           pb::Device device, double ratio) {
+  const CompressorInfo* info = FindCompressor(name);
+  const bool by_ratio = name == kZenCurveName || (info != nullptr && info->uses_ratio);
+  const pb::Curve* unrecorded = nullptr;
+  std::vector<const pb::Curve*> recorded;  // ascending ratio
+  for (const auto& c : profile.curves()) {
+    if (c.kind() != kind || c.compressor() != name || c.device() != device) continue;
+    if (!c.has_ratio())
+      unrecorded = &c;
+    else if (by_ratio)
+      recorded.push_back(&c);
+  }
+  if (recorded.empty()) {
+    if (unrecorded == nullptr) return std::nullopt;
+    return KernelCurve{Curve(*unrecorded), CurveKey(*unrecorded), std::nullopt};
+  }
+  std::sort(recorded.begin(), recorded.end(), [](const pb::Curve* a, const pb::Curve* b) { return a->ratio() < b->ratio(); });
+  auto nearest = [&](const pb::Curve* c) {
+    pb::Extrapolation note;
+    note.set_curve(CurveKey(*c));
+    note.set_last_size(c->ratio());
+    note.set_max_size(ratio);
+    note.set_unit("ratio");
+    return KernelCurve{Curve(*c), CurveKey(*c), std::move(note)};
+  };
+  if (ratio < recorded.front()->ratio()) return nearest(recorded.front());
+  if (ratio > recorded.back()->ratio()) return nearest(recorded.back());
+  size_t hi = 0;
+  while (recorded[hi]->ratio() < ratio) ++hi;
+  const pb::Curve& b = *recorded[hi];
+  if (b.ratio() == ratio) return KernelCurve{Curve(b), CurveKey(b), std::nullopt};
+  // ratio lies strictly between a's and b's: both curves at the union of their sizes, weighted.
+  const pb::Curve& a = *recorded[hi - 1];
+  const Curve ca(a), cb(b);
+  const double w = (ratio - a.ratio()) / (b.ratio() - a.ratio());
+  std::vector<double> sizes;
+  for (const pb::Curve* c : {&a, &b})
+    for (const pb::Point& pt : c->points()) sizes.push_back(static_cast<double>(pt.size()));
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  std::vector<double> times;
+  times.reserve(sizes.size());
+  for (double s : sizes) times.push_back((1.0 - w) * ca.At(s) + w * cb.At(s));
+  return KernelCurve{Curve(std::move(sizes), std::move(times)), CurveKey(a) + " + " + CurveKey(b), std::nullopt};
+}
 
 StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request) {
   Problem p;
@@ -80,35 +134,36 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   p.device = request.device;
   if (p.device == pb::DEVICE_UNSPECIFIED) {
     p.device = pb::GPU;
-    if (p.compress && !FindCurve(profile, EncodeKey(request.compressor, pb::GPU)) &&
-        FindCurve(profile, EncodeKey(request.compressor, pb::CPU)))
+    if (p.compress && !HasKernelCurves(profile, request.compressor, pb::GPU) &&
+        HasKernelCurves(profile, request.compressor, pb::CPU))
       p.device = pb::CPU;
   }
   if (p.compress) {
-    for (const std::string& key : {EncodeKey(request.compressor, p.device), DecodeKey(request.compressor, p.device)}) {
-      if (!FindCurve(profile, key)) return MissingCurve(profile, key);
-    }
-    p.encode_key = EncodeKey(request.compressor, p.device);
-    p.decode_key = DecodeKey(request.compressor, p.device);
-    p.encode = Curve(*FindCurve(profile, p.encode_key));
-    p.decode = Curve(*FindCurve(profile, p.decode_key));
+    CUPCAKE_ASSIGN_OR_RETURN(KernelCurve encode, RequireKernelCurve(profile, pb::ENCODE, p));
+    CUPCAKE_ASSIGN_OR_RETURN(KernelCurve decode, RequireKernelCurve(profile, pb::DECODE, p));
+    for (KernelCurve* c : {&encode, &decode})
+      if (c->ratio_note) p.ratio_notes.push_back(*c->ratio_note);
+    p.encode = std::move(encode.curve);
+    p.encode_key = std::move(encode.key);
+    p.decode = std::move(decode.curve);
+    p.decode_key = std::move(decode.key);
   }
   // The curve of the call the runtime makes: fp16 payloads are summed as halves, which costs
   // otherwise than a float32 sum (an MPI user-defined operation); a profile from before such
   // curves were measured has only the float32 one, which then stands in.
   std::string comm_key = "comm " + std::string(Name(p.compressor->collective)) + " global";
-  if (p.compress && p.compressor->payload == PayloadFormula::kDense16 && FindCurve(profile, comm_key + " float16"))
+  if (p.compress && p.compressor->payload == PayloadFormula::kDense16 && FindProfileCurve(profile, comm_key + " float16"))
     comm_key += " float16";
-  const pb::Curve* comm = FindCurve(profile, comm_key);
+  const pb::Curve* comm = FindProfileCurve(profile, comm_key);
   if (!comm) return MissingCurve(profile, comm_key);
   p.comm = Curve(*comm);
   p.comm_key = comm_key;
   const std::string device(Name(p.device));
-  if (const pb::Curve* c = FindCurve(profile, "copy pack " + device)) {
+  if (const pb::Curve* c = FindProfileCurve(profile, "copy pack " + device)) {
     p.pack = Curve(*c);
     p.pack_key = "copy pack " + device;
   }
-  if (const pb::Curve* c = FindCurve(profile, "copy unpack " + device)) {
+  if (const pb::Curve* c = FindProfileCurve(profile, "copy unpack " + device)) {
     p.unpack = Curve(*c);
     p.unpack_key = "copy unpack " + device;
   }

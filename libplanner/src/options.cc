@@ -7,20 +7,15 @@
 namespace cupcake::planner {
 namespace {
 
-const pb::Curve* FindCurve(const pb::Profile& profile, const std::string& key) {
-  for (const auto& c : profile.curves())
-    if (CurveKey(c) == key) return &c;
-  return nullptr;
-}
-
 bool HasCodec(const SchemeInfo& s) { return s.codec != Codec::kNone; }
 bool EncodesBeforeNetwork(const SchemeInfo& s) { return HasCodec(s) && s.encode_before == 0; }
 bool DecodesAfterNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_after == s.step_count - 1; }
 bool EncodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.encode_before > 0; }
 bool DecodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_after < s.step_count - 1; }
-// Zen's work inside the network block (the owners' merge-sum of the pairs, the partitions'
-// encode, decode and merge), priced as one more decode of the group by the codec's decode
-// curve (docs/MODEL.md, "The zen scheme"), placed after the payload step.
+// Zen's work inside the network block (the pairs split by owner, the owners' merge-sum, the
+// partition's encode), placed after the payload step: the "encode zen" curve, or in a profile
+// without Zen's curves one more decode of the group by the codec's decode curve (docs/MODEL.md,
+// "The zen scheme").
 bool MergesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.zen; }
 // The codec's decode curve read inside the network block: a decode between steps or Zen's merge.
 bool ReadsDecodeInNetwork(const SchemeInfo& s) { return DecodesInNetwork(s) || MergesInNetwork(s); }
@@ -30,25 +25,37 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
   const SchemeInfo& s = *o.scheme;
   const CompressorInfo& codec = CodecCompressor(s, *base.compressor);
   const std::string dev(Name(o.device));
-  auto kernel = [&](const char* kind, Curve& curve, std::string& key) {
-    key = std::string(kind) + " " + std::string(codec.name) + " " + dev;
-    const pb::Curve* c = FindCurve(profile, key);
-    if (c == nullptr) return false;
-    curve = Curve(*c);
+  // Zen's own curves (`zen`: the kind of Zen's curve to read first) stand in for the codec's
+  // decode where the profile has them.
+  auto kernel = [&](pb::CurveKind kind, Curve& curve, std::string& key, std::optional<pb::CurveKind> zen) {
+    std::optional<KernelCurve> c;
+    if (zen) c = FindKernelCurve(profile, *zen, kZenCurveName, o.device, base.ratio);
+    if (!c) c = FindKernelCurve(profile, kind, codec.name, o.device, base.ratio);
+    if (!c) {
+      key = std::string(Name(kind)) + " " + std::string(codec.name) + " " + dev;
+      return false;
+    }
+    curve = std::move(c->curve);
+    key = std::move(c->key);
+    if (c->ratio_note) out.ratio_notes.push_back(*c->ratio_note);
     return true;
   };
-  if (EncodesBeforeNetwork(s) && !kernel("encode", out.pre_kernel, out.pre_key)) return out.pre_key;
-  if (EncodesInNetwork(s) && !kernel("encode", out.mid_encode, out.mid_encode_key)) return out.mid_encode_key;
-  if (ReadsDecodeInNetwork(s) && !kernel("decode", out.mid_decode, out.mid_decode_key)) return out.mid_decode_key;
-  if (DecodesAfterNetwork(s) && !kernel("decode", out.post_kernel, out.post_key)) return out.post_key;
+  const auto zen_merge = MergesInNetwork(s) ? std::optional(pb::ENCODE) : std::nullopt;
+  const auto zen_decode = s.zen ? std::optional(pb::DECODE) : std::nullopt;
+  if (EncodesBeforeNetwork(s) && !kernel(pb::ENCODE, out.pre_kernel, out.pre_key, std::nullopt)) return out.pre_key;
+  if (EncodesInNetwork(s) && !kernel(pb::ENCODE, out.mid_encode, out.mid_encode_key, std::nullopt))
+    return out.mid_encode_key;
+  if (ReadsDecodeInNetwork(s) && !kernel(pb::DECODE, out.mid_decode, out.mid_decode_key, zen_merge))
+    return out.mid_decode_key;
+  if (DecodesAfterNetwork(s) && !kernel(pb::DECODE, out.post_kernel, out.post_key, zen_decode)) return out.post_key;
   for (int i = 0; i < s.step_count; ++i) {
     const SchemeStep& step = s.steps[i];
     std::string key =
         "comm " + std::string(Name(StepOp(s, step, *base.compressor))) + " " + std::string(Name(step.scope));
     // fp16 payloads are summed as halves: that curve when the profile has it (as v1).
-    if (step.payload && codec.payload == PayloadFormula::kDense16 && FindCurve(profile, key + " float16"))
+    if (step.payload && codec.payload == PayloadFormula::kDense16 && FindProfileCurve(profile, key + " float16"))
       key += " float16";
-    const pb::Curve* c = FindCurve(profile, key);
+    const pb::Curve* c = FindProfileCurve(profile, key);
     if (c == nullptr) return key;
     out.steps.emplace_back(*c);
     out.step_keys.push_back(key);
@@ -78,8 +85,8 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
   const Problem& b = p.base;
 
   // Host copies, tensor by tensor, for offloaded groups (GPU plans only).
-  const pb::Curve* d2h = FindCurve(profile, "copy d2h gpu");
-  const pb::Curve* h2d = FindCurve(profile, "copy h2d gpu");
+  const pb::Curve* d2h = FindProfileCurve(profile, "copy d2h gpu");
+  const pb::Curve* h2d = FindProfileCurve(profile, "copy h2d gpu");
   const bool can_offload = b.device == pb::GPU && d2h != nullptr && h2d != nullptr;
   if (b.device == pb::GPU && !can_offload)
     p.dropped.push_back("every offloaded option: the profile lacks \"copy d2h gpu\" or \"copy h2d gpu\"");

@@ -136,6 +136,14 @@ std::vector<pb::Extrapolation> FindOptionExtrapolations(const OptionProblem& p, 
     e.set_unit(u.unit);
     out.push_back(std::move(e));
   }
+  for (const OptionGroupTimes& g : t.groups) {  // kernel curves read at an unmeasured ratio
+    for (const pb::Extrapolation& note : p.curves[static_cast<size_t>(g.option)].ratio_notes) {
+      if (std::none_of(out.begin(), out.end(), [&](const pb::Extrapolation& e) {
+            return e.unit() == "ratio" && e.curve() == note.curve();
+          }))
+        out.push_back(note);
+    }
+  }
   return out;
 }
 
@@ -236,6 +244,7 @@ std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<co
     e.set_unit(u->unit);
     out.push_back(std::move(e));
   }
+  out.insert(out.end(), p.ratio_notes.begin(), p.ratio_notes.end());
   return out;
 }
 

@@ -257,11 +257,11 @@ const std::vector<std::string_view> kClusterKeys{"name",         "nodes",   "dev
                                                  "interconnect", "network", "source",           "meta"};
 const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope", "dtype", "points",
                                               "method", "warmup", "iters", "wrong"};
-const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "points",
+const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "ratio", "points",
                                                "method", "warmup",     "iters",  "wrong"};
 const std::vector<std::string_view> kCopyKeys{"kind", "op", "device", "points", "method", "warmup", "iters", "wrong"};
-const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope",  "compressor", "device", "dtype",
-                                                  "points", "method", "warmup", "iters",      "wrong"};
+const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope", "compressor", "device", "dtype",
+                                                  "ratio",  "points", "method", "warmup",    "iters",  "wrong"};
 
 // Checks "format". Returns false when the document is of another format (stop reading it).
 bool CheckFormat(Reader& r, const json& doc, const std::string& path, std::string_view expected, bool required) {
@@ -341,6 +341,7 @@ void ReadCurve(Reader& r, const json& obj, const std::string& path, pb::Curve& c
         }
         if (auto d = r.Enum<pb::Device>(obj, path, "device", true, "device", DeviceNames(), ParseDevice))
           c.set_device(*d);
+        if (auto x = r.Number(obj, path, "ratio", false)) c.set_ratio(*x);  // range: CheckCurveKey
         break;
       }
       case pb::COPY:
@@ -461,6 +462,7 @@ ordered_json CurveObject(const pb::Curve& c) {
     case pb::DECODE:
       o["compressor"] = c.compressor();
       o["device"] = Name(c.device());
+      if (c.has_ratio()) o["ratio"] = c.ratio();
       break;
     case pb::COPY:
       o["op"] = Name(c.copy_op());

@@ -1,5 +1,6 @@
 #include "cupcake/profile/kernel_sweep.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -8,6 +9,7 @@
 #include <set>
 
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/zen.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
 
@@ -117,67 +119,37 @@ class Sweep {
 
   Status Run() {
     std::vector<std::string> names = o_.compressors;
-    if (names.empty())
+    if (names.empty()) {
       for (std::string_view n : CompressorNames()) names.emplace_back(n);
+      if (device_ == nullptr && o_.world_size >= 2) names.emplace_back(kZenCurveName);
+    }
     std::vector<pb::CopyOp> copies{pb::PACK, pb::UNPACK};
     if (device_ != nullptr) copies.insert(copies.end(), {pb::H2D, pb::D2H});
-    total_ = static_cast<int64_t>((names.size() * 2 + copies.size()) * o_.elements.size());
+    int64_t curves = static_cast<int64_t>(copies.size());
+    for (const std::string& name : names) curves += 2 * static_cast<int64_t>(RatiosOf(name).size());
+    total_ = curves * static_cast<int64_t>(o_.elements.size());
     const kernels::Backend backend =
         device_ != nullptr && device_->cuda() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
-    void* stream = device_ != nullptr ? device_->stream() : nullptr;
 
     for (const std::string& name : names) {
-      pb::Curve enc, dec;
-      enc.set_kind(pb::ENCODE);
-      enc.set_compressor(name);
-      enc.set_device(o_.device);
-      dec = enc;
-      dec.set_kind(pb::DECODE);
-      for (int64_t n : o_.elements) {
-        CUPCAKE_ASSIGN_OR_RETURN(Want want_enc, Wanted(enc, n));
-        CUPCAKE_ASSIGN_OR_RETURN(Want want_dec, Wanted(dec, n));
-        if (!want_enc.any() && !want_dec.any()) continue;
-        kernels::CompressorConfig config;
-        config.name = name;
-        config.n = n;
-        config.world_size = o_.world_size;
-        config.ratio = o_.ratio;
-        CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Compressor> comp, kernels::MakeCompressor(config, backend));
-        const auto floats = static_cast<size_t>(n);
-        std::vector<float> host(floats);
-        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer grad, Zeroed(backend, 4 * n));
-        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer out, Zeroed(backend, 4 * n));
-        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer state, Zeroed(backend, 4 * comp->state_floats()));
-        CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer payload, Zeroed(backend, comp->payload_bytes()));
-        std::span<const float> grad_span(grad.as<float>(), floats);
-        std::span<float> state_span(state.as<float>(), static_cast<size_t>(comp->state_floats()));
-        std::span<std::byte> payload_span(payload.as<std::byte>(), static_cast<size_t>(comp->payload_bytes()));
-        FillGradient(host, 1);
-        CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * n));
-        if (want_enc.any()) {
-          CUPCAKE_RETURN_IF_ERROR(Measure(enc, n, want_enc, [&](int i) {
-            return comp->Encode(grad_span, state_span, static_cast<uint64_t>(i), payload_span, stream);
-          }));
-        }
-        if (want_dec.any()) {
-          // The decode input: W payloads of W ranks' gradients side by side (allgather), or
-          // one buffer standing for the reduced one (allreduce), encoded on the same backend.
-          const int ranks = comp->layout().allreduce ? 1 : o_.world_size;
-          CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer input, Zeroed(backend, comp->decode_input_bytes()));
-          for (int r = 0; r < ranks; ++r) {
-            FillGradient(host, 100 + static_cast<uint64_t>(r));
-            CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * n));
-            CUPCAKE_RETURN_IF_ERROR(state.Zero());
-            std::span<std::byte> slot(input.as<std::byte>() + static_cast<size_t>(r) * payload_span.size(),
-                                      payload_span.size());
-            CUPCAKE_RETURN_IF_ERROR(comp->Encode(grad_span, state_span, 0, slot, stream));
-            // The next rank's gradient overwrites `grad`: let this encode finish reading it.
-            if (device_ != nullptr) CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
+      for (std::optional<double> ratio : RatiosOf(name)) {
+        pb::Curve enc, dec;
+        enc.set_kind(pb::ENCODE);
+        enc.set_compressor(name);
+        enc.set_device(o_.device);
+        if (ratio) enc.set_ratio(*ratio);
+        dec = enc;
+        dec.set_kind(pb::DECODE);
+        for (int64_t n : o_.elements) {
+          CUPCAKE_ASSIGN_OR_RETURN(Want want_enc, Wanted(enc, n));
+          CUPCAKE_ASSIGN_OR_RETURN(Want want_dec, Wanted(dec, n));
+          if (!want_enc.any() && !want_dec.any()) continue;
+          if (name == kZenCurveName) {
+            CUPCAKE_RETURN_IF_ERROR(ZenPoint(enc, want_enc, dec, want_dec, n, *ratio));
+          } else {
+            CUPCAKE_RETURN_IF_ERROR(
+                CompressorPoint(enc, want_enc, dec, want_dec, n, ratio.value_or(kDefaultRatio), backend));
           }
-          std::span<const std::byte> input_span(input.as<std::byte>(), static_cast<size_t>(input.size_bytes()));
-          std::span<float> out_span(out.as<float>(), floats);
-          CUPCAKE_RETURN_IF_ERROR(
-              Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); }));
         }
       }
     }
@@ -223,6 +195,130 @@ class Sweep {
   }
 
  private:
+  // The ratios a name's curves are measured at: each of the sweep's for topk, randk, dgc and zen;
+  // none (one curve without a ratio) for the others.
+  std::vector<std::optional<double>> RatiosOf(const std::string& name) const {
+    const CompressorInfo* info = FindCompressor(name);
+    if (name != kZenCurveName && !info->uses_ratio) return {std::nullopt};
+    return {o_.ratios.begin(), o_.ratios.end()};
+  }
+
+  // One size of a compressor's encode and decode curves.
+  Status CompressorPoint(const pb::Curve& enc, Want want_enc, const pb::Curve& dec, Want want_dec, int64_t n,
+                         double ratio, kernels::Backend backend) {
+    void* stream = device_ != nullptr ? device_->stream() : nullptr;
+    kernels::CompressorConfig config;
+    config.name = enc.compressor();
+    config.n = n;
+    config.world_size = o_.world_size;
+    config.ratio = ratio;
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Compressor> comp, kernels::MakeCompressor(config, backend));
+    const auto floats = static_cast<size_t>(n);
+    std::vector<float> host(floats);
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer grad, Zeroed(backend, 4 * n));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer out, Zeroed(backend, 4 * n));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer state, Zeroed(backend, 4 * comp->state_floats()));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer payload, Zeroed(backend, comp->payload_bytes()));
+    std::span<const float> grad_span(grad.as<float>(), floats);
+    std::span<float> state_span(state.as<float>(), static_cast<size_t>(comp->state_floats()));
+    std::span<std::byte> payload_span(payload.as<std::byte>(), static_cast<size_t>(comp->payload_bytes()));
+    FillGradient(host, 1);
+    CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * n));
+    if (want_enc.any()) {
+      CUPCAKE_RETURN_IF_ERROR(Measure(enc, n, want_enc, [&](int i) {
+        return comp->Encode(grad_span, state_span, static_cast<uint64_t>(i), payload_span, stream);
+      }));
+    }
+    if (!want_dec.any()) return Status::Ok();
+    // The decode input: W payloads of W ranks' gradients side by side (allgather), or one
+    // buffer standing for the reduced one (allreduce), encoded on the same backend.
+    const int ranks = comp->layout().allreduce ? 1 : o_.world_size;
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer input, Zeroed(backend, comp->decode_input_bytes()));
+    for (int r = 0; r < ranks; ++r) {
+      FillGradient(host, 100 + static_cast<uint64_t>(r));
+      CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * n));
+      CUPCAKE_RETURN_IF_ERROR(state.Zero());
+      std::span<std::byte> slot(input.as<std::byte>() + static_cast<size_t>(r) * payload_span.size(),
+                                payload_span.size());
+      CUPCAKE_RETURN_IF_ERROR(comp->Encode(grad_span, state_span, 0, slot, stream));
+      // The next rank's gradient overwrites `grad`: let this encode finish reading it.
+      if (device_ != nullptr) CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
+    }
+    std::span<const std::byte> input_span(input.as<std::byte>(), static_cast<size_t>(input.size_bytes()));
+    std::span<float> out_span(out.as<float>(), floats);
+    return Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); });
+  }
+
+  // One size of Zen's curves (host memory), as rank 0 of W ranks does it in comm::ZenAllreduce
+  // and the runtime's decode: each rank's input is the topk payload of its own gradient (k =
+  // ratio n indices, independent across ranks); the exchanges are replaced by their results,
+  // built untimed. encode: rank 0's pairs split by owner, the pairs it owns merged and summed,
+  // its partition encoded. decode: the other owners' partitions decoded, all W merged, and the
+  // sums divided by W into the zeroed group.
+  Status ZenPoint(const pb::Curve& enc, Want want_enc, const pb::Curve& dec, Want want_dec, int64_t n, double ratio) {
+    namespace zen = kernels::zen;
+    constexpr uint32_t kSeed = 0x5eed;
+    const int w = o_.world_size;
+    const int64_t k = SelectedCount(n, ratio);
+    kernels::CompressorConfig config;
+    config.name = "topk";
+    config.n = n;
+    config.world_size = w;
+    config.ratio = ratio;
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::Compressor> topk,
+                             kernels::MakeCompressor(config, kernels::Backend::kCpu));
+    std::vector<float> grad(static_cast<size_t>(n)), state(static_cast<size_t>(topk->state_floats()));
+    std::vector<std::vector<std::byte>> payloads(static_cast<size_t>(w));
+    std::vector<zen::Partitioned> split(static_cast<size_t>(w));
+    for (int r = 0; r < w; ++r) {
+      auto& payload = payloads[static_cast<size_t>(r)];
+      payload.resize(static_cast<size_t>(topk->payload_bytes()));
+      FillGradient(grad, 100 + static_cast<uint64_t>(r));
+      std::fill(state.begin(), state.end(), 0.0f);
+      CUPCAKE_RETURN_IF_ERROR(topk->Encode(grad, state, 0, payload, nullptr));
+      CUPCAKE_ASSIGN_OR_RETURN(zen::SparseView view, zen::TopkPayloadView(payload, k));
+      split[static_cast<size_t>(r)] = zen::PartitionByOwner(view, w, kSeed);
+    }
+    // What each owner receives (the pairs every rank sends it, in rank order), and its partition.
+    std::vector<std::vector<std::byte>> partitions(static_cast<size_t>(w));
+    std::vector<zen::Pair> received0;
+    for (int owner = 0; owner < w; ++owner) {
+      std::vector<zen::Pair> received;
+      for (const zen::Partitioned& from : split) {
+        int64_t begin = 0;
+        for (int j = 0; j < owner; ++j) begin += from.counts[static_cast<size_t>(j)];
+        const auto first = from.pairs.begin() + begin;
+        received.insert(received.end(), first, first + from.counts[static_cast<size_t>(owner)]);
+      }
+      zen::EncodePartition(zen::MergeSum(received).view(), owner, n, w, kSeed, partitions[static_cast<size_t>(owner)]);
+      if (owner == 0) received0 = std::move(received);
+    }
+    CUPCAKE_ASSIGN_OR_RETURN(zen::SparseView input0, zen::TopkPayloadView(payloads[0], k));
+    if (want_enc.any()) {
+      std::vector<std::byte> encoded;
+      CUPCAKE_RETURN_IF_ERROR(Measure(enc, n, want_enc, [&](int) {
+        const zen::Partitioned mine = zen::PartitionByOwner(input0, w, kSeed);
+        const zen::Sparse sum = zen::MergeSum(received0);
+        zen::EncodePartition(sum.view(), 0, n, w, kSeed, encoded);
+        return mine.pairs.size() == static_cast<size_t>(k) ? Status::Ok()
+                                                            : InternalError("zen: the partition lost pairs");
+      }));
+    }
+    if (!want_dec.any()) return Status::Ok();
+    std::vector<float> out(static_cast<size_t>(n));
+    CUPCAKE_ASSIGN_OR_RETURN(zen::Sparse own, zen::DecodePartition(partitions[0], 0, n, w, kSeed));
+    return Measure(dec, n, want_dec, [&](int) -> Status {
+      std::vector<zen::Sparse> parts(static_cast<size_t>(w));
+      parts[0] = own;
+      for (int r = 1; r < w; ++r) {
+        CUPCAKE_ASSIGN_OR_RETURN(parts[static_cast<size_t>(r)],
+                                 zen::DecodePartition(partitions[static_cast<size_t>(r)], r, n, w, kSeed));
+      }
+      const zen::Sparse all = zen::MergePartitions(parts);
+      return zen::ScatterDense(all.view(), 1.0f / static_cast<float>(w), out);
+    });
+  }
+
   bool KernelOn() const { return activity_ != nullptr && kernel_sink_ != nullptr && report_.activity_error.empty(); }
 
   static std::string Where(const pb::Curve& key, int64_t size) { return CurveKey(key) + " at " + std::to_string(size); }
@@ -401,8 +497,26 @@ Status ValidateOptions(const KernelSweepOptions& options) {
     add("world_size: out of range; got " + std::to_string(options.world_size) + ", expected 1 <= W <= 65536");
   if (options.warmup < 0) add("warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
   if (options.iters < 1) add("iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
-  for (const std::string& name : options.compressors)
-    if (FindCompressor(name) == nullptr) add(UnknownCompressorError("compressors", name).message());
+  for (const std::string& name : options.compressors) {
+    if (name == kZenCurveName) {
+      if (options.device != pb::CPU)
+        add("compressors: zen has no GPU kernels; got device " + std::string(Name(options.device)) + ", expected cpu");
+      if (options.world_size < 2)
+        add("compressors: zen needs several ranks; got W = " + std::to_string(options.world_size) +
+            ", expected W >= 2 (--world-size, or a DB with a cluster)");
+    } else if (FindCompressor(name) == nullptr) {
+      add(UnknownCompressorError("compressors", name).message());
+    }
+  }
+  if (options.ratios.empty()) add("ratios: empty; got no ratio, expected at least one");
+  for (size_t i = 0; i < options.ratios.size(); ++i) {
+    const std::string what = "ratios[" + std::to_string(i) + "]";
+    if (Status s = ValidateRatio(what, options.ratios[i]); !s.ok())
+      add(s.message());
+    else if (i > 0 && options.ratios[i] <= options.ratios[i - 1])
+      add(what + ": not ascending; got " + FormatRatio(options.ratios[i]) + " after " +
+          FormatRatio(options.ratios[i - 1]) + ", expected increasing ratios");
+  }
   if (!problems.empty()) return InvalidArgumentError(problems);
   return Status::Ok();
 }

@@ -98,7 +98,38 @@ CREATE VIEW curve_points AS
   ORDER BY c.position, p.size;
 )sql";
 
-constexpr std::array<Migration, 2> kMigrations{{{1, kSchemaV1}, {2, kSchemaV2}}};
+// Version 3: encode and decode curves of ratio compressors (topk, randk, dgc) and Zen's curves
+// carry the ratio they were measured at (`ratio`: 0 where not recorded, every version 2 curve),
+// so one profile holds a compressor's curves at several ratios. The table is rebuilt as for v2.
+constexpr std::string_view kSchemaV3 = R"sql(
+DROP VIEW curve_points;
+CREATE TABLE curves_v3 (
+  id INTEGER PRIMARY KEY,
+  position INTEGER NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  op TEXT NOT NULL DEFAULT '',
+  scope TEXT NOT NULL DEFAULT '',
+  compressor TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  dtype TEXT NOT NULL DEFAULT '',
+  ratio REAL NOT NULL DEFAULT 0,
+  method TEXT,
+  warmup INTEGER,
+  iters INTEGER,
+  wrong INTEGER,
+  UNIQUE (kind, op, scope, compressor, device, dtype, ratio)
+);
+INSERT INTO curves_v3 (id, position, kind, op, scope, compressor, device, dtype, method, warmup, iters, wrong)
+  SELECT id, position, kind, op, scope, compressor, device, dtype, method, warmup, iters, wrong FROM curves;
+DROP TABLE curves;
+ALTER TABLE curves_v3 RENAME TO curves;
+CREATE VIEW curve_points AS
+  SELECT c.kind, c.op, c.scope, c.compressor, c.device, c.dtype, c.ratio, p.size, p.us
+  FROM curves c JOIN points p ON p.curve_id = c.id
+  ORDER BY c.position, p.size;
+)sql";
+
+constexpr std::array<Migration, 3> kMigrations{{{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}}};
 
 }  // namespace
 

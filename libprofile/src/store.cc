@@ -30,6 +30,7 @@ constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 
 // The text columns of a curve's key; '' where a column does not apply to the kind.
 struct KeyColumns {
   std::string kind, op, scope, compressor, device, dtype;
+  double ratio = 0.0;  // 0: not recorded
 };
 
 KeyColumns Key(const pb::Curve& c) {
@@ -45,6 +46,7 @@ KeyColumns Key(const pb::Curve& c) {
     case pb::DECODE:
       k.compressor = c.compressor();
       k.device = std::string(Name(c.device()));
+      k.ratio = c.has_ratio() ? c.ratio() : 0.0;
       break;
     case pb::COPY:
       k.op = std::string(Name(c.copy_op()));
@@ -127,8 +129,9 @@ StatusOr<std::optional<int64_t>> FindCurve(sqlite3* db, const std::string& path,
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(
       st.Prepare("SELECT id FROM curves WHERE kind = ?1 AND op = ?2 AND scope = ?3 AND compressor = ?4 AND device = ?5 "
-                 "AND dtype = ?6"));
+                 "AND dtype = ?6 AND ratio = ?7"));
   st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device).Bind(6, k.dtype);
+  st.Bind(7, k.ratio);
   CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<int64_t>();
   return std::optional<int64_t>(st.Int(0));
@@ -138,12 +141,12 @@ StatusOr<int64_t> InsertCurve(sqlite3* db, const std::string& path, const pb::Cu
   KeyColumns k = Key(c);
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(st.Prepare(
-      "INSERT INTO curves (position, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype) "
-      "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"));
+      "INSERT INTO curves (position, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype, ratio) "
+      "VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"));
   st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device);
   st.BindOpt(6, c.has_method(), c.method());
   st.BindOptInt(7, c.has_warmup(), c.warmup()).BindOptInt(8, c.has_iters(), c.iters());
-  st.BindOptInt(9, c.has_wrong(), c.wrong()).Bind(10, k.dtype);
+  st.BindOptInt(9, c.has_wrong(), c.wrong()).Bind(10, k.dtype).Bind(11, k.ratio);
   CUPCAKE_RETURN_IF_ERROR(st.Run());
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db));
 }
@@ -550,8 +553,8 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
   internal::Problems problems(path_);
   Statement curves(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(
-      curves.Prepare("SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype FROM curves "
-                     "ORDER BY position"));
+      curves.Prepare("SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype, ratio "
+                     "FROM curves ORDER BY position"));
   Statement points(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(points.Prepare("SELECT size, us FROM points WHERE curve_id = ?1 ORDER BY size"));
   while (true) {
@@ -591,8 +594,12 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
       else
         bad("op", op, CopyOpNames());
     }
-    if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE)
+    if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE) {
       c->set_compressor(internal::ReadText(curves, 4, problems, internal::Join(where, "compressor")));
+      // 0 is "not recorded"; a recorded ratio's range is checked with the curve's key.
+      if (const double ratio = internal::ReadReal(curves, 11, problems, internal::Join(where, "ratio")); ratio != 0.0)
+        c->set_ratio(ratio);
+    }
     if (c->kind() == pb::ENCODE || c->kind() == pb::DECODE || c->kind() == pb::COPY) {
       if (auto d = ParseDevice(device))
         c->set_device(*d);

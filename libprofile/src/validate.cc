@@ -154,6 +154,23 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
                        std::to_string(kMaxNumel));
 }
 
+// A kernel curve's ratio: recorded for the compressors that select ratio n elements (optional:
+// older profiles lack it) and for Zen's curves (required), in (0, 1]; nowhere else.
+void CheckRatio(const pb::Curve& c, const std::string& path, Problems& p) {
+  const CompressorInfo* info = FindCompressor(c.compressor());
+  const bool zen = c.compressor() == kZenCurveName;
+  if (!c.has_ratio()) {
+    if (zen) p.Add(path, "missing; expected the ratio Zen's curves were measured at, 0 < ratio <= 1");
+    return;
+  }
+  if (!zen && !info->uses_ratio) {
+    p.Add(path, "not allowed for compressor " + c.compressor() + "; got " + FormatRatio(c.ratio()) +
+                    ", expected none (it selects no ratio of the elements)");
+  } else if (!(c.ratio() > 0.0 && c.ratio() <= 1.0)) {
+    p.Add(path, "out of range; got " + FormatRatio(c.ratio()) + ", expected 0 < ratio <= 1");
+  }
+}
+
 void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
   const std::string_view kind = Name(c.kind());
   auto require = [&](bool present, std::string_view key, const std::string& expected) {
@@ -161,6 +178,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
   };
   switch (c.kind()) {
     case pb::COMM:
+      if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatRatio(c.ratio()), p);
       require(c.comm_op() != pb::COMM_OP_UNSPECIFIED, "op", CommOpNames());
       require(c.scope() != pb::SCOPE_UNSPECIFIED, "scope", ScopeNames());
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);
@@ -178,10 +196,13 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (c.compressor().empty()) {
         p.Add(Join(path, "compressor"),
               "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
-      } else if (FindCompressor(c.compressor()) == nullptr) {
+      } else if (FindCompressor(c.compressor()) == nullptr && c.compressor() != kZenCurveName) {
         p.Add(Join(path, "compressor"), "unknown compressor; got " + Quote(c.compressor()) +
                                             DidYouMean(c.compressor(), CompressorNames()) + ", expected one of " +
-                                            JoinNames({CompressorNames().begin(), CompressorNames().end()}));
+                                            JoinNames({CompressorNames().begin(), CompressorNames().end()}) +
+                                            " or " + std::string(kZenCurveName));
+      } else {
+        CheckRatio(c, Join(path, "ratio"), p);
       }
       require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());
       if (c.comm_op() != pb::COMM_OP_UNSPECIFIED) NotAllowed(Join(path, "op"), kind, Quote(Name(c.comm_op())), p);
@@ -190,6 +211,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (c.dtype() != pb::DTYPE_UNSPECIFIED) NotAllowed(Join(path, "dtype"), kind, Quote(Name(c.dtype())), p);
       break;
     case pb::COPY:
+      if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatRatio(c.ratio()), p);
       require(c.copy_op() != pb::COPY_OP_UNSPECIFIED, "op", CopyOpNames());
       require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);

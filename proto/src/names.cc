@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <utility>
 #include <vector>
 
@@ -121,10 +122,18 @@ std::string CurveKey(const pb::Curve& c) {
       return key + " " + std::string(Name(c.comm_op())) + " " + std::string(Name(c.scope())) +
              (c.dtype() == pb::DTYPE_UNSPECIFIED ? "" : " " + std::string(Name(c.dtype())));
     case pb::ENCODE:
-    case pb::DECODE: return key + " " + c.compressor() + " " + std::string(Name(c.device()));
+    case pb::DECODE:
+      return key + " " + c.compressor() + " " + std::string(Name(c.device())) +
+             (c.has_ratio() ? " ratio " + FormatRatio(c.ratio()) : "");
     case pb::COPY: return key + " " + std::string(Name(c.copy_op())) + " " + std::string(Name(c.device()));
     default: return key;
   }
+}
+
+std::string FormatRatio(double ratio) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, ratio);
+  return std::string(buf, r.ptr);
 }
 
 bool IsValidUtf8(std::string_view s) {

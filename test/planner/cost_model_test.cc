@@ -1,5 +1,7 @@
 #include "cupcake/planner/cost_model.h"
 
+#include <optional>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -189,6 +191,101 @@ TEST(MakeProblem, RejectsNonFloat32Tensor) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(),
             "model hand: tensors[1] (t1): dtype not supported; got float16, expected float32");
+}
+
+// Kernel curves of a ratio compressor are read at the plan's ratio: the recorded one, two
+// neighbours interpolated linearly in the ratio, the nearest (with a note) outside them, and the
+// unrecorded curve of an older profile only when no curve records a ratio.
+TEST(FindKernelCurve, ReadsTheCurveAtThePlansRatio) {
+  pb::Profile p;
+  auto add = [&](std::string_view compressor, std::optional<double> ratio,
+                 std::initializer_list<std::pair<int64_t, double>> points) {
+    pb::Curve c = MakeCurve(pb::DECODE, points);
+    c.set_compressor(std::string(compressor));
+    c.set_device(pb::CPU);
+    if (ratio) c.set_ratio(*ratio);
+    *p.add_curves() = c;
+  };
+  add("topk", std::nullopt, {{100, 999}});
+  add("topk", 0.01, {{100, 10}, {300, 30}});
+  add("topk", 0.1, {{200, 100}});
+  add("efsignsgd", std::nullopt, {{100, 7}});
+
+  auto exact = FindKernelCurve(p, pb::DECODE, "topk", pb::CPU, 0.01);
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(exact->key, "decode topk cpu ratio 0.01");
+  EXPECT_DOUBLE_EQ(exact->curve.At(200), 20);
+  EXPECT_FALSE(exact->ratio_note);
+
+  // A quarter of the way from 0.01 to 0.1, at the union of both curves' sizes {100, 200, 300}:
+  // 0.75 x (10, 20, 30) + 0.25 x (100, 100, 100).
+  auto between = FindKernelCurve(p, pb::DECODE, "topk", pb::CPU, 0.0325);
+  ASSERT_TRUE(between);
+  EXPECT_EQ(between->key, "decode topk cpu ratio 0.01 + decode topk cpu ratio 0.1");
+  EXPECT_DOUBLE_EQ(between->curve.At(100), 32.5);
+  EXPECT_DOUBLE_EQ(between->curve.At(200), 40);
+  EXPECT_DOUBLE_EQ(between->curve.At(300), 47.5);
+  EXPECT_DOUBLE_EQ(between->curve.At(150), 36.25);
+  EXPECT_FALSE(between->ratio_note);
+
+  auto above = FindKernelCurve(p, pb::DECODE, "topk", pb::CPU, 0.5);
+  ASSERT_TRUE(above);
+  EXPECT_EQ(above->key, "decode topk cpu ratio 0.1");
+  ASSERT_TRUE(above->ratio_note);
+  EXPECT_EQ(above->ratio_note->curve(), "decode topk cpu ratio 0.1");
+  EXPECT_EQ(above->ratio_note->unit(), "ratio");
+  EXPECT_EQ(above->ratio_note->last_size(), 0.1);
+  EXPECT_EQ(above->ratio_note->max_size(), 0.5);
+  auto below = FindKernelCurve(p, pb::DECODE, "topk", pb::CPU, 0.001);
+  ASSERT_TRUE(below);
+  EXPECT_EQ(below->key, "decode topk cpu ratio 0.01");
+  EXPECT_TRUE(below->ratio_note);
+
+  pb::Profile old;
+  *old.add_curves() = p.curves(0);
+  *old.add_curves() = p.curves(3);
+  auto legacy = FindKernelCurve(old, pb::DECODE, "topk", pb::CPU, 0.3);
+  ASSERT_TRUE(legacy);
+  EXPECT_EQ(legacy->key, "decode topk cpu");
+  EXPECT_DOUBLE_EQ(legacy->curve.At(100), 999);
+  EXPECT_FALSE(legacy->ratio_note);
+  auto dense = FindKernelCurve(p, pb::DECODE, "efsignsgd", pb::CPU, 0.3);  // the ratio does not apply
+  ASSERT_TRUE(dense);
+  EXPECT_EQ(dense->key, "decode efsignsgd cpu");
+  EXPECT_FALSE(FindKernelCurve(p, pb::ENCODE, "topk", pb::CPU, 0.01));
+  EXPECT_FALSE(FindKernelCurve(p, pb::DECODE, "topk", pb::GPU, 0.01));
+
+  // A plan at an unmeasured ratio carries the note; `search` and `show` print it.
+  PlanRequest request;
+  request.compressor = "topk";
+  request.ratio = 0.5;
+  request.device = pb::CPU;
+  pb::Curve enc = MakeCurve(pb::ENCODE, {{1, 1}});
+  enc.set_compressor("topk");
+  enc.set_device(pb::CPU);
+  enc.set_ratio(0.01);
+  *p.add_curves() = enc;
+  p.mutable_cluster()->set_name("ratios");
+  p.mutable_cluster()->set_nodes(1);
+  p.mutable_cluster()->set_devices_per_node(2);
+  pb::Curve ag = MakeCurve(pb::COMM, {{1, 5}});
+  ag.set_comm_op(pb::ALLGATHER);
+  ag.set_scope(pb::GLOBAL);
+  *p.add_curves() = ag;
+  pb::Model m;
+  m.set_name("m");
+  pb::Tensor* t = m.add_tensors();
+  t->set_name("w");
+  t->set_numel(100);
+  t->set_dtype(pb::FLOAT32);
+  t->set_backward_us(1);
+  auto problem = MakeProblem(m, p, request);
+  ASSERT_TRUE(problem.ok()) << problem.status().ToString();
+  EXPECT_EQ(problem->encode_key, "encode topk cpu ratio 0.01");
+  EXPECT_EQ(problem->decode_key, "decode topk cpu ratio 0.1");
+  ASSERT_EQ(problem->ratio_notes.size(), 2u);
+  EXPECT_EQ(problem->ratio_notes[0].curve(), "encode topk cpu ratio 0.01");
+  EXPECT_EQ(problem->ratio_notes[1].curve(), "decode topk cpu ratio 0.1");
 }
 
 }  // namespace

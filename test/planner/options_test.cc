@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "cupcake/planner/options.h"
@@ -773,6 +774,29 @@ TEST(OptionsZen, ChosenWhenTheAllgatherIsDearAndTheAlltoallCheap) {
   const PlanDiff d = DiffPlans(other, *plan, 0);
   ASSERT_FALSE(d.changes.empty());
   EXPECT_EQ(d.changes[0], "group [t0] options: flat compress on cpu via allgather -> zen compress on cpu via alltoall");
+}
+
+// With Zen's own curves in the profile, its merge (between the pairs and the partitions) is
+// priced by "encode zen" and its final decode by "decode zen", read at the plan's ratio (0.3,
+// between the curves' 0.1 and 0.5): merge 1 + (5 - 1) / 2 = 3 us, decode 5 + (9 - 5) / 2 = 7 us,
+// against 10 and 10 from topk's decode curve: 940 - 7 - 3 = 930.
+TEST(OptionsZen, PricedWithZensOwnCurvesAtThePlansRatio) {
+  ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
+  for (const auto& [ratio, merge, decode] : {std::tuple{0.1, 1.0, 5.0}, std::tuple{0.5, 5.0, 9.0}}) {
+    AddKernel(h.profile, pb::ENCODE, "zen", pb::CPU, merge);
+    h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
+    AddKernel(h.profile, pb::DECODE, "zen", pb::CPU, decode);
+    h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
+  }
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const int zen = FindOption(*p, "zen", pb::CPU);
+  ASSERT_GE(zen, 0);
+  EXPECT_EQ(p->curves[static_cast<size_t>(zen)].mid_decode_key, "encode zen cpu ratio 0.1 + encode zen cpu ratio 0.5");
+  EXPECT_EQ(p->curves[static_cast<size_t>(zen)].post_key, "decode zen cpu ratio 0.1 + decode zen cpu ratio 0.5");
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"zen", pb::CPU}})), 930);
+  // The allgather scheme still decodes with topk's curve.
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"flat", pb::CPU}})), 2520);
 }
 
 TEST(OptionsZen, FlatWhenTheAlltoallIsDearAndTheAllgatherCheap) {

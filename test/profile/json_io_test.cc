@@ -408,6 +408,43 @@ TEST(ProfileJson, CommCurvesCarryTheReductionsElementType) {
             "profile.json: curves[0].dtype: unknown dtype; got \"half\", expected one of float32, float16, bfloat16");
 }
 
+// Kernel curves of ratio compressors may record the ratio they were measured at (older profiles
+// do not), Zen's must; it is part of the curve's key, so one profile holds several.
+TEST(ProfileJson, KernelCurvesCarryTheirRatio) {
+  auto p = ParseProfileJson(ProfileWithCurve(R"({"kind": "decode", "compressor": "topk", "device": "cpu",
+                                                  "points": [[4, 1]]},
+                                                 {"kind": "decode", "compressor": "topk", "device": "cpu", "ratio": 0.001,
+                                                  "points": [[4, 2]]},
+                                                 {"kind": "encode", "compressor": "zen", "device": "cpu", "ratio": 0.25,
+                                                  "points": [[4, 3]]})"),
+                            "profile.json");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(CurveKey(p->curves(0)), "decode topk cpu");
+  EXPECT_EQ(CurveKey(p->curves(1)), "decode topk cpu ratio 0.001");
+  EXPECT_EQ(CurveKey(p->curves(2)), "encode zen cpu ratio 0.25");
+  const std::string out = ProfileToJson(*p);
+  EXPECT_NE(out.find(R"("ratio": 0.001)"), std::string::npos) << out;
+  auto again = ParseProfileJson(out, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ProfileToJson(*again), out);
+
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "decode", "compressor": "efsignsgd", "device": "cpu", "ratio": 0.01, "points": [[4, 1]]})")),
+            "profile.json: curves[0].ratio: not allowed for compressor efsignsgd; got 0.01, expected none (it selects "
+            "no ratio of the elements)");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "encode", "compressor": "dgc", "device": "cpu", "ratio": 1.5, "points": [[4, 1]]})")),
+            "profile.json: curves[0].ratio: out of range; got 1.5, expected 0 < ratio <= 1");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "zen", "device": "cpu", "points": [[4, 1]]})")),
+            "profile.json: curves[0].ratio: missing; expected the ratio Zen's curves were measured at, 0 < ratio <= 1");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "topk", "device": "cpu", "ratio": 0.01,
+                                              "points": [[4, 1]]},
+                                             {"kind": "decode", "compressor": "topk", "device": "cpu", "ratio": 0.01,
+                                              "points": [[4, 2]]})")),
+            "profile.json: curves[1]: duplicate curve; got \"decode topk cpu ratio 0.01\", expected one curve per key "
+            "(first at curves[0])");
+}
+
 TEST(ProfileJsonErrors, CurveWithNoPoints) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": []})")),
             "profile.json: curves[0].points: no points; got 0 points, expected at least 1");
@@ -451,7 +488,7 @@ TEST(ProfileJsonErrors, UnknownKindOpCompressorDevice) {
             "profile.json: curves[0].op: unknown op; got \"allreduce\", expected one of pack, unpack, d2h, h2d");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "encode", "compressor": "topK", "device": "gpu", "points": [[4, 1]]})")),
             "profile.json: curves[0].compressor: unknown compressor; got \"topK\" (did you mean 'topk'?), expected one "
-            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit");
+            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit or zen");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "dgc", "device": "tpu", "points": [[4, 1]]})")),
             "profile.json: curves[0].device: unknown device; got \"tpu\" (did you mean 'gpu'?), expected one of gpu, cpu");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "points": [[4, 1]]})")),
@@ -466,7 +503,7 @@ TEST(ProfileJsonErrors, UnknownOrMisplacedKeys) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "encode", "compressor": "dgc", "device": "gpu", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scope: unknown key for kind encode; got \"scope\", expected one of kind, "
-            "compressor, device, points, method, warmup, iters, wrong");
+            "compressor, device, ratio, points, method, warmup, iters, wrong");
   EXPECT_EQ(ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 2, "devices_per_node": 4,
                                 "netwrok": "x"}, "curves": []})"),
             "profile.json: cluster.netwrok: unknown key; got \"netwrok\" (did you mean 'network'?), expected one of "

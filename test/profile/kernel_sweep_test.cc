@@ -44,8 +44,8 @@ TEST(KernelSweep, MeasuresEveryCurveAtEverySizeWithItsMethod) {
     for (const auto& p : c.points()) EXPECT_EQ(p.us(), 2.0);
   }
   EXPECT_EQ(keys, (std::vector<std::string>{"copy pack cpu", "copy unpack cpu", "decode efsignsgd cpu",
-                                            "decode fp16 cpu", "decode topk cpu", "encode efsignsgd cpu",
-                                            "encode fp16 cpu", "encode topk cpu"}));
+                                            "decode fp16 cpu", "decode topk cpu ratio 0.01", "encode efsignsgd cpu",
+                                            "encode fp16 cpu", "encode topk cpu ratio 0.01"}));
   // Copies are in bytes (4n), encode/decode in elements.
   EXPECT_EQ(curves[0].points(2).size(), 1024);
   EXPECT_EQ(curves[2].points(2).size(), 256);
@@ -111,6 +111,66 @@ TEST(KernelSweep, ResumesFromTheStoreAcrossRuns) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   EXPECT_EQ(loaded->curves_size(), 8);
   for (const auto& c : loaded->curves()) EXPECT_EQ(c.points_size(), 3) << CurveKey(c);
+}
+
+// Ratio compressors and Zen's host work get a curve per ratio, each recording it; the others one.
+TEST(KernelSweep, MeasuresRatioCurvesPerRatioAndZensHostWork) {
+  FakeClock clock(1.0);
+  MemorySink sink;
+  KernelSweepOptions o = Small();
+  o.compressors = {"topk", "fp16", "zen"};
+  o.ratios = {0.001, 0.25};
+  auto report = SweepKernels(o, clock, sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::vector<std::string> keys;
+  for (const auto& c : sink.Curves()) keys.push_back(CurveKey(c));
+  EXPECT_EQ(keys, (std::vector<std::string>{
+                      "copy pack cpu", "copy unpack cpu", "decode fp16 cpu", "decode topk cpu ratio 0.001",
+                      "decode topk cpu ratio 0.25", "decode zen cpu ratio 0.001", "decode zen cpu ratio 0.25",
+                      "encode fp16 cpu", "encode topk cpu ratio 0.001", "encode topk cpu ratio 0.25",
+                      "encode zen cpu ratio 0.001", "encode zen cpu ratio 0.25"}));
+  EXPECT_EQ(report->measured, 12 * 3);
+
+  // By default zen is measured on the CPU with several ranks, and not with one.
+  o.compressors = {};
+  o.ratios = {0.01};
+  MemorySink all, one;
+  ASSERT_TRUE(SweepKernels(o, clock, all).ok());
+  o.world_size = 1;
+  ASSERT_TRUE(SweepKernels(o, clock, one).ok());
+  auto has_zen = [](MemorySink& s) {
+    for (const auto& c : s.Curves())
+      if (c.compressor() == "zen") return true;
+    return false;
+  };
+  EXPECT_TRUE(has_zen(all));
+  EXPECT_FALSE(has_zen(one));
+}
+
+TEST(KernelSweep, RejectsZenWhereItCannotRunAndBadRatios) {
+  FakeClock clock;
+  MemorySink sink;
+  KernelSweepOptions o = Small();
+  o.compressors = {"zen"};
+  o.world_size = 1;
+  o.ratios = {0.1, 0.01, 0, 2};
+  auto r = SweepKernels(o, clock, sink);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "compressors: zen needs several ranks; got W = 1, expected W >= 2 (--world-size, or a DB with a cluster)\n"
+            "ratios[1]: not ascending; got 0.01 after 0.1, expected increasing ratios\n"
+            "ratios[2]: ratio out of range; got 0, expected 0 < ratio <= 1\n"
+            "ratios[3]: ratio out of range; got 2, expected 0 < ratio <= 1");
+  o.ratios = {};
+  o.world_size = 2;
+  o.device = pb::GPU;
+  FakeKernelDevice device;
+  auto g = SweepKernelsOnDevice(o, device, nullptr, sink, nullptr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(),
+            "compressors: zen has no GPU kernels; got device gpu, expected cpu\n"
+            "ratios: empty; got no ratio, expected at least one");
+  EXPECT_EQ(sink.added(), 0);
 }
 
 TEST(KernelSweep, RejectsBadOptionsNamingEachField) {
@@ -189,8 +249,8 @@ TEST(KernelSweepOnDevice, StoresEventMediansAndKernelOnlyMediansInTheirSinks) {
     for (const auto& p : c.points()) EXPECT_EQ(p.us(), 5.0) << CurveKey(c);
   }
   EXPECT_EQ(keys, (std::vector<std::string>{"copy d2h gpu", "copy h2d gpu", "copy pack gpu", "copy unpack gpu",
-                                            "decode efsignsgd gpu", "decode fp16 gpu", "decode topk gpu",
-                                            "encode efsignsgd gpu", "encode fp16 gpu", "encode topk gpu"}));
+                                            "decode efsignsgd gpu", "decode fp16 gpu", "decode topk gpu ratio 0.01",
+                                            "encode efsignsgd gpu", "encode fp16 gpu", "encode topk gpu ratio 0.01"}));
   std::vector<pb::Curve> kernel = kernel_sink.Curves();
   ASSERT_EQ(kernel.size(), 10u);
   for (const auto& c : kernel) {
@@ -261,7 +321,7 @@ TEST(KernelSweepOnDevice, AnActivityErrorEndsKernelTimeButNotTheSweep) {
   auto report = SweepKernelsOnDevice(SmallGpu(), device, &activity, sink, &kernel_sink);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->activity_error,
-            "encode topk gpu at 16: cupti: cuptiActivityEnable(kind): CUPTI_ERROR_INSUFFICIENT_PRIVILEGES");
+            "encode topk gpu ratio 0.01 at 16: cupti: cuptiActivityEnable(kind): CUPTI_ERROR_INSUFFICIENT_PRIVILEGES");
   EXPECT_EQ(report->event.measured, kGpuPoints);
   EXPECT_EQ(report->kernel.measured, 0);
   EXPECT_EQ(kernel_sink.added(), 0);
@@ -276,7 +336,7 @@ TEST(KernelSweepOnDevice, ACallWithoutRecordsStoresNoKernelPoint) {
   EXPECT_EQ(report->activity_error, "");
   ASSERT_EQ(report->kernel_problems.size(), static_cast<size_t>(kGpuPoints));
   EXPECT_EQ(report->kernel_problems[0],
-            "encode topk gpu at 16: no kernel, memcpy or memset record for timed call 0; kernel-only point not stored");
+            "encode topk gpu ratio 0.01 at 16: no kernel, memcpy or memset record for timed call 0; kernel-only point not stored");
   EXPECT_EQ(kernel_sink.added(), 0);
   EXPECT_EQ(sink.added(), kGpuPoints);
 }
@@ -288,7 +348,7 @@ TEST(KernelSweepOnDevice, ADeviceErrorStopsTheSweepNamingThePoint) {
   auto report = SweepKernelsOnDevice(SmallGpu(), device, nullptr, sink, nullptr);
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().message(),
-            "encode topk gpu at 16: cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch "
+            "encode topk gpu ratio 0.01 at 16: cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch "
             "failure");
   EXPECT_EQ(sink.added(), 0);
 }

@@ -111,8 +111,8 @@ TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
-  EXPECT_EQ(ProfileStore::SchemaVersion(), 2);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "3\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 3);
   EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
@@ -306,7 +306,7 @@ TEST_F(ProfileStoreTest, AddPointCommitsEachPointAndSkipsNone) {
   bad.set_compressor("topkk");
   EXPECT_EQ(store.AddPoint(bad, -1, 1.0).message(),
             db_ + ": AddPoint: compressor: unknown compressor; got \"topkk\" (did you mean 'topk'?), expected one of "
-                  "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n" +
+                  "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit or zen\n" +
                 db_ + ": AddPoint: device: missing; expected one of gpu, cpu\n" + db_ +
                 ": AddPoint: point.size: must be positive; got -1, expected > 0");
 }
@@ -331,7 +331,7 @@ TEST_F(ProfileStoreTest, RefusesANewerSchema) {
   RawExec(db_, "PRAGMA user_version = 7");
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 2 (written by a newer cupcake; use that "
+  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 3 (written by a newer cupcake; use that "
                                "one)");
 }
 
@@ -365,16 +365,16 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-  // The DB is at version 2: step 2 is skipped, 3 and 4 run in one transaction.
-  const internal::Migration failing[] = {{2, "CREATE TABLE x (a)"}, {3, "ALTER TABLE models ADD COLUMN note TEXT"},
-                                         {4, "THIS IS NOT SQL"}};
+  // The DB is at version 3: step 3 is skipped, 4 and 5 run in one transaction.
+  const internal::Migration failing[] = {{3, "CREATE TABLE x (a)"}, {4, "ALTER TABLE models ADD COLUMN note TEXT"},
+                                         {5, "THIS IS NOT SQL"}};
   Status s = internal::Migrate(db, db_, failing);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 4 failed: ")) << s.message();
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 2);  // step 3 rolled back too
-  const internal::Migration next[] = {{2, "CREATE TABLE x (a)"}, {3, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 5 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 3);  // step 4 rolled back too
+  const internal::Migration next[] = {{3, "CREATE TABLE x (a)"}, {4, "ALTER TABLE models ADD COLUMN note TEXT"}};
   ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 3);
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 4);
   sqlite3_close(db);
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
@@ -394,7 +394,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
                "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "3\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, dtype, size, us FROM curve_points"),
             "comm|allreduce|global||4|10.0\ncomm|allreduce|global||1024|20.5\n");
   pb::Curve half;
@@ -408,6 +408,42 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
   EXPECT_EQ(CurveKey(loaded.curves(0)), "comm allreduce global");
   EXPECT_EQ(loaded.curves(0).points_size(), 2);
   EXPECT_EQ(CurveKey(loaded.curves(1)), "comm allreduce global float16");
+}
+
+// A version 2 DB (before kernel curves had a ratio) opens migrated: its topk curve keeps every
+// point and reads without a ratio; curves of the same compressor at recorded ratios join it.
+TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(2)).ok());
+    sqlite3_close(db);
+  }
+  RawExec(db_, "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
+               "INSERT INTO curves (id, position, kind, compressor, device) VALUES (3, 0, 'decode', 'topk', 'cpu');"
+               "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
+  ProfileStore store = OpenStore(false);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "3\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, ratio, size, us FROM curve_points"),
+            "decode|topk|cpu|0.0|1024|5.5\ndecode|topk|cpu|0.0|4096|9.0\n");
+  pb::Curve tenth;
+  tenth.set_kind(pb::DECODE);
+  tenth.set_compressor("topk");
+  tenth.set_device(pb::CPU);
+  tenth.set_ratio(0.001);
+  ASSERT_TRUE(store.AddPoint(tenth, 1024, 1.25).ok());
+  pb::Curve zen = tenth;
+  zen.set_compressor("zen");
+  ASSERT_TRUE(store.AddPoint(zen, 1024, 2.0).ok());
+  pb::Profile loaded = Load(store);
+  ASSERT_EQ(loaded.curves_size(), 3);
+  EXPECT_FALSE(loaded.curves(0).has_ratio());
+  EXPECT_EQ(CurveKey(loaded.curves(0)), "decode topk cpu");
+  EXPECT_EQ(loaded.curves(0).points_size(), 2);
+  EXPECT_EQ(CurveKey(loaded.curves(1)), "decode topk cpu ratio 0.001");
+  EXPECT_EQ(loaded.curves(1).ratio(), 0.001);
+  EXPECT_EQ(CurveKey(loaded.curves(2)), "decode zen cpu ratio 0.001");
 }
 
 TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {

@@ -361,11 +361,11 @@ TEST_F(PlanCommandsTest, SearchWarnsOnceAboutExtrapolatedCurvesAndShowPrintsThem
   ASSERT_TRUE(RunSearch(o, out, err).ok());
   const std::string curves = "\"comm allreduce global\" read at 1.2 KiB, 3.0x its last measured point (400 B)";
   EXPECT_EQ(err.str(),
-            "warning: the plan relies on curves beyond their last measured point by more than 2x, where "
-            "their times are extrapolated: " +
+            "warning: the plan relies on curves beyond their last measured point by more than 2x, or at a ratio "
+            "the profile did not measure, where their times are extrapolated: " +
                 curves +
-                "; measure larger sizes (cupcake-profile comm "
-                "--max-bytes auto, kernels --max-elements auto) to plan on measured times\n");
+                "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) and the "
+                "plan's ratio (kernels --ratios) to plan on measured times\n");
   std::ostringstream text;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
   EXPECT_NE(text.str().find("\nextrapolated " + curves + " (times beyond a curve's last point are extrapolated)\n"),

@@ -2,6 +2,7 @@
 // and the errors a user can cause.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include "cupcake/profile/activity.h"
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/store.h"
+#include "cupcake/proto/names.h"
 #include "test_files.h"
 
 namespace cupcake::profile_cli {
@@ -62,6 +64,7 @@ TEST(KernelsCommand, MaxElementsAutoCoversTheLargestModel) {
   key.set_kind(pb::ENCODE);
   key.set_compressor("topk");
   key.set_device(pb::CPU);
+  key.set_ratio(kDefaultRatio);
   EXPECT_EQ(*store->PointSizes(key), (std::vector<int64_t>{256, 512, 1024}));
 }
 
@@ -118,6 +121,40 @@ TEST(KernelsCommand, ErrorsNameTheFlag) {
   EXPECT_EQ(RunKernels(o, out).message(), dir.File("p.db") +
                                               ": --world-size: disagrees with the DB's cluster 'local'; got 8, "
                                               "expected 2 (1 node x 2 devices)");
+}
+
+// --ratios: a curve per ratio for the ratio compressors (and zen), sorted and deduplicated;
+// anything that is not a ratio in (0, 1] is a usage error naming the flag, before the DB exists.
+TEST(KernelsCommand, RatiosFlagMeasuresACurvePerRatio) {
+  testing::TempDir dir;
+  const std::string db = dir.File("p.db");
+  std::ostringstream sout, serr;
+  tools::Invocation inv{"cupcake-profile",
+                        "kernels",
+                        {"--db", db, "--quick", "--max-elements", "1024", "--world-size", "2", "--compressors",
+                         "topk,fp16,zen", "--ratios", "0.01,0.001,0.01"},
+                        sout,
+                        serr};
+  ASSERT_EQ(KernelsMain(inv), 0) << serr.str();
+  auto store = profile::ProfileStore::Open(db, false);
+  ASSERT_TRUE(store.ok());
+  auto p = store->Load();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<std::string> keys;
+  for (const auto& c : p->curves()) keys.push_back(CurveKey(c));
+  EXPECT_EQ(keys, (std::vector<std::string>{"encode topk cpu ratio 0.001", "decode topk cpu ratio 0.001",
+                                            "encode topk cpu ratio 0.01", "decode topk cpu ratio 0.01",
+                                            "encode fp16 cpu", "decode fp16 cpu", "encode zen cpu ratio 0.001",
+                                            "decode zen cpu ratio 0.001", "encode zen cpu ratio 0.01",
+                                            "decode zen cpu ratio 0.01", "copy pack cpu", "copy unpack cpu"}));
+  for (const char* bad : {"0.01,x", "0", "1.5", ",0.1"}) {
+    std::ostringstream o, e;
+    const std::string fresh = dir.File(std::string("bad") + std::to_string(std::strlen(bad)) + ".db");
+    tools::Invocation b{"cupcake-profile", "kernels", {"--db", fresh, "--quick", "--ratios", bad}, o, e};
+    EXPECT_EQ(KernelsMain(b), tools::kExitUsage) << bad;
+    EXPECT_NE(e.str().find("--ratios: "), std::string::npos) << bad << ": " << e.str();
+    EXPECT_FALSE(std::filesystem::exists(fresh)) << bad;
+  }
 }
 
 // The --device gpu wiring on a fake device and replayed activity: event curves into the DB,

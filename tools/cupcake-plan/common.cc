@@ -120,6 +120,11 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
 std::string Extrapolations(const pb::Plan& plan) {
   std::string s;
   for (const pb::Extrapolation& e : plan.extrapolations()) {
+    if (e.unit() == "ratio") {
+      s += (s.empty() ? "\"" : "; \"") + e.curve() + "\" read at ratio " + FormatRatio(e.max_size()) +
+           ", outside the ratios the profile measured (nearest " + FormatRatio(e.last_size()) + ")";
+      continue;
+    }
     auto size = [&](double v) {
       const auto n = static_cast<int64_t>(v);
       return e.unit() == "elements" ? tools::HumanCount(n) + " elements" : tools::HumanBytes(n);
@@ -135,12 +140,11 @@ std::string Extrapolations(const pb::Plan& plan) {
 std::string ExtrapolationWarning(const pb::Plan& plan) {
   const std::string curves = Extrapolations(plan);
   if (curves.empty()) return "";
-  return "warning: the plan relies on curves beyond their last measured point by more than 2x, where their "
-         "times are extrapolated: " +
+  return "warning: the plan relies on curves beyond their last measured point by more than 2x, or at a ratio the "
+         "profile did not measure, where their times are extrapolated: " +
          curves +
-         "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) to plan on "
-         "measured "
-         "times\n";
+         "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) and the plan's "
+         "ratio (kernels --ratios) to plan on measured times\n";
 }
 
 }  // namespace cupcake::plan_cli::internal

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/tools/cli.h"
 
@@ -96,6 +97,7 @@ struct KernelsOptions {
   int warmup = 2;
   int iters = 10;
   std::vector<std::string> compressors;  // empty: all
+  std::vector<double> ratios = {kDefaultRatio};  // topk, randk, dgc, zen: a curve per ratio
   std::string cluster;  // name of a new DB's cluster
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)

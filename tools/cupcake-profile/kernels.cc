@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -44,6 +46,11 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   sweep.iters = options.iters;
   sweep.force = options.force;
   sweep.compressors = options.compressors;
+  sweep.ratios = options.ratios;
+  std::sort(sweep.ratios.begin(), sweep.ratios.end());
+  sweep.ratios.erase(std::unique(sweep.ratios.begin(), sweep.ratios.end()), sweep.ratios.end());
+  if (sweep.ratios.empty()) return InvalidArgumentError("--ratios: empty; got no ratio, expected at least one");
+  for (double r : sweep.ratios) CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratios", r));
   if (options.warmup < 0)
     return InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
   if (options.iters < 1)
@@ -176,6 +183,7 @@ int KernelsMain(tools::Invocation& inv) {
   KernelsOptions options;
   std::string max_elements;
   std::string compressors;
+  std::string ratios;
   po::options_description flags("options");
   flags.add_options()("db", po::value(&options.db)->required(), "the profile DB (created when missing)")(
       "device", po::value(&options.device)->default_value("cpu"), "cpu or gpu")(
@@ -189,7 +197,10 @@ int KernelsMain(tools::Invocation& inv) {
       "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp)(
       "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
       "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
-      "compressors", po::value(&compressors), "comma-separated names (default: all)")(
+      "compressors", po::value(&compressors),
+      "comma-separated names, and zen for Zen's host work (default: all; zen on the cpu when W >= 2)")(
+      "ratios", po::value(&ratios),
+      "comma-separated ratios at which topk, randk, dgc and zen are measured, a curve each (default 0.01)")(
       "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
       "kernel-db", po::value(&options.kernel_db),
       "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)");
@@ -212,6 +223,17 @@ int KernelsMain(tools::Invocation& inv) {
   std::stringstream ss(compressors);
   for (std::string name; std::getline(ss, name, ',');)
     if (!name.empty()) options.compressors.push_back(name);
+  if (vm.count("ratios")) {
+    options.ratios.clear();
+    std::stringstream rs(ratios);
+    for (std::string item; std::getline(rs, item, ',');) {
+      double r = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), r);
+      if (item.empty() || ec != std::errc() || end != item.data() + item.size())
+        return tools::UsageError(inv, "--ratios: not a number; got '" + item + "', expected ratios such as 0.001,0.01");
+      options.ratios.push_back(r);
+    }
+  }
   options.command = inv.tool + " " + inv.command;
   for (const auto& a : inv.args) options.command += " " + a;
   if (StderrIsTerminal()) options.progress = &inv.err;

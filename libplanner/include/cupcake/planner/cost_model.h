@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,12 +56,36 @@ struct Problem {
   Curve encode, decode, comm, pack, unpack;
   // The profile keys of those curves (docs/FORMATS.md), empty for a curve the profile lacks.
   std::string encode_key, decode_key, comm_key, pack_key, unpack_key;
+  // Encode or decode curves read at a ratio the profile did not measure (KernelCurve::ratio_note).
+  std::vector<pb::Extrapolation> ratio_notes;
 
   int size() const { return static_cast<int>(numel.size()); }
   int64_t GroupNumel(int first, int last) const { return numel_prefix[last + 1] - numel_prefix[first]; }
   int64_t GroupBytes(int first, int last) const { return bytes_prefix[last + 1] - bytes_prefix[first]; }
   int64_t PayloadOf(int64_t n) const { return PayloadBytes(*compressor, n, ratio); }
 };
+
+// The profile's curve with `key` (CurveKey), or nullptr.
+const pb::Curve* FindProfileCurve(const pb::Profile& profile, const std::string& key);
+
+// An encode or decode curve as the planner reads it for a plan at `ratio` (docs/MODEL.md,
+// "Kernel curves and the ratio").
+struct KernelCurve {
+  Curve curve;
+  // The profile's key of the curve read ("decode topk cpu ratio 0.001"); for an interpolation,
+  // both keys joined by " + ".
+  std::string key;
+  // Set when the plan's ratio lies outside the profile's recorded ratios: the nearest one's curve
+  // is read (unit "ratio": last_size the ratio measured, max_size the plan's).
+  std::optional<pb::Extrapolation> ratio_note;
+};
+// `name` is a compressor or kZenCurveName. For one that selects ratio n elements (and for zen):
+// the curve recorded at `ratio`; between two recorded ratios, the two interpolated linearly in the
+// ratio (a kernel's time is affine in k = ratio n at fixed n); outside them, the nearest; when no
+// curve of the name records a ratio (profiles from before it was recorded), the one without.
+// For other compressors, the one curve of the key. nullopt when the profile has none.
+std::optional<KernelCurve> FindKernelCurve(const pb::Profile& profile, pb::CurveKind kind, std::string_view name,
+                                           pb::Device device, double ratio);
 
 // Resolves the curves `request` needs from `profile`. Errors name what is missing, e.g.
 // `profile: curve "encode topk gpu" not found; ...`.

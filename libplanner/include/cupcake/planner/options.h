@@ -42,11 +42,13 @@ struct StageCost {
 // The curves one option reads, resolved from the profile.
 struct OptionCurves {
   // Zero curves where unused. mid_decode: a decode between steps, or Zen's merge in the network
-  // block (priced with the codec's decode curve, docs/MODEL.md).
+  // block ("encode zen", else the codec's decode curve, docs/MODEL.md); post_kernel of zen:
+  // "decode zen", else the codec's decode.
   Curve pre_kernel, mid_encode, mid_decode, post_kernel;
   std::vector<Curve> steps;  // one per scheme step
   std::vector<std::string> step_keys;
   std::string pre_key, mid_encode_key, mid_decode_key, post_key;
+  std::vector<pb::Extrapolation> ratio_notes;  // kernel curves read at an unmeasured ratio
 };
 
 struct OptionProblem {

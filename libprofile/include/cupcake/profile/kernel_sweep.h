@@ -13,6 +13,7 @@
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/sweep.h"
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/status.h"
 
 namespace cupcake::profile {
@@ -20,16 +21,21 @@ namespace cupcake::profile {
 struct KernelSweepOptions {
   pb::Device device = pb::CPU;
   std::vector<int64_t> elements;  // group sizes n (elements), ascending; copies use 4n bytes
-  std::vector<std::string> compressors;  // empty: every compressor of the catalogue
-  int world_size = 1;  // W: decode of allgather compressors sums W payloads
-  double ratio = 0.01;  // topk, randk, dgc
+  // Compressors and "zen" (Zen's host work, cpu only, W >= 2); empty: every compressor of the
+  // catalogue, and zen where it applies.
+  std::vector<std::string> compressors;
+  int world_size = 1;  // W: decode of allgather compressors sums W payloads; Zen's W ranks
+  // topk, randk, dgc and zen: one curve per ratio, recorded in it (ascending, each in (0, 1]).
+  std::vector<double> ratios = {kDefaultRatio};
   int warmup = 2;
   int iters = 10;
   bool force = false;  // re-measure points the sink has
 };
 
-// Sweeps, in order, for each compressor: encode over `elements`, then decode; then copy pack
-// and unpack over 4n bytes. A point is timed as the median of `iters` calls after `warmup`
+// Sweeps, in order, for each compressor (and ratio): encode over `elements`, then decode; for
+// zen, its work before the partitions are gathered ("encode zen") and after ("decode zen") as
+// rank 0 of W ranks whose topk payloads of n elements select indices independently; then copy
+// pack and unpack over 4n bytes. A point is timed as the median of `iters` calls after `warmup`
 // untimed ones, each call bracketed by `clock` (method "wall" on the CPU). Points the sink has
 // are skipped unless `force`. The first error (a sink refusing a point, a compressor failing)
 // stops the sweep; what was committed before stays.

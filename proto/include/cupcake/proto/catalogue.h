@@ -35,6 +35,12 @@ struct CompressorInfo {
 };
 
 inline constexpr double kDefaultRatio = 0.01;
+// The name kernel curves of Zen's host work carry in place of a compressor's (docs/MODEL.md,
+// "The zen scheme"): "encode zen D ratio R" is one rank's work before the partitions are
+// gathered (the pairs split by owner, the owner's merge-sum, its partition encoded), "decode zen
+// D ratio R" the work after (the W partitions decoded and merged, the group zeroed and the sums
+// scattered), for W ranks each selecting R n indices independently.
+inline constexpr std::string_view kZenCurveName = "zen";
 inline constexpr int kQsgdLevels = 127;
 inline constexpr double kSignumMomentum = 0.9;
 

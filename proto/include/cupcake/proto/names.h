@@ -38,8 +38,10 @@ std::string ScopeNames();
 int64_t DTypeBytes(pb::DType v);
 
 // A readable key of a curve: "comm allgather global", "comm allreduce global float16",
-// "encode topk gpu", "copy pack gpu".
+// "encode topk gpu", "decode topk cpu ratio 0.001", "copy pack gpu".
 std::string CurveKey(const pb::Curve& c);
+// A ratio as the shortest decimal that reads back as the same double ("0.001", "0.25").
+std::string FormatRatio(double ratio);
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
 // U+10FFFF). Every name and text field is checked with it where it enters: JSON writers and
