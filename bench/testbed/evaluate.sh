@@ -6,12 +6,13 @@
 # measured iteration time with the plan's prediction.
 #
 #   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
-#       [--models resnet,wide] [--compressors efsignsgd,topk,fp16] [--iterations 30] [--warmup 5]
-#       [--record-iterations 20] [--rounds 3] [--quick]
+#       [--models resnet,wide] [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
+#       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick]
 #
 # Strategies per model: fp32 in 25 MiB buckets (what DDP does), and per compressor layer-wise
 # (one group per tensor), one group, 25 MiB buckets, the plan (the optimal fusion search) and
-# the options plan (`--search-space options`: per group compress or not, flat or hierarchical).
+# the options plan (`--search-space options`: per group compress or not, flat, hierarchical or, for
+# topk and dgc, Zen). --ratio: the ratio of topk, randk and dgc (their kernels are profiled at it).
 # The runs go round-robin: every strategy trains once per round (its own warm-up, then
 # iterations/rounds timed iterations), so a burst of load on the machine falls on several
 # strategies rather than on one. Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/NAME.rK.json
@@ -25,10 +26,12 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
-hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16
+hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16 ratio=0.01
 iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0
 
 usage() { sed -n '8,10p' "$0" | sed 's/^# *//' >&2; exit 2; }
+# The --ratio flag of a search for compressor $1: only for those that select a ratio of the elements.
+ratio_flag() { case "$1" in topk|randk|dgc) echo "--ratio $ratio" ;; esac; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=${2:-}; shift 2 ;;
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
     --out) out=${2:-}; shift 2 ;;
     --models) models=${2:-}; shift 2 ;;
     --compressors) compressors=${2:-}; shift 2 ;;
+    --ratio) ratio=${2:-}; shift 2 ;;
     --iterations) iterations=${2:-}; shift 2 ;;
     --warmup) warmup=${2:-}; shift 2 ;;
     --record-iterations) record_iterations=${2:-}; shift 2 ;;
@@ -96,22 +100,24 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
   printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
   testbed status | grep '^tcp_cc='
-  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')"
+  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')"
 } >"$out/machine.txt"
 
 # 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to
 # the largest model's gradients (wide: 25 MiB), so that the plans interpolate.
 if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes 4194304); ksweep=(--quick --max-elements 1048576)
 else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes 33554432); ksweep=(--max-elements 8388608); fi
-# Hierarchical schemes reduce-scatter inside a host.
-ops=allreduce,allgather; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
+# Hierarchical schemes reduce-scatter inside a host; Zen exchanges by alltoall.
+ops=allreduce,allgather,alltoall; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
 log "profile: comm ($ops) across the testbed"
 stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "${sweep[@]}"
 kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for any compressor's groups
 [[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
+# Zen's host work, for the options search's zen scheme (topk and dgc payloads).
+[[ ",$compressors," =~ ,(topk|dgc), ]] && [ "$world" -ge 2 ] && kcompressors+=,zen
 log "profile: kernels on the CPU ($kcompressors)"
 stage profile-kernels "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
-  --compressors "$kcompressors" "${ksweep[@]}"
+  --compressors "$kcompressors" --ratios "$ratio" "${ksweep[@]}"
 
 # 2. The models' forward, backward and update times, recorded on the testbed.
 for m in ${models//,/ }; do
@@ -135,8 +141,9 @@ for m in ${models//,/ }; do
       fp32_bucket|bucket) algorithm=(--algorithm bucket --bucket-mib 25) ;;
       *) algorithm=(--algorithm "$s") ;;
     esac
+    # shellcheck disable=SC2046  # ratio_flag prints two words or none
     stage "plan-$name" "$plan_tool" search --model-name "$m" --profile "$db" --compressor "$c" --device cpu \
-      "${algorithm[@]}" -o "$out/plans/$name.pb"
+      $(ratio_flag "$c") "${algorithm[@]}" -o "$out/plans/$name.pb"
     "$plan_tool" show "$out/plans/$name.pb" --format json >"$out/plans/$name.json"
   done
 done
