@@ -184,7 +184,8 @@ std::string TimelineJson(const std::string& model, const IterationMarks& m,
     out += std::string(g == 0 ? "\n" : ",\n") + "    {\"encode_start_us\": " + rel(t.encode_start_us) +
            ", \"encode_end_us\": " + rel(t.encode_end_us) + ", \"comm_start_us\": " + rel(t.comm_start_us) +
            ", \"comm_end_us\": " + rel(t.comm_end_us) + ", \"decode_start_us\": " + rel(t.decode_start_us) +
-           ", \"decode_end_us\": " + rel(t.decode_end_us) + "}";
+           ", \"decode_end_us\": " + rel(t.decode_end_us) +
+           (t.zen_union > 0 ? ", \"zen_union\": " + std::to_string(t.zen_union) : "") + "}";
   }
   return out + "\n  ]\n}\n";
 }

@@ -561,6 +561,7 @@ class Session::Impl {
         kernels::zen::TopkPayloadView({g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
                                       g.payload.size_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair))));
     CUPCAKE_ASSIGN_OR_RETURN(g.zen_sum, comm::ZenAllreduce(*comm_, view, {g.numel, g.zen_seed}));
+    if (record_timeline_) g.times.zen_union = static_cast<int64_t>(g.zen_sum.indices.size());
     return Status::Ok();
   }
 

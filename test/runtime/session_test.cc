@@ -769,13 +769,27 @@ TEST_P(ZenMatchesFlat, BitForBitOverIterations) {
       ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "")
           << "rank " << r << ", iteration " << it;
   }
+  // Each group's union, the same on every rank: at least its k pairs and the entries of its last
+  // mean that are not zero, at most every rank's k pairs.
+  auto first = ranks[0].session->Timeline();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
   for (int r = 0; r < c.world; ++r) {
     auto timeline = ranks[static_cast<size_t>(r)].session->Timeline();
     ASSERT_TRUE(timeline.ok()) << timeline.status().ToString();
-    for (const GroupTimeline& g : *timeline) {
-      EXPECT_LT(g.encode_end_us, g.comm_start_us);
-      EXPECT_LT(g.comm_start_us, g.comm_end_us);
-      EXPECT_LT(g.comm_end_us, g.decode_start_us);
+    ASSERT_EQ(timeline->size(), static_cast<size_t>(plan.groups_size()));
+    for (int g = 0; g < plan.groups_size(); ++g) {
+      const GroupTimeline& t = (*timeline)[static_cast<size_t>(g)];
+      EXPECT_LT(t.encode_end_us, t.comm_start_us);
+      EXPECT_LT(t.comm_start_us, t.comm_end_us);
+      EXPECT_LT(t.comm_end_us, t.decode_start_us);
+      const pb::Group& group = plan.groups(g);
+      int64_t nonzero = 0;
+      for (int i = group.first_tensor(); i <= group.last_tensor(); ++i)
+        for (float v : ranks[0].grads[static_cast<size_t>(i)]) nonzero += v != 0.0f;
+      const int64_t k = SelectedCount(group.numel(), plan.compressor().ratio());
+      EXPECT_GE(t.zen_union, std::max(nonzero, k)) << "rank " << r << ", group " << g;
+      EXPECT_LE(t.zen_union, c.world * k) << "rank " << r << ", group " << g;
+      EXPECT_EQ(t.zen_union, (*first)[static_cast<size_t>(g)].zen_union) << "rank " << r << ", group " << g;
     }
   }
 }

@@ -93,6 +93,9 @@ struct GroupTimeline {
   double encode_start_us = 0, encode_end_us = 0;
   double comm_start_us = 0, comm_end_us = 0;
   double decode_start_us = 0, decode_end_us = 0;
+  // Zen groups: the indices in the ranks' summed union (how much their selections overlap, which
+  // the planner assumes independent, docs/MODEL.md); 0 for other schemes.
+  int64_t zen_union = 0;
 };
 
 class Session {
