@@ -158,6 +158,10 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   if (!comm) return MissingCurve(profile, comm_key);
   p.comm = Curve(*comm);
   p.comm_key = comm_key;
+  if (const pb::Curve* busy = FindProfileCurve(profile, comm_key + " busy")) {
+    p.comm_busy = Curve(*busy);
+    p.comm_busy_key = comm_key + " busy";
+  }
   const std::string device(Name(p.device));
   if (const pb::Curve* c = FindProfileCurve(profile, "copy pack " + device)) {
     p.pack = Curve(*c);
@@ -170,11 +174,19 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   return p;
 }
 
+double CommEnd(double start, double idle_us, double busy_us, double busy_until) {
+  if (start >= busy_until) return start + idle_us;
+  if (start + busy_us <= busy_until) return start + busy_us;
+  // Part of the work, (busy_until - start) / busy_us, is done by busy_until; the rest at idle speed.
+  return busy_until + (1.0 - (busy_until - start) / busy_us) * idle_us;
+}
+
 void GroupPricer::Start(int first) {
   first_ = first;
   pack_.Reset();
   encode_.Reset();
   comm_.Reset();
+  comm_busy_.Reset();
   decode_.Reset();
   unpack_.Reset();
 }
@@ -185,7 +197,9 @@ GroupCost GroupPricer::Price(int last) {
   const bool fused = last > first_;  // a fused group is packed and unpacked
   GroupCost c;
   c.enc_us = (fused ? pack_.At(s) : 0.0) + (p_.compress ? encode_.At(static_cast<double>(n)) : 0.0);
-  c.com_us = comm_.At(static_cast<double>(p_.PayloadOf(n)));
+  const double payload = static_cast<double>(p_.PayloadOf(n));
+  c.com_us = comm_.At(payload);
+  c.com_busy_us = p_.comm_busy.empty() ? c.com_us : std::max(c.com_us, comm_busy_.At(payload));
   c.dec_us = (p_.compress ? decode_.At(static_cast<double>(n)) : 0.0) + (fused ? unpack_.At(s) : 0.0);
   return c;
 }
@@ -213,9 +227,11 @@ Timeline Evaluate(const Problem& p, std::span<const int> group_ends) {
     g.encode_start_us = p.backward_prefix[last + 1] + encode_total;
     encode_total += g.cost.enc_us;
     g.encode_end_us = g.encode_start_us + g.cost.enc_us;
-    // The network runs collectives in group order: F_k.
+    // The network runs collectives in group order: F_k, slowed while the compute stream has
+    // backward or encodes left (busy cores).
     g.comm_start_us = std::max(g.encode_end_us, network_free);
-    g.comm_end_us = g.comm_start_us + g.cost.com_us;
+    g.comm_end_us =
+        CommEnd(g.comm_start_us, g.cost.com_us, g.cost.com_busy_us, p.backward_prefix.back() + encode_total);
     network_free = g.comm_end_us;
     t.groups.push_back(g);
     first = last + 1;

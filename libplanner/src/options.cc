@@ -58,6 +58,8 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
     const pb::Curve* c = FindProfileCurve(profile, key);
     if (c == nullptr) return key;
     out.steps.emplace_back(*c);
+    const pb::Curve* busy = FindProfileCurve(profile, key + " busy");
+    out.steps_busy.push_back(busy != nullptr ? Curve(*busy) : Curve());
     out.step_keys.push_back(key);
   }
   return "";
@@ -140,6 +142,7 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
               CurveCursor(c.post_kernel),
               {}};
     for (const Curve& s : c.steps) k.steps.emplace_back(s);
+    for (const Curve& s : c.steps_busy) k.steps_busy.emplace_back(s);
     cursors_.push_back(std::move(k));
   }
 }
@@ -154,6 +157,7 @@ void OptionPricer::Start(int first) {
     k.mid_decode.Reset();
     k.post.Reset();
     for (CurveCursor& c : k.steps) c.Reset();
+    for (CurveCursor& c : k.steps_busy) c.Reset();
   }
 }
 
@@ -181,11 +185,18 @@ void OptionPricer::Price(int last, std::span<StageCost> out) {
       c.gpu_pre = pack + pre_kernel;
       c.gpu_post = post_kernel + unpack;
     }
-    for (int i = 0; i < scheme.step_count; ++i)
-      c.net += k.steps[static_cast<size_t>(i)].At(
-          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.ranks())));
+    double busy_extra = 0;  // what the steps' busy curves add to the idle ones
+    for (int i = 0; i < scheme.step_count; ++i) {
+      const auto bytes =
+          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.ranks()));
+      const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
+      c.net += idle;
+      if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
+        busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
+    }
     if (EncodesInNetwork(scheme)) c.net += k.mid_encode.At(m);
     if (ReadsDecodeInNetwork(scheme)) c.net += k.mid_decode.At(m);
+    c.net_busy = c.net + busy_extra;
     out[o] = c;
   }
 }
@@ -199,22 +210,24 @@ StageCost CostOfOption(const OptionProblem& p, int option, int first, int last) 
 }
 
 // The network block's steps, back to back from `start`, with the in-network encode before
-// step encode_before and decode after step decode_after (docs/MODEL.md, "Stages").
+// step encode_before and decode after step decode_after (docs/MODEL.md, "Stages"); each
+// stretched alike when busy cores slow the block ([comm_start_us, comm_end_us] over net).
 static void PlaceSteps(const OptionProblem& p, OptionGroupTimes& g, double start) {
   const Option& o = p.options[static_cast<size_t>(g.option)];
   const SchemeInfo& s = *o.scheme;
   const OptionCurves& curves = p.curves[static_cast<size_t>(g.option)];
   const int64_t n = p.base.GroupNumel(g.first, g.last);
   const double m = static_cast<double>(ShardElements(s, n, p.devices_per_node));
+  const double stretch = g.cost.net > 0 ? (g.comm_end_us - g.comm_start_us) / g.cost.net : 1.0;
   double t = start;
   for (int i = 0; i < s.step_count; ++i) {
-    if (EncodesInNetwork(s) && i == s.encode_before) t += curves.mid_encode.At(m);
+    if (EncodesInNetwork(s) && i == s.encode_before) t += stretch * curves.mid_encode.At(m);
     const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.ranks());
-    const double dur = curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
+    const double dur = stretch * curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
     g.steps.push_back({StepOp(s, s.steps[i], *p.base.compressor), s.steps[i].scope, bytes, t, t + dur});
     t += dur;
-    if (DecodesInNetwork(s) && i == s.decode_after) t += curves.mid_decode.At(m);
-    if (MergesInNetwork(s) && i == PayloadStep(s)) t += curves.mid_decode.At(m);
+    if (DecodesInNetwork(s) && i == s.decode_after) t += stretch * curves.mid_decode.At(m);
+    if (MergesInNetwork(s) && i == PayloadStep(s)) t += stretch * curves.mid_decode.At(m);
   }
 }
 
@@ -245,7 +258,7 @@ OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> grou
       e += g.cost.gpu_pre;
     }
     g.comm_start_us = std::max(g.pre_end_us, network);
-    g.comm_end_us = g.comm_start_us + g.cost.net;
+    g.comm_end_us = CommEnd(g.comm_start_us, g.cost.net, g.cost.net_busy, p.base.backward_prefix.back() + e);
     network = g.comm_end_us;
     PlaceSteps(p, g, g.comm_start_us);
     t.groups.push_back(std::move(g));
@@ -269,17 +282,19 @@ OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> grou
 double IterationFromCosts(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options,
                           std::span<const StageCost> costs) {
   double e = 0, f = 0, x = 0, y = 0, g = 0, u = 0, v = 0;
+  auto offload = [&](size_t k) { return p.options[static_cast<size_t>(options[k])].offload; };
   for (size_t k = 0; k < group_ends.size(); ++k) {
     const double b = p.base.backward_prefix[static_cast<size_t>(group_ends[k]) + 1];
     const StageCost& c = costs[k];
-    if (p.options[static_cast<size_t>(options[k])].offload) {
+    const double busy_until = p.base.backward_prefix.back() + e + (offload(k) ? 0.0 : c.gpu_pre);
+    if (offload(k)) {
       g = std::max(b + e, g) + c.cpu_pre;
-      f = std::max(g, f) + c.net;
+      f = CommEnd(std::max(g, f), c.net, c.net_busy, busy_until);
       u = std::max(u, f) + c.cpu_post;
       v += c.cpu_post;
     } else {
       e += c.gpu_pre;
-      f = std::max(b + e, f) + c.net;
+      f = CommEnd(std::max(b + e, f), c.net, c.net_busy, busy_until);
       x = std::max(x, f) + c.gpu_post;
       y += c.gpu_pre + c.gpu_post;
     }

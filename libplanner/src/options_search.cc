@@ -63,14 +63,15 @@ Label Extend(const OptionProblem& p, const Label& l, int32_t id, int q, int opti
   n.end = q + 1;
   n.option = option;
   const double b = p.base.backward_prefix[static_cast<size_t>(q) + 1];
+  const double backward = p.base.backward_prefix.back();  // the compute stream's work ends after
   if (p.options[static_cast<size_t>(option)].offload) {
     n.g = std::max(b + l.e, l.g) + c.cpu_pre;
-    n.f = std::max(n.g, l.f) + c.net;
+    n.f = CommEnd(std::max(n.g, l.f), c.net, c.net_busy, backward + l.e);
     n.u = std::max(l.u, n.f) + c.cpu_post;
     n.v = l.v + c.cpu_post;
   } else {
     n.e = l.e + c.gpu_pre;
-    n.f = std::max(b + n.e, l.f) + c.net;
+    n.f = CommEnd(std::max(b + n.e, l.f), c.net, c.net_busy, backward + n.e);
     n.x = std::max(l.x, n.f) + c.gpu_post;
     n.y = l.y + c.gpu_pre + c.gpu_post;
   }
@@ -97,7 +98,7 @@ void StrategyOf(const std::vector<Label>& labels, int32_t id, std::vector<int>& 
   std::reverse(options.begin(), options.end());
 }
 
-// Marks the options of one group worth extending a label with: an option whose five stage costs
+// Marks the options of one group worth extending a label with: an option whose six stage costs
 // are all >= another's of the same kind (both on-device or both offloaded) gives, from any
 // label, a label the other's dominates (Extend is non-decreasing in the costs), so it is
 // skipped; of equal ones the first is kept.
@@ -105,8 +106,8 @@ void UsefulOptions(const OptionProblem& p, std::span<const StageCost> c, std::ve
   const size_t n = c.size();
   useful.assign(n, 1);
   auto le = [](const StageCost& a, const StageCost& b) {
-    return a.gpu_pre <= b.gpu_pre && a.cpu_pre <= b.cpu_pre && a.net <= b.net && a.gpu_post <= b.gpu_post &&
-           a.cpu_post <= b.cpu_post;
+    return a.gpu_pre <= b.gpu_pre && a.cpu_pre <= b.cpu_pre && a.net <= b.net && a.net_busy <= b.net_busy &&
+           a.gpu_post <= b.gpu_post && a.cpu_post <= b.cpu_post;
   };
   for (size_t o = 0; o < n; ++o)
     for (size_t other = 0; other < n && useful[o]; ++other) {

@@ -68,7 +68,7 @@ Label Extend(const Problem& p, const Label& l, int32_t id, int q, const GroupCos
   Label next;
   next.e = l.e + c.enc_us;
   const double c_k = p.backward_prefix[q + 1] + next.e;
-  next.f = std::max(c_k, l.f) + c.com_us;
+  next.f = CommEnd(std::max(c_k, l.f), c.com_us, c.com_busy_us, p.backward_prefix.back() + next.e);
   next.x = std::max(l.x, next.f) + c.dec_us;
   next.y = l.y + c.enc_us + c.dec_us;
   next.parent = id;

@@ -1,9 +1,12 @@
 #include "cupcake/profile/comm_sweep.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cupcake/proto/names.h"
 
@@ -44,6 +47,33 @@ struct Planned {
   pb::CommOp op;
   pb::DType dtype;  // of the reduction; DTYPE_UNSPECIFIED: float32
   int64_t size;  // stored size (bytes of each rank's send buffer)
+  bool busy;  // measured beside a busy core (CommSweepOptions::busy)
+};
+
+// A thread that keeps one core busy with floating-point work until destroyed: what a CPU job's
+// backward does beside a collective in flight (CommSweepOptions::busy).
+class BusyCore {
+ public:
+  BusyCore() : thread_([this] { Spin(); }) {}
+  BusyCore(const BusyCore&) = delete;
+  BusyCore& operator=(const BusyCore&) = delete;
+  ~BusyCore() {
+    stop_.store(true, std::memory_order_relaxed);
+    thread_.join();
+  }
+
+ private:
+  void Spin() {
+    std::vector<float> a(16384, 1.0f), b(16384, 0.5f);  // 128 KiB: in cache, as a kernel's tile
+    while (!stop_.load(std::memory_order_relaxed)) {
+      for (size_t i = 0; i < a.size(); ++i) a[i] = a[i] * 0.999f + b[i];
+      result_ = a[0];
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  volatile float result_ = 0;  // keeps the loop from being optimized away
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 // The stored size of `size` for `op` on `w` ranks, 0 when it rounds to nothing.
@@ -130,6 +160,7 @@ pb::Curve Key(const Planned& p) {
   c.set_comm_op(p.op);
   c.set_scope(p.scope);
   c.set_dtype(p.dtype);
+  c.set_busy(p.busy);
   return c;
 }
 
@@ -199,7 +230,7 @@ namespace {
 // The points to measure, the same on every rank: per scope (global, and intra and inter when
 // `scopes` has them), op and size; allreduce also over float16.
 std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& scopes,
-                                const std::vector<pb::CommOp>& ops, const std::vector<int64_t>& sizes) {
+                                const std::vector<pb::CommOp>& ops, const std::vector<int64_t>& sizes, bool busy) {
   std::vector<Planned> plan;
   for (auto [scope, w] : scopes)
     for (pb::CommOp op : ops) {
@@ -208,9 +239,9 @@ std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& sc
         int64_t stored = StoredSize(op, s, w);
         if (stored == 0 || std::find(seen.begin(), seen.end(), stored) != seen.end()) continue;
         seen.push_back(stored);
-        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored});
+        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored, busy});
         // The runtime's fp16 compressor sums halves: an allreduce of float16 is its own curve.
-        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored});
+        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored, busy});
       }
     }
   return plan;
@@ -327,7 +358,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
     scopes.emplace_back(pb::INTRA, topo.ranks_per_host);
     scopes.emplace_back(pb::INTER, nodes);
   }
-  const std::vector<Planned> plan = PlanPoints(scopes, ops, options.sizes);
+  const std::vector<Planned> plan = PlanPoints(scopes, ops, options.sizes, options.busy);
   std::vector<char> skip(plan.size(), 0);
   if (root && !options.force) {
     CUPCAKE_ASSIGN_OR_RETURN(skip, PresentInSink(plan, *sink));
@@ -335,6 +366,8 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
   CUPCAKE_RETURN_IF_ERROR(world.Broadcast(skip.data(), static_cast<int64_t>(skip.size()), 0));
 
   // 2. Measure, in `rounds` passes over the points; a point is stored after its last pass.
+  std::optional<BusyCore> busy;
+  if (options.busy) busy.emplace();
   SweepReport report;
   std::map<std::string, int> curve_wrong;  // this run's wrong iterations per curve
   std::vector<std::vector<double>> us(plan.size());  // this rank's timed calls per point

@@ -129,7 +129,39 @@ CREATE VIEW curve_points AS
   ORDER BY c.position, p.size;
 )sql";
 
-constexpr std::array<Migration, 3> kMigrations{{{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}}};
+// Version 4: comm curves record whether they were measured with busy cores (`busy`: 0 or 1; 0
+// for every version 3 curve), so a profile holds both of a collective's curves.
+constexpr std::string_view kSchemaV4 = R"sql(
+DROP VIEW curve_points;
+CREATE TABLE curves_v4 (
+  id INTEGER PRIMARY KEY,
+  position INTEGER NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  op TEXT NOT NULL DEFAULT '',
+  scope TEXT NOT NULL DEFAULT '',
+  compressor TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  dtype TEXT NOT NULL DEFAULT '',
+  ratio REAL NOT NULL DEFAULT 0,
+  busy INTEGER NOT NULL DEFAULT 0,
+  method TEXT,
+  warmup INTEGER,
+  iters INTEGER,
+  wrong INTEGER,
+  UNIQUE (kind, op, scope, compressor, device, dtype, ratio, busy)
+);
+INSERT INTO curves_v4 (id, position, kind, op, scope, compressor, device, dtype, ratio, method, warmup, iters, wrong)
+  SELECT id, position, kind, op, scope, compressor, device, dtype, ratio, method, warmup, iters, wrong FROM curves;
+DROP TABLE curves;
+ALTER TABLE curves_v4 RENAME TO curves;
+CREATE VIEW curve_points AS
+  SELECT c.kind, c.op, c.scope, c.compressor, c.device, c.dtype, c.ratio, c.busy, p.size, p.us
+  FROM curves c JOIN points p ON p.curve_id = c.id
+  ORDER BY c.position, p.size;
+)sql";
+
+constexpr std::array<Migration, 4> kMigrations{
+    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}}};
 
 }  // namespace
 

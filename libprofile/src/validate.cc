@@ -192,6 +192,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       break;
     case pb::ENCODE:
     case pb::DECODE:
+      if (c.busy()) NotAllowed(Join(path, "busy"), kind, "true", p);
       CheckText(Join(path, "compressor"), c.compressor(), p);
       if (c.compressor().empty()) {
         p.Add(Join(path, "compressor"),
@@ -212,6 +213,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       break;
     case pb::COPY:
       if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatRatio(c.ratio()), p);
+      if (c.busy()) NotAllowed(Join(path, "busy"), kind, "true", p);
       require(c.copy_op() != pb::COPY_OP_UNSPECIFIED, "op", CopyOpNames());
       require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);

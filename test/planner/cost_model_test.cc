@@ -288,5 +288,24 @@ TEST(FindKernelCurve, ReadsTheCurveAtThePlansRatio) {
   EXPECT_EQ(problem->ratio_notes[1].curve(), "decode topk cpu ratio 0.1");
 }
 
+// A collective of 10 us idle, 30 us beside busy cores, with the compute stream busy until 40.
+TEST(CommEnd, ProgressesAtTheBusySpeedUntilTheComputeEnds) {
+  EXPECT_DOUBLE_EQ(CommEnd(50, 10, 30, 40), 60);  // starts after: idle
+  EXPECT_DOUBLE_EQ(CommEnd(40, 10, 30, 40), 50);
+  EXPECT_DOUBLE_EQ(CommEnd(0, 10, 30, 40), 30);  // ends before: busy
+  EXPECT_DOUBLE_EQ(CommEnd(10, 10, 30, 40), 40);
+  EXPECT_DOUBLE_EQ(CommEnd(25, 10, 30, 40), 45);  // half done at 40, the other half in 5 us
+  EXPECT_DOUBLE_EQ(CommEnd(5, 10, 10, 40), 15);  // busy = idle: no effect
+  EXPECT_DOUBLE_EQ(CommEnd(5, 0, 0, 40), 5);
+  double previous = 0;
+  for (double start = 0; start <= 60; start += 0.5) {  // non-decreasing in the start
+    const double end = CommEnd(start, 10, 30, 40);
+    EXPECT_GE(end, previous) << start;
+    EXPECT_GE(end, start + 10) << start;
+    EXPECT_LE(end, start + 30) << start;
+    previous = end;
+  }
+}
+
 }  // namespace
 }  // namespace cupcake::planner

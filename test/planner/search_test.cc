@@ -70,6 +70,42 @@ TEST(FusionSearch, FindsTheHandWorkedOptimum) {
   }
 }
 
+// The same instance with a busy curve for the allreduce, twice the idle one (busy(b) = 40 +
+// 0.02 b: 400 -> 48, 800 -> 56, 1200 -> 64): a collective progresses at 1 / busy of its work per
+// us until the compute stream's known work ends (U = all backward, 30, + the encodes so far),
+// at 1 / idle after (docs/MODEL.md, "Busy cores"):
+//   {0,1,2}: U = 30; F = 30 + (1 - 20/48) 24 = 44, 44 + 24 = 68, 68 + 24 = 92  -> 197
+//   {0,2}:   F = 44; C = 31, U = 31, start 44: 44 + 28 = 72                     -> 177
+//   {1,2}:   C = 21, U = 31: F = 31 + (1 - 10/56) 28 = 54; 54 + 24 = 78         -> 183
+//   {2}:     C = U = 31.5: idle, 31.5 + 32 = 63.5                               -> 168.5
+// Overlapping backward no longer pays: the optimum is one group.
+TEST(FusionSearch, BusyCoresSlowCollectivesThatOverlapBackward) {
+  testing::HandInstance h = testing::HandFusionInstance();
+  pb::Curve busy = testing::MakeCurve(pb::COMM, {{400, 48}, {1200, 64}});
+  busy.set_comm_op(pb::ALLREDUCE);
+  busy.set_scope(pb::GLOBAL);
+  busy.set_busy(true);
+  *h.profile.add_curves() = busy;
+  auto problem = MakeProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(problem.ok()) << problem.status().ToString();
+  EXPECT_EQ(problem->comm_busy_key, "comm allreduce global busy");
+  const std::vector<std::pair<std::vector<int>, double>> by_hand = {
+      {{0, 1, 2}, 197}, {{0, 2}, 177}, {{1, 2}, 183}, {{2}, 168.5}};
+  for (const auto& [ends, us] : by_hand) {
+    EXPECT_DOUBLE_EQ(IterationTime(*problem, ends), us) << ends.size() << " groups";
+    EXPECT_DOUBLE_EQ(testing::ReferenceIterationUs(*problem, ends), us) << ends.size() << " groups";
+  }
+  for (Algorithm a : {Algorithm::kBranchAndBound, Algorithm::kExhaustive}) {
+    auto r = Search(*problem, SearchOptions{a});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->group_ends, (std::vector<int>{2}));
+    EXPECT_DOUBLE_EQ(r->iteration_us, 168.5);
+  }
+  const Timeline t = Evaluate(*problem, std::vector<int>{1, 2});
+  EXPECT_DOUBLE_EQ(t.groups[0].comm_start_us, 21);
+  EXPECT_DOUBLE_EQ(t.groups[0].comm_end_us, 54);
+}
+
 std::string RandomCompressor(std::mt19937_64& rng) {
   auto names = CompressorNames();
   return std::string(names[rng() % names.size()]);

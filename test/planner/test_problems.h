@@ -92,6 +92,16 @@ inline pb::Profile RandomProfile(std::mt19937_64& rng) {
       *p.add_curves() = c;
     }
   }
+  // Half the time, busy curves of the global collectives (docs/MODEL.md, "Busy cores").
+  if (rng() % 2) {
+    for (pb::CommOp op : {pb::ALLREDUCE, pb::ALLGATHER}) {
+      pb::Curve c = RandomCurve(rng, pb::COMM, 200000);
+      c.set_comm_op(op);
+      c.set_scope(pb::GLOBAL);
+      c.set_busy(true);
+      *p.add_curves() = c;
+    }
+  }
   return p;
 }
 
@@ -171,7 +181,18 @@ inline HandInstance HandFusionInstance() {
 // docs/MODEL.md's iteration time restated term by term, one group at a time (no GroupPricer,
 // no CurveCursor, no Evaluate): the independent check of the search's and the plan's times.
 // Uses only the curves and sizes MakeProblem resolved and the catalogue's payload formula.
+// A collective of `idle` us (`busy` us beside busy cores, >= idle) started at `start`, while the
+// compute stream has work until `until`: the share of it done before `until` goes at the busy
+// speed, the rest at the idle one.
+inline double ReferenceCommEnd(double start, double idle, double busy, double until) {
+  const double busy_time = std::clamp(until - start, 0.0, busy);
+  const double share_done = busy > 0 ? busy_time / busy : 1.0;
+  return start + busy_time + (1.0 - share_done) * idle;
+}
+
 inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& group_ends) {
+  double total_backward = 0;
+  for (double b : p.backward_us) total_backward += b;
   double enc_sum = 0, f = 0, backward = 0;
   std::vector<double> ready, dec;
   int first = 0;
@@ -185,12 +206,14 @@ inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& gro
     const bool fused = last > first;
     const double enc =
         (fused ? p.pack.At(static_cast<double>(s)) : 0.0) + (p.compress ? p.encode.At(static_cast<double>(n)) : 0.0);
-    const double com = p.comm.At(static_cast<double>(PayloadBytes(*p.compressor, n, p.ratio)));
+    const double payload = static_cast<double>(PayloadBytes(*p.compressor, n, p.ratio));
+    const double com = p.comm.At(payload);
+    const double com_busy = p.comm_busy.empty() ? com : std::max(com, p.comm_busy.At(payload));
     dec.push_back((p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) +
                   (fused ? p.unpack.At(static_cast<double>(s)) : 0.0));
     enc_sum += enc;
     const double c = backward + enc_sum;  // C_k
-    f = std::max(c, f) + com;  // F_k
+    f = ReferenceCommEnd(std::max(c, f), com, com_busy, total_backward + enc_sum);  // F_k
     ready.push_back(f);
     first = last + 1;
   }
@@ -289,6 +312,8 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
   };
   const int d = profile.cluster().devices_per_node();
   const std::string dev_plan(Name(plan_device));
+  double total_backward = 0;
+  for (const auto& t : model.tensors()) total_backward += t.backward_us();
   double backward = 0, e = 0, f = 0, g = 0;
   std::vector<double> net_end, post;
   std::vector<bool> offloaded;
@@ -321,31 +346,39 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
     bool f16 = false;
     curve("comm allreduce global float16", f16);
     const std::string sum16 = codec == "fp16" && f16 ? " float16" : "";
-    double pre = 0, net = 0, pst = 0;
+    double pre = 0, net = 0, pst = 0, busy_extra = 0;
+    // A collective step: its idle time into the block, what its busy curve adds (if any) aside.
+    auto step = [&](const std::string& key, double size) {
+      const double idle = at(key, size);
+      bool found = false;
+      const Curve busy = curve(key + " busy", found);
+      if (found) busy_extra += std::max(0.0, busy.At(size) - idle);
+      return idle;
+    };
     if (zen) {
       // counts, pairs (8 k bytes: the payload), the owners' merge (a decode), sizes, partitions.
       const int w = profile.cluster().nodes() * d;
       const int64_t selected = PayloadBytes(*info, n, ratio) / 8;
       pre += at("encode " + codec + " " + dev, static_cast<double>(n));
-      net += at("comm alltoall global", 8.0 * w) + at("comm alltoall global", 8.0 * static_cast<double>(selected)) +
-             at("decode " + codec + " " + dev, static_cast<double>(n)) + at("comm allgather global", 8.0) +
-             at("comm allgather global", ZenPartitionStepBytes(n, selected, w));
+      net += step("comm alltoall global", 8.0 * w) + step("comm alltoall global", 8.0 * static_cast<double>(selected)) +
+             at("decode " + codec + " " + dev, static_cast<double>(n)) + step("comm allgather global", 8.0) +
+             step("comm allgather global", ZenPartitionStepBytes(n, selected, w));
       pst += at("decode " + codec + " " + dev, static_cast<double>(n));
     } else if (!hier) {
       if (has_codec) pre += at("encode " + codec + " " + dev, static_cast<double>(n));
-      net += at("comm " + op + " global" + sum16, static_cast<double>(PayloadBytes(*info, n, ratio)));
+      net += step("comm " + op + " global" + sum16, static_cast<double>(PayloadBytes(*info, n, ratio)));
       if (has_codec) pst += at("decode " + codec + " " + dev, static_cast<double>(n));
     } else {
       bool intra16 = false, inter16 = false;
       curve("comm allreduce inter float16", inter16);
       (void)intra16;
       const int64_t m = (n + d - 1) / d;
-      net += at("comm reduce_scatter intra", 4.0 * static_cast<double>(d * m));
+      net += step("comm reduce_scatter intra", 4.0 * static_cast<double>(d * m));
       if (has_codec) net += at("encode " + codec + " " + dev, static_cast<double>(m));
-      net += at("comm " + op + " inter" + (codec == "fp16" && inter16 ? " float16" : ""),
-                static_cast<double>(PayloadBytes(*info, m, ratio)));
+      net += step("comm " + op + " inter" + (codec == "fp16" && inter16 ? " float16" : ""),
+                  static_cast<double>(PayloadBytes(*info, m, ratio)));
       if (has_codec) net += at("decode " + codec + " " + dev, static_cast<double>(m));
-      net += at("comm allgather intra", 4.0 * static_cast<double>(m));
+      net += step("comm allgather intra", 4.0 * static_cast<double>(m));
     }
     if (!offload && fused) {
       pre += optional_at("copy pack " + dev_plan, static_cast<double>(s));
@@ -361,7 +394,7 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
       e += pre;  // the compute stream
       ready = backward + e;
     }
-    f = std::max(ready, f) + net;  // the network
+    f = ReferenceCommEnd(std::max(ready, f), net, net + busy_extra, total_backward + e);  // the network
     net_end.push_back(f);
     post.push_back(pst);
     offloaded.push_back(offload);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -126,6 +127,52 @@ TEST(CommSweep, MeasuresEveryCollectiveAndChecksItsResult) {
     EXPECT_EQ(c.wrong(), 0);
     for (const auto& p : c.points()) EXPECT_EQ(p.us(), 5.0);
   }
+}
+
+// The threads of this process, from /proc/self/status.
+int ThreadCount() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+// A clock that also notes the most threads the process had while a call was timed.
+class ThreadCountingClock final : public Clock {
+ public:
+  double NowUs() override {
+    most = std::max(most, ThreadCount());
+    return inner_.NowUs();
+  }
+  int most = 0;
+
+ private:
+  FakeClock inner_;
+};
+
+// --busy: every rank runs one more thread (the busy core) while it times its calls, the results
+// are still checked, and the curves are the busy ones.
+TEST(CommSweep, BusyRunsAComputeThreadPerRankAndMarksTheCurves) {
+  auto run = [](bool busy, MemorySink& sink) {
+    CommSweepOptions o = Small();
+    o.ops = {pb::ALLREDUCE};
+    o.busy = busy;
+    std::vector<int> most(2, 0);
+    auto results = RunRanks(2, {}, [&](std::unique_ptr<Communicator> comm) -> StatusOr<SweepReport> {
+      ThreadCountingClock clock;
+      auto r = SweepComm(*comm, o, clock, comm->rank() == 0 ? &sink : nullptr);
+      most[static_cast<size_t>(comm->rank())] = clock.most;
+      return r;
+    });
+    for (auto& r : results) EXPECT_TRUE(r.ok() && r->wrong == 0) << r.status().ToString();
+    return std::max(most[0], most[1]);
+  };
+  MemorySink idle, busy;
+  const int idle_threads = run(false, idle);
+  const int busy_threads = run(true, busy);
+  EXPECT_GE(busy_threads, idle_threads + 2);
+  EXPECT_EQ(Keys(busy), (std::vector<std::string>{"comm allreduce global busy 2", "comm allreduce global float16 busy 2"}));
+  EXPECT_EQ(Keys(idle), (std::vector<std::string>{"comm allreduce global 2", "comm allreduce global float16 2"}));
 }
 
 TEST(CommSweep, SplitsByHostIntoIntraAndInter) {

@@ -445,6 +445,31 @@ TEST(ProfileJson, KernelCurvesCarryTheirRatio) {
             "(first at curves[0])");
 }
 
+// Comm curves measured beside busy cores (cupcake-profile comm --busy) are their own curves;
+// "busy" is a boolean, written only when true, and belongs to comm curves only.
+TEST(ProfileJson, BusyCommCurvesAreTheirOwnCurves) {
+  auto p = ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1]]},
+                                                 {"kind": "comm", "op": "allreduce", "scope": "global", "busy": true,
+                                                  "points": [[4, 2]]},
+                                                 {"kind": "comm", "op": "allgather", "scope": "global", "busy": false,
+                                                  "points": [[4, 3]]})"),
+                            "profile.json");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(CurveKey(p->curves(0)), "comm allreduce global");
+  EXPECT_EQ(CurveKey(p->curves(1)), "comm allreduce global busy");
+  EXPECT_EQ(CurveKey(p->curves(2)), "comm allgather global");
+  const std::string out = ProfileToJson(*p);
+  EXPECT_NE(out.find(R"("busy": true)"), std::string::npos) << out;
+  EXPECT_EQ(out.find(R"("busy": false)"), std::string::npos) << out;
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "comm", "op": "allreduce", "scope": "global", "busy": 1, "points": [[4, 1]]})")),
+            "profile.json: curves[0].busy: wrong type; got an integer 1, expected true or false");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "copy", "op": "pack", "device": "cpu", "busy": true, "points": [[4, 1]]})")),
+            "profile.json: curves[0].busy: unknown key for kind copy; got \"busy\", expected one of kind, op, device, "
+            "points, method, warmup, iters, wrong");
+}
+
 TEST(ProfileJsonErrors, CurveWithNoPoints) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": []})")),
             "profile.json: curves[0].points: no points; got 0 points, expected at least 1");
@@ -499,7 +524,7 @@ TEST(ProfileJsonErrors, UnknownOrMisplacedKeys) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scop": "global", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scop: unknown key for kind comm; got \"scop\" (did you mean 'scope'?), expected "
-            "one of kind, op, scope, dtype, points, method, warmup, iters, wrong");
+            "one of kind, op, scope, dtype, busy, points, method, warmup, iters, wrong");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "encode", "compressor": "dgc", "device": "gpu", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scope: unknown key for kind encode; got \"scope\", expected one of kind, "

@@ -111,8 +111,8 @@ TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "3\n");
-  EXPECT_EQ(ProfileStore::SchemaVersion(), 3);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "4\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 4);
   EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
@@ -331,7 +331,7 @@ TEST_F(ProfileStoreTest, RefusesANewerSchema) {
   RawExec(db_, "PRAGMA user_version = 7");
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 3 (written by a newer cupcake; use that "
+  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 4 (written by a newer cupcake; use that "
                                "one)");
 }
 
@@ -365,16 +365,16 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-  // The DB is at version 3: step 3 is skipped, 4 and 5 run in one transaction.
-  const internal::Migration failing[] = {{3, "CREATE TABLE x (a)"}, {4, "ALTER TABLE models ADD COLUMN note TEXT"},
-                                         {5, "THIS IS NOT SQL"}};
+  // The DB is at version 4: step 4 is skipped, 5 and 6 run in one transaction.
+  const internal::Migration failing[] = {{4, "CREATE TABLE x (a)"}, {5, "ALTER TABLE models ADD COLUMN note TEXT"},
+                                         {6, "THIS IS NOT SQL"}};
   Status s = internal::Migrate(db, db_, failing);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 5 failed: ")) << s.message();
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 3);  // step 4 rolled back too
-  const internal::Migration next[] = {{3, "CREATE TABLE x (a)"}, {4, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 6 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 4);  // step 5 rolled back too
+  const internal::Migration next[] = {{4, "CREATE TABLE x (a)"}, {5, "ALTER TABLE models ADD COLUMN note TEXT"}};
   ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 4);
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 5);
   sqlite3_close(db);
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
@@ -394,7 +394,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
                "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "3\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "4\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, dtype, size, us FROM curve_points"),
             "comm|allreduce|global||4|10.0\ncomm|allreduce|global||1024|20.5\n");
   pb::Curve half;
@@ -424,7 +424,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
                "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "3\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "4\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, ratio, size, us FROM curve_points"),
             "decode|topk|cpu|0.0|1024|5.5\ndecode|topk|cpu|0.0|4096|9.0\n");
   pb::Curve tenth;
@@ -436,8 +436,15 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
   pb::Curve zen = tenth;
   zen.set_compressor("zen");
   ASSERT_TRUE(store.AddPoint(zen, 1024, 2.0).ok());
+  pb::Curve busy;  // and, from version 4, comm curves measured beside busy cores
+  busy.set_kind(pb::COMM);
+  busy.set_comm_op(pb::ALLREDUCE);
+  busy.set_scope(pb::GLOBAL);
+  busy.set_busy(true);
+  ASSERT_TRUE(store.AddPoint(busy, 64, 3.0).ok());
   pb::Profile loaded = Load(store);
-  ASSERT_EQ(loaded.curves_size(), 3);
+  ASSERT_EQ(loaded.curves_size(), 4);
+  EXPECT_EQ(CurveKey(loaded.curves(3)), "comm allreduce global busy");
   EXPECT_FALSE(loaded.curves(0).has_ratio());
   EXPECT_EQ(CurveKey(loaded.curves(0)), "decode topk cpu");
   EXPECT_EQ(loaded.curves(0).points_size(), 2);

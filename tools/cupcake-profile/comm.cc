@@ -70,6 +70,7 @@ Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
               {"--warmup", std::to_string(options.warmup)},
               {"--iters", std::to_string(options.iters)},
               {"--rounds", std::to_string(options.rounds)},
+              {"--busy", options.busy ? "true" : "false"},
               {"--ops", ops},
               {"--backend", options.backend},
               {"--cluster", options.cluster},
@@ -101,6 +102,7 @@ StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options, int
   sweep.iters = options.iters;
   sweep.rounds = options.rounds;
   sweep.force = options.force;
+  sweep.busy = options.busy;
   return sweep;
 }
 
@@ -245,6 +247,8 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
       "iters", po::value(&options.iters), "timed iterations per point and round (default 20; --quick 5)")(
       "rounds", po::value(&options.rounds),
       "passes over all the points, a point's time the median of its calls in all rounds (default 1)")(
+      "busy", po::bool_switch(&options.busy),
+      "each rank runs a compute thread beside the collectives: the busy curves of a CPU job (docs/MODEL.md)")(
       "ops", po::value(&ops),
       "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")(
       "backend", po::value(&options.backend),

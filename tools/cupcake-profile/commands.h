@@ -128,6 +128,7 @@ struct CommOptions {
   int warmup = 5;
   int iters = 20;
   int rounds = 1;  // passes over all the points (CommSweepOptions::rounds)
+  bool busy = false;  // each rank keeps a core busy beside the collectives (CommSweepOptions::busy)
   std::vector<std::string> ops;  // empty: all five
   std::string backend = "mpi";  // mpi (host memory) or nccl (GPU memory, one GPU per rank)
   std::string cluster;

@@ -54,8 +54,11 @@ struct Problem {
   int world_size = 1;
   bool compress = false;  // false for fp32: no encode or decode
   Curve encode, decode, comm, pack, unpack;
+  // The collective's curve measured beside busy cores (docs/MODEL.md, "Busy cores"); the zero
+  // curve when the profile has none, and then collectives cost `comm` whatever runs beside them.
+  Curve comm_busy;
   // The profile keys of those curves (docs/FORMATS.md), empty for a curve the profile lacks.
-  std::string encode_key, decode_key, comm_key, pack_key, unpack_key;
+  std::string encode_key, decode_key, comm_key, pack_key, unpack_key, comm_busy_key;
   // Encode or decode curves read at a ratio the profile did not measure (KernelCurve::ratio_note).
   std::vector<pb::Extrapolation> ratio_notes;
 
@@ -94,8 +97,16 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
 struct GroupCost {
   double enc_us = 0;
   double com_us = 0;
+  // The collective beside busy cores: max(busy curve, com_us), com_us without a busy curve.
+  double com_busy_us = 0;
   double dec_us = 0;
 };
+
+// When a collective started at `start` ends (docs/MODEL.md, "Busy cores"): it progresses at
+// 1 / busy_us of its work per microsecond until `busy_until` (the end of the compute stream's
+// known work) and at 1 / idle_us after. Requires busy_us >= idle_us >= 0; non-decreasing and
+// continuous in start and in busy_until.
+double CommEnd(double start, double idle_us, double busy_us, double busy_until);
 
 GroupCost CostOfGroup(const Problem& problem, int first, int last);
 
@@ -105,7 +116,13 @@ GroupCost CostOfGroup(const Problem& problem, int first, int last);
 class GroupPricer {
  public:
   explicit GroupPricer(const Problem& p)
-      : p_(p), pack_(p.pack), encode_(p.encode), comm_(p.comm), decode_(p.decode), unpack_(p.unpack) {}
+      : p_(p),
+        pack_(p.pack),
+        encode_(p.encode),
+        comm_(p.comm),
+        comm_busy_(p.comm_busy),
+        decode_(p.decode),
+        unpack_(p.unpack) {}
 
   void Start(int first);
   // `last` must not decrease between calls after a Start.
@@ -114,7 +131,7 @@ class GroupPricer {
  private:
   const Problem& p_;
   int first_ = 0;
-  CurveCursor pack_, encode_, comm_, decode_, unpack_;
+  CurveCursor pack_, encode_, comm_, comm_busy_, decode_, unpack_;
 };
 
 // One group's place on the predicted timeline.

@@ -33,6 +33,9 @@ struct StageCost {
   double gpu_pre = 0;  // on the compute stream, right after the group's last tensor
   double cpu_pre = 0;  // on the CPU worker (offloaded options)
   double net = 0;  // the network block: every step, and encodes/decodes between steps
+  // The network block beside busy cores: the steps by their busy curves where the profile has
+  // them (never below the idle ones); >= net (docs/MODEL.md, "Busy cores").
+  double net_busy = 0;
   double gpu_post = 0;  // on the compute stream after backward
   double cpu_post = 0;  // on the CPU worker after its last encode
   double pre() const { return gpu_pre + cpu_pre; }
@@ -46,6 +49,7 @@ struct OptionCurves {
   // "decode zen", else the codec's decode.
   Curve pre_kernel, mid_encode, mid_decode, post_kernel;
   std::vector<Curve> steps;  // one per scheme step
+  std::vector<Curve> steps_busy;  // parallel: the step's busy curve, the zero curve where none
   std::vector<std::string> step_keys;
   std::string pre_key, mid_encode_key, mid_decode_key, post_key;
   std::vector<pb::Extrapolation> ratio_notes;  // kernel curves read at an unmeasured ratio
@@ -86,7 +90,7 @@ class OptionPricer {
  private:
   struct Cursors {
     CurveCursor pre, mid_encode, mid_decode, post;
-    std::vector<CurveCursor> steps;
+    std::vector<CurveCursor> steps, steps_busy;
   };
   const OptionProblem& p_;
   int first_ = 0;

@@ -41,6 +41,9 @@ struct CommSweepOptions {
   // its calls.
   int rounds = 1;
   bool force = false;  // re-measure points the sink has
+  // Every rank runs a thread of floating-point work through the sweep, and the curves are marked
+  // busy: collectives as they run beside a CPU job's backward (docs/MODEL.md, "Busy cores").
+  bool busy = false;
   // Whose collectives are measured: nullptr for `world` itself, or a communicator over the same
   // ranks in the same order (NCCL on GPU memory), while `world` (MPI on host memory) makes the
   // sweep's own exchanges: barriers, the slowest median, the wrong counts. Not owned.

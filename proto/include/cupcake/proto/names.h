@@ -37,7 +37,7 @@ std::string ScopeNames();
 // Bytes per element; 0 for DTYPE_UNSPECIFIED.
 int64_t DTypeBytes(pb::DType v);
 
-// A readable key of a curve: "comm allgather global", "comm allreduce global float16",
+// A readable key of a curve: "comm allgather global", "comm allreduce global float16 busy",
 // "encode topk gpu", "decode topk cpu ratio 0.001", "copy pack gpu".
 std::string CurveKey(const pb::Curve& c);
 // A ratio as the shortest decimal that reads back as the same double ("0.001", "0.25").
