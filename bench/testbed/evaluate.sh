@@ -111,6 +111,10 @@ else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes 33554432); ksweep=(--max
 ops=allreduce,allgather,alltoall; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
 log "profile: comm ($ops) across the testbed"
 stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "${sweep[@]}"
+# The same beside a busy core per rank: the jobs' backward shares the cores with the
+# collectives that overlap it (docs/MODEL.md, "Busy cores").
+log "profile: comm ($ops) beside busy cores"
+stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --busy "${sweep[@]}"
 kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for any compressor's groups
 [[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
 # Zen's host work, for the options search's zen scheme (topk and dgc payloads).
