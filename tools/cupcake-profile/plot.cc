@@ -99,18 +99,20 @@ std::vector<Panel> Panels(const pb::Profile& profile) {
         auto [it, added] = comm_index.try_emplace(static_cast<int>(c.comm_op()), comm.size());
         if (added)
           comm.push_back({"comm " + std::string(Name(c.comm_op())) + " (per scope)", "bytes per rank", true, {}});
-        // The key after "comm <op> ": the scope, and the element type when it is not float32.
+        // The key after "comm <op> ": the scope, the element type when it is not float32, busy.
         const std::string prefix = "comm " + std::string(Name(c.comm_op())) + " ";
         const std::string key = CurveKey(c);
         comm[it->second].series.push_back({key.starts_with(prefix) ? key.substr(prefix.size()) : key, &c});
         break;
       }
       case pb::ENCODE:
-        encode.series.push_back({c.compressor() + " (" + std::string(Name(c.device())) + ")", &c});
+      case pb::DECODE: {
+        // "topk 0.001 (cpu)": a compressor's curves at several ratios are several series.
+        const std::string ratio = c.has_ratio() ? " " + FormatRatio(c.ratio()) : "";
+        (c.kind() == pb::ENCODE ? encode : decode)
+            .series.push_back({c.compressor() + ratio + " (" + std::string(Name(c.device())) + ")", &c});
         break;
-      case pb::DECODE:
-        decode.series.push_back({c.compressor() + " (" + std::string(Name(c.device())) + ")", &c});
-        break;
+      }
       case pb::COPY:
         copy.series.push_back({std::string(Name(c.copy_op())) + " (" + std::string(Name(c.device())) + ")", &c});
         break;
