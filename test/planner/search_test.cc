@@ -49,25 +49,30 @@ int64_t ExpectMatchesOracle(const pb::Model& model, const pb::Profile& profile, 
   return fast->stats.states;
 }
 
+// Every strategy of a hand-worked instance at its time (model and reference), and both
+// algorithms finding `best` at `best_us`, proven.
+void ExpectByHand(const Problem& problem, const std::vector<std::pair<std::vector<int>, double>>& by_hand,
+                  const std::vector<int>& best, double best_us) {
+  for (const auto& [ends, us] : by_hand) {
+    EXPECT_DOUBLE_EQ(IterationTime(problem, ends), us) << ends.size() << " groups";
+    EXPECT_DOUBLE_EQ(testing::ReferenceIterationUs(problem, ends), us) << ends.size() << " groups";
+  }
+  for (Algorithm a : {Algorithm::kBranchAndBound, Algorithm::kExhaustive}) {
+    auto r = Search(problem, SearchOptions{a});
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->group_ends, best);
+    EXPECT_DOUBLE_EQ(r->iteration_us, best_us);
+    EXPECT_TRUE(r->stats.optimal);
+  }
+}
+
 // The instance of test_problems.h worked by hand: every strategy's time, and both algorithms
 // find {0,2} at 167 us.
 TEST(FusionSearch, FindsTheHandWorkedOptimum) {
   const testing::HandInstance h = testing::HandFusionInstance();
   auto problem = MakeProblem(h.model, h.profile, h.request);
   ASSERT_TRUE(problem.ok()) << problem.status().ToString();
-  const std::vector<std::pair<std::vector<int>, double>> by_hand = {
-      {{0, 1, 2}, 187}, {{0, 2}, 167}, {{1, 2}, 178}, {{2}, 168.5}};
-  for (const auto& [ends, us] : by_hand) {
-    EXPECT_DOUBLE_EQ(IterationTime(*problem, ends), us) << ends.size() << " groups";
-    EXPECT_DOUBLE_EQ(testing::ReferenceIterationUs(*problem, ends), us) << ends.size() << " groups";
-  }
-  for (Algorithm a : {Algorithm::kBranchAndBound, Algorithm::kExhaustive}) {
-    auto r = Search(*problem, SearchOptions{a});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->group_ends, (std::vector<int>{0, 2}));
-    EXPECT_DOUBLE_EQ(r->iteration_us, 167);
-    EXPECT_TRUE(r->stats.optimal);
-  }
+  ExpectByHand(*problem, {{{0, 1, 2}, 187}, {{0, 2}, 167}, {{1, 2}, 178}, {{2}, 168.5}}, {0, 2}, 167);
 }
 
 // The same instance with a busy curve for the allreduce, twice the idle one (busy(b) = 40 +
@@ -89,18 +94,7 @@ TEST(FusionSearch, BusyCoresSlowCollectivesThatOverlapBackward) {
   auto problem = MakeProblem(h.model, h.profile, h.request);
   ASSERT_TRUE(problem.ok()) << problem.status().ToString();
   EXPECT_EQ(problem->comm_busy_key, "comm allreduce global busy");
-  const std::vector<std::pair<std::vector<int>, double>> by_hand = {
-      {{0, 1, 2}, 197}, {{0, 2}, 177}, {{1, 2}, 183}, {{2}, 168.5}};
-  for (const auto& [ends, us] : by_hand) {
-    EXPECT_DOUBLE_EQ(IterationTime(*problem, ends), us) << ends.size() << " groups";
-    EXPECT_DOUBLE_EQ(testing::ReferenceIterationUs(*problem, ends), us) << ends.size() << " groups";
-  }
-  for (Algorithm a : {Algorithm::kBranchAndBound, Algorithm::kExhaustive}) {
-    auto r = Search(*problem, SearchOptions{a});
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->group_ends, (std::vector<int>{2}));
-    EXPECT_DOUBLE_EQ(r->iteration_us, 168.5);
-  }
+  ExpectByHand(*problem, {{{0, 1, 2}, 197}, {{0, 2}, 177}, {{1, 2}, 183}, {{2}, 168.5}}, {2}, 168.5);
   const Timeline t = Evaluate(*problem, std::vector<int>{1, 2});
   EXPECT_DOUBLE_EQ(t.groups[0].comm_start_us, 21);
   EXPECT_DOUBLE_EQ(t.groups[0].comm_end_us, 54);
