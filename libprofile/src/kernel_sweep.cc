@@ -514,8 +514,8 @@ Status ValidateOptions(const KernelSweepOptions& options) {
     if (Status s = ValidateRatio(what, options.ratios[i]); !s.ok())
       add(s.message());
     else if (i > 0 && options.ratios[i] <= options.ratios[i - 1])
-      add(what + ": not ascending; got " + FormatRatio(options.ratios[i]) + " after " +
-          FormatRatio(options.ratios[i - 1]) + ", expected increasing ratios");
+      add(what + ": not ascending; got " + FormatDouble(options.ratios[i]) + " after " +
+          FormatDouble(options.ratios[i - 1]) + ", expected increasing ratios");
   }
   if (!problems.empty()) return InvalidArgumentError(problems);
   return Status::Ok();

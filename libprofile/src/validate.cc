@@ -1,6 +1,5 @@
 // The semantic checks of models and profiles (docs/FORMATS.md), shared by the JSON parser
 // and the store's imports.
-#include <charconv>
 #include <cmath>
 #include <map>
 #include <set>
@@ -63,14 +62,6 @@ std::vector<std::string_view> SplitNames(const std::string& joined) {
     start = comma + 2;
   }
   return out;
-}
-
-std::string FormatDouble(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
 }
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
@@ -164,10 +155,10 @@ void CheckRatio(const pb::Curve& c, const std::string& path, Problems& p) {
     return;
   }
   if (!zen && !info->uses_ratio) {
-    p.Add(path, "not allowed for compressor " + c.compressor() + "; got " + FormatRatio(c.ratio()) +
+    p.Add(path, "not allowed for compressor " + c.compressor() + "; got " + FormatDouble(c.ratio()) +
                     ", expected none (it selects no ratio of the elements)");
   } else if (!(c.ratio() > 0.0 && c.ratio() <= 1.0)) {
-    p.Add(path, "out of range; got " + FormatRatio(c.ratio()) + ", expected 0 < ratio <= 1");
+    p.Add(path, "out of range; got " + FormatDouble(c.ratio()) + ", expected 0 < ratio <= 1");
   }
 }
 
@@ -178,7 +169,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
   };
   switch (c.kind()) {
     case pb::COMM:
-      if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatRatio(c.ratio()), p);
+      if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatDouble(c.ratio()), p);
       require(c.comm_op() != pb::COMM_OP_UNSPECIFIED, "op", CommOpNames());
       require(c.scope() != pb::SCOPE_UNSPECIFIED, "scope", ScopeNames());
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);
@@ -212,7 +203,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (c.dtype() != pb::DTYPE_UNSPECIFIED) NotAllowed(Join(path, "dtype"), kind, Quote(Name(c.dtype())), p);
       break;
     case pb::COPY:
-      if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatRatio(c.ratio()), p);
+      if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatDouble(c.ratio()), p);
       if (c.busy()) NotAllowed(Join(path, "busy"), kind, "true", p);
       require(c.copy_op() != pb::COPY_OP_UNSPECIFIED, "op", CopyOpNames());
       require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());

@@ -19,7 +19,6 @@ void CheckProfile(const pb::Profile& profile, const std::string& path, Problems&
 
 // Views of a names.h list such as DTypeNames(); `joined` must outlive them.
 std::vector<std::string_view> SplitNames(const std::string& joined);
-std::string FormatDouble(double v);
 std::string Quote(std::string_view s);
 const std::vector<std::string_view>& MethodNames();
 

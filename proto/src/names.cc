@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -124,15 +125,17 @@ std::string CurveKey(const pb::Curve& c) {
     case pb::ENCODE:
     case pb::DECODE:
       return key + " " + c.compressor() + " " + std::string(Name(c.device())) +
-             (c.has_ratio() ? " ratio " + FormatRatio(c.ratio()) : "");
+             (c.has_ratio() ? " ratio " + FormatDouble(c.ratio()) : "");
     case pb::COPY: return key + " " + std::string(Name(c.copy_op())) + " " + std::string(Name(c.device()));
     default: return key;
   }
 }
 
-std::string FormatRatio(double ratio) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, ratio);
+std::string FormatDouble(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
 

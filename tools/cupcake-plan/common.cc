@@ -121,8 +121,8 @@ std::string Extrapolations(const pb::Plan& plan) {
   std::string s;
   for (const pb::Extrapolation& e : plan.extrapolations()) {
     if (e.unit() == "ratio") {
-      s += (s.empty() ? "\"" : "; \"") + e.curve() + "\" read at ratio " + FormatRatio(e.max_size()) +
-           ", outside the ratios the profile measured (nearest " + FormatRatio(e.last_size()) + ")";
+      s += (s.empty() ? "\"" : "; \"") + e.curve() + "\" read at ratio " + FormatDouble(e.max_size()) +
+           ", outside the ratios the profile measured (nearest " + FormatDouble(e.last_size()) + ")";
       continue;
     }
     auto size = [&](double v) {

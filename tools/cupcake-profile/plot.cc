@@ -108,7 +108,7 @@ std::vector<Panel> Panels(const pb::Profile& profile) {
       case pb::ENCODE:
       case pb::DECODE: {
         // "topk 0.001 (cpu)": a compressor's curves at several ratios are several series.
-        const std::string ratio = c.has_ratio() ? " " + FormatRatio(c.ratio()) : "";
+        const std::string ratio = c.has_ratio() ? " " + FormatDouble(c.ratio()) : "";
         (c.kind() == pb::ENCODE ? encode : decode)
             .series.push_back({c.compressor() + ratio + " (" + std::string(Name(c.device())) + ")", &c});
         break;

@@ -40,8 +40,9 @@ int64_t DTypeBytes(pb::DType v);
 // A readable key of a curve: "comm allgather global", "comm allreduce global float16 busy",
 // "encode topk gpu", "decode topk cpu ratio 0.001", "copy pack gpu".
 std::string CurveKey(const pb::Curve& c);
-// A ratio as the shortest decimal that reads back as the same double ("0.001", "0.25").
-std::string FormatRatio(double ratio);
+// The shortest decimal that reads back as the same double ("0.001", "1e+13"); "nan", "inf",
+// "-inf" for those.
+std::string FormatDouble(double v);
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past
 // U+10FFFF). Every name and text field is checked with it where it enters: JSON writers and
