@@ -140,6 +140,7 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
               CurveCursor(c.mid_encode),
               CurveCursor(c.mid_decode),
               CurveCursor(c.post_kernel),
+              {},
               {}};
     for (const Curve& s : c.steps) k.steps.emplace_back(s);
     for (const Curve& s : c.steps_busy) k.steps_busy.emplace_back(s);
@@ -161,7 +162,7 @@ void OptionPricer::Start(int first) {
   }
 }
 
-void OptionPricer::Price(int last, std::span<StageCost> out) {
+void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
   const Problem& b = p_.base;
   const int64_t n = b.GroupNumel(first_, last);
   const double s = static_cast<double>(b.GroupBytes(first_, last));
@@ -171,6 +172,7 @@ void OptionPricer::Price(int last, std::span<StageCost> out) {
   const double d2h = p_.d2h_prefix.size() > 1 ? p_.d2h_prefix[last + 1] - p_.d2h_prefix[first_] : 0.0;
   const double h2d = p_.h2d_prefix.size() > 1 ? p_.h2d_prefix[last + 1] - p_.h2d_prefix[first_] : 0.0;
   for (size_t o = 0; o < p_.options.size(); ++o) {
+    if (only >= 0 && o != static_cast<size_t>(only)) continue;
     const Option& opt = p_.options[o];
     const SchemeInfo& scheme = *opt.scheme;
     Cursors& k = cursors_[o];

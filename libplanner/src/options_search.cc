@@ -19,29 +19,39 @@ struct OptionBounds {
   double min_net = kInf, min_post = kInf;
 };
 
-OptionBounds ComputeOptionBounds(const OptionProblem& p, OptionPricer& pricer, std::vector<StageCost>& buf,
-                                 int64_t& transitions) {
+// The bounds over every option (element option_count()) and, in the same pass over the groups,
+// over each option alone (element o: every group with option o; step 4's seeds).
+std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, int64_t& transitions) {
   const int n = p.size();
-  OptionBounds b;
-  b.net.assign(n + 1, kInf);
-  b.ready.assign(n + 1, kInf);
-  b.net[n] = b.ready[n] = 0;
+  const size_t options = p.options.size();
+  std::vector<OptionBounds> all(options + 1);
+  for (OptionBounds& b : all) {
+    b.net.assign(n + 1, kInf);
+    b.ready.assign(n + 1, kInf);
+    b.net[n] = b.ready[n] = 0;
+  }
+  OptionPricer pricer(p);
+  std::vector<StageCost> buf(options);
+  auto add = [&](OptionBounds& b, const StageCost& c, int j, int q) {
+    const double net = c.net + std::max(c.post(), b.net[q + 1]);
+    b.net[j] = std::min(b.net[j], net);
+    b.ready[j] =
+        std::min(b.ready[j], std::max(p.base.backward_prefix[q + 1] + c.pre() + net, c.gpu_pre + b.ready[q + 1]));
+    b.min_net = std::min(b.min_net, c.net);
+    b.min_post = std::min(b.min_post, c.post());
+  };
   for (int j = n - 1; j >= 0; --j) {
     pricer.Start(j);
     for (int q = j; q < n; ++q) {
       pricer.Price(q, buf);
       transitions += p.option_count();
-      for (const StageCost& c : buf) {
-        const double net = c.net + std::max(c.post(), b.net[q + 1]);
-        b.net[j] = std::min(b.net[j], net);
-        b.ready[j] =
-            std::min(b.ready[j], std::max(p.base.backward_prefix[q + 1] + c.pre() + net, c.gpu_pre + b.ready[q + 1]));
-        b.min_net = std::min(b.min_net, c.net);
-        b.min_post = std::min(b.min_post, c.post());
+      for (size_t o = 0; o < options; ++o) {
+        add(all[options], buf[o], j, q);
+        add(all[o], buf[o], j, q);
       }
     }
   }
-  return b;
+  return all;
 }
 
 // Step 1: a grouped prefix. Every coordinate only ever raises the final time.
@@ -170,14 +180,13 @@ OptionSearchResult ExhaustiveOptions(const OptionProblem& p) {
   return best;
 }
 
-// Espresso's two steps (seeds: Espresso; docs/MODEL.md) on fixed groups. Returns the options.
-std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int64_t& evaluations) {
+// Espresso's two steps (seeds: Espresso; docs/MODEL.md) on fixed groups, from the options
+// `opts` (Espresso's own start: flat_fp32 on the plan's device, every group). Returns the options.
+std::vector<int> Improve(const OptionProblem& p, std::span<const int> ends, std::vector<int> opts,
+                         int64_t& evaluations) {
   const std::vector<StageCost> table = CostTable(p, ends);
   std::vector<StageCost> scratch;
   const size_t k_count = ends.size();
-  int start = FindOption(p, "flat_fp32", p.base.device);
-  if (start < 0) start = p.fusion_option;
-  std::vector<int> opts(k_count, start);
   double current = TimeOf(p, ends, opts, table, scratch);
   // Step 1: among every group and on-device option, the single change that shortens the whole
   // timeline most, until none does.
@@ -220,20 +229,30 @@ std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int
   return opts;
 }
 
+std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int64_t& evaluations) {
+  int start = FindOption(p, "flat_fp32", p.base.device);
+  if (start < 0) start = p.fusion_option;
+  return Improve(p, ends, std::vector<int>(ends.size(), start), evaluations);
+}
+
+// Each single-option seed search gets at most budget / kSeedShare nodes.
+constexpr int64_t kSeedShare = 1000;
+
 struct Incumbent {
   std::vector<int> ends, options;
   double time = kInf;
 };
 
-// Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent.
-OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget, Incumbent start, bool greedy,
-                                         SearchStats& st) {
+// Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent, until st.transitions
+// reaches `budget`; with `only_option` >= 0, over the strategies with that option on every group.
+OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBounds& sb, int64_t budget,
+                                         Incumbent start, bool greedy, int only_option, SearchStats& st) {
   const int n = p.size();
   const double fixed = p.base.forward_us + p.base.update_us;
   const double backward_total = p.base.backward_prefix[static_cast<size_t>(n)];
   OptionPricer pricer(p);
   std::vector<StageCost> buf(p.options.size());
-  const OptionBounds sb = ComputeOptionBounds(p, pricer, buf, st.transitions);
+  auto offered = [&](int o) { return only_option < 0 || o == only_option; };
   auto lower_bound = [&](const Label& l) {
     const size_t j = static_cast<size_t>(l.end);
     return fixed + std::max({backward_total + l.y, l.x, l.g + l.v, l.u, l.f + sb.net[j], l.e + sb.ready[j]});
@@ -253,8 +272,9 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget,
       const int32_t id = static_cast<int32_t>(chain.size() - 1);
       pricer.Start(j);
       for (int q = j; q < n; ++q) {
-        pricer.Price(q, buf);
+        pricer.Price(q, buf, only_option);
         for (int o = 0; o < p.option_count(); ++o) {
+          if (!offered(o)) continue;
           const Label next = Extend(p, chain[static_cast<size_t>(id)], id, q, o, buf[static_cast<size_t>(o)]);
           ++st.transitions;
           const double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
@@ -301,10 +321,13 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget,
       for (int q = j; q < n; ++q) {
         if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
           break;
-        pricer.Price(q, buf);
-        UsefulOptions(p, buf, useful);
+        pricer.Price(q, buf, only_option);
+        if (only_option < 0)
+          UsefulOptions(p, buf, useful);
+        else
+          useful.assign(buf.size(), 1);  // the one offered option, even where another would dominate it
         for (int o = 0; o < p.option_count(); ++o) {
-          if (!useful[static_cast<size_t>(o)]) continue;
+          if (!useful[static_cast<size_t>(o)] || !offered(o)) continue;
           const Label next = Extend(p, l, id, q, o, buf[static_cast<size_t>(o)]);
           ++st.transitions;
           if (q == n - 1) {
@@ -361,7 +384,7 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, int64_t budget,
     r.group_ends = inc.ends;
     r.options = inc.options;
   }
-  r.iteration_us = OptionIterationTime(p, r.group_ends, r.options);
+  if (!r.group_ends.empty()) r.iteration_us = OptionIterationTime(p, r.group_ends, r.options);
   st.optimal = !stopped;
   r.lower_bound_us = stopped ? std::min(open_bound, r.iteration_us) : r.iteration_us;
   return r;
@@ -415,16 +438,30 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
     r.lower_bound_us = 0;
     return r;
   }
+  const std::vector<OptionBounds> bounds = ComputeOptionBounds(p, st.transitions);
   Incumbent start;
   if (!options.seed_incumbents) {
     start = {fusion.group_ends, fusion_options, kInf};  // kept only if nothing is found
-  } else if (r.espresso_us <= r.fusion_us) {
-    start = {fusion.group_ends, espresso, r.espresso_us};
   } else {
-    start = {fusion.group_ends, fusion_options, r.fusion_us};
+    start = r.espresso_us <= r.fusion_us ? Incumbent{fusion.group_ends, espresso, r.espresso_us}
+                                         : Incumbent{fusion.group_ends, fusion_options, r.fusion_us};
+    // Step 4's seeds: per option, the best grouping with that option on every group (a search
+    // over cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
+    for (int o = 0; o < p.option_count(); ++o) {
+      SearchStats seed_st = st;
+      const int64_t cap = std::min(options.node_budget, st.transitions + options.node_budget / kSeedShare);
+      const OptionSearchResult seed = BranchAndBoundOptions(p, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
+      st.transitions = seed_st.transitions;
+      if (seed.group_ends.empty()) continue;
+      int64_t changes = 0;
+      std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
+      st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
+      const double t = OptionIterationTime(p, seed.group_ends, opts);
+      if (t < start.time) start = {seed.group_ends, std::move(opts), t};
+    }
   }
   OptionSearchResult found =
-      BranchAndBoundOptions(p, options.node_budget, std::move(start), options.seed_incumbents, st);
+      BranchAndBoundOptions(p, bounds.back(), options.node_budget, std::move(start), options.seed_incumbents, -1, st);
   found.fusion_us = r.fusion_us;
   found.espresso_us = r.espresso_us;
   found.espresso_groups = r.espresso_groups;

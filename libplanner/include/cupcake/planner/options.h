@@ -84,8 +84,9 @@ class OptionPricer {
  public:
   explicit OptionPricer(const OptionProblem& p);
   void Start(int first);
-  // `last` must not decrease between calls after a Start. Fills out[o] for every option.
-  void Price(int last, std::span<StageCost> out);
+  // `last` must not decrease between calls after a Start. Fills out[o] for every option, or
+  // only out[only] when only >= 0.
+  void Price(int last, std::span<StageCost> out, int only = -1);
 
  private:
   struct Cursors {
