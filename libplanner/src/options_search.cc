@@ -235,7 +235,9 @@ std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int
   return Improve(p, ends, std::vector<int>(ends.size(), start), evaluations);
 }
 
-// Each single-option seed search gets at most budget / kSeedShare nodes.
+// The first search gets at most budget / kFirstShare nodes; each single-option seed search at
+// most budget / kSeedShare.
+constexpr int64_t kFirstShare = 20;
 constexpr int64_t kSeedShare = 1000;
 
 struct Incumbent {
@@ -439,29 +441,38 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
     return r;
   }
   const std::vector<OptionBounds> bounds = ComputeOptionBounds(p, st.transitions);
-  Incumbent start;
+  OptionSearchResult found;
   if (!options.seed_incumbents) {
-    start = {fusion.group_ends, fusion_options, kInf};  // kept only if nothing is found
+    Incumbent none{fusion.group_ends, fusion_options, kInf};  // kept only if nothing is found
+    found = BranchAndBoundOptions(p, bounds.back(), options.node_budget, std::move(none), false, -1, st);
   } else {
-    start = r.espresso_us <= r.fusion_us ? Incumbent{fusion.group_ends, espresso, r.espresso_us}
-                                         : Incumbent{fusion.group_ends, fusion_options, r.fusion_us};
-    // Step 4's seeds: per option, the best grouping with that option on every group (a search
-    // over cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
-    for (int o = 0; o < p.option_count(); ++o) {
-      SearchStats seed_st = st;
-      const int64_t cap = std::min(options.node_budget, st.transitions + options.node_budget / kSeedShare);
-      const OptionSearchResult seed = BranchAndBoundOptions(p, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
-      st.transitions = seed_st.transitions;
-      if (seed.group_ends.empty()) continue;
-      int64_t changes = 0;
-      std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
-      st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
-      const double t = OptionIterationTime(p, seed.group_ends, opts);
-      if (t < start.time) start = {seed.group_ends, std::move(opts), t};
+    Incumbent start = r.espresso_us <= r.fusion_us ? Incumbent{fusion.group_ends, espresso, r.espresso_us}
+                                                   : Incumbent{fusion.group_ends, fusion_options, r.fusion_us};
+    // Step 4: a first search with 1/kFirstShare of the budget; most prove their optimum within
+    // it, for less than the seeds below cost.
+    const int64_t first_cap = std::min(options.node_budget, st.transitions + options.node_budget / kFirstShare);
+    found = BranchAndBoundOptions(p, bounds.back(), first_cap, start, true, -1, st);
+    if (!st.optimal) {
+      if (found.iteration_us < start.time) start = {found.group_ends, found.options, found.iteration_us};
+      // The seeds: per option, the best grouping with that option on every group (a search over
+      // cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
+      for (int o = 0; o < p.option_count(); ++o) {
+        SearchStats seed_st = st;
+        const int64_t cap = std::min(options.node_budget, st.transitions + options.node_budget / kSeedShare);
+        const OptionSearchResult seed =
+            BranchAndBoundOptions(p, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
+        st.transitions = seed_st.transitions;
+        if (seed.group_ends.empty()) continue;
+        int64_t changes = 0;
+        std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
+        st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
+        const double t = OptionIterationTime(p, seed.group_ends, opts);
+        if (t < start.time) start = {seed.group_ends, std::move(opts), t};
+      }
+      // Then the search again, from the best of them, with the rest of the budget.
+      found = BranchAndBoundOptions(p, bounds.back(), options.node_budget, std::move(start), false, -1, st);
     }
   }
-  OptionSearchResult found =
-      BranchAndBoundOptions(p, bounds.back(), options.node_budget, std::move(start), options.seed_incumbents, -1, st);
   found.fusion_us = r.fusion_us;
   found.espresso_us = r.espresso_us;
   found.espresso_groups = r.espresso_groups;
