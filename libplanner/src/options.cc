@@ -60,6 +60,7 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
     out.steps.emplace_back(*c);
     const pb::Curve* busy = FindProfileCurve(profile, key + " busy");
     out.steps_busy.push_back(busy != nullptr ? Curve(*busy) : Curve());
+    out.step_busy_keys.push_back(busy != nullptr ? key + " busy" : "");
     out.step_keys.push_back(key);
   }
   return "";

@@ -121,8 +121,10 @@ std::vector<pb::Extrapolation> FindOptionExtrapolations(const OptionProblem& p, 
     }
     use(c.pre_kernel, c.pre_key, "elements", static_cast<double>(n));
     use(c.mid_encode, c.mid_encode_key, "elements", m);
-    for (size_t i = 0; i < g.steps.size(); ++i)
+    for (size_t i = 0; i < g.steps.size(); ++i) {
       use(c.steps[i], c.step_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
+      use(c.steps_busy[i], c.step_busy_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
+    }
     use(c.mid_decode, c.mid_decode_key, "elements", m);
     use(c.post_kernel, c.post_key, "elements", static_cast<double>(n));
   }
@@ -217,8 +219,8 @@ StatusOr<pb::Plan> MakeOptionsPlan(const pb::Model& model, const pb::Profile& pr
 
 std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<const int> group_ends) {
   CurveUse pack{&p.pack, &p.pack_key, "bytes"}, encode{&p.encode, &p.encode_key, "elements"},
-      comm{&p.comm, &p.comm_key, "bytes"}, decode{&p.decode, &p.decode_key, "elements"},
-      unpack{&p.unpack, &p.unpack_key, "bytes"};
+      comm{&p.comm, &p.comm_key, "bytes"}, comm_busy{&p.comm_busy, &p.comm_busy_key, "bytes"},
+      decode{&p.decode, &p.decode_key, "elements"}, unpack{&p.unpack, &p.unpack_key, "bytes"};
   int first = 0;
   for (int last : group_ends) {  // the sizes GroupPricer::Price reads
     const double n = static_cast<double>(p.GroupNumel(first, last));
@@ -232,10 +234,11 @@ std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<co
       decode.max_size = std::max(decode.max_size, n);
     }
     comm.max_size = std::max(comm.max_size, static_cast<double>(p.PayloadOf(p.GroupNumel(first, last))));
+    comm_busy.max_size = comm.max_size;  // read at the same payloads (empty without a busy curve)
     first = last + 1;
   }
   std::vector<pb::Extrapolation> out;
-  for (const CurveUse* u : {&pack, &encode, &comm, &decode, &unpack}) {
+  for (const CurveUse* u : {&pack, &encode, &comm, &comm_busy, &decode, &unpack}) {
     if (u->curve->empty() || u->max_size <= kExtrapolationFactor * u->curve->last_size()) continue;
     pb::Extrapolation e;
     e.set_curve(*u->key);

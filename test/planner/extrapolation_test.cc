@@ -88,5 +88,39 @@ TEST(Extrapolation, MakePlanRecordsThem) {
   EXPECT_EQ(plan->extrapolations(0).unit(), "bytes");
 }
 
+// A busy curve (docs/MODEL.md, "Busy cores") is read at the same payloads as its idle curve, so
+// it is listed when it was measured less far: here up to 400 bytes, the idle one far enough.
+TEST(Extrapolation, BusyCurvesToo) {
+  HandInstance h = ShortCurves();
+  h.profile.mutable_curves(0)->mutable_points(1)->set_size(1 << 20);
+  pb::Curve busy = MakeCurve(pb::COMM, {{100, 30}, {400, 36}});
+  busy.set_comm_op(pb::ALLREDUCE);
+  busy.set_scope(pb::GLOBAL);
+  busy.set_busy(true);
+  *h.profile.add_curves() = busy;
+  auto p = MakeProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const std::vector<int> one_group{2};
+  auto e = FindExtrapolations(*p, one_group);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].curve(), "copy pack gpu");
+  EXPECT_EQ(e[1].curve(), "comm allreduce global busy");
+  EXPECT_EQ(e[1].last_size(), 400);
+  EXPECT_EQ(e[1].max_size(), 1200);
+  EXPECT_EQ(e[1].unit(), "bytes");
+
+  // The options plan lists it through its steps: one tensor of 300 elements (1200 bytes).
+  h.model.mutable_tensors()->DeleteSubrange(1, 2);
+  h.model.mutable_tensors(0)->set_numel(300);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->extrapolations_size(), 1);
+  EXPECT_EQ(plan->extrapolations(0).curve(), "comm allreduce global busy");
+  EXPECT_EQ(plan->extrapolations(0).last_size(), 400);
+  EXPECT_EQ(plan->extrapolations(0).max_size(), 1200);
+}
+
 }  // namespace
 }  // namespace cupcake::planner

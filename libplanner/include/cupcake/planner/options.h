@@ -51,6 +51,7 @@ struct OptionCurves {
   std::vector<Curve> steps;  // one per scheme step
   std::vector<Curve> steps_busy;  // parallel: the step's busy curve, the zero curve where none
   std::vector<std::string> step_keys;
+  std::vector<std::string> step_busy_keys;  // parallel: "" where there is no busy curve
   std::string pre_key, mid_encode_key, mid_decode_key, post_key;
   std::vector<pb::Extrapolation> ratio_notes;  // kernel curves read at an unmeasured ratio
 };
