@@ -36,7 +36,7 @@ struct InProcessGroup::State {
   std::vector<const void*> sends;
   std::vector<void*> recvs;
   std::vector<const int64_t*> counts;  // Alltoallv: each rank's send_bytes
-  std::vector<int> ints;  // Split: color, key per rank
+  std::vector<int> ints;  // Split: color, key per rank; Alltoallv: whether a rank's counts disagree
   std::vector<std::shared_ptr<State>> children;  // Split: the new groups' states, by leader rank
 
   Status Wait(int rank, const std::string& host) {
@@ -141,19 +141,34 @@ class InProcessCommunicator final : public Communicator {
     CUPCAKE_RETURN_IF_ERROR(internal::CheckAlltoallv(send_bytes, recv_bytes, size(), rank_, host()));
     state_->counts[static_cast<size_t>(rank_)] = send_bytes.data();
     CUPCAKE_RETURN_IF_ERROR(Post(send, recv));
+    // Every rank checks what the others send it and says whether it disagrees (ints[2 r]) before
+    // anyone aborts: a rank that aborted would return and free its counts and buffers while the
+    // others still read them. After the barrier the counts are no longer read.
+    std::string disagreement;
+    for (int r = 0; r < size() && disagreement.empty(); ++r) {
+      const int64_t sent = state_->counts[static_cast<size_t>(r)][rank_];
+      if (sent != recv_bytes[static_cast<size_t>(r)])
+        disagreement = "Alltoallv: rank " + std::to_string(r) + " sends " + std::to_string(sent) + " bytes to rank " +
+                       std::to_string(rank_) + ", which expects " + std::to_string(recv_bytes[static_cast<size_t>(r)]);
+    }
+    std::vector<int64_t> offsets(static_cast<size_t>(size()));  // where rank r's block for me starts
+    for (int r = 0; r < size(); ++r)
+      for (int j = 0; j < rank_; ++j) offsets[static_cast<size_t>(r)] += state_->counts[static_cast<size_t>(r)][j];
+    state_->ints[2 * static_cast<size_t>(rank_)] = disagreement.empty() ? 0 : 1;
+    CUPCAKE_RETURN_IF_ERROR(Wait());
+    int first_disagreeing = -1;
+    for (int r = 0; r < size() && first_disagreeing < 0; ++r)
+      if (state_->ints[2 * static_cast<size_t>(r)] != 0) first_disagreeing = r;
+    if (first_disagreeing >= 0) {
+      // One rank names the disagreement; every rank returns the group's abort (buffers untouched).
+      if (first_disagreeing == rank_) state_->Abort(disagreement);
+      return Wait();
+    }
     int64_t out = 0;
     for (int r = 0; r < size(); ++r) {
-      const int64_t* theirs = state_->counts[static_cast<size_t>(r)];
-      int64_t offset = 0;  // where rank r's block for me starts in its send buffer
-      for (int j = 0; j < rank_; ++j) offset += theirs[j];
-      if (theirs[rank_] != recv_bytes[static_cast<size_t>(r)]) {
-        state_->Abort("Alltoallv: rank " + std::to_string(r) + " sends " + std::to_string(theirs[rank_]) +
-                      " bytes to rank " + std::to_string(rank_) + ", which expects " +
-                      std::to_string(recv_bytes[static_cast<size_t>(r)]));
-        return Wait();
-      }
-      Copy(At(recv, out), At(state_->sends[static_cast<size_t>(r)], offset), theirs[rank_]);
-      out += theirs[rank_];
+      const int64_t bytes = recv_bytes[static_cast<size_t>(r)];
+      Copy(At(recv, out), At(state_->sends[static_cast<size_t>(r)], offsets[static_cast<size_t>(r)]), bytes);
+      out += bytes;
     }
     return Wait();
   }
