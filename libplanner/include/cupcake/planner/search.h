@@ -55,9 +55,9 @@ struct SearchOptions {
   int64_t bucket_bytes = int64_t{25} << 20;
   SearchSpace space = SearchSpace::kFusion;
   // Options space, branch_and_bound: start from Espresso's plan, the fusion optimum, the
-  // single-option seeds and the greedy pass (docs/MODEL.md, v2 step 4). Off, the search starts
-  // with no incumbent (the tests' check that the label DP alone is exact, where its dominance
-  // and bounds decide).
+  // greedy pass and, where needed, the single-option seeds (docs/MODEL.md, v2 step 4). Off, the
+  // search starts with no incumbent (the tests' check that the label DP alone is exact, where
+  // its dominance and bounds decide).
   bool seed_incumbents = true;
 };
 
@@ -93,9 +93,11 @@ struct OptionSearchResult {
   int espresso_groups = 0;
 };
 
-// Searches groups and options together (docs/MODEL.md, v2): branch_and_bound (Espresso's plan,
-// the fusion optimum and the single-option seeds as incumbents), exhaustive (refused above kMaxExhaustiveOptionTensors)
-// or espresso. Fixed strategies give their groups with the plan's one option.
+// Searches groups and options together (docs/MODEL.md, v2): branch_and_bound (Espresso's plan
+// and the fusion optimum as incumbents, and the single-option seeds where a first search with
+// part of the budget does not prove the optimum), exhaustive (refused above
+// kMaxExhaustiveOptionTensors) or espresso. Fixed strategies give their groups with the plan's
+// one option.
 StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& problem, const SearchOptions& options);
 
 std::string AlgorithmName(Algorithm a);
