@@ -10,6 +10,7 @@ namespace {
 
 using testing::HandFusionInstance;
 using testing::HandInstance;
+using testing::MakeCommCurve;
 using testing::MakeCurve;
 
 // The hand instance (3 tensors of 100 float32 elements, 400 bytes each) with comm and pack
@@ -17,10 +18,7 @@ using testing::MakeCurve;
 HandInstance ShortCurves() {
   HandInstance h = HandFusionInstance();
   h.profile.clear_curves();
-  pb::Curve ar = MakeCurve(pb::COMM, {{100, 20}, {400, 24}});
-  ar.set_comm_op(pb::ALLREDUCE);
-  ar.set_scope(pb::GLOBAL);
-  *h.profile.add_curves() = ar;
+  *h.profile.add_curves() = MakeCommCurve(pb::ALLREDUCE, pb::GLOBAL, {{100, 20}, {400, 24}});
   pb::Curve pack = MakeCurve(pb::COPY, {{100, 1}, {400, 1.5}});
   pack.set_copy_op(pb::PACK);
   pack.set_device(pb::GPU);
@@ -93,9 +91,7 @@ TEST(Extrapolation, MakePlanRecordsThem) {
 TEST(Extrapolation, BusyCurvesToo) {
   HandInstance h = ShortCurves();
   h.profile.mutable_curves(0)->mutable_points(1)->set_size(1 << 20);
-  pb::Curve busy = MakeCurve(pb::COMM, {{100, 30}, {400, 36}});
-  busy.set_comm_op(pb::ALLREDUCE);
-  busy.set_scope(pb::GLOBAL);
+  pb::Curve busy = MakeCommCurve(pb::ALLREDUCE, pb::GLOBAL, {{100, 30}, {400, 36}});
   busy.set_busy(true);
   *h.profile.add_curves() = busy;
   auto p = MakeProblem(h.model, h.profile, h.request);

@@ -40,10 +40,7 @@ pb::Model TwoTensors(double numel, double forward_us, double update_us) {
 }
 
 void AddComm(pb::Profile& p, pb::CommOp op, pb::Scope scope, std::initializer_list<std::pair<int64_t, double>> pts) {
-  pb::Curve c = MakeCurve(pb::COMM, pts);
-  c.set_comm_op(op);
-  c.set_scope(scope);
-  *p.add_curves() = c;
+  *p.add_curves() = testing::MakeCommCurve(op, scope, pts);
 }
 
 void AddKernel(pb::Profile& p, pb::CurveKind kind, const std::string& compressor, pb::Device d, double us) {

@@ -24,6 +24,15 @@ inline pb::Curve MakeCurve(pb::CurveKind kind, std::initializer_list<std::pair<i
   return c;
 }
 
+// A collective's curve: `op` in `scope`.
+inline pb::Curve MakeCommCurve(pb::CommOp op, pb::Scope scope,
+                               std::initializer_list<std::pair<int64_t, double>> points) {
+  pb::Curve c = MakeCurve(pb::COMM, points);
+  c.set_comm_op(op);
+  c.set_scope(scope);
+  return c;
+}
+
 // A jagged curve: random sizes and times, neither monotone nor subadditive.
 inline pb::Curve RandomCurve(std::mt19937_64& rng, pb::CurveKind kind, int64_t max_size) {
   pb::Curve c;
