@@ -254,7 +254,10 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
   const double backward_total = p.base.backward_prefix[static_cast<size_t>(n)];
   OptionPricer pricer(p);
   std::vector<StageCost> buf(p.options.size());
-  auto offered = [&](int o) { return only_option < 0 || o == only_option; };
+  // The options extended: every one (per group, the main search then keeps UsefulOptions'), or
+  // only_option alone, even where another would dominate it.
+  std::vector<char> useful(p.options.size(), only_option < 0 ? 1 : 0);
+  if (only_option >= 0) useful[static_cast<size_t>(only_option)] = 1;
   auto lower_bound = [&](const Label& l) {
     const size_t j = static_cast<size_t>(l.end);
     return fixed + std::max({backward_total + l.y, l.x, l.g + l.v, l.u, l.f + sb.net[j], l.e + sb.ready[j]});
@@ -276,7 +279,7 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
       for (int q = j; q < n; ++q) {
         pricer.Price(q, buf, only_option);
         for (int o = 0; o < p.option_count(); ++o) {
-          if (!offered(o)) continue;
+          if (!useful[static_cast<size_t>(o)]) continue;
           const Label next = Extend(p, chain[static_cast<size_t>(id)], id, q, o, buf[static_cast<size_t>(o)]);
           ++st.transitions;
           const double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
@@ -302,7 +305,6 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
   bool stopped = false;
   double open_bound = kInf;  // the smallest bound of a label left unexpanded when stopped
   std::vector<std::pair<double, int32_t>> order;
-  std::vector<char> useful;
   for (int j = 0; j < n && !stopped; ++j) {
     order.clear();
     for (int32_t id : at[static_cast<size_t>(j)]) order.emplace_back(lower_bound(labels[static_cast<size_t>(id)]), id);
@@ -324,12 +326,9 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
         if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
           break;
         pricer.Price(q, buf, only_option);
-        if (only_option < 0)
-          UsefulOptions(p, buf, useful);
-        else
-          useful.assign(buf.size(), 1);  // the one offered option, even where another would dominate it
+        if (only_option < 0) UsefulOptions(p, buf, useful);
         for (int o = 0; o < p.option_count(); ++o) {
-          if (!useful[static_cast<size_t>(o)] || !offered(o)) continue;
+          if (!useful[static_cast<size_t>(o)]) continue;
           const Label next = Extend(p, l, id, q, o, buf[static_cast<size_t>(o)]);
           ++st.transitions;
           if (q == n - 1) {
