@@ -8,7 +8,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${CUPCAKE_BUILD_DIR:-$root/build}"
 out="${1:-$root/.gpu-pack}"
-bins=(test/kernels/kernels_compressor_test test/kernels/kernels_cuda_test test/runtime/runtime_gpu_test
+bins=(test/kernels/kernels_compressor_test test/kernels/kernels_cuda_test test/kernels/kernels_zen_cuda_test
+      test/comm/comm_zen_device_test test/runtime/runtime_gpu_test
       test/profile/profile_gpu_test test/profile/profile_nccl_test test/comm/comm_nccl_test
       test/runtime/runtime_session_test test/runtime/runtime_recorder_test test/tools/tools_profile_kernels_test
       bench/runtime/runtime_gpu_bench

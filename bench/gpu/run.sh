@@ -18,7 +18,7 @@ export LD_LIBRARY_PATH="$pack/lib:$(dirname "${nccl:-/none/x}"):$(dirname "${cup
   ldd "$pack"/bin/* | grep "not found"; } > "$out/env.txt" 2>&1
 # Also the suites whose cases take another path where a GPU is present (the session's and the C
 # API's device checks, the recorder's CUPTI kernel time, the kernels command's GPU refusal).
-for t in kernels_compressor_test kernels_cuda_test runtime_gpu_test profile_gpu_test profile_nccl_test comm_nccl_test \
+for t in kernels_compressor_test kernels_cuda_test kernels_zen_cuda_test comm_zen_device_test runtime_gpu_test profile_gpu_test profile_nccl_test comm_nccl_test \
          runtime_session_test runtime_recorder_test tools_profile_kernels_test; do
   timeout 300 "$pack/bin/$t" > "$out/$t.txt" 2>&1
   echo "$t: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.txt" | tr '\n' ' '))"

@@ -6,6 +6,7 @@
 
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/fusion.h"
+#include "cupcake/kernels/zen.h"
 
 namespace cupcake::kernels {
 
@@ -28,6 +29,7 @@ Status CopyToDevice(void* dst, const void* src, int64_t size_bytes);
 Status CopyToHost(void* dst, const void* src, int64_t size_bytes);
 Status Memset(void* ptr, int64_t size_bytes);
 Status Synchronize(void* stream);
+StatusOr<std::unique_ptr<zen::DeviceSteps>> MakeZenDeviceSteps();  // kernels/cuda/cuda_zen.cu
 }  // namespace cuda
 
 }  // namespace cupcake::kernels

@@ -88,6 +88,8 @@ CUPCAKE_HD uint32_t Mix32(uint32_t x) {
   x ^= x >> 16;
   return x;
 }
+// Zen's row hash (cupcake/kernels/zen.h: RowHash).
+CUPCAKE_HD uint32_t ZenRowHash(uint32_t row, uint32_t seed) { return Mix32(row ^ (seed * 0x9e3779b9u)); }
 CUPCAKE_HD uint64_t StreamKey(uint64_t seed, uint64_t iteration) {
   return Mix64(Mix64(seed + 0x9e3779b97f4a7c15ull) ^ (iteration * 0xd1b54a32d192ed03ull + 1));
 }

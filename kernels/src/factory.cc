@@ -50,6 +50,14 @@ StatusOr<std::unique_ptr<Compressor>> MakeCompressor(const CompressorConfig& con
 #endif
 }
 
+StatusOr<std::unique_ptr<zen::DeviceSteps>> zen::DeviceSteps::Create() {
+#if CUPCAKE_HAVE_CUDA
+  return cuda::MakeZenDeviceSteps();
+#else
+  return NoCuda();
+#endif
+}
+
 StatusOr<std::unique_ptr<FusionTable>> MakeFusionTable(Backend backend, std::span<const FusionSegment> segments,
                                                        float* fusion) {
   CUPCAKE_ASSIGN_OR_RETURN(int64_t numel, CheckFusionSegments(segments, fusion));

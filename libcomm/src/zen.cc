@@ -1,6 +1,7 @@
 // ZenAllreduce (cupcake/comm/zen.h): the exchange around kernels::zen's steps.
 #include "cupcake/comm/zen.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace cupcake::comm {
@@ -89,6 +90,76 @@ StatusOr<zen::Sparse> ZenAllreduce(Communicator& comm, zen::SparseView input, co
   ZenStats& s = stats != nullptr ? *stats : local;
   CUPCAKE_ASSIGN_OR_RETURN(zen::Sparse mine, SumAtOwner(comm, input, options, s));
   return GatherPartitions(comm, mine, options, s);
+}
+
+StatusOr<int64_t> ZenAllreduceDevice(Communicator& comm, const uint32_t* indices, const float* values, int64_t k,
+                                     const ZenOptions& options, float divisor, float* out, zen::DeviceSteps& steps,
+                                     ZenStats* stats) {
+  if (comm.memory() != MemoryKind::kDevice) {
+    return InvalidArgumentError("ZenAllreduceDevice: communicator (" + comm.library() +
+                                "): host memory; expected device memory (ZenAllreduce takes host memory)");
+  }
+  using Area = zen::DeviceSteps::Area;
+  const int p = comm.size();
+  const int me = comm.rank();
+  void* stream = comm.stream();
+  ZenStats local;
+  ZenStats& s = stats != nullptr ? *stats : local;
+
+  // Steps 1-4 (SumAtOwner's): partition, counts, pairs to their owners, the owner's merge.
+  CUPCAKE_ASSIGN_OR_RETURN(const std::vector<int64_t> counts,
+                           steps.Partition(indices, values, k, options.n, p, options.seed,
+                                           "ZenAllreduceDevice (rank " + std::to_string(me) + ")", stream));
+  CUPCAKE_ASSIGN_OR_RETURN(std::byte * in_counts_device, steps.Reserve(Area::kCounts, 8 * p, stream));
+  CUPCAKE_RETURN_IF_ERROR(comm.Alltoall(steps.device_counts(), in_counts_device, sizeof(int64_t)));
+  std::vector<int64_t> in_counts(static_cast<size_t>(p));
+  CUPCAKE_RETURN_IF_ERROR(steps.ToHost(in_counts.data(), in_counts_device, 8 * p, stream));
+  s.counts = {8 * (p - 1), 8 * (p - 1)};
+  std::vector<int64_t> send_bytes(counts), recv_bytes(in_counts);
+  for (auto& b : send_bytes) b *= sizeof(zen::Pair);
+  for (auto& b : recv_bytes) b *= sizeof(zen::Pair);
+  const int64_t received = std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0});
+  CUPCAKE_ASSIGN_OR_RETURN(std::byte * pairs, steps.Reserve(Area::kPairs, received, stream));
+  CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(steps.partitioned(), send_bytes, pairs, recv_bytes));
+  s.pairs = {SumExcept(send_bytes, me), SumExcept(recv_bytes, me)};
+  CUPCAKE_ASSIGN_OR_RETURN(const int64_t count,
+                           steps.MergeSum(reinterpret_cast<const zen::Pair*>(pairs),
+                                          received / static_cast<int64_t>(sizeof(zen::Pair)), stream));
+
+  // Steps 5-6 (GatherPartitions'): encode, sizes, the partitions to every rank, decode into out.
+  const int64_t rows = zen::PartitionRows(me, options.n, p, options.seed);
+  const zen::Encoding encoding = zen::ChooseEncoding(count, rows);
+  const int64_t my_bytes = zen::EncodedPartitionBytes(encoding, count, rows);
+  CUPCAKE_ASSIGN_OR_RETURN(std::byte * send, steps.Reserve(Area::kSend, my_bytes * std::max(p - 1, 1), stream));
+  CUPCAKE_RETURN_IF_ERROR(steps.EncodeMerged(me, options.n, p, options.seed, send, stream));
+  for (int j = 1; j < p - 1; ++j) CUPCAKE_RETURN_IF_ERROR(steps.Copy(send + j * my_bytes, send, my_bytes, stream));
+  CUPCAKE_ASSIGN_OR_RETURN(std::byte * sizes_device, steps.Reserve(Area::kSizes, 8 * (p + 1), stream));
+  CUPCAKE_RETURN_IF_ERROR(steps.ToDevice(sizes_device + 8 * p, &my_bytes, 8, stream));
+  CUPCAKE_RETURN_IF_ERROR(comm.Allgather(sizes_device + 8 * p, sizes_device, sizeof(int64_t)));
+  std::vector<int64_t> sizes(static_cast<size_t>(p));
+  CUPCAKE_RETURN_IF_ERROR(steps.ToHost(sizes.data(), sizes_device, 8 * p, stream));
+  s.sizes = {8 * (p - 1), 8 * (p - 1)};
+
+  std::vector<int64_t> part_send(static_cast<size_t>(p), my_bytes), part_recv(sizes);
+  part_send[static_cast<size_t>(me)] = part_recv[static_cast<size_t>(me)] = 0;
+  CUPCAKE_ASSIGN_OR_RETURN(std::byte * recv, steps.Reserve(Area::kReceived, SumExcept(sizes, me), stream));
+  CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(send, part_send, recv, part_recv));
+  s.partitions = {my_bytes * (p - 1), SumExcept(sizes, me)};
+
+  CUPCAKE_RETURN_IF_ERROR(steps.Zero(out, 4 * options.n, stream));
+  s.encodings.resize(static_cast<size_t>(p));
+  int64_t offset = 0, union_size = 0;
+  for (int r = 0; r < p; ++r) {
+    const int64_t bytes = sizes[static_cast<size_t>(r)];
+    const std::byte* block = r == me ? send : recv + offset;
+    if (r != me) offset += bytes;
+    CUPCAKE_ASSIGN_OR_RETURN(const zen::PartitionLayout layout,
+                             steps.DecodeInto(block, bytes, r, options.n, p, options.seed, divisor, out, stream));
+    s.encodings[static_cast<size_t>(r)] = layout.encoding;
+    union_size += layout.count;
+  }
+  CUPCAKE_RETURN_IF_ERROR(steps.FinishDecodes(stream));
+  return union_size;
 }
 
 ZenPhaseBytes AllgatherSchemeBytes(int64_t max_count, int world_size) {

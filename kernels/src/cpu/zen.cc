@@ -8,37 +8,48 @@
 #include <utility>
 
 #include "../common.h"
+#include "../zen_checks.h"
 
 namespace cupcake::kernels::zen {
 
-Status ValidateSparse(SparseView input, int64_t n, const std::string& what) {
+Status SparseStatus(const std::string& what, int64_t n, int64_t k, int64_t values, const SparseProblems& found) {
   std::vector<std::string> problems;
   if (n < 1 || n > kMaxElements) {
     problems.push_back(what + ": n: out of range; got " + std::to_string(n) +
                        ", expected 1 <= n <= " + std::to_string(kMaxElements));
   }
-  if (input.values.size() != input.indices.size()) {
-    problems.push_back(what + ": values: size mismatch; got " + std::to_string(input.values.size()) + ", expected " +
-                       std::to_string(input.indices.size()) + " (the number of indices)");
+  if (values != k) {
+    problems.push_back(what + ": values: size mismatch; got " + std::to_string(values) + ", expected " +
+                       std::to_string(k) + " (the number of indices)");
   }
-  for (size_t j = 0; j < input.indices.size(); ++j) {
-    if (j > 0 && input.indices[j] <= input.indices[j - 1]) {
-      problems.push_back(what + ": indices[" + std::to_string(j) + "]: not increasing; got " +
-                         std::to_string(input.indices[j]) + ", expected > " + std::to_string(input.indices[j - 1]));
-      break;
-    }
+  if (found.not_increasing >= 0) {
+    problems.push_back(what + ": indices[" + std::to_string(found.not_increasing) + "]: not increasing; got " +
+                       std::to_string(found.not_increasing_got) + ", expected > " +
+                       std::to_string(found.not_increasing_previous));
   }
-  for (size_t j = 0; j < input.indices.size(); ++j) {
-    if (input.indices[j] >= n) {
-      problems.push_back(what + ": indices[" + std::to_string(j) + "]: out of range; got " +
-                         std::to_string(input.indices[j]) + ", expected < " + std::to_string(n) + " (n)");
-      break;
-    }
+  if (found.out_of_range >= 0) {
+    problems.push_back(what + ": indices[" + std::to_string(found.out_of_range) + "]: out of range; got " +
+                       std::to_string(found.out_of_range_got) + ", expected < " + std::to_string(n) + " (n)");
   }
   if (problems.empty()) return Status::Ok();
   std::string message = problems[0];
   for (size_t p = 1; p < problems.size(); ++p) message += "; " + problems[p];
   return InvalidArgumentError(message);
+}
+
+Status ValidateSparse(SparseView input, int64_t n, const std::string& what) {
+  SparseProblems found;
+  const std::span<const uint32_t> idx = input.indices;
+  for (size_t j = 1; j < idx.size() && found.not_increasing < 0; ++j) {
+    if (idx[j] <= idx[j - 1]) found = {static_cast<int64_t>(j), idx[j], idx[j - 1]};
+  }
+  for (size_t j = 0; j < idx.size() && found.out_of_range < 0; ++j) {
+    if (idx[j] >= n) {
+      found.out_of_range = static_cast<int64_t>(j);
+      found.out_of_range_got = idx[j];
+    }
+  }
+  return SparseStatus(what, n, static_cast<int64_t>(idx.size()), static_cast<int64_t>(input.values.size()), found);
 }
 
 StatusOr<SparseView> TopkPayloadView(std::span<const std::byte> payload, int64_t k) {
@@ -54,7 +65,7 @@ StatusOr<SparseView> TopkPayloadView(std::span<const std::byte> payload, int64_t
   return SparseView{{indices, static_cast<size_t>(k)}, {values, static_cast<size_t>(k)}};
 }
 
-uint32_t RowHash(uint32_t row, uint32_t seed) { return detail::Mix32(row ^ (seed * 0x9e3779b9u)); }
+uint32_t RowHash(uint32_t row, uint32_t seed) { return detail::ZenRowHash(row, seed); }
 
 int Owner(uint32_t index, int world_size, uint32_t seed) {
   const auto p = static_cast<uint32_t>(world_size);
@@ -141,6 +152,19 @@ Encoding ChooseEncoding(int64_t count, int64_t rows) {
   return EncodedPartitionBytes(Encoding::kBitmap, count, rows) < EncodedPartitionBytes(Encoding::kRows, count, rows)
              ? Encoding::kBitmap
              : Encoding::kRows;
+}
+
+StatusOr<PartitionLayout> LayoutOfSize(int64_t bytes, int64_t rows, const std::string& what) {
+  const int64_t body = bytes - kPartitionHeaderBytes;
+  if (body >= 0 && body % 8 == 0 && body / 8 <= rows && ChooseEncoding(body / 8, rows) == Encoding::kRows) {
+    return PartitionLayout{Encoding::kRows, body / 8};
+  }
+  const int64_t values = body - (rows + 7) / 8;
+  if (values > 0 && values % 4 == 0 && values / 4 <= rows && ChooseEncoding(values / 4, rows) == Encoding::kBitmap) {
+    return PartitionLayout{Encoding::kBitmap, values / 4};
+  }
+  return DataLossError(what + ": size: mismatch; got " + std::to_string(bytes) +
+                       " bytes, expected a header and a body for at most " + std::to_string(rows) + " rows");
 }
 
 Encoding EncodePartition(SparseView partition, int owner, int64_t n, int world_size, uint32_t seed,

@@ -3,7 +3,8 @@
 // Training", 2023): every index has one owner rank chosen by a hash all ranks compute alike;
 // ranks send their (index, value) pairs to the owners, owners sum them, and every rank gathers
 // the owners' sums. libcomm's ZenAllreduce (cupcake/comm/zen.h) runs the exchange; this header
-// holds the steps on either side of it, host memory only, so a CUDA version can reuse the layout.
+// holds the steps on either side of it: on host memory (functions) and on GPU memory
+// (DeviceSteps, CUDA builds), with the same results bit for bit.
 //
 // The hierarchical hash. With P ranks, index i lies in row q = i / P at column c = i % P, and
 //   owner(i) = (c + h(q)) mod P,   h = a 32-bit integer finalizer of q mixed with a seed.
@@ -21,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +92,17 @@ inline constexpr int64_t kPartitionHeaderBytes = kZenPartitionHeaderBytes;
 int64_t EncodedPartitionBytes(Encoding encoding, int64_t count, int64_t rows);
 Encoding ChooseEncoding(int64_t count, int64_t rows);
 
+// The encoding and count of an encoded partition of `bytes` bytes over `rows` rows: the size
+// alone determines them, since ChooseEncoding takes the bitmap only where it is smaller (a
+// row list of c entries and a bitmap of c' entries of equal size would need c <= B/4 < c',
+// B the bitmap's bytes, and 8c = B + 4c'). DataLoss naming `what` when no partition has that
+// size.
+struct PartitionLayout {
+  Encoding encoding;
+  int64_t count;
+};
+StatusOr<PartitionLayout> LayoutOfSize(int64_t bytes, int64_t rows, const std::string& what);
+
 // partition: owner's members only, sorted (MergeSum's output). Appends to `out`.
 Encoding EncodePartition(SparseView partition, int owner, int64_t n, int world_size, uint32_t seed,
                          std::vector<std::byte>& out);
@@ -101,5 +114,52 @@ Sparse MergePartitions(std::span<const Sparse> partitions);
 
 // out = 0 except out[indices[j]] = scale * values[j]. InvalidArgument if an index is >= out.size().
 Status ScatterDense(SparseView input, float scale, std::span<float> out);
+
+// Zen's steps on GPU memory, results bitwise equal to the host functions above. Pointers are
+// device memory, `stream` a cudaStream_t (nullptr: the legacy default stream); every step is
+// enqueued on it, and the ones returning host values wait for it. The object keeps its scratch
+// and the exchange areas between calls (grown on demand, never shrunk); one caller at a time.
+class DeviceSteps {
+ public:
+  // FailedPrecondition when the build has no CUDA; the CUDA runtime's error without a device.
+  static StatusOr<std::unique_ptr<DeviceSteps>> Create();
+  virtual ~DeviceSteps() = default;
+
+  // Exchange areas for the caller (ZenAllreduce's device path): at least `bytes` bytes,
+  // 256-byte aligned, kept until the same area is asked for more.
+  enum class Area { kCounts, kPairs, kSizes, kSend, kReceived };
+  virtual StatusOr<std::byte*> Reserve(Area area, int64_t bytes, void* stream) = 0;
+  // Stream-ordered copies and fill; ToHost waits for the stream and the copy.
+  virtual Status ToDevice(void* dst, const void* src, int64_t bytes, void* stream) = 0;
+  virtual Status ToHost(void* dst, const void* src, int64_t bytes, void* stream) = 0;
+  virtual Status Copy(void* dst, const void* src, int64_t bytes, void* stream) = 0;
+  virtual Status Zero(void* dst, int64_t bytes, void* stream) = 0;
+
+  // ValidateSparse (InvalidArgument naming `what`, the same texts) and PartitionByOwner of the
+  // k pairs at (indices, values): the pairs land in partitioned(), their per-owner counts (int64,
+  // world_size of them) in device_counts() and are returned. Waits for the stream. Starts a
+  // call: decodes not finished by an earlier one are forgotten.
+  virtual StatusOr<std::vector<int64_t>> Partition(const uint32_t* indices, const float* values, int64_t k, int64_t n,
+                                                   int world_size, uint32_t seed, const std::string& what,
+                                                   void* stream) = 0;
+  virtual const Pair* partitioned() const = 0;
+  virtual const int64_t* device_counts() const = 0;
+  // MergeSum of the `total` pairs at `pairs` into the object; returns the union's size. Waits.
+  virtual StatusOr<int64_t> MergeSum(const Pair* pairs, int64_t total, void* stream) = 0;
+  // EncodePartition of the last MergeSum's union as owner's partition into `out` (4-byte
+  // aligned), which holds
+  // EncodedPartitionBytes(ChooseEncoding(count, rows), count, rows) bytes (rows: PartitionRows).
+  virtual Status EncodeMerged(int owner, int64_t n, int world_size, uint32_t seed, std::byte* out, void* stream) = 0;
+  // DecodePartition of the `bytes` bytes at `block` (any alignment) and out[index] = value /
+  // divisor for each of its entries (ScatterDense's writes for one partition; the other
+  // entries of out untouched). A malformed partition is remembered, and its other writes may
+  // have happened: FinishDecodes reports it. DataLoss at once when no partition has that size.
+  // Returns the encoding and count the size implies.
+  virtual StatusOr<PartitionLayout> DecodeInto(const std::byte* block, int64_t bytes, int owner, int64_t n, int world_size,
+                            uint32_t seed, float divisor, float* out, void* stream) = 0;
+  // Waits for the stream; DataLoss naming the first owner whose partition was malformed
+  // (DecodePartition's texts) since the last call.
+  virtual Status FinishDecodes(void* stream) = 0;
+};
 
 }  // namespace cupcake::kernels::zen

@@ -42,6 +42,18 @@ struct ZenStats {
 StatusOr<kernels::zen::Sparse> ZenAllreduce(Communicator& comm, kernels::zen::SparseView input,
                                             const ZenOptions& options, ZenStats* stats = nullptr);
 
+// ZenAllreduce on device memory (a NCCL communicator): the k pairs at (indices, values) and
+// `out` (n floats) are on the device; `out` gets the sum over ranks divided by `divisor` at the
+// union's indices and 0 elsewhere, bitwise what dividing ZenAllreduce's values and scattering
+// them gives. Every step runs on comm.stream() through `steps` (kernels::zen::DeviceSteps,
+// kept between calls by one caller); it returns when `out` is complete, after four waits for
+// the stream (the counts, the union's size, the sizes, the decode's checks). Returns the union's
+// size. Errors as ZenAllreduce's (a bad input before any collective), InvalidArgument for a
+// host-memory communicator, DataLoss for a malformed partition from a peer.
+StatusOr<int64_t> ZenAllreduceDevice(Communicator& comm, const uint32_t* indices, const float* values, int64_t k,
+                                     const ZenOptions& options, float divisor, float* out,
+                                     kernels::zen::DeviceSteps& steps, ZenStats* stats = nullptr);
+
 // The allgather scheme's bytes per rank for comparison: every rank's pairs (8 bytes each) padded
 // to the largest count, gathered by a ring, where each rank sends and receives world_size - 1
 // blocks.
