@@ -121,7 +121,7 @@ class Sweep {
     std::vector<std::string> names = o_.compressors;
     if (names.empty()) {
       for (std::string_view n : CompressorNames()) names.emplace_back(n);
-      if (device_ == nullptr && o_.world_size >= 2) names.emplace_back(kZenCurveName);
+      if ((device_ == nullptr || device_->cuda()) && o_.world_size >= 2) names.emplace_back(kZenCurveName);
     }
     std::vector<pb::CopyOp> copies{pb::PACK, pb::UNPACK};
     if (device_ != nullptr) copies.insert(copies.end(), {pb::H2D, pb::D2H});
@@ -249,12 +249,13 @@ class Sweep {
     return Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); });
   }
 
-  // One size of Zen's curves (host memory), as rank 0 of W ranks does it in comm::ZenAllreduce
-  // and the runtime's decode: each rank's input is the topk payload of its own gradient (k =
-  // ratio n indices, independent across ranks); the exchanges are replaced by their results,
-  // built untimed. encode: rank 0's pairs split by owner, the pairs it owns merged and summed,
-  // its partition encoded. decode: the other owners' partitions decoded, all W merged, and the
-  // sums divided by W into the zeroed group.
+  // One size of Zen's curves, as rank 0 of W ranks does it in comm::ZenAllreduce and the
+  // runtime's decode (on a CUDA device: ZenAllreduceDevice's steps, ZenDevicePoint): each
+  // rank's input is the topk payload of its own gradient (k = ratio n indices, independent
+  // across ranks); the exchanges are replaced by their results, built untimed on the host.
+  // encode: rank 0's pairs split by owner, the pairs it owns merged and summed, its partition
+  // encoded. decode: the other owners' partitions decoded, all W merged, and the sums divided
+  // by W into the zeroed group.
   Status ZenPoint(const pb::Curve& enc, Want want_enc, const pb::Curve& dec, Want want_dec, int64_t n, double ratio) {
     namespace zen = kernels::zen;
     constexpr uint32_t kSeed = 0x5eed;
@@ -293,6 +294,9 @@ class Sweep {
       zen::EncodePartition(zen::MergeSum(received).view(), owner, n, w, kSeed, partitions[static_cast<size_t>(owner)]);
       if (owner == 0) received0 = std::move(received);
     }
+    if (device_ != nullptr) {
+      return ZenDevicePoint(enc, want_enc, dec, want_dec, n, k, payloads[0], received0, partitions);
+    }
     CUPCAKE_ASSIGN_OR_RETURN(zen::SparseView input0, zen::TopkPayloadView(payloads[0], k));
     if (want_enc.any()) {
       std::vector<std::byte> encoded;
@@ -316,6 +320,60 @@ class Sweep {
       }
       const zen::Sparse all = zen::MergePartitions(parts);
       return zen::ScatterDense(all.view(), 1.0f / static_cast<float>(w), out);
+    });
+  }
+
+  // ZenPoint's steps on the device, on its stream (the waits inside them included, as the
+  // runtime has them): the payload, the received pairs and the partitions uploaded untimed.
+  Status ZenDevicePoint(const pb::Curve& enc, Want want_enc, const pb::Curve& dec, Want want_dec, int64_t n, int64_t k,
+                        const std::vector<std::byte>& payload0, const std::vector<kernels::zen::Pair>& received0,
+                        const std::vector<std::vector<std::byte>>& partitions) {
+    namespace zen = kernels::zen;
+    constexpr uint32_t kSeed = 0x5eed;
+    const int w = o_.world_size;
+    void* stream = device_->stream();
+    if (zen_steps_ == nullptr) {
+      CUPCAKE_ASSIGN_OR_RETURN(zen_steps_, zen::DeviceSteps::Create());
+    }
+    auto upload = [](const void* host, int64_t bytes) -> StatusOr<kernels::Buffer> {
+      CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer b, Zeroed(kernels::Backend::kCuda, std::max<int64_t>(bytes, 4)));
+      if (bytes > 0) {
+        CUPCAKE_RETURN_IF_ERROR(b.CopyFromHost(host, bytes));
+      }
+      return b;
+    };
+    if (want_enc.any()) {
+      CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer payload, upload(payload0.data(), static_cast<int64_t>(payload0.size())));
+      const int64_t received_bytes = static_cast<int64_t>(received0.size() * sizeof(zen::Pair));
+      CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer received, upload(received0.data(), received_bytes));
+      CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer encoded, Zeroed(kernels::Backend::kCuda, partitions[0].size()));
+      const auto* values = payload.as<float>();
+      const auto* indices = reinterpret_cast<const uint32_t*>(payload.as<std::byte>() + 4 * k);
+      auto encode = [&](int) -> Status {
+        CUPCAKE_RETURN_IF_ERROR(zen_steps_->Partition(indices, values, k, n, w, kSeed, "zen profile", stream).status());
+        CUPCAKE_RETURN_IF_ERROR(
+            zen_steps_->MergeSum(received.as<zen::Pair>(), static_cast<int64_t>(received0.size()), stream).status());
+        return zen_steps_->EncodeMerged(0, n, w, kSeed, encoded.as<std::byte>(), stream);
+      };
+      CUPCAKE_RETURN_IF_ERROR(Measure(enc, n, want_enc, encode));
+    }
+    if (!want_dec.any()) return Status::Ok();
+    std::vector<std::byte> all;
+    for (const auto& part : partitions) all.insert(all.end(), part.begin(), part.end());
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer blocks, upload(all.data(), static_cast<int64_t>(all.size())));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer out, Zeroed(kernels::Backend::kCuda, 4 * n));
+    return Measure(dec, n, want_dec, [&](int) -> Status {
+      CUPCAKE_RETURN_IF_ERROR(zen_steps_->Zero(out.data(), 4 * n, stream));
+      int64_t offset = 0;
+      for (int r = 0; r < w; ++r) {
+        const auto bytes = static_cast<int64_t>(partitions[static_cast<size_t>(r)].size());
+        CUPCAKE_RETURN_IF_ERROR(zen_steps_
+                                    ->DecodeInto(blocks.as<std::byte>() + offset, bytes, r, n, w, kSeed,
+                                                 static_cast<float>(w), out.as<float>(), stream)
+                                    .status());
+        offset += bytes;
+      }
+      return zen_steps_->FinishDecodes(stream);
     });
   }
 
@@ -475,13 +533,15 @@ class Sweep {
   ProfileSink& sink_;
   ProfileSink* kernel_sink_;
   const ProgressFn& progress_;
+  std::unique_ptr<kernels::zen::DeviceSteps> zen_steps_;  // Zen's curves on a CUDA device
   std::map<std::string, std::set<int64_t>> present_, kernel_present_;
   KernelSweepReport report_;
   int64_t done_ = 0;
   int64_t total_ = 0;
 };
 
-Status ValidateOptions(const KernelSweepOptions& options) {
+// `zen_device`: whether the sweep's device runs Zen's steps (the CPU, or a CUDA device).
+Status ValidateOptions(const KernelSweepOptions& options, bool zen_device) {
   std::string problems;
   auto add = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
   if (options.elements.empty()) add("elements: empty size range; got no sizes, expected at least one");
@@ -499,8 +559,9 @@ Status ValidateOptions(const KernelSweepOptions& options) {
   if (options.iters < 1) add("iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
   for (const std::string& name : options.compressors) {
     if (name == kZenCurveName) {
-      if (options.device != pb::CPU)
-        add("compressors: zen has no GPU kernels; got device " + std::string(Name(options.device)) + ", expected cpu");
+      if (!zen_device)
+        add("compressors: zen runs on the cpu or a CUDA device; got device " + std::string(Name(options.device)) +
+            " without CUDA");
       if (options.world_size < 2)
         add("compressors: zen needs several ranks; got W = " + std::to_string(options.world_size) +
             ", expected W >= 2 (--world-size, or a DB with a cluster)");
@@ -525,7 +586,7 @@ Status ValidateOptions(const KernelSweepOptions& options) {
 
 StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
                                    const ProgressFn& progress) {
-  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options));
+  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options, /*zen_device=*/true));
   if (options.device != pb::CPU)
     return InvalidArgumentError("device: not a host sweep; got " + std::string(Name(options.device)) +
                                 ", expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
@@ -537,7 +598,7 @@ StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clo
 StatusOr<KernelSweepReport> SweepKernelsOnDevice(const KernelSweepOptions& options, KernelDevice& device,
                                                  ActivitySource* activity, ProfileSink& sink, ProfileSink* kernel_sink,
                                                  const ProgressFn& progress) {
-  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options));
+  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options, device.cuda()));
   if (options.device != pb::GPU)
     return InvalidArgumentError("device: not a device sweep; got " + std::string(Name(options.device)) +
                                 ", expected gpu (a cpu sweep runs on a clock: SweepKernels)");

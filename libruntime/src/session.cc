@@ -189,8 +189,8 @@ class Session::Impl {
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
-      // Options plans (docs/MODEL.md, v2): flat schemes on the plan's device, hierarchical ones
-      // and zen on host memory. Anything else is refused rather than run as something the plan
+      // Options plans (docs/MODEL.md, v2): flat schemes and zen on the plan's device,
+      // hierarchical ones on host memory. Anything else is refused rather than run as something the plan
       // did not say.
       const std::string& scheme_name = g.options().scheme();
       const SchemeInfo* scheme = scheme_name.empty() ? nullptr : FindScheme(scheme_name);
@@ -209,11 +209,6 @@ class Session::Impl {
       if (scheme != nullptr && scheme->hierarchical && on_device()) {
         add(f + ".options.scheme", "hierarchical schemes on GPU memory are not executed by this runtime yet; got " +
                                        Quoted(scheme_name) + ", expected a flat scheme (or a session on host memory)");
-        continue;
-      }
-      if (scheme != nullptr && scheme->zen && on_device()) {
-        add(f + ".options.scheme", "zen on GPU memory is not executed by this runtime yet; got " + Quoted(scheme_name) +
-                                       ", expected a flat scheme (or a session on host memory)");
         continue;
       }
       const CompressorInfo* plan_info = FindCompressor(spec.name());
@@ -295,6 +290,9 @@ class Session::Impl {
       }
       const SchemeInfo* scheme = schemes[static_cast<size_t>(k)];
       g.zen = scheme != nullptr && scheme->zen;
+      if (g.zen && on_device() && zen_steps_ == nullptr) {
+        CUPCAKE_ASSIGN_OR_RETURN(zen_steps_, kernels::zen::DeviceSteps::Create());
+      }
       if (g.zen) {
         // The owner hash's seed: GroupSeed's shared form, equal on every rank.
         g.zen_seed = static_cast<uint32_t>(GroupSeed(spec.seed(), k, comm_->rank(), /*allreduce=*/true));
@@ -555,7 +553,21 @@ class Session::Impl {
 
   // A zen group on host memory: the encoded payload viewed as a sparse vector (no copy) and
   // summed over the ranks into `zen_sum`. ZenAllreduce allocates its buffers on every call.
+  // On GPU memory: ZenAllreduceDevice writes the mean straight into the group's floats (after
+  // the encode, on the communicator's stream) and returns when it is there: the sizes of its
+  // exchanges reach the host, so this call waits for the encode and the exchange.
   Status ZenCollective(Group& g) {
+    if (on_device()) {
+      const int64_t k = g.payload.size_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair));
+      const std::byte* payload = g.payload.as<std::byte>();
+      CUPCAKE_ASSIGN_OR_RETURN(const int64_t union_size,
+                               comm::ZenAllreduceDevice(*comm_, reinterpret_cast<const uint32_t*>(payload + 4 * k),
+                                                        reinterpret_cast<const float*>(payload), k,
+                                                        {g.numel, g.zen_seed}, static_cast<float>(comm_->size()),
+                                                        g.work, *zen_steps_));
+      if (record_timeline_) g.times.zen_union = union_size;
+      return Status::Ok();
+    }
     CUPCAKE_ASSIGN_OR_RETURN(
         const kernels::zen::SparseView view,
         kernels::zen::TopkPayloadView({g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
@@ -614,7 +626,7 @@ class Session::Impl {
   // Device sessions: the graph that holds group k's encode (or decode), or -1 to queue it
   // directly: graphs off, or kernels that take the iteration (their arguments change each step).
   int DeviceGraph(const Group& g, int k, bool decode) const {
-    if (!device_graphs_) return -1;
+    if (!device_graphs_ || (decode && g.zen)) return -1;  // a zen group's decode is at most an unpack
     const kernels::CompressorKind kind = g.compressor->layout().kind;
     const bool keyed = kind == kernels::CompressorKind::kRandk ||
                        (!decode && (kind == kernels::CompressorKind::kQsgd || kind == kernels::CompressorKind::kTerngrad));
@@ -638,8 +650,8 @@ class Session::Impl {
       }
       return Status::Ok();
     }
-    if (g.zen) {  // host sessions only: the mean at the union's indices, zeros elsewhere
-      ScatterMean(g.zen_sum, static_cast<float>(comm_->size()), g.work_span());
+    if (g.zen) {  // the mean at the union's indices, zeros elsewhere (on GPU memory: already there)
+      if (!on_device()) ScatterMean(g.zen_sum, static_cast<float>(comm_->size()), g.work_span());
       if (g.packed()) {
         if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return c.WithPrefix(where("unpack"));
       }
@@ -766,6 +778,7 @@ class Session::Impl {
   std::unique_ptr<comm::Communicator> comm_;
   // Hierarchical groups: the ranks of this rank's node, and this local rank across the nodes.
   std::unique_ptr<comm::Communicator> intra_, inter_;
+  std::unique_ptr<kernels::zen::DeviceSteps> zen_steps_;  // zen groups on GPU memory, one at a time
   std::unique_ptr<Clock> owned_clock_;
   Clock* clock_ = nullptr;
   double timeout_us_;

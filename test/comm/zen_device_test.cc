@@ -9,74 +9,13 @@
 #include <numeric>
 #include <thread>
 
+#include "comm/staging_communicator.h"
 #include "cupcake/comm/nccl.h"
 #include "gpu_test.h"
 #include "zen_cases.h"
 
 namespace cupcake::comm::testing {
 namespace {
-
-// Device memory over a host communicator: each collective waits for this rank's stream, copies
-// its input to the host, runs the host collective and copies the result back. Only what
-// ZenAllreduceDevice calls (Alltoall, Alltoallv, Allgather); the rest is FailedPrecondition.
-class StagingCommunicator final : public Communicator {
- public:
-  explicit StagingCommunicator(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
-    EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-  }
-  ~StagingCommunicator() override { cudaStreamDestroy(stream_); }
-  int rank() const override { return host_->rank(); }
-  int size() const override { return host_->size(); }
-  const std::string& host() const override { return host_->host(); }
-  std::string library() const override { return "staging over " + host_->library(); }
-  MemoryKind memory() const override { return MemoryKind::kDevice; }
-  void* stream() const override { return stream_; }
-  Status Barrier() override { return host_->Barrier(); }
-  Status Broadcast(void*, int64_t, int) override { return FailedPreconditionError("staging: Broadcast: not implemented"); }
-  Status Allreduce(const void*, void*, int64_t, DataType, ReduceOp) override {
-    return FailedPreconditionError("staging: Allreduce: not implemented");
-  }
-  Status ReduceScatter(const void*, void*, int64_t, DataType, ReduceOp) override {
-    return FailedPreconditionError("staging: ReduceScatter: not implemented");
-  }
-  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
-    std::vector<std::byte> in = Down(send, bytes_per_rank), out(static_cast<size_t>(bytes_per_rank * size()));
-    CUPCAKE_RETURN_IF_ERROR(host_->Allgather(in.data(), out.data(), bytes_per_rank));
-    return Up(recv, out);
-  }
-  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
-    std::vector<std::byte> in = Down(send, bytes_per_rank * size()), out(in.size());
-    CUPCAKE_RETURN_IF_ERROR(host_->Alltoall(in.data(), out.data(), bytes_per_rank));
-    return Up(recv, out);
-  }
-  Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
-                   std::span<const int64_t> recv_bytes) override {
-    std::vector<std::byte> in = Down(send, std::accumulate(send_bytes.begin(), send_bytes.end(), int64_t{0}));
-    std::vector<std::byte> out(static_cast<size_t>(std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0})));
-    CUPCAKE_RETURN_IF_ERROR(host_->Alltoallv(in.data(), send_bytes, out.data(), recv_bytes));
-    return Up(recv, out);
-  }
-  StatusOr<std::unique_ptr<Communicator>> Split(int, int) override { return FailedPreconditionError("staging: Split: not implemented"); }
-  void Abort(const std::string& reason) override { host_->Abort(reason); }
-
- private:
-  std::vector<std::byte> Down(const void* device, int64_t bytes) {
-    std::vector<std::byte> host(static_cast<size_t>(bytes));
-    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    if (bytes > 0) {
-      EXPECT_EQ(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return host;
-  }
-  Status Up(void* device, const std::vector<std::byte>& host) {
-    if (!host.empty() && cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice) != cudaSuccess) {
-      return InternalError("staging: cudaMemcpy to the device failed");
-    }
-    return Status::Ok();
-  }
-  std::unique_ptr<Communicator> host_;
-  cudaStream_t stream_ = nullptr;
-};
 
 template <typename T>
 T* Upload(const std::vector<T>& host) {

@@ -168,7 +168,7 @@ TEST(KernelSweep, RejectsZenWhereItCannotRunAndBadRatios) {
   auto g = SweepKernelsOnDevice(o, device, nullptr, sink, nullptr);
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().message(),
-            "compressors: zen has no GPU kernels; got device gpu, expected cpu\n"
+            "compressors: zen runs on the cpu or a CUDA device; got device gpu without CUDA\n"
             "ratios: empty; got no ratio, expected at least one");
   EXPECT_EQ(sink.added(), 0);
 }

@@ -10,12 +10,15 @@
 #include <nccl.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "comm/staging_communicator.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/comm/communicator.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
+#include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/session.h"
 #include "gpu_test.h"
 #include "runtime_test_util.h"
@@ -166,6 +169,84 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllCompressors, GpuMatchesCudaReference, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& p) { return CaseName(p.param); });
+
+// Zen groups on GPU memory (docs/ZEN.md) at several ranks: NCCL refuses two ranks on one GPU,
+// so the ranks are threads over the staging communicator (device memory through the in-process
+// group). Each rank's gradients differ; every rank's result equals the CUDA reference of the
+// same plan without the scheme (the allgather scheme: each rank's payload decoded, values added
+// in rank order, divided by W) bit for bit over iterations with error feedback, as on host
+// memory (session_test.cc, ZenMatchesFlat: the integer gradients give exact sums).
+struct ZenGpuCase {
+  std::string compressor;
+  int world;
+  testing::Layout layout;
+  bool graphs;
+};
+void PrintTo(const ZenGpuCase& c, std::ostream* os) {
+  *os << c.compressor << "_w" << c.world << "_" << testing::LayoutName(c.layout) << (c.graphs ? "" : "_nographs");
+}
+
+class GpuZenMatchesFlat : public ::testing::TestWithParam<ZenGpuCase> {};
+
+TEST_P(GpuZenMatchesFlat, BitForBitOverIterations) {
+  SKIP_WITHOUT_GPU();
+  const ZenGpuCase c = GetParam();
+  const pb::Model model = testing::SmallModel();
+  auto on_gpu = [](pb::Plan plan) {
+    plan.set_device(pb::GPU);
+    for (auto& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
+    return plan;
+  };
+  const pb::Plan flat = on_gpu(testing::MakePlan(model, testing::Planned(), c.compressor, c.world));
+  const pb::Plan plan = on_gpu(testing::WithScheme(flat, "zen", 1));
+  ASSERT_TRUE(cupcake::ValidatePlan(plan, "plan").ok()) << cupcake::ValidatePlan(plan, "plan").ToString();
+  constexpr int kIterations = 3;
+  testing::Reference reference(flat, c.world, kernels::Backend::kCuda);
+  std::vector<std::vector<std::vector<float>>> want;
+  for (int it = 0; it < kIterations; ++it) want.push_back(reference.Step(it));
+  comm::InProcessGroup group(c.world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < c.world; ++r) {
+    ranks.emplace_back([&, r] {
+      cudaStream_t job = nullptr;
+      ASSERT_CUDA(cudaStreamCreateWithFlags(&job, cudaStreamNonBlocking));
+      SessionOptions options;
+      options.job_stream = job;
+      options.device_graphs = c.graphs;
+      auto session =
+          Session::Create(plan, std::make_unique<comm::testing::StagingCommunicator>(group.Rank(r)), options);
+      ASSERT_TRUE(session.ok()) << session.status().message();
+      {
+        DeviceGradients grads(model, c.layout);
+        ASSERT_TRUE(grads.RegisterAll(**session, model).ok());
+        for (int it = 0; it < kIterations; ++it) {
+          grads.Fill(r, it, job);
+          for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE((*session)->GradientReady(i).ok());
+          Status s = (*session)->Synchronize();
+          ASSERT_TRUE(s.ok()) << s.message();
+          EXPECT_EQ(testing::FirstDifference(grads.Download(), want[static_cast<size_t>(it)]), "")
+              << "rank " << r << ", iteration " << it;
+        }
+      }
+      session->reset();
+      ASSERT_CUDA(cudaStreamDestroy(job));
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SparseCompressors, GpuZenMatchesFlat,
+    ::testing::Values(ZenGpuCase{"topk", 1, testing::Layout::kSeparate, true},
+                      ZenGpuCase{"topk", 2, testing::Layout::kSeparate, true},
+                      ZenGpuCase{"topk", 3, testing::Layout::kFlat, true},
+                      ZenGpuCase{"topk", 4, testing::Layout::kSeparate, false},
+                      ZenGpuCase{"dgc", 3, testing::Layout::kSeparate, true},
+                      ZenGpuCase{"dgc", 4, testing::Layout::kFlat, true}),
+    [](const ::testing::TestParamInfo<ZenGpuCase>& p) {
+      return p.param.compressor + "_w" + std::to_string(p.param.world) + "_" +
+             testing::LayoutName(p.param.layout) + (p.param.graphs ? "" : "_nographs");
+    });
 
 TEST(GpuSession, RefusesHostMemoryAndCpuPlans) {
   SKIP_WITHOUT_GPU();

@@ -198,7 +198,7 @@ int KernelsMain(tools::Invocation& inv) {
       "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
       "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
       "compressors", po::value(&compressors),
-      "comma-separated names, and zen for Zen's host work (default: all; zen on the cpu when W >= 2)")(
+      "comma-separated names, and zen for Zen's steps (default: all; zen when W >= 2)")(
       "ratios", po::value(&ratios),
       "comma-separated ratios at which topk, randk, dgc and zen are measured, a curve each (default 0.01)")(
       "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(

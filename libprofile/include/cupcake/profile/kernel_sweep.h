@@ -21,8 +21,8 @@ namespace cupcake::profile {
 struct KernelSweepOptions {
   pb::Device device = pb::CPU;
   std::vector<int64_t> elements;  // group sizes n (elements), ascending; copies use 4n bytes
-  // Compressors and "zen" (Zen's host work, cpu only, W >= 2); empty: every compressor of the
-  // catalogue, and zen where it applies.
+  // Compressors and "zen" (Zen's steps around its exchanges, on the cpu or a CUDA device, W >=
+  // 2); empty: every compressor of the catalogue, and zen where it applies.
   std::vector<std::string> compressors;
   int world_size = 1;  // W: decode of allgather compressors sums W payloads; Zen's W ranks
   // topk, randk, dgc and zen: one curve per ratio, recorded in it (ascending, each in (0, 1]).
