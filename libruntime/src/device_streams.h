@@ -40,6 +40,9 @@ class DeviceStreams {
   virtual Status Record(int event, void* stream) = 0;
   // Work queued later on `stream` waits for event `event`.
   virtual Status StreamWait(void* stream, int event) = 0;
+  // Queue on `stream` a copy of `bytes` bytes between device buffers, or a fill with zeros.
+  virtual Status Copy(void* dst, const void* src, int64_t bytes, void* stream) = 0;
+  virtual Status Zero(void* dst, int64_t bytes, void* stream) = 0;
   // Whether event `event`'s work is done (cudaEventQuery); does not block.
   virtual StatusOr<bool> Done(int event) = 0;
   // Queues on the compute stream: a wait for event `wait`, the work `enqueue` queues on the stream

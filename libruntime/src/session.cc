@@ -76,11 +76,13 @@ struct Group {
   // codec across nodes on the shard (`shard` floats: this rank's 1/devices_per_node of the
   // group), allgather in the node. `padded` holds the group zero-padded to devices_per_node x
   // shard floats and, after the allgather, the sums; `compressor`, `state`, `payload` and
-  // `received` then work on `shard_floats` (none for fp32). The decode divides by `divisor`.
+  // `received` then work on `shard_floats` (none for fp32). The decode divides by `divisor`
+  // (on GPU memory with `divide`, fp32's decode over the group with W = divisor).
   const SchemeInfo* hierarchical = nullptr;
   int64_t shard = 0;
   kernels::Buffer padded, shard_floats;
   float divisor = 1;
+  std::unique_ptr<kernels::Compressor> divide;
   // Zen (docs/ZEN.md; host sessions): the payload (topk's and dgc's layout: k values, then k
   // ascending indices) is summed over the ranks by comm::ZenAllreduce; `zen_sum` holds the union
   // and its sums from the collective to the decode. No `received` buffer.
@@ -189,8 +191,7 @@ class Session::Impl {
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
-      // Options plans (docs/MODEL.md, v2): flat schemes and zen on the plan's device,
-      // hierarchical ones on host memory. Anything else is refused rather than run as something the plan
+      // Options plans (docs/MODEL.md, v2): every scheme on the plan's device. Anything else is refused rather than run as something the plan
       // did not say.
       const std::string& scheme_name = g.options().scheme();
       const SchemeInfo* scheme = scheme_name.empty() ? nullptr : FindScheme(scheme_name);
@@ -204,11 +205,6 @@ class Session::Impl {
                                        std::string(Name(g.options().device())) + ", expected " +
                                        std::string(Name(plan.device())) +
                                        " (the plan's device; plan with --search-space fusion)");
-        continue;
-      }
-      if (scheme != nullptr && scheme->hierarchical && on_device()) {
-        add(f + ".options.scheme", "hierarchical schemes on GPU memory are not executed by this runtime yet; got " +
-                                       Quoted(scheme_name) + ", expected a flat scheme (or a session on host memory)");
         continue;
       }
       const CompressorInfo* plan_info = FindCompressor(spec.name());
@@ -255,9 +251,9 @@ class Session::Impl {
     // the step path reuses it.
     if (on_device()) {
       // Events: encoded[k] = k on the compute stream, exchanged[k] = K + k on the
-      // communicator's, the step's end 2K, and job_ready[k] = 2K + 1 + k on the job's stream.
-      // Graphs: group k's pack and encode k, its decode and unpack K + k.
-      CUPCAKE_ASSIGN_OR_RETURN(device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 1, 2 * plan.groups_size(),
+      // communicator's, the step's end 2K, job_ready[k] = 2K + 1 + k on the job's stream, and
+      // the hop 3K + 1 (Hop). Graphs: group k's pack and encode k, its decode and unpack K + k.
+      CUPCAKE_ASSIGN_OR_RETURN(device_, internal::MakeDeviceStreams(3 * plan.groups_size() + 2, 2 * plan.groups_size(),
                                                                     comm_->rank(), comm_->host(), "Session"));
     }
     if (hierarchical_devices > 0) {
@@ -306,6 +302,13 @@ class Session::Impl {
         g.divisor = static_cast<float>(scheme->codec == Codec::kNone ? comm_->size() : hierarchical_devices);
         CUPCAKE_ASSIGN_OR_RETURN(g.padded, AllocateZeroed(backend, 4 * g.shard * hierarchical_devices));
         CUPCAKE_ASSIGN_OR_RETURN(g.shard_floats, AllocateZeroed(backend, 4 * g.shard));
+        if (on_device()) {
+          kernels::CompressorConfig divide;
+          divide.name = "fp32";
+          divide.n = g.numel;
+          divide.world_size = static_cast<int>(g.divisor);
+          CUPCAKE_ASSIGN_OR_RETURN(g.divide, kernels::MakeCompressor(divide, backend));
+        }
         if (scheme->codec == Codec::kNone) {
           g.compressor.reset();
           g.state = {};
@@ -577,25 +580,38 @@ class Session::Impl {
     return Status::Ok();
   }
 
-  // A hierarchical group on host memory (docs/MODEL.md, v2): 1. the group, zero-padded, is
-  // reduce-scattered in the node (each rank gets the node's sum of its shard); 2. the shard
-  // crosses the nodes: summed as fp32, or encoded, exchanged with the codec's collective and
-  // decoded (the mean over the nodes); 3. the shards are allgathered in the node into `padded`.
+  // A hierarchical group (docs/MODEL.md, v2): 1. the group, zero-padded, is reduce-scattered
+  // in the node (each rank gets the node's sum of its shard); 2. the shard crosses the nodes:
+  // summed as fp32, or encoded, exchanged with the codec's collective and decoded (the mean over
+  // the nodes); 3. the shards are allgathered in the node into `padded`. On GPU memory each step
+  // is queued on its communicator's stream (the intra and inter communicators have their own)
+  // after the previous step's (Hop), the codec on the inter one's; it starts after the encode
+  // event on the session communicator's stream and ends there.
   Status HierarchicalCollective(Group& g) {
     const int devices = intra_->size();
     float* padded = g.padded.as<float>();
     float* shard = g.shard_floats.as<float>();
-    std::copy(g.work, g.work + g.numel, padded);
-    std::fill(padded + g.numel, padded + g.shard * devices, 0.0f);
+    void* main = comm_->stream();  // nullptr on host memory, as the others
+    void* in_node = intra_->stream();
+    void* across = inter_->stream();
+    if (on_device()) {
+      CUPCAKE_RETURN_IF_ERROR(device_->Copy(padded, g.work, 4 * g.numel, main));
+      CUPCAKE_RETURN_IF_ERROR(device_->Zero(padded + g.numel, 4 * (g.shard * devices - g.numel), main));
+    } else {
+      std::copy(g.work, g.work + g.numel, padded);
+      std::fill(padded + g.numel, padded + g.shard * devices, 0.0f);
+    }
+    CUPCAKE_RETURN_IF_ERROR(Hop(main, in_node));
     CUPCAKE_RETURN_IF_ERROR(
         intra_->ReduceScatter(padded, shard, g.shard, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+    CUPCAKE_RETURN_IF_ERROR(Hop(in_node, across));
     const std::span<float> shard_span(shard, static_cast<size_t>(g.shard));
     if (g.compressor == nullptr) {
       CUPCAKE_RETURN_IF_ERROR(inter_->Allreduce(shard, shard, g.shard, comm::DataType::kFloat32, comm::ReduceOp::kSum));
     } else {
       CUPCAKE_RETURN_IF_ERROR(g.compressor->Encode(
           shard_span, {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)}, iteration_,
-          {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, nullptr));
+          {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, across));
       if (g.allreduce)
         CUPCAKE_RETURN_IF_ERROR(inter_->Allreduce(g.payload.data(), g.received.data(), g.reduce_count, g.reduce_type,
                                                   comm::ReduceOp::kSum));
@@ -603,9 +619,21 @@ class Session::Impl {
         CUPCAKE_RETURN_IF_ERROR(inter_->Allgather(g.payload.data(), g.received.data(), g.payload.size_bytes()));
       CUPCAKE_RETURN_IF_ERROR(g.compressor->Decode(
           std::span<const std::byte>(g.received.as<std::byte>(), static_cast<size_t>(g.received.size_bytes())),
-          shard_span, iteration_, nullptr));
+          shard_span, iteration_, across));
     }
-    return intra_->Allgather(shard, padded, 4 * g.shard);
+    CUPCAKE_RETURN_IF_ERROR(Hop(across, in_node));
+    CUPCAKE_RETURN_IF_ERROR(intra_->Allgather(shard, padded, 4 * g.shard));
+    return Hop(in_node, main);
+  }
+
+  // Work queued later on stream `to` waits for the work queued so far on `from` (GPU memory;
+  // nothing when they are one stream, as on host memory). One event serves every hop: a wait
+  // holds the record it was queued after, so the event can be recorded again at once.
+  Status Hop(void* from, void* to) {
+    if (from == to) return Status::Ok();
+    const int hop = 3 * group_count() + 1;
+    CUPCAKE_RETURN_IF_ERROR(device_->Record(hop, from));
+    return device_->StreamWait(to, hop);
   }
 
   // Group k's pack (when packed) and encode (unless in place or hierarchical, which encodes the
@@ -626,7 +654,8 @@ class Session::Impl {
   // Device sessions: the graph that holds group k's encode (or decode), or -1 to queue it
   // directly: graphs off, or kernels that take the iteration (their arguments change each step).
   int DeviceGraph(const Group& g, int k, bool decode) const {
-    if (!device_graphs_ || (decode && g.zen)) return -1;  // a zen group's decode is at most an unpack
+    // A zen group's decode is at most an unpack; a hierarchical group's encode only a pack.
+    if (!device_graphs_ || (decode && g.zen) || g.hierarchical != nullptr) return -1;
     const kernels::CompressorKind kind = g.compressor->layout().kind;
     const bool keyed = kind == kernels::CompressorKind::kRandk ||
                        (!decode && (kind == kernels::CompressorKind::kQsgd || kind == kernels::CompressorKind::kTerngrad));
@@ -644,7 +673,13 @@ class Session::Impl {
     // Messages are built only on failure: the step path allocates nothing.
     auto where = [k](const char* stage) { return "Synchronize: groups[" + std::to_string(k) + "] " + stage; };
     if (g.hierarchical != nullptr) {  // the sums (fp32) or the means over the nodes, to the mean over all ranks
-      DivideInto(g.padded.as<float>(), g.work, g.numel, g.divisor);
+      if (!on_device()) {
+        DivideInto(g.padded.as<float>(), g.work, g.numel, g.divisor);
+      } else if (Status d = g.divide->Decode({g.padded.as<std::byte>(), static_cast<size_t>(4 * g.numel)},
+                                             g.work_span(), iteration_, stream);
+                 !d.ok()) {
+        return d.WithPrefix(where("decode"));
+      }
       if (g.packed()) {
         if (Status c = g.fusion_table->Unpack(stream); !c.ok()) return c.WithPrefix(where("unpack"));
       }

@@ -1,7 +1,8 @@
 // A test communicator on device memory over a host one, so that several ranks (threads) can
 // share one GPU, which NCCL refuses: each collective waits for this rank's stream, copies its
 // input to the host, runs the host collective and copies the result back. Synchronous, so
-// results are in place when a call returns. Split is FailedPrecondition.
+// results are in place when a call returns. Split splits the host communicator and stages the
+// part on a stream of its own, as NCCL's Split does.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,8 +63,10 @@ class StagingCommunicator final : public Communicator {
     CUPCAKE_RETURN_IF_ERROR(host_->Alltoallv(in.data(), send_bytes, out.data(), recv_bytes));
     return Up(recv, out);
   }
-  StatusOr<std::unique_ptr<Communicator>> Split(int, int) override {
-    return FailedPreconditionError("staging: Split: not implemented");
+  StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> part, host_->Split(color, key));
+    if (part == nullptr) return part;
+    return std::unique_ptr<Communicator>(std::make_unique<StagingCommunicator>(std::move(part)));
   }
   void Abort(const std::string& reason) override { host_->Abort(reason); }
 

@@ -170,62 +170,35 @@ std::vector<Case> AllCases() {
 INSTANTIATE_TEST_SUITE_P(AllCompressors, GpuMatchesCudaReference, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& p) { return CaseName(p.param); });
 
-// Zen groups on GPU memory (docs/ZEN.md) at several ranks: NCCL refuses two ranks on one GPU,
-// so the ranks are threads over the staging communicator (device memory through the in-process
-// group). Each rank's gradients differ; every rank's result equals the CUDA reference of the
-// same plan without the scheme (the allgather scheme: each rank's payload decoded, values added
-// in rank order, divided by W) bit for bit over iterations with error feedback, as on host
-// memory (session_test.cc, ZenMatchesFlat: the integer gradients give exact sums).
-struct ZenGpuCase {
-  std::string compressor;
-  int world;
-  testing::Layout layout;
-  bool graphs;
-};
-void PrintTo(const ZenGpuCase& c, std::ostream* os) {
-  *os << c.compressor << "_w" << c.world << "_" << testing::LayoutName(c.layout) << (c.graphs ? "" : "_nographs");
-}
-
-class GpuZenMatchesFlat : public ::testing::TestWithParam<ZenGpuCase> {};
-
-TEST_P(GpuZenMatchesFlat, BitForBitOverIterations) {
-  SKIP_WITHOUT_GPU();
-  const ZenGpuCase c = GetParam();
-  const pb::Model model = testing::SmallModel();
-  auto on_gpu = [](pb::Plan plan) {
-    plan.set_device(pb::GPU);
-    for (auto& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
-    return plan;
-  };
-  const pb::Plan flat = on_gpu(testing::MakePlan(model, testing::Planned(), c.compressor, c.world));
-  const pb::Plan plan = on_gpu(testing::WithScheme(flat, "zen", 1));
-  ASSERT_TRUE(cupcake::ValidatePlan(plan, "plan").ok()) << cupcake::ValidatePlan(plan, "plan").ToString();
-  constexpr int kIterations = 3;
-  testing::Reference reference(flat, c.world, kernels::Backend::kCuda);
-  std::vector<std::vector<std::vector<float>>> want;
-  for (int it = 0; it < kIterations; ++it) want.push_back(reference.Step(it));
-  comm::InProcessGroup group(c.world);
+// Sessions at several ranks on one GPU: NCCL refuses two ranks on one GPU, so the ranks are
+// threads over the staging communicator (device memory through the in-process group; Split
+// gives parts on streams of their own, as NCCL's does). Each rank fills its gradients with its
+// own TestGradient values on its job stream, runs `iterations` steps and must end each with
+// `want[it]` bit for bit.
+void RunStagedRanks(const pb::Plan& plan, int world, testing::Layout layout, bool graphs,
+                    const std::vector<std::vector<std::vector<float>>>& want) {
+  const pb::Model& model = plan.model().model();
+  comm::InProcessGroup group(world);
   std::vector<std::thread> ranks;
-  for (int r = 0; r < c.world; ++r) {
+  for (int r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       cudaStream_t job = nullptr;
       ASSERT_CUDA(cudaStreamCreateWithFlags(&job, cudaStreamNonBlocking));
       SessionOptions options;
       options.job_stream = job;
-      options.device_graphs = c.graphs;
+      options.device_graphs = graphs;
       auto session =
           Session::Create(plan, std::make_unique<comm::testing::StagingCommunicator>(group.Rank(r)), options);
       ASSERT_TRUE(session.ok()) << session.status().message();
       {
-        DeviceGradients grads(model, c.layout);
+        DeviceGradients grads(model, layout);
         ASSERT_TRUE(grads.RegisterAll(**session, model).ok());
-        for (int it = 0; it < kIterations; ++it) {
-          grads.Fill(r, it, job);
+        for (size_t it = 0; it < want.size(); ++it) {
+          grads.Fill(r, static_cast<int>(it), job);
           for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE((*session)->GradientReady(i).ok());
           Status s = (*session)->Synchronize();
           ASSERT_TRUE(s.ok()) << s.message();
-          EXPECT_EQ(testing::FirstDifference(grads.Download(), want[static_cast<size_t>(it)]), "")
-              << "rank " << r << ", iteration " << it;
+          EXPECT_EQ(testing::FirstDifference(grads.Download(), want[it]), "") << "rank " << r << ", iteration " << it;
         }
       }
       session->reset();
@@ -235,18 +208,86 @@ TEST_P(GpuZenMatchesFlat, BitForBitOverIterations) {
   for (auto& t : ranks) t.join();
 }
 
+pb::Plan OnGpu(pb::Plan plan) {
+  plan.set_device(pb::GPU);
+  for (auto& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
+  return plan;
+}
+
+struct SchemeCase {
+  std::string compressor;
+  std::string scheme;
+  int world;
+  testing::Layout layout;
+  bool graphs;
+};
+std::string SchemeCaseName(const SchemeCase& c) {
+  return c.compressor + "_" + c.scheme + "_w" + std::to_string(c.world) + "_" + testing::LayoutName(c.layout) +
+         (c.graphs ? "" : "_nographs");
+}
+void PrintTo(const SchemeCase& c, std::ostream* os) { *os << SchemeCaseName(c); }
+
+// Zen groups on GPU memory (docs/ZEN.md): every rank's result equals the CUDA reference of the
+// same plan without the scheme (the allgather scheme: each rank's payload decoded, values added
+// in rank order, divided by W) bit for bit over iterations with error feedback, as on host
+// memory (session_test.cc, ZenMatchesFlat: the integer gradients give exact sums).
+class GpuZenMatchesFlat : public ::testing::TestWithParam<SchemeCase> {};
+
+TEST_P(GpuZenMatchesFlat, BitForBitOverIterations) {
+  SKIP_WITHOUT_GPU();
+  const SchemeCase c = GetParam();
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan flat = OnGpu(testing::MakePlan(model, testing::Planned(), c.compressor, c.world));
+  const pb::Plan plan = OnGpu(testing::WithScheme(flat, "zen", 1));
+  ASSERT_TRUE(cupcake::ValidatePlan(plan, "plan").ok()) << cupcake::ValidatePlan(plan, "plan").ToString();
+  testing::Reference reference(flat, c.world, kernels::Backend::kCuda);
+  std::vector<std::vector<std::vector<float>>> want;
+  for (int it = 0; it < 3; ++it) want.push_back(reference.Step(it));
+  RunStagedRanks(plan, c.world, c.layout, c.graphs, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(SparseCompressors, GpuZenMatchesFlat,
+                         ::testing::Values(SchemeCase{"topk", "zen", 1, testing::Layout::kSeparate, true},
+                                           SchemeCase{"topk", "zen", 2, testing::Layout::kSeparate, true},
+                                           SchemeCase{"topk", "zen", 3, testing::Layout::kFlat, true},
+                                           SchemeCase{"topk", "zen", 4, testing::Layout::kSeparate, false},
+                                           SchemeCase{"dgc", "zen", 3, testing::Layout::kSeparate, true},
+                                           SchemeCase{"dgc", "zen", 4, testing::Layout::kFlat, true}),
+                         [](const ::testing::TestParamInfo<SchemeCase>& p) { return SchemeCaseName(p.param); });
+
+// Hierarchical schemes on GPU memory (docs/MODEL.md, v2): 4 ranks as 2 nodes of 2 (the intra and
+// inter parts split from the staging communicator, each on its own stream), over iterations with
+// error feedback; every rank ends with the restatement's result (runtime_test_util.h,
+// HierarchicalReference with the codec's CUDA kernels), bit for bit, as on host memory.
+class GpuHierarchicalMatchesReference : public ::testing::TestWithParam<SchemeCase> {};
+
+TEST_P(GpuHierarchicalMatchesReference, OnTwoNodesOfTwoRanks) {
+  SKIP_WITHOUT_GPU();
+  const SchemeCase c = GetParam();
+  constexpr int kDevices = 2;
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan =
+      OnGpu(testing::WithScheme(testing::MakePlan(model, testing::Planned(), c.compressor, c.world), c.scheme, kDevices));
+  ASSERT_TRUE(cupcake::ValidatePlan(plan, "plan").ok()) << cupcake::ValidatePlan(plan, "plan").ToString();
+  testing::HierarchicalReference reference(plan, c.world, kDevices, kernels::Backend::kCuda);
+  std::vector<std::vector<std::vector<float>>> want;
+  for (int it = 0; it < 3; ++it) want.push_back(reference.Step(it));
+  RunStagedRanks(plan, c.world, c.layout, c.graphs, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(
-    SparseCompressors, GpuZenMatchesFlat,
-    ::testing::Values(ZenGpuCase{"topk", 1, testing::Layout::kSeparate, true},
-                      ZenGpuCase{"topk", 2, testing::Layout::kSeparate, true},
-                      ZenGpuCase{"topk", 3, testing::Layout::kFlat, true},
-                      ZenGpuCase{"topk", 4, testing::Layout::kSeparate, false},
-                      ZenGpuCase{"dgc", 3, testing::Layout::kSeparate, true},
-                      ZenGpuCase{"dgc", 4, testing::Layout::kFlat, true}),
-    [](const ::testing::TestParamInfo<ZenGpuCase>& p) {
-      return p.param.compressor + "_w" + std::to_string(p.param.world) + "_" +
-             testing::LayoutName(p.param.layout) + (p.param.graphs ? "" : "_nographs");
-    });
+    Schemes, GpuHierarchicalMatchesReference,
+    ::testing::Values(SchemeCase{"fp32", "hier_fp32", 4, testing::Layout::kSeparate, true},
+                      SchemeCase{"efsignsgd", "hier_fp32", 4, testing::Layout::kFlat, true},
+                      SchemeCase{"efsignsgd", "hier", 4, testing::Layout::kSeparate, true},
+                      SchemeCase{"efsignsgd", "hier", 4, testing::Layout::kFlat, false},
+                      SchemeCase{"topk", "hier", 4, testing::Layout::kSeparate, true},
+                      SchemeCase{"randk", "hier", 4, testing::Layout::kFlat, true},
+                      SchemeCase{"fp16", "hier", 4, testing::Layout::kSeparate, true},
+                      SchemeCase{"topk", "hier_fp16", 4, testing::Layout::kSeparate, true},
+                      SchemeCase{"onebit", "hier", 4, testing::Layout::kFlat, true},
+                      SchemeCase{"efsignsgd", "hier", 8, testing::Layout::kSeparate, true}),
+    [](const ::testing::TestParamInfo<SchemeCase>& p) { return SchemeCaseName(p.param); });
 
 TEST(GpuSession, RefusesHostMemoryAndCpuPlans) {
   SKIP_WITHOUT_GPU();

@@ -144,6 +144,19 @@ inline uint64_t ExpectedGroupSeed(uint64_t plan_seed, int group, int rank, bool 
   return allreduce ? shared : shared + static_cast<uint64_t>(rank);
 }
 
+// A zeroed buffer of `bytes` bytes on `backend`, and one holding a copy of `host`; abort on
+// failure (test references only).
+inline kernels::Buffer ZeroedBuffer(kernels::Backend backend, int64_t bytes) {
+  auto b = kernels::Buffer::Allocate(backend, bytes);
+  if (!b.ok() || !b->Zero().ok()) std::abort();
+  return std::move(b).value();
+}
+inline kernels::Buffer StagedBuffer(kernels::Backend backend, const void* host, int64_t bytes) {
+  kernels::Buffer b = ZeroedBuffer(backend, bytes);
+  if (!b.CopyFromHost(host, bytes).ok()) std::abort();
+  return b;
+}
+
 // The expected result of every step, computed from every rank's payloads with the kernels of
 // `backend` (kCuda: the CUDA compressors, staged through device buffers; the payloads are summed
 // by the test's own loops (kernels/scalar_reference.h) or laid side by side on the host, in rank
@@ -237,16 +250,8 @@ class Reference {
     std::vector<std::unique_ptr<kernels::Compressor>> compressors;  // one per rank
     std::vector<kernels::Buffer> state;  // one per rank
   };
-  kernels::Buffer Zeroed(int64_t bytes) const {
-    auto b = kernels::Buffer::Allocate(backend_, bytes);
-    if (!b.ok() || !b->Zero().ok()) std::abort();
-    return std::move(b).value();
-  }
-  kernels::Buffer Staged(const void* host, int64_t bytes) const {
-    kernels::Buffer b = Zeroed(bytes);
-    if (!b.CopyFromHost(host, bytes).ok()) std::abort();
-    return b;
-  }
+  kernels::Buffer Zeroed(int64_t bytes) const { return ZeroedBuffer(backend_, bytes); }
+  kernels::Buffer Staged(const void* host, int64_t bytes) const { return StagedBuffer(backend_, host, bytes); }
 
   pb::Plan plan_;
   int world_;
@@ -285,10 +290,12 @@ inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int de
 // plan's memory for the plan's compressor, seeds as the runtime's); the nodes' payloads are
 // summed (allreduce codecs) or joined in node order, decoded (the mean over the nodes), and the
 // shards joined in local order; the mean over all ranks is that / d (fp32: the sums / W).
+// The codec's kernels run on `backend`.
 class HierarchicalReference {
  public:
-  HierarchicalReference(const pb::Plan& plan, int world, int devices_per_node)
-      : plan_(plan), world_(world), d_(devices_per_node) {
+  HierarchicalReference(const pb::Plan& plan, int world, int devices_per_node,
+                        kernels::Backend backend = kernels::Backend::kCpu)
+      : plan_(plan), world_(world), d_(devices_per_node), backend_(backend) {
     const pb::CompressorSpec& spec = plan.compressor();
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& pg = plan.groups(k);
@@ -307,9 +314,9 @@ class HierarchicalReference {
           c.world_size = world / d_;
           c.ratio = spec.ratio() > 0 ? spec.ratio() : kDefaultRatio;
           c.seed = ExpectedGroupSeed(spec.seed(), k, r, codec.collective == pb::ALLREDUCE);
-          auto comp = kernels::MakeCompressor(c, kernels::Backend::kCpu);
+          auto comp = kernels::MakeCompressor(c, backend);
           if (!comp.ok()) std::abort();
-          g.state.emplace_back(static_cast<size_t>((*comp)->state_floats()), 0.0f);
+          g.state.push_back(ZeroedBuffer(backend, 4 * (*comp)->state_floats()));
           g.compressors.push_back(std::move(comp).value());
         }
       }
@@ -349,11 +356,16 @@ class HierarchicalReference {
               node_sum[static_cast<size_t>(i)].begin() + static_cast<std::ptrdiff_t>(shard * l),
               node_sum[static_cast<size_t>(i)].begin() + static_cast<std::ptrdiff_t>(shard * (l + 1)));
           std::vector<std::byte> payload(pb);
-          std::vector<float>& state = g.state[static_cast<size_t>(r)];
+          kernels::Buffer in_buffer = StagedBuffer(backend_, in.data(), 4 * g.shard);
+          kernels::Buffer payload_buffer = ZeroedBuffer(backend_, static_cast<int64_t>(pb));
+          kernels::Buffer& state = g.state[static_cast<size_t>(r)];
           if (!g.compressors[static_cast<size_t>(r)]
-                   ->Encode({in.data(), in.size()}, {state.data(), state.size()}, static_cast<uint64_t>(iteration),
-                            {payload.data(), pb})
-                   .ok())
+                   ->Encode({in_buffer.as<float>(), in.size()},
+                            {state.as<float>(), static_cast<size_t>(state.size_bytes() / 4)},
+                            static_cast<uint64_t>(iteration), {payload_buffer.as<std::byte>(), pb})
+                   .ok() ||
+              !kernels::Synchronize(backend_).ok() ||
+              !payload_buffer.CopyToHost(payload.data(), static_cast<int64_t>(pb)).ok())
             std::abort();
           payloads.push_back(std::move(payload));
         }
@@ -364,9 +376,13 @@ class HierarchicalReference {
         } else {
           for (const auto& p : payloads) input.insert(input.end(), p.begin(), p.end());
         }
+        kernels::Buffer input_buffer = StagedBuffer(backend_, input.data(), static_cast<int64_t>(input.size()));
+        kernels::Buffer decoded = ZeroedBuffer(backend_, 4 * g.shard);
         if (!g.compressors[static_cast<size_t>(l)]
-                 ->Decode({input.data(), input.size()}, {into, shard}, static_cast<uint64_t>(iteration))
-                 .ok())
+                 ->Decode({input_buffer.as<std::byte>(), input.size()}, {decoded.as<float>(), shard},
+                          static_cast<uint64_t>(iteration))
+                 .ok() ||
+            !kernels::Synchronize(backend_).ok() || !decoded.CopyToHost(into, 4 * g.shard).ok())
           std::abort();
       }
       const float divisor = static_cast<float>(g.codec == "fp32" ? world_ : d_);
@@ -384,10 +400,11 @@ class HierarchicalReference {
     int64_t numel = 0, shard = 0;
     std::string codec;
     std::vector<std::unique_ptr<kernels::Compressor>> compressors;  // one per rank
-    std::vector<std::vector<float>> state;  // one per rank
+    std::vector<kernels::Buffer> state;  // one per rank
   };
   pb::Plan plan_;
   int world_, d_;
+  kernels::Backend backend_;
   std::vector<Group> groups_;
 };
 

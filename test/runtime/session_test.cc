@@ -506,21 +506,6 @@ TEST(NoGpu, NcclCommunicatorSaysNoCudaDeviceFoundOnEveryRank) {
   }
 }
 
-// A hierarchical group in a session on GPU memory is refused naming the group, before any
-// device work (so also without a GPU).
-TEST(NoGpu, HierarchicalGroupsOnGpuMemoryAreRefused) {
-  const pb::Model model = SmallModel("tiny", {4, 4});
-  pb::Plan plan = testing::WithScheme(MakePlan(model, testing::OneGroup(model), "fp32", 4), "hier_fp32", 2);
-  plan.set_device(pb::GPU);
-  plan.mutable_groups(0)->mutable_options()->set_device(pb::GPU);
-  auto s = Session::Create(plan, std::make_unique<FakeDeviceCommunicator>());
-  ASSERT_FALSE(s.ok());
-  const std::string want =
-      "plan: groups[0].options.scheme: hierarchical schemes on GPU memory are not executed by this runtime yet; got "
-      "'hier_fp32', expected a flat scheme (or a session on host memory)";
-  EXPECT_NE(std::string(s.status().message()).find(want), std::string::npos) << s.status().message();
-}
-
 TEST(NoGpu, GpuSessionSaysNoCudaDeviceFound) {
   if (HaveGpu()) GTEST_SKIP() << "a GPU is present; the no-GPU path cannot be reached here";
   const pb::Model model = SmallModel("tiny", {4, 4});
@@ -813,8 +798,9 @@ TEST(SessionValidation, RejectsZenForADenseCompressor) {
             "expected topk or dgc");
 }
 
-// A zen group in a session on GPU memory is accepted (runtime_gpu_test runs it); without a
-// device the session fails as any GPU session does, not with a refusal of the scheme.
+// Zen groups in a session on GPU memory are accepted (runtime_gpu_test runs them, and
+// hierarchical ones); without a device the session fails as any GPU session does, not with a
+// refusal of the scheme.
 TEST(NoGpu, ZenGroupOnGpuMemorySaysNoCudaDeviceFound) {
   if (HaveGpu()) GTEST_SKIP() << "a GPU is present; the no-GPU path cannot be reached here";
   const pb::Model model = SmallModel("tiny", {4, 4});

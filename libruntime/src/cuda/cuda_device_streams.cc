@@ -42,6 +42,17 @@ class CudaDeviceStreams final : public DeviceStreams {
     CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Stream(stream), Event(event), 0));
     return Status::Ok();
   }
+  Status Copy(void* dst, const void* src, int64_t bytes, void* stream) override {
+    if (bytes > 0) {
+      CUPCAKE_RT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, Stream(stream)));
+    }
+    return Status::Ok();
+  }
+  Status Zero(void* dst, int64_t bytes, void* stream) override {
+    if (bytes > 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), Stream(stream)));
+    return Status::Ok();
+  }
   StatusOr<bool> Done(int event) override {
     const cudaError_t e = cudaEventQuery(Event(event));
     if (e == cudaSuccess) return true;
