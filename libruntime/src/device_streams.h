@@ -30,8 +30,8 @@ class StreamWork {
 // CheckDeviceMemory is asynchronous: it queues work on a stream and returns. Streams are
 // cudaStream_t passed as void* (nullptr: the legacy default stream). Errors name the CUDA call, its
 // message, and the rank and host given at creation.
-// Ownership: owns its stream and events; the destructor waits for the compute stream first.
-// Thread-safety: one thread at a time.
+// Ownership: owns its stream, events and pinned memory; the destructor waits for the compute
+// stream first. Thread-safety: one thread at a time, except Wait.
 class DeviceStreams {
  public:
   virtual ~DeviceStreams() = default;
@@ -40,9 +40,14 @@ class DeviceStreams {
   virtual Status Record(int event, void* stream) = 0;
   // Work queued later on `stream` waits for event `event`.
   virtual Status StreamWait(void* stream, int event) = 0;
-  // Queue on `stream` a copy of `bytes` bytes between device buffers, or a fill with zeros.
+  // Queue on `stream` a copy of `bytes` bytes (device or pinned host memory, either way), or a
+  // fill of device memory with zeros.
   virtual Status Copy(void* dst, const void* src, int64_t bytes, void* stream) = 0;
   virtual Status Zero(void* dst, int64_t bytes, void* stream) = 0;
+  // Blocks until event `event`'s work is done (cudaEventSynchronize). Any thread.
+  virtual Status Wait(int event) = 0;
+  // `bytes` of pinned host memory (cudaHostAlloc), kept until this object is destroyed.
+  virtual StatusOr<void*> PinnedHost(int64_t bytes) = 0;
   // Whether event `event`'s work is done (cudaEventQuery); does not block.
   virtual StatusOr<bool> Done(int event) = 0;
   // Queues on the compute stream: a wait for event `wait`, the work `enqueue` queues on the stream

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -89,6 +90,16 @@ struct Group {
   bool zen = false;
   uint32_t zen_seed = 0;
   kernels::zen::Sparse zen_sum;
+  // Offloaded (docs/MODEL.md v2: a cpu option in a session on GPU memory): the tensors are
+  // copied one by one into `host` (pinned, numel floats) on the compute stream; the CPU worker
+  // (OffloadLoop) encodes it with `compressor` (CPU kernels, `state` in host memory) into
+  // `host_payload` (pinned); the collective copies that into `payload`, exchanges it into
+  // `received` and copies that into `host_received` (pinned) on the communicator's stream;
+  // Synchronize decodes it into `host` and copies the tensors back one by one.
+  bool offloaded = false;
+  float* host = nullptr;  // owned by the DeviceStreams, as the two below
+  std::byte* host_payload = nullptr;
+  std::byte* host_received = nullptr;
   GroupTimeline times;  // record_timeline: comm_* by the communication thread
   int pending = 0;  // tensors not yet ready this step; caller's thread only
   Stage stage = Stage::kIdle;  // guarded by Impl::mu_ (host sessions)
@@ -140,6 +151,14 @@ class Session::Impl {
       // Collectives enqueued and not known to be finished may wait for a peer that never comes:
       // abort the communicator (NCCL: ncclCommAbort) so the streams drain, rather than hang.
       if (launched_ > 0) comm_->Abort("session destroyed during a step (rank " + std::to_string(comm_->rank()) + ")");
+      if (thread_.joinable()) {  // the CPU worker: its waits are for local copies only
+        {
+          std::lock_guard lock(mu_);
+          stop_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+      }
       return;
     }
     if (!thread_.joinable()) return;
@@ -187,6 +206,7 @@ class Session::Impl {
     std::vector<kernels::CompressorConfig> configs;
     std::vector<kernels::CompressorLayout> layouts;
     std::vector<const SchemeInfo*> schemes;  // options plans' groups' schemes, else nullptr
+    std::vector<bool> offload;  // groups offloaded to the CPU (sessions on GPU memory)
     int hierarchical_devices = 0;  // devices_per_node when some group is hierarchical
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
@@ -199,12 +219,19 @@ class Session::Impl {
         add(f + ".options.scheme", "unknown scheme; got " + Quoted(scheme_name) + ", expected one of " + SchemeNames());
         continue;
       }
-      // A v1 group (no scheme) runs on the plan's device, as before options existed.
-      if (scheme != nullptr && g.options().device() != plan.device()) {
+      // A v1 group (no scheme) runs on the plan's device, as before options existed. A group on
+      // the cpu in a session on GPU memory is offloaded (flat schemes).
+      const bool offloaded = scheme != nullptr && g.options().device() != plan.device();
+      if (offloaded && !(on_device() && g.options().device() == pb::CPU)) {
         add(f + ".options.device", "offload to the CPU is not executed by this runtime yet; got " +
                                        std::string(Name(g.options().device())) + ", expected " +
                                        std::string(Name(plan.device())) +
                                        " (the plan's device; plan with --search-space fusion)");
+        continue;
+      }
+      if (offloaded && (scheme->hierarchical || scheme->zen)) {
+        add(f + ".options.device", "offload of a hierarchical or zen group is not executed by this runtime yet; got " +
+                                       Quoted(scheme_name) + " on the cpu, expected a flat scheme");
         continue;
       }
       const CompressorInfo* plan_info = FindCompressor(spec.name());
@@ -237,6 +264,7 @@ class Session::Impl {
         continue;
       }
       schemes.push_back(scheme);
+      offload.push_back(offloaded);
       hierarchical_devices = scheme != nullptr && scheme->hierarchical ? devices_per_node : hierarchical_devices;
       // Payload sizes and collectives were checked against the catalogue by ValidatePlan.
       configs.push_back(c);
@@ -277,10 +305,24 @@ class Session::Impl {
       g.reduce_type =
           layout.kind == kernels::CompressorKind::kFp16 ? comm::DataType::kFloat16 : comm::DataType::kFloat32;
       g.reduce_count = layout.payload_bytes / comm::DataTypeBytes(g.reduce_type);
-      if (!g.in_place || on_device()) {
+      g.offloaded = offload[static_cast<size_t>(k)];
+      if (g.offloaded) {  // CPU kernels and state; the payload and what is received on both sides
+        g.in_place = false;
+        CUPCAKE_ASSIGN_OR_RETURN(g.compressor, kernels::MakeCompressor(config, kernels::Backend::kCpu));
+        CUPCAKE_ASSIGN_OR_RETURN(g.state, AllocateZeroed(kernels::Backend::kCpu, 4 * layout.state_floats));
+        CUPCAKE_ASSIGN_OR_RETURN(void* host, device_->PinnedHost(4 * g.numel));
+        CUPCAKE_ASSIGN_OR_RETURN(void* host_payload, device_->PinnedHost(layout.payload_bytes));
+        CUPCAKE_ASSIGN_OR_RETURN(void* host_received, device_->PinnedHost(layout.decode_input_bytes));
+        g.host = static_cast<float*>(host);
+        g.host_payload = static_cast<std::byte*>(host_payload);
+        g.host_received = static_cast<std::byte*>(host_received);
+        CUPCAKE_ASSIGN_OR_RETURN(g.payload, AllocateZeroed(backend, layout.payload_bytes));
+        CUPCAKE_ASSIGN_OR_RETURN(g.received, AllocateZeroed(backend, layout.decode_input_bytes));
+        offloading_ = true;
+      } else if (!g.in_place || on_device()) {
         CUPCAKE_ASSIGN_OR_RETURN(g.compressor, kernels::MakeCompressor(config, backend));
       }
-      if (!g.in_place) {
+      if (!g.in_place && !g.offloaded) {
         CUPCAKE_ASSIGN_OR_RETURN(g.state, AllocateZeroed(backend, 4 * layout.state_floats));
         CUPCAKE_ASSIGN_OR_RETURN(g.payload, AllocateZeroed(backend, layout.payload_bytes));
       }
@@ -292,7 +334,7 @@ class Session::Impl {
       if (g.zen) {
         // The owner hash's seed: GroupSeed's shared form, equal on every rank.
         g.zen_seed = static_cast<uint32_t>(GroupSeed(spec.seed(), k, comm_->rank(), /*allreduce=*/true));
-      } else if (!g.in_place) {
+      } else if (!g.in_place && !g.offloaded) {
         CUPCAKE_ASSIGN_OR_RETURN(g.received, AllocateZeroed(backend, layout.decode_input_bytes));
       }
       if (scheme != nullptr && scheme->hierarchical) {
@@ -323,6 +365,7 @@ class Session::Impl {
     model_name_ = model.name();
     fingerprint_ = plan.model().fingerprint();
     if (!on_device()) thread_ = std::thread([this] { CommLoop(); });
+    if (offloading_) thread_ = std::thread([this] { OffloadLoop(); });
     return Status::Ok();
   }
 
@@ -390,19 +433,26 @@ class Session::Impl {
     const int k = t.group;
     if (record_timeline_) g.times.encode_start_us = clock_->NowUs();
     if (on_device()) {  // after the job's work on its stream (the gradients' last kernels)
+      std::lock_guard lock(mu_);  // the CPU worker launches collectives too
       const int job_ready = 2 * group_count() + 1 + k;
       auto where = [k] { return "GradientReady: groups[" + std::to_string(k) + "]"; };  // built on failure only
       if (Status s = device_->Record(job_ready, job_stream_); !s.ok()) return Fail(s.WithPrefix(where()));
       bool work_failed = false;
       auto work = [&](void* stream) {
-        Status w = PackAndEncode(g, k, stream);
+        Status w = g.offloaded ? CopyTensors(g, /*to_host=*/true, stream) : PackAndEncode(g, k, stream);
         work_failed = !w.ok();
         return w;
       };
       Status s = device_->Enqueue(DeviceGraph(g, k, /*decode=*/false), job_ready, k, internal::StreamWork(work));
       if (!s.ok()) return Fail(work_failed ? s : s.WithPrefix(where()));
+      if (g.offloaded) {  // the CPU worker encodes it once the copies are done (event k)
+        offload_queue_.push_back(k);
+        cv_.notify_all();
+        return Status::Ok();
+      }
       g.stage = Stage::kEncoded;
-      return LaunchInOrder();
+      if (Status l = LaunchInOrder(); !l.ok()) return Fail(l);
+      return Status::Ok();
     }
     if (Status s = PackAndEncode(g, k, nullptr); !s.ok()) return Fail(s);
     if (record_timeline_) g.times.encode_end_us = clock_->NowUs();
@@ -654,8 +704,9 @@ class Session::Impl {
   // Device sessions: the graph that holds group k's encode (or decode), or -1 to queue it
   // directly: graphs off, or kernels that take the iteration (their arguments change each step).
   int DeviceGraph(const Group& g, int k, bool decode) const {
-    // A zen group's decode is at most an unpack; a hierarchical group's encode only a pack.
-    if (!device_graphs_ || (decode && g.zen) || g.hierarchical != nullptr) return -1;
+    // A zen group's decode is at most an unpack; a hierarchical group's encode only a pack; an
+    // offloaded group's copies are queued directly.
+    if (!device_graphs_ || (decode && g.zen) || g.hierarchical != nullptr || g.offloaded) return -1;
     const kernels::CompressorKind kind = g.compressor->layout().kind;
     const bool keyed = kind == kernels::CompressorKind::kRandk ||
                        (!decode && (kind == kernels::CompressorKind::kQsgd || kind == kernels::CompressorKind::kTerngrad));
@@ -714,36 +765,68 @@ class Session::Impl {
   }
 
   // Device sessions: enqueue the collectives of the encoded groups in group order (every rank
-  // launches the same sequence), each after its encode (event k) and marked by event K + k.
+  // launches the same sequence), each after its encode (event k) and marked by event K + k; an
+  // offloaded group's payload is copied in from the host before and what it receives out after.
+  // With mu_ held (the job's thread and the CPU worker both call it).
   Status LaunchInOrder() {
     const int count = group_count();
+    void* stream = comm_->stream();
     while (launched_ < count && groups_[static_cast<size_t>(launched_)].stage == Stage::kEncoded) {
       const int k = launched_;
       Group& g = groups_[static_cast<size_t>(k)];
-      Status s = device_->StreamWait(comm_->stream(), k);
+      Status s = device_->StreamWait(stream, k);
+      if (s.ok() && g.offloaded) s = device_->Copy(g.payload.data(), g.host_payload, g.payload.size_bytes(), stream);
       if (s.ok()) s = Collective(g);
-      if (s.ok()) s = device_->Record(count + k, comm_->stream());
-      if (!s.ok()) return Fail(s.WithPrefix("GradientReady: " + CollectiveName(k)));
+      if (s.ok() && g.offloaded) s = device_->Copy(g.host_received, g.received.data(), g.received.size_bytes(), stream);
+      if (s.ok()) s = device_->Record(count + k, stream);
+      if (!s.ok()) return s.WithPrefix("GradientReady: " + CollectiveName(k));
       g.stage = Stage::kExchanged;  // enqueued; event K + k says when it is done
       ++launched_;
     }
     return Status::Ok();
   }
 
-  // Device sessions: 1. wait until every collective is enqueued (every tensor ready); 2. queue
-  // each group's decode and unpack on the compute stream after its collective's event; 3. wait,
-  // polling the end event against the clock so a missing peer gives DeadlineExceeded.
+  // Device sessions: 1. wait until every collective is enqueued (every tensor ready, every
+  // offloaded encode done); 2. queue each on-device group's decode and unpack on the compute
+  // stream after its collective's event; 3. decode the offloaded groups on this thread in group
+  // order, each once its exchange is done, queueing the copies back; 4. wait, polling events
+  // against the clock so a missing peer gives DeadlineExceeded.
   Status SynchronizeDevice() {
     const double start_us = clock_->NowUs();
     const int count = group_count();
     auto timed_out = [&] { return clock_->NowUs() - start_us >= timeout_us_; };
-    while (launched_ < count) {
-      if (timed_out()) return Fail(TimeoutError(launched_));
+    while (true) {
+      {
+        std::lock_guard lock(mu_);
+        if (!offload_status_.ok()) return Fail(offload_status_);
+        if (launched_ == count) break;
+        if (timed_out()) return Fail(TimeoutError(launched_));
+      }
       std::this_thread::sleep_for(kPoll);
     }
     // A lost peer never completes the collectives: NCCL's asynchronous error ends the wait.
     auto peer_failed = [&] { return comm_->AsyncError().WithPrefix("Synchronize"); };
+    // Until event `event` is done: Ok, or the session's failure.
+    auto wait_for = [&](int event) -> Status {
+      while (true) {
+        StatusOr<bool> done = device_->Done(event);
+        if (!done.ok()) return Fail(done.status().WithPrefix("Synchronize"));
+        if (*done) return Status::Ok();
+        if (Status s = peer_failed(); !s.ok()) return Fail(s);
+        if (timed_out()) {
+          int stuck = 0;
+          while (stuck < count - 1) {
+            StatusOr<bool> d = device_->Done(count + stuck);
+            if (!d.ok() || !*d) break;
+            ++stuck;
+          }
+          return Fail(TimeoutError(stuck));
+        }
+        std::this_thread::yield();
+      }
+    };
     for (int k = 0; k < count; ++k) {
+      if (groups_[static_cast<size_t>(k)].offloaded) continue;
       bool work_failed = false;
       auto work = [&](void* stream) {
         Status w = Decode(k, stream);
@@ -754,22 +837,67 @@ class Session::Impl {
                                   internal::StreamWork(work));
       if (!s.ok()) return Fail(work_failed ? s : s.WithPrefix("Synchronize"));
     }
+    for (int k = 0; k < count; ++k) {
+      Group& g = groups_[static_cast<size_t>(k)];
+      if (!g.offloaded) continue;
+      CUPCAKE_RETURN_IF_ERROR(wait_for(count + k));
+      Status s = g.compressor->Decode({g.host_received, static_cast<size_t>(g.received.size_bytes())},
+                                      {g.host, static_cast<size_t>(g.numel)}, iteration_, nullptr);
+      if (!s.ok()) return Fail(s.WithPrefix("Synchronize: groups[" + std::to_string(k) + "] decode"));
+      auto work = [&](void* stream) { return CopyTensors(g, /*to_host=*/false, stream); };
+      s = device_->Enqueue(-1, -1, -1, internal::StreamWork(work));
+      if (!s.ok()) return Fail(s.WithPrefix("Synchronize"));
+    }
     if (Status s = device_->Record(2 * count, device_->compute()); !s.ok()) return Fail(s.WithPrefix("Synchronize"));
+    return wait_for(2 * count);
+  }
+
+  // An offloaded group's tensors, one copy each, between their buffers and the group's pinned
+  // `host` floats (to_host: into it), on `stream`.
+  Status CopyTensors(Group& g, bool to_host, void* stream) {
+    int64_t at = 0;
+    for (int i = g.first; i <= g.last; ++i) {
+      const Tensor& t = tensors_[static_cast<size_t>(i)];
+      float* host = g.host + at;
+      CUPCAKE_RETURN_IF_ERROR(to_host ? device_->Copy(host, t.buffer.data(), 4 * t.numel, stream)
+                                      : device_->Copy(t.buffer.data(), host, 4 * t.numel, stream));
+      at += t.numel;
+    }
+    return Status::Ok();
+  }
+
+  // The CPU worker of a session on GPU memory with offloaded groups (docs/MODEL.md v2: one
+  // thread, serialized with itself): encodes each offloaded group once its copy to the host is
+  // done (event k), then launches the collectives next in group order. The first error ends it
+  // into offload_status_, which Synchronize reports.
+  void OffloadLoop() {
+    std::unique_lock lock(mu_);
     while (true) {
-      StatusOr<bool> done = device_->Done(2 * count);
-      if (!done.ok()) return Fail(done.status().WithPrefix("Synchronize"));
-      if (*done) return Status::Ok();
-      if (Status s = peer_failed(); !s.ok()) return Fail(s);
-      if (timed_out()) {
-        int stuck = 0;
-        while (stuck < count - 1) {
-          StatusOr<bool> d = device_->Done(count + stuck);
-          if (!d.ok() || !*d) break;
-          ++stuck;
-        }
-        return Fail(TimeoutError(stuck));
+      cv_.wait(lock, [&] { return stop_ || !offload_queue_.empty(); });
+      if (stop_) return;
+      const int k = offload_queue_.front();
+      offload_queue_.pop_front();
+      Group& g = groups_[static_cast<size_t>(k)];
+      const uint64_t iteration = iteration_;
+      lock.unlock();
+      Status s = device_->Wait(k);
+      if (s.ok()) {
+        s = g.compressor->Encode({g.host, static_cast<size_t>(g.numel)},
+                                 {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)}, iteration,
+                                 {g.host_payload, static_cast<size_t>(g.payload.size_bytes())}, nullptr);
       }
-      std::this_thread::yield();
+      lock.lock();
+      if (stop_) return;
+      if (s.ok()) {
+        g.stage = Stage::kEncoded;
+        s = LaunchInOrder();
+      } else {
+        s = s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] encode (offloaded)");
+      }
+      if (!s.ok()) {
+        offload_status_ = s;
+        return;
+      }
     }
   }
 
@@ -838,6 +966,10 @@ class Session::Impl {
   bool stop_ = false;  // guarded by mu_
   bool in_collective_ = false;  // guarded by mu_
   Status comm_status_;  // guarded by mu_
+  // Device sessions with offloaded groups: the CPU worker's queue and its first error.
+  bool offloading_ = false;
+  std::deque<int> offload_queue_;  // guarded by mu_
+  Status offload_status_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -288,6 +289,78 @@ INSTANTIATE_TEST_SUITE_P(
                       SchemeCase{"onebit", "hier", 4, testing::Layout::kFlat, true},
                       SchemeCase{"efsignsgd", "hier", 8, testing::Layout::kSeparate, true}),
     [](const ::testing::TestParamInfo<SchemeCase>& p) { return SchemeCaseName(p.param); });
+
+// Groups offloaded to the CPU (docs/MODEL.md v2: a cpu option in a plan for the GPU): the
+// tensors copied to pinned host memory, encoded by the CPU worker with the CPU kernels, the
+// payload exchanged over the device communicator, decoded on the host and copied back. Every
+// rank ends each step with the CPU kernels' reference for the offloaded groups and the CUDA
+// kernels' for the others (the same plan's groups, flat scheme), bit for bit, over iterations
+// with error feedback, at 3 ranks over the staging communicator.
+struct OffloadCase {
+  std::string compressor;
+  std::vector<int> offloaded;  // groups of testing::Planned() on the cpu
+  testing::Layout layout;
+};
+std::string OffloadCaseName(const OffloadCase& c) {
+  std::string groups;
+  for (int k : c.offloaded) groups += std::to_string(k);
+  return c.compressor + "_cpu" + groups + "_" + testing::LayoutName(c.layout);
+}
+void PrintTo(const OffloadCase& c, std::ostream* os) { *os << OffloadCaseName(c); }
+
+class GpuOffloadMatchesReference : public ::testing::TestWithParam<OffloadCase> {};
+
+TEST_P(GpuOffloadMatchesReference, CpuKernelsForOffloadedGroups) {
+  SKIP_WITHOUT_GPU();
+  const OffloadCase c = GetParam();
+  constexpr int kWorld = 3;
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan flat = OnGpu(testing::MakePlan(model, testing::Planned(), c.compressor, kWorld));
+  pb::Plan plan = OnGpu(testing::WithScheme(flat, "flat", 1));
+  for (int k : c.offloaded) plan.mutable_groups(k)->mutable_options()->set_device(pb::CPU);
+  ASSERT_TRUE(cupcake::ValidatePlan(plan, "plan").ok()) << cupcake::ValidatePlan(plan, "plan").ToString();
+  testing::Reference on_cpu(flat, kWorld, kernels::Backend::kCpu), on_gpu(flat, kWorld, kernels::Backend::kCuda);
+  std::vector<std::vector<std::vector<float>>> want;
+  for (int it = 0; it < 3; ++it) {
+    std::vector<std::vector<float>> cpu = on_cpu.Step(it), gpu = on_gpu.Step(it);
+    for (int k = 0; k < plan.groups_size(); ++k) {
+      const bool offloaded = std::find(c.offloaded.begin(), c.offloaded.end(), k) != c.offloaded.end();
+      for (int t = plan.groups(k).first_tensor(); t <= plan.groups(k).last_tensor(); ++t) {
+        if (offloaded) gpu[static_cast<size_t>(t)] = cpu[static_cast<size_t>(t)];
+      }
+    }
+    want.push_back(std::move(gpu));
+  }
+  RunStagedRanks(plan, kWorld, c.layout, /*graphs=*/true, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compressors, GpuOffloadMatchesReference,
+                         ::testing::Values(OffloadCase{"efsignsgd", {0, 1, 2}, testing::Layout::kSeparate},
+                                           OffloadCase{"efsignsgd", {0, 2}, testing::Layout::kFlat},
+                                           OffloadCase{"topk", {1}, testing::Layout::kSeparate},
+                                           OffloadCase{"topk", {0, 2}, testing::Layout::kFlat},
+                                           OffloadCase{"fp16", {2}, testing::Layout::kSeparate},
+                                           OffloadCase{"qsgd", {0, 1}, testing::Layout::kSeparate},
+                                           OffloadCase{"fp32", {0, 1, 2}, testing::Layout::kFlat}),
+                         [](const ::testing::TestParamInfo<OffloadCase>& p) { return OffloadCaseName(p.param); });
+
+// A session destroyed with an offloaded group still being encoded, or never synchronized,
+// stops its CPU worker and returns (no hang, no crash).
+TEST(GpuOffload, DestroyedMidStepReturns) {
+  SKIP_WITHOUT_GPU();
+  const pb::Model model = testing::SmallModel();
+  pb::Plan plan = OnGpu(testing::WithScheme(testing::MakePlan(model, testing::Planned(), "efsignsgd", 1), "flat", 1));
+  plan.mutable_groups(0)->mutable_options()->set_device(pb::CPU);
+  auto comm = MakeNcclCommunicator(nullptr);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  auto session = Session::Create(plan, std::move(comm).value());
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  DeviceGradients grads(model, testing::Layout::kSeparate);
+  ASSERT_TRUE(grads.RegisterAll(**session, model).ok());
+  grads.Fill(0, 0, nullptr);
+  for (int i = 0; i <= plan.groups(0).last_tensor(); ++i) ASSERT_TRUE((*session)->GradientReady(i).ok());
+  session->reset();
+}
 
 TEST(GpuSession, RefusesHostMemoryAndCpuPlans) {
   SKIP_WITHOUT_GPU();

@@ -2,6 +2,7 @@
 // live in cupcake::kernels).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "cuda/cuda_status.h"
@@ -18,6 +19,7 @@ class CudaDeviceStreams final : public DeviceStreams {
     for (cudaGraphExec_t g : graphs_)
       if (g != nullptr) (void)cudaGraphExecDestroy(g);
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    for (void* p : pinned_) (void)cudaFreeHost(p);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
   }
 
@@ -45,13 +47,23 @@ class CudaDeviceStreams final : public DeviceStreams {
   Status Copy(void* dst, const void* src, int64_t bytes, void* stream) override {
     if (bytes > 0) {
       CUPCAKE_RT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, Stream(stream)));
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, Stream(stream)));
     }
     return Status::Ok();
   }
   Status Zero(void* dst, int64_t bytes, void* stream) override {
     if (bytes > 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), Stream(stream)));
     return Status::Ok();
+  }
+  Status Wait(int event) override {
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(Event(event)));
+    return Status::Ok();
+  }
+  StatusOr<void*> PinnedHost(int64_t bytes) override {
+    void* p = nullptr;
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault));
+    pinned_.push_back(p);
+    return p;
   }
   StatusOr<bool> Done(int event) override {
     const cudaError_t e = cudaEventQuery(Event(event));
@@ -84,6 +96,7 @@ class CudaDeviceStreams final : public DeviceStreams {
  private:
   static cudaStream_t Stream(void* s) { return static_cast<cudaStream_t>(s); }
   cudaEvent_t Event(int i) const { return events_[static_cast<size_t>(i)]; }
+  std::vector<void*> pinned_;
 
   // Captures the wait, the work and the record on the compute stream (thread-local capture: other
   // threads' CUDA calls are not affected) and instantiates the graph. The events become external
