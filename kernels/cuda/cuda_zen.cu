@@ -9,10 +9,11 @@
 //     a scan of the run starts places the sums.
 //   - EncodeMerged: row numbers, or the bitmap by atomic ORs into 32-bit words; the values by a
 //     copy (the bitmap's length leaves them at any byte offset).
-//   - DecodeInto: one row-list entry per thread; a bitmap one byte per thread after a scan of
-//     the bytes' populations. Blocks arrive at any byte offset (an allgatherv's
-//     concatenation), so the decode reads them byte by byte. Problems are counted per owner on
-//     the device and reported by FinishDecodes, with DecodePartition's texts.
+//   - Decode: all partitions in two kernels around one scan, with one wait: the headers and
+//     each bitmap byte's population, a scan over all bitmaps' bytes, then one row-list entry
+//     or bitmap byte per thread. Blocks arrive at any byte offset (an allgatherv's
+//     concatenation), so the decode reads them byte by byte. Problems are counted per
+//     partition on the device and reported with DecodePartition's texts.
 // Division by the divisor is IEEE (no fast math), as on the host.
 #include <cuda_runtime.h>
 
@@ -21,6 +22,7 @@
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -118,60 +120,80 @@ __global__ void EncodeBitmapKernel(const uint32_t* indices, int64_t count, uint3
   atomicOr(&words[row / 32], 1u << (row % 32));
 }
 
-// ---- DecodeInto ----
-// Per owner: what FinishDecodes reports.
+// ---- Decode ----
+// One partition of a Decode call: where it is and what its size says it holds.
+struct PartitionJob {
+  const unsigned char* block;
+  int64_t count;
+  int64_t rows;
+  int64_t map_bytes;  // bitmap bytes; 0 for a row list
+  int64_t population_at;  // its bytes' first slot in the population and scan arrays
+  uint32_t encoding;
+  uint32_t owner;
+};
+
+// Per partition: what Decode reports.
 struct DecodeProblems {
   u64 bad_header;  // 1 when the header disagrees with the block's size
   u64 first_bad_row;  // the first row-list entry that is not an increasing row below n
   u64 set_bits;  // the bitmap's population (rows of the partition only)
 };
 
-__global__ void ResetProblemsKernel(DecodeProblems* problems, int p) {
-  const int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o < p) problems[o] = {0, kNone, 0};
+__device__ __forceinline__ uint32_t MapByte(const PartitionJob& job, int64_t b) {
+  const int64_t valid = job.rows - 8 * b < 8 ? job.rows - 8 * b : 8;  // bits past the rows are ignored
+  return job.block[zen::kPartitionHeaderBytes + b] & ((1u << valid) - 1);
 }
 
-__global__ void CheckHeaderKernel(const unsigned char* block, uint32_t encoding, uint32_t count, DecodeProblems* problem) {
-  if (LoadU32(block) != encoding || LoadU32(block + 4) != count) problem->bad_header = 1;
-}
-
-__global__ void DecodeRowsKernel(const unsigned char* rows, const unsigned char* values, int64_t count, int64_t n,
-                                 uint32_t owner, uint32_t p, uint32_t seed, float divisor, float* out,
-                                 DecodeProblems* problem) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= count) return;
-  const uint32_t row = LoadU32(rows + 4 * j);
-  const int64_t index = DeviceRowMember(row, owner, p, seed);
-  if (index >= n || (j > 0 && row <= LoadU32(rows + 4 * (j - 1)))) {
-    atomicMin(&problem->first_bad_row, static_cast<u64>(j));
-    return;
+// Grid: x over the widest bitmap, y over the partitions (looping past gridDim.y). Resets the
+// problems, checks each header, counts each bitmap byte's rows.
+__global__ void DecodePrepareKernel(const PartitionJob* jobs, int parts, int* population, DecodeProblems* problems) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int i = blockIdx.y; i < parts; i += gridDim.y) {
+    const PartitionJob& job = jobs[i];
+    if (b == 0) {
+      const bool bad = LoadU32(job.block) != job.encoding || LoadU32(job.block + 4) != job.count;
+      problems[i] = {bad ? 1ull : 0ull, kNone, 0};
+    }
+    if (b < job.map_bytes) population[job.population_at + b] = __popc(MapByte(job, b));
   }
-  out[index] = __uint_as_float(LoadU32(values + 4 * j)) / divisor;
 }
 
-// The population of each bitmap byte, bits past the partition's rows ignored (as the host does).
-__global__ void BytePopulationKernel(const unsigned char* bitmap, int64_t bytes, int64_t rows, int* population) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= bytes) return;
-  const int64_t valid = rows - 8 * b < 8 ? rows - 8 * b : 8;
-  population[b] = __popc(bitmap[b] & ((1u << valid) - 1));
-}
-
-__global__ void DecodeBitmapKernel(const unsigned char* bitmap, int64_t bytes, int64_t rows, const int* population,
-                                   const int* first, const unsigned char* values, int64_t count, uint32_t owner,
-                                   uint32_t p, uint32_t seed, float divisor, float* out, DecodeProblems* problem) {
-  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= bytes) return;
-  if (b == bytes - 1) problem->set_bits = static_cast<u64>(first[b]) + population[b];
-  const int64_t valid = rows - 8 * b < 8 ? rows - 8 * b : 8;
-  uint32_t bits = bitmap[b] & ((1u << valid) - 1);
-  int64_t at = first[b];
-  while (bits != 0 && at < count) {
-    const int t = __ffs(bits) - 1;
-    bits &= bits - 1;
-    const int64_t index = DeviceRowMember(static_cast<uint32_t>(8 * b + t), owner, p, seed);
-    out[index] = __uint_as_float(LoadU32(values + 4 * at)) / divisor;
-    ++at;
+// Grid: x over the widest row list or bitmap, y over the partitions. A row list: entry j per
+// thread; a bitmap: byte b per thread, its values from the scan (`first`, exclusive, over all
+// partitions' bytes, so a partition's own count starts at first[population_at]).
+__global__ void DecodeScatterKernel(const PartitionJob* jobs, int parts, const int* population, const int* first,
+                                    int64_t n, uint32_t p, uint32_t seed, float divisor, float* out,
+                                    DecodeProblems* problems) {
+  const int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int i = blockIdx.y; i < parts; i += gridDim.y) {
+    const PartitionJob& job = jobs[i];
+    const unsigned char* body = job.block + zen::kPartitionHeaderBytes;
+    if (job.map_bytes == 0) {
+      if (x >= job.count) continue;
+      const uint32_t row = LoadU32(body + 4 * x);
+      const int64_t index = DeviceRowMember(row, job.owner, p, seed);
+      if (index >= n || (x > 0 && row <= LoadU32(body + 4 * (x - 1)))) {
+        atomicMin(&problems[i].first_bad_row, static_cast<u64>(x));
+        continue;
+      }
+      out[index] = __uint_as_float(LoadU32(body + 4 * job.count + 4 * x)) / divisor;
+      continue;
+    }
+    if (x >= job.map_bytes) continue;
+    const int base = first[job.population_at];
+    if (x == job.map_bytes - 1) {
+      problems[i].set_bits = static_cast<u64>(first[job.population_at + x] + population[job.population_at + x] - base);
+    }
+    const unsigned char* values = body + job.map_bytes;
+    uint32_t bits = MapByte(job, x);
+    int64_t at = first[job.population_at + x] - base;
+    while (bits != 0 && at < job.count) {
+      const int t = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const int64_t index = DeviceRowMember(static_cast<uint32_t>(8 * x + t), job.owner, p, seed);
+      out[index] = __uint_as_float(LoadU32(values + 4 * at)) / divisor;
+      ++at;
+    }
   }
 }
 
@@ -244,7 +266,6 @@ class CudaZenSteps final : public zen::DeviceSteps {
       return zen::SparseStatus(what, n, k, k, {});
     }
     const auto p = static_cast<uint32_t>(world_size);
-    pending_.clear();
     // The status block: the two problem positions, then the counts.
     CUPCAKE_ASSIGN_OR_RETURN(u64* status, status_.Get<u64>(8 * (2 + world_size), stream));
     counts_ = reinterpret_cast<int64_t*>(status + 2);
@@ -355,107 +376,84 @@ class CudaZenSteps final : public zen::DeviceSteps {
     return Copy(body + index_bytes, merged_values_.get<float>(), 4 * count, stream);
   }
 
-  StatusOr<zen::PartitionLayout> DecodeInto(const std::byte* block_arg, int64_t bytes, int owner, int64_t n, int world_size, uint32_t seed,
-                    float divisor, float* out, void* stream_arg) override {
+  StatusOr<std::vector<zen::PartitionLayout>> Decode(std::span<const zen::DevicePartition> partitions, int64_t n,
+                                                     int world_size, uint32_t seed, float divisor, float* out,
+                                                     void* stream_arg) override {
     const cudaStream_t stream = S(stream_arg);
-    const auto* block = reinterpret_cast<const unsigned char*>(block_arg);
     const auto p = static_cast<uint32_t>(world_size);
-    const int64_t rows = zen::PartitionRows(owner, n, world_size, seed);
-    StatusOr<zen::PartitionLayout> sized = zen::LayoutOfSize(bytes, rows, Where(owner));
-    if (!sized.ok()) {
-      pending_.clear();
-      return sized.status();
+    const int parts = static_cast<int>(partitions.size());
+    std::vector<zen::PartitionLayout> layouts;
+    std::vector<PartitionJob> jobs;
+    int64_t map_total = 0, widest = 1;
+    for (const zen::DevicePartition& part : partitions) {
+      const int64_t rows = zen::PartitionRows(part.owner, n, world_size, seed);
+      CUPCAKE_ASSIGN_OR_RETURN(const zen::PartitionLayout layout, zen::LayoutOfSize(part.bytes, rows, Where(part.owner)));
+      const int64_t map_bytes = layout.encoding == zen::Encoding::kBitmap ? (rows + 7) / 8 : 0;
+      jobs.push_back({reinterpret_cast<const unsigned char*>(part.block), layout.count, rows, map_bytes, map_total,
+                      static_cast<uint32_t>(layout.encoding), static_cast<uint32_t>(part.owner)});
+      layouts.push_back(layout);
+      map_total += map_bytes;
+      widest = std::max({widest, map_bytes, map_bytes == 0 ? layout.count : int64_t{0}});
     }
-    const zen::PartitionLayout layout = *sized;
-    if (!pending_.empty() && world_size != problem_slots_) {
-      return InvalidArgumentError("zen decode: world_size: changed between decodes; got " + std::to_string(world_size) +
-                                  ", expected " + std::to_string(problem_slots_));
-    }
-    if (pending_.empty()) {
-      CUPCAKE_ASSIGN_OR_RETURN(DecodeProblems * problems,
-                               problems_.Get<DecodeProblems>(sizeof(DecodeProblems) * world_size, stream));
-      ResetProblemsKernel<<<Blocks(world_size), kThreads, 0, stream>>>(problems, world_size);
-      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-      problem_slots_ = world_size;
-    }
-    pending_.push_back({owner, layout, block, bytes, rows});
-    DecodeProblems* problem = problems_.get<DecodeProblems>() + owner;
-    CheckHeaderKernel<<<1, 1, 0, stream>>>(block, static_cast<uint32_t>(layout.encoding),
-                                           static_cast<uint32_t>(layout.count), problem);
-    const unsigned char* body = block + zen::kPartitionHeaderBytes;
-    if (layout.encoding == zen::Encoding::kRows) {
-      if (layout.count > 0) {
-        DecodeRowsKernel<<<Blocks(layout.count), kThreads, 0, stream>>>(
-            body, body + 4 * layout.count, layout.count, n, static_cast<uint32_t>(owner), p, seed, divisor, out,
-            problem);
-      }
-    } else {
-      const int64_t map_bytes = (rows + 7) / 8;
-      CUPCAKE_ASSIGN_OR_RETURN(int* population, starts_.Get<int>(4 * map_bytes, stream));
-      CUPCAKE_ASSIGN_OR_RETURN(int* first, slots_.Get<int>(4 * map_bytes, stream));
+    if (parts == 0) return layouts;
+    if (map_total > INT_MAX) return InvalidArgumentError("zen decode: bitmaps: out of range; got " + std::to_string(map_total) + " bytes");
+    CUPCAKE_ASSIGN_OR_RETURN(PartitionJob* device_jobs, jobs_.Get<PartitionJob>(sizeof(PartitionJob) * parts, stream));
+    CUPCAKE_ASSIGN_OR_RETURN(DecodeProblems * problems, problems_.Get<DecodeProblems>(sizeof(DecodeProblems) * parts, stream));
+    CUPCAKE_ASSIGN_OR_RETURN(int* population, starts_.Get<int>(4 * std::max<int64_t>(map_total, 1), stream));
+    CUPCAKE_ASSIGN_OR_RETURN(int* first, slots_.Get<int>(4 * std::max<int64_t>(map_total, 1), stream));
+    CUPCAKE_RETURN_IF_ERROR(ToDevice(device_jobs, jobs.data(), static_cast<int64_t>(sizeof(PartitionJob)) * parts, stream));
+    const dim3 grid(Blocks(widest), static_cast<unsigned>(std::min(parts, 65535)));
+    DecodePrepareKernel<<<grid, kThreads, 0, stream>>>(device_jobs, parts, population, problems);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    if (map_total > 0) {
       size_t scan_bytes = 0;
-      const int items = static_cast<int>(map_bytes);
+      const int items = static_cast<int>(map_total);
       CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, population, first, items, stream));
       CUPCAKE_ASSIGN_OR_RETURN(void* temp, temp_.Get<void>(static_cast<int64_t>(scan_bytes), stream));
-      BytePopulationKernel<<<Blocks(map_bytes), kThreads, 0, stream>>>(body, map_bytes, rows, population);
-      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
       CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, population, first, items, stream));
-      DecodeBitmapKernel<<<Blocks(map_bytes), kThreads, 0, stream>>>(body, map_bytes, rows, population, first,
-                                                                     body + map_bytes, layout.count,
-                                                                     static_cast<uint32_t>(owner), p, seed, divisor,
-                                                                     out, problem);
     }
+    DecodeScatterKernel<<<grid, kThreads, 0, stream>>>(device_jobs, parts, population, first, n, p, seed, divisor, out,
+                                                       problems);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    return layout;
-  }
-
-  Status FinishDecodes(void* stream) override {
-    std::vector<Pending> pending;
-    pending.swap(pending_);
-    std::vector<DecodeProblems> problems(static_cast<size_t>(problem_slots_));
-    CUPCAKE_RETURN_IF_ERROR(
-        ToHost(problems.data(), problems_.get(), static_cast<int64_t>(sizeof(DecodeProblems)) * problem_slots_, stream));
-    std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) { return a.owner < b.owner; });
-    for (const Pending& d : pending) {
-      const DecodeProblems& found = problems[static_cast<size_t>(d.owner)];
-      if (found.bad_header != 0) {  // DecodePartition's text for a header that disagrees with the size
-        return DataLossError(Where(d.owner) + ": size: mismatch; got " + std::to_string(d.bytes) + " bytes, expected a header and a body for at most " + std::to_string(d.rows) + " rows");
+    std::vector<DecodeProblems> found(static_cast<size_t>(parts));
+    CUPCAKE_RETURN_IF_ERROR(ToHost(found.data(), problems, static_cast<int64_t>(sizeof(DecodeProblems)) * parts, stream));
+    // The first owner with a problem, in DecodePartition's order of checks.
+    std::vector<int> order(static_cast<size_t>(parts));
+    for (int i = 0; i < parts; ++i) order[static_cast<size_t>(i)] = i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return jobs[static_cast<size_t>(a)].owner < jobs[static_cast<size_t>(b)].owner; });
+    for (int i : order) {
+      const PartitionJob& job = jobs[static_cast<size_t>(i)];
+      const DecodeProblems& f = found[static_cast<size_t>(i)];
+      const int owner = static_cast<int>(job.owner);
+      if (f.bad_header != 0) {  // DecodePartition's text for a header that disagrees with the size
+        return DataLossError(Where(owner) + ": size: mismatch; got " + std::to_string(partitions[static_cast<size_t>(i)].bytes) +
+                             " bytes, expected a header and a body for at most " + std::to_string(job.rows) + " rows");
       }
-      if (found.first_bad_row != kNone) {
+      if (f.first_bad_row != kNone) {
         uint32_t row = 0;
-        CUPCAKE_RETURN_IF_ERROR(
-            ToHost(&row, d.block + zen::kPartitionHeaderBytes + 4 * found.first_bad_row, 4, stream));
-        return DataLossError(Where(d.owner) + ": rows[" + std::to_string(found.first_bad_row) +
+        CUPCAKE_RETURN_IF_ERROR(ToHost(&row, job.block + zen::kPartitionHeaderBytes + 4 * f.first_bad_row, 4, stream));
+        return DataLossError(Where(owner) + ": rows[" + std::to_string(f.first_bad_row) +
                              "]: not an increasing row of the partition; got " + std::to_string(row) + ", expected < " +
-                             std::to_string(d.rows) + " and increasing");
+                             std::to_string(job.rows) + " and increasing");
       }
-      if (d.layout.encoding == zen::Encoding::kBitmap && static_cast<int64_t>(found.set_bits) != d.layout.count) {
-        return DataLossError(Where(d.owner) + ": count: mismatch; got " + std::to_string(found.set_bits) +
-                             " set bits, expected " + std::to_string(d.layout.count) + " (the header)");
+      if (job.map_bytes > 0 && static_cast<int64_t>(f.set_bits) != job.count) {
+        return DataLossError(Where(owner) + ": count: mismatch; got " + std::to_string(f.set_bits) +
+                             " set bits, expected " + std::to_string(job.count) + " (the header)");
       }
     }
-    return Status::Ok();
+    return layouts;
   }
 
  private:
-  struct Pending {
-    int owner;
-    zen::PartitionLayout layout;
-    const unsigned char* block;
-    int64_t bytes;
-    int64_t rows;
-  };
   static cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
   static std::string Where(int owner) { return "zen partition of rank " + std::to_string(owner); }
 
   Scratch exchange_[5];
   Scratch status_, keys_, keys_out_, values_, values_out_, partitioned_, starts_, slots_, merged_indices_,
-      merged_values_, temp_, problems_;
+      merged_values_, temp_, problems_, jobs_;
   int64_t* counts_ = nullptr;
   int64_t merged_ = 0;
   uint32_t header_[2] = {0, 0};
-  std::vector<Pending> pending_;
-  int problem_slots_ = 0;
 };
 
 }  // namespace

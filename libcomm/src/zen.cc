@@ -147,18 +147,21 @@ StatusOr<int64_t> ZenAllreduceDevice(Communicator& comm, const uint32_t* indices
   s.partitions = {my_bytes * (p - 1), SumExcept(sizes, me)};
 
   CUPCAKE_RETURN_IF_ERROR(steps.Zero(out, 4 * options.n, stream));
-  s.encodings.resize(static_cast<size_t>(p));
-  int64_t offset = 0, union_size = 0;
+  std::vector<zen::DevicePartition> partitions;
+  int64_t offset = 0;
   for (int r = 0; r < p; ++r) {
     const int64_t bytes = sizes[static_cast<size_t>(r)];
-    const std::byte* block = r == me ? send : recv + offset;
+    partitions.push_back({r == me ? send : recv + offset, bytes, r});
     if (r != me) offset += bytes;
-    CUPCAKE_ASSIGN_OR_RETURN(const zen::PartitionLayout layout,
-                             steps.DecodeInto(block, bytes, r, options.n, p, options.seed, divisor, out, stream));
-    s.encodings[static_cast<size_t>(r)] = layout.encoding;
+  }
+  CUPCAKE_ASSIGN_OR_RETURN(const std::vector<zen::PartitionLayout> layouts,
+                           steps.Decode(partitions, options.n, p, options.seed, divisor, out, stream));
+  int64_t union_size = 0;
+  s.encodings.clear();
+  for (const zen::PartitionLayout& layout : layouts) {
+    s.encodings.push_back(layout.encoding);
     union_size += layout.count;
   }
-  CUPCAKE_RETURN_IF_ERROR(steps.FinishDecodes(stream));
   return union_size;
 }
 

@@ -362,18 +362,16 @@ class Sweep {
     for (const auto& part : partitions) all.insert(all.end(), part.begin(), part.end());
     CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer blocks, upload(all.data(), static_cast<int64_t>(all.size())));
     CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer out, Zeroed(kernels::Backend::kCuda, 4 * n));
+    std::vector<zen::DevicePartition> parts;
+    int64_t offset = 0;
+    for (int r = 0; r < w; ++r) {
+      const auto bytes = static_cast<int64_t>(partitions[static_cast<size_t>(r)].size());
+      parts.push_back({blocks.as<std::byte>() + offset, bytes, r});
+      offset += bytes;
+    }
     return Measure(dec, n, want_dec, [&](int) -> Status {
       CUPCAKE_RETURN_IF_ERROR(zen_steps_->Zero(out.data(), 4 * n, stream));
-      int64_t offset = 0;
-      for (int r = 0; r < w; ++r) {
-        const auto bytes = static_cast<int64_t>(partitions[static_cast<size_t>(r)].size());
-        CUPCAKE_RETURN_IF_ERROR(zen_steps_
-                                    ->DecodeInto(blocks.as<std::byte>() + offset, bytes, r, n, w, kSeed,
-                                                 static_cast<float>(w), out.as<float>(), stream)
-                                    .status());
-        offset += bytes;
-      }
-      return zen_steps_->FinishDecodes(stream);
+      return zen_steps_->Decode(parts, n, w, kSeed, static_cast<float>(w), out.as<float>(), stream).status();
     });
   }
 

@@ -166,44 +166,57 @@ TEST_F(ZenCuda, EncodeMatchesHostInBothEncodings) {
   EXPECT_GT(lists, 0);
 }
 
-// Host-encoded partitions at byte offsets 0 and 3 of a device buffer decode into the host's
-// entries divided by the divisor; every other element keeps its sentinel.
+// Host-encoded partitions, every owner's in one device buffer one after another from byte 0
+// or 3 (so most start unaligned, as in an allgatherv), or one owner's alone, decoded in one
+// call into the host's entries divided by the divisor; every other element keeps its sentinel.
 TEST_F(ZenCuda, DecodeMatchesHostAtAnyOffset) {
   std::mt19937_64 rng(14);
   const float sentinel = -12345.5f;
+  const int64_t n = 20011;
   for (int p : {1, 3, 8}) {
     for (int64_t every : {1, 3, 50}) {
       for (size_t offset : {size_t{0}, size_t{3}}) {
-        const int64_t n = 20011;
-        const int owner = p / 2;
-        Sparse part;
-        std::normal_distribution<float> value;
-        for (int64_t row = 0; row < PartitionRows(owner, n, p, 4); row += every) {
-          part.indices.push_back(static_cast<uint32_t>(RowMember(static_cast<uint32_t>(row), owner, p, 4)));
-          part.values.push_back(value(rng));
-        }
-        std::vector<std::byte> bytes(offset);
-        EncodePartition(part.view(), owner, n, p, 4, bytes);
-        std::vector<float> expected(static_cast<size_t>(n), sentinel);
-        StatusOr<Sparse> decoded =
-            DecodePartition(std::span<const std::byte>(bytes).subspan(offset), owner, n, p, 4);
-        ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-        for (size_t j = 0; j < decoded->indices.size(); ++j) expected[decoded->indices[j]] = decoded->values[j] / 3.0f;
-        OnDevice<std::byte> block(bytes);
-        OnDevice<float> out(expected);  // sized n
-        ASSERT_EQ(cudaMemcpy(out.get(), std::vector<float>(static_cast<size_t>(n), sentinel).data(), 4 * n,
-                             cudaMemcpyHostToDevice),
-                  cudaSuccess);
-        StatusOr<PartitionLayout> layout = steps_->DecodeInto(block.get() + offset, static_cast<int64_t>(bytes.size() - offset),
-                                                         owner, n, p, 4, 3.0f, out.get(), nullptr);
-        ASSERT_TRUE(layout.ok()) << layout.status().ToString();
-        EXPECT_EQ(static_cast<uint32_t>(layout->encoding), static_cast<uint32_t>(bytes[offset]));
-        EXPECT_EQ(layout->count, static_cast<int64_t>(decoded->indices.size()));
-        ASSERT_TRUE(steps_->FinishDecodes(nullptr).ok());
-        const std::vector<float> got = ToHost<float>(out.get(), static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(Bits(got[static_cast<size_t>(i)]), Bits(expected[static_cast<size_t>(i)]))
-              << "P=" << p << " every " << every << " offset " << offset << " element " << i;
+        for (bool alone : {false, true}) {
+          std::vector<std::byte> bytes(offset);
+          std::vector<float> expected(static_cast<size_t>(n), sentinel);
+          std::vector<std::pair<size_t, size_t>> spans;  // (start, size) of each partition
+          std::vector<int> owners;
+          for (int owner = alone ? p / 2 : 0; owner < (alone ? p / 2 + 1 : p); ++owner) {
+            Sparse part;
+            std::normal_distribution<float> value;
+            for (int64_t row = owner % 2; row < PartitionRows(owner, n, p, 4); row += every) {
+              part.indices.push_back(static_cast<uint32_t>(RowMember(static_cast<uint32_t>(row), owner, p, 4)));
+              part.values.push_back(value(rng));
+            }
+            const size_t start = bytes.size();
+            EncodePartition(part.view(), owner, n, p, 4, bytes);
+            spans.push_back({start, bytes.size() - start});
+            owners.push_back(owner);
+            StatusOr<Sparse> decoded =
+                DecodePartition(std::span<const std::byte>(bytes).subspan(start), owner, n, p, 4);
+            ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+            for (size_t j = 0; j < decoded->indices.size(); ++j) {
+              expected[decoded->indices[j]] = decoded->values[j] / 3.0f;
+            }
+          }
+          OnDevice<std::byte> block(bytes);
+          OnDevice<float> out(std::vector<float>(static_cast<size_t>(n), sentinel));
+          std::vector<DevicePartition> parts;
+          for (size_t i = 0; i < spans.size(); ++i) {
+            parts.push_back({block.get() + spans[i].first, static_cast<int64_t>(spans[i].second), owners[i]});
+          }
+          StatusOr<std::vector<PartitionLayout>> layouts = steps_->Decode(parts, n, p, 4, 3.0f, out.get(), nullptr);
+          ASSERT_TRUE(layouts.ok()) << layouts.status().ToString();
+          ASSERT_EQ(layouts->size(), parts.size());
+          for (size_t i = 0; i < parts.size(); ++i) {
+            EXPECT_EQ(static_cast<uint32_t>((*layouts)[i].encoding), static_cast<uint32_t>(bytes[spans[i].first]));
+          }
+          const std::vector<float> got = ToHost<float>(out.get(), static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(Bits(got[static_cast<size_t>(i)]), Bits(expected[static_cast<size_t>(i)]))
+                << "P=" << p << " every " << every << " offset " << offset << (alone ? " alone" : " all")
+                << " element " << i;
+          }
         }
       }
     }
@@ -264,17 +277,16 @@ TEST_F(ZenCuda, MalformedPartitionsGetTheHostsMessage) {
     ASSERT_FALSE(host.ok()) << "case " << c;
     OnDevice<std::byte> block(bad[c]);
     OnDevice<float> out(std::vector<float>(static_cast<size_t>(n)));
-    StatusOr<PartitionLayout> started =
-        steps_->DecodeInto(block.get(), static_cast<int64_t>(bad[c].size()), owner, n, p, 2, 1.0f, out.get(), nullptr);
-    const Status device = started.ok() ? steps_->FinishDecodes(nullptr) : started.status();
+    const std::vector<DevicePartition> part = {{block.get(), static_cast<int64_t>(bad[c].size()), owner}};
+    const Status device = steps_->Decode(part, n, p, 2, 1.0f, out.get(), nullptr).status();
     EXPECT_EQ(device.code(), StatusCode::kDataLoss) << "case " << c;
     EXPECT_EQ(device.message(), host.status().message()) << "case " << c;
   }
   // And a good partition after them decodes cleanly (no stale problem carried over).
   OnDevice<std::byte> block(rows);
   OnDevice<float> out(std::vector<float>(static_cast<size_t>(n)));
-  ASSERT_TRUE(steps_->DecodeInto(block.get(), static_cast<int64_t>(rows.size()), owner, n, p, 2, 1.0f, out.get(), nullptr).ok());
-  EXPECT_TRUE(steps_->FinishDecodes(nullptr).ok());
+  const std::vector<DevicePartition> part = {{block.get(), static_cast<int64_t>(rows.size()), owner}};
+  EXPECT_TRUE(steps_->Decode(part, n, p, 2, 1.0f, out.get(), nullptr).ok());
 }
 
 }  // namespace

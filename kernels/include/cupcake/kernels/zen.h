@@ -115,6 +115,13 @@ Sparse MergePartitions(std::span<const Sparse> partitions);
 // out = 0 except out[indices[j]] = scale * values[j]. InvalidArgument if an index is >= out.size().
 Status ScatterDense(SparseView input, float scale, std::span<float> out);
 
+// One owner's encoded partition in device memory, at any alignment (DeviceSteps::Decode).
+struct DevicePartition {
+  const std::byte* block;
+  int64_t bytes;
+  int owner;
+};
+
 // Zen's steps on GPU memory, results bitwise equal to the host functions above. Pointers are
 // device memory, `stream` a cudaStream_t (nullptr: the legacy default stream); every step is
 // enqueued on it, and the ones returning host values wait for it. The object keeps its scratch
@@ -137,8 +144,7 @@ class DeviceSteps {
 
   // ValidateSparse (InvalidArgument naming `what`, the same texts) and PartitionByOwner of the
   // k pairs at (indices, values): the pairs land in partitioned(), their per-owner counts (int64,
-  // world_size of them) in device_counts() and are returned. Waits for the stream. Starts a
-  // call: decodes not finished by an earlier one are forgotten.
+  // world_size of them) in device_counts() and are returned. Waits for the stream.
   virtual StatusOr<std::vector<int64_t>> Partition(const uint32_t* indices, const float* values, int64_t k, int64_t n,
                                                    int world_size, uint32_t seed, const std::string& what,
                                                    void* stream) = 0;
@@ -150,16 +156,15 @@ class DeviceSteps {
   // aligned), which holds
   // EncodedPartitionBytes(ChooseEncoding(count, rows), count, rows) bytes (rows: PartitionRows).
   virtual Status EncodeMerged(int owner, int64_t n, int world_size, uint32_t seed, std::byte* out, void* stream) = 0;
-  // DecodePartition of the `bytes` bytes at `block` (any alignment) and out[index] = value /
-  // divisor for each of its entries (ScatterDense's writes for one partition; the other
-  // entries of out untouched). A malformed partition is remembered, and its other writes may
-  // have happened: FinishDecodes reports it. DataLoss at once when no partition has that size.
-  // Returns the encoding and count the size implies.
-  virtual StatusOr<PartitionLayout> DecodeInto(const std::byte* block, int64_t bytes, int owner, int64_t n, int world_size,
-                            uint32_t seed, float divisor, float* out, void* stream) = 0;
-  // Waits for the stream; DataLoss naming the first owner whose partition was malformed
-  // (DecodePartition's texts) since the last call.
-  virtual Status FinishDecodes(void* stream) = 0;
+  // DecodePartition of each of `partitions` (distinct owners) and out[index] = value / divisor
+  // for each of their entries (ScatterDense's writes; the other entries of out untouched), in
+  // one launch sequence and one wait. Returns each partition's layout (LayoutOfSize: the size
+  // implies it), in the order given. DataLoss before any launch when a size fits no partition,
+  // and after the wait naming the first owner whose partition is malformed (DecodePartition's
+  // texts; the other writes may have happened).
+  virtual StatusOr<std::vector<PartitionLayout>> Decode(std::span<const DevicePartition> partitions, int64_t n,
+                                                        int world_size, uint32_t seed, float divisor, float* out,
+                                                        void* stream) = 0;
 };
 
 }  // namespace cupcake::kernels::zen

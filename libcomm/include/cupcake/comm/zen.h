@@ -46,8 +46,8 @@ StatusOr<kernels::zen::Sparse> ZenAllreduce(Communicator& comm, kernels::zen::Sp
 // `out` (n floats) are on the device; `out` gets the sum over ranks divided by `divisor` at the
 // union's indices and 0 elsewhere, bitwise what dividing ZenAllreduce's values and scattering
 // them gives. Every step runs on comm.stream() through `steps` (kernels::zen::DeviceSteps,
-// kept between calls by one caller); it returns when `out` is complete, after four waits for
-// the stream (the counts, the union's size, the sizes, the decode's checks). Returns the union's
+// kept between calls by one caller); it returns when `out` is complete, after five waits for
+// the stream (the input's checks, the counts, the union's size, the sizes, the decode's checks). Returns the union's
 // size. Errors as ZenAllreduce's (a bad input before any collective), InvalidArgument for a
 // host-memory communicator, DataLoss for a malformed partition from a peer.
 StatusOr<int64_t> ZenAllreduceDevice(Communicator& comm, const uint32_t* indices, const float* values, int64_t k,
