@@ -20,7 +20,8 @@
 // Rows: the fp32 one-group plan on slices of one flat device buffer and on one cudaMalloc per
 // tensor; the compressor (--compressor, default efsignsgd) layer-wise (also with
 // SessionOptions::device_graphs off: every launch queued each step), in 25 MiB buckets, as one
-// group, and as --plan's groups when given (a plan for this model; its compressor must match).
+// group, the last two offloaded to the CPU (pinned copies, the CPU kernels on this host), and as
+// --plan's groups when given (a plan for this model; its compressor must match).
 //
 // Usage: runtime_gpu_bench [--model M.json] [--compressor C] [--plan P.pb] [--warmup W] [--iters I]
 #include <cuda_runtime.h>
@@ -38,6 +39,7 @@
 #include "cupcake/comm/nccl.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/profile/load.h"
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/session.h"
@@ -203,6 +205,19 @@ int main(int argc, char** argv) {
       bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::Buckets(model, int64_t{25} << 20)), false);
   add("runtime " + compressor + " one_group",
       bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::OneGroup(model)), false);
+  // Offloaded to the CPU (the flat scheme, each group on the cpu): the tensors copied to pinned
+  // host memory, encoded and decoded by the CPU kernels on this machine's host.
+  auto offloaded = [&](Plan plan) {
+    for (auto& g : *plan.mutable_groups()) {
+      cupcake::ApplyScheme(*cupcake::FindScheme("flat"), *cupcake::FindCompressor(compressor), cupcake::pb::CPU,
+                           plan.compressor().ratio(), {1, 1}, g);
+    }
+    return plan;
+  };
+  add("runtime " + compressor + " buckets 25MiB, offloaded",
+      offloaded(bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::Buckets(model, int64_t{25} << 20))), false);
+  add("runtime " + compressor + " one_group, offloaded",
+      offloaded(bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::OneGroup(model))), false);
   if (!plan_path.empty()) {
     Plan plan = Value(cupcake::ReadPlanFile(plan_path), plan_path);
     if (plan.model().fingerprint() != cupcake::ModelFingerprint(model)) Die(plan_path + ": a plan for another model");

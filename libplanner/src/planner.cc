@@ -59,18 +59,12 @@ void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan&
   double enc = 0, com = 0, dec = 0;
   for (const OptionGroupTimes& g : t.groups) {
     const Option& o = p.options[static_cast<size_t>(g.option)];
-    const SchemeInfo& s = *o.scheme;
-    const int n_step = PayloadStep(s);
     pb::Group* out = plan.add_groups();
     out->set_first_tensor(g.first);
     out->set_last_tensor(g.last);
-    pb::GroupOptions* opt = out->mutable_options();
-    opt->set_compress(s.codec != Codec::kNone);
-    opt->set_device(o.device);
-    opt->set_collective(StepOp(s, s.steps[n_step], *p.base.compressor));
-    opt->set_scheme(std::string(s.name));
     out->set_numel(p.base.GroupNumel(g.first, g.last));
-    out->set_payload_bytes(StepBytes(s, s.steps[n_step], *p.base.compressor, out->numel(), p.base.ratio, p.ranks()));
+    ApplyScheme(*o.scheme, *p.base.compressor, o.device, p.base.ratio, p.ranks(), *out);
+    out->clear_steps();  // with their bytes and times below
     out->set_encode_start_us(g.pre_start_us);
     out->set_encode_end_us(g.pre_end_us);
     out->set_comm_start_us(g.comm_start_us);

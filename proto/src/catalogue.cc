@@ -158,6 +158,23 @@ int PayloadStep(const SchemeInfo& s) {
   return 0;
 }
 
+void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
+                 const RankLayout& ranks, pb::Group& g) {
+  const SchemeStep& payload = s.steps[PayloadStep(s)];
+  pb::GroupOptions* opt = g.mutable_options();
+  opt->set_scheme(std::string(s.name));
+  opt->set_compress(s.codec != Codec::kNone);
+  opt->set_device(device);
+  opt->set_collective(StepOp(s, payload, plan_compressor));
+  g.set_payload_bytes(StepBytes(s, payload, plan_compressor, g.numel(), ratio, ranks));
+  g.clear_steps();
+  for (int i = 0; i < s.step_count; ++i) {
+    pb::Step* step = g.add_steps();
+    step->set_op(StepOp(s, s.steps[i], plan_compressor));
+    step->set_scope(s.steps[i].scope);
+  }
+}
+
 std::span<const CompressorInfo> Compressors() { return kCatalogue; }
 std::span<const std::string_view> CompressorNames() { return kNames; }
 std::span<const std::string_view> MemoryNames() { return kMemories; }

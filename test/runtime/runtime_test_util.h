@@ -267,18 +267,7 @@ inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int de
   if (s == nullptr || info == nullptr) std::abort();
   plan.set_devices_per_node(devices_per_node);
   for (pb::Group& g : *plan.mutable_groups()) {
-    const SchemeStep& payload = s->steps[PayloadStep(*s)];
-    g.mutable_options()->set_scheme(scheme_name);
-    g.mutable_options()->set_compress(s->codec != Codec::kNone);
-    g.mutable_options()->set_collective(StepOp(*s, payload, *info));
-    g.set_payload_bytes(
-        StepBytes(*s, payload, *info, g.numel(), plan.compressor().ratio(), {plan.world_size(), devices_per_node}));
-    g.clear_steps();
-    for (int i = 0; i < s->step_count; ++i) {
-      pb::Step* step = g.add_steps();
-      step->set_op(StepOp(*s, s->steps[i], *info));
-      step->set_scope(s->steps[i].scope);
-    }
+    ApplyScheme(*s, *info, g.options().device(), plan.compressor().ratio(), {plan.world_size(), devices_per_node}, g);
   }
   return plan;
 }

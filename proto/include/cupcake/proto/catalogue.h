@@ -142,6 +142,11 @@ int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorI
                   double ratio, const RankLayout& ranks);
 // The step that carries the payload (the plan's payload_bytes and collective describe it).
 int PayloadStep(const SchemeInfo& s);
+// Group `g` (its numel set) on scheme `s` on `device`: its options (scheme, compress,
+// collective, device), payload_bytes (the payload step's StepBytes) and one step per scheme
+// step with its op and scope; the steps' bytes and times are left to the caller.
+void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
+                 const RankLayout& ranks, pb::Group& g);
 
 // ---------------------------------------------------------------- Zen's encoded partition
 // One owner's partition on the wire (cupcake/kernels/zen.h, Encoding; defined here so that the
