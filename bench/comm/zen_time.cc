@@ -11,9 +11,11 @@
 // With --profile=DB (a profile of the same cluster: comm allgather and alltoall, topk's kernels
 // on the CPU), rank 0 also prints the planner's prediction for each scheme, what the options
 // search prices for one group of n elements from the payload to the dense mean: the scheme's
-// network block and its decode (docs/MODEL.md, "The zen scheme"), and which scheme each picks.
-// The planner assumes independent selections (the uniform rows): its prediction is the same for
-// the overlapping rows.
+// network block and its decode (docs/MODEL.md, "The zen scheme"), and which scheme each picks:
+// once assuming independent selections (the planner's default, exact for the uniform rows, the
+// same price for the overlapping rows), and once with the row's union given as a measured share
+// (cupcake-plan search --zen-union: the union's size over the P k pairs), as a job would pass it
+// after recording its union (the runtime's timeline) once.
 //
 //   mpirun -np P zen_time [--n=4194304] [--iters=20] [--warmup=3] [--overlap=0.9] [--pool=1.1]
 //                         [--seed=1] [--profile=DB]
@@ -46,8 +48,10 @@ struct Options : bench::IndexSet {
 };
 
 // The planner's price of one group of n elements at `density` from the payload to the dense
-// mean (network block + decode) under the topk compressor's `scheme` on the CPU, in ms.
-StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density, const char* scheme) {
+// mean (network block + decode) under the topk compressor's `scheme` on the CPU, in ms;
+// `zen_union` as PlanRequest's (0: independent selections).
+StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density, const char* scheme,
+                           double zen_union) {
   pb::Model model;
   model.set_name("zen_time");
   pb::Tensor* t = model.add_tensors();
@@ -58,6 +62,7 @@ StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density
   request.compressor = "topk";
   request.ratio = density;
   request.device = pb::CPU;
+  request.zen_union = zen_union;
   CUPCAKE_ASSIGN_OR_RETURN(const planner::OptionProblem p, planner::MakeOptionProblem(model, profile, request));
   const int option = planner::FindOption(p, scheme, pb::CPU);
   if (option < 0) {
@@ -156,13 +161,19 @@ void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, do
               static_cast<long long>(sent[0]), static_cast<long long>(sent[1]), zen_med, range(t.zen_ms).c_str(),
               ag_med, range(t.allgather_ms).c_str(), ag_med / zen_med);
   if (profile != nullptr) {
-    auto zen_pred = Predicted(*profile, o.n, density, "zen");
-    auto ag_pred = Predicted(*profile, o.n, density, "flat");
-    if (!zen_pred.ok()) Die(rank, zen_pred.status().message());
-    if (!ag_pred.ok()) Die(rank, ag_pred.status().message());
-    const bool planner_zen = *zen_pred < *ag_pred, measured_zen = zen_med < ag_med;
-    std::printf(" %9.3f %9.3f %6s %6s", *zen_pred, *ag_pred, planner_zen ? "zen" : "ag",
-                planner_zen == measured_zen ? "right" : "wrong");
+    const double share = static_cast<double>(union_size) / (static_cast<double>(p) * static_cast<double>(k));
+    auto zen_pred = Predicted(*profile, o.n, density, "zen", 0);
+    auto zen_pred_union = Predicted(*profile, o.n, density, "zen", share);
+    auto ag_pred = Predicted(*profile, o.n, density, "flat", 0);
+    for (const auto* pred : {&zen_pred, &zen_pred_union, &ag_pred})
+      if (!pred->ok()) Die(rank, pred->status().message());
+    const bool measured_zen = zen_med < ag_med;
+    auto pick = [&](double zen_ms) {
+      const bool planner_zen = zen_ms < *ag_pred;
+      return std::string(planner_zen ? "   zen" : "    ag") + (planner_zen == measured_zen ? "  right" : "  wrong");
+    };
+    std::printf(" %9.3f %9.3f %s %6.3f %9.3f %s", *zen_pred, *ag_pred, pick(*zen_pred).c_str(), share,
+                *zen_pred_union, pick(*zen_pred_union).c_str());
   }
   std::printf("\n");
   std::fflush(stdout);
@@ -212,10 +223,15 @@ int main(int argc, char** argv) {
     std::printf(
         "# both schemes from the same top-k payload to the dense mean (checked bitwise equal); time: the slowest\n"
         "# rank's, median and p10-p90 over the calls; sent: the largest bytes one rank sent to the others.\n");
-    if (profile) std::printf("# pred: the planner's net + decode for the scheme from %s; pick: its choice, right or wrong against the medians\n", o.profile.c_str());
+    if (profile)
+      std::printf(
+          "# pred: the planner's net + decode for the scheme from %s, zen's with independent selections; pick:\n"
+          "# its choice, right or wrong against the medians; share: the measured union over P k; zen_pred_u and\n"
+          "# its pick: zen priced with that share (--zen-union)\n",
+          o.profile.c_str());
     std::printf("%3s %8s %12s %9s %10s %12s %12s %9s %17s %9s %17s %7s%s\n", "P", "dens(%)", "indices", "k", "union",
                 "zen_sent(B)", "ag_sent(B)", "zen(ms)", "zen p10-p90", "ag(ms)", "ag p10-p90", "ag/zen",
-                profile ? " zen_pred   ag_pred   pick  check" : "");
+                profile ? "  zen_pred   ag_pred   pick  check  share zen_pred_u pick_u check_u" : "");
   }
   for (bool overlapping : {false, true})
     for (double density : {0.01, 0.001}) RunRow(comm, o, profile ? &*profile : nullptr, density, overlapping);

@@ -3,14 +3,16 @@
 # measured point (docs/ZEN.md, "The planner beside zen_time"): brings the testbed up, profiles it
 # as a user would (comm allreduce, allgather, alltoall; topk's and Zen's CPU kernels at both
 # densities), then runs zen_time --profile RUNS times. Everything goes to OUT (a text file).
+# --local runs the H x R ranks on this machine instead, over TCP loopback (mpirun --mca btl
+# tcp,self; no testbed, no shaping: --rate is ignored), for a machine with a core per rank.
 #
 #   bench/comm/zen_vs_planner.sh --hosts H --ranks-per-host R --rate RATE --out OUT
-#       [--n ELEMENTS] [--iters N] [--runs N] [--build DIR]
+#       [--local] [--n ELEMENTS] [--iters N] [--runs N] [--build DIR]
 #
 # Exit codes: 0 success, 1 failure, 2 usage, 77 the machine refuses the testbed.
 set -eu -o pipefail
 
-hosts=2 per_host=1 rate=1gbit out="" n=16777216 iters=15 runs=3 build=build
+hosts=2 per_host=1 rate=1gbit out="" n=16777216 iters=15 runs=3 build=build local=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=$2; shift 2 ;;
@@ -21,30 +23,38 @@ while [ $# -gt 0 ]; do
     --iters) iters=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
-    *) sed -n '7,8p' "$0" | sed 's/^# *//' >&2; exit 2 ;;
+    --local) local=1; shift ;;
+    *) sed -n '9,10p' "$0" | sed 's/^# *//' >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || { echo "zen_vs_planner: --out is required" >&2; exit 2; }
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tb="$here/scripts/testbed.sh"
 db=$(mktemp -d)/zen-profile.db
-trap '"$tb" down >/dev/null 2>&1 || true' EXIT
-
-rc=0
-"$tb" up --hosts "$hosts" --ranks-per-host "$per_host" --rate "$rate" >/dev/null || rc=$?
-[ "$rc" = 0 ] || exit "$rc"
 world=$((hosts * per_host))
+if [ "$local" = 1 ]; then
+  launch=(mpirun --oversubscribe --bind-to none -np "$world" --mca btl tcp,self)
+  if [ "$(id -u)" = 0 ]; then launch+=(--allow-run-as-root); fi
+  where="local: $world ranks on this machine over TCP loopback (${launch[*]})"
+else
+  trap '"$tb" down >/dev/null 2>&1 || true' EXIT
+  rc=0
+  "$tb" up --hosts "$hosts" --ranks-per-host "$per_host" --rate "$rate" >/dev/null || rc=$?
+  [ "$rc" = 0 ] || exit "$rc"
+  launch=("$tb" run --)
+  where="testbed: hosts=$hosts ranks_per_host=$per_host rate=$rate"
+fi
 profile_comm="$build/tools/cupcake-profile comm --db $db --ops allreduce,allgather,alltoall --min-bytes 1024 --max-bytes 4194304 --warmup 1 --iters 5 --rounds 3"
 profile_kernels="$build/tools/cupcake-profile kernels --db $db --device cpu --world-size $world --compressors topk,zen --ratios 0.001,0.01 --max-elements $n"
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git -C "$here" describe --always --dirty), $(lscpu | sed -n 's/^Model name: *//p' | head -1) ($(nproc) cores), load: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "# testbed: hosts=$hosts ranks_per_host=$per_host rate=$rate"
-  echo "# profile: scripts/testbed.sh run -- $profile_comm; $profile_kernels"
+  echo "# $where"
+  echo "# profile: ${launch[*]} $profile_comm; $profile_kernels"
 } >"$out"
-"$tb" run -- $profile_comm >/dev/null
+"${launch[@]}" $profile_comm >/dev/null
 $profile_kernels >/dev/null
 for run in $(seq 1 "$runs"); do
-  echo "# command: scripts/testbed.sh run -- $build/bench/comm/zen_time --n=$n --iters=$iters --profile=PROFILE (run $run; load $(cut -d' ' -f1-3 /proc/loadavg))" >>"$out"
-  "$tb" run -- "$build/bench/comm/zen_time" --n="$n" --iters="$iters" --profile="$db" | grep -v '^#' >>"$out"
+  echo "# command: ${launch[*]} $build/bench/comm/zen_time --n=$n --iters=$iters --profile=PROFILE (run $run; load $(cut -d' ' -f1-3 /proc/loadavg))" >>"$out"
+  "${launch[@]}" "$build/bench/comm/zen_time" --n="$n" --iters="$iters" --profile="$db" | grep -v '^#' >>"$out"
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out"

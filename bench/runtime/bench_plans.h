@@ -68,7 +68,8 @@ inline pb::Plan Regroup(const pb::Plan& like, const Groups& groups) {
     // An options plan's scheme (docs/MODEL.md, v2): its payload step and its steps.
     if (const SchemeInfo* s = FindScheme(options.scheme()); s != nullptr) {
       const SchemeStep& payload = s->steps[PayloadStep(*s)];
-      g->set_payload_bytes(StepBytes(*s, payload, *info, n, ratio, {like.world_size(), like.devices_per_node()}));
+      g->set_payload_bytes(StepBytes(*s, payload, *info, n, ratio, {like.world_size(), like.devices_per_node()},
+                                     like.compressor().zen_union()));
       for (int i = 0; i < s->step_count; ++i) {
         pb::Step* step = g->add_steps();
         step->set_op(StepOp(*s, s->steps[i], *info));

@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   auto offloaded = [&](Plan plan) {
     for (auto& g : *plan.mutable_groups()) {
       cupcake::ApplyScheme(*cupcake::FindScheme("flat"), *cupcake::FindCompressor(compressor), cupcake::pb::CPU,
-                           plan.compressor().ratio(), {1, 1}, g);
+                           plan.compressor().ratio(), 0, {1, 1}, g);
     }
     return plan;
   };

@@ -94,6 +94,9 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   if (p.compressor == nullptr) return UnknownCompressorError("--compressor", request.compressor);
   CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratio", request.ratio));
   p.ratio = request.ratio;
+  CUPCAKE_RETURN_IF_ERROR(ValidateZenUnion("--zen-union", request.zen_union));
+  // Only zen groups read it (the plan keeps 0 for compressors that cannot have them).
+  p.zen_union = SchemeCodecProblem(*FindScheme("zen"), *p.compressor).empty() ? request.zen_union : 0;
   p.compress = p.compressor->name != "fp32";
   if (model.tensors().empty())
     return InvalidArgumentError("model " + model.name() + ": tensors: empty; expected at least one tensor");

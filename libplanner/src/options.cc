@@ -191,7 +191,7 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
     double busy_extra = 0;  // what the steps' busy curves add to the idle ones
     for (int i = 0; i < scheme.step_count; ++i) {
       const auto bytes =
-          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.ranks()));
+          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.ranks(), b.zen_union));
       const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
       c.net += idle;
       if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
@@ -225,7 +225,7 @@ static void PlaceSteps(const OptionProblem& p, OptionGroupTimes& g, double start
   double t = start;
   for (int i = 0; i < s.step_count; ++i) {
     if (EncodesInNetwork(s) && i == s.encode_before) t += stretch * curves.mid_encode.At(m);
-    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.ranks());
+    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.ranks(), p.base.zen_union);
     const double dur = stretch * curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
     g.steps.push_back({StepOp(s, s.steps[i], *p.base.compressor), s.steps[i].scope, bytes, t, t + dur});
     t += dur;

@@ -63,7 +63,7 @@ void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan&
     out->set_first_tensor(g.first);
     out->set_last_tensor(g.last);
     out->set_numel(p.base.GroupNumel(g.first, g.last));
-    ApplyScheme(*o.scheme, *p.base.compressor, o.device, p.base.ratio, p.ranks(), *out);
+    ApplyScheme(*o.scheme, *p.base.compressor, o.device, p.base.ratio, p.base.zen_union, p.ranks(), *out);
     out->clear_steps();  // with their bytes and times below
     out->set_encode_start_us(g.pre_start_us);
     out->set_encode_end_us(g.pre_end_us);
@@ -158,6 +158,7 @@ void FillHeader(const pb::Model& model, const pb::Profile& profile, const Proble
   spec->set_ratio(problem.compressor->uses_ratio ? problem.ratio : 0.0);
   spec->set_memory(memory);
   spec->set_seed(problem.compressor->uses_seed ? request.seed : 0);
+  spec->set_zen_union(problem.zen_union);
 }
 
 Status AddV1Baselines(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
@@ -300,6 +301,7 @@ PlanRequest RequestOf(const pb::Plan& plan) {
   r.device = plan.device();
   r.memory = plan.compressor().memory();
   r.seed = plan.compressor().seed();
+  r.zen_union = plan.compressor().zen_union();
   return r;
 }
 

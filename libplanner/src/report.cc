@@ -164,6 +164,7 @@ PlanDiff DiffPlans(const pb::Plan& a, const pb::Plan& b, double tolerance_pct) {
   change("compressor.ratio", Exact(a.compressor().ratio()), Exact(b.compressor().ratio()));
   change("compressor.memory", a.compressor().memory(), b.compressor().memory());
   change("compressor.seed", std::to_string(a.compressor().seed()), std::to_string(b.compressor().seed()));
+  change("compressor.zen_union", Exact(a.compressor().zen_union()), Exact(b.compressor().zen_union()));
 
   // Groups: compared by their boundaries as tensor names, so the report reads as the model.
   std::vector<std::string> ga = Boundaries(a), gb = Boundaries(b);

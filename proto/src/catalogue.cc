@@ -139,11 +139,12 @@ int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node) {
 }
 
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
-                  double ratio, const RankLayout& ranks) {
+                  double ratio, const RankLayout& ranks, double zen_union) {
   switch (step.size) {
     case StepSize::kZenCounts: return 8 * static_cast<int64_t>(ranks.world_size);
     case StepSize::kZenSizes: return 8;
-    case StepSize::kZenPartition: return ZenExpectedPartitionBytes(n, SelectedCount(n, ratio), ranks.world_size);
+    case StepSize::kZenPartition:
+      return ZenExpectedPartitionBytes(n, SelectedCount(n, ratio), ranks.world_size, zen_union);
     case StepSize::kInput: break;
   }
   const int64_t m = ShardElements(s, n, ranks.devices_per_node);
@@ -159,14 +160,14 @@ int PayloadStep(const SchemeInfo& s) {
 }
 
 void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
-                 const RankLayout& ranks, pb::Group& g) {
+                 double zen_union, const RankLayout& ranks, pb::Group& g) {
   const SchemeStep& payload = s.steps[PayloadStep(s)];
   pb::GroupOptions* opt = g.mutable_options();
   opt->set_scheme(std::string(s.name));
   opt->set_compress(s.codec != Codec::kNone);
   opt->set_device(device);
   opt->set_collective(StepOp(s, payload, plan_compressor));
-  g.set_payload_bytes(StepBytes(s, payload, plan_compressor, g.numel(), ratio, ranks));
+  g.set_payload_bytes(StepBytes(s, payload, plan_compressor, g.numel(), ratio, ranks, zen_union));
   g.clear_steps();
   for (int i = 0; i < s.step_count; ++i) {
     pb::Step* step = g.add_steps();
@@ -206,15 +207,28 @@ int64_t SelectedCount(int64_t n, double ratio) {
   return k < 1 ? 1 : k;
 }
 
+Status ValidateZenUnion(std::string_view what, double zen_union) {
+  if (!(zen_union >= 0.0 && zen_union <= 1.0)) {
+    std::ostringstream os;
+    os << what << ": out of range; got " << zen_union
+       << ", expected in [0, 1] (the ranks' union of selected indices over their W k pairs; 0: independent "
+          "selections)";
+    return InvalidArgumentError(os.str());
+  }
+  return Status::Ok();
+}
+
 int64_t ZenPartitionBytes(bool bitmap, int64_t count, int64_t rows) {
   return kZenPartitionHeaderBytes + (bitmap ? (rows + 7) / 8 : 4 * count) + 4 * count;
 }
 
-int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size) {
+int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size, double zen_union) {
   const double w = static_cast<double>(world_size < 1 ? 1 : world_size);
   const double dn = static_cast<double>(n);
   const double selected = static_cast<double>(std::clamp<int64_t>(k, 0, n));
-  const double union_size = n > 0 ? dn * (1.0 - std::pow(1.0 - selected / dn, w)) : 0.0;
+  const double union_size =
+      zen_union > 0 ? std::clamp(zen_union * w * selected, selected, std::min(dn, w * selected))
+                    : (n > 0 ? dn * (1.0 - std::pow(1.0 - selected / dn, w)) : 0.0);
   const auto count = static_cast<int64_t>(std::llround(union_size / w));
   const int64_t rows = (n + static_cast<int64_t>(w) - 1) / static_cast<int64_t>(w);
   return std::min(ZenPartitionBytes(false, count, rows), ZenPartitionBytes(true, count, rows));

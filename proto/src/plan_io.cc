@@ -125,6 +125,8 @@ void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
       os << "out of range; got " << c.ratio() << ", expected in [0, 1] (unused by " << c.name() << ")";
     p.Add("compressor.ratio", os.str());
   }
+  if (Status s = ValidateZenUnion(p.origin() + ": compressor.zen_union", c.zen_union()); !s.ok())
+    p.AddLine(s.message());
 }
 
 // A group's phases run in order; the groups run in order on the network (collectives) and on
@@ -272,7 +274,8 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     if (ok && ratio_ok && scheme_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
       const int64_t expected = scheme != nullptr
                                    ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info, g.numel(), ratio,
-                                               {plan.world_size(), plan.devices_per_node()})
+                                               {plan.world_size(), plan.devices_per_node()},
+                                               plan.compressor().zen_union())
                                : g.options().compress() ? PayloadBytes(*info, g.numel(), ratio)
                                                         : 4 * g.numel();
       if (g.payload_bytes() != expected)

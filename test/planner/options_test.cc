@@ -877,6 +877,66 @@ TEST(OptionsZen, DroppedNamingWhy) {
   EXPECT_THAT(p->dropped, ::testing::Contains("zen cpu: the profile lacks \"comm alltoall global\""));
 }
 
+// A measured union (PlanRequest::zen_union, the union's share of the W k pairs) replaces the
+// independent selections' in the partition step, clamped to [k, min(n, W k)]; by hand:
+//   share 0.5: U = 0.5 x 4 x 300 = 600, an owner's 150 entries over 250 rows: row list
+//     8 + 600 + 600 = 1208, bitmap 8 + 32 + 600 = 640 -> 640 B; zen F = 930 - 800 + 640 = 770,
+//     D = 780;
+//   share 0.1: U = 120, clamped to k = 300: 75 entries: row list 8 + 300 + 300 = 608, bitmap
+//     8 + 32 + 300 = 340 -> 340 B; F = 470, D = 480.
+// The plan records the share, and its payload bytes are checked against it on load.
+TEST(OptionsZen, MeasuredUnionSizesThePartitions) {
+  ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  for (const auto& [share, partition, iteration] : {std::tuple{0.5, 640, 780.0}, std::tuple{0.1, 340, 480.0}}) {
+    SCOPED_TRACE(share);
+    h.request.zen_union = share;
+    auto p = MakeOptionProblem(h.model, h.profile, h.request);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"zen", pb::CPU}})), iteration);
+    EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"flat", pb::CPU}})), 2520);
+    auto plan = MakePlan(h.model, h.profile, h.request, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(plan->compressor().zen_union(), share);
+    const pb::Group& g = plan->groups(0);
+    ASSERT_EQ(g.options().scheme(), "zen");
+    ASSERT_EQ(g.steps_size(), 4);
+    EXPECT_EQ(g.steps(3).bytes(), partition);
+    EXPECT_EQ(g.payload_bytes(), 2400);  // the pairs' step, which the share does not change
+    EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), iteration);
+    EXPECT_TRUE(ValidatePlan(*plan, "plan.pb").ok()) << ValidatePlan(*plan, "plan.pb").ToString();
+    auto t = Simulate(*plan, h.model, h.profile);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_DOUBLE_EQ(t->iteration_us, iteration);
+  }
+}
+
+TEST(OptionsZen, MeasuredUnionOutOfRangeIsRefused) {
+  ZenHand h = ZenInstance(true);
+  h.request.zen_union = 1.5;
+  EXPECT_EQ(MakeOptionProblem(h.model, h.profile, h.request).status().message(),
+            "--zen-union: out of range; got 1.5, expected in [0, 1] (the ranks' union of selected indices over "
+            "their W k pairs; 0: independent selections)");
+  h = ZenInstance(true);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  pb::Plan bad = *plan;
+  bad.mutable_compressor()->set_zen_union(-0.25);
+  EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
+            "plan.pb: compressor.zen_union: out of range; got -0.25, expected in [0, 1] (the ranks' union of "
+            "selected indices over their W k pairs; 0: independent selections)");
+  const PlanDiff d = DiffPlans(*plan, [&] {
+    pb::Plan b = *plan;
+    b.mutable_compressor()->set_zen_union(0.5);
+    return b;
+  }(), 0);
+  ASSERT_FALSE(d.changes.empty());
+  EXPECT_EQ(d.changes[0], "compressor.zen_union: 0 -> 0.5");
+}
+
 // A plan with zen for a compressor whose payload is not sparse pairs is refused on load.
 TEST(OptionsZen, LoaderRefusesZenForADenseCompressor) {
   const ZenHand h = ZenInstance(true);

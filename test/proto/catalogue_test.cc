@@ -73,9 +73,10 @@ TEST(Catalogue, ZenStepBytesByHand) {
   EXPECT_TRUE(zen->zen);
   EXPECT_EQ(PayloadStep(*zen), 1);
   const CompressorInfo& topk = *FindCompressor("topk");
-  auto bytes = [&](int64_t n, double ratio, int world) {
+  auto bytes = [&](int64_t n, double ratio, int world, double zen_union = 0) {
     std::vector<int64_t> out;
-    for (int i = 0; i < zen->step_count; ++i) out.push_back(StepBytes(*zen, zen->steps[i], topk, n, ratio, {world, 1}));
+    for (int i = 0; i < zen->step_count; ++i)
+      out.push_back(StepBytes(*zen, zen->steps[i], topk, n, ratio, {world, 1}, zen_union));
     return out;
   };
   // n 1000, k 10, W 4: counts 8 x 4; pairs 8 x 10; sizes 8; the union
@@ -90,6 +91,16 @@ TEST(Catalogue, ZenStepBytesByHand) {
   EXPECT_EQ(bytes(100000, 0.01, 8), (std::vector<int64_t>{64, 8000, 8, 5435}));
   // One rank: the union is its k = 10 entries over 1000 rows: 8 + 40 + 40 = 88.
   EXPECT_EQ(bytes(1000, 0.01, 1), (std::vector<int64_t>{8, 80, 8, 88}));
+  // A measured union share of the W k = 40 pairs: 0.5 -> U = 20, an owner's 5 entries over 250
+  // rows: row list 8 + 20 + 20 = 48, bitmap 8 + 32 + 20 = 60 -> 48. 1 -> U = 40, 10 entries: 80
+  // as the bitmap above. 0.05 -> U = 2, clamped to k = 10, round(2.5) = 3 entries: row list
+  // 8 + 12 + 12 = 32. Only the partitions change.
+  EXPECT_EQ(bytes(1000, 0.01, 4, 0.5), (std::vector<int64_t>{32, 80, 8, 48}));
+  EXPECT_EQ(bytes(1000, 0.01, 4, 1.0), (std::vector<int64_t>{32, 80, 8, 80}));
+  EXPECT_EQ(bytes(1000, 0.01, 4, 0.05), (std::vector<int64_t>{32, 80, 8, 32}));
+  // n 100, k 30, W 8, share 0.9: U = 216, clamped to n = 100: 13 entries over 13 rows: row list
+  // 8 + 52 + 52 = 112, bitmap 8 + 2 + 52 = 62 -> 62.
+  EXPECT_EQ(bytes(100, 0.3, 8, 0.9), (std::vector<int64_t>{64, 240, 8, 62}));
   EXPECT_EQ(zen->steps[0].op, pb::ALLTOALL);
   EXPECT_EQ(zen->steps[1].op, pb::ALLTOALL);
   EXPECT_EQ(zen->steps[2].op, pb::ALLGATHER);

@@ -140,6 +140,11 @@ TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
   EXPECT_EQ(r.err, "--ratio: ratio out of range; got 1.5, expected 0 < ratio <= 1\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --search-space options --zen-union 2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err,
+            "--zen-union: out of range; got 2, expected in [0, 1] (the ranks' union of selected indices over their W "
+            "k pairs; 0: independent selections)\n");
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor efsignsdg");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err,

@@ -405,6 +405,15 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
   EXPECT_EQ(err,
             "warning: --ratio: does not apply to efsignsgd (only topk, randk and dgc keep a fraction of the "
             "elements); ignored\n");
+  std::tie(code, err) = run({"search", "--model", ExamplePath("models/ncf.json"), "--profile", profile_, "--compressor",
+                             "efsignsgd", "--zen-union", "0.5", "-o", plan});
+  EXPECT_EQ(code, tools::kExitOk);
+  EXPECT_EQ(err,
+            "warning: --zen-union: only zen groups use it, and zen needs a compressor whose payload is sparse pairs; "
+            "got efsignsgd, expected topk or dgc; ignored\n");
+  auto ignored = ReadPlanFile(plan);
+  ASSERT_TRUE(ignored.ok()) << ignored.status().ToString();
+  EXPECT_EQ(ignored->compressor().zen_union(), 0);
   std::tie(code, err) = run({"search", "--ratoi", "0.5"});
   EXPECT_EQ(code, tools::kExitUsage);
   EXPECT_EQ(err,

@@ -78,6 +78,7 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
   std::ostringstream params;
   if (info != nullptr && info->uses_ratio) params << "ratio " << c.ratio();
   if (info != nullptr && info->uses_seed) params << (params.str().empty() ? "" : ", ") << "seed " << c.seed();
+  if (c.zen_union() > 0) params << (params.str().empty() ? "" : ", ") << "zen union " << c.zen_union();
   const pb::Predicted& p = plan.predicted();
   const double t = p.iteration_us();
 

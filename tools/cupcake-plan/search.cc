@@ -108,6 +108,9 @@ int SearchMain(tools::Invocation& inv) {
       "memory", po::value(&options.request.memory),
       "error feedback: residual, dgc or none (default: the compressor's)")(
       "seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")(
+      "zen-union", po::value(&options.request.zen_union)->default_value(0),
+      "zen groups (--search-space options): the ranks' union of selected indices as a share of their W k "
+      "pairs, as measured (the runtime's zen_union / (W k)); 0: independent selections")(
       "algorithm", po::value(&algorithm)->default_value("branch_and_bound"),
       "branch_and_bound or exhaustive; espresso (Espresso's two steps, --search-space options); or a fixed "
       "strategy to compare with: layerwise, one_group, bucket")(
@@ -140,6 +143,11 @@ int SearchMain(tools::Invocation& inv) {
     if (info != nullptr && !info->uses_ratio)
       inv.err << "warning: --ratio: does not apply to " << info->name
               << " (only topk, randk and dgc keep a fraction of the elements); ignored\n";
+  }
+  if (options.request.zen_union > 0) {
+    const CompressorInfo* info = FindCompressor(options.request.compressor);
+    const std::string why = info != nullptr ? SchemeCodecProblem(*FindScheme("zen"), *info) : "";
+    if (!why.empty()) inv.err << "warning: --zen-union: only zen groups use it, and " << why << "; ignored\n";
   }
   auto a = planner::ParseAlgorithm(algorithm);
   if (!a.ok()) return tools::UsageError(inv, a.status().message());

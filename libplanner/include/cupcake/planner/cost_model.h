@@ -34,6 +34,7 @@ struct PlanRequest {
   pb::Device device = pb::DEVICE_UNSPECIFIED;  // unspecified: gpu if the profile has its curves
   std::string memory;  // empty: the compressor's default
   uint64_t seed = 0;
+  double zen_union = 0;  // Zen groups' measured union share (CompressorSpec.zen_union); 0: independent
 };
 
 struct Problem {
@@ -50,6 +51,7 @@ struct Problem {
 
   const CompressorInfo* compressor = nullptr;
   double ratio = kDefaultRatio;
+  double zen_union = 0;  // PlanRequest's
   pb::Device device = pb::GPU;
   int world_size = 1;
   bool compress = false;  // false for fp32: no encode or decode

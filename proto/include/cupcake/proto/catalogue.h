@@ -137,16 +137,17 @@ int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node);
 //     elements for an fp32 step, where a hierarchical scheme's unsharded input is the group
 //     padded to devices_per_node x m elements;
 //   kZenCounts: 8 W; kZenSizes: 8;
-//   kZenPartition: ZenExpectedPartitionBytes(n, k, W), k = SelectedCount(n, ratio).
+//   kZenPartition: ZenExpectedPartitionBytes(n, k, W, zen_union), k = SelectedCount(n, ratio).
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
-                  double ratio, const RankLayout& ranks);
+                  double ratio, const RankLayout& ranks, double zen_union);
 // The step that carries the payload (the plan's payload_bytes and collective describe it).
 int PayloadStep(const SchemeInfo& s);
 // Group `g` (its numel set) on scheme `s` on `device`: its options (scheme, compress,
-// collective, device), payload_bytes (the payload step's StepBytes) and one step per scheme
-// step with its op and scope; the steps' bytes and times are left to the caller.
+// collective, device), payload_bytes (the payload step's StepBytes at the plan's ratio and
+// zen_union) and one step per scheme step with its op and scope; the steps' bytes and times are
+// left to the caller.
 void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
-                 const RankLayout& ranks, pb::Group& g);
+                 double zen_union, const RankLayout& ranks, pb::Group& g);
 
 // ---------------------------------------------------------------- Zen's encoded partition
 // One owner's partition on the wire (cupcake/kernels/zen.h, Encoding; defined here so that the
@@ -164,6 +165,11 @@ int64_t ZenPartitionBytes(bool bitmap, int64_t count, int64_t rows);
 // holds count = round(U / W) entries over rows = ceil(n / W) rows, encoded as the smaller of
 // the row list and the bitmap (ZenPartitionBytes). Real top-k selections overlap across ranks,
 // which only shrinks the union: for them this is an upper bound. k is clamped to [0, n].
-int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size);
+// With `zen_union` > 0 (a measured share: the union's size over the W k pairs, as the plan's
+// CompressorSpec.zen_union) the union is zen_union W k instead, clamped to [k, min(n, W k)];
+// 0 means independent selections (the formula above).
+int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size, double zen_union);
+// InvalidArgument naming `what` unless 0 <= zen_union <= 1 (0: independent selections).
+Status ValidateZenUnion(std::string_view what, double zen_union);
 
 }  // namespace cupcake
