@@ -2,7 +2,8 @@
 # Zen against the allgather scheme on the testbed, with the planner's prediction beside every
 # measured point (docs/ZEN.md, "The planner beside zen_time"): brings the testbed up, profiles it
 # as a user would (comm allreduce, allgather, alltoall; topk's and Zen's CPU kernels at both
-# densities), then runs zen_time --profile RUNS times. Everything goes to OUT (a text file).
+# densities), then runs zen_time --profile RUNS times. Everything goes to OUT (a text file), the
+# profile to OUT.db.
 # --local runs the H x R ranks on this machine instead, over TCP loopback (mpirun --mca btl
 # tcp,self; no testbed, no shaping: --rate is ignored), for a machine with a core per rank.
 #
@@ -30,7 +31,8 @@ done
 [ -n "$out" ] || { echo "zen_vs_planner: --out is required" >&2; exit 2; }
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tb="$here/scripts/testbed.sh"
-db=$(mktemp -d)/zen-profile.db
+db="$out.db"
+rm -f "$db"
 world=$((hosts * per_host))
 if [ "$local" = 1 ]; then
   launch=(mpirun --oversubscribe --bind-to none -np "$world" --mca btl tcp,self)

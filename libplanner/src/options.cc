@@ -1,6 +1,7 @@
 #include "cupcake/planner/options.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cupcake/proto/names.h"
 
@@ -20,6 +21,18 @@ bool MergesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.zen; }
 // The codec's decode curve read inside the network block: a decode between steps or Zen's merge.
 bool ReadsDecodeInNetwork(const SchemeInfo& s) { return DecodesInNetwork(s) || MergesInNetwork(s); }
 
+// The ratio at which Zen's decode curve is read. Its work is a function of n and the union
+// (the W partitions decoded, merged and scattered), and `cupcake-profile kernels` measures it
+// with independent selections, whose union at ratio r is n (1 - (1 - r)^W). A measured union
+// share S (PlanRequest::zen_union) makes the union S W r n, which independent selections
+// reach at r' = 1 - (1 - S W r)^(1/W) (docs/MODEL.md, "A measured union"). The merge is read
+// at the plan's ratio: it sorts the k pairs each rank sent, whatever their overlap.
+double ZenDecodeRatio(const Problem& p) {
+  if (p.zen_union <= 0) return p.ratio;
+  const double w = static_cast<double>(std::max(1, p.world_size));
+  return 1.0 - std::pow(1.0 - std::min(1.0, p.zen_union * w * p.ratio), 1.0 / w);
+}
+
 // Resolves one option's curves; returns the key of the first missing curve, or "".
 std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const Option& o, OptionCurves& out) {
   const SchemeInfo& s = *o.scheme;
@@ -29,7 +42,10 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
   // decode where the profile has them.
   auto kernel = [&](pb::CurveKind kind, Curve& curve, std::string& key, std::optional<pb::CurveKind> zen) {
     std::optional<KernelCurve> c;
-    if (zen) c = FindKernelCurve(profile, *zen, kZenCurveName, o.device, base.ratio);
+    if (zen) {
+      const double ratio = *zen == pb::DECODE ? ZenDecodeRatio(base) : base.ratio;
+      c = FindKernelCurve(profile, *zen, kZenCurveName, o.device, ratio);
+    }
     if (!c) c = FindKernelCurve(profile, kind, codec.name, o.device, base.ratio);
     if (!c) {
       key = std::string(Name(kind)) + " " + std::string(codec.name) + " " + dev;

@@ -912,6 +912,40 @@ TEST(OptionsZen, MeasuredUnionSizesThePartitions) {
   }
 }
 
+// With Zen's own curves (decode 5 us at ratio 0.1, 9 at 0.5; merge 1 and 5), a measured union
+// moves the decode to the ratio whose independent union is that union, r' = 1 - (1 - S W r)^(1/W);
+// the merge stays at the plan's ratio 0.3 (3 us). By hand (W 4, r 0.3, n 1000, k 300):
+//   S 0.78125: S W r = 0.9375, r' = 1 - 0.0625^(1/4) = 0.5: decode 9; U = 937.5, an owner's
+//     round(234.375) = 234 entries: bitmap 8 + 32 + 936 = 976 B (row list 1880);
+//     F = 110 + 1 + 1 + 3 + 8 + 976 = 1099, D = 1108;
+//   S 0.25 (every rank the same indices): U = k = 300, r' = 1 - 0.7^(1/4) = 0.0853, below the
+//     lowest recorded ratio: the 0.1 curve (5 us), noted; partition 340 B as above;
+//     F = 110 + 1 + 1 + 3 + 8 + 340 = 463, D = 468.
+TEST(OptionsZen, MeasuredUnionReadsZensDecodeAtTheRatioOfThatUnion) {
+  ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
+  for (const auto& [ratio, merge, decode] : {std::tuple{0.1, 1.0, 5.0}, std::tuple{0.5, 5.0, 9.0}}) {
+    AddKernel(h.profile, pb::ENCODE, "zen", pb::CPU, merge);
+    h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
+    AddKernel(h.profile, pb::DECODE, "zen", pb::CPU, decode);
+    h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
+  }
+  h.request.zen_union = 0.78125;
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_NEAR(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"zen", pb::CPU}})), 1108, 1e-9);
+  h.request.zen_union = 0.25;
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_NEAR(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"zen", pb::CPU}})), 468, 1e-9);
+  const int zen = FindOption(*p, "zen", pb::CPU);
+  ASSERT_GE(zen, 0);
+  EXPECT_EQ(p->curves[static_cast<size_t>(zen)].post_key, "decode zen cpu ratio 0.1");
+  const auto& notes = p->curves[static_cast<size_t>(zen)].ratio_notes;
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0].curve(), "decode zen cpu ratio 0.1");
+  EXPECT_NEAR(notes[0].max_size(), 1 - std::pow(0.7, 0.25), 1e-12);
+}
+
 TEST(OptionsZen, MeasuredUnionOutOfRangeIsRefused) {
   ZenHand h = ZenInstance(true);
   h.request.zen_union = 1.5;
