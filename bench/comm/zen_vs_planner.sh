@@ -2,7 +2,8 @@
 # Zen against the allgather scheme on the testbed, with the planner's prediction beside every
 # measured point (docs/ZEN.md, "The planner beside zen_time"): brings the testbed up, profiles it
 # as a user would (comm allreduce, allgather, alltoall; topk's and Zen's CPU kernels at both
-# densities), then runs zen_time --profile RUNS times. Everything goes to OUT (a text file), the
+# densities, swept by all ranks in step as the job runs them), then runs zen_time --profile RUNS
+# times. Everything goes to OUT (a text file), the
 # profile to OUT.db.
 # --local runs the H x R ranks on this machine instead, over TCP loopback (mpirun --mca btl
 # tcp,self; no testbed, no shaping: --rate is ignored), for a machine with a core per rank.
@@ -51,10 +52,10 @@ profile_kernels="$build/tools/cupcake-profile kernels --db $db --device cpu --wo
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git -C "$here" describe --always --dirty), $(lscpu | sed -n 's/^Model name: *//p' | head -1) ($(nproc) cores), load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $where"
-  echo "# profile: ${launch[*]} $profile_comm; $profile_kernels"
+  echo "# profile: ${launch[*]} $profile_comm; ${launch[*]} $profile_kernels"
 } >"$out"
 "${launch[@]}" $profile_comm >/dev/null
-$profile_kernels >/dev/null
+"${launch[@]}" $profile_kernels >/dev/null
 for run in $(seq 1 "$runs"); do
   echo "# command: ${launch[*]} $build/bench/comm/zen_time --n=$n --iters=$iters --profile=PROFILE (run $run; load $(cut -d' ' -f1-3 /proc/loadavg))" >>"$out"
   "${launch[@]}" "$build/bench/comm/zen_time" --n="$n" --iters="$iters" --profile="$db" | grep -v '^#' >>"$out"

@@ -106,14 +106,15 @@ StatusOr<kernels::Buffer> Zeroed(kernels::Backend backend, int64_t size_bytes) {
 class Sweep {
  public:
   Sweep(const KernelSweepOptions& o, Clock* clock, KernelDevice* device, ActivitySource* activity, ProfileSink& sink,
-        ProfileSink* kernel_sink, const ProgressFn& progress)
+        ProfileSink* kernel_sink, const ProgressFn& progress, comm::Communicator* peers = nullptr)
       : o_(o),
         clock_(clock),
         device_(device),
         activity_(activity),
         sink_(sink),
         kernel_sink_(kernel_sink),
-        progress_(progress) {}
+        progress_(progress),
+        peers_(peers) {}
 
   KernelSweepReport& report() { return report_; }
 
@@ -390,8 +391,18 @@ class Sweep {
     return it->second.contains(size);
   }
 
-  // What of the point must be measured; a point with nothing to measure counts as done.
+  // What of the point must be measured. With peers, rank 0's sink decides for every rank, so
+  // that all of them measure the same points in the same order.
   StatusOr<Want> Wanted(const pb::Curve& key, int64_t size) {
+    CUPCAKE_ASSIGN_OR_RETURN(Want w, WantedHere(key, size));
+    if (peers_ == nullptr) return w;
+    uint8_t bits = static_cast<uint8_t>((w.main ? 1 : 0) | (w.kernel ? 2 : 0));
+    CUPCAKE_RETURN_IF_ERROR(peers_->Broadcast(&bits, 1, 0));
+    return Want{(bits & 1) != 0, (bits & 2) != 0};
+  }
+
+  // What of the point this sink lacks; a point with nothing to measure counts as done.
+  StatusOr<Want> WantedHere(const pb::Curve& key, int64_t size) {
     Want w;
     if (o_.force) {
       w.main = true;
@@ -428,9 +439,11 @@ class Sweep {
     return Status::Ok();
   }
 
-  // The median of `iters` calls after `warmup` untimed ones, each bracketed by the clock.
+  // The median of `iters` calls after `warmup` untimed ones, each bracketed by the clock. With
+  // peers: every rank starts the point after a barrier, and the slowest rank's median is kept.
   template <typename Fn>
   StatusOr<double> TimeWall(Fn& fn) {
+    if (peers_ != nullptr) CUPCAKE_RETURN_IF_ERROR(peers_->Barrier());
     for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
     std::vector<double> us;
     us.reserve(static_cast<size_t>(o_.iters));
@@ -441,7 +454,10 @@ class Sweep {
       CUPCAKE_RETURN_IF_ERROR(s);
       us.push_back(t1 - t0);
     }
-    return Median(std::move(us));
+    double median = Median(std::move(us));
+    if (peers_ != nullptr)
+      CUPCAKE_RETURN_IF_ERROR(peers_->Allreduce(&median, &median, 1, comm::DataType::kFloat64, comm::ReduceOp::kMax));
+    return median;
   }
 
   // The median of `iters` calls after `warmup` untimed ones, each between the device's start
@@ -531,6 +547,7 @@ class Sweep {
   ProfileSink& sink_;
   ProfileSink* kernel_sink_;
   const ProgressFn& progress_;
+  comm::Communicator* peers_;  // the ranks sweeping in step with this one, or nullptr
   std::unique_ptr<kernels::zen::DeviceSteps> zen_steps_;  // Zen's curves on a CUDA device
   std::map<std::string, std::set<int64_t>> present_, kernel_present_;
   KernelSweepReport report_;
@@ -583,12 +600,12 @@ Status ValidateOptions(const KernelSweepOptions& options, bool zen_device) {
 }  // namespace
 
 StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
-                                   const ProgressFn& progress) {
+                                   const ProgressFn& progress, comm::Communicator* peers) {
   CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options, /*zen_device=*/true));
   if (options.device != pb::CPU)
     return InvalidArgumentError("device: not a host sweep; got " + std::string(Name(options.device)) +
                                 ", expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
-  Sweep sweep(options, &clock, nullptr, nullptr, sink, nullptr, progress);
+  Sweep sweep(options, &clock, nullptr, nullptr, sink, nullptr, progress, peers);
   CUPCAKE_RETURN_IF_ERROR(sweep.Run());
   return std::move(sweep.report().event);
 }

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
@@ -86,6 +88,49 @@ TEST(KernelSweep, InterruptedSweepResumesWithoutRemeasuring) {
   ASSERT_TRUE(fourth.ok()) << fourth.status().ToString();
   EXPECT_EQ(fourth->measured, kSmallPoints);
   EXPECT_EQ(sink.Curves().front().points_size(), 3);
+}
+
+// Ranks sweeping in step (an in-process group of 3): rank r's clock makes every call last
+// r + 1 us, so the slowest rank's median is 3; rank 0's sink, which already holds the points
+// at 16 elements (5 us, from a sweep alone), decides for all: nobody times them again.
+TEST(KernelSweep, RanksInStepStoreTheSlowestMedianWhereRankZeroLacksIt) {
+  constexpr int kRanks = 3;
+  KernelSweepOptions o = Small();
+  o.elements = {16};
+  std::vector<MemorySink> sinks(kRanks);
+  FakeClock alone(5.0);
+  ASSERT_TRUE(SweepKernels(o, alone, sinks[0]).ok());
+  o.elements = {16, 64};
+  comm::InProcessGroup group(kRanks);
+  std::vector<std::unique_ptr<comm::Communicator>> peers;
+  for (int r = 0; r < kRanks; ++r) peers.push_back(group.Rank(r));
+  std::vector<FakeClock> clocks;
+  for (int r = 0; r < kRanks; ++r) clocks.emplace_back(1.0 + r);
+  std::vector<StatusOr<SweepReport>> reports(kRanks, StatusOr<SweepReport>(SweepReport{}));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      reports[r] = SweepKernels(o, clocks[r], sinks[r], nullptr, peers[static_cast<size_t>(r)].get());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_TRUE(reports[r].ok()) << "rank " << r << ": " << reports[r].status().ToString();
+    // 8 curves at one size each, 3 timed calls of 2 clock reads.
+    EXPECT_EQ(clocks[r].calls(), 8 * 3 * 2) << "rank " << r;
+  }
+  EXPECT_EQ(reports[0]->measured, 8);
+  EXPECT_EQ(reports[0]->skipped, 8);
+  for (const auto& c : sinks[0].Curves()) {
+    ASSERT_EQ(c.points_size(), 2) << CurveKey(c);
+    EXPECT_EQ(c.points(0).size() * (c.kind() == pb::COPY ? 1 : 4), 64) << CurveKey(c);
+    EXPECT_EQ(c.points(0).us(), 5.0) << CurveKey(c);
+    EXPECT_EQ(c.points(1).us(), 3.0) << CurveKey(c);
+  }
+  for (const auto& c : sinks[1].Curves()) {
+    ASSERT_EQ(c.points_size(), 1) << CurveKey(c);
+    EXPECT_EQ(c.points(0).us(), 3.0) << CurveKey(c);
+  }
 }
 
 TEST(KernelSweep, ResumesFromTheStoreAcrossRuns) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "commands.h"
@@ -104,6 +105,58 @@ TEST(KernelsCommand, SweepsIntoANewDbThenSkipsWhatIsThere) {
   EXPECT_EQ(p->cluster().devices_per_node(), 2);
   EXPECT_EQ(p->curves_size(), 6);
   EXPECT_TRUE(p->cluster().meta().contains("kernels.date"));
+}
+
+// Started as several ranks (here an in-process group of 3, as under mpirun): all sweep, rank 0
+// alone writes the DB and prints, the DB records the ranks; a second run finds every point in
+// rank 0's DB, so no rank measures; a gpu sweep is refused by every rank, rank 0 saying why.
+TEST(KernelsCommand, RanksSweepInStepAndRankZeroWritesTheDb) {
+  constexpr int kRanks = 3;
+  testing::TempDir dir;
+  const std::string db = dir.File("p.db");
+  comm::InProcessGroup group(kRanks);
+  std::vector<std::unique_ptr<comm::Communicator>> peers;
+  for (int r = 0; r < kRanks; ++r) peers.push_back(group.Rank(r));
+  auto run_all = [&](const KernelsOptions& base) {
+    std::vector<Status> status(kRanks);
+    std::vector<std::ostringstream> out(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r) {
+      threads.emplace_back([&, r] {
+        KernelsOptions o = base;
+        o.peers = peers[static_cast<size_t>(r)].get();
+        status[static_cast<size_t>(r)] = RunKernels(o, out[static_cast<size_t>(r)]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::vector<std::string> text;
+    for (auto& o : out) text.push_back(o.str());
+    return std::pair{status, text};
+  };
+  auto [status, out] = run_all(Tiny(db));
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << r << ": " << status[r].ToString();
+  EXPECT_NE(out[0].find("3 ranks in step (the slowest rank's median): measured 18 points, skipped 0"),
+            std::string::npos)
+      << out[0];
+  EXPECT_EQ(out[1], "");
+  EXPECT_EQ(out[2], "");
+  auto store = profile::ProfileStore::Open(db, false);
+  ASSERT_TRUE(store.ok());
+  auto p = store->Load();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->curves_size(), 6);
+  EXPECT_EQ(p->cluster().meta().at("kernels.ranks"), "3 in step, the slowest rank's median");
+  std::tie(status, out) = run_all(Tiny(db));
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << r << ": " << status[r].ToString();
+  EXPECT_NE(out[0].find("measured 0 points, skipped 18"), std::string::npos) << out[0];
+  KernelsOptions gpu = Tiny(db);
+  gpu.device = "gpu";
+  std::tie(status, out) = run_all(gpu);
+  EXPECT_EQ(status[0].message(),
+            "--device: gpu under an MPI launcher with 3 ranks; expected cpu (ranks sweep in step on the host; a GPU "
+            "is swept by one process)");
+  EXPECT_FALSE(status[1].ok());
+  EXPECT_EQ(status[1].message(), "");
 }
 
 TEST(KernelsCommand, ErrorsNameTheFlag) {

@@ -14,17 +14,6 @@ namespace cupcake::profile_cli {
 namespace po = boost::program_options;
 namespace {
 
-// A failure rank 0 reports for everyone: other ranks exit 1 without repeating it.
-Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
-
-// Rank 0's result, known to all ranks (collective).
-Status ShareRootStatus(comm::Communicator& world, const Status& root_status) {
-  int ok = root_status.ok() ? 1 : 0;
-  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
-  if (ok) return Status::Ok();
-  return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
-}
-
 // The DB's comm curves must come from one backend: a DB measured with MPI is not resumed with
 // NCCL (its points would be skipped as present) unless --force re-measures them.
 Status SameBackend(profile::ProfileStore& store, const std::string& backend, bool force) {

@@ -104,6 +104,9 @@ struct KernelsOptions {
   double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
   std::string
       kernel_db;  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
+  // The job's ranks when started by an MPI launcher with several (main's world): they sweep in
+  // step (profile::SweepKernels' peers), rank 0 writes the DB and prints. Not owned.
+  comm::Communicator* peers = nullptr;
   // Tests: --device gpu sweeps these (fakes) instead of opening CUDA and CUPTI. Not owned.
   profile::KernelDevice* device_for_test = nullptr;
   ActivitySource* activity_for_test = nullptr;
@@ -112,9 +115,11 @@ struct KernelsOptions {
 // the DB, point by point; points present are skipped unless --force. --device gpu times with
 // CUDA events into the DB (method "event") and, with CUPTI, kernel-only time into the kernel DB
 // (method "kernel"), and adds the d2h/h2d copies; it fails before touching a DB when this
-// build has no CUDA or the machine no device.
+// build has no CUDA or the machine no device. Under an MPI launcher with several ranks (cpu
+// only) every rank runs it: each point is timed by all ranks at once, the slowest rank's median
+// stored by rank 0 (docs/PROFILER.md).
 Status RunKernels(const KernelsOptions& options, std::ostream& out);
-int KernelsMain(tools::Invocation& inv);
+int KernelsMain(tools::Invocation& inv, comm::Communicator* world = nullptr, const std::string& mpi_problem = "");
 
 // comm --db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] ... (under mpirun)
 struct CommOptions {

@@ -27,18 +27,12 @@ std::string DefaultKernelDb(const std::string& db) {
   return db + ".kernel.db";
 }
 
-}  // namespace
-
-Status RunKernels(const KernelsOptions& options, std::ostream& out) {
-  auto device = ParseDevice(options.device);
-  if (!device)
-    return InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu");
+// The flags as sweep options (every rank alike, so every rank fails alike); the world size is
+// set later, from the DB.
+StatusOr<profile::KernelSweepOptions> SweepOptionsOf(const KernelsOptions& options, pb::Device device,
+                                                     int64_t max_elements) {
   profile::KernelSweepOptions sweep;
-  sweep.device = *device;
-  int64_t max_elements = options.max_elements;
-  if (options.max_elements_auto) {
-    CUPCAKE_ASSIGN_OR_RETURN(max_elements, LargestModelSize(options.db, /*bytes=*/false, "--max-elements"));
-  }
+  sweep.device = device;
   CUPCAKE_ASSIGN_OR_RETURN(
       sweep.elements, profile::PowerOfTwoSizes("--min-elements", options.min_elements, "--max-elements", max_elements,
                                                int64_t{1} << 30, options.step));
@@ -58,8 +52,47 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   if (options.world_size < 0 || options.world_size > 65536)
     return InvalidArgumentError("--world-size: out of range; got " + std::to_string(options.world_size) +
                                 ", expected 1 <= W <= 65536");
+  return sweep;
+}
 
-  CUPCAKE_ASSIGN_OR_RETURN(int lock_ms, LockTimeoutMs(options.lock_timeout_s));
+}  // namespace
+
+Status RunKernels(const KernelsOptions& options, std::ostream& out) {
+  comm::Communicator* peers = options.peers;
+  const int rank = peers != nullptr ? peers->rank() : 0;
+  auto device = ParseDevice(options.device);
+  if (!device)
+    return Quiet(InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu"),
+                 rank);
+  if (peers != nullptr && *device != pb::CPU)
+    return Quiet(InvalidArgumentError("--device: " + options.device + " under an MPI launcher with " +
+                                      std::to_string(peers->size()) +
+                                      " ranks; expected cpu (ranks sweep in step on the host; a GPU is swept by "
+                                      "one process)"),
+                 rank);
+  // --max-elements auto: rank 0 reads the DB's largest model, every rank learns the size.
+  int64_t max_elements = options.max_elements;
+  if (options.max_elements_auto) {
+    Status found;
+    if (rank == 0) {
+      auto size = LargestModelSize(options.db, /*bytes=*/false, "--max-elements");
+      if (size.ok())
+        max_elements = *size;
+      else
+        found = size.status();
+    }
+    if (peers == nullptr) CUPCAKE_RETURN_IF_ERROR(found);
+    if (peers != nullptr) {
+      CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(*peers, found));
+      CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&max_elements, sizeof max_elements, 0));
+    }
+  }
+  auto made = SweepOptionsOf(options, *device, max_elements);
+  if (!made.ok()) return Quiet(made.status(), rank);
+  profile::KernelSweepOptions sweep = std::move(made).value();
+  auto lock = LockTimeoutMs(options.lock_timeout_s);
+  if (!lock.ok()) return Quiet(lock.status(), rank);
+  const int lock_ms = *lock;
 
   // --device gpu: the device (and CUPTI) before any DB is touched, so a machine without a GPU
   // fails cleanly. CUPTI's process state lives here, for this command's run.
@@ -96,6 +129,7 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   std::map<std::string, std::string> meta{
       {"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
   if (gpu) meta["kernels.gpu"] = gpu->Describe();
+  if (peers != nullptr) meta["kernels.ranks"] = std::to_string(peers->size()) + " in step, the slowest rank's median";
   // The world size: the DB's cluster's, else --world-size, else 1. A new DB is made with its
   // cluster in one step, so a failure leaves no DB behind.
   pb::Cluster cluster;
@@ -117,9 +151,19 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     CUPCAKE_ASSIGN_OR_RETURN(cluster, EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
     return Status::Ok();
   };
-  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store,
-                           profile::ProfileStore::OpenOrCreate(options.db, lock_ms, prepare));
+  // Rank 0 alone opens the DB; everyone learns whether that worked, and the world size.
+  std::optional<profile::ProfileStore> store;
+  Status opened;
+  if (rank == 0) {
+    auto made_store = profile::ProfileStore::OpenOrCreate(options.db, lock_ms, prepare);
+    if (made_store.ok())
+      store.emplace(std::move(made_store).value());
+    else
+      opened = made_store.status();
+  }
+  CUPCAKE_RETURN_IF_ERROR(peers != nullptr ? ShareRootStatus(*peers, opened) : opened);
   sweep.world_size = cluster.nodes() * cluster.devices_per_node();
+  if (peers != nullptr) CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&sweep.world_size, sizeof sweep.world_size, 0));
   // The kernel-only curves: a profile of the same cluster in their own DB (a profile holds one
   // curve per key, and the planner reads the event time from the main DB).
   std::optional<profile::ProfileStore> kernel_store;
@@ -138,7 +182,11 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     kernel_sink.emplace(*kernel_store);
   }
 
-  profile::StoreSink sink(store);
+  // The other ranks' points are copies of rank 0's: kept in memory, dropped.
+  std::optional<profile::StoreSink> store_sink;
+  profile::MemorySink copies;
+  if (store) store_sink.emplace(*store);
+  profile::ProfileSink& sink = store_sink ? static_cast<profile::ProfileSink&>(*store_sink) : copies;
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (options.progress) bar.emplace(*options.progress, "kernels");
@@ -151,17 +199,19 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     if (!r.ok()) return r.status().WithPrefix("kernels");
     report = std::move(r).value();
   } else {
-    auto r = profile::SweepKernels(sweep, clock, sink, bar ? bar->Fn() : profile::ProgressFn());
+    auto r = profile::SweepKernels(sweep, clock, sink, bar ? bar->Fn() : profile::ProgressFn(), peers);
     if (bar) bar->Finish();
     if (!r.ok()) return r.status().WithPrefix("kernels");
     report.event = std::move(r).value();
   }
+  if (rank != 0) return Status::Ok();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.1f", s);
   out << "kernels: " << options.device << (gpu ? " (" + gpu->Describe() + ")" : "") << ", W=" << sweep.world_size
       << ", " << sweep.elements.size() << " sizes (" << tools::HumanCount(sweep.elements.front()) << " .. "
       << tools::HumanCount(sweep.elements.back()) << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters
+      << (peers != nullptr ? ", " + std::to_string(peers->size()) + " ranks in step (the slowest rank's median)" : "")
       << ": measured " << report.event.measured << " points, skipped " << report.event.skipped << " already in "
       << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in " << secs << " s\n";
   if (assumed_world)
@@ -179,7 +229,7 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   return Status::Ok();
 }
 
-int KernelsMain(tools::Invocation& inv) {
+int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem) {
   KernelsOptions options;
   std::string max_elements;
   std::string compressors;
@@ -234,10 +284,15 @@ int KernelsMain(tools::Invocation& inv) {
       options.ratios.push_back(r);
     }
   }
+  if (!mpi_problem.empty()) return tools::Finish(inv, FailedPreconditionError("kernels: " + mpi_problem));
+  if (world != nullptr && world->size() > 1) options.peers = world;
+  const int rank = options.peers != nullptr ? world->rank() : 0;
   options.command = inv.tool + " " + inv.command;
   for (const auto& a : inv.args) options.command += " " + a;
-  if (StderrIsTerminal()) options.progress = &inv.err;
+  if (rank == 0 && StderrIsTerminal()) options.progress = &inv.err;
   Status status = RunKernels(options, inv.out);
+  if (!status.ok() && status.message().empty()) return tools::kExitFailure;  // rank 0 says why
+  if (!status.ok() && rank != 0) status = status.WithPrefix("rank " + std::to_string(rank) + " on " + world->host());
   if (!status.ok() && status.code() == StatusCode::kInvalidArgument && status.message().rfind("--", 0) == 0)
     return tools::UsageError(inv, status.message());
   return tools::Finish(inv, status);

@@ -5,12 +5,13 @@
 #include "cupcake/comm/mpi.h"
 
 int main(int argc, char** argv) {
-  // MPI's process state is made here and passed down, only for `comm` under a launcher; it
-  // must outlive the world communicator, declared after it.
+  // MPI's process state is made here and passed down, only for `comm` and `kernels` under a
+  // launcher; it must outlive the world communicator, declared after it.
   std::unique_ptr<cupcake::comm::MpiProcess> mpi;
   std::unique_ptr<cupcake::comm::Communicator> world;
   std::string mpi_problem;
-  if (argc > 1 && std::string(argv[1]) == "comm" && cupcake::profile_cli::UnderMpiLauncher()) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if ((command == "comm" || command == "kernels") && cupcake::profile_cli::UnderMpiLauncher()) {
     auto process = cupcake::comm::InitMpi(&argc, &argv);
     auto made = process.ok() ? (*process)->World()
                              : cupcake::StatusOr<std::unique_ptr<cupcake::comm::Communicator>>(process.status());

@@ -129,4 +129,11 @@ StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::str
   return cluster;
 }
 
+Status ShareRootStatus(comm::Communicator& world, const Status& root_status) {
+  int ok = root_status.ok() ? 1 : 0;
+  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
+  if (ok) return Status::Ok();
+  return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
+}
+
 }  // namespace cupcake::profile_cli

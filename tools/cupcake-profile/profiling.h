@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "cupcake/comm/communicator.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/profile/sweep.h"
 
@@ -57,5 +58,11 @@ StatusOr<std::optional<int64_t>> ParseSizeOrAuto(std::string_view flag, const st
 StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::string& name, int nodes,
                                     int devices_per_node, const std::map<std::string, std::string>& meta,
                                     const std::string& flag_hint);
+
+// Commands run by several ranks (comm, kernels under mpirun):
+// A failure rank 0 reports for everyone: other ranks exit 1 without repeating it.
+inline Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
+// Rank 0's result, known to all ranks (collective).
+Status ShareRootStatus(comm::Communicator& world, const Status& root_status);
 
 }  // namespace cupcake::profile_cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cupcake/comm/communicator.h"
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/profile/activity.h"
 #include "cupcake/profile/clock.h"
@@ -41,8 +42,15 @@ struct KernelSweepOptions {
 // stops the sweep; what was committed before stays.
 // Errors: InvalidArgument for bad options (naming the field) and for device gpu (a GPU sweep
 // runs through SweepKernelsOnDevice).
+// `peers` (optional): the ranks of one job that sweep together, each on its own buffers with
+// the same options, so that each point is timed as a job's ranks run it, beside one another
+// (sharing the host's cores and memory bandwidth). Every point starts after a barrier, and
+// its time is the slowest rank's median (an allreduce); rank 0's sink decides which points
+// are measured (a broadcast), so the others' sinks only receive copies. Collective: every
+// rank must call it; a rank that fails leaves the others waiting (under mpirun its exit
+// ends the job).
 StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
-                                   const ProgressFn& progress = nullptr);
+                                   const ProgressFn& progress = nullptr, comm::Communicator* peers = nullptr);
 
 // KernelDevice: the hardware seam of a GPU sweep (a fake at every hardware seam, docs/ARCHITECTURE.md): one
 // stream, event timing around launches on it, pinned host memory and asynchronous copies.
