@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # evaluate.sh: the end-to-end evaluation (docs/EVALUATION.md). On a testbed of H hosts x R ranks
 # at RATE (scripts/testbed.sh), as a user would: profile it (`cupcake-profile comm` under the
-# testbed's mpirun, `kernels --device cpu`), record the LibTorch examples' times on it
+# testbed's mpirun, `kernels --device cpu` with the ranks in step), record the LibTorch examples' times on it
 # (`cupcake-profile compute`), plan every strategy, train with each plan, and compare the
 # measured iteration time with the plan's prediction.
 #
@@ -119,8 +119,9 @@ kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for a
 [[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
 # Zen's host work, for the options search's zen scheme (topk and dgc payloads).
 [[ ",$compressors," =~ ,(topk|dgc), ]] && [ "$world" -ge 2 ] && kcompressors+=,zen
-log "profile: kernels on the CPU ($kcompressors)"
-stage profile-kernels "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
+# Every rank sweeps at once, in step, as the jobs run them (docs/PROFILER.md).
+log "profile: kernels on the CPU ($kcompressors), the testbed's ranks in step"
+stage profile-kernels testbed run -- "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
   --compressors "$kcompressors" --ratios "$ratio" "${ksweep[@]}"
 
 # 2. The models' forward, backward and update times, recorded on the testbed.
