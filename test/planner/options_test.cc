@@ -822,7 +822,9 @@ TEST(OptionsZen, ChosenWhenTheAllgatherIsDearAndTheAlltoallCheap) {
 // priced by "encode zen" and its final decode by "decode zen", read at the plan's ratio (0.3,
 // between the curves' 0.1 and 0.5): merge 1 + (5 - 1) / 2 = 3 us, decode 5 + (9 - 5) / 2 = 7 us,
 // against 10 and 10 from topk's decode curve: 940 - 7 - 3 = 930.
-TEST(OptionsZen, PricedWithZensOwnCurvesAtThePlansRatio) {
+// ZenInstance(true) with Zen's own curves on the CPU: merge ("encode zen") 1 us and decode 5 us
+// at ratio 0.1, 5 and 9 us at ratio 0.5.
+ZenHand ZenInstanceWithZenCurves() {
   ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
   for (const auto& [ratio, merge, decode] : {std::tuple{0.1, 1.0, 5.0}, std::tuple{0.5, 5.0, 9.0}}) {
     AddKernel(h.profile, pb::ENCODE, "zen", pb::CPU, merge);
@@ -830,6 +832,11 @@ TEST(OptionsZen, PricedWithZensOwnCurvesAtThePlansRatio) {
     AddKernel(h.profile, pb::DECODE, "zen", pb::CPU, decode);
     h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
   }
+  return h;
+}
+
+TEST(OptionsZen, PricedWithZensOwnCurvesAtThePlansRatio) {
+  const ZenHand h = ZenInstanceWithZenCurves();
   auto p = MakeOptionProblem(h.model, h.profile, h.request);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   const int zen = FindOption(*p, "zen", pb::CPU);
@@ -922,13 +929,7 @@ TEST(OptionsZen, MeasuredUnionSizesThePartitions) {
 //     lowest recorded ratio: the 0.1 curve (5 us), noted; partition 340 B as above;
 //     F = 110 + 1 + 1 + 3 + 8 + 340 = 463, D = 468.
 TEST(OptionsZen, MeasuredUnionReadsZensDecodeAtTheRatioOfThatUnion) {
-  ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
-  for (const auto& [ratio, merge, decode] : {std::tuple{0.1, 1.0, 5.0}, std::tuple{0.5, 5.0, 9.0}}) {
-    AddKernel(h.profile, pb::ENCODE, "zen", pb::CPU, merge);
-    h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
-    AddKernel(h.profile, pb::DECODE, "zen", pb::CPU, decode);
-    h.profile.mutable_curves()->rbegin()->set_ratio(ratio);
-  }
+  ZenHand h = ZenInstanceWithZenCurves();
   h.request.zen_union = 0.78125;
   auto p = MakeOptionProblem(h.model, h.profile, h.request);
   ASSERT_TRUE(p.ok()) << p.status().ToString();

@@ -144,16 +144,7 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   // --max-bytes auto: rank 0 reads the DB's largest model, every rank learns the size.
   int64_t max_bytes = options.max_bytes;
   if (options.max_bytes_auto) {
-    Status found;
-    if (rank == 0) {
-      auto size = LargestModelSize(options.db, /*bytes=*/true, "--max-bytes");
-      if (size.ok())
-        max_bytes = *size;
-      else
-        found = size.status();
-    }
-    CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, found));
-    CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&max_bytes, sizeof max_bytes, 0));
+    CUPCAKE_ASSIGN_OR_RETURN(max_bytes, LargestModelSizeFromRoot(&world, options.db, /*bytes=*/true, "--max-bytes"));
   }
   auto sweep = SweepOptions(options, max_bytes);
   if (!sweep.ok()) return Quiet(sweep.status(), rank);

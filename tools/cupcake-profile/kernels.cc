@@ -73,19 +73,8 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   // --max-elements auto: rank 0 reads the DB's largest model, every rank learns the size.
   int64_t max_elements = options.max_elements;
   if (options.max_elements_auto) {
-    Status found;
-    if (rank == 0) {
-      auto size = LargestModelSize(options.db, /*bytes=*/false, "--max-elements");
-      if (size.ok())
-        max_elements = *size;
-      else
-        found = size.status();
-    }
-    if (peers == nullptr) CUPCAKE_RETURN_IF_ERROR(found);
-    if (peers != nullptr) {
-      CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(*peers, found));
-      CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&max_elements, sizeof max_elements, 0));
-    }
+    CUPCAKE_ASSIGN_OR_RETURN(max_elements,
+                             LargestModelSizeFromRoot(peers, options.db, /*bytes=*/false, "--max-elements"));
   }
   auto made = SweepOptionsOf(options, *device, max_elements);
   if (!made.ok()) return Quiet(made.status(), rank);

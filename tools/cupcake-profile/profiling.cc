@@ -136,4 +136,21 @@ Status ShareRootStatus(comm::Communicator& world, const Status& root_status) {
   return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
 }
 
+StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std::string& db, bool bytes,
+                                           std::string_view flag) {
+  if (world == nullptr) return LargestModelSize(db, bytes, flag);
+  int64_t size = 0;
+  Status found;
+  if (world->rank() == 0) {
+    auto largest = LargestModelSize(db, bytes, flag);
+    if (largest.ok())
+      size = *largest;
+    else
+      found = largest.status();
+  }
+  CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(*world, found));
+  CUPCAKE_RETURN_IF_ERROR(world->Broadcast(&size, sizeof size, 0));
+  return size;
+}
+
 }  // namespace cupcake::profile_cli

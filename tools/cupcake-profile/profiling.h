@@ -49,6 +49,10 @@ std::string UtcNow();
 // of any grouping reads the curves within their measured points. `flag` names the flag in
 // errors (no DB, no model). At most 2^30, the sweeps' limit.
 StatusOr<int64_t> LargestModelSize(const std::string& db, bool bytes, std::string_view flag);
+// The same read by rank 0 of `world` alone and sent to every rank (collective; a failure reported
+// by rank 0, the others' statuses empty); with `world` null, LargestModelSize.
+StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std::string& db, bool bytes,
+                                           std::string_view flag);
 // A size flag's text: "auto", or a whole number. nullopt for "auto".
 StatusOr<std::optional<int64_t>> ParseSizeOrAuto(std::string_view flag, const std::string& text);
 
