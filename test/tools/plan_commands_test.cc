@@ -584,6 +584,16 @@ TEST_F(PlanCommandsTest, OptionsSearchCanChooseZenAndShowNamesIt) {
   std::ostringstream text;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
   EXPECT_NE(text.str().find(" zen gpu "), std::string::npos) << text.str();
+  EXPECT_EQ(text.str().find("zen union"), std::string::npos) << text.str();
+  // A measured union share is kept in the plan and shown with the compressor's parameters.
+  o.request.zen_union = 0.5;
+  RunOk(o);
+  auto measured = ReadPlanFile(o.output);
+  ASSERT_TRUE(measured.ok()) << measured.status().ToString();
+  EXPECT_EQ(measured->compressor().zen_union(), 0.5);
+  std::ostringstream shown;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, shown).ok());
+  EXPECT_NE(shown.str().find("compressor  topk (ratio 0.01, zen union 0.5)"), std::string::npos) << shown.str();
 }
 
 }  // namespace
