@@ -13,6 +13,23 @@ int64_t SumExcept(const std::vector<int64_t>& v, int skip) {
   return std::accumulate(v.begin(), v.end(), int64_t{0}) - v[static_cast<size_t>(skip)];
 }
 
+// Per-rank pair counts as the Alltoallv's byte counts.
+std::vector<int64_t> PairBytes(std::vector<int64_t> counts) {
+  for (auto& b : counts) b *= sizeof(zen::Pair);
+  return counts;
+}
+
+// Step 6's allgatherv as an Alltoallv: one copy of this rank's `my_bytes` partition to every
+// peer, every peer's `sizes` block received; the own block stays local (0 both ways).
+struct GatherBytes {
+  std::vector<int64_t> send, recv;
+};
+GatherBytes PartitionGatherBytes(int me, int64_t my_bytes, const std::vector<int64_t>& sizes) {
+  GatherBytes b{std::vector<int64_t>(sizes.size(), my_bytes), sizes};
+  b.send[static_cast<size_t>(me)] = b.recv[static_cast<size_t>(me)] = 0;
+  return b;
+}
+
 // Steps 1-4: pairs to their owners, which sum them into their partition.
 StatusOr<zen::Sparse> SumAtOwner(Communicator& comm, zen::SparseView input, const ZenOptions& options,
                                  ZenStats& stats) {
@@ -23,9 +40,7 @@ StatusOr<zen::Sparse> SumAtOwner(Communicator& comm, zen::SparseView input, cons
   CUPCAKE_RETURN_IF_ERROR(comm.Alltoall(out.counts.data(), in_counts.data(), sizeof(int64_t)));
   stats.counts = {8 * (p - 1), 8 * (p - 1)};
 
-  std::vector<int64_t> send_bytes(out.counts), recv_bytes(in_counts);
-  for (auto& b : send_bytes) b *= sizeof(zen::Pair);
-  for (auto& b : recv_bytes) b *= sizeof(zen::Pair);
+  const std::vector<int64_t> send_bytes = PairBytes(out.counts), recv_bytes = PairBytes(in_counts);
   std::vector<zen::Pair> received(static_cast<size_t>(std::accumulate(in_counts.begin(), in_counts.end(), int64_t{0})));
   CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(out.pairs.data(), send_bytes, received.data(), recv_bytes));
   stats.pairs = {SumExcept(send_bytes, me), SumExcept(recv_bytes, me)};
@@ -44,14 +59,12 @@ StatusOr<zen::Sparse> GatherPartitions(Communicator& comm, const zen::Sparse& mi
   CUPCAKE_RETURN_IF_ERROR(comm.Allgather(&my_bytes, sizes.data(), sizeof(int64_t)));
   stats.sizes = {8 * (p - 1), 8 * (p - 1)};
 
-  // Alltoallv as allgatherv: one copy of this partition per peer; the own block stays local.
-  std::vector<int64_t> send_bytes(static_cast<size_t>(p), my_bytes), recv_bytes(sizes);
-  send_bytes[static_cast<size_t>(me)] = recv_bytes[static_cast<size_t>(me)] = 0;
+  const GatherBytes bytes = PartitionGatherBytes(me, my_bytes, sizes);
   std::vector<std::byte> send;
   send.reserve(static_cast<size_t>(my_bytes * (p - 1)));
   for (int j = 0; j < p - 1; ++j) send.insert(send.end(), encoded.begin(), encoded.end());
   std::vector<std::byte> recv(static_cast<size_t>(SumExcept(sizes, me)));
-  CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(send.data(), send_bytes, recv.data(), recv_bytes));
+  CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(send.data(), bytes.send, recv.data(), bytes.recv));
   stats.partitions = {my_bytes * (p - 1), static_cast<int64_t>(recv.size())};
 
   std::vector<zen::Sparse> partitions(static_cast<size_t>(p));
@@ -115,9 +128,7 @@ StatusOr<int64_t> ZenAllreduceDevice(Communicator& comm, const uint32_t* indices
   std::vector<int64_t> in_counts(static_cast<size_t>(p));
   CUPCAKE_RETURN_IF_ERROR(steps.ToHost(in_counts.data(), in_counts_device, 8 * p, stream));
   s.counts = {8 * (p - 1), 8 * (p - 1)};
-  std::vector<int64_t> send_bytes(counts), recv_bytes(in_counts);
-  for (auto& b : send_bytes) b *= sizeof(zen::Pair);
-  for (auto& b : recv_bytes) b *= sizeof(zen::Pair);
+  const std::vector<int64_t> send_bytes = PairBytes(counts), recv_bytes = PairBytes(in_counts);
   const int64_t received = std::accumulate(recv_bytes.begin(), recv_bytes.end(), int64_t{0});
   CUPCAKE_ASSIGN_OR_RETURN(std::byte * pairs, steps.Reserve(Area::kPairs, received, stream));
   CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(steps.partitioned(), send_bytes, pairs, recv_bytes));
@@ -140,10 +151,9 @@ StatusOr<int64_t> ZenAllreduceDevice(Communicator& comm, const uint32_t* indices
   CUPCAKE_RETURN_IF_ERROR(steps.ToHost(sizes.data(), sizes_device, 8 * p, stream));
   s.sizes = {8 * (p - 1), 8 * (p - 1)};
 
-  std::vector<int64_t> part_send(static_cast<size_t>(p), my_bytes), part_recv(sizes);
-  part_send[static_cast<size_t>(me)] = part_recv[static_cast<size_t>(me)] = 0;
+  const GatherBytes gather = PartitionGatherBytes(me, my_bytes, sizes);
   CUPCAKE_ASSIGN_OR_RETURN(std::byte * recv, steps.Reserve(Area::kReceived, SumExcept(sizes, me), stream));
-  CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(send, part_send, recv, part_recv));
+  CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(send, gather.send, recv, gather.recv));
   s.partitions = {my_bytes * (p - 1), SumExcept(sizes, me)};
 
   CUPCAKE_RETURN_IF_ERROR(steps.Zero(out, 4 * options.n, stream));

@@ -211,8 +211,8 @@ class Session::Impl {
     for (int k = 0; k < plan.groups_size(); ++k) {
       const pb::Group& g = plan.groups(k);
       const std::string f = "groups[" + std::to_string(k) + "]";
-      // Options plans (docs/MODEL.md, v2): every scheme on the plan's device. Anything else is refused rather than run as something the plan
-      // did not say.
+      // Options plans (docs/MODEL.md, v2): every scheme on the plan's device. Anything else is
+      // refused rather than run as something the plan did not say.
       const std::string& scheme_name = g.options().scheme();
       const SchemeInfo* scheme = scheme_name.empty() ? nullptr : FindScheme(scheme_name);
       if (!scheme_name.empty() && scheme == nullptr) {
