@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cupcake/comm/zen.h"
@@ -111,6 +112,17 @@ inline void RunZenCase(Communicator& comm, const ZenCase& c) {
     ASSERT_EQ(scattered[static_cast<size_t>(i)],
               static_cast<float>(dense[static_cast<size_t>(i)]) * (1.0f / static_cast<float>(p)));
   }
+}
+
+// The (ranks, case index) parameters the in-process and device suites run every case at, and
+// their names ("Uniform_4ranks").
+inline auto ZenRanksAndCases() {
+  return ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
+                            ::testing::Range(0, static_cast<int>(ZenCases().size())));
+}
+inline std::string ZenRanksCaseName(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  return ZenCases()[static_cast<size_t>(std::get<1>(info.param))].name + "_" + std::to_string(std::get<0>(info.param)) +
+         "ranks";
 }
 
 }  // namespace cupcake::comm::testing

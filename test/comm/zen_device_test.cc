@@ -125,13 +125,7 @@ TEST_P(ZenDevice, EqualsTheDenseMeanAndTheHostPath) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ZenDevice,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
-                                            ::testing::Range(0, static_cast<int>(ZenCases().size()))),
-                         [](const auto& test) {
-                           return ZenCases()[static_cast<size_t>(std::get<1>(test.param))].name + "_" +
-                                  std::to_string(std::get<0>(test.param)) + "ranks";
-                         });
+INSTANTIATE_TEST_SUITE_P(Ranks, ZenDevice, ZenRanksAndCases(), ZenRanksCaseName);
 
 // Non-integer values, where the order of additions shows in the last bits: the device path
 // equals the host path bitwise on every rank, and the ranks equal each other.

@@ -27,13 +27,7 @@ TEST_P(ZenInProcess, EqualsTheDenseSum) {
   RunRanks(size, [&](Communicator& comm) { RunZenCase(comm, c); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ZenInProcess,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
-                                            ::testing::Range(0, static_cast<int>(ZenCases().size()))),
-                         [](const auto& test) {
-                           return ZenCases()[static_cast<size_t>(std::get<1>(test.param))].name + "_" +
-                                  std::to_string(std::get<0>(test.param)) + "ranks";
-                         });
+INSTANTIATE_TEST_SUITE_P(Ranks, ZenInProcess, ZenRanksAndCases(), ZenRanksCaseName);
 
 // Non-integer values, where the order of additions shows: every rank's bytes are equal.
 TEST(ZenAllreduce, AllRanksGetBitwiseIdenticalResults) {
