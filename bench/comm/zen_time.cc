@@ -16,10 +16,14 @@
 // same price for the overlapping rows), and once with the row's union given as a measured share
 // (cupcake-plan search --zen-union: the union's size over the P k pairs), as a job would pass it
 // after recording its union (the runtime's timeline) once.
+// A second table splits zen's time into its phases (ZenStats::us, the scatter added to the
+// decode), each the slowest rank's per call, beside the planner's price of each where a profile
+// is given: which term of the model a miss comes from.
 //
 //   mpirun -np P zen_time [--n=4194304] [--iters=20] [--warmup=3] [--overlap=0.9] [--pool=1.1]
 //                         [--seed=1] [--profile=DB]
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,11 +51,16 @@ struct Options : bench::IndexSet {
   std::string profile;  // --profile: print the planner's predictions
 };
 
-// The planner's price of one group of n elements at `density` from the payload to the dense
-// mean (network block + decode) under the topk compressor's `scheme` on the CPU, in ms;
-// `zen_union` as PlanRequest's (0: independent selections).
+// The planner's price, in ms, of one group of n elements at `density` from the payload to the
+// dense mean (network block + decode) under the topk compressor's `scheme` on the CPU;
+// `zen_union` as PlanRequest's (0: independent selections). `phases` (zen only) receives the
+// price of each of kPhases' columns.
+constexpr int kPhases = 6;
+constexpr const char* kPhaseNames[kPhases] = {"counts", "pairs", "work", "sizes", "partitions", "decode"};
+using Phases = std::array<double, kPhases>;
+
 StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density, const char* scheme,
-                           double zen_union) {
+                           double zen_union, Phases* phases = nullptr) {
   pb::Model model;
   model.set_name("zen_time");
   pb::Tensor* t = model.add_tensors();
@@ -71,8 +80,18 @@ StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density
     return NotFoundError(std::string("--profile: the planner offers no '") + scheme + " cpu' option here (" + why +
                          ")");
   }
-  const planner::StageCost c = planner::CostOfOption(p, option, 0, 0);
-  return (c.net + c.post()) / 1000.0;
+  const std::vector<int> ends = {0}, options = {option};
+  const planner::OptionGroupTimes g = std::move(planner::EvaluateOptions(p, ends, options).groups[0]);
+  if (phases != nullptr) {
+    // Zen's four steps with the owners' work between the pairs and the sizes (docs/MODEL.md).
+    if (g.steps.size() != 4) return InternalError("zen_time: the zen option has " + std::to_string(g.steps.size()) +
+                                                  " steps; expected 4");
+    auto ms = [](double us) { return us / 1000.0; };
+    *phases = {ms(g.steps[0].end_us - g.steps[0].start_us), ms(g.steps[1].end_us - g.steps[1].start_us),
+               ms(g.steps[2].start_us - g.steps[1].end_us), ms(g.steps[2].end_us - g.steps[2].start_us),
+               ms(g.steps[3].end_us - g.steps[3].start_us), ms(g.cost.post())};
+  }
+  return (g.cost.net + g.cost.post()) / 1000.0;
 }
 
 [[noreturn]] void Die(int rank, const std::string& what) {
@@ -82,6 +101,7 @@ StatusOr<double> Predicted(const pb::Profile& profile, int64_t n, double density
 
 struct Times {
   std::vector<double> zen_ms, allgather_ms;
+  std::vector<Phases> zen_phases;  // per call, each phase's slowest rank
 };
 
 double Quantile(std::vector<double> v, double q) {
@@ -89,7 +109,9 @@ double Quantile(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
-void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, double density, bool overlapping) {
+// Runs and prints one row; returns its line of the phase table (rank 0; "" elsewhere).
+std::string RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, double density,
+                   bool overlapping) {
   const int rank = comm.rank(), p = comm.size();
   const int64_t k = SelectedCount(o.n, density);
   const std::vector<uint32_t> indices = bench::RankIndices(o, overlapping, rank, k);
@@ -119,13 +141,21 @@ void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, do
     if (s.ok()) s = (*topk)->Decode(received, by_allgather, 0);
     if (!s.ok()) Die(rank, "allgather scheme: " + s.ToString());
   };
+  Phases phases{};  // this rank's, of the last zen call, ms
   auto run_zen = [&] {
     auto sum = ZenAllreduce(comm, *view, {.n = o.n, .seed = static_cast<uint32_t>(o.seed)}, &stats);
     if (!sum.ok()) Die(rank, "zen: " + sum.status().ToString());
+    const auto scatter_start = std::chrono::steady_clock::now();
     std::fill(by_zen.begin(), by_zen.end(), 0.0f);
     for (size_t j = 0; j < sum->indices.size(); ++j)
       by_zen[sum->indices[j]] = sum->values[j] / static_cast<float>(p);
+    const double scatter_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - scatter_start).count();
     union_size = static_cast<int64_t>(sum->indices.size());
+    const ZenPhaseTimes& us = stats.us;
+    phases = {us.counts, us.pairs, us.partition + us.merge + us.encode, us.sizes, us.partitions,
+              us.decode + scatter_us};
+    for (double& v : phases) v /= 1000.0;
   };
   // One call's time: the slowest rank's, each call after a barrier.
   auto timed = [&](auto&& call) {
@@ -139,9 +169,12 @@ void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, do
   Times t;
   for (int it = 0; it < o.warmup + o.iters; ++it) {
     const double a = timed(run_allgather), z = timed(run_zen);
+    if (Status s = comm.Allreduce(phases.data(), phases.data(), kPhases, DataType::kFloat64, ReduceOp::kMax); !s.ok())
+      Die(rank, s.ToString());
     if (it < o.warmup) continue;
     t.allgather_ms.push_back(a);
     t.zen_ms.push_back(z);
+    t.zen_phases.push_back(phases);
   }
   if (std::memcmp(by_allgather.data(), by_zen.data(), 4 * by_allgather.size()) != 0)
     Die(rank, "zen and the allgather scheme disagree (expected bitwise equal means)");
@@ -149,7 +182,7 @@ void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, do
   // Bytes this rank sent to others: the largest over ranks.
   int64_t sent[2] = {stats.Total().sent, AllgatherSchemeBytes(k, p).sent};
   if (Status s = comm.Allreduce(sent, sent, 2, DataType::kInt64, ReduceOp::kMax); !s.ok()) Die(rank, s.ToString());
-  if (rank != 0) return;
+  if (rank != 0) return "";
   auto range = [](const std::vector<double>& v) {
     char out[48];
     std::snprintf(out, sizeof(out), "%.3f-%.3f", Quantile(v, 0.1), Quantile(v, 0.9));
@@ -160,10 +193,11 @@ void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, do
               overlapping ? "overlapping" : "uniform", static_cast<long long>(k), static_cast<long long>(union_size),
               static_cast<long long>(sent[0]), static_cast<long long>(sent[1]), zen_med, range(t.zen_ms).c_str(),
               ag_med, range(t.allgather_ms).c_str(), ag_med / zen_med);
+  Phases predicted{};  // zen's, with the row's share
   if (profile != nullptr) {
     const double share = static_cast<double>(union_size) / (static_cast<double>(p) * static_cast<double>(k));
     auto zen_pred = Predicted(*profile, o.n, density, "zen", 0);
-    auto zen_pred_union = Predicted(*profile, o.n, density, "zen", share);
+    auto zen_pred_union = Predicted(*profile, o.n, density, "zen", share, &predicted);
     auto ag_pred = Predicted(*profile, o.n, density, "flat", 0);
     for (const auto* pred : {&zen_pred, &zen_pred_union, &ag_pred})
       if (!pred->ok()) Die(rank, pred->status().message());
@@ -177,6 +211,21 @@ void RunRow(Communicator& comm, const Options& o, const pb::Profile* profile, do
   }
   std::printf("\n");
   std::fflush(stdout);
+
+  char line[64];
+  std::snprintf(line, sizeof(line), "%3d %8.3f %12s", p, 100 * density, overlapping ? "overlapping" : "uniform");
+  std::string out = line;
+  for (int i = 0; i < kPhases; ++i) {
+    std::vector<double> v;
+    for (const Phases& call : t.zen_phases) v.push_back(call[static_cast<size_t>(i)]);
+    std::snprintf(line, sizeof(line), " %9.3f", Quantile(v, 0.5));
+    out += line;
+    if (profile != nullptr) {
+      std::snprintf(line, sizeof(line), " %9.3f", predicted[static_cast<size_t>(i)]);
+      out += line;
+    }
+  }
+  return out + "\n";
 }
 
 }  // namespace
@@ -233,7 +282,19 @@ int main(int argc, char** argv) {
                 "zen_sent(B)", "ag_sent(B)", "zen(ms)", "zen p10-p90", "ag(ms)", "ag p10-p90", "ag/zen",
                 profile ? "  zen_pred   ag_pred   pick  check  share zen_pred_u pick_u check_u" : "");
   }
+  std::string phase_rows;
   for (bool overlapping : {false, true})
-    for (double density : {0.01, 0.001}) RunRow(comm, o, profile ? &*profile : nullptr, density, overlapping);
+    for (double density : {0.01, 0.001})
+      phase_rows += RunRow(comm, o, profile ? &*profile : nullptr, density, overlapping);
+  if (comm.rank() == 0) {
+    std::printf(
+        "# zen's phases, ms: each the median over the calls of its slowest rank (a collective's includes its wait);\n"
+        "# work: the pairs split by owner, the owner's merge-sum and its partition encoded; decode: the partitions\n"
+        "# decoded and merged, the group zeroed and the mean scattered%s\n",
+        profile ? "; pred: the planner's price of each (with the row's share)" : "");
+    std::printf("%3s %8s %12s", "P", "dens(%)", "indices");
+    for (const char* name : kPhaseNames) std::printf(" %9s%s", name, profile ? "      pred" : "");
+    std::printf("\n%s", phase_rows.c_str());
+  }
   return 0;
 }

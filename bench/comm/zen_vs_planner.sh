@@ -2,7 +2,8 @@
 # Zen against the allgather scheme on the testbed, with the planner's prediction beside every
 # measured point (docs/ZEN.md, "The planner beside zen_time"): brings the testbed up, profiles it
 # as a user would (comm allreduce, allgather, alltoall; topk's and Zen's CPU kernels at both
-# densities, swept by all ranks in step as the job runs them), then runs zen_time --profile RUNS
+# densities and Zen's at the lower ratios an overlapping union reads, swept by all ranks in step
+# as the job runs them), then runs zen_time --profile RUNS
 # times. Everything goes to OUT (a text file), the
 # profile to OUT.db.
 # --local runs the H x R ranks on this machine instead, over TCP loopback (mpirun --mca btl
@@ -48,14 +49,18 @@ else
   where="testbed: hosts=$hosts ranks_per_host=$per_host rate=$rate"
 fi
 profile_comm="$build/tools/cupcake-profile comm --db $db --ops allreduce,allgather,alltoall --min-bytes 1024 --max-bytes 4194304 --warmup 1 --iters 5 --rounds 3"
-profile_kernels="$build/tools/cupcake-profile kernels --db $db --device cpu --world-size $world --compressors topk,zen --ratios 0.001,0.01 --max-elements $n"
+# topk at the two densities; Zen's curves also at the ratios where the decode is read when
+# indices overlap (a smaller union reads it at a lower ratio, docs/MODEL.md "A measured union").
+profile_kernels="$build/tools/cupcake-profile kernels --db $db --device cpu --world-size $world --compressors topk --ratios 0.001,0.01 --max-elements $n"
+profile_zen="$build/tools/cupcake-profile kernels --db $db --device cpu --world-size $world --compressors zen --ratios 0.0001,0.0003,0.001,0.003,0.01 --max-elements $n"
 {
   echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git -C "$here" describe --always --dirty), $(lscpu | sed -n 's/^Model name: *//p' | head -1) ($(nproc) cores), load: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $where"
-  echo "# profile: ${launch[*]} $profile_comm; ${launch[*]} $profile_kernels"
+  echo "# profile: ${launch[*]} $profile_comm; ${launch[*]} $profile_kernels; ${launch[*]} $profile_zen"
 } >"$out"
 "${launch[@]}" $profile_comm >/dev/null
 "${launch[@]}" $profile_kernels >/dev/null
+"${launch[@]}" $profile_zen >/dev/null
 for run in $(seq 1 "$runs"); do
   echo "# command: ${launch[*]} $build/bench/comm/zen_time --n=$n --iters=$iters --profile=PROFILE (run $run; load $(cut -d' ' -f1-3 /proc/loadavg))" >>"$out"
   "${launch[@]}" "$build/bench/comm/zen_time" --n="$n" --iters="$iters" --profile="$db" | grep -v '^#' >>"$out"

@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
       }
       std::vector<float> chunks;  // --allreduce exchange: the P chunks this rank receives
       if (op == "allreduce" && allreduce == "exchange") {
-        if ((n / 4) % static_cast<size_t>(size) != 0) Die(rank, "--allreduce exchange: size / 4 must divide by the ranks");
+        if ((n / 4) % static_cast<size_t>(size) != 0)
+          Die(rank, "--allreduce exchange: size / 4 must divide by the ranks");
         chunks.resize(n / 4);
       }
       auto exchange = [&] {

@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
     return plan;
   };
   add("runtime " + compressor + " buckets 25MiB, offloaded",
-      offloaded(bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::Buckets(model, int64_t{25} << 20))), false);
+      offloaded(bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::Buckets(model, int64_t{25} << 20))),
+      false);
   add("runtime " + compressor + " one_group, offloaded",
       offloaded(bench::PlanFor(model, 1, cupcake::pb::GPU, compressor, bench::OneGroup(model))), false);
   if (!plan_path.empty()) {

@@ -236,12 +236,14 @@ class CudaZenSteps final : public zen::DeviceSteps {
   }
   Status ToDevice(void* dst, const void* src, int64_t bytes, void* stream) override {
     if (bytes == 0) return Status::Ok();
-    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, S(stream)));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, S(stream)));
     return Status::Ok();
   }
   Status ToHost(void* dst, const void* src, int64_t bytes, void* stream) override {
     if (bytes > 0) {
-      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, S(stream)));
+      CUPCAKE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, S(stream)));
     }
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(S(stream)));
     return Status::Ok();
@@ -282,8 +284,8 @@ class CudaZenSteps final : public zen::DeviceSteps {
       int end_bit = 1;
       while ((1u << end_bit) < p && end_bit < 32) ++end_bit;
       size_t temp_bytes = 0;
-      CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pairs, sorted,
-                                                                  static_cast<int>(k), 0, end_bit, stream));
+      CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, sorted_keys, pairs,
+                                                                   sorted, static_cast<int>(k), 0, end_bit, stream));
       CUPCAKE_ASSIGN_OR_RETURN(void* temp, temp_.Get<void>(static_cast<int64_t>(temp_bytes), stream));
       CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, sorted_keys, pairs, sorted,
                                                                   static_cast<int>(k), 0, end_bit, stream));
@@ -334,7 +336,8 @@ class CudaZenSteps final : public zen::DeviceSteps {
     CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, sorted_keys, values,
                                                                 sorted_values, items, 0, 32, stream));
     CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, starts, slots, items, stream));
-    CUPCAKE_ASSIGN_OR_RETURN(void* temp, temp_.Get<void>(static_cast<int64_t>(std::max(sort_bytes, scan_bytes)), stream));
+    CUPCAKE_ASSIGN_OR_RETURN(void* temp,
+                             temp_.Get<void>(static_cast<int64_t>(std::max(sort_bytes, scan_bytes)), stream));
     CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, keys, sorted_keys, values,
                                                                 sorted_values, items, 0, 32, stream));
     RunStartsKernel<<<Blocks(total), kThreads, 0, stream>>>(sorted_keys, total, starts);
@@ -387,7 +390,8 @@ class CudaZenSteps final : public zen::DeviceSteps {
     int64_t map_total = 0, widest = 1;
     for (const zen::DevicePartition& part : partitions) {
       const int64_t rows = zen::PartitionRows(part.owner, n, world_size, seed);
-      CUPCAKE_ASSIGN_OR_RETURN(const zen::PartitionLayout layout, zen::LayoutOfSize(part.bytes, rows, Where(part.owner)));
+      CUPCAKE_ASSIGN_OR_RETURN(const zen::PartitionLayout layout,
+                               zen::LayoutOfSize(part.bytes, rows, Where(part.owner)));
       const int64_t map_bytes = layout.encoding == zen::Encoding::kBitmap ? (rows + 7) / 8 : 0;
       jobs.push_back({reinterpret_cast<const unsigned char*>(part.block), layout.count, rows, map_bytes, map_total,
                       static_cast<uint32_t>(layout.encoding), static_cast<uint32_t>(part.owner)});
@@ -396,19 +400,23 @@ class CudaZenSteps final : public zen::DeviceSteps {
       widest = std::max({widest, map_bytes, map_bytes == 0 ? layout.count : int64_t{0}});
     }
     if (parts == 0) return layouts;
-    if (map_total > INT_MAX) return InvalidArgumentError("zen decode: bitmaps: out of range; got " + std::to_string(map_total) + " bytes");
+    if (map_total > INT_MAX)
+      return InvalidArgumentError("zen decode: bitmaps: out of range; got " + std::to_string(map_total) + " bytes");
     CUPCAKE_ASSIGN_OR_RETURN(PartitionJob* device_jobs, jobs_.Get<PartitionJob>(sizeof(PartitionJob) * parts, stream));
-    CUPCAKE_ASSIGN_OR_RETURN(DecodeProblems * problems, problems_.Get<DecodeProblems>(sizeof(DecodeProblems) * parts, stream));
+    CUPCAKE_ASSIGN_OR_RETURN(DecodeProblems * problems,
+                             problems_.Get<DecodeProblems>(sizeof(DecodeProblems) * parts, stream));
     CUPCAKE_ASSIGN_OR_RETURN(int* population, starts_.Get<int>(4 * std::max<int64_t>(map_total, 1), stream));
     CUPCAKE_ASSIGN_OR_RETURN(int* first, slots_.Get<int>(4 * std::max<int64_t>(map_total, 1), stream));
-    CUPCAKE_RETURN_IF_ERROR(ToDevice(device_jobs, jobs.data(), static_cast<int64_t>(sizeof(PartitionJob)) * parts, stream));
+    CUPCAKE_RETURN_IF_ERROR(
+        ToDevice(device_jobs, jobs.data(), static_cast<int64_t>(sizeof(PartitionJob)) * parts, stream));
     const dim3 grid(Blocks(widest), static_cast<unsigned>(std::min(parts, 65535)));
     DecodePrepareKernel<<<grid, kThreads, 0, stream>>>(device_jobs, parts, population, problems);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     if (map_total > 0) {
       size_t scan_bytes = 0;
       const int items = static_cast<int>(map_total);
-      CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, population, first, items, stream));
+      CUPCAKE_CUDA_RETURN_IF_ERROR(
+          cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, population, first, items, stream));
       CUPCAKE_ASSIGN_OR_RETURN(void* temp, temp_.Get<void>(static_cast<int64_t>(scan_bytes), stream));
       CUPCAKE_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, population, first, items, stream));
     }
@@ -416,17 +424,20 @@ class CudaZenSteps final : public zen::DeviceSteps {
                                                        problems);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     std::vector<DecodeProblems> found(static_cast<size_t>(parts));
-    CUPCAKE_RETURN_IF_ERROR(ToHost(found.data(), problems, static_cast<int64_t>(sizeof(DecodeProblems)) * parts, stream));
+    CUPCAKE_RETURN_IF_ERROR(
+        ToHost(found.data(), problems, static_cast<int64_t>(sizeof(DecodeProblems)) * parts, stream));
     // The first owner with a problem, in DecodePartition's order of checks.
     std::vector<int> order(static_cast<size_t>(parts));
     for (int i = 0; i < parts; ++i) order[static_cast<size_t>(i)] = i;
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return jobs[static_cast<size_t>(a)].owner < jobs[static_cast<size_t>(b)].owner; });
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return jobs[static_cast<size_t>(a)].owner < jobs[static_cast<size_t>(b)].owner; });
     for (int i : order) {
       const PartitionJob& job = jobs[static_cast<size_t>(i)];
       const DecodeProblems& f = found[static_cast<size_t>(i)];
       const int owner = static_cast<int>(job.owner);
       if (f.bad_header != 0) {  // DecodePartition's text for a header that disagrees with the size
-        return DataLossError(Where(owner) + ": size: mismatch; got " + std::to_string(partitions[static_cast<size_t>(i)].bytes) +
+        return DataLossError(Where(owner) + ": size: mismatch; got " +
+                             std::to_string(partitions[static_cast<size_t>(i)].bytes) +
                              " bytes, expected a header and a body for at most " + std::to_string(job.rows) + " rows");
       }
       if (f.first_bad_row != kNone) {

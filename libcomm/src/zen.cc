@@ -2,12 +2,26 @@
 #include "cupcake/comm/zen.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 namespace cupcake::comm {
 namespace {
 
 namespace zen = kernels::zen;
+
+// Adds the microseconds since the last Lap (or construction) to `field`.
+class Stopwatch {
+ public:
+  void Lap(double& field) {
+    const auto now = std::chrono::steady_clock::now();
+    field += std::chrono::duration<double, std::micro>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 int64_t SumExcept(const std::vector<int64_t>& v, int skip) {
   return std::accumulate(v.begin(), v.end(), int64_t{0}) - v[static_cast<size_t>(skip)];
@@ -35,16 +49,22 @@ StatusOr<zen::Sparse> SumAtOwner(Communicator& comm, zen::SparseView input, cons
                                  ZenStats& stats) {
   const int p = comm.size();
   const int me = comm.rank();
+  Stopwatch clock;
   const zen::Partitioned out = zen::PartitionByOwner(input, p, options.seed);
+  clock.Lap(stats.us.partition);
   std::vector<int64_t> in_counts(static_cast<size_t>(p));
   CUPCAKE_RETURN_IF_ERROR(comm.Alltoall(out.counts.data(), in_counts.data(), sizeof(int64_t)));
+  clock.Lap(stats.us.counts);
   stats.counts = {8 * (p - 1), 8 * (p - 1)};
 
   const std::vector<int64_t> send_bytes = PairBytes(out.counts), recv_bytes = PairBytes(in_counts);
   std::vector<zen::Pair> received(static_cast<size_t>(std::accumulate(in_counts.begin(), in_counts.end(), int64_t{0})));
   CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(out.pairs.data(), send_bytes, received.data(), recv_bytes));
+  clock.Lap(stats.us.pairs);
   stats.pairs = {SumExcept(send_bytes, me), SumExcept(recv_bytes, me)};
-  return zen::MergeSum(received);
+  zen::Sparse sum = zen::MergeSum(received);
+  clock.Lap(stats.us.merge);
+  return sum;
 }
 
 // Steps 5-6: every owner's encoded partition to every rank, decoded and merged.
@@ -52,11 +72,14 @@ StatusOr<zen::Sparse> GatherPartitions(Communicator& comm, const zen::Sparse& mi
                                        ZenStats& stats) {
   const int p = comm.size();
   const int me = comm.rank();
+  Stopwatch clock;
   std::vector<std::byte> encoded;
   const zen::Encoding encoding = zen::EncodePartition(mine.view(), me, options.n, p, options.seed, encoded);
+  clock.Lap(stats.us.encode);
   const auto my_bytes = static_cast<int64_t>(encoded.size());
   std::vector<int64_t> sizes(static_cast<size_t>(p));
   CUPCAKE_RETURN_IF_ERROR(comm.Allgather(&my_bytes, sizes.data(), sizeof(int64_t)));
+  clock.Lap(stats.us.sizes);
   stats.sizes = {8 * (p - 1), 8 * (p - 1)};
 
   const GatherBytes bytes = PartitionGatherBytes(me, my_bytes, sizes);
@@ -65,6 +88,7 @@ StatusOr<zen::Sparse> GatherPartitions(Communicator& comm, const zen::Sparse& mi
   for (int j = 0; j < p - 1; ++j) send.insert(send.end(), encoded.begin(), encoded.end());
   std::vector<std::byte> recv(static_cast<size_t>(SumExcept(sizes, me)));
   CUPCAKE_RETURN_IF_ERROR(comm.Alltoallv(send.data(), bytes.send, recv.data(), bytes.recv));
+  clock.Lap(stats.us.partitions);
   stats.partitions = {my_bytes * (p - 1), static_cast<int64_t>(recv.size())};
 
   std::vector<zen::Sparse> partitions(static_cast<size_t>(p));
@@ -81,7 +105,9 @@ StatusOr<zen::Sparse> GatherPartitions(Communicator& comm, const zen::Sparse& mi
                              zen::DecodePartition(block, r, options.n, p, options.seed));
     stats.encodings[static_cast<size_t>(r)] = static_cast<zen::Encoding>(std::to_integer<uint32_t>(block[0]));
   }
-  return zen::MergePartitions(partitions);
+  zen::Sparse all = zen::MergePartitions(partitions);
+  clock.Lap(stats.us.decode);
+  return all;
 }
 
 }  // namespace
@@ -101,6 +127,7 @@ StatusOr<zen::Sparse> ZenAllreduce(Communicator& comm, zen::SparseView input, co
       zen::ValidateSparse(input, options.n, "ZenAllreduce (rank " + std::to_string(comm.rank()) + ")"));
   ZenStats local;
   ZenStats& s = stats != nullptr ? *stats : local;
+  s.us = {};
   CUPCAKE_ASSIGN_OR_RETURN(zen::Sparse mine, SumAtOwner(comm, input, options, s));
   return GatherPartitions(comm, mine, options, s);
 }

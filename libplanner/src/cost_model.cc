@@ -58,7 +58,8 @@ std::optional<KernelCurve> FindKernelCurve(const pb::Profile& profile, pb::Curve
     if (unrecorded == nullptr) return std::nullopt;
     return KernelCurve{Curve(*unrecorded), CurveKey(*unrecorded), std::nullopt};
   }
-  std::sort(recorded.begin(), recorded.end(), [](const pb::Curve* a, const pb::Curve* b) { return a->ratio() < b->ratio(); });
+  std::sort(recorded.begin(), recorded.end(),
+            [](const pb::Curve* a, const pb::Curve* b) { return a->ratio() < b->ratio(); });
   auto nearest = [&](const pb::Curve* c) {
     pb::Extrapolation note;
     note.set_curve(CurveKey(*c));
@@ -155,7 +156,8 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   // otherwise than a float32 sum (an MPI user-defined operation); a profile from before such
   // curves were measured has only the float32 one, which then stands in.
   std::string comm_key = "comm " + std::string(Name(p.compressor->collective)) + " global";
-  if (p.compress && p.compressor->payload == PayloadFormula::kDense16 && FindProfileCurve(profile, comm_key + " float16"))
+  if (p.compress && p.compressor->payload == PayloadFormula::kDense16 &&
+      FindProfileCurve(profile, comm_key + " float16"))
     comm_key += " float16";
   const pb::Curve* comm = FindProfileCurve(profile, comm_key);
   if (!comm) return MissingCurve(profile, comm_key);

@@ -555,8 +555,9 @@ class Sweep {
   int64_t total_ = 0;
 };
 
-// `zen_device`: whether the sweep's device runs Zen's steps (the CPU, or a CUDA device).
-Status ValidateOptions(const KernelSweepOptions& options, bool zen_device) {
+}  // namespace
+
+Status ValidateKernelSweepOptions(const KernelSweepOptions& options, bool zen_device) {
   std::string problems;
   auto add = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
   if (options.elements.empty()) add("elements: empty size range; got no sizes, expected at least one");
@@ -597,11 +598,9 @@ Status ValidateOptions(const KernelSweepOptions& options, bool zen_device) {
   return Status::Ok();
 }
 
-}  // namespace
-
 StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
                                    const ProgressFn& progress, comm::Communicator* peers) {
-  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options, /*zen_device=*/true));
+  CUPCAKE_RETURN_IF_ERROR(ValidateKernelSweepOptions(options, /*zen_device=*/true));
   if (options.device != pb::CPU)
     return InvalidArgumentError("device: not a host sweep; got " + std::string(Name(options.device)) +
                                 ", expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
@@ -613,7 +612,7 @@ StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clo
 StatusOr<KernelSweepReport> SweepKernelsOnDevice(const KernelSweepOptions& options, KernelDevice& device,
                                                  ActivitySource* activity, ProfileSink& sink, ProfileSink* kernel_sink,
                                                  const ProgressFn& progress) {
-  CUPCAKE_RETURN_IF_ERROR(ValidateOptions(options, device.cuda()));
+  CUPCAKE_RETURN_IF_ERROR(ValidateKernelSweepOptions(options, device.cuda()));
   if (options.device != pb::GPU)
     return InvalidArgumentError("device: not a device sweep; got " + std::string(Name(options.device)) +
                                 ", expected gpu (a cpu sweep runs on a clock: SweepKernels)");

@@ -695,8 +695,8 @@ class Session::Impl {
     }
     if (g.in_place || g.hierarchical != nullptr) return Status::Ok();
     Status s = g.compressor->Encode(g.work_span(), {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)},
-                                    iteration_, {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
-                                    stream);
+                                    iteration_,
+                                    {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())}, stream);
     if (!s.ok()) return s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] encode");
     return Status::Ok();
   }
@@ -708,8 +708,9 @@ class Session::Impl {
     // offloaded group's copies are queued directly.
     if (!device_graphs_ || (decode && g.zen) || g.hierarchical != nullptr || g.offloaded) return -1;
     const kernels::CompressorKind kind = g.compressor->layout().kind;
-    const bool keyed = kind == kernels::CompressorKind::kRandk ||
-                       (!decode && (kind == kernels::CompressorKind::kQsgd || kind == kernels::CompressorKind::kTerngrad));
+    const bool keyed =
+        kind == kernels::CompressorKind::kRandk ||
+        (!decode && (kind == kernels::CompressorKind::kQsgd || kind == kernels::CompressorKind::kTerngrad));
     if (keyed) return -1;
     return decode ? group_count() + k : k;
   }

@@ -1,5 +1,7 @@
 // ZenAllreduce over the in-process group at 1, 2, 3, 4 and 8 ranks (threads): the result
 // equals the dense sum (zen_cases.h), on every rank alike, and bad inputs are named.
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -69,6 +71,47 @@ TEST(ZenAllreduce, StatsCountTheBytesToOtherRanks) {
     EXPECT_EQ(stats.partitions.received, 29);
     EXPECT_EQ(stats.encodings, (std::vector<kernels::zen::Encoding>(2, kernels::zen::Encoding::kBitmap)));
     EXPECT_EQ(stats.Total().sent, 8 + 40 + 8 + 29);
+  });
+}
+
+double PhaseSum(const ZenPhaseTimes& t) {
+  return t.partition + t.counts + t.pairs + t.merge + t.encode + t.sizes + t.partitions + t.decode;
+}
+
+// The phases are disjoint laps inside the call, each call's own: a rank that enters 20 ms after
+// its peer started shows up in the peer's wait for the counts, and nowhere in its own next call.
+TEST(ZenAllreduce, StatsTimeEachPhaseOfThisCall) {
+  std::atomic<int64_t> started_ns{0};
+  RunRanks(2, [&](Communicator& comm) {
+    std::vector<uint32_t> idx(100);
+    for (uint32_t i = 0; i < 100; ++i) idx[i] = 3 * i;
+    const std::vector<float> val(100, 1);
+    using Clock = std::chrono::steady_clock;
+    auto call = [&](bool late, ZenStats& stats) -> double {
+      if (late) {
+        while (started_ns.load() == 0) std::this_thread::yield();
+        std::this_thread::sleep_until(Clock::time_point(Clock::duration(started_ns.load())) +
+                                      std::chrono::milliseconds(20));
+      } else {
+        started_ns.store(Clock::now().time_since_epoch().count());
+      }
+      const auto start = Clock::now();
+      const auto sum = ZenAllreduce(comm, {idx, val}, {.n = 300}, &stats);
+      EXPECT_TRUE(sum.ok()) << sum.status().ToString();
+      return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    };
+    ZenStats stats;
+    // Call 1: rank 1 late; call 2: rank 0 late.
+    for (int late_rank : {1, 0}) {
+      ASSERT_TRUE(comm.Barrier().ok());
+      if (comm.rank() == 0) started_ns.store(0);
+      ASSERT_TRUE(comm.Barrier().ok());
+      const double wall_us = call(comm.rank() == late_rank, stats);
+      EXPECT_LE(PhaseSum(stats.us), wall_us) << "rank " << comm.rank() << ", rank " << late_rank << " late";
+      if (comm.rank() != late_rank) {
+        EXPECT_GE(stats.us.partition + stats.us.counts, 20000) << "rank " << comm.rank();
+      }
+    }
   });
 }
 

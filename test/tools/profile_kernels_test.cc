@@ -134,7 +134,8 @@ TEST(KernelsCommand, RanksSweepInStepAndRankZeroWritesTheDb) {
     return std::pair{status, text};
   };
   auto [status, out] = run_all(Tiny(db));
-  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << r << ": " << status[r].ToString();
+  for (int r = 0; r < kRanks; ++r)
+    ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << r << ": " << status[r].ToString();
   EXPECT_NE(out[0].find("3 ranks in step (the slowest rank's median): measured 18 points, skipped 0"),
             std::string::npos)
       << out[0];
@@ -147,7 +148,8 @@ TEST(KernelsCommand, RanksSweepInStepAndRankZeroWritesTheDb) {
   EXPECT_EQ(p->curves_size(), 6);
   EXPECT_EQ(p->cluster().meta().at("kernels.ranks"), "3 in step, the slowest rank's median");
   std::tie(status, out) = run_all(Tiny(db));
-  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << r << ": " << status[r].ToString();
+  for (int r = 0; r < kRanks; ++r)
+    ASSERT_TRUE(status[static_cast<size_t>(r)].ok()) << r << ": " << status[r].ToString();
   EXPECT_NE(out[0].find("measured 0 points, skipped 18"), std::string::npos) << out[0];
   KernelsOptions gpu = Tiny(db);
   gpu.device = "gpu";
@@ -157,6 +159,19 @@ TEST(KernelsCommand, RanksSweepInStepAndRankZeroWritesTheDb) {
             "is swept by one process)");
   EXPECT_FALSE(status[1].ok());
   EXPECT_EQ(status[1].message(), "");
+  // A bad sweep option (zen with a cluster of one rank) is found by every rank alike: rank 0
+  // reports it, the others fail quietly.
+  KernelsOptions one = Tiny(dir.File("one.db"));
+  one.world_size = 1;
+  one.compressors = {"zen"};
+  std::tie(status, out) = run_all(one);
+  EXPECT_EQ(status[0].message(),
+            "kernels: compressors: zen needs several ranks; got W = 1, expected W >= 2 (--world-size, or a DB with a "
+            "cluster)");
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_FALSE(status[static_cast<size_t>(r)].ok()) << r;
+    EXPECT_EQ(status[static_cast<size_t>(r)].message(), "") << r;
+  }
 }
 
 TEST(KernelsCommand, ErrorsNameTheFlag) {
@@ -164,7 +179,8 @@ TEST(KernelsCommand, ErrorsNameTheFlag) {
   std::ostringstream out;
   KernelsOptions o = Tiny(dir.File("p.db"));
   o.min_elements = 4096;
-  EXPECT_EQ(RunKernels(o, out).message(), "--max-elements: empty size range; got 1024, expected >= --min-elements (4096)");
+  EXPECT_EQ(RunKernels(o, out).message(),
+            "--max-elements: empty size range; got 1024, expected >= --min-elements (4096)");
   o = Tiny(dir.File("p.db"));
   o.device = "tpu";
   EXPECT_EQ(RunKernels(o, out).message(), "--device: unknown device; got 'tpu', expected cpu or gpu");

@@ -152,7 +152,12 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   }
   CUPCAKE_RETURN_IF_ERROR(peers != nullptr ? ShareRootStatus(*peers, opened) : opened);
   sweep.world_size = cluster.nodes() * cluster.devices_per_node();
-  if (peers != nullptr) CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&sweep.world_size, sizeof sweep.world_size, 0));
+  if (peers != nullptr) {
+    CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&sweep.world_size, sizeof sweep.world_size, 0));
+    // Every rank finds the same bad options: rank 0 alone reports them.
+    if (Status v = profile::ValidateKernelSweepOptions(sweep, /*zen_device=*/true); !v.ok())
+      return Quiet(v.WithPrefix("kernels"), rank);
+  }
   // The kernel-only curves: a profile of the same cluster in their own DB (a profile holds one
   // curve per key, and the planner reads the event time from the main DB).
   std::optional<profile::ProfileStore> kernel_store;

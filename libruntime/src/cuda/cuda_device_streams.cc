@@ -61,7 +61,8 @@ class CudaDeviceStreams final : public DeviceStreams {
   }
   StatusOr<void*> PinnedHost(int64_t bytes) override {
     void* p = nullptr;
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault));
+    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault));
     pinned_.push_back(p);
     return p;
   }

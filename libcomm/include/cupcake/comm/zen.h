@@ -23,12 +23,25 @@ struct ZenPhaseBytes {
   int64_t sent = 0;
   int64_t received = 0;
 };
+// Wall time this rank spent in each step of ZenAllreduce (host memory; the device path leaves
+// them 0), in microseconds; a collective's includes its wait for the other ranks.
+struct ZenPhaseTimes {
+  double partition = 0;  // its pairs split by owner
+  double counts = 0;  // Alltoall of the counts
+  double pairs = 0;  // Alltoallv of the pairs
+  double merge = 0;  // the owner's merge-sum of what it received
+  double encode = 0;  // its partition encoded
+  double sizes = 0;  // Allgather of the sizes
+  double partitions = 0;  // allgatherv of the partitions
+  double decode = 0;  // the partitions decoded and merged into the union
+};
 struct ZenStats {
   ZenPhaseBytes counts;  // Alltoall of the per-owner pair counts (int64 each)
   ZenPhaseBytes pairs;  // Alltoallv of the pairs (8 bytes each) to their owners
   ZenPhaseBytes sizes;  // Allgather of the encoded partition sizes (int64 each)
   ZenPhaseBytes partitions;  // allgatherv (over Alltoallv) of the encoded partitions
   std::vector<kernels::zen::Encoding> encodings;  // the encoding of each owner's partition
+  ZenPhaseTimes us;
   ZenPhaseBytes Total() const;
 };
 

@@ -52,6 +52,12 @@ struct KernelSweepOptions {
 StatusOr<SweepReport> SweepKernels(const KernelSweepOptions& options, Clock& clock, ProfileSink& sink,
                                    const ProgressFn& progress = nullptr, comm::Communicator* peers = nullptr);
 
+// The option checks both sweeps run before anything else: InvalidArgument naming every bad
+// field, one per line. `zen_device`: whether the device runs Zen's steps (the CPU, a CUDA
+// device). Under mpirun every rank finds the same problems before any collective, so one rank
+// may report them for all.
+Status ValidateKernelSweepOptions(const KernelSweepOptions& options, bool zen_device);
+
 // KernelDevice: the hardware seam of a GPU sweep (a fake at every hardware seam, docs/ARCHITECTURE.md): one
 // stream, event timing around launches on it, pinned host memory and asynchronous copies.
 // The CUDA implementation (OpenCudaKernelDevice) owns its stream and events; the fake runs the
