@@ -3,8 +3,8 @@
 // pairs the W ranks send owner 0, and owner 0's partition encoded; for independent ("uniform"),
 // overlapping (bench/comm/zen_indices.h) and identical selections (every rank rank 0's uniform
 // indices: union k), so that what the union changes in the merge shows (docs/ZEN.md, "Zen's
-// phases"). One thread, no communication; a program to run by
-// hand, never a timed test. Counters: union (owner 0's merged pairs), pairs (what it merged).
+// phases"). One thread, no communication; a program to run by hand, never a timed test.
+// Counters: union (owner 0's merged pairs), pairs (what it merged).
 //
 //   build/bench/comm/zen_work_bench [--benchmark_repetitions=3]
 #include <benchmark/benchmark.h>
@@ -23,7 +23,9 @@ namespace zen = kernels::zen;
 constexpr int64_t kN = int64_t{1} << 24;
 constexpr uint32_t kSeed = 0x5eed;
 
-// mode: 0 uniform, 1 overlapping, 2 identical.
+constexpr const char* kModes[] = {"uniform", "overlapping", "identical"};
+
+// mode: an index of kModes.
 void BM_ZenOwnerWork(benchmark::State& st, int world, double density, int mode) {
   IndexSet o;
   o.n = kN;
@@ -54,9 +56,8 @@ void Register() {
   for (int world : {4, 8})
     for (double density : {0.01, 0.001})
       for (int mode : {0, 1, 2}) {
-        const char* modes[] = {"uniform", "overlapping", "identical"};
         const std::string name = "zen_owner_work/W" + std::to_string(world) + "/" +
-                                 (density == 0.01 ? "1%" : "0.1%") + "/" + modes[mode];
+                                 (density == 0.01 ? "1%" : "0.1%") + "/" + kModes[mode];
         benchmark::RegisterBenchmark(name.c_str(), BM_ZenOwnerWork, world, density, mode)
             ->Unit(benchmark::kMillisecond);
       }
