@@ -298,6 +298,13 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
   }
 
   // Step 5: labels by prefix length, then bound; cutoff; dominance in all seven coordinates.
+  // Every label of prefix j extends over the same groups j..q: their prices, and which options
+  // are useful, are computed once per prefix (by the first label that reaches q) and reused by
+  // the others. Nodes count per label and group as before, so budgets and plans are unchanged.
+  const size_t option_count = p.options.size();
+  std::vector<StageCost> row_costs;  // row_costs[(q - j) * option_count + o]
+  std::vector<char> row_useful;  // alike
+  int row_j = -1, row_len = 0;
   std::vector<Label> labels{root};
   std::vector<std::vector<int32_t>> at(static_cast<size_t>(n));
   at[0].push_back(0);
@@ -321,15 +328,29 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
       }
       ++st.states;
       const Label l = labels[static_cast<size_t>(id)];
-      pricer.Start(j);
+      if (row_j != j) {
+        row_j = j;
+        row_len = 0;
+        row_costs.clear();
+        row_useful.clear();
+        pricer.Start(j);
+      }
       for (int q = j; q < n; ++q) {
         if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
           break;
-        pricer.Price(q, buf, only_option);
-        if (only_option < 0) UsefulOptions(p, buf, useful);
+        const int k = q - j;
+        if (k == row_len) {  // the first label of this prefix to reach q
+          pricer.Price(q, buf, only_option);
+          if (only_option < 0) UsefulOptions(p, buf, useful);
+          row_costs.insert(row_costs.end(), buf.begin(), buf.end());
+          row_useful.insert(row_useful.end(), useful.begin(), useful.end());
+          ++row_len;
+        }
+        const StageCost* costs = &row_costs[static_cast<size_t>(k) * option_count];
+        const char* usable = &row_useful[static_cast<size_t>(k) * option_count];
         for (int o = 0; o < p.option_count(); ++o) {
-          if (!useful[static_cast<size_t>(o)]) continue;
-          const Label next = Extend(p, l, id, q, o, buf[static_cast<size_t>(o)]);
+          if (!usable[o]) continue;
+          const Label next = Extend(p, l, id, q, o, costs[o]);
           ++st.transitions;
           if (q == n - 1) {
             const double t = FinalTime(p, next);

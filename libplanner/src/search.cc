@@ -175,6 +175,11 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: in n
   int32_t best_label = -1;  // the best complete strategy the search found
   bool stopped = false;
   std::vector<std::pair<double, int32_t>> order;
+  // Every label of prefix j extends over the same groups j..q: each group is priced once per
+  // prefix (by the first label that reaches it) and reused by the others. Nodes count per label
+  // and group as before, so budgets and plans are unchanged.
+  std::vector<GroupCost> row;  // row[q - j]
+  int row_j = -1;
 
   for (int j = 0; j < n && !stopped; ++j) {
     order.clear();
@@ -191,11 +196,16 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: in n
       }
       ++st.states;
       const Label l = labels[id];
-      pricer.Start(j);
+      if (row_j != j) {
+        row_j = j;
+        row.clear();
+        pricer.Start(j);
+      }
       for (int q = j; q < n; ++q) {
         // Step 4: every later q closes this group later still (docs/MODEL.md, "Cutoff").
         if (fixed + p.backward_prefix[q + 1] + l.e + sb.min_com + sb.min_dec >= incumbent) break;
-        Label next = Extend(p, l, id, q, pricer.Price(q));
+        if (static_cast<size_t>(q - j) == row.size()) row.push_back(pricer.Price(q));
+        Label next = Extend(p, l, id, q, row[static_cast<size_t>(q - j)]);
         ++st.transitions;
         if (q == n - 1) {
           double t = FinalTime(p, next);
