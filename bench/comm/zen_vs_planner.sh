@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --local) local=1; shift ;;
-    *) sed -n '9,10p' "$0" | sed 's/^# *//' >&2; exit 2 ;;
+    *) sed -n '12,13p' "$0" | sed 's/^# *//' >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || { echo "zen_vs_planner: --out is required" >&2; exit 2; }
