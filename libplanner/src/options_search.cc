@@ -304,7 +304,7 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
   const size_t option_count = p.options.size();
   std::vector<StageCost> row_costs;  // row_costs[(q - j) * option_count + o]
   std::vector<char> row_useful;  // alike
-  int row_j = -1, row_len = 0;
+  int row_j = -1;
   std::vector<Label> labels{root};
   std::vector<std::vector<int32_t>> at(static_cast<size_t>(n));
   at[0].push_back(0);
@@ -330,7 +330,6 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
       const Label l = labels[static_cast<size_t>(id)];
       if (row_j != j) {
         row_j = j;
-        row_len = 0;
         row_costs.clear();
         row_useful.clear();
         pricer.Start(j);
@@ -339,12 +338,11 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
         if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
           break;
         const int k = q - j;
-        if (k == row_len) {  // the first label of this prefix to reach q
+        if (row_costs.size() == static_cast<size_t>(k) * option_count) {  // the first label here to reach q
           pricer.Price(q, buf, only_option);
           if (only_option < 0) UsefulOptions(p, buf, useful);
           row_costs.insert(row_costs.end(), buf.begin(), buf.end());
           row_useful.insert(row_useful.end(), useful.begin(), useful.end());
-          ++row_len;
         }
         const StageCost* costs = &row_costs[static_cast<size_t>(k) * option_count];
         const char* usable = &row_useful[static_cast<size_t>(k) * option_count];
