@@ -22,8 +22,9 @@ Status MissingCurve(const pb::Profile& profile, const std::string& key) {
 // The kernel curve for the plan's compressor, or the missing-curve error.
 StatusOr<KernelCurve> RequireKernelCurve(const pb::Profile& profile, pb::CurveKind kind, const Problem& p) {
   std::optional<KernelCurve> c = FindKernelCurve(profile, kind, p.compressor->name, p.device, p.ratio);
-  if (!c) return MissingCurve(profile, std::string(Name(kind)) + " " + std::string(p.compressor->name) + " " +
-                                            std::string(Name(p.device)));
+  if (!c)
+    return MissingCurve(
+        profile, std::string(Name(kind)) + " " + std::string(p.compressor->name) + " " + std::string(Name(p.device)));
   return std::move(*c);
 }
 
@@ -44,7 +45,7 @@ const pb::Curve* FindProfileCurve(const pb::Profile& profile, const std::string&
 std::optional<KernelCurve> FindKernelCurve(const pb::Profile& profile, pb::CurveKind kind, std::string_view name,
                                            pb::Device device, double ratio) {
   const CompressorInfo* info = FindCompressor(name);
-  const bool by_ratio = name == kZenCurveName || (info != nullptr && info->uses_ratio);
+  const bool by_ratio = name == kZenCurveName || name == kNonzeroCurveName || (info != nullptr && info->uses_ratio);
   const pb::Curve* unrecorded = nullptr;
   std::vector<const pb::Curve*> recorded;  // ascending ratio
   for (const auto& c : profile.curves()) {
@@ -96,8 +97,11 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratio", request.ratio));
   p.ratio = request.ratio;
   CUPCAKE_RETURN_IF_ERROR(ValidateZenUnion("--zen-union", request.zen_union));
-  // Only zen groups read it (the plan keeps 0 for compressors that cannot have them).
-  p.zen_union = SchemeCodecProblem(*FindScheme("zen"), *p.compressor).empty() ? request.zen_union : 0;
+  // Only zen groups read it (the plan keeps 0 where there can be none: a compressor without
+  // sparse pairs and a model without sparse gradients).
+  p.zen_union = SchemeCodecProblem(*FindScheme("zen"), *p.compressor).empty() || HasSparseGradients(model)
+                    ? request.zen_union
+                    : 0;
   p.compress = p.compressor->name != "fp32";
   if (model.tensors().empty())
     return InvalidArgumentError("model " + model.name() + ": tensors: empty; expected at least one tensor");
@@ -107,6 +111,8 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   p.numel_prefix.assign(1, 0);
   p.bytes_prefix.assign(1, 0);
   p.backward_prefix.assign(1, 0.0);
+  p.nonzero_prefix.assign(1, 0);
+  int64_t sparse_numel = 0, sparse_nonzeros = 0;
   for (int i = 0; i < n; ++i) {
     const auto& t = model.tensors(i);
     if (t.dtype() != pb::FLOAT32) {
@@ -121,7 +127,13 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
     p.numel_prefix.push_back(p.numel_prefix.back() + t.numel());
     p.bytes_prefix.push_back(p.bytes_prefix.back() + p.bytes.back());
     p.backward_prefix.push_back(p.backward_prefix.back() + t.backward_us());
+    p.nonzero_prefix.push_back(p.nonzero_prefix.back() + ExpectedNonzeros(t));
+    if (t.has_density() && t.density() < 1.0) {
+      sparse_numel += t.numel();
+      sparse_nonzeros += ExpectedNonzeros(t);
+    }
   }
+  if (sparse_numel > 0) p.sparse_density = static_cast<double>(sparse_nonzeros) / static_cast<double>(sparse_numel);
   p.forward_us = model.forward_us();
   p.update_us = model.update_us();
 

@@ -27,10 +27,16 @@ bool ReadsDecodeInNetwork(const SchemeInfo& s) { return DecodesInNetwork(s) || M
 // share S (PlanRequest::zen_union) makes the union S W r n, which independent selections
 // reach at r' = 1 - (1 - S W r)^(1/W) (docs/MODEL.md, "A measured union"). The merge is read
 // at the plan's ratio: it sorts the k pairs each rank sent, whatever their overlap.
-double ZenDecodeRatio(const Problem& p) {
-  if (p.zen_union <= 0) return p.ratio;
+double ZenDecodeRatio(const Problem& p, double ratio) {
+  if (p.zen_union <= 0) return ratio;
   const double w = static_cast<double>(std::max(1, p.world_size));
-  return 1.0 - std::pow(1.0 - std::min(1.0, p.zen_union * w * p.ratio), 1.0 / w);
+  return 1.0 - std::pow(1.0 - std::min(1.0, p.zen_union * w * ratio), 1.0 / w);
+}
+
+// The ratio an option's kernel curves are read at: the plan's, or for the non-zero codec the
+// model's sparse share (docs/MODEL.md, "Naturally sparse gradients").
+double CurveRatio(const Problem& p, const SchemeInfo& s) {
+  return s.codec == Codec::kNonzeros ? p.sparse_density : p.ratio;
 }
 
 // Resolves one option's curves; returns the key of the first missing curve, or "".
@@ -40,13 +46,19 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
   const std::string dev(Name(o.device));
   // Zen's own curves (`zen`: the kind of Zen's curve to read first) stand in for the codec's
   // decode where the profile has them.
+  // The non-zero codec has no decode of its own: Zen's curves are required.
+  const double ratio = CurveRatio(base, s);
   auto kernel = [&](pb::CurveKind kind, Curve& curve, std::string& key, std::optional<pb::CurveKind> zen) {
     std::optional<KernelCurve> c;
     if (zen) {
-      const double ratio = *zen == pb::DECODE ? ZenDecodeRatio(base) : base.ratio;
-      c = FindKernelCurve(profile, *zen, kZenCurveName, o.device, ratio);
+      c = FindKernelCurve(profile, *zen, kZenCurveName, o.device,
+                          *zen == pb::DECODE ? ZenDecodeRatio(base, ratio) : ratio);
+      if (!c && s.codec == Codec::kNonzeros) {
+        key = std::string(Name(*zen)) + " " + std::string(kZenCurveName) + " " + dev;
+        return false;
+      }
     }
-    if (!c) c = FindKernelCurve(profile, kind, codec.name, o.device, base.ratio);
+    if (!c) c = FindKernelCurve(profile, kind, codec.name, o.device, ratio);
     if (!c) {
       key = std::string(Name(kind)) + " " + std::string(codec.name) + " " + dev;
       return false;
@@ -127,12 +139,20 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
       p.dropped.push_back(why);
       continue;
     }
+    if (s.codec == Codec::kNonzeros && b.sparse_density <= 0) {
+      p.dropped.push_back(std::string(s.name) + ": the model records no sparse gradient (no tensor density below 1)");
+      continue;
+    }
+    if (s.codec == Codec::kNonzeros && b.device != pb::CPU) {
+      p.dropped.push_back(std::string(s.name) + ": runs on host memory only (a cpu plan)");
+      continue;
+    }
     if (s.hierarchical && (p.nodes < 2 || p.devices_per_node < 2)) {
       p.dropped.push_back(std::string(s.name) + ": one node or one device per node (nothing to split)");
       continue;
     }
     std::vector<Option> candidates = {{&s, b.device, false}};
-    if (can_offload) candidates.push_back({&s, pb::CPU, true});
+    if (can_offload && s.codec != Codec::kNonzeros) candidates.push_back({&s, pb::CPU, true});
     for (const Option& o : candidates) {
       OptionCurves curves;
       const std::string missing = ResolveCurves(profile, b, o, curves);
@@ -193,10 +213,12 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
     const Option& opt = p_.options[o];
     const SchemeInfo& scheme = *opt.scheme;
     Cursors& k = cursors_[o];
-    const double m = static_cast<double>(ShardElements(scheme, n, p_.devices_per_node));
+    const double m = KernelElements(p_, scheme, first_, last, false);
+    const double x = KernelElements(p_, scheme, first_, last, true);
+    const double ratio = GroupStepRatio(p_, scheme, first_, last);
     StageCost c;
-    const double pre_kernel = EncodesBeforeNetwork(scheme) ? k.pre.At(static_cast<double>(n)) : 0.0;
-    const double post_kernel = DecodesAfterNetwork(scheme) ? k.post.At(static_cast<double>(n)) : 0.0;
+    const double pre_kernel = EncodesBeforeNetwork(scheme) ? k.pre.At(x) : 0.0;
+    const double post_kernel = DecodesAfterNetwork(scheme) ? k.post.At(x) : 0.0;
     if (opt.offload) {
       c.cpu_pre = d2h + pre_kernel;
       c.cpu_post = post_kernel + h2d;
@@ -207,7 +229,7 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
     double busy_extra = 0;  // what the steps' busy curves add to the idle ones
     for (int i = 0; i < scheme.step_count; ++i) {
       const auto bytes =
-          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, b.ratio, p_.ranks(), b.zen_union));
+          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union));
       const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
       c.net += idle;
       if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
@@ -218,6 +240,19 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
     c.net_busy = c.net + busy_extra;
     out[o] = c;
   }
+}
+
+double GroupStepRatio(const OptionProblem& p, const SchemeInfo& s, int first, int last) {
+  if (s.codec != Codec::kNonzeros) return p.base.ratio;
+  return static_cast<double>(p.base.GroupNonzeros(first, last)) / static_cast<double>(p.base.GroupNumel(first, last));
+}
+
+double KernelElements(const OptionProblem& p, const SchemeInfo& s, int first, int last, bool whole) {
+  const int64_t n = p.base.GroupNumel(first, last);
+  if (s.codec == Codec::kNonzeros)
+    return std::max(static_cast<double>(n),
+                    static_cast<double>(p.base.GroupNonzeros(first, last)) / p.base.sparse_density);
+  return static_cast<double>(whole ? n : ShardElements(s, n, p.devices_per_node));
 }
 
 StageCost CostOfOption(const OptionProblem& p, int option, int first, int last) {
@@ -236,12 +271,13 @@ static void PlaceSteps(const OptionProblem& p, OptionGroupTimes& g, double start
   const SchemeInfo& s = *o.scheme;
   const OptionCurves& curves = p.curves[static_cast<size_t>(g.option)];
   const int64_t n = p.base.GroupNumel(g.first, g.last);
-  const double m = static_cast<double>(ShardElements(s, n, p.devices_per_node));
+  const double m = KernelElements(p, s, g.first, g.last, false);
+  const double ratio = GroupStepRatio(p, s, g.first, g.last);
   const double stretch = g.cost.net > 0 ? (g.comm_end_us - g.comm_start_us) / g.cost.net : 1.0;
   double t = start;
   for (int i = 0; i < s.step_count; ++i) {
     if (EncodesInNetwork(s) && i == s.encode_before) t += stretch * curves.mid_encode.At(m);
-    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, p.base.ratio, p.ranks(), p.base.zen_union);
+    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, ratio, p.ranks(), p.base.zen_union);
     const double dur = stretch * curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
     g.steps.push_back({StepOp(s, s.steps[i], *p.base.compressor), s.steps[i].scope, bytes, t, t + dur});
     t += dur;

@@ -63,7 +63,8 @@ void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan&
     out->set_first_tensor(g.first);
     out->set_last_tensor(g.last);
     out->set_numel(p.base.GroupNumel(g.first, g.last));
-    ApplyScheme(*o.scheme, *p.base.compressor, o.device, p.base.ratio, p.base.zen_union, p.ranks(), *out);
+    ApplyScheme(*o.scheme, *p.base.compressor, o.device, GroupStepRatio(p, *o.scheme, g.first, g.last),
+                p.base.zen_union, p.ranks(), *out);
     out->clear_steps();  // with their bytes and times below
     out->set_encode_start_us(g.pre_start_us);
     out->set_encode_end_us(g.pre_end_us);
@@ -106,21 +107,21 @@ std::vector<pb::Extrapolation> FindOptionExtrapolations(const OptionProblem& p, 
   for (const OptionGroupTimes& g : t.groups) {
     const Option& o = p.options[static_cast<size_t>(g.option)];
     const OptionCurves& c = p.curves[static_cast<size_t>(g.option)];
-    const int64_t n = p.base.GroupNumel(g.first, g.last);
     const double s = static_cast<double>(p.base.GroupBytes(g.first, g.last));
-    const double m = static_cast<double>(ShardElements(*o.scheme, n, p.devices_per_node));
+    const double n = KernelElements(p, *o.scheme, g.first, g.last, true);
+    const double m = KernelElements(p, *o.scheme, g.first, g.last, false);
     if (g.last > g.first && !o.offload) {
       use(p.base.pack, p.base.pack_key, "bytes", s);
       use(p.base.unpack, p.base.unpack_key, "bytes", s);
     }
-    use(c.pre_kernel, c.pre_key, "elements", static_cast<double>(n));
+    use(c.pre_kernel, c.pre_key, "elements", n);
     use(c.mid_encode, c.mid_encode_key, "elements", m);
     for (size_t i = 0; i < g.steps.size(); ++i) {
       use(c.steps[i], c.step_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
       use(c.steps_busy[i], c.step_busy_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
     }
     use(c.mid_decode, c.mid_decode_key, "elements", m);
-    use(c.post_kernel, c.post_key, "elements", static_cast<double>(n));
+    use(c.post_kernel, c.post_key, "elements", n);
   }
   std::vector<pb::Extrapolation> out;
   for (const CurveUse& u : uses) {
@@ -134,9 +135,8 @@ std::vector<pb::Extrapolation> FindOptionExtrapolations(const OptionProblem& p, 
   }
   for (const OptionGroupTimes& g : t.groups) {  // kernel curves read at an unmeasured ratio
     for (const pb::Extrapolation& note : p.curves[static_cast<size_t>(g.option)].ratio_notes) {
-      if (std::none_of(out.begin(), out.end(), [&](const pb::Extrapolation& e) {
-            return e.unit() == "ratio" && e.curve() == note.curve();
-          }))
+      if (std::none_of(out.begin(), out.end(),
+                       [&](const pb::Extrapolation& e) { return e.unit() == "ratio" && e.curve() == note.curve(); }))
         out.push_back(note);
     }
   }

@@ -251,11 +251,11 @@ class Reader {
 };
 
 const std::vector<std::string_view> kModelKeys{"format", "name", "source", "forward_us", "update_us", "tensors"};
-const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backward_us"};
+const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backward_us", "density"};
 const std::vector<std::string_view> kProfileKeys{"format", "cluster", "curves", "models"};
 const std::vector<std::string_view> kClusterKeys{"name",         "nodes",   "devices_per_node", "device",
                                                  "interconnect", "network", "source",           "meta"};
-const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope", "dtype", "busy",
+const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope",  "dtype", "busy",
                                               "points", "method", "warmup", "iters", "wrong"};
 const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "ratio", "points",
                                                "method", "warmup",     "iters",  "wrong"};
@@ -310,6 +310,7 @@ bool ReadModel(Reader& r, const json& obj, const std::string& path, bool format_
     if (auto n = r.Integer(t, tp, "numel", true)) tensor->set_numel(*n);
     if (auto d = r.Enum<pb::DType>(t, tp, "dtype", true, "dtype", DTypeNames(), ParseDType)) tensor->set_dtype(*d);
     if (auto x = r.Number(t, tp, "backward_us", true)) tensor->set_backward_us(*x);
+    if (auto x = r.Number(t, tp, "density", false)) tensor->set_density(*x);
   }
   return true;
 }
@@ -449,6 +450,7 @@ ordered_json ModelObject(const pb::Model& m) {
     jt["numel"] = t.numel();
     jt["dtype"] = Name(t.dtype());
     jt["backward_us"] = t.backward_us();
+    if (t.has_density()) jt["density"] = t.density();
     tensors.push_back(std::move(jt));
   }
   o["tensors"] = std::move(tensors);

@@ -127,7 +127,8 @@ class Sweep {
     std::vector<pb::CopyOp> copies{pb::PACK, pb::UNPACK};
     if (device_ != nullptr) copies.insert(copies.end(), {pb::H2D, pb::D2H});
     int64_t curves = static_cast<int64_t>(copies.size());
-    for (const std::string& name : names) curves += 2 * static_cast<int64_t>(RatiosOf(name).size());
+    for (const std::string& name : names)
+      curves += (name == kNonzeroCurveName ? 1 : 2) * static_cast<int64_t>(RatiosOf(name).size());
     total_ = curves * static_cast<int64_t>(o_.elements.size());
     const kernels::Backend backend =
         device_ != nullptr && device_->cuda() ? kernels::Backend::kCuda : kernels::Backend::kCpu;
@@ -143,6 +144,10 @@ class Sweep {
         dec.set_kind(pb::DECODE);
         for (int64_t n : o_.elements) {
           CUPCAKE_ASSIGN_OR_RETURN(Want want_enc, Wanted(enc, n));
+          if (name == kNonzeroCurveName) {  // an encode curve only
+            if (want_enc.any()) CUPCAKE_RETURN_IF_ERROR(NonzeroPoint(enc, want_enc, n, *ratio));
+            continue;
+          }
           CUPCAKE_ASSIGN_OR_RETURN(Want want_dec, Wanted(dec, n));
           if (!want_enc.any() && !want_dec.any()) continue;
           if (name == kZenCurveName) {
@@ -200,7 +205,7 @@ class Sweep {
   // none (one curve without a ratio) for the others.
   std::vector<std::optional<double>> RatiosOf(const std::string& name) const {
     const CompressorInfo* info = FindCompressor(name);
-    if (name != kZenCurveName && !info->uses_ratio) return {std::nullopt};
+    if (name != kZenCurveName && name != kNonzeroCurveName && !info->uses_ratio) return {std::nullopt};
     return {o_.ratios.begin(), o_.ratios.end()};
   }
 
@@ -306,7 +311,7 @@ class Sweep {
         const zen::Sparse sum = zen::MergeSum(received0);
         zen::EncodePartition(sum.view(), 0, n, w, kSeed, encoded);
         return mine.pairs.size() == static_cast<size_t>(k) ? Status::Ok()
-                                                            : InternalError("zen: the partition lost pairs");
+                                                           : InternalError("zen: the partition lost pairs");
       }));
     }
     if (!want_dec.any()) return Status::Ok();
@@ -321,6 +326,28 @@ class Sweep {
       }
       const zen::Sparse all = zen::MergePartitions(parts);
       return zen::ScatterDense(all.view(), 1.0f / static_cast<float>(w), out);
+    });
+  }
+
+  // One size of the non-zero scan (the zen_sparse scheme's encode, host memory): a gradient of n
+  // floats with SelectedCount(n, ratio) non-zeros at scattered positions, collected into pairs
+  // whose vectors keep their capacity between calls, as the runtime's group does.
+  Status NonzeroPoint(const pb::Curve& enc, Want want, int64_t n, double ratio) {
+    const int64_t k = SelectedCount(n, ratio);
+    std::vector<float> grad(static_cast<size_t>(n), 0.0f), values(static_cast<size_t>(k));
+    FillGradient(values, 11);
+    const int64_t stride = n / k;  // >= 1; position j * stride + (j * 7919 mod stride)
+    for (int64_t j = 0; j < k; ++j) {
+      const float v = values[static_cast<size_t>(j)];
+      grad[static_cast<size_t>(j * stride + (j * 7919) % stride)] = v != 0.0f ? v : 1.0f;
+    }
+    kernels::zen::Sparse pairs;
+    pairs.indices.reserve(static_cast<size_t>(k));
+    pairs.values.reserve(static_cast<size_t>(k));
+    return Measure(enc, n, want, [&](int) {
+      kernels::zen::CollectNonzeros(grad, pairs);
+      return pairs.indices.size() == static_cast<size_t>(k) ? Status::Ok()
+                                                            : InternalError("nonzero: the scan lost entries");
     });
   }
 
@@ -574,7 +601,11 @@ Status ValidateKernelSweepOptions(const KernelSweepOptions& options, bool zen_de
   if (options.warmup < 0) add("warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
   if (options.iters < 1) add("iters: out of range; got " + std::to_string(options.iters) + ", expected >= 1");
   for (const std::string& name : options.compressors) {
-    if (name == kZenCurveName) {
+    if (name == kNonzeroCurveName) {
+      if (options.device != pb::CPU)
+        add("compressors: nonzero (the zen_sparse scheme's scan) runs on the cpu only; got device " +
+            std::string(Name(options.device)));
+    } else if (name == kZenCurveName) {
       if (!zen_device)
         add("compressors: zen runs on the cpu or a CUDA device; got device " + std::string(Name(options.device)) +
             " without CUDA");

@@ -160,8 +160,14 @@ CREATE VIEW curve_points AS
   ORDER BY c.position, p.size;
 )sql";
 
-constexpr std::array<Migration, 4> kMigrations{
-    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}}};
+// Version 5: tensors record the share of their gradient's elements that are non-zero
+// (`density`, NULL where not recorded: every version 4 tensor), for naturally sparse gradients.
+constexpr std::string_view kSchemaV5 = R"sql(
+ALTER TABLE tensors ADD COLUMN density REAL;
+)sql";
+
+constexpr std::array<Migration, 5> kMigrations{
+    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}}};
 
 }  // namespace
 

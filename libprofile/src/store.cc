@@ -274,13 +274,15 @@ Status WriteModel(sqlite3* db, const std::string& path, const pb::Model& m, bool
   int64_t model_id = id ? *id : static_cast<int64_t>(sqlite3_last_insert_rowid(db));
 
   Statement t(db, path);
-  CUPCAKE_RETURN_IF_ERROR(t.Prepare(
-      "INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+  CUPCAKE_RETURN_IF_ERROR(
+      t.Prepare("INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us, density) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
   for (int i = 0; i < m.tensors_size(); ++i) {
     const pb::Tensor& tensor = m.tensors(i);
     CUPCAKE_RETURN_IF_ERROR(t.Reset());
     t.Bind(1, model_id).Bind(2, static_cast<int64_t>(i)).Bind(3, tensor.name());
     t.Bind(4, static_cast<int64_t>(tensor.numel())).Bind(5, Name(tensor.dtype())).Bind(6, tensor.backward_us());
+    t.BindOpt(7, tensor.has_density(), tensor.density());
     CUPCAKE_RETURN_IF_ERROR(t.Run());
   }
   return Status::Ok();
@@ -300,7 +302,8 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
   if (!st.IsNull(3)) m.set_update_us(internal::ReadReal(st, 3, problems, internal::Join(where, "update_us")));
   Statement t(db, path);
   CUPCAKE_RETURN_IF_ERROR(
-      t.Prepare("SELECT position, name, numel, dtype, backward_us FROM tensors WHERE model_id = ?1 ORDER BY position"));
+      t.Prepare("SELECT position, name, numel, dtype, backward_us, density FROM tensors WHERE model_id = ?1 "
+                "ORDER BY position"));
   t.Bind(1, id);
   const std::string tensors = internal::Join(where, "tensors");
   bool gap_reported = false;
@@ -326,6 +329,7 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
     else
       problems.Add(tp + ".dtype", "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
     tensor->set_backward_us(internal::ReadReal(t, 4, problems, tp + ".backward_us"));
+    if (!t.IsNull(5)) tensor->set_density(internal::ReadReal(t, 5, problems, tp + ".density"));
   }
   return m;
 }

@@ -139,6 +139,11 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
       p.Add(Join(tp, "dtype"),
             "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
     CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
+    if (t.has_density() && !(t.density() > 0.0 && t.density() <= 1.0)) {
+      std::ostringstream os;
+      os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
+      p.Add(Join(tp, "density"), os.str());
+    }
   }
   if (total_numel > kMaxNumel)
     p.Add(tensors, "too many elements in all; got " + std::to_string(total_numel) + ", expected at most " +
@@ -146,12 +151,16 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
 }
 
 // A kernel curve's ratio: recorded for the compressors that select ratio n elements (optional:
-// older profiles lack it) and for Zen's curves (required), in (0, 1]; nowhere else.
+// older profiles lack it) and for Zen's and the non-zero scan's curves (required), in (0, 1];
+// nowhere else.
 void CheckRatio(const pb::Curve& c, const std::string& path, Problems& p) {
   const CompressorInfo* info = FindCompressor(c.compressor());
-  const bool zen = c.compressor() == kZenCurveName;
+  const bool zen = c.compressor() == kZenCurveName || c.compressor() == kNonzeroCurveName;
   if (!c.has_ratio()) {
-    if (zen) p.Add(path, "missing; expected the ratio Zen's curves were measured at, 0 < ratio <= 1");
+    if (zen)
+      p.Add(path, std::string("missing; expected the ratio ") +
+                      (c.compressor() == kZenCurveName ? "Zen's curves were" : "the non-zero scan's curve was") +
+                      " measured at, 0 < ratio <= 1");
     return;
   }
   if (!zen && !info->uses_ratio) {
@@ -188,11 +197,12 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
       if (c.compressor().empty()) {
         p.Add(Join(path, "compressor"),
               "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
-      } else if (FindCompressor(c.compressor()) == nullptr && c.compressor() != kZenCurveName) {
+      } else if (FindCompressor(c.compressor()) == nullptr && c.compressor() != kZenCurveName &&
+                 c.compressor() != kNonzeroCurveName) {
         p.Add(Join(path, "compressor"), "unknown compressor; got " + Quote(c.compressor()) +
                                             DidYouMean(c.compressor(), CompressorNames()) + ", expected one of " +
-                                            JoinNames({CompressorNames().begin(), CompressorNames().end()}) +
-                                            " or " + std::string(kZenCurveName));
+                                            JoinNames({CompressorNames().begin(), CompressorNames().end()}) + ", " +
+                                            std::string(kZenCurveName) + " or " + std::string(kNonzeroCurveName));
       } else {
         CheckRatio(c, Join(path, "ratio"), p);
       }

@@ -183,6 +183,15 @@ int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor) {
   return Report(recorder->recorder->GradientReady(tensor));
 }
 
+int cupcake_recorder_sample_density(cupcake_recorder* recorder, int tensor, const float* grad, int64_t numel) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_sample_density");
+  if (grad == nullptr || numel < 1)
+    return Report(cupcake::InvalidArgumentError(
+        "cupcake_recorder_sample_density: grad: expected a non-null buffer of numel >= 1 floats; got " +
+        std::string(grad == nullptr ? "NULL" : "a buffer") + ", numel " + std::to_string(numel)));
+  return Report(recorder->recorder->SampleDensity(tensor, {grad, static_cast<size_t>(numel)}));
+}
+
 int cupcake_recorder_merge(cupcake_recorder* recorder, const void* mpi_comm) {
   if (recorder == nullptr) return NullRecorder("cupcake_recorder_merge");
   auto comm = cupcake::comm::MpiCommunicatorFromHandle(mpi_comm);

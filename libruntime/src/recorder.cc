@@ -75,6 +75,7 @@ Status Recorder::Register(const std::string& name, int64_t numel) {
   names_.push_back(name);
   numels_.push_back(numel);
   gaps_us_.emplace_back();
+  density_samples_.emplace_back();
   return Status::Ok();
 }
 
@@ -175,6 +176,34 @@ Status Recorder::GradientReady(int i) {
   return Status::Ok();
 }
 
+Status Recorder::SampleDensity(int i, std::span<const float> grad) {
+  if (i < 0 || i >= registered())
+    return InvalidArgumentError("recorder: SampleDensity: tensor out of range; got " + std::to_string(i) +
+                                ", expected 0 <= i < " + std::to_string(registered()) + " (the registered tensors)");
+  const auto t = static_cast<size_t>(i);
+  if (static_cast<int64_t>(grad.size()) != numels_[t])
+    return InvalidArgumentError("recorder: SampleDensity(" + std::to_string(i) + ", '" + names_[t] +
+                                "'): size mismatch; got " + std::to_string(grad.size()) + " values, expected " +
+                                std::to_string(numels_[t]) + " (its numel)");
+  int64_t nonzero = 0;
+  for (float v : grad) nonzero += v != 0.0f;
+  density_samples_[t].push_back(static_cast<double>(nonzero) / static_cast<double>(grad.size()));
+  merged_ranks_ = 0;  // a merge is a snapshot of the samples before it
+  return Status::Ok();
+}
+
+std::vector<double> Recorder::Densities() const {
+  if (merged_ranks_ > 0) return merged_density_;
+  std::vector<double> out;
+  out.reserve(density_samples_.size());
+  for (size_t t = 0; t < density_samples_.size(); ++t) {
+    const double median = MedianOrNone(density_samples_[t]);
+    // A tensor sampled all zero still records a density in (0, 1]: one non-zero element.
+    out.push_back(median < 0 ? -1 : std::max(median, 1.0 / static_cast<double>(numels_[t])));
+  }
+  return out;
+}
+
 StatusOr<std::vector<double>> Recorder::MedianBackwardUs() const {
   if (completed_ == 0)
     return FailedPreconditionError(
@@ -224,12 +253,14 @@ Status Recorder::MergeRanks(comm::Communicator& comm) {
       return FailedPreconditionError(where + "rank " + std::to_string(r) +
                                      " has no completed iteration; expected every rank to record at least one");
   }
-  // Each rank sends its n median gaps, then its forward and update medians (-1: none).
+  // Each rank sends its n median gaps, then its forward and update medians, then its n
+  // densities (-1: none).
   CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> medians, MedianBackwardUs());
   const size_t n = medians.size();
   medians.push_back(MedianOrNone(forward_us_));
   medians.push_back(MedianOrNone(update_us_));
-  const size_t stride = n + 2;
+  for (double d : Densities()) medians.push_back(d);
+  const size_t stride = 2 * n + 2;
   std::vector<double> gathered(stride * static_cast<size_t>(w));
   CUPCAKE_RETURN_IF_ERROR(comm.Allgather(medians.data(), gathered.data(), static_cast<int64_t>(stride * sizeof(double)))
                               .WithPrefix("recorder: MergeRanks"));
@@ -252,6 +283,11 @@ Status Recorder::MergeRanks(comm::Communicator& comm) {
     merged_forward_us_ = std::max(merged_forward_us_, gathered[static_cast<size_t>(r) * stride + n]);
     merged_update_us_ = std::max(merged_update_us_, gathered[static_cast<size_t>(r) * stride + n + 1]);
   }
+  // Densities: the largest over the ranks that sampled the tensor.
+  merged_density_.assign(n, -1.0);
+  for (int r = 0; r < w; ++r)
+    for (size_t i = 0; i < n; ++i)
+      merged_density_[i] = std::max(merged_density_[i], gathered[static_cast<size_t>(r) * stride + n + 2 + i]);
   merged_ranks_ = w;
   merged_iterations_ = static_cast<int>(all[0].completed);
   for (const MergeHeader& h : all) merged_iterations_ = std::min(merged_iterations_, static_cast<int>(h.completed));
@@ -290,11 +326,16 @@ StatusOr<std::string> Recorder::ToJson() const {
     AppendDouble(out, u);
   }
   out += ",\n  \"tensors\": [";
+  const std::vector<double> densities = Densities();
   for (size_t t = 0; t < names_.size(); ++t) {
     out += t == 0 ? "\n    {\"name\": " : ",\n    {\"name\": ";
     AppendJsonString(out, names_[t]);
     out += ", \"numel\": " + std::to_string(numels_[t]) + ", \"dtype\": \"float32\", \"backward_us\": ";
     AppendDouble(out, medians[t]);
+    if (densities[t] > 0) {
+      out += ", \"density\": ";
+      AppendDouble(out, densities[t]);
+    }
     out += "}";
   }
   out += "\n  ]\n}\n";

@@ -90,6 +90,12 @@ struct Group {
   bool zen = false;
   uint32_t zen_seed = 0;
   kernels::zen::Sparse zen_sum;
+  // zen_sparse (Codec::kNonzeros; host sessions): no compressor; the encode collects the group's
+  // non-zero entries into `nonzeros` (capacity reserved for twice the plan's expected count, so
+  // a step allocates only when it has more non-zeros than any before), which the zen collective
+  // sums. Lossless: no error feedback.
+  bool nonzero_codec = false;
+  kernels::zen::Sparse nonzeros;
   // Offloaded (docs/MODEL.md v2: a cpu option in a session on GPU memory): the tensors are
   // copied one by one into `host` (pinned, numel floats) on the compute stream; the CPU worker
   // (OffloadLoop) encodes it with `compressor` (CPU kernels, `state` in host memory) into
@@ -245,11 +251,20 @@ class Session::Impl {
             "does not divide the world; got " + std::to_string(devices_per_node) + ", world " + std::to_string(world));
         continue;
       }
+      const bool nonzero_codec = scheme != nullptr && scheme->codec == Codec::kNonzeros;
+      if (nonzero_codec && on_device()) {
+        add(f + ".options.scheme", Quoted(scheme_name) +
+                                       " runs on host memory only in this runtime; got a session on GPU memory "
+                                       "(plan with --device cpu)");
+        continue;
+      }
       const bool compress =
           scheme != nullptr ? scheme->codec != Codec::kNone : g.options().compress() || spec.name() == "fp32";
       kernels::CompressorConfig c;
-      c.name = scheme != nullptr ? std::string(CodecCompressor(*scheme, *plan_info).name)
-                                 : (compress ? spec.name() : "fp32");
+      // The non-zero codec is no compressor: its group is laid out as fp32 (no state, no payload).
+      c.name = nonzero_codec       ? "fp32"
+               : scheme != nullptr ? std::string(CodecCompressor(*scheme, *plan_info).name)
+                                   : (compress ? spec.name() : "fp32");
       c.memory = scheme != nullptr ? (scheme->codec == Codec::kCompressor ? spec.memory() : "none")
                                    : (compress ? spec.memory() : "none");
       c.n = scheme != nullptr ? ShardElements(*scheme, g.numel(), devices_per_node) : g.numel();
@@ -330,6 +345,14 @@ class Session::Impl {
       g.zen = scheme != nullptr && scheme->zen;
       if (g.zen && on_device() && zen_steps_ == nullptr) {
         CUPCAKE_ASSIGN_OR_RETURN(zen_steps_, kernels::zen::DeviceSteps::Create());
+      }
+      g.nonzero_codec = scheme != nullptr && scheme->codec == Codec::kNonzeros;
+      if (g.nonzero_codec) {
+        const auto expected =
+            static_cast<size_t>(pg.payload_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair)));
+        const size_t capacity = std::min(static_cast<size_t>(g.numel), 2 * expected);
+        g.nonzeros.indices.reserve(capacity);
+        g.nonzeros.values.reserve(capacity);
       }
       if (g.zen) {
         // The owner hash's seed: GroupSeed's shared form, equal on every rank.
@@ -613,18 +636,20 @@ class Session::Impl {
     if (on_device()) {
       const int64_t k = g.payload.size_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair));
       const std::byte* payload = g.payload.as<std::byte>();
-      CUPCAKE_ASSIGN_OR_RETURN(const int64_t union_size,
-                               comm::ZenAllreduceDevice(*comm_, reinterpret_cast<const uint32_t*>(payload + 4 * k),
-                                                        reinterpret_cast<const float*>(payload), k,
-                                                        {g.numel, g.zen_seed}, static_cast<float>(comm_->size()),
-                                                        g.work, *zen_steps_));
+      CUPCAKE_ASSIGN_OR_RETURN(
+          const int64_t union_size,
+          comm::ZenAllreduceDevice(*comm_, reinterpret_cast<const uint32_t*>(payload + 4 * k),
+                                   reinterpret_cast<const float*>(payload), k, {g.numel, g.zen_seed},
+                                   static_cast<float>(comm_->size()), g.work, *zen_steps_));
       if (record_timeline_) g.times.zen_union = union_size;
       return Status::Ok();
     }
-    CUPCAKE_ASSIGN_OR_RETURN(
-        const kernels::zen::SparseView view,
-        kernels::zen::TopkPayloadView({g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
-                                      g.payload.size_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair))));
+    kernels::zen::SparseView view = g.nonzeros.view();
+    if (!g.nonzero_codec) {
+      CUPCAKE_ASSIGN_OR_RETURN(view, kernels::zen::TopkPayloadView(
+                                         {g.payload.as<std::byte>(), static_cast<size_t>(g.payload.size_bytes())},
+                                         g.payload.size_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair))));
+    }
     CUPCAKE_ASSIGN_OR_RETURN(g.zen_sum, comm::ZenAllreduce(*comm_, view, {g.numel, g.zen_seed}));
     if (record_timeline_) g.times.zen_union = static_cast<int64_t>(g.zen_sum.indices.size());
     return Status::Ok();
@@ -692,6 +717,10 @@ class Session::Impl {
     if (g.packed()) {
       if (Status s = g.fusion_table->Pack(stream); !s.ok())
         return s.WithPrefix("GradientReady: groups[" + std::to_string(k) + "] pack");
+    }
+    if (g.nonzero_codec) {
+      kernels::zen::CollectNonzeros(g.work_span(), g.nonzeros);
+      return Status::Ok();
     }
     if (g.in_place || g.hierarchical != nullptr) return Status::Ok();
     Status s = g.compressor->Encode(g.work_span(), {g.state.as<float>(), static_cast<size_t>(g.state.size_bytes() / 4)},

@@ -45,7 +45,12 @@ constexpr SchemeStep kZenPairs{pb::ALLTOALL, pb::GLOBAL, true, false, kInput};
 constexpr SchemeStep kZenSizes{pb::ALLGATHER, pb::GLOBAL, false, false, StepSize::kZenSizes};
 constexpr SchemeStep kZenPartitions{pb::ALLGATHER, pb::GLOBAL, false, false, StepSize::kZenPartition};
 
-constexpr std::array<SchemeInfo, 7> kSchemes{{
+// Codec::kNonzeros: not a compressor of the catalogue (a plan cannot name it), the codec of the
+// zen_sparse scheme. Its payload is sparse pairs; "ratio" is the group's non-zero share.
+constexpr CompressorInfo kNonzeroCodec{
+    kNonzeroCurveName, pb::ALLTOALL, PayloadFormula::kSparse, true, false, "none", "the non-zero entries, exact"};
+
+constexpr std::array<SchemeInfo, 8> kSchemes{{
     {"flat_fp32", Codec::kNone, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp32 allreduce"},
     {"flat_fp16", Codec::kFp16, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp16 allreduce"},
     {"flat",
@@ -93,6 +98,15 @@ constexpr std::array<SchemeInfo, 7> kSchemes{{
      false,
      true,
      "Zen: the compressor's pairs to their owner ranks, summed there, the owners' sums gathered"},
+    {"zen_sparse",
+     Codec::kNonzeros,
+     4,
+     {kZenCounts, kZenPairs, kZenSizes, kZenPartitions},
+     0,
+     3,
+     false,
+     true,
+     "Zen on the group's non-zero entries, uncompressed (naturally sparse gradients)"},
 }};
 
 }  // namespace
@@ -116,6 +130,7 @@ const CompressorInfo& CodecCompressor(const SchemeInfo& s, const CompressorInfo&
     case Codec::kNone: return kCatalogue[0];
     case Codec::kFp16: return kCatalogue[1];
     case Codec::kCompressor: return plan_compressor;
+    case Codec::kNonzeros: return kNonzeroCodec;
   }
   return kCatalogue[0];
 }
@@ -125,7 +140,7 @@ pb::CommOp StepOp(const SchemeInfo& s, const SchemeStep& step, const CompressorI
 }
 
 std::string SchemeCodecProblem(const SchemeInfo& s, const CompressorInfo& plan_compressor) {
-  if (!s.zen || plan_compressor.payload == PayloadFormula::kSparse) return "";
+  if (!s.zen || CodecCompressor(s, plan_compressor).payload == PayloadFormula::kSparse) return "";
   std::string sparse;
   for (const CompressorInfo& c : kCatalogue)
     if (c.payload == PayloadFormula::kSparse) sparse += (sparse.empty() ? "" : " or ") + std::string(c.name);
@@ -151,6 +166,27 @@ int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorI
   const int64_t input = step.shard ? m : (s.hierarchical ? m * ranks.devices_per_node : n);
   if (step.payload) return PayloadBytes(CodecCompressor(s, plan_compressor), input, ratio);
   return 4 * input;
+}
+
+int64_t ExpectedNonzeros(const pb::Tensor& t) {
+  if (!t.has_density() || t.numel() < 1) return t.numel();
+  return std::clamp<int64_t>(std::llround(t.density() * static_cast<double>(t.numel())), 1, t.numel());
+}
+
+double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, int first, int last) {
+  if (s.codec != Codec::kNonzeros) return ratio;
+  int64_t n = 0, nonzeros = 0;
+  for (int i = first; i <= last; ++i) {
+    n += model.tensors(i).numel();
+    nonzeros += ExpectedNonzeros(model.tensors(i));
+  }
+  return n > 0 ? static_cast<double>(nonzeros) / static_cast<double>(n) : 1.0;
+}
+
+bool HasSparseGradients(const pb::Model& model) {
+  for (const pb::Tensor& t : model.tensors())
+    if (t.has_density() && t.density() < 1.0) return true;
+  return false;
 }
 
 int PayloadStep(const SchemeInfo& s) {
@@ -226,9 +262,8 @@ int64_t ZenExpectedPartitionBytes(int64_t n, int64_t k, int world_size, double z
   const double w = static_cast<double>(world_size < 1 ? 1 : world_size);
   const double dn = static_cast<double>(n);
   const double selected = static_cast<double>(std::clamp<int64_t>(k, 0, n));
-  const double union_size =
-      zen_union > 0 ? std::clamp(zen_union * w * selected, selected, std::min(dn, w * selected))
-                    : (n > 0 ? dn * (1.0 - std::pow(1.0 - selected / dn, w)) : 0.0);
+  const double union_size = zen_union > 0 ? std::clamp(zen_union * w * selected, selected, std::min(dn, w * selected))
+                                          : (n > 0 ? dn * (1.0 - std::pow(1.0 - selected / dn, w)) : 0.0);
   const auto count = static_cast<int64_t>(std::llround(union_size / w));
   const int64_t rows = (n + static_cast<int64_t>(w) - 1) / static_cast<int64_t>(w);
   return std::min(ZenPartitionBytes(false, count, rows), ZenPartitionBytes(true, count, rows));

@@ -95,6 +95,11 @@ void CheckModel(Problems& p, const pb::PlanModel& pm) {
       p.Add(f + ".numel",
             "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " + std::to_string(kMaxNumel));
     CheckTime(p, f + ".backward_us", t.backward_us(), kMaxTimeUs);
+    if (t.has_density() && !(t.density() > 0.0 && t.density() <= 1.0)) {
+      std::ostringstream os;
+      os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
+      p.Add(f + ".density", os.str());
+    }
     if (DTypeBytes(t.dtype()) == 0)
       p.Add(f + ".dtype",
             "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
@@ -272,12 +277,12 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     const bool scheme_ok =
         g.options().scheme().empty() || (scheme != nullptr && (!scheme->hierarchical || plan.devices_per_node() >= 2));
     if (ok && ratio_ok && scheme_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
-      const int64_t expected = scheme != nullptr
-                                   ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info, g.numel(), ratio,
-                                               {plan.world_size(), plan.devices_per_node()},
-                                               plan.compressor().zen_union())
-                               : g.options().compress() ? PayloadBytes(*info, g.numel(), ratio)
-                                                        : 4 * g.numel();
+      const int64_t expected =
+          scheme != nullptr        ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info, g.numel(),
+                                               SchemeRatio(*scheme, ratio, m, g.first_tensor(), g.last_tensor()),
+                                               {plan.world_size(), plan.devices_per_node()}, plan.compressor().zen_union())
+          : g.options().compress() ? PayloadBytes(*info, g.numel(), ratio)
+                                   : 4 * g.numel();
       if (g.payload_bytes() != expected)
         p.Add(f + ".payload_bytes",
               "does not match the compressor; got " + std::to_string(g.payload_bytes()) + ", expected " +

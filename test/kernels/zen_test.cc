@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 namespace cupcake::kernels::zen {
 namespace {
@@ -214,6 +216,26 @@ TEST(ZenTopkPayload, ViewsValuesThenIndices) {
   EXPECT_EQ(std::vector<float>(view->values.begin(), view->values.end()), values);
   EXPECT_EQ(TopkPayloadView(std::as_bytes(std::span(storage)), 3).status().message(),
             "topk payload: size: mismatch; got 16 bytes, expected 24 (8 k, k = 3)");
+}
+
+// The non-zero entries in index order, index 0 and the last included; -0 is zero, NaN is kept;
+// a reused output is cleared first.
+TEST(ZenCollectNonzeros, KeepsEveryNonzeroInOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> dense{3, 0, -0.0f, 1e-30f, 0, nan, -2};
+  Sparse out;
+  out.indices = {99};
+  out.values = {99};
+  CollectNonzeros(dense, out);
+  EXPECT_EQ(out.indices, (std::vector<uint32_t>{0, 3, 5, 6}));
+  ASSERT_EQ(out.values.size(), 4u);
+  EXPECT_EQ(out.values[0], 3);
+  EXPECT_EQ(out.values[1], 1e-30f);
+  EXPECT_TRUE(std::isnan(out.values[2]));
+  EXPECT_EQ(out.values[3], -2);
+  CollectNonzeros(std::vector<float>(5, 0.0f), out);
+  EXPECT_TRUE(out.indices.empty());
+  EXPECT_TRUE(out.values.empty());
 }
 
 }  // namespace

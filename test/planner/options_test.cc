@@ -271,7 +271,7 @@ TEST(OptionsPlan, HierarchicalStepsOnTheTrace) {
   bad.mutable_groups(0)->mutable_options()->set_scheme("hier_magic");
   EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
             "plan.pb: groups[0].options.scheme: unknown scheme; got \"hier_magic\", expected one of flat_fp32, "
-            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen");
+            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse");
   // A hierarchical group on a plan without several devices per node.
   bad = *plan;
   bad.set_devices_per_node(1);
@@ -963,11 +963,14 @@ TEST(OptionsZen, MeasuredUnionOutOfRangeIsRefused) {
   EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
             "plan.pb: compressor.zen_union: out of range; got -0.25, expected in [0, 1] (the ranks' union of "
             "selected indices over their W k pairs; 0: independent selections)");
-  const PlanDiff d = DiffPlans(*plan, [&] {
-    pb::Plan b = *plan;
-    b.mutable_compressor()->set_zen_union(0.5);
-    return b;
-  }(), 0);
+  const PlanDiff d = DiffPlans(
+      *plan,
+      [&] {
+        pb::Plan b = *plan;
+        b.mutable_compressor()->set_zen_union(0.5);
+        return b;
+      }(),
+      0);
   ASSERT_FALSE(d.changes.empty());
   EXPECT_EQ(d.changes[0], "compressor.zen_union: 0 -> 0.5");
 }
@@ -988,6 +991,104 @@ TEST(OptionsZen, LoaderRefusesZenForADenseCompressor) {
   EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
             "plan.pb: groups[0].options.scheme: zen needs a compressor whose payload is sparse pairs; got efsignsgd, "
             "expected topk or dgc");
+}
+
+// zen_sparse (docs/MODEL.md, "Naturally sparse gradients"): ZenInstance's tensor of 1000 floats
+// recorded at density 0.3, so 300 expected non-zeros, the pairs ZenInstance's topk sends; an fp32
+// plan. The scan that collects them is "encode nonzero cpu" (10 us), the merge and the decode
+// Zen's curves at ratio 0.3 (3 and 7 us). By hand, as ZenInstance's zen:
+//   A = 100 + 10; F = 110 + counts 1 + pairs 1 + merge 3 + sizes 8 + partitions 800 = 923;
+//   D = 923 + 7 = 930; flat_fp32: 100 + 100000.
+ZenHand SparseInstance() {
+  ZenHand h = ZenInstance(/*allgather_per_byte=*/true);
+  h.model.mutable_tensors(0)->set_density(0.3);
+  h.request.compressor = "fp32";
+  h.request.ratio = kDefaultRatio;
+  AddKernel(h.profile, pb::ENCODE, "nonzero", pb::CPU, 10);
+  h.profile.mutable_curves()->rbegin()->set_ratio(0.3);
+  AddKernel(h.profile, pb::ENCODE, "zen", pb::CPU, 3);
+  h.profile.mutable_curves()->rbegin()->set_ratio(0.3);
+  AddKernel(h.profile, pb::DECODE, "zen", pb::CPU, 7);
+  h.profile.mutable_curves()->rbegin()->set_ratio(0.3);
+  return h;
+}
+
+TEST(OptionsZenSparse, SumsTheNonzerosOfASparseGradient) {
+  const ZenHand h = SparseInstance();
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->option_count(), 2);  // flat_fp32, zen_sparse on the CPU
+  EXPECT_DOUBLE_EQ(p->base.sparse_density, 0.3);
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"zen_sparse", pb::CPU}})), 930);
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"flat_fp32", pb::CPU}})), 100100);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->groups_size(), 1);
+  const pb::Group& g = plan->groups(0);
+  EXPECT_EQ(g.options().scheme(), "zen_sparse");
+  EXPECT_TRUE(g.options().compress());
+  EXPECT_EQ(g.payload_bytes(), 2400);
+  ASSERT_EQ(g.steps_size(), 4);
+  EXPECT_EQ(g.steps(3).bytes(), 800);
+  EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), 930);
+  EXPECT_TRUE(ValidatePlan(*plan, "plan.pb").ok()) << ValidatePlan(*plan, "plan.pb").ToString();
+  // A plan whose payload does not match the recorded density is refused on load.
+  pb::Plan other = *plan;
+  other.mutable_model()->mutable_model()->mutable_tensors(0)->set_density(0.2);
+  const Status bad = ValidatePlan(other, "plan.pb");
+  EXPECT_THAT(bad.message(), HasSubstr("plan.pb: groups[0].payload_bytes: does not match the compressor; got 2400, "
+                                       "expected 1600 (scheme zen_sparse, fp32 of 1000 elements)"));
+  auto t = Simulate(*plan, h.model, h.profile);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_DOUBLE_EQ(t->iteration_us, 930);
+}
+
+// A group mixing a sparse and a dense tensor: its pairs are the sparse one's expected non-zeros
+// and every element of the dense one; the kernel curves, measured at the model's sparse share
+// (0.3), are read where a tensor of that share has as many: 400 / 0.3 elements.
+TEST(OptionsZenSparse, MixedGroupsReadTheCurvesAtTheirNonzeros) {
+  ZenHand h = SparseInstance();
+  auto* dense = h.model.add_tensors();
+  dense->set_name("bias");
+  dense->set_numel(100);
+  dense->set_dtype(pb::FLOAT32);
+  dense->set_backward_us(0);
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const SchemeInfo& s = *FindScheme("zen_sparse");
+  EXPECT_DOUBLE_EQ(GroupStepRatio(*p, s, 0, 1), 400.0 / 1100.0);
+  EXPECT_DOUBLE_EQ(KernelElements(*p, s, 0, 1, true), 400.0 / 0.3);
+  EXPECT_DOUBLE_EQ(KernelElements(*p, s, 0, 0, true), 1000);
+  EXPECT_DOUBLE_EQ(KernelElements(*p, s, 1, 1, true), 100 / 0.3);
+  EXPECT_EQ(
+      StepBytes(s, s.steps[PayloadStep(s)], *p->base.compressor, 1100, GroupStepRatio(*p, s, 0, 1), p->ranks(), 0),
+      8 * 400);
+}
+
+// zen_sparse is left out, with the reason, for a model that records no sparse gradient, for a
+// GPU plan, and for a profile without Zen's kernel curves.
+TEST(OptionsZenSparse, DroppedNamingWhy) {
+  ZenHand h = SparseInstance();
+  h.model.mutable_tensors(0)->clear_density();
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(FindOption(*p, "zen_sparse", pb::CPU), -1);
+  EXPECT_THAT(p->dropped,
+              ::testing::Contains("zen_sparse: the model records no sparse gradient (no tensor density below 1)"));
+  h = SparseInstance();
+  h.profile.mutable_curves()->RemoveLast();  // decode zen
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(FindOption(*p, "zen_sparse", pb::CPU), -1);
+  EXPECT_THAT(p->dropped, ::testing::Contains("zen_sparse cpu: the profile lacks \"decode zen cpu\""));
+  h = SparseInstance();
+  h.request.device = pb::GPU;
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(FindOption(*p, "zen_sparse", pb::GPU), -1);
+  EXPECT_THAT(p->dropped, ::testing::Contains("zen_sparse: runs on host memory only (a cpu plan)"));
 }
 
 }  // namespace

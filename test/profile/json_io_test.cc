@@ -1,5 +1,6 @@
 #include "cupcake/profile/json_io.h"
 
+#include <gmock/gmock.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
@@ -40,7 +41,8 @@ std::string ModelWithTensor(const std::string& tensor) {
 
 std::string ProfileWithCurve(const std::string& curve) {
   return R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 2, "devices_per_node": 4},
-             "curves": [)" + curve + "]}";
+             "curves": [)" +
+         curve + "]}";
 }
 
 TEST(ModelJson, ParsesEveryExampleAndRoundTripsExactly) {
@@ -101,6 +103,33 @@ TEST(ModelJson, WritesKeysInDesignOrderAndPointsInline) {
   ]
 }
 )");
+}
+
+// A tensor's density (naturally sparse gradients) is written after backward_us when recorded,
+// read back, and checked: in (0, 1].
+TEST(ModelJson, DensityRoundTripsAndIsChecked) {
+  pb::Model m;
+  m.set_name("embed");
+  auto* t = m.add_tensors();
+  t->set_name("table");
+  t->set_numel(1000);
+  t->set_dtype(pb::FLOAT32);
+  t->set_backward_us(2);
+  t->set_density(0.0125);
+  const std::string text = ModelToJson(m);
+  EXPECT_THAT(text, ::testing::HasSubstr("\"backward_us\": 2.0,\n      \"density\": 0.0125\n"));
+  auto back = ParseModelJson(text, "embed.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, m));
+  for (const char* bad : {"0", "1.5", "-0.25"}) {
+    std::string edited = text;
+    edited.replace(edited.find("0.0125"), 6, bad);
+    auto refused = ParseModelJson(edited, "embed.json");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().message(),
+                ::testing::HasSubstr("embed.json: tensors[0].density: out of range; got " + std::string(bad) +
+                                     ", expected 0 < density <= 1 (the share of non-zero elements)"));
+  }
 }
 
 TEST(ModelJson, DoublesRoundTripBitForBit) {
@@ -221,8 +250,9 @@ TEST(DetectJsonFormat, TellsModelsFromProfiles) {
   EXPECT_EQ(*DetectJsonFormat(Example("profiles/v100-8x8-pcie-25g.json"), "p.json"), JsonFormat::kProfile);
   EXPECT_EQ(DetectJsonFormat(R"({"name": "x"})", "x.json").status().message(),
             R"(x.json: format: missing; expected "cupcake.model.v1" or "cupcake.profile.v1")");
-  EXPECT_EQ(DetectJsonFormat(R"({"format": "cupcake.plan.v1"})", "x.json").status().message(),
-            R"(x.json: format: unknown format; got "cupcake.plan.v1", expected "cupcake.model.v1" or "cupcake.profile.v1")");
+  EXPECT_EQ(
+      DetectJsonFormat(R"({"format": "cupcake.plan.v1"})", "x.json").status().message(),
+      R"(x.json: format: unknown format; got "cupcake.plan.v1", expected "cupcake.model.v1" or "cupcake.profile.v1")");
   EXPECT_EQ(DetectJsonFormat("[1]", "x.json").status().message(),
             "x.json: (top level): wrong type; got an array, expected a JSON object");
 }
@@ -254,9 +284,11 @@ TEST(ModelJsonErrors, EmptyFile) {
 }
 
 TEST(ModelJsonErrors, MissingOrWrongFormat) {
-  EXPECT_EQ(ModelError(R"({"name": "m", "tensors": []})"), R"(model.json: format: missing; expected "cupcake.model.v1")");
-  EXPECT_EQ(ModelError(R"({"format": "cupcake.profile.v1", "cluster": {}})"),
-            R"(model.json: format: wrong format; got "cupcake.profile.v1" (this is a profile), expected "cupcake.model.v1")");
+  EXPECT_EQ(ModelError(R"({"name": "m", "tensors": []})"),
+            R"(model.json: format: missing; expected "cupcake.model.v1")");
+  EXPECT_EQ(
+      ModelError(R"({"format": "cupcake.profile.v1", "cluster": {}})"),
+      R"(model.json: format: wrong format; got "cupcake.profile.v1" (this is a profile), expected "cupcake.model.v1")");
   EXPECT_EQ(ModelError(R"({"format": "cupcake.model.v2"})"),
             R"(model.json: format: wrong format; got "cupcake.model.v2", expected "cupcake.model.v1")");
   EXPECT_EQ(ModelError(R"({"format": 1})"),
@@ -283,8 +315,10 @@ TEST(ModelJsonErrors, MissingAndDuplicateNames) {
                                           {"name": "b", "numel": 1, "dtype": "float32", "backward_us": 0},
                                           {"name": "a", "numel": 1, "dtype": "float32", "backward_us": 0})")),
             R"(model.json: tensors[2].name: duplicate name; got "a", expected unique names (first at tensors[0]))");
-  EXPECT_EQ(ModelError(R"({"format": "cupcake.model.v1", "tensors": [{"name": "a", "numel": 1, "dtype": "float32", "backward_us": 0}]})"),
-            "model.json: name: missing; expected a non-empty string");
+  EXPECT_EQ(
+      ModelError(
+          R"({"format": "cupcake.model.v1", "tensors": [{"name": "a", "numel": 1, "dtype": "float32", "backward_us": 0}]})"),
+      "model.json: name: missing; expected a non-empty string");
 }
 
 TEST(ModelJsonErrors, UnknownDtypeSuggestsTheClosest) {
@@ -317,9 +351,10 @@ TEST(ModelJsonErrors, EmptyOrMissingTensorList) {
 }
 
 TEST(ModelJsonErrors, UnknownKeysAreNamedWithDidYouMean) {
-  EXPECT_EQ(ModelError(ModelWithTensor(R"({"name": "a", "nmel": 1, "numel": 1, "dtype": "float32", "backward_us": 0})")),
-            "model.json: tensors[0].nmel: unknown key; got \"nmel\" (did you mean 'numel'?), expected one of name, "
-            "numel, dtype, backward_us");
+  EXPECT_EQ(
+      ModelError(ModelWithTensor(R"({"name": "a", "nmel": 1, "numel": 1, "dtype": "float32", "backward_us": 0})")),
+      "model.json: tensors[0].nmel: unknown key; got \"nmel\" (did you mean 'numel'?), expected one of name, "
+      "numel, dtype, backward_us, density");
   EXPECT_EQ(ModelError(R"({"format": "cupcake.model.v1", "name": "m", "froward_us": 3,
                           "tensors": [{"name": "a", "numel": 1, "dtype": "float32", "backward_us": 0}]})"),
             "model.json: froward_us: unknown key; got \"froward_us\" (did you mean 'forward_us'?), expected one of "
@@ -356,9 +391,10 @@ TEST(ModelJsonErrors, NestingTooDeepIsRefusedWithItsPath) {
 
 // Regression: JSON's "the last one wins" let a second "numel" replace the first silently.
 TEST(ModelJsonErrors, DuplicateKeysAreRefusedWithTheirPath) {
-  EXPECT_EQ(ModelError(ModelWithTensor(
-                R"({"name": "a", "numel": 4, "dtype": "float32", "backward_us": 1}, {"name": "b", "numel": 1, "numel": 2})")),
-            "model.json: tensors[1].numel: duplicate key; got \"numel\" twice in one object, expected each key once");
+  EXPECT_EQ(
+      ModelError(ModelWithTensor(
+          R"({"name": "a", "numel": 4, "dtype": "float32", "backward_us": 1}, {"name": "b", "numel": 1, "numel": 2})")),
+      "model.json: tensors[1].numel: duplicate key; got \"numel\" twice in one object, expected each key once");
   EXPECT_EQ(ModelError(R"({"format": "cupcake.model.v1", "name": "m", "name": "n", "tensors": []})"),
             "model.json: name: duplicate key; got \"name\" twice in one object, expected each key once");
 }
@@ -368,9 +404,9 @@ TEST(ModelJsonErrors, DuplicateKeysAreRefusedWithTheirPath) {
 TEST(ModelJsonErrors, ValuesBeyondTheBoundsAreRefused) {
   EXPECT_EQ(ModelError(ModelWithTensor(R"({"name": "a", "numel": 1, "dtype": "float32", "backward_us": 1e308})")),
             "model.json: tensors[0].backward_us: out of range; got 1e+308, expected at most 1e+12 (microseconds)");
-  EXPECT_EQ(ModelError(ModelWithTensor(
-                R"({"name": "a", "numel": 1099511627777, "dtype": "float32", "backward_us": 1})")),
-            "model.json: tensors[0].numel: out of range; got 1099511627777, expected 1 <= x <= 1099511627776");
+  EXPECT_EQ(
+      ModelError(ModelWithTensor(R"({"name": "a", "numel": 1099511627777, "dtype": "float32", "backward_us": 1})")),
+      "model.json: tensors[0].numel: out of range; got 1099511627777, expected 1 <= x <= 1099511627776");
   EXPECT_EQ(ModelError(ModelWithTensor(R"({"name": "a", "numel": 1099511627776, "dtype": "float32", "backward_us": 1},
                                           {"name": "b", "numel": 1, "dtype": "float32", "backward_us": 1})")),
             "model.json: tensors: too many elements in all; got 1099511627777, expected at most 1099511627776");
@@ -388,11 +424,12 @@ TEST(ModelJsonErrors, ValuesBeyondTheBoundsAreRefused) {
 // Comm curves carry the element type their reduction sums; float32 is the default and is
 // written by leaving it out, so profiles from before the field read and write back unchanged.
 TEST(ProfileJson, CommCurvesCarryTheReductionsElementType) {
-  auto p = ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float16",
+  auto p =
+      ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float16",
                                                   "points": [[4, 1]]},
                                                  {"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float32",
                                                   "points": [[4, 2]]})"),
-                            "profile.json");
+                       "profile.json");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(CurveKey(p->curves(0)), "comm allreduce global float16");
   EXPECT_EQ(CurveKey(p->curves(1)), "comm allreduce global");
@@ -428,15 +465,17 @@ TEST(ProfileJson, KernelCurvesCarryTheirRatio) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(ProfileToJson(*again), out);
 
-  EXPECT_EQ(ProfileError(ProfileWithCurve(
-                R"({"kind": "decode", "compressor": "efsignsgd", "device": "cpu", "ratio": 0.01, "points": [[4, 1]]})")),
-            "profile.json: curves[0].ratio: not allowed for compressor efsignsgd; got 0.01, expected none (it selects "
-            "no ratio of the elements)");
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(
+          R"({"kind": "decode", "compressor": "efsignsgd", "device": "cpu", "ratio": 0.01, "points": [[4, 1]]})")),
+      "profile.json: curves[0].ratio: not allowed for compressor efsignsgd; got 0.01, expected none (it selects "
+      "no ratio of the elements)");
   EXPECT_EQ(ProfileError(ProfileWithCurve(
                 R"({"kind": "encode", "compressor": "dgc", "device": "cpu", "ratio": 1.5, "points": [[4, 1]]})")),
             "profile.json: curves[0].ratio: out of range; got 1.5, expected 0 < ratio <= 1");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "zen", "device": "cpu", "points": [[4, 1]]})")),
-            "profile.json: curves[0].ratio: missing; expected the ratio Zen's curves were measured at, 0 < ratio <= 1");
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "zen", "device": "cpu", "points": [[4, 1]]})")),
+      "profile.json: curves[0].ratio: missing; expected the ratio Zen's curves were measured at, 0 < ratio <= 1");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "topk", "device": "cpu", "ratio": 0.01,
                                               "points": [[4, 1]]},
                                              {"kind": "decode", "compressor": "topk", "device": "cpu", "ratio": 0.01,
@@ -448,12 +487,13 @@ TEST(ProfileJson, KernelCurvesCarryTheirRatio) {
 // Comm curves measured beside busy cores (cupcake-profile comm --busy) are their own curves;
 // "busy" is a boolean, written only when true, and belongs to comm curves only.
 TEST(ProfileJson, BusyCommCurvesAreTheirOwnCurves) {
-  auto p = ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1]]},
+  auto p =
+      ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1]]},
                                                  {"kind": "comm", "op": "allreduce", "scope": "global", "busy": true,
                                                   "points": [[4, 2]]},
                                                  {"kind": "comm", "op": "allgather", "scope": "global", "busy": false,
                                                   "points": [[4, 3]]})"),
-                            "profile.json");
+                       "profile.json");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(CurveKey(p->curves(0)), "comm allreduce global");
   EXPECT_EQ(CurveKey(p->curves(1)), "comm allreduce global busy");
@@ -482,40 +522,45 @@ TEST(ProfileJsonErrors, UnsortedOrDuplicateSizes) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(
                 R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1], [4, 2]]})")),
             "profile.json: curves[0].points[1].size: duplicate size; got 4 again, expected distinct sizes");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(
-                R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[0, 1]]})")),
-            "profile.json: curves[0].points[0].size: must be positive; got 0, expected > 0");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(
-                R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4.5, 1]]})")),
-            "profile.json: curves[0].points[0].size: wrong type; got a number 4.5, expected an integer");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(
-                R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1, 2]]})")),
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[0, 1]]})")),
+      "profile.json: curves[0].points[0].size: must be positive; got 0, expected > 0");
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4.5, 1]]})")),
+      "profile.json: curves[0].points[0].size: wrong type; got a number 4.5, expected an integer");
+  EXPECT_EQ(ProfileError(
+                ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1, 2]]})")),
             "profile.json: curves[0].points[0]: wrong type; got an array [4,1,2], expected a [size, us] pair");
 }
 
 TEST(ProfileJsonErrors, NegativeOrNonFiniteTime) {
-  EXPECT_EQ(ProfileError(ProfileWithCurve(
-                R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, -2.5]]})")),
+  EXPECT_EQ(ProfileError(
+                ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, -2.5]]})")),
             "profile.json: curves[0].points[0].us: must not be negative; got -2.5, expected >= 0");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(
-                R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, -1e999]]})")),
+  EXPECT_EQ(ProfileError(
+                ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, -1e999]]})")),
             "profile.json: not valid JSON: number overflow parsing '-1e999'");
 }
 
 TEST(ProfileJsonErrors, UnknownKindOpCompressorDevice) {
-  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comms", "op": "allreduce", "scope": "global", "points": [[4, 1]]})")),
-            "profile.json: curves[0].kind: unknown kind; got \"comms\" (did you mean 'comm'?), expected one of comm, "
-            "encode, decode, copy");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allgahter", "scope": "global", "points": [[4, 1]]})")),
-            "profile.json: curves[0].op: unknown op; got \"allgahter\" (did you mean 'allgather'?), expected one of "
-            "allreduce, allgather, reduce_scatter, alltoall, broadcast");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "copy", "op": "allreduce", "device": "gpu", "points": [[4, 1]]})")),
-            "profile.json: curves[0].op: unknown op; got \"allreduce\", expected one of pack, unpack, d2h, h2d");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "encode", "compressor": "topK", "device": "gpu", "points": [[4, 1]]})")),
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "comms", "op": "allreduce", "scope": "global", "points": [[4, 1]]})")),
+      "profile.json: curves[0].kind: unknown kind; got \"comms\" (did you mean 'comm'?), expected one of comm, "
+      "encode, decode, copy");
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allgahter", "scope": "global", "points": [[4, 1]]})")),
+      "profile.json: curves[0].op: unknown op; got \"allgahter\" (did you mean 'allgather'?), expected one of "
+      "allreduce, allgather, reduce_scatter, alltoall, broadcast");
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "copy", "op": "allreduce", "device": "gpu", "points": [[4, 1]]})")),
+      "profile.json: curves[0].op: unknown op; got \"allreduce\", expected one of pack, unpack, d2h, h2d");
+  EXPECT_EQ(ProfileError(
+                ProfileWithCurve(R"({"kind": "encode", "compressor": "topK", "device": "gpu", "points": [[4, 1]]})")),
             "profile.json: curves[0].compressor: unknown compressor; got \"topK\" (did you mean 'topk'?), expected one "
-            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit or zen");
-  EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "dgc", "device": "tpu", "points": [[4, 1]]})")),
-            "profile.json: curves[0].device: unknown device; got \"tpu\" (did you mean 'gpu'?), expected one of gpu, cpu");
+            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero");
+  EXPECT_EQ(
+      ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "dgc", "device": "tpu", "points": [[4, 1]]})")),
+      "profile.json: curves[0].device: unknown device; got \"tpu\" (did you mean 'gpu'?), expected one of gpu, cpu");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "points": [[4, 1]]})")),
             "profile.json: curves[0].scope: missing; expected one of global, intra, inter");
 }
@@ -533,19 +578,21 @@ TEST(ProfileJsonErrors, UnknownOrMisplacedKeys) {
                                 "netwrok": "x"}, "curves": []})"),
             "profile.json: cluster.netwrok: unknown key; got \"netwrok\" (did you mean 'network'?), expected one of "
             "name, nodes, devices_per_node, device, interconnect, network, source, meta");
-  EXPECT_EQ(ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 2, "devices_per_node": 4},
+  EXPECT_EQ(
+      ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 2, "devices_per_node": 4},
                              "curve": []})"),
-            "profile.json: curve: unknown key; got \"curve\" (did you mean 'curves'?), expected one of format, cluster, "
-            "curves, models\n"
-            "profile.json: curves: missing; expected an array of curves");
+      "profile.json: curve: unknown key; got \"curve\" (did you mean 'curves'?), expected one of format, cluster, "
+      "curves, models\n"
+      "profile.json: curves: missing; expected an array of curves");
 }
 
 TEST(ProfileJsonErrors, ClusterAndDuplicateCurves) {
   EXPECT_EQ(ProfileError(R"({"format": "cupcake.profile.v1", "curves": []})"),
             "profile.json: cluster: missing; expected an object with name, nodes, devices_per_node");
-  EXPECT_EQ(ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 0, "devices_per_node": 4},
+  EXPECT_EQ(
+      ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 0, "devices_per_node": 4},
                              "curves": []})"),
-            "profile.json: cluster.nodes: must be positive; got 0, expected >= 1");
+      "profile.json: cluster.nodes: must be positive; got 0, expected >= 1");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "copy", "op": "pack", "device": "gpu", "points": [[4, 1]]},
                                              {"kind": "copy", "op": "pack", "device": "gpu", "points": [[8, 1]]})")),
             "profile.json: curves[1]: duplicate curve; got \"copy pack gpu\", expected one curve per key (first at "
@@ -557,13 +604,15 @@ TEST(ProfileJsonErrors, ClusterAndDuplicateCurves) {
 }
 
 TEST(ProfileJsonErrors, EmbeddedModelProblemsCarryTheirPath) {
-  EXPECT_EQ(ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 1, "devices_per_node": 1},
+  EXPECT_EQ(
+      ProfileError(R"({"format": "cupcake.profile.v1", "cluster": {"name": "c", "nodes": 1, "devices_per_node": 1},
       "curves": [], "models": [{"name": "m", "tensors": [{"name": "a", "numel": 0, "dtype": "float32", "backward_us": 0}]},
                                {"format": "cupcake.model.v1", "name": "m", "tensors": [{"name": "a", "numel": 1, "dtype": "float32", "backward_us": 0}]}]})"),
-            "profile.json: models[0].tensors[0].numel: must be positive; got 0, expected > 0\n"
-            "profile.json: models[1].name: duplicate model; got \"m\", expected unique names (first at models[0])");
-  EXPECT_EQ(ProfileError(R"({"format": "cupcake.model.v1", "name": "m", "tensors": []})"),
-            R"(profile.json: format: wrong format; got "cupcake.model.v1" (this is a model), expected "cupcake.profile.v1")");
+      "profile.json: models[0].tensors[0].numel: must be positive; got 0, expected > 0\n"
+      "profile.json: models[1].name: duplicate model; got \"m\", expected unique names (first at models[0])");
+  EXPECT_EQ(
+      ProfileError(R"({"format": "cupcake.model.v1", "name": "m", "tensors": []})"),
+      R"(profile.json: format: wrong format; got "cupcake.model.v1" (this is a model), expected "cupcake.profile.v1")");
 }
 
 TEST(Validate, ChecksProtosMadeInCode) {

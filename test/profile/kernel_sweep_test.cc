@@ -109,9 +109,8 @@ TEST(KernelSweep, RanksInStepStoreTheSlowestMedianWhereRankZeroLacksIt) {
   std::vector<StatusOr<SweepReport>> reports(kRanks, StatusOr<SweepReport>(SweepReport{}));
   std::vector<std::thread> threads;
   for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      reports[r] = SweepKernels(o, clocks[r], sinks[r], nullptr, peers[static_cast<size_t>(r)].get());
-    });
+    threads.emplace_back(
+        [&, r] { reports[r] = SweepKernels(o, clocks[r], sinks[r], nullptr, peers[static_cast<size_t>(r)].get()); });
   }
   for (auto& t : threads) t.join();
   for (int r = 0; r < kRanks; ++r) {
@@ -192,6 +191,34 @@ TEST(KernelSweep, MeasuresRatioCurvesPerRatioAndZensHostWork) {
   EXPECT_FALSE(has_zen(one));
 }
 
+// The zen_sparse scheme's scan ("nonzero"): an encode curve per ratio, on the CPU only, measured
+// only when named.
+TEST(KernelSweep, MeasuresTheNonzeroScanPerRatioWhenNamed) {
+  FakeClock clock(1.0);
+  MemorySink sink;
+  KernelSweepOptions o = Small();
+  o.compressors = {"nonzero"};
+  o.ratios = {0.001, 0.25};
+  auto report = SweepKernels(o, clock, sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::vector<std::string> keys;
+  for (const auto& c : sink.Curves()) keys.push_back(CurveKey(c));
+  EXPECT_EQ(keys, (std::vector<std::string>{"copy pack cpu", "copy unpack cpu", "encode nonzero cpu ratio 0.001",
+                                            "encode nonzero cpu ratio 0.25"}));
+  EXPECT_EQ(report->measured, 4 * 3);
+  o.compressors = {};
+  MemorySink all;
+  ASSERT_TRUE(SweepKernels(o, clock, all).ok());
+  for (const auto& c : all.Curves()) EXPECT_NE(c.compressor(), "nonzero") << CurveKey(c);
+  o.compressors = {"nonzero"};
+  o.device = pb::GPU;
+  FakeKernelDevice device;
+  auto g = SweepKernelsOnDevice(o, device, nullptr, sink, nullptr);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().message(),
+            "compressors: nonzero (the zen_sparse scheme's scan) runs on the cpu only; got device gpu");
+}
+
 TEST(KernelSweep, RejectsZenWhereItCannotRunAndBadRatios) {
   FakeClock clock;
   MemorySink sink;
@@ -243,8 +270,9 @@ TEST(KernelSweep, GpuGoesThroughADevice) {
   o.device = pb::GPU;
   auto r = SweepKernels(o, clock, sink);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(),
-            "device: not a host sweep; got gpu, expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
+  EXPECT_EQ(
+      r.status().message(),
+      "device: not a host sweep; got gpu, expected cpu (a gpu sweep runs on a KernelDevice: SweepKernelsOnDevice)");
   EXPECT_EQ(sink.added(), 0);
   EXPECT_EQ(clock.calls(), 0);
 }
@@ -381,20 +409,23 @@ TEST(KernelSweepOnDevice, ACallWithoutRecordsStoresNoKernelPoint) {
   EXPECT_EQ(report->activity_error, "");
   ASSERT_EQ(report->kernel_problems.size(), static_cast<size_t>(kGpuPoints));
   EXPECT_EQ(report->kernel_problems[0],
-            "encode topk gpu ratio 0.01 at 16: no kernel, memcpy or memset record for timed call 0; kernel-only point not stored");
+            "encode topk gpu ratio 0.01 at 16: no kernel, memcpy or memset record for timed call 0; kernel-only point "
+            "not stored");
   EXPECT_EQ(kernel_sink.added(), 0);
   EXPECT_EQ(sink.added(), kGpuPoints);
 }
 
 TEST(KernelSweepOnDevice, ADeviceErrorStopsTheSweepNamingThePoint) {
   FakeKernelDevice device;
-  device.end_error = InternalError("cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch failure");
+  device.end_error =
+      InternalError("cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch failure");
   MemorySink sink;
   auto report = SweepKernelsOnDevice(SmallGpu(), device, nullptr, sink, nullptr);
   ASSERT_FALSE(report.ok());
-  EXPECT_EQ(report.status().message(),
-            "encode topk gpu ratio 0.01 at 16: cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch "
-            "failure");
+  EXPECT_EQ(
+      report.status().message(),
+      "encode topk gpu ratio 0.01 at 16: cuda: cudaEventSynchronize(stop_): cudaErrorLaunchFailure: unspecified launch "
+      "failure");
   EXPECT_EQ(sink.added(), 0);
 }
 

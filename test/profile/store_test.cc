@@ -36,7 +36,8 @@ pb::Model ExampleModel(const std::string& name) {
 
 pb::Profile SmallProfile(const std::string& cluster) {
   auto p = ParseProfileJson(R"({"format": "cupcake.profile.v1",
-      "cluster": {"name": ")" + cluster + R"(", "nodes": 2, "devices_per_node": 4, "meta": {"k": "v"}},
+      "cluster": {"name": ")" + cluster +
+                                R"(", "nodes": 2, "devices_per_node": 4, "meta": {"k": "v"}},
       "curves": [{"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 10], [1024, 20.5]]}]})",
                             "small.json");
   EXPECT_TRUE(p.ok()) << p.status().ToString();
@@ -111,17 +112,19 @@ TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "4\n");
-  EXPECT_EQ(ProfileStore::SchemaVersion(), 4);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 5);
   EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
             "comm|allreduce|global||\n");
-  EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, size, us FROM curve_points "
-                          "WHERE kind = 'encode' AND compressor = 'topk' AND device = 'gpu' AND size = 1"),
+  EXPECT_EQ(RawQuery(db_,
+                     "SELECT kind, compressor, device, size, us FROM curve_points "
+                     "WHERE kind = 'encode' AND compressor = 'topk' AND device = 'gpu' AND size = 1"),
             "encode|topk|gpu|1|356.0\n");
-  EXPECT_EQ(RawQuery(db_, "SELECT t.name, t.numel, t.dtype FROM tensors t JOIN models m ON m.id = t.model_id "
-                          "WHERE m.name = 'vgg16' AND t.position = 0"),
+  EXPECT_EQ(RawQuery(db_,
+                     "SELECT t.name, t.numel, t.dtype FROM tensors t JOIN models m ON m.id = t.model_id "
+                     "WHERE m.name = 'vgg16' AND t.position = 0"),
             "classifier.6.bias|1000|float32\n");
 }
 
@@ -131,8 +134,9 @@ TEST_F(ProfileStoreTest, RefusesAnotherClusterUnlessReplace) {
   ASSERT_TRUE(store.ImportModel(ExampleModel("ncf"), false).ok());
   Status s = store.ImportProfile(SmallProfile("b"), false);
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(s.message(), db_ + ": cluster.name: the DB holds another cluster's profile; got \"b\", expected \"a\" "
-                               "(one DB holds one profile; replace not requested)");
+  EXPECT_EQ(s.message(), db_ +
+                             ": cluster.name: the DB holds another cluster's profile; got \"b\", expected \"a\" "
+                             "(one DB holds one profile; replace not requested)");
   EXPECT_EQ(Load(store).cluster().name(), "a");
 
   ASSERT_TRUE(store.ImportProfile(SmallProfile("b"), true).ok());
@@ -146,8 +150,9 @@ TEST_F(ProfileStoreTest, SameClusterMergesNewCurvesAndRefusesPresentOnes) {
   pb::Profile before = Load(store);
 
   Status again = store.ImportProfile(SmallProfile("a"), false);
-  EXPECT_EQ(again.message(), db_ + ": curves: already present; got \"comm allreduce global\", expected a curve the "
-                                   "DB does not hold (replace not requested)");
+  EXPECT_EQ(again.message(), db_ +
+                                 ": curves: already present; got \"comm allreduce global\", expected a curve the "
+                                 "DB does not hold (replace not requested)");
 
   pb::Profile other_facts = SmallProfile("a");
   other_facts.mutable_cluster()->set_nodes(3);
@@ -172,8 +177,9 @@ TEST_F(ProfileStoreTest, ModelsNeedAProfileAndAreNotSilentlyReplaced) {
   ProfileStore store = OpenStore();
   Status s = store.ImportModel(ExampleModel("ncf"), false);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), db_ + ": holds no profile yet; got model \"ncf\", expected a cupcake.profile.v1 import "
-                               "first (a model belongs to a cluster)");
+  EXPECT_EQ(s.message(), db_ +
+                             ": holds no profile yet; got model \"ncf\", expected a cupcake.profile.v1 import "
+                             "first (a model belongs to a cluster)");
   EXPECT_EQ(store.Load().status().message(),
             db_ + ": holds no profile yet; expected a cupcake.profile.v1 import first");
 
@@ -185,8 +191,9 @@ TEST_F(ProfileStoreTest, ModelsNeedAProfileAndAreNotSilentlyReplaced) {
   changed.set_forward_us(7);
   s = store.ImportModel(changed, false);
   EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(s.message(), db_ + ": models: already present; got \"ncf\", expected a model the DB does not hold "
-                               "(replace not requested)");
+  EXPECT_EQ(s.message(), db_ +
+                             ": models: already present; got \"ncf\", expected a model the DB does not hold "
+                             "(replace not requested)");
   ASSERT_TRUE(store.ImportModel(changed, true).ok());
   auto names = store.ModelNames();
   ASSERT_TRUE(names.ok());
@@ -205,8 +212,9 @@ TEST_F(ProfileStoreTest, LoadModelNotFoundListsTheModels) {
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
   Status s = store.LoadModel("resnet5").status();
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
-  EXPECT_EQ(s.message(), db_ + ": models: no such model; got \"resnet5\" (did you mean 'resnet50'?), expected one "
-                               "of resnet50, vgg16");
+  EXPECT_EQ(s.message(), db_ +
+                             ": models: no such model; got \"resnet5\" (did you mean 'resnet50'?), expected one "
+                             "of resnet50, vgg16");
 }
 
 TEST_F(ProfileStoreTest, FailedImportLeavesThePreviousState) {
@@ -287,8 +295,9 @@ TEST_F(ProfileStoreTest, AddPointCommitsEachPointAndSkipsNone) {
 
   Status dup = store.AddPoint(key, 16, 4.0);
   EXPECT_EQ(dup.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(dup.message(), db_ + ": curve \"encode topk gpu\": point already present; got size 16 again, expected a "
-                                 "size not measured yet");
+  EXPECT_EQ(dup.message(), db_ +
+                               ": curve \"encode topk gpu\": point already present; got size 16 again, expected a "
+                               "size not measured yet");
 
   pb::Profile loaded = Load(other);
   ASSERT_EQ(loaded.curves_size(), 2);
@@ -305,34 +314,34 @@ TEST_F(ProfileStoreTest, AddPointCommitsEachPointAndSkipsNone) {
   bad.set_kind(pb::ENCODE);
   bad.set_compressor("topkk");
   EXPECT_EQ(store.AddPoint(bad, -1, 1.0).message(),
-            db_ + ": AddPoint: compressor: unknown compressor; got \"topkk\" (did you mean 'topk'?), expected one of "
-                  "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit or zen\n" +
+            db_ +
+                ": AddPoint: compressor: unknown compressor; got \"topkk\" (did you mean 'topk'?), expected one of "
+                "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero\n" +
                 db_ + ": AddPoint: device: missing; expected one of gpu, cpu\n" + db_ +
                 ": AddPoint: point.size: must be positive; got -1, expected > 0");
 }
 
 TEST_F(ProfileStoreTest, RefusesFilesThatAreNotCupcakeProfiles) {
   EXPECT_EQ(OpenError(), db_ + ": no such profile DB");
-  {
-    std::ofstream(db_) << ReadExample("models/ncf.json");
-  }
-  EXPECT_EQ(OpenError(), db_ + ": not a cupcake profile DB; got a file starting with '{. \"format\":', expected an "
-                               "SQLite database (a JSON file? import it with cupcake-profile import)");
+  { std::ofstream(db_) << ReadExample("models/ncf.json"); }
+  EXPECT_EQ(OpenError(), db_ +
+                             ": not a cupcake profile DB; got a file starting with '{. \"format\":', expected an "
+                             "SQLite database (a JSON file? import it with cupcake-profile import)");
   std::filesystem::remove(db_);
   RawExec(db_, "CREATE TABLE notes (text TEXT)");
-  EXPECT_EQ(OpenError(true), db_ + ": not a cupcake profile DB; got an SQLite DB with application_id 0x00000000 and "
-                                   "1 schema objects, expected application_id 0x43555043");
+  EXPECT_EQ(OpenError(true), db_ +
+                                 ": not a cupcake profile DB; got an SQLite DB with application_id 0x00000000 and "
+                                 "1 schema objects, expected application_id 0x43555043");
 }
 
 TEST_F(ProfileStoreTest, RefusesANewerSchema) {
-  {
-    ProfileStore store = OpenStore();
-  }
+  { ProfileStore store = OpenStore(); }
   RawExec(db_, "PRAGMA user_version = 7");
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), db_ + ": schema version too new; got 7, expected <= 4 (written by a newer cupcake; use that "
-                               "one)");
+  EXPECT_EQ(s.message(), db_ +
+                             ": schema version too new; got 7, expected <= 5 (written by a newer cupcake; use that "
+                             "one)");
 }
 
 TEST_F(ProfileStoreTest, RefusesATruncatedDb) {
@@ -365,16 +374,16 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-  // The DB is at version 4: step 4 is skipped, 5 and 6 run in one transaction.
-  const internal::Migration failing[] = {{4, "CREATE TABLE x (a)"}, {5, "ALTER TABLE models ADD COLUMN note TEXT"},
-                                         {6, "THIS IS NOT SQL"}};
+  // The DB is at version 5: step 5 is skipped, 6 and 7 run in one transaction.
+  const internal::Migration failing[] = {
+      {5, "CREATE TABLE x (a)"}, {6, "ALTER TABLE models ADD COLUMN note TEXT"}, {7, "THIS IS NOT SQL"}};
   Status s = internal::Migrate(db, db_, failing);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 6 failed: ")) << s.message();
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 4);  // step 5 rolled back too
-  const internal::Migration next[] = {{4, "CREATE TABLE x (a)"}, {5, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 7 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 5);  // step 6 rolled back too
+  const internal::Migration next[] = {{5, "CREATE TABLE x (a)"}, {6, "ALTER TABLE models ADD COLUMN note TEXT"}};
   ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 5);
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 6);
   sqlite3_close(db);
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
@@ -389,12 +398,13 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
     ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(1)).ok());
     sqlite3_close(db);
   }
-  RawExec(db_, "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 4);"
-               "INSERT INTO curves (id, position, kind, op, scope) VALUES (7, 0, 'comm', 'allreduce', 'global');"
-               "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
+  RawExec(db_,
+          "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 4);"
+          "INSERT INTO curves (id, position, kind, op, scope) VALUES (7, 0, 'comm', 'allreduce', 'global');"
+          "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "4\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, dtype, size, us FROM curve_points"),
             "comm|allreduce|global||4|10.0\ncomm|allreduce|global||1024|20.5\n");
   pb::Curve half;
@@ -419,12 +429,13 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
     ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(2)).ok());
     sqlite3_close(db);
   }
-  RawExec(db_, "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
-               "INSERT INTO curves (id, position, kind, compressor, device) VALUES (3, 0, 'decode', 'topk', 'cpu');"
-               "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
+  RawExec(db_,
+          "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
+          "INSERT INTO curves (id, position, kind, compressor, device) VALUES (3, 0, 'decode', 'topk', 'cpu');"
+          "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "4\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, ratio, size, us FROM curve_points"),
             "decode|topk|cpu|0.0|1024|5.5\ndecode|topk|cpu|0.0|4096|9.0\n");
   pb::Curve tenth;
@@ -451,6 +462,24 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
   EXPECT_EQ(CurveKey(loaded.curves(1)), "decode topk cpu ratio 0.001");
   EXPECT_EQ(loaded.curves(1).ratio(), 0.001);
   EXPECT_EQ(CurveKey(loaded.curves(2)), "decode zen cpu ratio 0.001");
+  // From version 5, tensors record their gradient's density (naturally sparse gradients); a
+  // model without one keeps none.
+  pb::Model m;
+  m.set_name("embed");
+  for (const char* name : {"table", "bias"}) {
+    pb::Tensor* t = m.add_tensors();
+    t->set_name(name);
+    t->set_numel(100);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(1);
+  }
+  m.mutable_tensors(0)->set_density(0.015625);
+  ASSERT_TRUE(store.ImportModel(m, false).ok());
+  EXPECT_EQ(RawQuery(db_, "SELECT name, density FROM tensors ORDER BY position"), "table|0.015625\nbias|NULL\n");
+  auto back = store.LoadModel("embed");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, m));
+  EXPECT_FALSE(back->tensors(1).has_density());
 }
 
 TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {
@@ -459,8 +488,9 @@ TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {
   RawExec(db_, "UPDATE curves SET op = 'allgaher'; UPDATE points SET us = -3 WHERE size = 4");
   Status s = store.Load().status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(s.message(), db_ + ": curves[0].op: unknown name in the DB; got \"allgaher\", expected one of allreduce, "
-                               "allgather, reduce_scatter, alltoall, broadcast\n" +
+  EXPECT_EQ(s.message(), db_ +
+                             ": curves[0].op: unknown name in the DB; got \"allgaher\", expected one of allreduce, "
+                             "allgather, reduce_scatter, alltoall, broadcast\n" +
                              db_ + ": curves[0].points[0].us: must not be negative; got -3, expected >= 0");
 }
 
@@ -475,7 +505,8 @@ TEST_F(ProfileStoreTest, ConcurrentImportsIntoANewDbKeepTheDb) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       // Exit 0: imported; 3: the curve was already present (another process won); else 1.
-      auto store = ProfileStore::OpenOrCreate(db_, 10000, [&](ProfileStore& s) { return s.ImportProfile(profile, false); });
+      auto store =
+          ProfileStore::OpenOrCreate(db_, 10000, [&](ProfileStore& s) { return s.ImportProfile(profile, false); });
       ::_exit(store.ok() ? 0 : store.status().code() == StatusCode::kAlreadyExists ? 3 : 1);
     }
     children.push_back(pid);
@@ -504,8 +535,9 @@ TEST_F(ProfileStoreTest, AFailedWriteIntoANewDbLeavesNoFile) {
   auto store = ProfileStore::OpenOrCreate(db_, 1000, [&](ProfileStore& s) { return s.ImportModel(model, false); });
   ASSERT_FALSE(store.ok());
   // The message names the DB the user asked for, not the temporary.
-  EXPECT_EQ(store.status().message(), db_ + ": holds no profile yet; got model \"resnet50\", expected a "
-                                            "cupcake.profile.v1 import first (a model belongs to a cluster)");
+  EXPECT_EQ(store.status().message(), db_ +
+                                          ": holds no profile yet; got model \"resnet50\", expected a "
+                                          "cupcake.profile.v1 import first (a model belongs to a cluster)");
   EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
 }
 
@@ -514,8 +546,9 @@ TEST_F(ProfileStoreTest, RefusesInvalidUtf8OnImportAndInTheDb) {
   bad.mutable_cluster()->set_name("bad\xffname");
   ProfileStore store = OpenStore();
   Status s = store.ImportProfile(bad, false);
-  EXPECT_EQ(s.message(), "profile \"bad\\xffname\": cluster.name: not valid UTF-8; got \"bad\\xffname\", expected "
-                         "UTF-8 text");
+  EXPECT_EQ(s.message(),
+            "profile \"bad\\xffname\": cluster.name: not valid UTF-8; got \"bad\\xffname\", expected "
+            "UTF-8 text");
   ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
   RawExec(db_, "UPDATE cluster SET name = CAST(X'62616466ff' AS TEXT)");
   s = store.Load().status();
@@ -528,17 +561,19 @@ TEST_F(ProfileStoreTest, RefusesInvalidUtf8OnImportAndInTheDb) {
 TEST_F(ProfileStoreTest, RefusesValuesOfTheWrongTypeInTheDb) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
-  RawExec(db_, "UPDATE cluster SET nodes = 'abc'; UPDATE points SET us = 'NaN' WHERE size = 4; "
-               "UPDATE points SET size = 1.5 WHERE size = 1024; UPDATE curves SET warmup = X'00'");
+  RawExec(db_,
+          "UPDATE cluster SET nodes = 'abc'; UPDATE points SET us = 'NaN' WHERE size = 4; "
+          "UPDATE points SET size = 1.5 WHERE size = 1024; UPDATE curves SET warmup = X'00'");
   Status s = store.Load().status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), db_ + ": cluster.nodes: wrong type in the DB; got text 'abc', expected an integer");
   RawExec(db_, "UPDATE cluster SET nodes = 2");
   s = store.Load().status();
-  EXPECT_EQ(s.message(), db_ + ": curves[0].warmup: wrong type in the DB; got a blob of 1 bytes, expected an integer\n" +
-                             db_ + ": curves[0].points[0].size: wrong type in the DB; got real 1.5, expected an "
-                                   "integer\n" +
-                             db_ + ": curves[0].points[1].us: wrong type in the DB; got text 'NaN', expected a number");
+  EXPECT_EQ(s.message(),
+            db_ + ": curves[0].warmup: wrong type in the DB; got a blob of 1 bytes, expected an integer\n" + db_ +
+                ": curves[0].points[0].size: wrong type in the DB; got real 1.5, expected an "
+                "integer\n" +
+                db_ + ": curves[0].points[1].us: wrong type in the DB; got text 'NaN', expected a number");
 }
 
 TEST_F(ProfileStoreTest, RefusesAWorldBeyondItsBoundsInTheDb) {
@@ -546,13 +581,15 @@ TEST_F(ProfileStoreTest, RefusesAWorldBeyondItsBoundsInTheDb) {
   ASSERT_TRUE(store.ImportProfile(SmallProfile("a"), false).ok());
   RawExec(db_, "UPDATE cluster SET nodes = 2147483648, devices_per_node = 2147483648");
   Status s = store.Load().status();
-  EXPECT_EQ(s.message(), db_ + ": cluster.nodes: out of range in the DB; got 2147483648, expected 0 <= x <= 2147483647\n" +
-                             db_ + ": cluster.devices_per_node: out of range in the DB; got 2147483648, expected 0 <= "
-                                   "x <= 2147483647");
+  EXPECT_EQ(s.message(),
+            db_ + ": cluster.nodes: out of range in the DB; got 2147483648, expected 0 <= x <= 2147483647\n" + db_ +
+                ": cluster.devices_per_node: out of range in the DB; got 2147483648, expected 0 <= "
+                "x <= 2147483647");
   RawExec(db_, "UPDATE cluster SET nodes = 65536, devices_per_node = 65536");
   s = store.Load().status();
-  EXPECT_EQ(s.message(), db_ + ": cluster: world too large; got 65536 nodes x 65536 devices = 4294967296 ranks, "
-                               "expected at most 1048576");
+  EXPECT_EQ(s.message(), db_ +
+                             ": cluster: world too large; got 65536 nodes x 65536 devices = 4294967296 ranks, "
+                             "expected at most 1048576");
 }
 
 TEST_F(ProfileStoreTest, RefusesAModelWithATensorRowMissing) {
@@ -562,8 +599,9 @@ TEST_F(ProfileStoreTest, RefusesAModelWithATensorRowMissing) {
   RawExec(db_, "DELETE FROM tensors WHERE position = 7");
   Status s = store.LoadModel("resnet50").status();
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-  EXPECT_EQ(s.message(), db_ + ": model \"resnet50\".tensors[7].position: not contiguous in the DB; got 8, expected 7 "
-                               "(a tensor row is missing)");
+  EXPECT_EQ(s.message(), db_ +
+                             ": model \"resnet50\".tensors[7].position: not contiguous in the DB; got 8, expected 7 "
+                             "(a tensor row is missing)");
 }
 
 TEST_F(ProfileStoreTest, RefusesADirectoryAndAnEmptyPath) {

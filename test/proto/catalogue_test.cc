@@ -40,8 +40,8 @@ TEST(Catalogue, PayloadOfEveryCompressorMatchesTheDesignTable) {
 
 TEST(Catalogue, CollectivesAndMemoriesFollowTheDesign) {
   const std::map<std::string_view, pb::CommOp> collective{
-      {"fp32", pb::ALLREDUCE}, {"fp16", pb::ALLREDUCE},    {"randk", pb::ALLREDUCE},  {"topk", pb::ALLGATHER},
-      {"dgc", pb::ALLGATHER},  {"qsgd", pb::ALLGATHER},    {"signsgd", pb::ALLGATHER}, {"efsignsgd", pb::ALLGATHER},
+      {"fp32", pb::ALLREDUCE},   {"fp16", pb::ALLREDUCE},     {"randk", pb::ALLREDUCE},   {"topk", pb::ALLGATHER},
+      {"dgc", pb::ALLGATHER},    {"qsgd", pb::ALLGATHER},     {"signsgd", pb::ALLGATHER}, {"efsignsgd", pb::ALLGATHER},
       {"signum", pb::ALLGATHER}, {"terngrad", pb::ALLGATHER}, {"onebit", pb::ALLGATHER}};
   for (const CompressorInfo& c : Compressors()) {
     ASSERT_TRUE(collective.count(c.name)) << c.name;
@@ -114,7 +114,38 @@ TEST(Catalogue, ZenNeedsSparsePairs) {
   EXPECT_EQ(SchemeCodecProblem(zen, *FindCompressor("efsignsgd")),
             "zen needs a compressor whose payload is sparse pairs; got efsignsgd, expected topk or dgc");
   EXPECT_EQ(SchemeCodecProblem(*FindScheme("flat"), *FindCompressor("efsignsgd")), "");
-  EXPECT_EQ(SchemeNames(), "flat_fp32, flat_fp16, flat, hier_fp32, hier_fp16, hier, zen");
+  EXPECT_EQ(SchemeNames(), "flat_fp32, flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse");
+}
+
+// zen_sparse: Zen's steps on the group's expected non-zeros, whatever the plan's compressor.
+// Tensors of 1000 (density 0.25: 250 non-zeros), 7 (density 0.01: round(0.07) = 0, clamped to
+// 1) and 10 (no density: dense, 10) elements.
+TEST(Catalogue, ZenSparseSizesByTheRecordedDensity) {
+  pb::Model m;
+  for (auto [numel, density] : {std::pair{1000, 0.25}, std::pair{7, 0.01}, std::pair{10, -1.0}}) {
+    pb::Tensor* t = m.add_tensors();
+    t->set_numel(numel);
+    if (density > 0) t->set_density(density);
+  }
+  EXPECT_EQ(ExpectedNonzeros(m.tensors(0)), 250);
+  EXPECT_EQ(ExpectedNonzeros(m.tensors(1)), 1);
+  EXPECT_EQ(ExpectedNonzeros(m.tensors(2)), 10);
+  EXPECT_TRUE(HasSparseGradients(m));
+  const SchemeInfo& s = *FindScheme("zen_sparse");
+  const CompressorInfo& fp32 = *FindCompressor("fp32");
+  EXPECT_EQ(SchemeCodecProblem(s, fp32), "");
+  EXPECT_EQ(SchemeCodecProblem(s, *FindCompressor("efsignsgd")), "");
+  EXPECT_EQ(CodecCompressor(s, fp32).name, "nonzero");
+  EXPECT_DOUBLE_EQ(SchemeRatio(s, 0.5, m, 0, 2), 261.0 / 1017.0);
+  EXPECT_DOUBLE_EQ(SchemeRatio(*FindScheme("zen"), 0.5, m, 0, 2), 0.5);
+  // Pairs: 8 x 261; partitions at W = 4: U = 1017 (1 - (1 - 261/1017)^4) = 706.5, an owner's
+  // 177 over 255 rows: row list 8 + 708 + 708, bitmap 8 + 32 + 708 = 748.
+  const double ratio = SchemeRatio(s, 0, m, 0, 2);
+  EXPECT_EQ(StepBytes(s, s.steps[1], fp32, 1017, ratio, {4, 1}, 0), 8 * 261);
+  EXPECT_EQ(StepBytes(s, s.steps[3], fp32, 1017, ratio, {4, 1}, 0), 748);
+  m.mutable_tensors(0)->set_density(1.0);
+  m.mutable_tensors(1)->clear_density();
+  EXPECT_FALSE(HasSparseGradients(m));
 }
 
 }  // namespace

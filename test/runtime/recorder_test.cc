@@ -1,9 +1,9 @@
 // Record mode: the median gaps under a fake clock, the model JSON read back by libprofile's
 // parser, the misuse messages, and the C API.
+#include "cupcake/runtime/recorder.h"
 #include "cupcake/comm/communicator.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
-#include "cupcake/runtime/recorder.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,11 +12,11 @@
 #include <filesystem>
 #include <thread>
 
-#include "cupcake/profile/json_io.h"
 #include "cupcake/cupcake.pb.h"
+#include "cupcake/kernels/compressor.h"
+#include "cupcake/profile/json_io.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/fingerprint.h"
-#include "cupcake/kernels/compressor.h"
 #include "cupcake/runtime/cupcake.h"
 
 namespace cupcake::runtime {
@@ -165,17 +165,21 @@ TEST(Recorder, RejectsMisuseWithClearMessages) {
   ASSERT_TRUE(r->Register("a", 4).ok());
   EXPECT_EQ(r->Register("a", 4).message(), "recorder: tensor 1 ('a'): name: registered twice; expected distinct names");
   ASSERT_TRUE(r->Register("b", 4).ok());
-  EXPECT_EQ(r->MedianBackwardUs().status().message(),
-            "recorder: model 'm': no completed iteration; expected BeginBackward and every GradientReady at least once");
-  EXPECT_EQ(r->Write(TempPath("never.json")).message(),
-            "recorder: model 'm': no completed iteration; expected BeginBackward and every GradientReady at least once");
+  EXPECT_EQ(
+      r->MedianBackwardUs().status().message(),
+      "recorder: model 'm': no completed iteration; expected BeginBackward and every GradientReady at least once");
+  EXPECT_EQ(
+      r->Write(TempPath("never.json")).message(),
+      "recorder: model 'm': no completed iteration; expected BeginBackward and every GradientReady at least once");
   clock.Push(0);
-  EXPECT_EQ(r->GradientReady(0).message(), "recorder: GradientReady(0): outside backward; expected BeginBackward first");
+  EXPECT_EQ(r->GradientReady(0).message(),
+            "recorder: GradientReady(0): outside backward; expected BeginBackward first");
   clock.Push(0);
   ASSERT_TRUE(r->BeginBackward().ok());
   clock.Push(1);
   EXPECT_EQ(r->GradientReady(1).message(),
-            "recorder: GradientReady: out of order; got 1, expected 0 ('a'; gradients are registered in gradient-ready order)");
+            "recorder: GradientReady: out of order; got 1, expected 0 ('a'; gradients are registered in gradient-ready "
+            "order)");
   clock.Push(2);
   ASSERT_TRUE(r->GradientReady(0).ok());
   EXPECT_EQ(r->BeginBackward().message(),
@@ -301,9 +305,9 @@ TEST(RecorderKernelTime, CApiRecordsOnAGpuOrSaysWhyNot) {
 
 TEST(RecorderMerge, TakesTheSlowestRankPerTensorOnReadyTimes) {
   // Per-rank median gaps (one iteration each): ready times are the prefix sums.
-  const std::vector<std::vector<double>> gaps = {{5, 100, 30},    // ready 5, 105, 135
-                                                 {20, 10, 10},    // ready 20, 30, 40
-                                                 {1, 50, 200}};   // ready 1, 51, 251
+  const std::vector<std::vector<double>> gaps = {{5, 100, 30},  // ready 5, 105, 135
+                                                 {20, 10, 10},  // ready 20, 30, 40
+                                                 {1, 50, 200}};  // ready 1, 51, 251
   // Slowest ready time per tensor: 20, 105, 251; gaps 20, 85, 146. (The maximum of each gap
   // separately would be 20, 100, 200: ready at 320, later than any rank.)
   const std::vector<double> want = {20, 85, 146};
@@ -417,6 +421,53 @@ TEST(RecorderMerge, ForwardAndUpdateAreTheSlowestMarkingRanks) {
   });
 }
 
+// Densities (naturally sparse gradients): each sampled tensor's median share of non-zeros, at
+// least 1 / numel; unsampled tensors record none; the JSON carries them and libprofile reads
+// them back. fc2.bias (10 values) sampled 0.2, 0.4, 0.3 -> 0.3; fc2.weight sampled all zero ->
+// 1/640; fc1.weight not sampled.
+TEST(Recorder, DensityIsTheMedianShareOfNonzeros) {
+  ScriptedClock clock;
+  auto r = ThreeTensors(clock);
+  Iteration(*r, clock, 0, {1, 1, 1});
+  for (int nonzero : {2, 4, 3}) {
+    std::vector<float> bias(10, 0.0f);
+    for (int j = 0; j < nonzero; ++j) bias[static_cast<size_t>(3 * j)] = j % 2 == 0 ? 1.5f : -0.5f;
+    bias[9] = -0.0f;  // zero
+    ASSERT_TRUE(r->SampleDensity(0, bias).ok());
+  }
+  ASSERT_TRUE(r->SampleDensity(1, std::vector<float>(640, 0.0f)).ok());
+  EXPECT_EQ(r->Densities(), (std::vector<double>{0.3, 1.0 / 640, -1}));
+  auto text = r->ToJson();
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("\"backward_us\": 1.0, \"density\": 0.3}"), std::string::npos) << *text;
+  auto model = profile::ParseModelJson(*text, "model.json");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model->tensors(0).density(), 0.3);
+  EXPECT_EQ(model->tensors(1).density(), 1.0 / 640);
+  EXPECT_FALSE(model->tensors(2).has_density());
+  EXPECT_EQ(r->SampleDensity(3, std::vector<float>(1)).message(),
+            "recorder: SampleDensity: tensor out of range; got 3, expected 0 <= i < 3 (the registered tensors)");
+  EXPECT_EQ(r->SampleDensity(0, std::vector<float>(9)).message(),
+            "recorder: SampleDensity(0, 'fc2.bias'): size mismatch; got 9 values, expected 10 (its numel)");
+}
+
+// Merged: the largest density over the ranks that sampled the tensor.
+TEST(RecorderMerge, DensityIsTheLargestOverTheRanks) {
+  InProcessGroup group(3);
+  OnRanks(group, 3, [&](int r, Communicator& comm) {
+    ScriptedClock clock;
+    auto rec = ThreeTensors(clock);
+    Iteration(*rec, clock, 0, {1, 1, 1});
+    std::vector<float> bias(10, 0.0f);
+    for (int j = 0; j <= r; ++j) bias[static_cast<size_t>(j)] = 1;
+    ASSERT_TRUE(rec->SampleDensity(0, bias).ok());
+    if (r == 1) ASSERT_TRUE(rec->SampleDensity(2, std::vector<float>(64 * 32, 2.0f)).ok());
+    Status s = rec->MergeRanks(comm);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(rec->Densities(), (std::vector<double>{0.3, -1, 1.0})) << "rank " << r;
+  });
+}
+
 TEST(RecorderMerge, FailsOnEveryRankWhenRanksRegisteredOtherTensors) {
   InProcessGroup group(2);
   std::vector<Status> results(2);
@@ -435,9 +486,10 @@ TEST(RecorderMerge, FailsOnEveryRankWhenRanksRegisteredOtherTensors) {
       t->set_dtype(pb::FLOAT32);
     }
   }
-  const std::string want = "recorder: MergeRanks: model 'm': rank 1 registered other gradients than rank 0; got 2 "
-                           "tensors (fingerprint " + ModelFingerprint(m1) + "), expected 2 (fingerprint " +
-                           ModelFingerprint(m0) + ")";
+  const std::string want =
+      "recorder: MergeRanks: model 'm': rank 1 registered other gradients than rank 0; got 2 "
+      "tensors (fingerprint " +
+      ModelFingerprint(m1) + "), expected 2 (fingerprint " + ModelFingerprint(m0) + ")";
   for (const Status& s : results) {
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_EQ(s.message(), want);
@@ -454,8 +506,9 @@ TEST(RecorderMerge, FailsOnEveryRankWhenARankRecordedNothing) {
     results[static_cast<size_t>(r)] = rec->MergeRanks(comm);
   });
   for (const Status& s : results)
-    EXPECT_EQ(s.message(), "recorder: MergeRanks: model 'm': rank 1 has no completed iteration; expected every rank "
-                           "to record at least one");
+    EXPECT_EQ(s.message(),
+              "recorder: MergeRanks: model 'm': rank 1 has no completed iteration; expected every rank "
+              "to record at least one");
 }
 
 TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
@@ -473,6 +526,13 @@ TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
   EXPECT_EQ(cupcake_recorder_end_iteration(r), CUPCAKE_FAILED_PRECONDITION);
   EXPECT_EQ(cupcake_recorder_gradient_ready(r, 0), CUPCAKE_FAILED_PRECONDITION);
   EXPECT_STREQ(cupcake_last_error(), "recorder: GradientReady(0): outside backward; expected BeginBackward first");
+  const float w[8] = {0, 1, 0, 0, 2, 0, 0, 0};
+  ASSERT_EQ(cupcake_recorder_sample_density(r, 0, w, 8), CUPCAKE_OK) << cupcake_last_error();
+  EXPECT_EQ(cupcake_recorder_sample_density(r, 0, nullptr, 8), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_recorder_sample_density: grad: expected a non-null buffer of numel >= 1 floats; got NULL, "
+               "numel 8");
+  EXPECT_EQ(cupcake_recorder_sample_density(r, 1, w, 8), CUPCAKE_INVALID_ARGUMENT);  // b has 2 values
   const std::string path = TempPath("capi.json");
   ASSERT_EQ(cupcake_recorder_write(r, path.c_str()), CUPCAKE_OK) << cupcake_last_error();
   cupcake_recorder_destroy(r);
@@ -483,6 +543,8 @@ TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
   EXPECT_EQ(model->tensors_size(), 2);
   EXPECT_GE(model->tensors(1).backward_us(), 0);
   EXPECT_TRUE(model->has_forward_us() && model->has_update_us());
+  EXPECT_EQ(model->tensors(0).density(), 0.25);
+  EXPECT_FALSE(model->tensors(1).has_density());
   std::filesystem::remove(path);
   EXPECT_EQ(cupcake_recorder_begin_backward(nullptr), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),

@@ -267,8 +267,9 @@ inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int de
   if (s == nullptr || info == nullptr) std::abort();
   plan.set_devices_per_node(devices_per_node);
   for (pb::Group& g : *plan.mutable_groups()) {
-    ApplyScheme(*s, *info, g.options().device(), plan.compressor().ratio(), plan.compressor().zen_union(),
-                {plan.world_size(), devices_per_node}, g);
+    ApplyScheme(*s, *info, g.options().device(),
+                SchemeRatio(*s, plan.compressor().ratio(), plan.model().model(), g.first_tensor(), g.last_tensor()),
+                plan.compressor().zen_union(), {plan.world_size(), devices_per_node}, g);
   }
   return plan;
 }

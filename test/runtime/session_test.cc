@@ -726,8 +726,8 @@ class ZenMatchesFlat : public ::testing::TestWithParam<ZenCase> {};
 // too, and divides the same sums by W, so the results agree exactly (the gradients are small
 // integers besides: exact sums in any order). One difference is left: where an index's only
 // values are -0, the allgather decode gives +0 (0 + -0) and Zen -0; top-k selects a zero only
-// when fewer than k entries are non-zero, which these gradients never have. Over iterations with error feedback, with the
-// timeline recorded: the collective between the encode and the decode of each group.
+// when fewer than k entries are non-zero, which these gradients never have. Over iterations with error feedback, with
+// the timeline recorded: the collective between the encode and the decode of each group.
 TEST_P(ZenMatchesFlat, BitForBitOverIterations) {
   const ZenCase c = GetParam();
   const pb::Model model = SmallModel();
@@ -796,6 +796,81 @@ TEST(SessionValidation, RejectsZenForADenseCompressor) {
   EXPECT_EQ(s.status().message(),
             "plan: groups[0].options.scheme: zen needs a compressor whose payload is sparse pairs; got efsignsgd, "
             "expected topk or dgc");
+}
+
+// zen_sparse (naturally sparse gradients, docs/ZEN.md): each group's non-zero entries are summed
+// by Zen, losslessly, whatever the plan's compressor. Tensors 2 and 5 are sparse (about a tenth
+// of their entries non-zero, a different tenth on each rank, index 0 and the last always),
+// tensor 3 is zero on every rank, the others dense; the values are small integers, so the mean
+// is exact: the sum over ranks divided by W, 0 where every rank has 0. Separate and flat
+// buffers, 2, 3 and 4 ranks, three iterations.
+float SparseTestGradient(int rank, int iteration, int tensor, int64_t j, int64_t n) {
+  if (tensor == 3) return 0.0f;
+  const bool sparse = tensor == 2 || tensor == 5;
+  const bool kept = j == 0 || j == n - 1 || (j * 31 + rank * 7 + iteration * 3 + tensor) % 10 == 0;
+  if (sparse && !kept) return 0.0f;
+  const float v = testing::TestGradient(rank, iteration, tensor, j);
+  return v != 0.0f ? v : 1.0f;
+}
+
+class ZenSparseIsExact : public ::testing::TestWithParam<std::tuple<int, testing::Layout>> {};
+
+TEST_P(ZenSparseIsExact, MeanOfTheRanksNonzeros) {
+  const auto [world, layout] = GetParam();
+  pb::Model model = SmallModel();
+  model.mutable_tensors(2)->set_density(0.1);
+  model.mutable_tensors(3)->set_density(0.01);
+  model.mutable_tensors(5)->set_density(0.1);
+  const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
+  // Group 1 is tensor 2 alone: 13 expected non-zeros (0.1 x 128), 8 bytes each.
+  EXPECT_EQ(plan.groups(1).payload_bytes(), 8 * 13);
+  std::vector<Rank> ranks = MakeRanks(plan, world, {}, layout);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(world));
+  for (int it = 0; it < 3; ++it) {
+    std::vector<std::vector<float>> want;
+    for (int t = 0; t < model.tensors_size(); ++t) {
+      const int64_t n = model.tensors(t).numel();
+      std::vector<float>& w = want.emplace_back(static_cast<size_t>(n), 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int r = 0; r < world; ++r) sum += SparseTestGradient(r, it, t, j, n);
+        w[static_cast<size_t>(j)] = sum / static_cast<float>(world);
+      }
+    }
+    OnEveryRank(world, [&](int r) {
+      Rank& rank = ranks[static_cast<size_t>(r)];
+      for (int t = 0; t < model.tensors_size(); ++t) {
+        std::span<float> g = rank.grads[static_cast<size_t>(t)];
+        for (size_t j = 0; j < g.size(); ++j)
+          g[j] = SparseTestGradient(r, it, t, static_cast<int64_t>(j), static_cast<int64_t>(g.size()));
+      }
+      for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+      Status s = rank.session->Synchronize();
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    });
+    for (int r = 0; r < world; ++r)
+      ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "")
+          << "rank " << r << ", iteration " << it;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ZenSparseIsExact,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(testing::Layout::kSeparate, testing::Layout::kFlat)));
+
+// zen_sparse on GPU memory is refused on load, naming the group's scheme (host sessions only).
+TEST(SessionValidation, RejectsZenSparseOnGpuMemory) {
+  pb::Model model = SmallModel("tiny", {4, 4});
+  model.mutable_tensors(0)->set_density(0.5);
+  pb::Plan plan = testing::WithScheme(MakePlan(model, testing::OneGroup(model), "fp32", 1), "zen_sparse", 1);
+  plan.set_device(pb::GPU);
+  plan.mutable_groups(0)->mutable_options()->set_device(pb::GPU);
+  auto s = Session::Create(plan, std::make_unique<FakeDeviceCommunicator>());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "plan: groups[0].options.scheme: 'zen_sparse' runs on host memory only in this runtime; got a "
+            "session on GPU memory (plan with --device cpu)");
 }
 
 // Zen groups in a session on GPU memory are accepted (runtime_gpu_test runs them, and

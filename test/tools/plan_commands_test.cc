@@ -410,7 +410,7 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
   EXPECT_EQ(code, tools::kExitOk);
   EXPECT_EQ(err,
             "warning: --zen-union: only zen groups use it, and zen needs a compressor whose payload is sparse pairs; "
-            "got efsignsgd, expected topk or dgc; ignored\n");
+            "got efsignsgd, expected topk or dgc; ignored unless the model records sparse gradients (zen_sparse)\n");
   auto ignored = ReadPlanFile(plan);
   ASSERT_TRUE(ignored.ok()) << ignored.status().ToString();
   EXPECT_EQ(ignored->compressor().zen_union(), 0);

@@ -48,8 +48,8 @@ class ProfileCommandsTest : public ::testing::Test {
 TEST_F(ProfileCommandsTest, ImportExportRoundTripsTheSampleProfile) {
   std::ostringstream out;
   ASSERT_TRUE(RunImport({db_, profile_, false}, out).ok());
-  EXPECT_EQ(out.str(), "imported profile 'v100-8x8-pcie-25g' (53 curves, 0 models) from " + profile_ + " into " +
-                           db_ + "\n");
+  EXPECT_EQ(out.str(),
+            "imported profile 'v100-8x8-pcie-25g' (53 curves, 0 models) from " + profile_ + " into " + db_ + "\n");
   // The export is the writer's canonical form of the very same content.
   auto original = profile::ParseProfileJson(ReadExample("profiles/v100-8x8-pcie-25g.json"), "x");
   ASSERT_TRUE(original.ok());
@@ -84,19 +84,22 @@ TEST_F(ProfileCommandsTest, ConflictsNeedReplaceAndLeaveTheDbUnchanged) {
   ASSERT_TRUE(Import(ExamplePath("models/ncf.json")).ok());
   std::string before = Export();
   Status s = Import(ExamplePath("models/ncf.json"));
-  EXPECT_EQ(s.message(), db_ + ": models: already present; got \"ncf\", expected a model the DB does not hold (replace "
-                               "not requested)\n" +
+  EXPECT_EQ(s.message(), db_ +
+                             ": models: already present; got \"ncf\", expected a model the DB does not hold (replace "
+                             "not requested)\n" +
                              db_ + ": nothing imported; pass --replace to replace what the DB holds");
   std::string other = Write("other.json", R"({"format": "cupcake.profile.v1",
       "cluster": {"name": "other", "nodes": 1, "devices_per_node": 2}, "curves": []})");
   EXPECT_EQ(Import(other).message(),
-            db_ + ": cluster.name: the DB holds another cluster's profile; got \"other\", expected "
-                  "\"v100-8x8-pcie-25g\" (one DB holds one profile; replace not requested)\n" +
+            db_ +
+                ": cluster.name: the DB holds another cluster's profile; got \"other\", expected "
+                "\"v100-8x8-pcie-25g\" (one DB holds one profile; replace not requested)\n" +
                 db_ + ": nothing imported; pass --replace to replace what the DB holds");
   EXPECT_EQ(Export(), before);
   ASSERT_TRUE(Import(other, true).ok());
-  EXPECT_EQ(Export(), "{\n  \"format\": \"cupcake.profile.v1\",\n  \"cluster\": {\n    \"name\": \"other\",\n"
-                      "    \"nodes\": 1,\n    \"devices_per_node\": 2\n  },\n  \"curves\": []\n}\n");
+  EXPECT_EQ(Export(),
+            "{\n  \"format\": \"cupcake.profile.v1\",\n  \"cluster\": {\n    \"name\": \"other\",\n"
+            "    \"nodes\": 1,\n    \"devices_per_node\": 2\n  },\n  \"curves\": []\n}\n");
 }
 
 TEST_F(ProfileCommandsTest, BadInputNamesFileAndFieldAndLeavesTheDbUnchanged) {
@@ -106,8 +109,9 @@ TEST_F(ProfileCommandsTest, BadInputNamesFileAndFieldAndLeavesTheDbUnchanged) {
     std::string text, message;
   };
   const std::vector<Case> cases = {
-      {"{\"format\": \"cupcake.model.v1\",", "bad.json:1:31: not valid JSON: syntax error while parsing object key - "
-                                             "unexpected end of input; expected string literal"},
+      {"{\"format\": \"cupcake.model.v1\",",
+       "bad.json:1:31: not valid JSON: syntax error while parsing object key - "
+       "unexpected end of input; expected string literal"},
       {R"({"name": "m"})", R"(bad.json: format: missing; expected "cupcake.model.v1" or "cupcake.profile.v1")"},
       {R"({"format": "cupcake.model.v1", "name": "m", "tensors": [{"name": "a", "numel": 0, "dtype": "f32", "backward_us": 0}]})",
        "bad.json: tensors[0].dtype: unknown dtype; got \"f32\", expected one of float32, float16, bfloat16\n"
@@ -115,7 +119,7 @@ TEST_F(ProfileCommandsTest, BadInputNamesFileAndFieldAndLeavesTheDbUnchanged) {
       {R"({"format": "cupcake.profile.v1", "cluster": {"name": "v100-8x8-pcie-25g", "nodes": 8, "devices_per_node": 8},
           "curves": [{"kind": "encode", "compressor": "signsg", "device": "gpu", "points": [[8, 1], [4, 2]]}]})",
        "bad.json: curves[0].compressor: unknown compressor; got \"signsg\" (did you mean 'signsgd'?), expected one of "
-       "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit or zen\n"
+       "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero\n"
        "bad.json: curves[0].points[1].size: sizes not sorted; got 4 after 8, expected increasing sizes"},
   };
   for (const Case& c : cases) {
@@ -143,8 +147,9 @@ TEST_F(ProfileCommandsTest, RefusesDbsThatAreNotCupcakeProfiles) {
   std::string json = Write("p.db", "{}");
   std::ostringstream out;
   EXPECT_EQ(RunImport({json, profile_, false}, out).message(),
-            json + ": not a cupcake profile DB; got a file starting with '{}', expected an SQLite database (a JSON "
-                   "file? import it with cupcake-profile import)");
+            json +
+                ": not a cupcake profile DB; got a file starting with '{}', expected an SQLite database (a JSON "
+                "file? import it with cupcake-profile import)");
   EXPECT_EQ(*ReadFile(json), "{}");
   EXPECT_EQ(RunExport({dir_.File("none.db"), "", "-"}, out).message(), dir_.File("none.db") + ": no such profile DB");
 }
@@ -159,16 +164,17 @@ TEST_F(ProfileCommandsTest, InspectSummarizesInHumanUnits) {
   ASSERT_TRUE(Import(ExamplePath("models/ncf.json")).ok());
   std::ostringstream text;
   ASSERT_TRUE(RunInspect({db_, tools::OutputFormat::kText}, text).ok());
-  EXPECT_EQ(text.str(), "profile " + db_ + "\n"
-                        "cluster lab: 2 nodes x 4 devices (8 ranks)\n"
-                        "  device:    H100\n"
-                        "  meta.nccl: 2.28.9\n"
-                        "curves: 3\n"
-                        "  comm allgather global    3 points  4 B .. 64 MiB\n"
-                        "  encode topk gpu          2 points  1 .. 1 Mi elements  (kernel)\n"
-                        "  copy pack gpu             1 point  8 B .. 8 B  WRONG RESULTS: 2\n"
-                        "models: 1\n"
-                        "  ncf  12 tensors, 178064769 parameters (679.3 MiB of gradients)\n");
+  EXPECT_EQ(text.str(), "profile " + db_ +
+                            "\n"
+                            "cluster lab: 2 nodes x 4 devices (8 ranks)\n"
+                            "  device:    H100\n"
+                            "  meta.nccl: 2.28.9\n"
+                            "curves: 3\n"
+                            "  comm allgather global    3 points  4 B .. 64 MiB\n"
+                            "  encode topk gpu          2 points  1 .. 1 Mi elements  (kernel)\n"
+                            "  copy pack gpu             1 point  8 B .. 8 B  WRONG RESULTS: 2\n"
+                            "models: 1\n"
+                            "  ncf  12 tensors, 178064769 parameters (679.3 MiB of gradients)\n");
   std::ostringstream json;
   ASSERT_TRUE(RunInspect({db_, tools::OutputFormat::kJson}, json).ok());
   auto j = nlohmann::json::parse(json.str());

@@ -147,7 +147,9 @@ int SearchMain(tools::Invocation& inv) {
   if (options.request.zen_union > 0) {
     const CompressorInfo* info = FindCompressor(options.request.compressor);
     const std::string why = info != nullptr ? SchemeCodecProblem(*FindScheme("zen"), *info) : "";
-    if (!why.empty()) inv.err << "warning: --zen-union: only zen groups use it, and " << why << "; ignored\n";
+    if (!why.empty())
+      inv.err << "warning: --zen-union: only zen groups use it, and " << why
+              << "; ignored unless the model records sparse gradients (zen_sparse)\n";
   }
   auto a = planner::ParseAlgorithm(algorithm);
   if (!a.ok()) return tools::UsageError(inv, a.status().message());

@@ -242,9 +242,10 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
       "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
       "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
       "compressors", po::value(&compressors),
-      "comma-separated names, and zen for Zen's steps (default: all; zen when W >= 2)")(
+      "comma-separated names, zen for Zen's steps and nonzero for the zen_sparse scheme's scan (cpu) (default: all; "
+      "zen when W >= 2; nonzero only when named)")(
       "ratios", po::value(&ratios),
-      "comma-separated ratios at which topk, randk, dgc and zen are measured, a curve each (default 0.01)")(
+      "comma-separated ratios at which topk, randk, dgc, zen and nonzero are measured, a curve each (default 0.01)")(
       "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
       "kernel-db", po::value(&options.kernel_db),
       "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)");

@@ -273,6 +273,16 @@ Sparse MergePartitions(std::span<const Sparse> partitions) {
   return out;
 }
 
+void CollectNonzeros(std::span<const float> dense, Sparse& out) {
+  out.indices.clear();
+  out.values.clear();
+  for (size_t i = 0; i < dense.size(); ++i) {
+    if (dense[i] == 0.0f) continue;  // false for NaN
+    out.indices.push_back(static_cast<uint32_t>(i));
+    out.values.push_back(dense[i]);
+  }
+}
+
 Status ScatterDense(SparseView input, float scale, std::span<float> out) {
   for (size_t j = 0; j < input.indices.size(); ++j) {
     if (input.indices[j] >= out.size()) {

@@ -112,6 +112,13 @@ StatusOr<Sparse> DecodePartition(std::span<const std::byte> bytes, int owner, in
 // The union of disjoint partitions as one sparse vector with increasing indices.
 Sparse MergePartitions(std::span<const Sparse> partitions);
 
+// The non-zero entries of a dense vector (naturally sparse gradients: the zen_sparse scheme), in
+// increasing index order, into `out` (cleared first; its vectors keep their capacity, so a caller
+// that reuses `out` allocates only when a vector holds more non-zeros than before). -0.0 counts
+// as zero; NaN does not (it is kept, so a diverged gradient is not hidden). dense.size() must be
+// at most kMaxElements.
+void CollectNonzeros(std::span<const float> dense, Sparse& out);
+
 // out = 0 except out[indices[j]] = scale * values[j]. InvalidArgument if an index is >= out.size().
 Status ScatterDense(SparseView input, float scale, std::span<float> out);
 

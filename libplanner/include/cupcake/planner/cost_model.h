@@ -46,6 +46,11 @@ struct Problem {
   std::vector<int64_t> numel_prefix;
   std::vector<int64_t> bytes_prefix;
   std::vector<double> backward_prefix;
+  // Naturally sparse gradients (Tensor.density): nonzero_prefix[i] = sum of ExpectedNonzeros
+  // over tensors 0..i-1; sparse_density = the non-zero share of the tensors that record a
+  // density below 1, together (0: none; the zen_sparse scheme's kernel curves are read at it).
+  std::vector<int64_t> nonzero_prefix;
+  double sparse_density = 0;
   double forward_us = 0;
   double update_us = 0;
 
@@ -67,6 +72,7 @@ struct Problem {
   int size() const { return static_cast<int>(numel.size()); }
   int64_t GroupNumel(int first, int last) const { return numel_prefix[last + 1] - numel_prefix[first]; }
   int64_t GroupBytes(int first, int last) const { return bytes_prefix[last + 1] - bytes_prefix[first]; }
+  int64_t GroupNonzeros(int first, int last) const { return nonzero_prefix[last + 1] - nonzero_prefix[first]; }
   int64_t PayloadOf(int64_t n) const { return PayloadBytes(*compressor, n, ratio); }
 };
 
@@ -84,7 +90,8 @@ struct KernelCurve {
   // is read (unit "ratio": last_size the ratio measured, max_size the plan's).
   std::optional<pb::Extrapolation> ratio_note;
 };
-// `name` is a compressor or kZenCurveName. For one that selects ratio n elements (and for zen):
+// `name` is a compressor, kZenCurveName or kNonzeroCurveName. For one that selects ratio n
+// elements (and for zen and nonzero):
 // the curve recorded at `ratio`; between two recorded ratios, the two interpolated linearly in the
 // ratio (a kernel's time is affine in k = ratio n at fixed n); outside them, the nearest; when no
 // curve of the name records a ratio (profiles from before it was recorded), the one without.

@@ -100,6 +100,17 @@ class OptionPricer {
   std::vector<Cursors> cursors_;
 };
 
+// The ratio StepBytes reads for group [first, last] under `s`: the plan's, or for the
+// non-zero codec (zen_sparse) the group's expected non-zero share, as SchemeRatio computes it
+// from the plan's model.
+double GroupStepRatio(const OptionProblem& p, const SchemeInfo& s, int first, int last);
+// The elements a group's kernel curves are read at: the group's (whole) or its shard's (the
+// in-network encode and decode of hierarchical schemes); for the non-zero codec, whose curves
+// are measured at the model's sparse share, max(n, nonzeros / sparse_density): the size at
+// which a tensor of that share has the group's non-zeros (docs/MODEL.md, "Naturally sparse
+// gradients").
+double KernelElements(const OptionProblem& p, const SchemeInfo& s, int first, int last, bool whole);
+
 // One group's costs under one option, by OptionPricer.
 StageCost CostOfOption(const OptionProblem& p, int option, int first, int last);
 

@@ -87,6 +87,9 @@ int cupcake_recorder_begin_forward(cupcake_recorder* recorder);
 int cupcake_recorder_begin_backward(cupcake_recorder* recorder);
 int cupcake_recorder_end_iteration(cupcake_recorder* recorder);
 int cupcake_recorder_gradient_ready(cupcake_recorder* recorder, int tensor);
+/* Optional, for naturally sparse gradients: one sample of tensor `tensor`'s density, the share of
+ * its `numel` float32 values at `grad` (host memory) that are non-zero (Recorder::SampleDensity). */
+int cupcake_recorder_sample_density(cupcake_recorder* recorder, int tensor, const float* grad, int64_t numel);
 /* A collective over MPI (`mpi_comm` points to the job's MPI_Comm, NULL: MPI_COMM_WORLD; the
  * runtime duplicates it): every rank calls it; afterwards every rank holds the same model, per
  * tensor the slowest rank's ready time (cupcake/runtime/recorder.h says why). */

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,16 @@ class Recorder {
   // Iterations whose every gradient became ready.
   int completed_iterations() const;
 
+  // Naturally sparse gradients (optional; e.g. an embedding table's, whose rows a batch did not
+  // touch are zero): one sample of tensor i's density, the share of `grad` (its numel values,
+  // host memory, read during the call) that is non-zero (-0 counts as zero). The model records
+  // each sampled tensor's median over its samples, at least 1 / numel, as Tensor.density (after
+  // MergeRanks the largest over the ranks: the exchange of non-zeros waits for the rank with the
+  // most); tensors never sampled record none. Any time after Register.
+  Status SampleDensity(int i, std::span<const float> grad);
+  // Per tensor: the density the model records, -1 where none (merged after MergeRanks).
+  std::vector<double> Densities() const;
+
   // The median gaps, one per registered tensor; FailedPrecondition before a completed iteration.
   StatusOr<std::vector<double>> MedianBackwardUs() const;
 
@@ -137,6 +148,8 @@ class Recorder {
   double current_forward_us_ = -1;
   bool awaiting_end_ = false;  // an iteration completed and EndIteration may mark its update
   std::vector<double> forward_us_, update_us_;  // samples, marked iterations only
+  std::vector<std::vector<double>> density_samples_;  // [tensor][sample]
+  std::vector<double> merged_density_;  // after MergeRanks: the largest over ranks, -1: none
   std::vector<double> merged_us_;  // after MergeRanks, until the next iteration completes
   double merged_forward_us_ = -1, merged_update_us_ = -1;
   int merged_ranks_ = 0;

@@ -41,6 +41,10 @@ inline constexpr double kDefaultRatio = 0.01;
 // D ratio R" the work after (the W partitions decoded and merged, the group zeroed and the sums
 // scattered), for W ranks each selecting R n indices independently.
 inline constexpr std::string_view kZenCurveName = "zen";
+// The name of the zen_sparse scheme's codec and of its kernel curve: "encode nonzero cpu ratio
+// R" is the scan that collects a group's non-zero entries when a share R of them is non-zero
+// (docs/MODEL.md, "Naturally sparse gradients"). Not a compressor of the catalogue.
+inline constexpr std::string_view kNonzeroCurveName = "nonzero";
 inline constexpr int kQsgdLevels = 127;
 inline constexpr double kSignumMomentum = 0.9;
 
@@ -72,6 +76,10 @@ enum class Codec {
   kNone,  // fp32 data throughout
   kFp16,  // the fp16 compressor
   kCompressor,  // the plan's compressor
+  // The group's non-zero entries as (index, value) pairs, exact: naturally sparse gradients
+  // (embedding tables) sent without compression or error feedback. Its "ratio" is the group's
+  // expected non-zero share (GroupNonzeroShare), its payload 8 bytes per non-zero.
+  kNonzeros,
 };
 
 // What a step's bytes per rank are (StepBytes).
@@ -103,7 +111,8 @@ struct SchemeInfo {
   // Zen (cupcake/comm/zen.h, docs/ZEN.md): the steps are ZenAllreduce's collectives, the payload
   // step carries the pairs to their owners; offered only for compressors whose payload is sparse
   // pairs (PayloadFormula::kSparse). The owners' merge-sum runs in the network block after the
-  // payload step; the decode writes the mean from the summed union.
+  // payload step; the decode writes the mean from the summed union. With Codec::kNonzeros the
+  // pairs are the group's non-zero entries (naturally sparse gradients, any plan compressor).
   bool zen;
   std::string_view summary;
 };
@@ -114,7 +123,9 @@ std::span<const SchemeInfo> Schemes();
 const SchemeInfo* FindScheme(std::string_view name);
 // "flat_fp32, flat_fp16, ..."
 std::string SchemeNames();
-// The compressor a scheme's codec means in a plan of `plan_compressor`: fp32, fp16 or it.
+// The compressor a scheme's codec means in a plan of `plan_compressor`: fp32, fp16, it, or for
+// Codec::kNonzeros the catalogue-external "nonzero" codec (sparse pairs, ratio = the group's
+// non-zero share; its kernel curve "encode nonzero" is the scan that collects them).
 const CompressorInfo& CodecCompressor(const SchemeInfo& s, const CompressorInfo& plan_compressor);
 // Why `s` cannot run with `plan_compressor`'s payload, or "" when it can: a Zen scheme needs
 // sparse pairs ("zen needs a compressor whose payload is sparse pairs; got efsignsgd, expected
@@ -140,6 +151,15 @@ int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node);
 //   kZenPartition: ZenExpectedPartitionBytes(n, k, W, zen_union), k = SelectedCount(n, ratio).
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
                   double ratio, const RankLayout& ranks, double zen_union);
+// Naturally sparse gradients (Tensor.density): a tensor's expected non-zero count,
+// round(density x numel) clamped to [1, numel]; numel when its density is not recorded.
+int64_t ExpectedNonzeros(const pb::Tensor& t);
+// The ratio StepBytes and ApplyScheme take for a group of tensors [first, last] of `model`: the
+// plan's `ratio`, or for a Codec::kNonzeros scheme the group's expected non-zero share, the sum
+// of ExpectedNonzeros over its tensors divided by its elements.
+double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, int first, int last);
+// True when some tensor of `model` records a density below 1 (the zen_sparse scheme is offered).
+bool HasSparseGradients(const pb::Model& model);
 // The step that carries the payload (the plan's payload_bytes and collective describe it).
 int PayloadStep(const SchemeInfo& s);
 // Group `g` (its numel set) on scheme `s` on `device`: its options (scheme, compress,
