@@ -6,13 +6,15 @@
 # measured iteration time with the plan's prediction.
 #
 #   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
-#       [--models resnet,wide] [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
+#       [--models resnet,wide,embed] [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
 #       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick]
 #
 # Strategies per model: fp32 in 25 MiB buckets (what DDP does), and per compressor layer-wise
 # (one group per tensor), one group, 25 MiB buckets, the plan (the optimal fusion search) and
 # the options plan (`--search-space options`: per group compress or not, flat, hierarchical or, for
-# topk and dgc, Zen). --ratio: the ratio of topk, randk and dgc (their kernels are profiled at it).
+# topk and dgc, Zen; for naturally sparse gradients, Zen on their non-zeros), and the options
+# plan of fp32 (the lossless schemes and fp16, per group). --ratio: the ratio of topk, randk and
+# dgc (their kernels are profiled at it).
 # The runs go round-robin: every strategy trains once per round (its own warm-up, then
 # iterations/rounds timed iterations), so a burst of load on the machine falls on several
 # strategies rather than on one. Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/NAME.rK.json
@@ -115,24 +117,48 @@ stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "
 # collectives that overlap it (docs/MODEL.md, "Busy cores").
 log "profile: comm ($ops) beside busy cores"
 stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --busy "${sweep[@]}"
-kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for any compressor's groups
-[[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
-# Zen's host work, for the options search's zen scheme (topk and dgc payloads).
-[[ ",$compressors," =~ ,(topk|dgc), ]] && [ "$world" -ge 2 ] && kcompressors+=,zen
-# Every rank sweeps at once, in step, as the jobs run them (docs/PROFILER.md).
-log "profile: kernels on the CPU ($kcompressors), the testbed's ranks in step"
-stage profile-kernels testbed run -- "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
-  --compressors "$kcompressors" --ratios "$ratio" "${ksweep[@]}"
-
-# 2. The models' forward, backward and update times, recorded on the testbed.
+# 2. The models' forward, backward and update times and their gradients' densities, recorded on
+# the testbed.
 for m in ${models//,/ }; do
   log "record: $m ($record_iterations iterations on $world ranks)"
   stage "record-$m" "$profile_tool" compute --db "$db" --iterations "$record_iterations" -- \
     "$repo/scripts/testbed.sh" run -- "$build/examples/train_$m/train_$m"
 done
 
-# 3. Plans. A strategy is "STRATEGY COMPRESSOR".
-strategies=("fp32_bucket fp32")
+# 3. Compression kernels on this CPU, every rank sweeping at once, in step, as the jobs run them
+# (docs/PROFILER.md).
+kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for any compressor's groups
+[[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
+# Zen's host work, for the options search's zen scheme (topk and dgc payloads).
+[[ ",$compressors," =~ ,(topk|dgc), ]] && [ "$world" -ge 2 ] && kcompressors+=,zen
+# Naturally sparse gradients (a recorded density below 1): the zen_sparse scheme's scan, and
+# Zen's curves, at each model's sparse share too (docs/MODEL.md, "Naturally sparse gradients").
+kratios=$ratio
+stage export-models "$profile_tool" export --db "$db" -o "$out/logs/recorded.json"
+sparse=$(python3 - "$out/logs/recorded.json" <<'PY'
+import json, sys
+shares = set()
+for m in json.load(open(sys.argv[1])).get("models", []):
+    ts = [t for t in m["tensors"] if t.get("density", 1) < 1]
+    if ts:
+        # ExpectedNonzeros (catalogue.h): density x numel rounded half away from zero, in [1, numel]
+        nz = sum(max(1, min(t["numel"], int(t["density"] * t["numel"] + 0.5))) for t in ts)
+        shares.add(nz / sum(t["numel"] for t in ts))  # the planner's sparse_density, bit for bit
+print(",".join(repr(x) for x in sorted(shares)))
+PY
+)
+if [ -n "$sparse" ] && [ "$world" -ge 2 ]; then
+  kcompressors+=,nonzero
+  [[ ",$kcompressors," == *,zen,* ]] || kcompressors+=,zen
+  kratios=$(echo "$ratio,$sparse" | tr , '\n' | sort -g -u | paste -sd,)
+fi
+log "profile: kernels on the CPU ($kcompressors; ratios $kratios), the testbed's ranks in step"
+stage profile-kernels testbed run -- "$profile_tool" kernels --db "$db" --device cpu --world-size "$world" \
+  --compressors "$kcompressors" --ratios "$kratios" "${ksweep[@]}"
+
+# 4. Plans. A strategy is "STRATEGY COMPRESSOR". The options plan of fp32 chooses among the
+# lossless schemes (and fp16) per group.
+strategies=("fp32_bucket fp32" "options fp32")
 for c in ${compressors//,/ }; do
   for s in layerwise one_group bucket plan options; do strategies+=("$s $c"); done
 done
@@ -153,7 +179,7 @@ for m in ${models//,/ }; do
   done
 done
 
-# 4. Runs, round-robin over the strategies; the last round of a plan records its timeline.
+# 5. Runs, round-robin over the strategies; the last round of a plan records its timeline.
 for ((round = 1; round <= rounds; round++)); do
   timed=$(((iterations * round) / rounds - (iterations * (round - 1)) / rounds))
   for m in ${models//,/ }; do
@@ -171,7 +197,7 @@ for ((round = 1; round <= rounds; round++)); do
 done
 echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 
-# 5. The report.
+# 6. The report.
 log "report: $out/results.json, $out/README.md, plots"
 stage report python3 "$repo/bench/testbed/report.py" "$out"
 cat "$out/summary.txt"

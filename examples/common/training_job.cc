@@ -285,6 +285,15 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     marks.end_us = clock.NowUs();
     if (recording) {
       if (Status end = recorder->EndIteration(); !end.ok()) return Fail(name, "record", end);
+      // Each gradient's share of non-zeros (an embedding table's is naturally sparse), after
+      // the iteration's times are taken.
+      for (size_t i = 0; i < params.size(); ++i) {
+        const torch::Tensor& g = buffers[i];
+        if (Status d =
+                recorder->SampleDensity(static_cast<int>(i), {g.data_ptr<float>(), static_cast<size_t>(g.numel())});
+            !d.ok())
+          return Fail(name, "record", d);
+      }
     }
     iteration_us.push_back(marks.end_us - marks.forward_start_us);
     if (!recording && (it + 1) % steps_per_epoch == 0) {

@@ -13,7 +13,9 @@
 // hook copies the gradient into a slice of one flat buffer (plan order, so the runtime works on
 // it in place) and marks it ready; after Synchronize the averaged gradients are copied back and
 // SGD steps. Record mode does the same work with a Recorder instead of a Session, so the times
-// it records (forward, each gradient's gap, update) are those of the training loop.
+// it records (forward, each gradient's gap, update) are those of the training loop; after each
+// iteration it also samples every gradient's share of non-zeros (the model's densities, which
+// make the planner offer zen_sparse for naturally sparse gradients).
 //
 // Rank 0 prints the loss on the job's evaluation batch before training and after every epoch
 // (`epoch E loss L`). `--timing FILE` (rank 0) writes, after training, every iteration's time
