@@ -131,7 +131,7 @@ kcompressors=fp32,$compressors  # fp16 too: the options search offers fp16 for a
 [[ ",$compressors," == *,fp16,* ]] || kcompressors+=,fp16
 # Zen's host work, for the options search's zen scheme (topk and dgc payloads).
 [[ ",$compressors," =~ ,(topk|dgc), ]] && [ "$world" -ge 2 ] && kcompressors+=,zen
-# Naturally sparse gradients (a recorded density below 1): the zen_sparse scheme's scan, and
+# Naturally sparse gradients (a recorded density <= 1/2): the zen_sparse scheme's scan, and
 # Zen's curves, at each model's sparse share too (docs/MODEL.md, "Naturally sparse gradients").
 kratios=$ratio
 stage export-models "$profile_tool" export --db "$db" -o "$out/logs/recorded.json"
@@ -139,7 +139,7 @@ sparse=$(python3 - "$out/logs/recorded.json" <<'PY'
 import json, sys
 shares = set()
 for m in json.load(open(sys.argv[1])).get("models", []):
-    ts = [t for t in m["tensors"] if t.get("density", 1) < 1]
+    ts = [t for t in m["tensors"] if t.get("density", 1) <= 0.5]  # kSparseDensityLimit (catalogue.h)
     if ts:
         # ExpectedNonzeros (catalogue.h): density x numel rounded half away from zero, in [1, numel]
         nz = sum(max(1, min(t["numel"], int(t["density"] * t["numel"] + 0.5))) for t in ts)

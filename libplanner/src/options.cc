@@ -140,7 +140,7 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
       continue;
     }
     if (s.codec == Codec::kNonzeros && b.sparse_density <= 0) {
-      p.dropped.push_back(std::string(s.name) + ": the model records no sparse gradient (no tensor density below 1)");
+      p.dropped.push_back(std::string(s.name) + ": the model records no sparse gradient (no tensor density <= 0.5)");
       continue;
     }
     if (s.codec == Codec::kNonzeros && b.device != pb::CPU) {

@@ -185,7 +185,7 @@ double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, in
 
 bool HasSparseGradients(const pb::Model& model) {
   for (const pb::Tensor& t : model.tensors())
-    if (t.has_density() && t.density() < 1.0) return true;
+    if (t.has_density() && t.density() <= kSparseDensityLimit) return true;
   return false;
 }
 

@@ -391,6 +391,12 @@ class _Record:
         if self.last_marked:
             self.recorder.end_iteration()
             self.last_marked = False
+            # Each gradient's share of non-zeros (naturally sparse gradients: the model's densities).
+            for i, k in enumerate(self.state.order):
+                grad = self.state.named[k][1].grad
+                if grad is not None:
+                    host = grad.detach().reshape(-1).to("cpu", torch.float32).contiguous()
+                    self.recorder.sample_density(i, host.data_ptr(), host.numel())
         if self.recorder.completed_iterations >= self.iterations and not self.done:
             self.finish()
 

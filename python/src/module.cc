@@ -219,6 +219,13 @@ void BindRecorder(py::module_& m) {
       .def(
           "gradient_ready", [](Recorder& r, int i) { Check(r.GradientReady(i)); }, py::arg("i"))
       .def("end_iteration", [](Recorder& r) { Check(r.EndIteration()); })
+      .def(
+          "sample_density",
+          [](Recorder& r, int i, uintptr_t address, int64_t numel) {
+            Check(r.SampleDensity(i, std::span<const float>(FloatPointer(address), static_cast<size_t>(numel))));
+          },
+          py::arg("i"), py::arg("address"), py::arg("numel"),
+          "One sample of gradient i's share of non-zeros (float32 host memory at `address`, `numel` elements).")
       .def_property_readonly("completed_iterations", &Recorder::completed_iterations)
       .def(
           "merge_ranks",

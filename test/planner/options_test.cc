@@ -1076,7 +1076,7 @@ TEST(OptionsZenSparse, DroppedNamingWhy) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(FindOption(*p, "zen_sparse", pb::CPU), -1);
   EXPECT_THAT(p->dropped,
-              ::testing::Contains("zen_sparse: the model records no sparse gradient (no tensor density below 1)"));
+              ::testing::Contains("zen_sparse: the model records no sparse gradient (no tensor density <= 0.5)"));
   h = SparseInstance();
   h.profile.mutable_curves()->RemoveLast();  // decode zen
   p = MakeOptionProblem(h.model, h.profile, h.request);

@@ -143,8 +143,10 @@ TEST(Catalogue, ZenSparseSizesByTheRecordedDensity) {
   const double ratio = SchemeRatio(s, 0, m, 0, 2);
   EXPECT_EQ(StepBytes(s, s.steps[1], fp32, 1017, ratio, {4, 1}, 0), 8 * 261);
   EXPECT_EQ(StepBytes(s, s.steps[3], fp32, 1017, ratio, {4, 1}, 0), 748);
-  m.mutable_tensors(0)->set_density(1.0);
+  m.mutable_tensors(0)->set_density(0.5);
   m.mutable_tensors(1)->clear_density();
+  EXPECT_TRUE(HasSparseGradients(m));
+  m.mutable_tensors(0)->set_density(0.51);  // its pairs would outweigh the dense group
   EXPECT_FALSE(HasSparseGradients(m));
 }
 

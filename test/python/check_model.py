@@ -1,6 +1,7 @@
 """Checks the model `cupcake-profile export` printed (stdin) against the order record_job.py found
 with tensor hooks (argv[1]): the same tensors, names and sizes, in the same gradient-ready order,
-times that are finite and >= 0, and forward and update times recorded."""
+times that are finite and >= 0, forward and update times recorded, and every gradient's density
+(its share of non-zeros, sampled each recorded iteration) in (0, 1]."""
 
 import json
 import math
@@ -22,5 +23,8 @@ if not all(math.isfinite(t) and t >= 0 for t in times) or sum(times) <= 0:
 for key in ("forward_us", "update_us"):
     if not (key in model and math.isfinite(model[key]) and model[key] > 0):
         sys.exit("FAIL: %s; got %s, expected > 0" % (key, model.get(key)))
+densities = [t.get("density") for t in model["tensors"]]
+if not all(d is not None and 0 < d <= 1 for d in densities):
+    sys.exit("FAIL: density; got %s, expected every tensor's in (0, 1]" % densities)
 print("ok: model pycnn: %d tensors in gradient-ready order, backward %.0f us, forward %.0f us, update %.0f us"
       % (len(got), sum(times), model["forward_us"], model["update_us"]))

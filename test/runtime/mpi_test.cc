@@ -1,6 +1,6 @@
 // The runtime under a real MPI launcher (mpirun -np 2 and 4, label mpi): every compressor and
 // grouping against the reference over several iterations, zen groups equal to the allgather
-// scheme, fp32 exactly the MPI average, the C API on a communicator the job owns, a plan for
+// scheme, zen_sparse groups the exact mean of sparse gradients, fp32 exactly the MPI average, the C API on a communicator the job owns, a plan for
 // another world size refused. With --die, rank 1 dies after setup and the job must end with a
 // non-zero exit instead of hanging.
 // Prints `runtime_mpi_test: rank 0: all N checks passed`; every failure line has FAIL.
@@ -145,6 +145,31 @@ void ZenMatchesFlat(MpiProcess& mpi, Checks& check, int rank, int world) {
         const std::string diff = testing::FirstDifference(grads, reference.Step(it));
         check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
       }
+    }
+  }
+}
+
+// zen_sparse over MPI: the exact mean of the ranks' naturally sparse gradients (session_test.cc's
+// ZenSparseIsExact).
+void ZenSparseIsExact(MpiProcess& mpi, Checks& check, int rank, int world) {
+  const pb::Model model = testing::SparseModel();
+  for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+    const std::string what = std::string("fp32/zen_sparse/") + testing::LayoutName(layout);
+    auto comm = mpi.World();
+    if (!comm.ok()) return check(false, comm.status().ToString());
+    auto session = Session::Create(
+        testing::WithScheme(testing::MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1),
+        std::move(comm).value());
+    if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+    testing::Gradients grads(model, layout);
+    check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+    for (int it = 0; it < 3; ++it) {
+      testing::FillSparseGradients(grads, rank, it);
+      for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+      Status s = (*session)->Synchronize();
+      check(s.ok(), what + ": synchronize: " + s.ToString());
+      const std::string diff = testing::FirstDifference(grads, testing::SparseMean(model, world, it));
+      check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
     }
   }
 }
@@ -320,6 +345,7 @@ int main(int argc, char** argv) {
   MatchesReference(**mpi, check, rank, world);
   HierarchicalMatchesReference(**mpi, check, rank, world);
   ZenMatchesFlat(**mpi, check, rank, world);
+  ZenSparseIsExact(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
   RecorderMergesRanks(**mpi, check, rank, world, dir);

@@ -259,6 +259,48 @@ class Reference {
   std::vector<Group> groups_;
 };
 
+// Naturally sparse gradients (zen_sparse): SmallModel with tensors 2 and 5 recorded at density
+// 0.1 and tensor 3 at 0.01. Their gradients: tensors 2 and 5 keep about a tenth of their entries
+// (a different tenth on each rank and iteration; index 0 and the last always), tensor 3 is zero
+// on every rank, the others dense; non-zero values are small non-zero integers, so any sum is
+// exact.
+inline pb::Model SparseModel() {
+  pb::Model model = SmallModel();
+  model.mutable_tensors(2)->set_density(0.1);
+  model.mutable_tensors(3)->set_density(0.01);
+  model.mutable_tensors(5)->set_density(0.1);
+  return model;
+}
+inline float SparseTestGradient(int rank, int iteration, int tensor, int64_t j, int64_t n) {
+  if (tensor == 3) return 0.0f;
+  const bool sparse = tensor == 2 || tensor == 5;
+  const bool kept = j == 0 || j == n - 1 || (j * 31 + rank * 7 + iteration * 3 + tensor) % 10 == 0;
+  if (sparse && !kept) return 0.0f;
+  const float v = TestGradient(rank, iteration, tensor, j);
+  return v != 0.0f ? v : 1.0f;
+}
+template <typename Grads>
+void FillSparseGradients(Grads& grads, int rank, int iteration) {
+  for (size_t t = 0; t < grads.size(); ++t)
+    for (size_t j = 0; j < grads[t].size(); ++j)
+      grads[t][j] = SparseTestGradient(rank, iteration, static_cast<int>(t), static_cast<int64_t>(j),
+                                       static_cast<int64_t>(grads[t].size()));
+}
+// The mean over `world` ranks of their sparse gradients: the sum (exact) divided by W.
+inline std::vector<std::vector<float>> SparseMean(const pb::Model& model, int world, int iteration) {
+  std::vector<std::vector<float>> want;
+  for (int t = 0; t < model.tensors_size(); ++t) {
+    const int64_t n = model.tensors(t).numel();
+    std::vector<float>& w = want.emplace_back(static_cast<size_t>(n), 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int r = 0; r < world; ++r) sum += SparseTestGradient(r, iteration, t, j, n);
+      w[static_cast<size_t>(j)] = sum / static_cast<float>(world);
+    }
+  }
+  return want;
+}
+
 // `plan` with every group on `scheme_name` (docs/MODEL.md, v2) and `devices_per_node`: the
 // fields ValidatePlan checks (the collective and payload of the scheme's payload step, steps).
 inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int devices_per_node) {

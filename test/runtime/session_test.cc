@@ -799,28 +799,13 @@ TEST(SessionValidation, RejectsZenForADenseCompressor) {
 }
 
 // zen_sparse (naturally sparse gradients, docs/ZEN.md): each group's non-zero entries are summed
-// by Zen, losslessly, whatever the plan's compressor. Tensors 2 and 5 are sparse (about a tenth
-// of their entries non-zero, a different tenth on each rank, index 0 and the last always),
-// tensor 3 is zero on every rank, the others dense; the values are small integers, so the mean
-// is exact: the sum over ranks divided by W, 0 where every rank has 0. Separate and flat
-// buffers, 2, 3 and 4 ranks, three iterations.
-float SparseTestGradient(int rank, int iteration, int tensor, int64_t j, int64_t n) {
-  if (tensor == 3) return 0.0f;
-  const bool sparse = tensor == 2 || tensor == 5;
-  const bool kept = j == 0 || j == n - 1 || (j * 31 + rank * 7 + iteration * 3 + tensor) % 10 == 0;
-  if (sparse && !kept) return 0.0f;
-  const float v = testing::TestGradient(rank, iteration, tensor, j);
-  return v != 0.0f ? v : 1.0f;
-}
-
+// by Zen, losslessly, whatever the plan's compressor (testing::SparseModel's gradients); the mean
+// is exact. Separate and flat buffers, 2, 3 and 4 ranks, three iterations.
 class ZenSparseIsExact : public ::testing::TestWithParam<std::tuple<int, testing::Layout>> {};
 
 TEST_P(ZenSparseIsExact, MeanOfTheRanksNonzeros) {
   const auto [world, layout] = GetParam();
-  pb::Model model = SmallModel();
-  model.mutable_tensors(2)->set_density(0.1);
-  model.mutable_tensors(3)->set_density(0.01);
-  model.mutable_tensors(5)->set_density(0.1);
+  const pb::Model model = testing::SparseModel();
   const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1);
   ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
   // Group 1 is tensor 2 alone: 13 expected non-zeros (0.1 x 128), 8 bytes each.
@@ -828,23 +813,10 @@ TEST_P(ZenSparseIsExact, MeanOfTheRanksNonzeros) {
   std::vector<Rank> ranks = MakeRanks(plan, world, {}, layout);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(world));
   for (int it = 0; it < 3; ++it) {
-    std::vector<std::vector<float>> want;
-    for (int t = 0; t < model.tensors_size(); ++t) {
-      const int64_t n = model.tensors(t).numel();
-      std::vector<float>& w = want.emplace_back(static_cast<size_t>(n), 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        float sum = 0;
-        for (int r = 0; r < world; ++r) sum += SparseTestGradient(r, it, t, j, n);
-        w[static_cast<size_t>(j)] = sum / static_cast<float>(world);
-      }
-    }
+    const std::vector<std::vector<float>> want = testing::SparseMean(model, world, it);
     OnEveryRank(world, [&](int r) {
       Rank& rank = ranks[static_cast<size_t>(r)];
-      for (int t = 0; t < model.tensors_size(); ++t) {
-        std::span<float> g = rank.grads[static_cast<size_t>(t)];
-        for (size_t j = 0; j < g.size(); ++j)
-          g[j] = SparseTestGradient(r, it, t, static_cast<int64_t>(j), static_cast<int64_t>(g.size()));
-      }
+      testing::FillSparseGradients(rank.grads, r, it);
       for (int i = 0; i < model.tensors_size(); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
       Status s = rank.session->Synchronize();
       EXPECT_TRUE(s.ok()) << s.ToString();

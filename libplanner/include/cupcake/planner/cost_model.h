@@ -48,7 +48,8 @@ struct Problem {
   std::vector<double> backward_prefix;
   // Naturally sparse gradients (Tensor.density): nonzero_prefix[i] = sum of ExpectedNonzeros
   // over tensors 0..i-1; sparse_density = the non-zero share of the tensors that record a
-  // density below 1, together (0: none; the zen_sparse scheme's kernel curves are read at it).
+  // density <= kSparseDensityLimit, together (0: none; the zen_sparse scheme's kernel curves are
+  // read at it).
   std::vector<int64_t> nonzero_prefix;
   double sparse_density = 0;
   double forward_us = 0;

@@ -158,7 +158,11 @@ int64_t ExpectedNonzeros(const pb::Tensor& t);
 // plan's `ratio`, or for a Codec::kNonzeros scheme the group's expected non-zero share, the sum
 // of ExpectedNonzeros over its tensors divided by its elements.
 double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, int first, int last);
-// True when some tensor of `model` records a density below 1 (the zen_sparse scheme is offered).
+// A gradient counts as sparse for zen_sparse up to this density: above it its (index, value)
+// pairs, 8 bytes per non-zero, outweigh the dense group's 4 bytes per element.
+inline constexpr double kSparseDensityLimit = 0.5;
+// True when some tensor of `model` records a density <= kSparseDensityLimit (the zen_sparse
+// scheme is offered).
 bool HasSparseGradients(const pb::Model& model);
 // The step that carries the payload (the plan's payload_bytes and collective describe it).
 int PayloadStep(const SchemeInfo& s);
