@@ -35,8 +35,11 @@
 //
 // Ownership: a Session owns its communicator, its fusion and payload buffers, its compressors
 // and their error-feedback memory (kept across iterations), all allocated at creation or
-// registration; GradientReady and Synchronize neither allocate nor log on success. It does not
-// own the gradient buffers. No globals: several sessions in one process work.
+// registration; GradientReady and Synchronize neither allocate nor log on success, except in
+// zen groups on host memory (ZenAllreduce allocates its exchange buffers on the communication
+// thread) and in a zen_sparse group's GradientReady when a step has more non-zeros than twice
+// the plan's expected count and any step before (its pair vectors grow). It does not own the
+// gradient buffers. No globals: several sessions in one process work.
 // Thread-safety: Register, GradientReady, Synchronize and SetAccumulating are called from one
 // thread at a time (the job's backward hooks and training loop). All ranks make the same
 // sequence of synchronizing steps.
