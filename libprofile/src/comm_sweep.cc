@@ -1,5 +1,8 @@
 #include "cupcake/profile/comm_sweep.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -51,19 +54,42 @@ struct Planned {
 };
 
 // A thread that keeps one core busy with floating-point work until destroyed: what a CPU job's
-// backward does beside a collective in flight (CommSweepOptions::busy).
+// backward does beside a collective in flight (CommSweepOptions::busy). Both it and the calling
+// (sweeping) thread are pinned to one CPU of the caller's affinity mask, the `slot`-th modulo
+// their count (the rank, so ranks spread over the cores), so the collective always shares its
+// core with the busy thread, as a job's communication thread shares a core with a backward.
+// Unpinned, the scheduler sometimes put two ranks' busy threads on one core and their sweeping
+// threads on the other, which measured idle-core times (docs/MODEL.md, "Busy cores"). Pinning
+// is best effort (where the OS refuses it the threads run where the scheduler puts them); the
+// caller's mask is restored at the end.
 class BusyCore {
  public:
-  BusyCore() : thread_([this] { Spin(); }) {}
+  explicit BusyCore(int slot) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) == 0 && CPU_COUNT(&mask) > 0) {
+      saved_ = mask;
+      int cpu = -1;
+      for (int c = 0, seen = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &mask) && seen++ == slot % CPU_COUNT(&mask)) cpu = c;
+      CPU_ZERO(&one_);
+      CPU_SET(cpu, &one_);
+      pinned_ = pthread_setaffinity_np(pthread_self(), sizeof one_, &one_) == 0;
+    }
+    thread_ = std::thread([this] { Spin(); });
+    while (!spinning_.load()) std::this_thread::yield();  // the first point is measured beside it
+  }
   BusyCore(const BusyCore&) = delete;
   BusyCore& operator=(const BusyCore&) = delete;
   ~BusyCore() {
     stop_.store(true, std::memory_order_relaxed);
     thread_.join();
+    if (saved_) pthread_setaffinity_np(pthread_self(), sizeof *saved_, &*saved_);
   }
-
  private:
   void Spin() {
+    if (pinned_) pthread_setaffinity_np(pthread_self(), sizeof one_, &one_);
+    spinning_.store(true);
     std::vector<float> a(16384, 1.0f), b(16384, 0.5f);  // 128 KiB: in cache, as a kernel's tile
     while (!stop_.load(std::memory_order_relaxed)) {
       for (size_t i = 0; i < a.size(); ++i) a[i] = a[i] * 0.999f + b[i];
@@ -71,9 +97,13 @@ class BusyCore {
     }
   }
 
+  std::optional<cpu_set_t> saved_;
+  cpu_set_t one_{};
+  bool pinned_ = false;
+  std::atomic<bool> spinning_{false};
   std::atomic<bool> stop_{false};
   volatile float result_ = 0;  // keeps the loop from being optimized away
-  std::thread thread_;  // last: starts once the members above exist
+  std::thread thread_;  // started last, once the members above exist
 };
 
 // The stored size of `size` for `op` on `w` ranks, 0 when it rounds to nothing.
@@ -367,7 +397,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
 
   // 2. Measure, in `rounds` passes over the points; a point is stored after its last pass.
   std::optional<BusyCore> busy;
-  if (options.busy) busy.emplace();
+  if (options.busy) busy.emplace(world.rank());
   SweepReport report;
   std::map<std::string, int> curve_wrong;  // this run's wrong iterations per curve
   std::vector<std::vector<double>> us(plan.size());  // this rank's timed calls per point

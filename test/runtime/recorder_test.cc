@@ -461,7 +461,9 @@ TEST(RecorderMerge, DensityIsTheLargestOverTheRanks) {
     std::vector<float> bias(10, 0.0f);
     for (int j = 0; j <= r; ++j) bias[static_cast<size_t>(j)] = 1;
     ASSERT_TRUE(rec->SampleDensity(0, bias).ok());
-    if (r == 1) ASSERT_TRUE(rec->SampleDensity(2, std::vector<float>(64 * 32, 2.0f)).ok());
+    if (r == 1) {
+      ASSERT_TRUE(rec->SampleDensity(2, std::vector<float>(64 * 32, 2.0f)).ok());
+    }
     Status s = rec->MergeRanks(comm);
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(rec->Densities(), (std::vector<double>{0.3, -1, 1.0})) << "rank " << r;
