@@ -128,7 +128,7 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
     p.bytes_prefix.push_back(p.bytes_prefix.back() + p.bytes.back());
     p.backward_prefix.push_back(p.backward_prefix.back() + t.backward_us());
     p.nonzero_prefix.push_back(p.nonzero_prefix.back() + ExpectedNonzeros(t));
-    if (t.has_density() && t.density() <= kSparseDensityLimit) {
+    if (IsSparseGradient(t)) {
       sparse_numel += t.numel();
       sparse_nonzeros += ExpectedNonzeros(t);
     }

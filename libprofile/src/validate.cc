@@ -139,11 +139,7 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
       p.Add(Join(tp, "dtype"),
             "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
     CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
-    if (t.has_density() && !(t.density() > 0.0 && t.density() <= 1.0)) {
-      std::ostringstream os;
-      os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
-      p.Add(Join(tp, "density"), os.str());
-    }
+    if (std::string why = DensityProblem(t); !why.empty()) p.Add(Join(tp, "density"), why);
   }
   if (total_numel > kMaxNumel)
     p.Add(tensors, "too many elements in all; got " + std::to_string(total_numel) + ", expected at most " +
@@ -155,15 +151,15 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
 // nowhere else.
 void CheckRatio(const pb::Curve& c, const std::string& path, Problems& p) {
   const CompressorInfo* info = FindCompressor(c.compressor());
-  const bool zen = c.compressor() == kZenCurveName || c.compressor() == kNonzeroCurveName;
+  const bool required = c.compressor() == kZenCurveName || c.compressor() == kNonzeroCurveName;
   if (!c.has_ratio()) {
-    if (zen)
+    if (required)
       p.Add(path, std::string("missing; expected the ratio ") +
                       (c.compressor() == kZenCurveName ? "Zen's curves were" : "the non-zero scan's curve was") +
                       " measured at, 0 < ratio <= 1");
     return;
   }
-  if (!zen && !info->uses_ratio) {
+  if (!required && !info->uses_ratio) {
     p.Add(path, "not allowed for compressor " + c.compressor() + "; got " + FormatDouble(c.ratio()) +
                     ", expected none (it selects no ratio of the elements)");
   } else if (!(c.ratio() > 0.0 && c.ratio() <= 1.0)) {

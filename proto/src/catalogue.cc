@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <sstream>
 
 #include "cupcake/proto/names.h"
 
@@ -173,6 +174,13 @@ int64_t ExpectedNonzeros(const pb::Tensor& t) {
   return std::clamp<int64_t>(std::llround(t.density() * static_cast<double>(t.numel())), 1, t.numel());
 }
 
+std::string DensityProblem(const pb::Tensor& t) {
+  if (!t.has_density() || (t.density() > 0.0 && t.density() <= 1.0)) return "";
+  std::ostringstream os;
+  os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
+  return os.str();
+}
+
 double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, int first, int last) {
   if (s.codec != Codec::kNonzeros) return ratio;
   int64_t n = 0, nonzeros = 0;
@@ -183,10 +191,10 @@ double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, in
   return n > 0 ? static_cast<double>(nonzeros) / static_cast<double>(n) : 1.0;
 }
 
+bool IsSparseGradient(const pb::Tensor& t) { return t.has_density() && t.density() <= kSparseDensityLimit; }
+
 bool HasSparseGradients(const pb::Model& model) {
-  for (const pb::Tensor& t : model.tensors())
-    if (t.has_density() && t.density() <= kSparseDensityLimit) return true;
-  return false;
+  return std::any_of(model.tensors().begin(), model.tensors().end(), IsSparseGradient);
 }
 
 int PayloadStep(const SchemeInfo& s) {

@@ -95,11 +95,7 @@ void CheckModel(Problems& p, const pb::PlanModel& pm) {
       p.Add(f + ".numel",
             "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " + std::to_string(kMaxNumel));
     CheckTime(p, f + ".backward_us", t.backward_us(), kMaxTimeUs);
-    if (t.has_density() && !(t.density() > 0.0 && t.density() <= 1.0)) {
-      std::ostringstream os;
-      os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
-      p.Add(f + ".density", os.str());
-    }
+    if (std::string why = DensityProblem(t); !why.empty()) p.Add(f + ".density", why);
     if (DTypeBytes(t.dtype()) == 0)
       p.Add(f + ".dtype",
             "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());

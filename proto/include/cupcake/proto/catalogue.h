@@ -78,7 +78,7 @@ enum class Codec {
   kCompressor,  // the plan's compressor
   // The group's non-zero entries as (index, value) pairs, exact: naturally sparse gradients
   // (embedding tables) sent without compression or error feedback. Its "ratio" is the group's
-  // expected non-zero share (GroupNonzeroShare), its payload 8 bytes per non-zero.
+  // expected non-zero share (SchemeRatio), its payload 8 bytes per non-zero.
   kNonzeros,
 };
 
@@ -154,6 +154,9 @@ int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorI
 // Naturally sparse gradients (Tensor.density): a tensor's expected non-zero count,
 // round(density x numel) clamped to [1, numel]; numel when its density is not recorded.
 int64_t ExpectedNonzeros(const pb::Tensor& t);
+// "" when t's density is absent or in (0, 1], else the problem for its `density` field
+// ("out of range; got 1.5, expected 0 < density <= 1 (...)"); the model and plan checks share it.
+std::string DensityProblem(const pb::Tensor& t);
 // The ratio StepBytes and ApplyScheme take for a group of tensors [first, last] of `model`: the
 // plan's `ratio`, or for a Codec::kNonzeros scheme the group's expected non-zero share, the sum
 // of ExpectedNonzeros over its tensors divided by its elements.
@@ -161,8 +164,9 @@ double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, in
 // A gradient counts as sparse for zen_sparse up to this density: above it its (index, value)
 // pairs, 8 bytes per non-zero, outweigh the dense group's 4 bytes per element.
 inline constexpr double kSparseDensityLimit = 0.5;
-// True when some tensor of `model` records a density <= kSparseDensityLimit (the zen_sparse
-// scheme is offered).
+// True when t records a density <= kSparseDensityLimit.
+bool IsSparseGradient(const pb::Tensor& t);
+// True when some tensor of `model` is a sparse gradient (the zen_sparse scheme is offered).
 bool HasSparseGradients(const pb::Model& model);
 // The step that carries the payload (the plan's payload_bytes and collective describe it).
 int PayloadStep(const SchemeInfo& s);
