@@ -4,21 +4,24 @@
 # planner_bench builds it) with the sample profile: per case and budget, the plan's predicted
 # iteration (ms), proven or the gap to the lower bound, and the search's wall time as the plan's
 # summary reports it (docs/PLANNER_BENCH.md, "Budget against time"). One thread, one process at
-# a time; run it on an otherwise idle machine.
+# a time; run it on an otherwise idle machine. --profile: another profile (a DB or JSON);
+# --compressors: a subset (a compressor whose curves the profile lacks: "no plan" and why).
 #
-#   bench/planner/budgets.sh [--build DIR] [--budgets B1,B2,...]
+#   bench/planner/budgets.sh [--build DIR] [--budgets B1,B2,...] [--profile FILE] [--compressors C1,C2,...]
 set -eu -o pipefail
 
-build=build budgets=1000000,2000000,5000000,100000000
+here=$(cd "$(dirname "$0")/../.." && pwd)
+build=build budgets=1000000,2000000,5000000,100000000 compressors=efsignsgd,dgc,topk,fp16
+profile="$here/examples/profiles/v100-8x8-pcie-25g.json"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --budgets) budgets=$2; shift 2 ;;
-    *) sed -n '9p' "$0" | sed 's/^# *//' >&2; exit 2 ;;
+    --profile) profile=$(realpath "$2"); shift 2 ;;
+    --compressors) compressors=$2; shift 2 ;;
+    *) sed -n '10p' "$0" | sed 's/^# *//' >&2; exit 2 ;;
   esac
 done
-here=$(cd "$(dirname "$0")/../.." && pwd)
-profile="$here/examples/profiles/v100-8x8-pcie-25g.json"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 - "$here/examples/models/resnet50.json" "$tmp/resnet50x400.json" <<'EOF'
@@ -35,11 +38,14 @@ echo "# $build/tools/cupcake-plan search --model M --profile $profile --compress
 for model in resnet50 vgg16 bert_base gpt2 ncf resnet50x400; do
   file="$here/examples/models/$model.json"
   [ -f "$file" ] || file="$tmp/$model.json"
-  for compressor in efsignsgd dgc topk fp16; do
+  for compressor in ${compressors//,/ }; do
     line="$model $compressor"
     for budget in ${budgets//,/ }; do
       summary=$("$build/tools/cupcake-plan" search --model "$file" --profile "$profile" --compressor "$compressor" \
-        --search-space options --budget "$budget" -o "$tmp/plan.pb" --format json 2>/dev/null)
+        --search-space options --budget "$budget" -o "$tmp/plan.pb" --format json 2>"$tmp/err") || {
+        line="$line | budget $budget: no plan ($(head -1 "$tmp/err"))"
+        continue
+      }
       line="$line | $(python3 -c '
 import json, sys
 j = json.load(sys.stdin)

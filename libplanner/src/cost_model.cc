@@ -191,14 +191,6 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   return p;
 }
 
-double CommEnd(double start, double idle_us, double busy_us, double busy_until) {
-  // Equal speeds (no busy curve): exactly start + idle, as the branches below give up to rounding.
-  if (start >= busy_until || busy_us <= idle_us) return start + idle_us;
-  if (start + busy_us <= busy_until) return start + busy_us;
-  // Part of the work, (busy_until - start) / busy_us, is done by busy_until; the rest at idle speed.
-  return busy_until + (1.0 - (busy_until - start) / busy_us) * idle_us;
-}
-
 void GroupPricer::Start(int first) {
   first_ = first;
   pack_.Reset();

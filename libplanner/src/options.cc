@@ -183,6 +183,19 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
     for (const Curve& s : c.steps_busy) k.steps_busy.emplace_back(s);
     cursors_.push_back(std::move(k));
   }
+  // An option's steps read the same curves at the same bytes as every option of its scheme (the
+  // collectives' curves do not depend on where the codec runs).
+  step_twin_.resize(p.options.size());
+  for (size_t o = 0; o < p.options.size(); ++o) {
+    step_twin_[o] = o;
+    for (size_t t = 0; t < o; ++t)
+      if (p.options[t].scheme == p.options[o].scheme) {
+        step_twin_[o] = t;
+        break;
+      }
+  }
+  step_idle_.resize(p.options.size());
+  step_extra_.resize(p.options.size());
 }
 
 void OptionPricer::Start(int first) {
@@ -226,15 +239,25 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
       c.gpu_pre = pack + pre_kernel;
       c.gpu_post = post_kernel + unpack;
     }
-    double busy_extra = 0;  // what the steps' busy curves add to the idle ones
-    for (int i = 0; i < scheme.step_count; ++i) {
-      const auto bytes =
-          static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union));
-      const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
-      c.net += idle;
-      if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
-        busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
+    const size_t twin = step_twin_[o];
+    if (twin == o || only >= 0) {
+      double idle_sum = 0, busy_extra = 0;  // busy_extra: what the steps' busy curves add to the idle ones
+      for (int i = 0; i < scheme.step_count; ++i) {
+        const auto bytes =
+            static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union));
+        const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
+        idle_sum += idle;
+        if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
+          busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
+      }
+      step_idle_[o] = idle_sum;
+      step_extra_[o] = busy_extra;
+    } else {
+      step_idle_[o] = step_idle_[twin];
+      step_extra_[o] = step_extra_[twin];
     }
+    c.net = step_idle_[o];
+    const double busy_extra = step_extra_[o];
     if (EncodesInNetwork(scheme)) c.net += k.mid_encode.At(m);
     if (ReadsDecodeInNetwork(scheme)) c.net += k.mid_decode.At(m);
     c.net_busy = c.net + busy_extra;
@@ -336,24 +359,29 @@ OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> grou
 // (max, +)-linear in their start, so they are carried from 0 and their starts added at the end.
 double IterationFromCosts(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options,
                           std::span<const StageCost> costs) {
-  double e = 0, f = 0, x = 0, y = 0, g = 0, u = 0, v = 0;
-  auto offload = [&](size_t k) { return p.options[static_cast<size_t>(options[k])].offload; };
-  for (size_t k = 0; k < group_ends.size(); ++k) {
-    const double b = p.base.backward_prefix[static_cast<size_t>(group_ends[k]) + 1];
-    const StageCost& c = costs[k];
-    const double busy_until = p.base.backward_prefix.back() + e + (offload(k) ? 0.0 : c.gpu_pre);
-    if (offload(k)) {
-      g = std::max(b + e, g) + c.cpu_pre;
-      f = CommEnd(std::max(g, f), c.net, c.net_busy, busy_until);
-      u = std::max(u, f) + c.cpu_post;
-      v += c.cpu_post;
-    } else {
-      e += c.gpu_pre;
-      f = CommEnd(std::max(b + e, f), c.net, c.net_busy, busy_until);
-      x = std::max(x, f) + c.gpu_post;
-      y += c.gpu_pre + c.gpu_post;
-    }
+  TimelineState s;
+  for (size_t k = 0; k < group_ends.size(); ++k)
+    s.Add(p, group_ends[k], p.options[static_cast<size_t>(options[k])].offload, costs[k]);
+  return s.Final(p);
+}
+
+void TimelineState::Add(const OptionProblem& p, int last, bool offload, const StageCost& c) {
+  const double b = p.base.backward_prefix[static_cast<size_t>(last) + 1];
+  const double busy_until = p.base.backward_prefix.back() + e + (offload ? 0.0 : c.gpu_pre);
+  if (offload) {
+    g = std::max(b + e, g) + c.cpu_pre;
+    f = CommEnd(std::max(g, f), c.net, c.net_busy, busy_until);
+    u = std::max(u, f) + c.cpu_post;
+    v += c.cpu_post;
+  } else {
+    e += c.gpu_pre;
+    f = CommEnd(std::max(b + e, f), c.net, c.net_busy, busy_until);
+    x = std::max(x, f) + c.gpu_post;
+    y += c.gpu_pre + c.gpu_post;
   }
+}
+
+double TimelineState::Final(const OptionProblem& p) const {
   return p.base.forward_us + std::max({p.base.backward_prefix.back() + y, x, g + v, u}) + p.base.update_us;
 }
 

@@ -19,9 +19,93 @@ struct OptionBounds {
   double min_net = kInf, min_post = kInf;
 };
 
+// Every group's stage costs under every option, for all the passes of one search (step 2's
+// bounds, the greedy passes, the seeds, step 5). Where the whole table fits in `max_bytes`
+// (SearchOptions::price_table_bytes) every group is priced once, when the table is built, and
+// stored option by option (a seed's passes read one option's costs in order); otherwise one row
+// (groups [j, q] of one j) at a time, extended as far as the passes reach, and priced again when
+// a later pass comes back to it. Not thread-safe.
+class GroupCosts {
+ public:
+  GroupCosts(const OptionProblem& p, int64_t max_bytes) : p_(p), pricer_(p), options_(p.options.size()) {
+    const auto n = static_cast<size_t>(p.size());
+    const size_t groups = n * (n + 1) / 2;
+    whole_ = max_bytes > 0 && groups * options_ * sizeof(Stored) <= static_cast<size_t>(max_bytes);
+    if (!whole_) return;
+    offset_.resize(n);
+    groups_ = groups;
+    table_.resize(groups * options_);
+    std::vector<StageCost> buf(options_);
+    size_t at = 0;
+    for (size_t j = 0; j < n; ++j) {
+      offset_[j] = at;
+      pricer_.Start(static_cast<int>(j));
+      for (size_t q = j; q < n; ++q, ++at) {
+        pricer_.Price(static_cast<int>(q), buf);
+        for (size_t o = 0; o < options_; ++o) {
+          const StageCost& c = buf[o];
+          table_[o * groups + at] = {c.pre(), c.net, c.net_busy, c.post()};
+        }
+      }
+    }
+  }
+
+  // Makes group [j, q] readable by Get. Where the table is not whole, row j is priced up to q
+  // (with only >= 0, option `only` alone), from its start when j or only changed since the last
+  // call; q may go back to any group the row holds.
+  void Reach(int j, int q, int only = -1) {
+    if (whole_) return;
+    if (j != row_j_ || only != row_only_) {
+      row_j_ = j;
+      row_only_ = only;
+      row_.clear();
+      pricer_.Start(j);
+    }
+    while (row_.size() <= static_cast<size_t>(q - j) * options_) {
+      const size_t at = row_.size();
+      row_.resize(at + options_);
+      pricer_.Price(j + static_cast<int>(at / options_), std::span<StageCost>(row_).subspan(at, options_), only);
+    }
+  }
+
+  // Group [j, q]'s costs under option o, once Reach(j, q) (or Reach(j, q, o)) has run.
+  StageCost Get(int j, int q, int o) const {
+    if (!whole_) return row_[static_cast<size_t>(q - j) * options_ + static_cast<size_t>(o)];
+    const Stored& c =
+        table_[static_cast<size_t>(o) * groups_ + offset_[static_cast<size_t>(j)] + static_cast<size_t>(q - j)];
+    StageCost r;
+    r.net = c.net;
+    r.net_busy = c.net_busy;
+    if (p_.options[static_cast<size_t>(o)].offload) {
+      r.cpu_pre = c.pre;
+      r.cpu_post = c.post;
+    } else {
+      r.gpu_pre = c.pre;
+      r.gpu_post = c.post;
+    }
+    return r;
+  }
+
+ private:
+  // A StageCost without the device: an option's stages are all on the compute stream or all on
+  // the CPU worker (offloaded), which the option says.
+  struct Stored {
+    double pre, net, net_busy, post;
+  };
+  const OptionProblem& p_;
+  OptionPricer pricer_;
+  size_t options_;
+  bool whole_ = false;
+  std::vector<Stored> table_;  // whole: table_[o * groups_ + offset_[j] + q - j]
+  size_t groups_ = 0;
+  std::vector<size_t> offset_;
+  std::vector<StageCost> row_;  // not whole: row_[(q - j) * options_ + o] of row row_j_
+  int row_j_ = -1, row_only_ = -2;
+};
+
 // The bounds over every option (element option_count()) and, in the same pass over the groups,
 // over each option alone (element o: every group with option o; step 4's seeds).
-std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, int64_t& transitions) {
+std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, GroupCosts& costs, int64_t& transitions) {
   const int n = p.size();
   const size_t options = p.options.size();
   std::vector<OptionBounds> all(options + 1);
@@ -30,8 +114,6 @@ std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, int64_t& t
     b.ready.assign(n + 1, kInf);
     b.net[n] = b.ready[n] = 0;
   }
-  OptionPricer pricer(p);
-  std::vector<StageCost> buf(options);
   auto add = [&](OptionBounds& b, const StageCost& c, int j, int q) {
     const double net = c.net + std::max(c.post(), b.net[q + 1]);
     b.net[j] = std::min(b.net[j], net);
@@ -41,13 +123,13 @@ std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, int64_t& t
     b.min_post = std::min(b.min_post, c.post());
   };
   for (int j = n - 1; j >= 0; --j) {
-    pricer.Start(j);
     for (int q = j; q < n; ++q) {
-      pricer.Price(q, buf);
+      costs.Reach(j, q);
       transitions += p.option_count();
       for (size_t o = 0; o < options; ++o) {
-        add(all[options], buf[o], j, q);
-        add(all[o], buf[o], j, q);
+        const StageCost c = costs.Get(j, q, static_cast<int>(o));
+        add(all[options], c, j, q);
+        add(all[o], c, j, q);
       }
     }
   }
@@ -180,26 +262,98 @@ OptionSearchResult ExhaustiveOptions(const OptionProblem& p) {
   return best;
 }
 
+// One grouping's timeline under options `opts` and under each option tried in one group in its
+// place (Espresso's steps try one change at a time): resumed from the state before the changed
+// group, and stopped once a lower bound of its time passes the one to beat.
+class OneChange {
+ public:
+  OneChange(const OptionProblem& p, std::span<const int> ends, std::vector<int> opts)
+      : p_(p),
+        ends_(ends),
+        opts_(std::move(opts)),
+        table_(CostTable(p, ends)),
+        before_(ends.size() + 1),
+        rest_stream_(ends.size() + 1),
+        rest_cpu_(ends.size() + 1),
+        rest_net_(ends.size() + 1) {
+    Reset();
+  }
+
+  const std::vector<int>& opts() const { return opts_; }
+  double time() const { return before_.back().Final(p_); }
+
+  // Group k's option becomes o.
+  void Set(size_t k, int o) {
+    opts_[k] = o;
+    Reset();
+  }
+
+  // The time with group k under option o instead; where that is above `beat` (the time to beat),
+  // possibly only a lower bound of it, also above `beat`.
+  double With(size_t k, int o, double beat) const {
+    TimelineState s = before_[k];
+    Add(s, k, o);
+    // The compute stream's and the CPU worker's chains grow by at least the later groups' work,
+    // and the network's by their collectives, which the last group's post stage follows.
+    const double fixed = p_.base.forward_us + p_.base.update_us;
+    const double backward = p_.base.backward_prefix.back();
+    const double stop = beat * (1 + 1e-12);  // rounding never stops one that beats it
+    for (size_t m = k + 1; m < ends_.size(); ++m) {
+      const double bound = fixed + std::max({backward + s.y + rest_stream_[m], s.x, s.g + s.v + rest_cpu_[m], s.u,
+                                             s.f + rest_net_[m] + last_post_});
+      if (bound > stop) return bound;
+      Add(s, m, opts_[m]);
+    }
+    return s.Final(p_);
+  }
+
+ private:
+  const StageCost& Cost(size_t k, int o) const { return table_[k * p_.options.size() + static_cast<size_t>(o)]; }
+  void Add(TimelineState& s, size_t k, int o) const {
+    s.Add(p_, ends_[k], p_.options[static_cast<size_t>(o)].offload, Cost(k, o));
+  }
+  void Reset() {
+    const size_t n = ends_.size();
+    for (size_t k = 0; k < n; ++k) {
+      before_[k + 1] = before_[k];
+      Add(before_[k + 1], k, opts_[k]);
+    }
+    rest_stream_[n] = rest_cpu_[n] = rest_net_[n] = 0;
+    for (size_t k = n; k-- > 0;) {
+      const StageCost& c = Cost(k, opts_[k]);
+      rest_stream_[k] = rest_stream_[k + 1] + c.gpu_pre + c.gpu_post;
+      rest_cpu_[k] = rest_cpu_[k + 1] + c.cpu_pre + c.cpu_post;
+      rest_net_[k] = rest_net_[k + 1] + c.net;
+    }
+    last_post_ = Cost(n - 1, opts_[n - 1]).post();
+  }
+
+  const OptionProblem& p_;
+  std::span<const int> ends_;
+  std::vector<int> opts_;
+  std::vector<StageCost> table_;  // CostTable's
+  std::vector<TimelineState> before_;  // before_[k]: after groups 0..k-1 under opts_
+  // Groups k.. under opts_: their compute-stream work, CPU work and collectives (idle).
+  std::vector<double> rest_stream_, rest_cpu_, rest_net_;
+  double last_post_ = 0;  // the last group's post stage under opts_
+};
+
 // Espresso's two steps (seeds: Espresso; docs/MODEL.md) on fixed groups, from the options
 // `opts` (Espresso's own start: flat_fp32 on the plan's device, every group). Returns the options.
 std::vector<int> Improve(const OptionProblem& p, std::span<const int> ends, std::vector<int> opts,
                          int64_t& evaluations) {
-  const std::vector<StageCost> table = CostTable(p, ends);
-  std::vector<StageCost> scratch;
+  OneChange tl(p, ends, std::move(opts));
   const size_t k_count = ends.size();
-  double current = TimeOf(p, ends, opts, table, scratch);
   // Step 1: among every group and on-device option, the single change that shortens the whole
   // timeline most, until none does.
   for (size_t round = 0; round < k_count * p.options.size(); ++round) {
-    double best = current;
+    double best = tl.time();
     size_t best_k = 0;
     int best_o = -1;
     for (size_t k = 0; k < k_count; ++k) {
-      const int was = opts[k];
       for (int o = 0; o < p.option_count(); ++o) {
-        if (o == was || p.options[static_cast<size_t>(o)].offload) continue;
-        opts[k] = o;
-        const double t = TimeOf(p, ends, opts, table, scratch);
+        if (o == tl.opts()[k] || p.options[static_cast<size_t>(o)].offload) continue;
+        const double t = tl.With(k, o, best);
         ++evaluations;
         if (t < best) {
           best = t;
@@ -207,26 +361,18 @@ std::vector<int> Improve(const OptionProblem& p, std::span<const int> ends, std:
           best_o = o;
         }
       }
-      opts[k] = was;
     }
     if (best_o < 0) break;
-    opts[best_k] = best_o;
-    current = best;
+    tl.Set(best_k, best_o);
   }
   // Step 2: earliest ready first, offload a group (its scheme on the CPU) when that shortens it.
   for (size_t k = 0; k < k_count; ++k) {
-    const int offloaded = FindOption(p, p.options[static_cast<size_t>(opts[k])].scheme->name, pb::CPU);
+    const int offloaded = FindOption(p, p.options[static_cast<size_t>(tl.opts()[k])].scheme->name, pb::CPU);
     if (offloaded < 0 || !p.options[static_cast<size_t>(offloaded)].offload) continue;
-    const int was = opts[k];
-    opts[k] = offloaded;
-    const double t = TimeOf(p, ends, opts, table, scratch);
     ++evaluations;
-    if (t < current)
-      current = t;
-    else
-      opts[k] = was;
+    if (tl.With(k, offloaded, tl.time()) < tl.time()) tl.Set(k, offloaded);
   }
-  return opts;
+  return tl.opts();
 }
 
 std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int64_t& evaluations) {
@@ -247,13 +393,12 @@ struct Incumbent {
 
 // Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent, until st.transitions
 // reaches `budget`; with `only_option` >= 0, over the strategies with that option on every group.
-OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBounds& sb, int64_t budget,
-                                         Incumbent start, bool greedy, int only_option, SearchStats& st) {
+OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, GroupCosts& costs, const OptionBounds& sb,
+                                         int64_t budget, Incumbent start, bool greedy, int only_option,
+                                         SearchStats& st) {
   const int n = p.size();
   const double fixed = p.base.forward_us + p.base.update_us;
   const double backward_total = p.base.backward_prefix[static_cast<size_t>(n)];
-  OptionPricer pricer(p);
-  std::vector<StageCost> buf(p.options.size());
   // The options extended: every one (per group, the main search then keeps UsefulOptions'), or
   // only_option alone, even where another would dominate it.
   std::vector<char> useful(p.options.size(), only_option < 0 ? 1 : 0);
@@ -275,12 +420,11 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
       if (j > 0 && best_lb[static_cast<size_t>(j)] == kInf) continue;
       chain.push_back(best[static_cast<size_t>(j)]);
       const int32_t id = static_cast<int32_t>(chain.size() - 1);
-      pricer.Start(j);
       for (int q = j; q < n; ++q) {
-        pricer.Price(q, buf, only_option);
+        costs.Reach(j, q, only_option);
         for (int o = 0; o < p.option_count(); ++o) {
           if (!useful[static_cast<size_t>(o)]) continue;
-          const Label next = Extend(p, chain[static_cast<size_t>(id)], id, q, o, buf[static_cast<size_t>(o)]);
+          const Label next = Extend(p, chain[static_cast<size_t>(id)], id, q, o, costs.Get(j, q, o));
           ++st.transitions;
           const double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
           if (lb < best_lb[static_cast<size_t>(q) + 1]) {
@@ -298,12 +442,12 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
   }
 
   // Step 5: labels by prefix length, then bound; cutoff; dominance in all seven coordinates.
-  // Every label of prefix j extends over the same groups j..q: their prices, and which options
-  // are useful, are computed once per prefix (by the first label that reaches q) and reused by
-  // the others. Nodes count per label and group as before, so budgets and plans are unchanged.
+  // Every label of prefix j extends over the same groups j..q: which options are useful is
+  // computed once per prefix (by the first label that reaches q) and reused by the others. Nodes
+  // count per label and group, so budgets and plans do not depend on the reuse.
   const size_t option_count = p.options.size();
-  std::vector<StageCost> row_costs;  // row_costs[(q - j) * option_count + o]
-  std::vector<char> row_useful;  // alike
+  std::vector<char> row_useful;  // row_useful[(q - j) * option_count + o]
+  std::vector<StageCost> group(option_count);  // one group's costs, for UsefulOptions
   int row_j = -1;
   std::vector<Label> labels{root};
   std::vector<std::vector<int32_t>> at(static_cast<size_t>(n));
@@ -330,25 +474,24 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, const OptionBou
       const Label l = labels[static_cast<size_t>(id)];
       if (row_j != j) {
         row_j = j;
-        row_costs.clear();
         row_useful.clear();
-        pricer.Start(j);
       }
       for (int q = j; q < n; ++q) {
         if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
           break;
         const int k = q - j;
-        if (row_costs.size() == static_cast<size_t>(k) * option_count) {  // the first label here to reach q
-          pricer.Price(q, buf, only_option);
-          if (only_option < 0) UsefulOptions(p, buf, useful);
-          row_costs.insert(row_costs.end(), buf.begin(), buf.end());
+        costs.Reach(j, q, only_option);
+        if (row_useful.size() == static_cast<size_t>(k) * option_count) {  // the first label here to reach q
+          if (only_option < 0) {
+            for (size_t o = 0; o < option_count; ++o) group[o] = costs.Get(j, q, static_cast<int>(o));
+            UsefulOptions(p, group, useful);
+          }
           row_useful.insert(row_useful.end(), useful.begin(), useful.end());
         }
-        const StageCost* costs = &row_costs[static_cast<size_t>(k) * option_count];
         const char* usable = &row_useful[static_cast<size_t>(k) * option_count];
         for (int o = 0; o < p.option_count(); ++o) {
           if (!usable[o]) continue;
-          const Label next = Extend(p, l, id, q, o, costs[o]);
+          const Label next = Extend(p, l, id, q, o, costs.Get(j, q, o));
           ++st.transitions;
           if (q == n - 1) {
             const double t = FinalTime(p, next);
@@ -458,18 +601,19 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
     r.lower_bound_us = 0;
     return r;
   }
-  const std::vector<OptionBounds> bounds = ComputeOptionBounds(p, st.transitions);
+  GroupCosts costs(p, options.price_table_bytes);
+  const std::vector<OptionBounds> bounds = ComputeOptionBounds(p, costs, st.transitions);
   OptionSearchResult found;
   if (!options.seed_incumbents) {
     Incumbent none{fusion.group_ends, fusion_options, kInf};  // kept only if nothing is found
-    found = BranchAndBoundOptions(p, bounds.back(), options.node_budget, std::move(none), false, -1, st);
+    found = BranchAndBoundOptions(p, costs, bounds.back(), options.node_budget, std::move(none), false, -1, st);
   } else {
     Incumbent start = r.espresso_us <= r.fusion_us ? Incumbent{fusion.group_ends, espresso, r.espresso_us}
                                                    : Incumbent{fusion.group_ends, fusion_options, r.fusion_us};
     // Step 4: a first search with 1/kFirstShare of the budget; most prove their optimum within
     // it, for less than the seeds below cost.
     const int64_t first_cap = std::min(options.node_budget, st.transitions + options.node_budget / kFirstShare);
-    found = BranchAndBoundOptions(p, bounds.back(), first_cap, start, true, -1, st);
+    found = BranchAndBoundOptions(p, costs, bounds.back(), first_cap, start, true, -1, st);
     if (!st.optimal) {
       if (found.iteration_us < start.time) start = {found.group_ends, found.options, found.iteration_us};
       // The seeds: per option, the best grouping with that option on every group (a search over
@@ -478,7 +622,7 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
         SearchStats seed_st = st;
         const int64_t cap = std::min(options.node_budget, st.transitions + options.node_budget / kSeedShare);
         const OptionSearchResult seed =
-            BranchAndBoundOptions(p, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
+            BranchAndBoundOptions(p, costs, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
         st.transitions = seed_st.transitions;
         if (seed.group_ends.empty()) continue;
         int64_t changes = 0;
@@ -488,7 +632,7 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
         if (t < start.time) start = {seed.group_ends, std::move(opts), t};
       }
       // Then the search again, from the best of them, with the rest of the budget.
-      found = BranchAndBoundOptions(p, bounds.back(), options.node_budget, std::move(start), false, -1, st);
+      found = BranchAndBoundOptions(p, costs, bounds.back(), options.node_budget, std::move(start), false, -1, st);
     }
   }
   found.fusion_us = r.fusion_us;

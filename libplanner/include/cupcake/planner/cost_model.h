@@ -115,8 +115,14 @@ struct GroupCost {
 // When a collective started at `start` ends (docs/MODEL.md, "Busy cores"): it progresses at
 // 1 / busy_us of its work per microsecond until `busy_until` (the end of the compute stream's
 // known work) and at 1 / idle_us after. Requires busy_us >= idle_us >= 0; non-decreasing and
-// continuous in start and in busy_until.
-double CommEnd(double start, double idle_us, double busy_us, double busy_until);
+// continuous in start and in busy_until. Inline: the label searches call it per node.
+inline double CommEnd(double start, double idle_us, double busy_us, double busy_until) {
+  // Equal speeds (no busy curve): exactly start + idle, as the branches below give up to rounding.
+  if (start >= busy_until || busy_us <= idle_us) return start + idle_us;
+  if (start + busy_us <= busy_until) return start + busy_us;
+  // Part of the work, (busy_until - start) / busy_us, is done by busy_until; the rest at idle speed.
+  return busy_until + (1.0 - (busy_until - start) / busy_us) * idle_us;
+}
 
 GroupCost CostOfGroup(const Problem& problem, int first, int last);
 

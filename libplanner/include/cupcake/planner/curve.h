@@ -11,6 +11,25 @@
 
 namespace cupcake::planner {
 
+namespace internal {
+
+// The value on the line through (x0, y0) and (x1, y1) at x, clamped at 0.
+inline double Interpolate(double x0, double y0, double x1, double y1, double x) {
+  double y = y0 + (y1 - y0) * ((x - x0) / (x1 - x0));
+  return y > 0.0 ? y : 0.0;
+}
+
+// A curve's value at x, with `hi` = the index of its first point whose size is > x (0..n).
+inline double EvalAt(const std::vector<double>& xs, const std::vector<double>& ys, size_t hi, double x) {
+  const size_t n = xs.size();
+  if (n == 0) return 0.0;
+  if (n == 1 || hi == 0) return ys[0];
+  if (hi == n) hi = n - 1;  // beyond the last point: extend the last segment
+  return Interpolate(xs[hi - 1], ys[hi - 1], xs[hi], ys[hi], x);
+}
+
+}  // namespace internal
+
 class Curve {
  public:
   Curve() = default;  // the zero curve (a missing pack or unpack curve)
@@ -34,7 +53,12 @@ class Curve {
 class CurveCursor {
  public:
   explicit CurveCursor(const Curve& curve) : curve_(&curve) {}
-  double At(double size);
+  // Inline: the searches call it for every group they price.
+  double At(double size) {
+    const auto& xs = curve_->sizes_;
+    while (segment_ < xs.size() && xs[segment_] <= size) ++segment_;
+    return internal::EvalAt(xs, curve_->times_, segment_, size);
+  }
   void Reset() { segment_ = 0; }
 
  private:

@@ -98,6 +98,8 @@ class OptionPricer {
   int first_ = 0;
   CurveCursor pack_, unpack_;
   std::vector<Cursors> cursors_;
+  std::vector<size_t> step_twin_;  // the first option of the same scheme, whose steps' costs o shares
+  std::vector<double> step_idle_, step_extra_;  // this call's steps: idle sum, busy excess
 };
 
 // The ratio StepBytes reads for group [first, last] under `s`: the plan's, or for the
@@ -139,6 +141,16 @@ struct OptionTimeline {
 
 // A strategy: the last tensor of each group and each group's option index.
 OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options);
+// The v2 recurrences' running state (docs/MODEL.md), group by group in order: e, f, x, y on
+// the compute stream and the network, g, u, v on the CPU worker.
+struct TimelineState {
+  double e = 0, f = 0, x = 0, y = 0, g = 0, u = 0, v = 0;
+  // Appends the group ending at tensor `last`, with an option of that offload kind and costs.
+  void Add(const OptionProblem& p, int last, bool offload, const StageCost& c);
+  // The iteration time if no group follows; never decreases as groups are added.
+  double Final(const OptionProblem& p) const;
+};
+
 // The same timeline's iteration time from each group's stage costs already priced (costs[k] is
 // group k's under options[k]); what the searches call in their inner loops.
 double IterationFromCosts(const OptionProblem& p, std::span<const int> group_ends, std::span<const int> options,

@@ -45,6 +45,9 @@ inline constexpr int kMaxExhaustiveTensors = 24;
 inline constexpr int kMaxExhaustiveOptionTensors = 7;
 // About a second of search on one core; every shipped model needs far less.
 inline constexpr int64_t kDefaultNodeBudget = 100'000'000;
+// Options space: the memory for every group's costs under every option (400 tensors x 12
+// options take 31 MiB).
+inline constexpr int64_t kDefaultPriceTableBytes = int64_t{64} << 20;
 
 struct SearchOptions {
   Algorithm algorithm = Algorithm::kBranchAndBound;
@@ -59,6 +62,10 @@ struct SearchOptions {
   // search starts with no incumbent (the tests' check that the label DP alone is exact, where
   // its dominance and bounds decide).
   bool seed_incumbents = true;
+  // Options space: where every group's costs under every option fit in this many bytes, they
+  // are priced once for all the search's passes; otherwise row by row (the groups starting at
+  // one tensor) as each pass reaches them. The same plan either way; 0: always row by row.
+  int64_t price_table_bytes = kDefaultPriceTableBytes;
 };
 
 struct SearchStats {
