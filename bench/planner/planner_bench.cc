@@ -90,6 +90,7 @@ void BM_PlanOptions(benchmark::State& state, const std::string& model_name, int 
   }
   planner::SearchOptions options;
   options.space = planner::SearchSpace::kOptions;
+  options.node_budget = planner::DefaultNodeBudget(options.space);  // cupcake-plan's
   planner::OptionSearchResult result;
   for (auto _ : state) {
     auto r = planner::SearchWithOptions(*problem, options);

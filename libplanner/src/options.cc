@@ -186,7 +186,10 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
   // An option's steps read the same curves at the same bytes as every option of its scheme (the
   // collectives' curves do not depend on where the codec runs).
   step_twin_.resize(p.options.size());
+  scheme_costs_.resize(p.options.size());
   for (size_t o = 0; o < p.options.size(); ++o) {
+    const SchemeInfo& s = *p.options[o].scheme;
+    shapes_.push_back({EncodesBeforeNetwork(s), DecodesAfterNetwork(s), EncodesInNetwork(s), ReadsDecodeInNetwork(s)});
     step_twin_[o] = o;
     for (size_t t = 0; t < o; ++t)
       if (p.options[t].scheme == p.options[o].scheme) {
@@ -194,8 +197,6 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
         break;
       }
   }
-  step_idle_.resize(p.options.size());
-  step_extra_.resize(p.options.size());
 }
 
 void OptionPricer::Start(int first) {
@@ -226,12 +227,27 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
     const Option& opt = p_.options[o];
     const SchemeInfo& scheme = *opt.scheme;
     Cursors& k = cursors_[o];
-    const double m = KernelElements(p_, scheme, first_, last, false);
-    const double x = KernelElements(p_, scheme, first_, last, true);
-    const double ratio = GroupStepRatio(p_, scheme, first_, last);
+    const Shape& shape = shapes_[o];
+    // What depends on the scheme alone, computed by its first option (or by `only`).
+    const size_t twin = only >= 0 ? o : step_twin_[o];
+    SchemeCosts& sc = scheme_costs_[twin];
+    if (twin == o) {
+      sc.m = KernelElements(p_, scheme, first_, last, false);
+      sc.x = KernelElements(p_, scheme, first_, last, true);
+      const double ratio = GroupStepRatio(p_, scheme, first_, last);
+      sc.idle = sc.busy_extra = 0;  // busy_extra: what the steps' busy curves add to the idle ones
+      for (int i = 0; i < scheme.step_count; ++i) {
+        const auto bytes =
+            static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union));
+        const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
+        sc.idle += idle;
+        if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
+          sc.busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
+      }
+    }
     StageCost c;
-    const double pre_kernel = EncodesBeforeNetwork(scheme) ? k.pre.At(x) : 0.0;
-    const double post_kernel = DecodesAfterNetwork(scheme) ? k.post.At(x) : 0.0;
+    const double pre_kernel = shape.encode_before ? k.pre.At(sc.x) : 0.0;
+    const double post_kernel = shape.decode_after ? k.post.At(sc.x) : 0.0;
     if (opt.offload) {
       c.cpu_pre = d2h + pre_kernel;
       c.cpu_post = post_kernel + h2d;
@@ -239,28 +255,10 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
       c.gpu_pre = pack + pre_kernel;
       c.gpu_post = post_kernel + unpack;
     }
-    const size_t twin = step_twin_[o];
-    if (twin == o || only >= 0) {
-      double idle_sum = 0, busy_extra = 0;  // busy_extra: what the steps' busy curves add to the idle ones
-      for (int i = 0; i < scheme.step_count; ++i) {
-        const auto bytes =
-            static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union));
-        const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
-        idle_sum += idle;
-        if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
-          busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
-      }
-      step_idle_[o] = idle_sum;
-      step_extra_[o] = busy_extra;
-    } else {
-      step_idle_[o] = step_idle_[twin];
-      step_extra_[o] = step_extra_[twin];
-    }
-    c.net = step_idle_[o];
-    const double busy_extra = step_extra_[o];
-    if (EncodesInNetwork(scheme)) c.net += k.mid_encode.At(m);
-    if (ReadsDecodeInNetwork(scheme)) c.net += k.mid_decode.At(m);
-    c.net_busy = c.net + busy_extra;
+    c.net = sc.idle;
+    if (shape.encode_in_network) c.net += k.mid_encode.At(sc.m);
+    if (shape.reads_decode_in_network) c.net += k.mid_decode.At(sc.m);
+    c.net_busy = c.net + sc.busy_extra;
     out[o] = c;
   }
 }

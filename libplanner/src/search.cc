@@ -274,6 +274,10 @@ std::string AlgorithmName(Algorithm a) {
 
 std::string SearchSpaceName(SearchSpace s) { return s == SearchSpace::kOptions ? "options" : "fusion"; }
 
+int64_t DefaultNodeBudget(SearchSpace s) {
+  return s == SearchSpace::kOptions ? kDefaultOptionsNodeBudget : kDefaultNodeBudget;
+}
+
 StatusOr<SearchSpace> ParseSearchSpace(const std::string& name) {
   for (SearchSpace s : {SearchSpace::kFusion, SearchSpace::kOptions})
     if (name == SearchSpaceName(s)) return s;

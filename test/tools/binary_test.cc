@@ -132,6 +132,25 @@ TEST_F(BinaryTest, CupcakePlanSearchShowSimulateTraceDiff) {
                        " bytes, expected a cupcake.plan.v1 plan\n");
 }
 
+// Without --budget the fusion search gets 10^8 nodes and the options search 5x10^6 (resnet50
+// with dgc does not prove its options optimum within them: it warns); a given --budget is kept.
+TEST_F(BinaryTest, CupcakePlanBudgetDefaultsBySearchSpace) {
+  const std::string common = " --model " + testing::ExamplePath("models/resnet50.json") + " --profile " +
+                             testing::ExamplePath("profiles/v100-8x8-pcie-25g.json") + " -o p.pb --compressor dgc";
+  Result r = Invoke(CUPCAKE_PLAN_BIN, "search" + common);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(", budget 100000000 nodes, proven optimal\n"), std::string::npos) << r.out;
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --search-space options");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(", budget 5000000 nodes, NOT proven optimal"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err,
+            "warning: search: stopped at --budget 5000000 (nodes); the plan is the best found, not proven optimal "
+            "(raise --budget to prove it)\n");
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --search-space options --budget 6000000");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(", budget 6000000 nodes, NOT proven optimal"), std::string::npos) << r.out;
+}
+
 TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
   const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
   const std::string common =

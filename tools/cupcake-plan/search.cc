@@ -118,8 +118,9 @@ int SearchMain(tools::Invocation& inv) {
       "fusion: the groups, every group with the plan's option (v1); options: the groups and each group's "
       "option (scheme and device; docs/MODEL.md v2)")("bucket-mib", po::value(&bucket_mib)->default_value(25),
                                                       "--algorithm bucket: the bucket cap in MiB (DDP: 25)")(
-      "budget", po::value(&options.search.node_budget)->default_value(planner::kDefaultNodeBudget),
-      "search nodes (groups priced) before the search stops with the best plan found")(
+      "budget", po::value(&options.search.node_budget),
+      "search nodes (groups priced) before the search stops with the best plan found; default 100000000, "
+      "with --search-space options 5000000")(
       "require-optimal", po::bool_switch(&options.require_optimal),
       "fail (exit 1, nothing written) unless the plan is proven optimal")(
       "output,o", po::value(&options.output)->required(), "the plan file (.pb), written atomically")(
@@ -157,6 +158,7 @@ int SearchMain(tools::Invocation& inv) {
   auto sp = planner::ParseSearchSpace(space);
   if (!sp.ok()) return tools::UsageError(inv, sp.status().message());
   options.search.space = *sp;
+  if (vm.count("budget") == 0) options.search.node_budget = planner::DefaultNodeBudget(*sp);
   if (options.search.algorithm == planner::Algorithm::kEspresso &&
       options.search.space != planner::SearchSpace::kOptions)
     return tools::UsageError(inv, "--algorithm espresso: chooses per-group options; needs --search-space options");

@@ -98,8 +98,19 @@ class OptionPricer {
   int first_ = 0;
   CurveCursor pack_, unpack_;
   std::vector<Cursors> cursors_;
-  std::vector<size_t> step_twin_;  // the first option of the same scheme, whose steps' costs o shares
-  std::vector<double> step_idle_, step_extra_;  // this call's steps: idle sum, busy excess
+  // Where each option's scheme runs its codec.
+  struct Shape {
+    bool encode_before, decode_after, encode_in_network, reads_decode_in_network;
+  };
+  // One scheme's share of a group's costs: its kernels' elements and its steps' idle sum and busy
+  // excess, which every option of the scheme shares (the collectives' curves do not depend on the
+  // codec's device).
+  struct SchemeCosts {
+    double m, x, idle, busy_extra;
+  };
+  std::vector<Shape> shapes_;
+  std::vector<size_t> step_twin_;  // the first option of o's scheme
+  std::vector<SchemeCosts> scheme_costs_;  // this call's, at each scheme's first option
 };
 
 // The ratio StepBytes reads for group [first, last] under `s`: the plan's, or for the

@@ -32,6 +32,9 @@ enum class SearchSpace {
   kOptions,
 };
 std::string SearchSpaceName(SearchSpace s);
+// cupcake-plan's --budget when none is given: kDefaultNodeBudget, or for the options space
+// kDefaultOptionsNodeBudget.
+int64_t DefaultNodeBudget(SearchSpace s);
 // "fusion" / "options"; the error names the flag and the choices.
 StatusOr<SearchSpace> ParseSearchSpace(const std::string& name);
 
@@ -45,6 +48,10 @@ inline constexpr int kMaxExhaustiveTensors = 24;
 inline constexpr int kMaxExhaustiveOptionTensors = 7;
 // About a second of search on one core; every shipped model needs far less.
 inline constexpr int64_t kDefaultNodeBudget = 100'000'000;
+// --search-space options: where the search does not prove its optimum within this, more nodes
+// have not found a better plan for any shipped model (docs/PLANNER_BENCH.md, "Budget against
+// time"); at most about 0.1 s for 400 tensors on one core.
+inline constexpr int64_t kDefaultOptionsNodeBudget = 5'000'000;
 // Options space: the memory for every group's costs under every option (400 tensors x 12
 // options take 31 MiB).
 inline constexpr int64_t kDefaultPriceTableBytes = int64_t{64} << 20;
