@@ -63,12 +63,18 @@ struct Label {
 
 bool Dominates(const Label& a, const Label& b) { return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y; }
 
+// CommEnd called, not inlined: inlined into Extend it made the label-heavy searches 4-10% slower
+// on the development VM (docs/PLANNER_BENCH.md), where the options search gains from inlining it.
+[[gnu::noinline]] double CommEndCall(double start, double idle_us, double busy_us, double busy_until) {
+  return CommEnd(start, idle_us, busy_us, busy_until);
+}
+
 // Appends group [l.end, q] to label l (the recurrences of cost_model.h).
 Label Extend(const Problem& p, const Label& l, int32_t id, int q, const GroupCost& c) {
   Label next;
   next.e = l.e + c.enc_us;
   const double c_k = p.backward_prefix[q + 1] + next.e;
-  next.f = CommEnd(std::max(c_k, l.f), c.com_us, c.com_busy_us, p.backward_prefix.back() + next.e);
+  next.f = CommEndCall(std::max(c_k, l.f), c.com_us, c.com_busy_us, p.backward_prefix.back() + next.e);
   next.x = std::max(l.x, next.f) + c.dec_us;
   next.y = l.y + c.enc_us + c.dec_us;
   next.parent = id;
