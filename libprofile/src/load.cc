@@ -34,7 +34,7 @@ bool IsSqliteFile(const std::string& path) {
 
 StatusOr<pb::Profile> LoadProfileFile(const std::string& path) {
   if (IsSqliteFile(path)) {
-    CUPCAKE_ASSIGN_OR_RETURN(ProfileStore store, ProfileStore::Open(path, /*create=*/false));
+    CUPCAKE_ASSIGN_OR_RETURN(ProfileStore store, ProfileStore::OpenForReading(path));
     return store.Load();
   }
   CUPCAKE_ASSIGN_OR_RETURN(std::string text, ReadFile(path));

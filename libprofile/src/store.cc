@@ -379,6 +379,10 @@ StatusOr<ProfileStore> ProfileStore::Open(const std::string& path, bool create, 
   return OpenFile(path, /*create_in_place=*/false, busy_timeout_ms);
 }
 
+StatusOr<ProfileStore> ProfileStore::OpenForReading(const std::string& path, int busy_timeout_ms) {
+  return OpenFile(path, /*create_in_place=*/false, busy_timeout_ms, /*reading=*/true);
+}
+
 StatusOr<ProfileStore> ProfileStore::OpenOrCreate(const std::string& path, int busy_timeout_ms, const Writer& write) {
   // Twice at most: when another process creates `path` between our look and our link, the
   // second round finds it.
@@ -426,7 +430,8 @@ Status ProfileStore::CreateAtomically(const std::string& path, int busy_timeout_
   return FailedPreconditionError(path + ": cannot create: link: " + std::strerror(err));
 }
 
-StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool create_in_place, int busy_timeout_ms) {
+StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool create_in_place, int busy_timeout_ms,
+                                              bool reading) {
   if (busy_timeout_ms < 0)
     return InvalidArgumentError(path + ": busy timeout out of range; got " + std::to_string(busy_timeout_ms) +
                                 " ms, expected >= 0");
@@ -443,6 +448,7 @@ StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool crea
   const bool create = create_in_place && info.st_size == 0;
 
   sqlite3* raw = nullptr;
+  // Read-write even to read: SQLite then removes the WAL's side files when the store closes.
   int flags = SQLITE_OPEN_READWRITE;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   ProfileStore store(raw, path);  // owns the handle from here, even on error
@@ -470,9 +476,26 @@ StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool crea
                                    ", expected <= " + std::to_string(internal::SchemaVersion()) +
                                    " (written by a newer cupcake; use that one)");
   bool read_only = sqlite3_db_readonly(raw, "main") == 1;
-  if (!read_only) {
+  if (!read_only && !reading) {
     CUPCAKE_RETURN_IF_ERROR(internal::Exec(raw, path, "PRAGMA journal_mode = WAL"));
     CUPCAKE_RETURN_IF_ERROR(internal::Exec(raw, path, "PRAGMA synchronous = FULL"));
+  }
+  if (version < internal::SchemaVersion() && reading) {
+    // Read the file once into memory and migrate that copy: the file stays as it was.
+    sqlite3* copy = nullptr;
+    rc = sqlite3_open_v2(":memory:", &copy, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+    ProfileStore in_memory(copy, path);
+    CUPCAKE_SQLITE_RETURN_IF_ERROR(rc, copy, path, "open a copy in memory");
+    sqlite3_backup* backup = sqlite3_backup_init(copy, "main", raw, "main");
+    if (backup == nullptr) return internal::SqliteStatus(sqlite3_errcode(copy), copy, path, "copy into memory");
+    rc = sqlite3_backup_step(backup, -1);
+    const int finished = sqlite3_backup_finish(backup);
+    CUPCAKE_SQLITE_RETURN_IF_ERROR(rc == SQLITE_DONE ? finished : rc, raw, path, "copy into memory");
+    CUPCAKE_RETURN_IF_ERROR(internal::Exec(copy, path, "PRAGMA foreign_keys = ON"));
+    in_memory.busy_timeout_ms_ = busy_timeout_ms;
+    store = std::move(in_memory);  // closes the file
+    raw = copy;
+    read_only = false;
   }
   if (version < internal::SchemaVersion()) {
     if (read_only)

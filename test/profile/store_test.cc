@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "cupcake/profile/json_io.h"
+#include "cupcake/profile/load.h"
 #include "cupcake/proto/names.h"
 #include "schema.h"
 #include "test_files.h"
@@ -70,6 +71,11 @@ std::string RawQuery(const std::string& path, const std::string& sql) {
   sqlite3_finalize(st);
   sqlite3_close(db);
   return out;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 class ProfileStoreTest : public ::testing::Test {
@@ -480,6 +486,45 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(MessageDifferencer::Equals(*back, m));
   EXPECT_FALSE(back->tensors(1).has_density());
+}
+
+// Planners and exports read a DB without writing it: an older schema is migrated in a copy in
+// memory (the file keeps its bytes and version), and a DB in another journal mode stays in it;
+// Open (the writers') migrates the file.
+TEST_F(ProfileStoreTest, ReadingWritesNothing) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(2)).ok());
+    sqlite3_close(db);
+  }
+  RawExec(db_,
+          "PRAGMA journal_mode = DELETE;"
+          "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
+          "INSERT INTO curves (id, position, kind, compressor, device) VALUES (3, 0, 'decode', 'topk', 'cpu');"
+          "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
+  const std::string before = ReadBytes(db_);
+  for (int round = 0; round < 2; ++round) {  // the store, then LoadProfileFile
+    if (round == 0) {
+      auto store = ProfileStore::OpenForReading(db_);
+      ASSERT_TRUE(store.ok()) << store.status().ToString();
+      pb::Profile loaded = Load(*store);
+      ASSERT_EQ(loaded.curves_size(), 1);
+      EXPECT_EQ(CurveKey(loaded.curves(0)), "decode topk cpu");
+      EXPECT_EQ(loaded.curves(0).points_size(), 2);
+    } else {
+      auto loaded = LoadProfileFile(db_);
+      ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+      EXPECT_EQ(loaded->cluster().name(), "old");
+    }
+    EXPECT_EQ(ReadBytes(db_), before) << "round " << round;
+  }
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "delete\n");
+  EXPECT_FALSE(std::filesystem::exists(db_ + "-wal"));
+  OpenStore(false);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
 }
 
 TEST_F(ProfileStoreTest, LoadReportsADbEditedIntoAnInvalidState) {

@@ -7,7 +7,7 @@ namespace cupcake::profile_cli {
 namespace po = boost::program_options;
 
 Status RunExport(const ExportOptions& options, std::ostream& out) {
-  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::Open(options.db, /*create=*/false));
+  CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::OpenForReading(options.db));
   std::string text;
   if (options.model.empty()) {
     CUPCAKE_ASSIGN_OR_RETURN(pb::Profile p, store.Load());

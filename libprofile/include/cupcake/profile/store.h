@@ -38,6 +38,11 @@ class ProfileStore {
   // `busy_timeout_ms` (>= 0): how long a write waits for another writer's lock.
   static StatusOr<ProfileStore> Open(const std::string& path, bool create, int busy_timeout_ms = kBusyTimeoutMs);
 
+  // Opens `path` for a caller that only reads it (planning, simulating, exporting): opening
+  // writes nothing, not even to migrate it (an older schema is migrated in a copy in memory, which
+  // the store then reads) or to switch its journal mode. Refuses what Open refuses.
+  static StatusOr<ProfileStore> OpenForReading(const std::string& path, int busy_timeout_ms = kBusyTimeoutMs);
+
   // Opens `path` and runs `write` on it; a missing `path` is created atomically: `write` fills
   // a fresh DB under a private temporary name beside `path`, which is linked into place only
   // when `write` succeeded and no other process created `path` meanwhile (if one did, `write`
@@ -94,8 +99,9 @@ class ProfileStore {
  private:
   ProfileStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   // Opens an existing file, or creates `path` in place when `create_in_place` (for private
-  // temporaries only).
-  static StatusOr<ProfileStore> OpenFile(const std::string& path, bool create_in_place, int busy_timeout_ms);
+  // temporaries only); `reading`: as OpenForReading.
+  static StatusOr<ProfileStore> OpenFile(const std::string& path, bool create_in_place, int busy_timeout_ms,
+                                         bool reading = false);
   // Makes `path` with `write` through a private temporary and link(2); AlreadyExists when
   // another process created `path` first (nothing of ours is left then).
   static Status CreateAtomically(const std::string& path, int busy_timeout_ms, const Writer& write);
