@@ -119,10 +119,11 @@ int SearchMain(tools::Invocation& inv) {
       "option (scheme and device; docs/MODEL.md v2)")("bucket-mib", po::value(&bucket_mib)->default_value(25),
                                                       "--algorithm bucket: the bucket cap in MiB (DDP: 25)")(
       "budget", po::value(&options.search.node_budget),
-      "search nodes (groups priced) before the search stops with the best plan found; default 100000000, "
-      "with --search-space options 5000000")(
-      "require-optimal", po::bool_switch(&options.require_optimal),
-      "fail (exit 1, nothing written) unless the plan is proven optimal")(
+      ("search nodes (groups priced) before the search stops with the best plan found; default " +
+       std::to_string(planner::DefaultNodeBudget(planner::SearchSpace::kFusion)) + ", with --search-space options " +
+       std::to_string(planner::DefaultNodeBudget(planner::SearchSpace::kOptions)))
+          .c_str())("require-optimal", po::bool_switch(&options.require_optimal),
+                    "fail (exit 1, nothing written) unless the plan is proven optimal")(
       "output,o", po::value(&options.output)->required(), "the plan file (.pb), written atomically")(
       "format", po::value(&format)->default_value("text"), "summary on stdout: text or json");
   po::variables_map vm;
