@@ -95,6 +95,13 @@ class ProfileStoreTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     return p.ok() ? *p : pb::Profile();
   }
+  // Makes db_ an empty DB of an older schema: the first `version` migration steps.
+  void MakeDbAtVersion(int version) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(version)).ok());
+    sqlite3_close(db);
+  }
 
   TempDir dir_;
   std::string db_ = dir_.File("p.db");
@@ -398,12 +405,7 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
 // A version 1 DB (before comm curves had a dtype) opens migrated: every curve and point kept,
 // each comm curve a float32 one; then a float16 curve of the same collective can join it.
 TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(1)).ok());
-    sqlite3_close(db);
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeDbAtVersion(1));
   RawExec(db_,
           "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 4);"
           "INSERT INTO curves (id, position, kind, op, scope) VALUES (7, 0, 'comm', 'allreduce', 'global');"
@@ -429,12 +431,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
 // A version 2 DB (before kernel curves had a ratio) opens migrated: its topk curve keeps every
 // point and reads without a ratio; curves of the same compressor at recorded ratios join it.
 TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(2)).ok());
-    sqlite3_close(db);
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeDbAtVersion(2));
   RawExec(db_,
           "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
           "INSERT INTO curves (id, position, kind, compressor, device) VALUES (3, 0, 'decode', 'topk', 'cpu');"
@@ -492,12 +489,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
 // memory (the file keeps its bytes and version), and a DB in another journal mode stays in it;
 // Open (the writers') migrates the file.
 TEST_F(ProfileStoreTest, ReadingWritesNothing) {
-  {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-    ASSERT_TRUE(internal::Migrate(db, db_, internal::Migrations().first(2)).ok());
-    sqlite3_close(db);
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeDbAtVersion(2));
   RawExec(db_,
           "PRAGMA journal_mode = DELETE;"
           "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
