@@ -18,6 +18,7 @@
 #include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
 #include "device_streams.h"
+#include "plan_agreement.h"
 
 namespace cupcake::runtime {
 
@@ -285,11 +286,14 @@ class Session::Impl {
       configs.push_back(c);
       layouts.push_back(*layout);
     }
+    Status local = Status::Ok();
     if (!problems.empty()) {
       std::string text;
       for (const auto& line : problems) text += (text.empty() ? "" : "\n") + line;
-      return InvalidArgumentError(text);
+      local = InvalidArgumentError(text);
     }
+    // Before the first collective (Split below), also when this rank's checks failed.
+    CUPCAKE_RETURN_IF_ERROR(internal::AgreeOnPlan(*comm_, {origin_, PlanFingerprint(plan), local}));
     // Everything below is allocated once (fusion buffers when the gradients are registered);
     // the step path reuses it.
     if (on_device()) {
@@ -1009,10 +1013,14 @@ Session::~Session() = default;
 StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path,
                                                    std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options) {
-  CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(plan_path));
   SessionOptions o = options;
   if (o.origin.empty()) o.origin = plan_path;
-  return Create(plan, std::move(communicator), o);
+  StatusOr<pb::Plan> plan = ReadPlanFile(plan_path);
+  if (!plan.ok()) {
+    if (communicator == nullptr) return plan.status();
+    return internal::AgreeOnPlan(*communicator, {o.origin, "", plan.status()});
+  }
+  return Create(*plan, std::move(communicator), o);
 }
 
 StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan,
@@ -1020,7 +1028,9 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan,
                                                    const SessionOptions& options) {
   const std::string origin = options.origin.empty() ? "plan" : options.origin;
   if (communicator == nullptr) return InvalidArgumentError(origin + ": no communicator; expected one");
-  CUPCAKE_RETURN_IF_ERROR(ValidatePlan(plan, origin));
+  // Every rank takes part in the plan agreement, also one whose plan is invalid (AgreeOnPlan).
+  if (Status valid = ValidatePlan(plan, origin); !valid.ok())
+    return internal::AgreeOnPlan(*communicator, {origin, "", valid});
   auto impl = std::make_unique<Impl>(origin, std::move(communicator), options);
   CUPCAKE_RETURN_IF_ERROR(impl->Init(plan, options));
   return std::unique_ptr<Session>(new Session(std::move(impl)));

@@ -7,6 +7,9 @@
 #include <string_view>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "cupcake/proto/names.h"
 
 namespace cupcake {
@@ -82,6 +85,20 @@ std::string ProfileFingerprint(const pb::Profile& profile) {
       h.F64(p.us());
     }
   }
+  return h.Hex();
+}
+
+std::string PlanFingerprint(const pb::Plan& plan) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    plan.SerializeToCodedStream(&coded);
+  }
+  Fnv1a h;
+  h.Str("cupcake.plan");
+  h.Str(bytes);
   return h.Hex();
 }
 

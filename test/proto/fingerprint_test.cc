@@ -64,5 +64,33 @@ TEST(ProfileFingerprint, IgnoresCurveOrderAndMetadata) {
   EXPECT_NE(ProfileFingerprint(nodes), fp);
 }
 
+// Two plans share a fingerprint exactly when every field agrees: a ratio, a seed, a group's
+// bounds or a scheme change it; a copy and a round trip through the wire format do not.
+TEST(PlanFingerprint, ChangesWithAnyFieldAndSurvivesARoundTrip) {
+  pb::Plan plan;
+  plan.set_format("cupcake.plan.v1");
+  plan.set_world_size(4);
+  plan.mutable_compressor()->set_name("topk");
+  plan.mutable_compressor()->set_ratio(0.01);
+  plan.mutable_compressor()->set_seed(42);
+  pb::Group* g = plan.add_groups();
+  g->set_first_tensor(0);
+  g->set_last_tensor(3);
+  const std::string fp = PlanFingerprint(plan);
+  EXPECT_EQ(fp.size(), 16u);
+  pb::Plan copy;
+  ASSERT_TRUE(copy.ParseFromString(plan.SerializeAsString()));
+  EXPECT_EQ(PlanFingerprint(copy), fp);
+  pb::Plan ratio = plan;
+  ratio.mutable_compressor()->set_ratio(0.1);
+  pb::Plan seed = plan;
+  seed.mutable_compressor()->set_seed(43);
+  pb::Plan bounds = plan;
+  bounds.mutable_groups(0)->set_last_tensor(2);
+  pb::Plan scheme = plan;
+  scheme.mutable_groups(0)->mutable_options()->set_scheme("zen");
+  for (const pb::Plan* other : {&ratio, &seed, &bounds, &scheme}) EXPECT_NE(PlanFingerprint(*other), fp);
+}
+
 }  // namespace
 }  // namespace cupcake

@@ -16,6 +16,7 @@
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
 #include "cupcake/proto/file_io.h"
+#include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/cupcake.h"
 #include "cupcake/runtime/recorder.h"
@@ -234,6 +235,59 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   check(cupcake_last_error() == want, std::string("message: ") + cupcake_last_error());
 }
 
+// Ranks given different plans (rank 0 one, the others another) fail at Create, every rank with
+// the same message naming both plans' fingerprints and files, before any collective of a step
+// could exchange payloads of different shapes. A rank whose own plan is invalid fails with its
+// own message, and the others are told which rank stopped.
+void DifferentPlansFailEveryRank(MpiProcess& mpi, Checks& check, int rank, int world, const std::string& dir) {
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan topk = testing::MakePlan(model, testing::Planned(), "topk", world);
+  pb::Plan other_seed = testing::MakePlan(model, testing::Planned(), "randk", world);
+  other_seed.mutable_compressor()->set_seed(43);
+  const struct {
+    const char* what;
+    pb::Plan a, b;
+  } cases[] = {
+      {"topk at another ratio", topk, testing::MakePlan(model, testing::Planned(), "topk", world, 0.1)},
+      {"topk against layer-wise", topk, testing::MakePlan(model, testing::LayerWise(model), "topk", world)},
+      {"topk against one group", topk, testing::MakePlan(model, testing::OneGroup(model), "topk", world)},
+      {"topk against fp32", topk, testing::MakePlan(model, testing::Planned(), "fp32", world)},
+      {"topk against an options plan", topk, testing::WithScheme(topk, "zen", 1)},
+      {"randk with two seeds", testing::MakePlan(model, testing::Planned(), "randk", world), other_seed},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    const std::string a = dir + "/mismatch" + std::to_string(n) + "-a.pb";
+    const std::string b = dir + "/mismatch" + std::to_string(n++) + "-b-rank" + std::to_string(rank) + ".pb";
+    const std::string mine = rank == 0 ? a : b;
+    check(WritePlanFile(mine, rank == 0 ? c.a : c.b).ok(), "write plan");
+    auto comm = mpi.World();
+    if (!comm.ok()) return check(false, comm.status().ToString());
+    auto session = Session::Create(mine, std::move(comm).value());
+    const std::string m = session.ok() ? "" : session.status().message();
+    const std::string others = world == 2 ? "rank 1" : "ranks 1-" + std::to_string(world - 1);
+    const std::string want = mine + ": the ranks run different plans; expected one plan on every rank:\n  rank 0: plan " +
+                             PlanFingerprint(c.a) + " (" + a + ")\n  " + others + ": plan " + PlanFingerprint(c.b) +
+                             " (" + dir + "/mismatch" + std::to_string(n - 1) + "-b-rank1.pb)";
+    check(!session.ok() && session.status().code() == StatusCode::kInvalidArgument && m == want,
+          std::string(c.what) + ": got '" + m + "', expected '" + want + "'");
+  }
+  // Rank 1's plan is for another world size: rank 1 says so, every other rank names rank 1.
+  const std::string path = dir + "/invalid-rank" + std::to_string(rank) + ".pb";
+  check(WritePlanFile(path, testing::MakePlan(model, testing::Planned(), "topk", rank == 1 ? world + 1 : world)).ok(),
+        "write plan");
+  auto comm = mpi.World();
+  if (!comm.ok()) return check(false, comm.status().ToString());
+  auto session = Session::Create(path, std::move(comm).value());
+  const std::string m = session.ok() ? "" : session.status().message();
+  const std::string want =
+      rank == 1 ? path + ": world_size: does not match the job; got " + std::to_string(world + 1) + ", expected " +
+                      std::to_string(world) + " (ranks in the communicator)"
+                : path + ": other ranks could not use their plan: rank 1 (" + dir +
+                      "/invalid-rank1.pb); every rank stops (each of those ranks reports why)";
+  check(m == want, "invalid plan on rank 1: got '" + m + "', expected '" + want + "'");
+}
+
 // Record mode across ranks: each rank records its own gaps; after MergeRanks every rank holds the
 // slowest rank's ready time per tensor, and the C API's merge writes the same file on every rank.
 class ListClock final : public Clock {
@@ -348,6 +402,7 @@ int main(int argc, char** argv) {
   ZenSparseIsExact(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
+  DifferentPlansFailEveryRank(**mpi, check, rank, world, dir);
   RecorderMergesRanks(**mpi, check, rank, world, dir);
   int failures = 0;
   MPI_Allreduce(&check.failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

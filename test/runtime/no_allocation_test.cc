@@ -90,8 +90,10 @@ TEST(SessionStep, DoesNotAllocateOnAnyThreadWithTwoRanks) {
       InProcessGroup group(2);
       std::vector<std::unique_ptr<Session>> sessions;
       std::vector<testing::Gradients> grads;
+      auto made = testing::CreateOnEveryRank(
+          group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
       for (int r = 0; r < 2; ++r) {
-        auto session = Session::Create(plan, group.Rank(r));
+        auto& session = made[static_cast<size_t>(r)];
         ASSERT_TRUE(session.ok()) << session.status().ToString();
         sessions.push_back(std::move(session).value());
         grads.emplace_back(model, layout);
@@ -126,8 +128,10 @@ TEST(SessionStep, ZenAllocatesOnlyInItsCollective) {
     InProcessGroup group(2);
     std::vector<std::unique_ptr<Session>> sessions;
     std::vector<testing::Gradients> grads;
+    auto made = testing::CreateOnEveryRank(
+        group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
     for (int r = 0; r < 2; ++r) {
-      auto session = Session::Create(plan, group.Rank(r));
+      auto& session = made[static_cast<size_t>(r)];
       ASSERT_TRUE(session.ok()) << session.status().ToString();
       sessions.push_back(std::move(session).value());
       grads.emplace_back(model, testing::Layout::kSeparate);

@@ -4,11 +4,14 @@
 #pragma once
 
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "cupcake/comm/communicator.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
@@ -18,6 +21,24 @@
 namespace cupcake::runtime::testing {
 
 using Grouping = std::vector<std::pair<int, int>>;  // (first_tensor, last_tensor) per group
+
+// Session::Create is collective (the ranks agree on their plan before anything else): makes one
+// session per rank of `group`, each on a thread of its own; make(r, communicator) makes rank r's
+// and returns its StatusOr<std::unique_ptr<Session>>.
+template <typename Make>
+std::vector<StatusOr<std::unique_ptr<Session>>> CreateOnEveryRank(comm::InProcessGroup& group, int world, Make make) {
+  std::vector<std::unique_ptr<comm::Communicator>> comms;
+  for (int r = 0; r < world; ++r) comms.push_back(group.Rank(r));
+  std::vector<StatusOr<std::unique_ptr<Session>>> made;
+  for (int r = 0; r < world; ++r) made.emplace_back(InternalError("not made"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      made[static_cast<size_t>(r)] = make(r, std::move(comms[static_cast<size_t>(r)]));
+    });
+  for (auto& t : threads) t.join();
+  return made;
+}
 
 inline pb::Model SmallModel(const std::string& name = "tiny", std::vector<int64_t> sizes = {37, 5, 128, 1, 64, 200}) {
   pb::Model m;

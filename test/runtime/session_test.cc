@@ -57,14 +57,17 @@ struct Rank {
   testing::Gradients grads;
 };
 
-// W sessions over one in-process group, each with its gradients registered.
+// W sessions over one in-process group, made together (Create is collective), each with its
+// gradients registered.
 std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOptions& options = {},
                             testing::Layout layout = testing::Layout::kSeparate) {
   InProcessGroup group(world);
+  auto made = testing::CreateOnEveryRank(
+      group, world, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c), options); });
   std::vector<Rank> ranks(static_cast<size_t>(world));
   const pb::Model& m = plan.model().model();
   for (int r = 0; r < world; ++r) {
-    auto s = Session::Create(plan, group.Rank(r), options);
+    auto& s = made[static_cast<size_t>(r)];
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     if (!s.ok()) return {};
     Rank& rank = ranks[static_cast<size_t>(r)];
@@ -151,11 +154,14 @@ TEST(Session, RecordsWhatEachGroupDidWhenAsked) {
   std::vector<CountingClock> clocks(2);
   std::vector<Rank> ranks(2);
   InProcessGroup group(2);
-  for (int r = 0; r < 2; ++r) {
+  auto made = testing::CreateOnEveryRank(group, 2, [&](int r, std::unique_ptr<comm::Communicator> c) {
     SessionOptions options;
     options.clock = &clocks[static_cast<size_t>(r)];
     options.record_timeline = true;
-    auto created = Session::Create(plan, group.Rank(r), options);
+    return Session::Create(plan, std::move(c), options);
+  });
+  for (int r = 0; r < 2; ++r) {
+    auto& created = made[static_cast<size_t>(r)];
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     Rank& rank = ranks[static_cast<size_t>(r)];
     rank.session = std::move(created).value();
@@ -261,8 +267,10 @@ TEST(Session, AdjacentButReorderedBuffersArePacked) {
   std::vector<std::vector<float>> flat(2, std::vector<float>(7));
   std::vector<std::unique_ptr<Session>> sessions;
   InProcessGroup group(2);
+  auto made = testing::CreateOnEveryRank(
+      group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
   for (int r = 0; r < 2; ++r) {
-    sessions.push_back(std::move(Session::Create(plan, group.Rank(r))).value());
+    sessions.push_back(std::move(made[static_cast<size_t>(r)]).value());
     auto& f = flat[static_cast<size_t>(r)];
     ASSERT_TRUE(sessions.back()->Register("t0", std::span<float>(f.data() + 4, 3)).ok());  // t0 after t1
     ASSERT_TRUE(sessions.back()->Register("t1", std::span<float>(f.data(), 4)).ok());
@@ -312,12 +320,15 @@ TEST(Session, MissingGradientFailsAfterTheTimeoutNamingIt) {
   {
     InProcessGroup group(2);
     std::vector<Rank> ranks(2);
-    for (int r = 0; r < 2; ++r) {
+    auto made = testing::CreateOnEveryRank(group, 2, [&](int r, std::unique_ptr<comm::Communicator> c) {
       SessionOptions options;
       options.clock = &clocks[static_cast<size_t>(r)];
       options.ready_timeout_us = 5e6;
+      return Session::Create(plan, std::move(c), options);
+    });
+    for (int r = 0; r < 2; ++r) {
       Rank& rank = ranks[static_cast<size_t>(r)];
-      rank.session = std::move(Session::Create(plan, group.Rank(r), options)).value();
+      rank.session = std::move(made[static_cast<size_t>(r)]).value();
       rank.grads = testing::Gradients(model, testing::Layout::kSeparate, 1.0f);
       ASSERT_TRUE(testing::RegisterAll(*rank.session, model, rank.grads).ok());
     }
@@ -345,20 +356,77 @@ TEST(Session, AbortedPeerFailsTheCollectiveWithItsReason) {
   const pb::Model model = SmallModel();
   const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
   InProcessGroup group(2);
-  auto peer = group.Rank(1);
-  auto s = Session::Create(plan, group.Rank(0));
-  ASSERT_TRUE(s.ok());
-  Session& session = **s;
+  auto made = testing::CreateOnEveryRank(
+      group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
+  ASSERT_TRUE(made[0].ok() && made[1].ok());
+  Session& session = *made[0].value();
   std::vector<std::vector<float>> grads;
   for (const auto& t : model.tensors()) grads.emplace_back(static_cast<size_t>(t.numel()), 1.0f);
   for (int i = 0; i < model.tensors_size(); ++i)
     ASSERT_TRUE(session.Register(model.tensors(i).name(), grads[static_cast<size_t>(i)]).ok());
   for (int i = 0; i < model.tensors_size(); ++i) ASSERT_TRUE(session.GradientReady(i).ok());
-  peer->Abort("rank 1 died");
+  group.Rank(1)->Abort("rank 1 died");  // a handle on rank 1's group state: as rank 1 would
   Status st = session.Synchronize();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_EQ(st.message(),
             "Synchronize: groups[0] allreduce: in-process group aborted: rank 1 died (rank 0 on localhost)");
+}
+
+// ---------------------------------------------------------------- plan agreement
+
+// Create is collective: the ranks compare their plans' fingerprints before any collective, and
+// every rank fails when they differ, naming each plan once with its ranks and a file.
+TEST(SessionAgreement, RanksWithDifferentPlansAllFailNamingEachPlan) {
+  const pb::Model model = SmallModel();
+  const pb::Plan a = MakePlan(model, testing::Planned(), "topk", 3);
+  const pb::Plan b = MakePlan(model, testing::Planned(), "topk", 3, 0.1);
+  InProcessGroup group(3);
+  auto made = testing::CreateOnEveryRank(group, 3, [&](int r, std::unique_ptr<comm::Communicator> c) {
+    SessionOptions options;
+    options.origin = r == 1 ? "b.pb" : "a" + std::to_string(r) + ".pb";
+    return Session::Create(r == 1 ? b : a, std::move(c), options);
+  });
+  for (int r = 0; r < 3; ++r) {
+    const auto& s = made[static_cast<size_t>(r)];
+    ASSERT_FALSE(s.ok()) << r;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.status().message(), (r == 1 ? "b.pb" : "a" + std::to_string(r) + ".pb") +
+                                        ": the ranks run different plans; expected one plan on every rank:\n"
+                                        "  ranks 0, 2: plan " +
+                                        PlanFingerprint(a) + " (a0.pb)\n  rank 1: plan " + PlanFingerprint(b) + " (b.pb)");
+  }
+}
+
+// The same plan read from different files is one plan; a rank whose plan is invalid reports its
+// own problem, and the others name it instead of waiting for it in a collective.
+TEST(SessionAgreement, SamePlanFromOtherFilesAgreesAndAnInvalidPlanStopsEveryRank) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "fp32", 2);
+  {
+    InProcessGroup group(2);
+    auto made = testing::CreateOnEveryRank(group, 2, [&](int r, std::unique_ptr<comm::Communicator> c) {
+      SessionOptions options;
+      options.origin = "rank" + std::to_string(r) + ".pb";
+      return Session::Create(plan, std::move(c), options);
+    });
+    EXPECT_TRUE(made[0].ok() && made[1].ok());
+  }
+  pb::Plan invalid = plan;
+  invalid.mutable_groups(0)->set_payload_bytes(3);
+  InProcessGroup group(2);
+  auto made = testing::CreateOnEveryRank(group, 2, [&](int r, std::unique_ptr<comm::Communicator> c) {
+    SessionOptions options;
+    options.origin = "rank" + std::to_string(r) + ".pb";
+    return Session::Create(r == 1 ? invalid : plan, std::move(c), options);
+  });
+  ASSERT_FALSE(made[0].ok());
+  ASSERT_FALSE(made[1].ok());
+  EXPECT_EQ(made[0].status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(made[0].status().message(),
+            "rank0.pb: other ranks could not use their plan: rank 1 (rank1.pb); every rank stops (each of those "
+            "ranks reports why)");
+  EXPECT_EQ(made[1].status().message().rfind("rank1.pb: groups[0].payload_bytes: ", 0), 0u)
+      << made[1].status().message();
 }
 
 // ---------------------------------------------------------------- validation messages
@@ -370,14 +438,17 @@ TEST(SessionValidation, RejectsPlanForOtherWorldSizeCompressorAndModel) {
   SessionOptions options;
   options.compressor = "fp16";
   options.model_fingerprint = ModelFingerprint(SmallModel("tiny", {3, 4}));
-  auto s = Session::Create(path, group.Rank(0), options);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.status().message(),
-            path + ": world_size: does not match the job; got 4, expected 2 (ranks in the communicator)\n" + path +
-                ": compressor.name: does not match the job; got 'topk', expected 'fp16'\n" + path +
-                ": model.fingerprint: plan for another model; got " + ModelFingerprint(SmallModel()) +
-                " (model resnet), expected " + options.model_fingerprint + " (the job's model)");
+  auto made = testing::CreateOnEveryRank(
+      group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(path, std::move(c), options); });
+  for (const auto& s : made) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.status().message(),
+              path + ": world_size: does not match the job; got 4, expected 2 (ranks in the communicator)\n" + path +
+                  ": compressor.name: does not match the job; got 'topk', expected 'fp16'\n" + path +
+                  ": model.fingerprint: plan for another model; got " + ModelFingerprint(SmallModel()) +
+                  " (model resnet), expected " + options.model_fingerprint + " (the job's model)");
+  }
   std::filesystem::remove(path);
 }
 
@@ -574,33 +645,6 @@ TEST(Session, RefusesPlanOptionsItDoesNotExecute) {
 namespace cupcake::runtime {
 namespace {
 
-// MakeRanks for plans whose sessions split the communicator (a collective call in Create): the
-// W sessions made at once, one thread per rank.
-std::vector<Rank> MakeRanksTogether(const pb::Plan& plan, int world,
-                                    testing::Layout layout = testing::Layout::kSeparate) {
-  InProcessGroup group(world);
-  std::vector<Rank> ranks(static_cast<size_t>(world));
-  std::vector<std::unique_ptr<comm::Communicator>> comms;
-  for (int r = 0; r < world; ++r) comms.push_back(group.Rank(r));
-  std::vector<Status> made(static_cast<size_t>(world));
-  OnEveryRank(world, [&](int r) {
-    auto s = Session::Create(plan, std::move(comms[static_cast<size_t>(r)]));
-    if (!s.ok()) {
-      made[static_cast<size_t>(r)] = s.status();
-      return;
-    }
-    Rank& rank = ranks[static_cast<size_t>(r)];
-    rank.session = std::move(s).value();
-    rank.grads = testing::Gradients(plan.model().model(), layout);
-    made[static_cast<size_t>(r)] = testing::RegisterAll(*rank.session, plan.model().model(), rank.grads);
-  });
-  for (const Status& s : made) {
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    if (!s.ok()) return {};
-  }
-  return ranks;
-}
-
 struct HierCase {
   std::string compressor;
   std::string scheme;
@@ -623,7 +667,7 @@ TEST_P(HierarchicalMatchesReference, OnTwoNodesOfTwoRanks) {
   const pb::Plan plan =
       testing::WithScheme(MakePlan(model, testing::Planned(), c.compressor, kWorld), c.scheme, kDevices);
   ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
-  std::vector<Rank> ranks = MakeRanksTogether(plan, kWorld, c.layout);
+  std::vector<Rank> ranks = MakeRanks(plan, kWorld, {}, c.layout);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
   testing::HierarchicalReference reference(plan, kWorld, kDevices);
   for (int it = 0; it < 3; ++it) {
@@ -659,7 +703,7 @@ TEST(Session, HierarchicalFp32EqualsTheFlatAverage) {
   const pb::Model model = SmallModel();
   const pb::Plan flat = MakePlan(model, testing::Planned(), "fp32", kWorld);
   const pb::Plan plan = testing::WithScheme(flat, "hier_fp32", 2);
-  std::vector<Rank> ranks = MakeRanksTogether(plan, kWorld);
+  std::vector<Rank> ranks = MakeRanks(plan, kWorld);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
   testing::Reference reference(flat, kWorld);
   const auto want = reference.Step(0);
@@ -791,11 +835,14 @@ TEST(SessionValidation, RejectsZenForADenseCompressor) {
   const pb::Model model = SmallModel("tiny", {4, 4});
   const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::OneGroup(model), "efsignsgd", 2), "zen", 1);
   InProcessGroup group(2);
-  auto s = Session::Create(plan, group.Rank(0));
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.status().message(),
-            "plan: groups[0].options.scheme: zen needs a compressor whose payload is sparse pairs; got efsignsgd, "
-            "expected topk or dgc");
+  auto made = testing::CreateOnEveryRank(
+      group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
+  for (const auto& s : made) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().message(),
+              "plan: groups[0].options.scheme: zen needs a compressor whose payload is sparse pairs; got efsignsgd, "
+              "expected topk or dgc");
+  }
 }
 
 // zen_sparse (naturally sparse gradients, docs/ZEN.md): each group's non-zero entries are summed

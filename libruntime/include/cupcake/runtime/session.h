@@ -107,6 +107,11 @@ class Session {
   // (world size) and `options` (compressor, model fingerprint). Every mismatch is reported
   // together, one per line: `<plan>: world_size: does not match the job; got 4, expected 2
   // (ranks in the communicator)`.
+  // Collective: every rank of the communicator calls Create, also one whose plan turns out
+  // invalid. Before any other collective the ranks compare their plans' fingerprints
+  // (PlanFingerprint); when they differ every rank fails with InvalidArgument naming each plan,
+  // its ranks and a file it was read from (`<plan>: the ranks run different plans; ...`), and
+  // when some rank's own checks failed the others fail with FailedPrecondition naming it.
   static StatusOr<std::unique_ptr<Session>> Create(const std::string& plan_path,
                                                    std::unique_ptr<comm::Communicator> communicator,
                                                    const SessionOptions& options = {});

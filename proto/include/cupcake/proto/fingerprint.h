@@ -17,4 +17,8 @@ std::string ModelFingerprint(const pb::Model& model);
 // measurement method or measured models: a DB and its JSON export agree.
 std::string ProfileFingerprint(const pb::Profile& profile);
 
+// Of a whole plan, every field (its deterministic serialization): the ranks of a job run one
+// plan exactly when their plans' fingerprints agree. Not of the file it was read from.
+std::string PlanFingerprint(const pb::Plan& plan);
+
 }  // namespace cupcake
