@@ -20,8 +20,6 @@ using comm::Communicator;
 using comm::DataType;
 using comm::ReduceOp;
 
-constexpr int64_t kHostBytes = 256;
-
 // The value rank `rank` puts at `index` of its send buffer: small integers, so that every
 // expected result is exact: in float, and, for float16 sums, below 2048 (0 or 1 per rank, and
 // ranks past 2047 add 0).
@@ -195,28 +193,6 @@ pb::Curve Key(const Planned& p) {
 }
 
 }  // namespace
-
-StatusOr<Topology> DiscoverTopology(Communicator& world) {
-  std::vector<char> mine(kHostBytes, 0), all(static_cast<size_t>(kHostBytes * world.size()));
-  std::memcpy(mine.data(), world.host().data(), std::min<size_t>(world.host().size(), kHostBytes - 1));
-  CUPCAKE_RETURN_IF_ERROR(world.Allgather(mine.data(), all.data(), kHostBytes));
-  Topology t;
-  std::map<std::string, int> index;
-  std::vector<int> count;
-  for (int r = 0; r < world.size(); ++r) {
-    std::string h(all.data() + r * kHostBytes);
-    auto [it, inserted] = index.try_emplace(h, static_cast<int>(t.hosts.size()));
-    if (inserted) {
-      t.hosts.push_back(h);
-      count.push_back(0);
-    }
-    if (r == world.rank()) t.local_rank = count[static_cast<size_t>(it->second)];
-    ++count[static_cast<size_t>(it->second)];
-    t.host_of_rank.push_back(it->second);
-  }
-  t.ranks_per_host = std::all_of(count.begin(), count.end(), [&](int c) { return c == count[0]; }) ? count[0] : 0;
-  return t;
-}
 
 Status AgreeOnConfiguration(Communicator& world, const std::vector<std::pair<std::string, std::string>>& flags) {
   std::string mine;

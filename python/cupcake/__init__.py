@@ -7,6 +7,7 @@ is closed.
 """
 
 import atexit
+import contextlib
 import ctypes
 import weakref
 
@@ -19,13 +20,14 @@ for _name in ("libmpi.so.40", "libmpi.so"):
     except OSError:
         pass
 
-from ._runtime import Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl  # noqa: E402
+from ._runtime import Communicator, Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl  # noqa: E402
 from ._runtime import open_kernel_time_source as _open_kernel_time_source  # noqa: E402
 
-__all__ = ["Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "track", "built_with_nccl",
-           "kernel_time_source"]
+__all__ = ["Communicator", "Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "world", "layout", "track",
+           "built_with_nccl", "kernel_time_source"]
 
 _mpi = None
+_layout = None
 _kernel_time = None
 _tracked = weakref.WeakSet()
 
@@ -37,6 +39,22 @@ def mpi():
         _mpi = Mpi()
         atexit.register(_finalize)
     return _mpi
+
+
+def world():
+    """Collective: a new host communicator over every rank (a duplicate of MPI_COMM_WORLD) with
+    rank, size, local_rank, local_size and broadcast. Close it when done (contextlib.closing):
+    a job that initialized MPI itself finalizes it, and must find no communicator of ours left."""
+    return mpi().world()
+
+
+def layout():
+    """(rank, size, local_rank, local_size) of this process; collective on the first call."""
+    global _layout
+    if _layout is None:
+        with contextlib.closing(world()) as w:
+            _layout = (w.rank, w.size, w.local_rank, w.local_size)
+    return _layout
 
 
 def kernel_time_source():

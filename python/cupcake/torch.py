@@ -36,6 +36,7 @@ another model names the first tensor that differs; a gradient missing at synchro
 
 import atexit
 import contextlib
+import io
 import os
 import sys
 
@@ -43,7 +44,8 @@ import torch
 
 import cupcake
 
-__all__ = ["DistributedOptimizer", "Error"]
+__all__ = ["DistributedOptimizer", "Error", "broadcast_parameters", "broadcast_optimizer_state", "rank", "size",
+           "local_rank", "local_size"]
 
 Error = cupcake.Error
 
@@ -51,8 +53,90 @@ _RECORD_ENV = "CUPCAKE_RECORD"
 _RECORD_ITERATIONS_ENV = "CUPCAKE_RECORD_ITERATIONS"
 
 
+def rank():
+    """This process's rank among the job's ranks (0 .. size() - 1)."""
+    return cupcake.layout()[0]
+
+
+def size():
+    """The number of ranks in the job."""
+    return cupcake.layout()[1]
+
+
+def local_rank():
+    """This process's rank among the ranks on its host (Horovod's meaning: pick the GPU with it)."""
+    return cupcake.layout()[2]
+
+
+def local_size():
+    """The number of ranks on this process's host."""
+    return cupcake.layout()[3]
+
+
+def _tensors(params):
+    """The tensors of a state_dict, of (name, tensor) pairs or of tensors, in the order given."""
+    if isinstance(params, dict):
+        return list(params.values())
+    out = []
+    for p in params:
+        out.append(p[1] if isinstance(p, tuple) else p)
+    return out
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Collective: every rank's tensors become rank `root_rank`'s (as DDP does at construction).
+
+    params: model.state_dict() (parameters and buffers), model.named_parameters(), or tensors;
+        the same names, shapes and dtypes in the same order on every rank. Any device: the
+        values travel through host memory in one broadcast.
+    """
+    _check_root("broadcast_parameters", root_rank)
+    tensors = [t for t in _tensors(params) if t is not None]
+    if size() == 1 or not tensors:
+        return
+    with torch.no_grad(), contextlib.closing(cupcake.world()) as world:
+        flat = torch.cat([t.detach().reshape(-1).contiguous().cpu().view(torch.uint8) for t in tensors])
+        world.broadcast(flat.data_ptr(), flat.numel(), root_rank)
+        if world.rank == root_rank:
+            return
+        at = 0
+        for t in tensors:
+            n = t.numel() * t.element_size()
+            t.copy_(flat[at:at + n].clone().view(t.dtype).view(t.shape))  # clone: aligned for t.dtype
+            at += n
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Collective: every rank's optimizer state and hyperparameters become rank `root_rank`'s
+    (optimizer.load_state_dict of root_rank's state_dict(); tensors move to each parameter's device)."""
+    _check_root("broadcast_optimizer_state", root_rank)
+    if size() == 1:
+        return
+    with contextlib.closing(cupcake.world()) as world:
+        payload = b""
+        if world.rank == root_rank:
+            buffer = io.BytesIO()
+            torch.save(optimizer.state_dict(), buffer)
+            payload = buffer.getvalue()
+        length = torch.tensor([len(payload)], dtype=torch.int64)
+        world.broadcast(length.data_ptr(), 8, root_rank)
+        if world.rank == root_rank:
+            data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        else:
+            data = torch.empty(int(length.item()), dtype=torch.uint8)
+        world.broadcast(data.data_ptr(), data.numel(), root_rank)
+        if world.rank == root_rank:
+            return
+    optimizer.load_state_dict(torch.load(io.BytesIO(data.numpy().tobytes()), map_location="cpu"))
+
+
+def _check_root(call, root_rank):
+    if not 0 <= root_rank < size():
+        raise ValueError("%s: root_rank: out of range; got %r, expected 0 <= root_rank < %d" % (call, root_rank, size()))
+
+
 def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_passes_per_step=1,
-                         model_name=None, compressor="", timeout_s=60.0, exit_after_record=True):
+                         model_name=None, compressor="", timeout_s=60.0, exit_after_record=True, broadcast=True):
     """Wraps `optimizer` so that step() uses gradients averaged over the MPI ranks per `plan`.
 
     optimizer: a torch.optim.Optimizer; the result is an instance of a subclass of its class that
@@ -68,6 +152,10 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
     compressor: when set, the plan's compressor must be this one.
     timeout_s: synchronize() fails when gradients are still missing after this long.
     exit_after_record: in record mode, end the job (exit status 0) once the model is written.
+    broadcast: at construction, rank 0's parameters (those in named_parameters) and optimizer
+        state are broadcast to every rank (broadcast_parameters, broadcast_optimizer_state), so
+        that the replicas start equal, as DDP's do. Buffers (batch-norm statistics) are not
+        parameters: broadcast_parameters(model.state_dict()) covers them.
     """
     if getattr(optimizer, "_cupcake", None) is not None:
         raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
@@ -76,9 +164,13 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
                          % (backward_passes_per_step,))
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
+    named_parameters = list(named_parameters)
+    if broadcast:
+        broadcast_parameters(named_parameters, root_rank=0)
+        broadcast_optimizer_state(optimizer, root_rank=0)  # replaces optimizer.state: before the copy below
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)  # the same param_groups and state objects
-    wrapped._cupcake = _State(wrapped, list(named_parameters), plan, backward_passes_per_step, model_name,
+    wrapped._cupcake = _State(wrapped, named_parameters, plan, backward_passes_per_step, model_name,
                               compressor, timeout_s, exit_after_record)
     return wrapped
 

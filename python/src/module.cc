@@ -22,6 +22,7 @@
 #include "cupcake/comm/communicator.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
+#include "cupcake/comm/topology.h"
 #include "cupcake/proto/activity.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/runtime/recorder.h"
@@ -81,6 +82,56 @@ class Mpi {
   std::unique_ptr<comm::MpiProcess> process_;
   bool closed_ = false;
 };
+
+// A host-memory communicator for the job's own collectives (the initial broadcast of parameters
+// and optimizer state), with where its ranks run. close() frees it; later calls raise.
+class PyCommunicator {
+ public:
+  explicit PyCommunicator(std::unique_ptr<comm::Communicator> comm) : comm_(std::move(comm)) {
+    topology_ = Take(comm::DiscoverTopology(*comm_));
+  }
+  comm::Communicator& Get() const {
+    if (comm_ == nullptr) Raise(FailedPreconditionError("cupcake: Communicator: closed; expected an open one"));
+    return *comm_;
+  }
+  const comm::Topology& topology() const {
+    Get();
+    return topology_;
+  }
+  // Collective: `bytes` bytes of host memory at `address` from rank `root` to every rank.
+  void Broadcast(uintptr_t address, int64_t bytes, int root) {
+    comm::Communicator& c = Get();
+    if (bytes < 0 || root < 0 || root >= c.size())
+      Raise(InvalidArgumentError("cupcake: broadcast: bad arguments; got " + std::to_string(bytes) + " bytes from root " +
+                                 std::to_string(root) + ", expected bytes >= 0 and 0 <= root < " +
+                                 std::to_string(c.size())));
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = c.Broadcast(reinterpret_cast<void*>(address), bytes, root);  // NOLINT: a tensor's data_ptr()
+    }
+    Check(status);
+  }
+  void Close() { comm_.reset(); }
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+  comm::Topology topology_;
+};
+
+void BindCommunicator(py::module_& m) {
+  py::class_<PyCommunicator>(m, "Communicator",
+                             "A host-memory communicator over the job's ranks (made by Mpi.world()).")
+      .def_property_readonly("rank", [](const PyCommunicator& c) { return c.Get().rank(); })
+      .def_property_readonly("size", [](const PyCommunicator& c) { return c.Get().size(); })
+      .def_property_readonly("host", [](const PyCommunicator& c) { return c.Get().host(); })
+      .def_property_readonly("local_rank", [](const PyCommunicator& c) { return c.topology().local_rank; })
+      .def_property_readonly("local_size", [](const PyCommunicator& c) { return c.topology().local_size; })
+      .def("broadcast", &PyCommunicator::Broadcast, py::arg("address"), py::arg("nbytes"), py::arg("root"),
+           "Collective: `nbytes` bytes of host memory at `address` (e.g. a CPU tensor's data_ptr()) from rank "
+           "`root` to every rank.")
+      .def("close", &PyCommunicator::Close, "Frees the communicator; later calls raise.");
+}
 
 struct SessionArgs {
   std::string compressor;
@@ -262,11 +313,15 @@ PYBIND11_MODULE(_runtime, m) {
       .def(py::init<>(), "Initializes MPI (MPI_THREAD_MULTIPLE) unless the job already did.")
       .def_property_readonly("owns_mpi", &Mpi::owns_mpi)
       .def("close", &Mpi::Close, "Finalizes MPI when this object initialized it.")
+      .def(
+          "world", [](Mpi& mpi) { return std::make_unique<PyCommunicator>(mpi.World()); }, py::keep_alive<0, 1>(),
+          "Collective: a new host communicator on a duplicate of MPI_COMM_WORLD.")
       .def("world_rank_and_size", [](Mpi& mpi) {
         auto world = mpi.World();
         return std::make_pair(world->rank(), world->size());
       });
   m.def("built_with_nccl", &cupcake::comm::BuiltWithNccl);
+  BindCommunicator(m);
   BindSession(m);
   BindRecorder(m);
 }

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "cases.h"
+#include "cupcake/comm/topology.h"
 
 namespace cupcake::comm::testing {
 namespace {
@@ -35,6 +36,24 @@ INSTANTIATE_TEST_SUITE_P(Ranks, InProcessSuite,
                            return Cases()[static_cast<size_t>(std::get<1>(param_info.param))].name + "_" +
                                   std::to_string(std::get<0>(param_info.param)) + "ranks";
                          });
+
+// Hosts of 3 and 1 ranks, interleaved: local ranks count the ranks before on the same host.
+TEST(Topology, LocalRanksAndSizesFollowTheHostNames) {
+  const std::vector<std::string> hosts = {"a", "b", "a", "a"};
+  const int want_local_rank[] = {0, 0, 1, 2}, want_local_size[] = {3, 1, 3, 3};
+  RunRanks(
+      4,
+      [&](Communicator& c) {
+        auto t = DiscoverTopology(c);
+        ASSERT_TRUE(t.ok()) << t.status().ToString();
+        EXPECT_EQ(t->hosts, (std::vector<std::string>{"a", "b"}));
+        EXPECT_EQ(t->host_of_rank, (std::vector<int>{0, 1, 0, 0}));
+        EXPECT_EQ(t->local_rank, want_local_rank[c.rank()]) << c.rank();
+        EXPECT_EQ(t->local_size, want_local_size[c.rank()]) << c.rank();
+        EXPECT_EQ(t->ranks_per_host, 0);
+      },
+      hosts);
+}
 
 TEST(InProcessGroup, HostsNameTheFakeNodes) {
   RunRanks(4, [](Communicator& c) { EXPECT_EQ(c.host(), c.rank() < 2 ? "node-a" : "node-b"); },

@@ -5,6 +5,7 @@
 #               plan it: fp32 (one group and layer-wise), efsignsgd, topk (the other stages' fixture)
 #   fp32        fp32_job.py with both fp32 plans, and with MPI initialized by the job
 #   compressed  compressed_job.py with the efsignsgd and topk plans
+#   replicas    replicas_job.py: differently seeded ranks start equal (the initial broadcast)
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -49,6 +50,10 @@ case "$stage" in
       rm -f "$work/$c.store"
       "${mpirun[@]}" "$python" "$here/compressed_job.py" "$work/pycnn-$c.pb" "$work/$c.store"
     done
+    ;;
+  replicas)
+    rm -f "$work/replicas.store"
+    "${mpirun[@]}" "$python" "$here/replicas_job.py" "$work/pycnn-fp32.pb" "$work/replicas.store"
     ;;
   errors)
     "${mpirun[@]}" "$python" "$here/errors_job.py" "$work"

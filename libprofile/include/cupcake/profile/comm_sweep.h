@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cupcake/comm/communicator.h"
+#include "cupcake/comm/topology.h"
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/sink.h"
@@ -16,15 +17,9 @@
 
 namespace cupcake::profile {
 
-// Where the ranks run: hosts in rank order, and this rank's place.
-struct Topology {
-  std::vector<std::string> hosts;  // distinct hosts, in order of their first rank
-  std::vector<int> host_of_rank;  // index into hosts
-  int local_rank = 0;  // among the ranks of this rank's host
-  int ranks_per_host = 0;  // 0 when hosts have different counts
-};
-// Collective: allgathers the host names.
-StatusOr<Topology> DiscoverTopology(comm::Communicator& world);
+// Where the ranks run (libcomm's; the sweeps use it).
+using comm::DiscoverTopology;
+using comm::Topology;
 
 // Ranks must run with the same configuration: rank 0's (flag, value) list is compared with
 // every rank's. Collective. A mismatch is FailedPrecondition on every rank, naming each flag
