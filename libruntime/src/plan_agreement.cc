@@ -102,10 +102,8 @@ Status AgreeOnPlan(comm::Communicator& comm, const PlanVote& vote) {
                                    "; every rank stops (each of those ranks reports why)");
   if (plans.size() == 1) return Status::Ok();
   std::string text;
-  for (const Plan& p : plans)
-    text += "\n  " + Ranks(p.ranks) + ": plan " + p.fingerprint + " (" + p.origin + ")";
-  return InvalidArgumentError(vote.origin + ": the ranks run different plans; expected one plan on every rank:" +
-                              text);
+  for (const Plan& p : plans) text += "\n  " + Ranks(p.ranks) + ": plan " + p.fingerprint + " (" + p.origin + ")";
+  return InvalidArgumentError(vote.origin + ": the ranks run different plans; expected one plan on every rank:" + text);
 }
 
 }  // namespace cupcake::runtime::internal

@@ -7,10 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include "cupcake/proto/names.h"
+#include "cupcake/proto/plan_io.h"
 
 namespace cupcake {
 namespace {
@@ -89,16 +87,9 @@ std::string ProfileFingerprint(const pb::Profile& profile) {
 }
 
 std::string PlanFingerprint(const pb::Plan& plan) {
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    plan.SerializeToCodedStream(&coded);
-  }
   Fnv1a h;
   h.Str("cupcake.plan");
-  h.Str(bytes);
+  h.Str(SerializePlan(plan));
   return h.Hex();
 }
 

@@ -15,6 +15,7 @@
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/limits.h"
 #include "cupcake/proto/names.h"
 
@@ -381,6 +382,10 @@ StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin) 
   if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
     return InvalidArgumentError(origin + ": too large; got " + std::to_string(bytes.size()) +
                                 " bytes, expected < 2 GiB");
+  if (FileFormatOf(bytes) == kLadderFileFormat)
+    return InvalidArgumentError(origin + ": a ladder of plans (" + std::string(kLadderFileFormat) +
+                                "); expected a single plan here (cupcake-plan show lists the rungs; simulate and "
+                                "trace take --rung RATIO)");
   pb::Plan plan;
   // Damaged strings make protobuf log "invalid UTF-8" to stderr; the Status says it instead.
   google::protobuf::LogSilencer silence_protobuf_log;
@@ -399,15 +404,26 @@ StatusOr<pb::Plan> ReadPlanFile(const std::string& path) {
   return ParsePlan(bytes, path);
 }
 
-std::string SerializePlan(const pb::Plan& plan) {
+std::string SerializeDeterministic(const google::protobuf::MessageLite& message) {
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
     google::protobuf::io::CodedOutputStream coded(&stream);
     coded.SetSerializationDeterministic(true);
-    plan.SerializeToCodedStream(&coded);
+    message.SerializeToCodedStream(&coded);
   }
   return bytes;
+}
+
+std::string SerializePlan(const pb::Plan& plan) { return SerializeDeterministic(plan); }
+
+std::string FileFormatOf(std::string_view bytes) {
+  pb::FileFormat header;
+  google::protobuf::LogSilencer silence_protobuf_log;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
+      !header.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return "";
+  return header.format();
 }
 
 Status WritePlanFile(const std::string& path, const pb::Plan& plan) {

@@ -1,9 +1,9 @@
 // The runtime under a real MPI launcher (mpirun -np 2 and 4, label mpi): every compressor and
 // grouping against the reference over several iterations, zen groups equal to the allgather
-// scheme, zen_sparse groups the exact mean of sparse gradients, fp32 exactly the MPI average, the C API on a communicator the job owns, a plan for
-// another world size refused. With --die, rank 1 dies after setup and the job must end with a
-// non-zero exit instead of hanging.
-// Prints `runtime_mpi_test: rank 0: all N checks passed`; every failure line has FAIL.
+// scheme, zen_sparse groups the exact mean of sparse gradients, fp32 exactly the MPI average, the C API on a
+// communicator the job owns, a plan for another world size refused. With --die, rank 1 dies after setup and the job
+// must end with a non-zero exit instead of hanging. Prints `runtime_mpi_test: rank 0: all N checks passed`; every
+// failure line has FAIL.
 #include <mpi.h>
 
 #include <algorithm>
@@ -266,7 +266,8 @@ void DifferentPlansFailEveryRank(MpiProcess& mpi, Checks& check, int rank, int w
     auto session = Session::Create(mine, std::move(comm).value());
     const std::string m = session.ok() ? "" : session.status().message();
     const std::string others = world == 2 ? "rank 1" : "ranks 1-" + std::to_string(world - 1);
-    const std::string want = mine + ": the ranks run different plans; expected one plan on every rank:\n  rank 0: plan " +
+    const std::string want = mine +
+                             ": the ranks run different plans; expected one plan on every rank:\n  rank 0: plan " +
                              PlanFingerprint(c.a) + " (" + a + ")\n  " + others + ": plan " + PlanFingerprint(c.b) +
                              " (" + dir + "/mismatch" + std::to_string(n - 1) + "-b-rank1.pb)";
     check(!session.ok() && session.status().code() == StatusCode::kInvalidArgument && m == want,
@@ -280,11 +281,10 @@ void DifferentPlansFailEveryRank(MpiProcess& mpi, Checks& check, int rank, int w
   if (!comm.ok()) return check(false, comm.status().ToString());
   auto session = Session::Create(path, std::move(comm).value());
   const std::string m = session.ok() ? "" : session.status().message();
-  const std::string want =
-      rank == 1 ? path + ": world_size: does not match the job; got " + std::to_string(world + 1) + ", expected " +
-                      std::to_string(world) + " (ranks in the communicator)"
-                : path + ": other ranks could not use their plan: rank 1 (" + dir +
-                      "/invalid-rank1.pb); every rank stops (each of those ranks reports why)";
+  const std::string want = rank == 1 ? path + ": world_size: does not match the job; got " + std::to_string(world + 1) +
+                                           ", expected " + std::to_string(world) + " (ranks in the communicator)"
+                                     : path + ": other ranks could not use their plan: rank 1 (" + dir +
+                                           "/invalid-rank1.pb); every rank stops (each of those ranks reports why)";
   check(m == want, "invalid plan on rank 1: got '" + m + "', expected '" + want + "'");
 }
 

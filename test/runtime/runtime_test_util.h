@@ -33,9 +33,7 @@ std::vector<StatusOr<std::unique_ptr<Session>>> CreateOnEveryRank(comm::InProces
   for (int r = 0; r < world; ++r) made.emplace_back(InternalError("not made"));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      made[static_cast<size_t>(r)] = make(r, std::move(comms[static_cast<size_t>(r)]));
-    });
+    threads.emplace_back([&, r] { made[static_cast<size_t>(r)] = make(r, std::move(comms[static_cast<size_t>(r)])); });
   for (auto& t : threads) t.join();
   return made;
 }

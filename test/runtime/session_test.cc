@@ -62,8 +62,9 @@ struct Rank {
 std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOptions& options = {},
                             testing::Layout layout = testing::Layout::kSeparate) {
   InProcessGroup group(world);
-  auto made = testing::CreateOnEveryRank(
-      group, world, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c), options); });
+  auto made = testing::CreateOnEveryRank(group, world, [&](int, std::unique_ptr<comm::Communicator> c) {
+    return Session::Create(plan, std::move(c), options);
+  });
   std::vector<Rank> ranks(static_cast<size_t>(world));
   const pb::Model& m = plan.model().model();
   for (int r = 0; r < world; ++r) {
@@ -393,7 +394,8 @@ TEST(SessionAgreement, RanksWithDifferentPlansAllFailNamingEachPlan) {
     EXPECT_EQ(s.status().message(), (r == 1 ? "b.pb" : "a" + std::to_string(r) + ".pb") +
                                         ": the ranks run different plans; expected one plan on every rank:\n"
                                         "  ranks 0, 2: plan " +
-                                        PlanFingerprint(a) + " (a0.pb)\n  rank 1: plan " + PlanFingerprint(b) + " (b.pb)");
+                                        PlanFingerprint(a) + " (a0.pb)\n  rank 1: plan " + PlanFingerprint(b) +
+                                        " (b.pb)");
   }
 }
 
@@ -438,8 +440,9 @@ TEST(SessionValidation, RejectsPlanForOtherWorldSizeCompressorAndModel) {
   SessionOptions options;
   options.compressor = "fp16";
   options.model_fingerprint = ModelFingerprint(SmallModel("tiny", {3, 4}));
-  auto made = testing::CreateOnEveryRank(
-      group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(path, std::move(c), options); });
+  auto made = testing::CreateOnEveryRank(group, 2, [&](int, std::unique_ptr<comm::Communicator> c) {
+    return Session::Create(path, std::move(c), options);
+  });
   for (const auto& s : made) {
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);

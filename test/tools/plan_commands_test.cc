@@ -423,7 +423,7 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
   EXPECT_EQ(code, tools::kExitUsage);
   EXPECT_TRUE(
       err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
-                      "usage: cupcake-plan show PLAN.pb [--format text|json]\n"))
+                      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json]\n"))
       << err;
 }
 
@@ -594,6 +594,107 @@ TEST_F(PlanCommandsTest, OptionsSearchCanChooseZenAndShowNamesIt) {
   std::ostringstream shown;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, shown).ok());
   EXPECT_NE(shown.str().find("compressor  topk (ratio 0.01, zen union 0.5)"), std::string::npos) << shown.str();
+}
+
+}  // namespace
+}  // namespace cupcake::plan_cli
+
+namespace cupcake::plan_cli {
+namespace {
+
+// A ladder through the commands: search --ratios writes it and lists the rungs; show lists them
+// (text and JSON) or prints one rung as a plan; simulate and trace need --rung; diff compares
+// two ladders rung by rung and refuses a ladder against a plan.
+TEST_F(PlanCommandsTest, LadderSearchShowSimulateTraceAndDiff) {
+  SearchOptions o = Search("topk", "ladder.pb");
+  o.ratios = {0.001, 0.1, 0.01};
+  const std::string out = RunOk(o);
+  auto plans = ReadPlansFile(o.output);
+  ASSERT_TRUE(plans.ok()) << plans.status().ToString();
+  ASSERT_FALSE(plans->single);
+  const pb::Ladder& ladder = plans->ladder;
+  ASSERT_EQ(ladder.rungs_size(), 4);
+  EXPECT_TRUE(out.starts_with("wrote ladder " + o.output + " (4 rungs, each searched on its own)\n")) << out;
+  const double dense = ladder.rungs(0).plan().predicted().iteration_us();
+  for (const pb::Rung& r : ladder.rungs()) {
+    char speedup[32];
+    std::snprintf(speedup, sizeof speedup, "%.2fx", dense / r.plan().predicted().iteration_us());
+    const std::string row = " " + r.plan().compressor().name() + " ";
+    const std::string cells = Ms(r.plan().predicted().iteration_us()) + "        " + speedup;
+    EXPECT_NE(out.find(cells), std::string::npos) << cells << "\n" << out;
+  }
+  std::ostringstream shown;
+  ASSERT_TRUE(RunShow({o.output}, shown).ok());
+  EXPECT_TRUE(shown.str().starts_with("ladder      " + o.output + " (cupcake.ladder.v1): 4 rungs")) << shown.str();
+  EXPECT_NE(shown.str().find("\n      1 fp32 "), std::string::npos) << shown.str();
+  EXPECT_NE(shown.str().find("\n  0.001 topk "), std::string::npos) << shown.str();
+
+  std::ostringstream json;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kJson}, json).ok());
+  const auto j = nlohmann::json::parse(json.str());
+  ASSERT_EQ(j["rungs"].size(), 4u);
+  EXPECT_EQ(j["rungs"][2]["ratio"], 0.01);
+  EXPECT_EQ(j["rungs"][2]["plan"]["compressor"]["ratio"], 0.01);
+  EXPECT_EQ(j["rungs"][0]["plan"]["compressor"]["name"], "fp32");
+
+  std::ostringstream one;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText, 0.01}, one).ok());
+  EXPECT_NE(one.str().find("\ncompressor  topk (ratio 0.01), memory residual"), std::string::npos) << one.str();
+
+  std::ostringstream sink;
+  SimulateOptions sim{o.output, o.model, "", profile_};
+  EXPECT_EQ(RunSimulate(sim, sink).message(),
+            o.output + ": a ladder of 4 plans; expected --rung RATIO, one of 1 (fp32), 0.1, 0.01, 0.001");
+  sim.rung = 0.1;
+  ASSERT_TRUE(RunSimulate(sim, sink).ok());
+  EXPECT_EQ(RunTrace({o.output, dir_.File("t.json"), 0.3}, sink).message(),
+            o.output + ": --rung: no rung of ratio 0.3; expected one of 1 (fp32), 0.1, 0.01, 0.001");
+  ASSERT_TRUE(RunTrace({o.output, dir_.File("t.json"), 1.0}, sink).ok());
+
+  SearchOptions other = Search("topk", "other.pb");
+  other.ratios = {0.1, 0.003};
+  RunOk(other);
+  std::ostringstream same, diff;
+  auto d = RunDiff({o.output, o.output, 0, tools::OutputFormat::kText}, same);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(*d);
+  EXPECT_EQ(same.str(), "ladders are equivalent\n");
+  d = RunDiff({o.output, other.output, 0, tools::OutputFormat::kText}, diff);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(*d);
+  EXPECT_EQ(diff.str(), "rung 0.01: only in A\nrung 0.001: only in A\nrung 0.003: only in B\n");
+  RunOk(Search("topk", "plan.pb"));
+  EXPECT_EQ(RunDiff({o.output, dir_.File("plan.pb"), 0, tools::OutputFormat::kText}, sink).status().message(),
+            o.output + " is a ladder and " + dir_.File("plan.pb") +
+                " a single plan; expected two plans or two ladders (show --rung RATIO picks a rung)");
+  EXPECT_EQ(ReadPlanFile(o.output).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(PlanCommandsTest, LadderFlagsAreUsageErrors) {
+  auto run = [&](std::vector<std::string> args) {
+    std::ostringstream out, err;
+    std::vector<std::string> all = {
+        "search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_, "-o", dir_.File("x.pb")};
+    all.insert(all.end(), args.begin(), args.end());
+    const int code = tools::Dispatch(kTool, Commands(), all, out, err);
+    EXPECT_FALSE(std::filesystem::exists(dir_.File("x.pb")));
+    return std::pair{code, err.str().substr(0, err.str().find('\n'))};
+  };
+  using P = std::pair<int, std::string>;
+  EXPECT_EQ(
+      run({"--compressor", "efsignsgd", "--ratios", "0.1"}),
+      P(tools::kExitUsage,
+        "cupcake-plan search: --ratios: efsignsgd keeps no fraction of the elements; expected topk, randk or dgc"));
+  EXPECT_EQ(run({"--compressor", "topk", "--ratios", "0.1,x"}),
+            P(tools::kExitUsage,
+              "cupcake-plan search: --ratios: not a number; got \"x\" in \"0.1,x\", expected "
+              "comma-separated ratios such as 0.1,0.01"));
+  EXPECT_EQ(run({"--compressor", "topk", "--ratios", "0.1,1"}),
+            P(tools::kExitUsage,
+              "cupcake-plan search: --ratios: out of range; got 1, expected 0 < ratio < 1 (the "
+              "fp32 rung is always added)"));
+  EXPECT_EQ(run({"--compressor", "topk", "--ratios", "0.1", "--ratio", "0.2"}),
+            P(tools::kExitUsage, "cupcake-plan search: give --ratio (one plan) or --ratios (a ladder), not both"));
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/planner/planner.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/tools/cli.h"
 
@@ -25,20 +28,25 @@ struct SearchOptions {
   std::string model_name;  // or: a model the profile (DB or JSON) carries; exactly one of the two
   std::string profile;  // a profile DB or a cupcake.profile.v1 JSON file
   planner::PlanRequest request;
+  // Non-empty: a ladder (the fp32 rung and one plan per ratio, planner::MakeLadder) instead of
+  // one plan at request.ratio.
+  std::vector<double> ratios;
   planner::SearchOptions search;
   bool require_optimal = false;
   std::string output;  // the plan (.pb), written atomically
   tools::OutputFormat format = tools::OutputFormat::kText;
 };
-// Searches, writes the plan and prints its summary to `out`; the warning that the search ran
-// out of budget goes to `err`. With require_optimal such a plan is an error and is not written.
+// Searches, writes the plan (or ladder) and prints its summary to `out`; the warning that a
+// search ran out of budget goes to `err`. With require_optimal such a plan is an error and
+// nothing is written.
 Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& err);
 int SearchMain(tools::Invocation& inv);
 
-// show PLAN [--format text|json]
+// show PLAN [--rung RATIO] [--format text|json]
 struct ShowOptions {
   std::string plan;
   tools::OutputFormat format = tools::OutputFormat::kText;
+  std::optional<double> rung;  // a ladder's rung; unset: the whole ladder
 };
 Status RunShow(const ShowOptions& options, std::ostream& out);
 int ShowMain(tools::Invocation& inv);
@@ -50,6 +58,7 @@ struct SimulateOptions {
   std::string model_name;
   std::string profile;
   tools::OutputFormat format = tools::OutputFormat::kText;
+  std::optional<double> rung;  // required for a ladder
 };
 Status RunSimulate(const SimulateOptions& options, std::ostream& out);
 int SimulateMain(tools::Invocation& inv);
@@ -58,11 +67,12 @@ int SimulateMain(tools::Invocation& inv);
 struct TraceOptions {
   std::string plan;
   std::string output = "-";  // "-": `out`
+  std::optional<double> rung;  // required for a ladder
 };
 Status RunTrace(const TraceOptions& options, std::ostream& out);
 int TraceMain(tools::Invocation& inv);
 
-// diff A B [--tolerance PCT] [--format text|json]
+// diff A B [--tolerance PCT] [--format text|json]: two plans, or two ladders rung by rung
 struct DiffOptions {
   std::string a, b;
   double tolerance_pct = 0;
@@ -80,6 +90,14 @@ namespace internal {
 StatusOr<pb::Model> ResolveModel(const std::string& model_file, const std::string& model_name,
                                  const pb::Profile& profile, const std::string& profile_path);
 
+// The plan of a single-plan file, or the rung `rung` of a ladder (which needs one). Errors name
+// the file and the flag: `l.pb: a ladder of 3 plans; expected --rung RATIO, one of 1 (fp32), ...`.
+StatusOr<pb::Plan> ReadPlanOrRung(const std::string& path, std::optional<double> rung);
+// The same for a file already read.
+StatusOr<pb::Plan> SelectPlan(const Plans& plans, const std::string& path, std::optional<double> rung);
+// Adds `--rung RATIO` to `flags`, stored in `rung` when given (read it after ParseFlags).
+void AddRungFlag(boost::program_options::options_description& flags, double* rung);
+
 // "12.345" (microseconds as milliseconds, 3 decimals).
 std::string Ms(double us);
 // "fc.bias" or "fc.bias .. layer4.2.bn3.weight".
@@ -90,6 +108,14 @@ std::string TensorRange(const pb::Model& model, int first, int last);
 std::string OptionName(const pb::Plan& plan, const pb::GroupOptions& o);
 // "3 x flat gpu, 2 x hier gpu (groups per option)".
 std::string OptionsSummary(const pb::Plan& plan);
+
+// Rows of columns, one line each: `left(c)` columns left-aligned, the others right-aligned;
+// the last column unpadded.
+void PrintTable(const std::vector<std::vector<std::string>>& rows, const std::function<bool(size_t)>& left,
+                std::ostream& out);
+// A ladder's rungs, one row each: ratio, compressor, groups, predicted time, speedup over the
+// fp32 rung, whether each search proved its plan optimal, the options chosen.
+void PrintLadder(const pb::Ladder& ladder, std::ostream& out);
 
 // The plan's summary: model, profile, compressor, groups, predicted time, speedups over the
 // baselines, search statistics. One "key  value" line each.

@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/names.h"
 
 namespace cupcake::plan_cli::internal {
@@ -64,6 +65,62 @@ std::string OptionsSummary(const pb::Plan& plan) {
   std::string s;
   for (const auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + std::to_string(n) + " x " + name;
   return s + " (groups per option)";
+}
+
+StatusOr<pb::Plan> ReadPlanOrRung(const std::string& path, std::optional<double> rung) {
+  CUPCAKE_ASSIGN_OR_RETURN(Plans plans, ReadPlansFile(path));
+  return SelectPlan(plans, path, rung);
+}
+
+StatusOr<pb::Plan> SelectPlan(const Plans& plans, const std::string& path, std::optional<double> rung) {
+  if (plans.single) {
+    if (rung) return InvalidArgumentError(path + ": --rung: the file holds a single plan, not a ladder");
+    return plans.ladder.rungs(0).plan();
+  }
+  if (!rung)
+    return InvalidArgumentError(path + ": a ladder of " + std::to_string(plans.ladder.rungs_size()) +
+                                " plans; expected --rung RATIO, one of " + RungRatios(plans.ladder));
+  CUPCAKE_ASSIGN_OR_RETURN(const pb::Rung* r, FindRung(plans.ladder, *rung, path));
+  return r->plan();
+}
+
+void AddRungFlag(boost::program_options::options_description& flags, double* rung) {
+  flags.add_options()("rung", boost::program_options::value(rung),
+                      "a ladder's rung: its ratio (1 for the fp32 rung), as `show LADDER` lists them");
+}
+
+void PrintTable(const std::vector<std::vector<std::string>>& rows, const std::function<bool(size_t)>& left,
+                std::ostream& out) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    width.resize(std::max(width.size(), r.size()), 0);
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  for (const auto& r : rows) {
+    std::string line = " ";
+    for (size_t c = 0; c < r.size(); ++c) {
+      const bool last = c + 1 == r.size();
+      const std::string pad(width[c] - r[c].size(), ' ');
+      line += " " + (left(c) || last ? r[c] + (last ? "" : pad) : pad + r[c]);
+    }
+    out << line << "\n";
+  }
+}
+
+void PrintLadder(const pb::Ladder& ladder, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ratio", "compressor", "groups", "predicted ms", "vs fp32 rung", "search", "options chosen"}};
+  const double dense = ladder.rungs(0).plan().predicted().iteration_us();
+  for (const pb::Rung& r : ladder.rungs()) {
+    const pb::Plan& p = r.plan();
+    char speedup[32];
+    std::snprintf(speedup, sizeof speedup, "%.2fx", dense / p.predicted().iteration_us());
+    rows.push_back({FormatDouble(r.ratio()), p.compressor().name(), std::to_string(p.groups_size()),
+                    Ms(p.predicted().iteration_us()), speedup, p.search().optimal() ? "optimal" : "not proven",
+                    p.search().search_space().empty() ? "-" : OptionsSummary(p)});
+  }
+  PrintTable(
+      rows, [](size_t c) { return c == 1 || c == 5; }, out);
 }
 
 void PrintSummary(const pb::Plan& plan, std::ostream& out) {

@@ -1,9 +1,13 @@
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.h"
+#include "cupcake/planner/ladder.h"
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
 
@@ -11,11 +15,10 @@ namespace cupcake::plan_cli {
 namespace po = boost::program_options;
 namespace {
 
-void Json(const pb::Plan& plan, const std::string& output, double search_s, std::ostream& out) {
+nlohmann::ordered_json Json(const pb::Plan& plan, double search_s) {
   using nlohmann::ordered_json;
   const auto& m = plan.model().model();
   ordered_json j;
-  j["plan"] = output;
   j["model"] = m.name();
   j["tensors"] = m.tensors_size();
   j["profile"] = plan.profile_name();
@@ -55,7 +58,60 @@ void Json(const pb::Plan& plan, const std::string& output, double search_s, std:
     extrapolations.push_back(
         {{"curve", e.curve()}, {"last_size", e.last_size()}, {"max_size", e.max_size()}, {"unit", e.unit()}});
   j["extrapolations"] = extrapolations;
-  out << j.dump(2) << "\n";
+  return j;
+}
+
+// The warning (or, with require_optimal, the error) for a plan whose search ran out of budget.
+Status CheckOptimal(const SearchOptions& options, const pb::Plan& plan, const std::string& which, std::ostream& err) {
+  if (plan.search().optimal() || planner::IsFixedStrategy(options.search.algorithm) ||
+      options.search.algorithm == planner::Algorithm::kEspresso)
+    return Status::Ok();
+  const std::string what = which + "search: stopped at --budget " + std::to_string(plan.search().budget()) +
+                           " (nodes); the plan is the best found, not proven optimal";
+  if (options.require_optimal)
+    return FailedPreconditionError("--require-optimal: " + what + "; raise --budget (no " +
+                                   (which.empty() ? "plan" : "ladder") + " written)");
+  err << "warning: " << what << " (raise --budget to prove it)\n";
+  return Status::Ok();
+}
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Status RunLadderSearch(const SearchOptions& options, const pb::Model& model, const pb::Profile& profile,
+                       std::ostream& out, std::ostream& err) {
+  const auto start = std::chrono::steady_clock::now();
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Ladder ladder,
+                           planner::MakeLadder(model, profile, options.request, options.ratios, options.search));
+  const double search_s = Seconds(start);
+  for (const pb::Rung& r : ladder.rungs()) {
+    char which[48];
+    std::snprintf(which, sizeof which, "rung %g: ", r.ratio());
+    CUPCAKE_RETURN_IF_ERROR(CheckOptimal(options, r.plan(), which, err));
+  }
+  CUPCAKE_RETURN_IF_ERROR(WriteLadderFile(options.output, ladder));
+  for (const pb::Rung& r : ladder.rungs())
+    if (std::string w = internal::ExtrapolationWarning(r.plan()); !w.empty()) {
+      char which[48];
+      std::snprintf(which, sizeof which, "rung %g: ", r.ratio());
+      err << which << w;
+    }
+  if (options.format == tools::OutputFormat::kJson) {
+    nlohmann::ordered_json j;
+    j["ladder"] = options.output;
+    j["rungs"] = nlohmann::ordered_json::array();
+    for (const pb::Rung& r : ladder.rungs()) j["rungs"].push_back({{"ratio", r.ratio()}, {"plan", Json(r.plan(), 0)}});
+    j["wall_s"] = search_s;
+    out << j.dump(2) << "\n";
+    return Status::Ok();
+  }
+  out << "wrote ladder " << options.output << " (" << ladder.rungs_size() << " rungs, each searched on its own)\n";
+  internal::PrintLadder(ladder, out);
+  char took[64];
+  std::snprintf(took, sizeof took, "%.3f s", search_s);
+  out << "took        " << took << " (wall clock of the searches; not stored in the ladder)\n";
+  return Status::Ok();
 }
 
 }  // namespace
@@ -64,22 +120,17 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
   CUPCAKE_ASSIGN_OR_RETURN(pb::Profile profile, profile::LoadProfileFile(options.profile));
   CUPCAKE_ASSIGN_OR_RETURN(pb::Model model,
                            internal::ResolveModel(options.model, options.model_name, profile, options.profile));
+  if (!options.ratios.empty()) return RunLadderSearch(options, model, profile, out, err);
   const auto start = std::chrono::steady_clock::now();
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));
-  const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  if (!plan.search().optimal() && !planner::IsFixedStrategy(options.search.algorithm) &&
-      options.search.algorithm != planner::Algorithm::kEspresso) {
-    const std::string what = "search: stopped at --budget " + std::to_string(plan.search().budget()) +
-                             " (nodes); the plan is the best found, not proven optimal";
-    if (options.require_optimal)
-      return FailedPreconditionError("--require-optimal: " + what + "; raise --budget (no plan written)");
-    err << "warning: " << what << " (raise --budget to prove it)\n";
-  }
+  const double search_s = Seconds(start);
+  CUPCAKE_RETURN_IF_ERROR(CheckOptimal(options, plan, "", err));
   CUPCAKE_RETURN_IF_ERROR(WritePlanFile(options.output, plan));
   err << internal::ExtrapolationWarning(plan);
   if (options.format == tools::OutputFormat::kJson) {
-    Json(plan, options.output, search_s, out);
+    nlohmann::ordered_json j = {{"plan", options.output}};
+    j.update(Json(plan, search_s));
+    out << j.dump(2) << "\n";
     return Status::Ok();
   }
   out << "wrote plan " << options.output << "\n";
@@ -92,7 +143,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
 
 int SearchMain(tools::Invocation& inv) {
   SearchOptions options;
-  std::string device, algorithm, format, space;
+  std::string device, algorithm, format, space, ratios;
   double bucket_mib = 25;
   po::options_description flags("options");
   flags.add_options()("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")(
@@ -107,6 +158,9 @@ int SearchMain(tools::Invocation& inv) {
       "where encode and decode run: gpu or cpu (default: gpu if the profile has its curves)")(
       "memory", po::value(&options.request.memory),
       "error feedback: residual, dgc or none (default: the compressor's)")(
+      "ratios", po::value(&ratios),
+      "a ladder instead of one plan: a plan per ratio, comma-separated (e.g. 0.1,0.01,0.001; topk, randk, dgc), "
+      "each searched on its own, and the fp32 plan as the bottom rung; for a controller that adapts the ratio")(
       "seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")(
       "zen-union", po::value(&options.request.zen_union)->default_value(0),
       "zen groups (--search-space options): the ranks' union of selected indices as a share of their W k "
@@ -124,7 +178,7 @@ int SearchMain(tools::Invocation& inv) {
        std::to_string(planner::DefaultNodeBudget(planner::SearchSpace::kOptions)))
           .c_str())("require-optimal", po::bool_switch(&options.require_optimal),
                     "fail (exit 1, nothing written) unless the plan is proven optimal")(
-      "output,o", po::value(&options.output)->required(), "the plan file (.pb), written atomically")(
+      "output,o", po::value(&options.output)->required(), "the plan (or ladder) file (.pb), written atomically")(
       "format", po::value(&format)->default_value("text"), "summary on stdout: text or json");
   po::variables_map vm;
   if (auto code = tools::ParseFlags(
@@ -140,7 +194,21 @@ int SearchMain(tools::Invocation& inv) {
                                "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
     options.request.device = *d;
   }
-  if (!vm["ratio"].defaulted()) {
+  if (vm.count("ratios") != 0) {
+    if (!vm["ratio"].defaulted())
+      return tools::UsageError(inv, "give --ratio (one plan) or --ratios (a ladder), not both");
+    std::stringstream list(ratios);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const double r = std::strtod(item.c_str(), &end);
+      if (item.empty() || end != item.c_str() + item.size())
+        return tools::UsageError(inv, "--ratios: not a number; got \"" + item + "\" in \"" + ratios +
+                                          "\", expected comma-separated ratios such as 0.1,0.01");
+      options.ratios.push_back(r);
+    }
+    if (Status s = planner::CheckLadderRequest(options.request.compressor, options.ratios); !s.ok())
+      return tools::UsageError(inv, s.message());
+  } else if (!vm["ratio"].defaulted()) {
     const CompressorInfo* info = FindCompressor(options.request.compressor);
     if (info != nullptr && !info->uses_ratio)
       inv.err << "warning: --ratio: does not apply to " << info->name

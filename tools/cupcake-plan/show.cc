@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cupcake/proto/ladder_io.h"
+#include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
 
 namespace cupcake::plan_cli {
@@ -35,26 +37,28 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
                     internal::TensorRange(m, g.first_tensor(), g.last_tensor())});
     if (options) rows.back().insert(rows.back().begin() + 2, internal::OptionName(plan, g.options()));
   }
-  std::vector<size_t> width(rows[0].size(), 0);
-  for (const auto& r : rows)
-    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
   out << "groups (times in ms from the start of backward"
       << (options ? "; encode and decode: on the option's device, the CPU worker when offloaded" : "") << "):\n";
-  for (const auto& r : rows) {
-    std::string line = " ";
-    for (size_t c = 0; c < r.size(); ++c) {
-      const bool last = c + 1 == r.size();
-      const bool left = c == 1 || last || (options && c == 2);  // the tensor and option columns read left to right
-      std::string pad(width[c] - r[c].size(), ' ');
-      line += " " + (left ? r[c] + (last ? "" : pad) : pad + r[c]);
-    }
-    out << line << "\n";
-  }
+  // The tensor and option columns read left to right.
+  internal::PrintTable(
+      rows, [&](size_t c) { return c == 1 || (options && c == 2); }, out);
+}
+
+void LadderText(const std::string& path, const pb::Ladder& ladder, std::ostream& out) {
+  const pb::Plan& dense = ladder.rungs(0).plan();
+  const pb::Model& m = dense.model().model();
+  out << "ladder      " << path << " (" << ladder.format() << "): " << ladder.rungs_size()
+      << " rungs, each a plan searched on its own\n";
+  out << "model       " << m.name() << ": " << m.tensors_size() << " tensors\n";
+  out << "profile     " << dense.profile_name() << ": world size " << dense.world_size() << ", on "
+      << Name(dense.device()) << "\n";
+  out << "rungs (show --rung RATIO prints one rung as a plan):\n";
+  internal::PrintLadder(ladder, out);
 }
 
 // The plan's proto3 JSON (PlanToJson) with the summary first and the model, with its tensor
 // list, last; the same keys and values, so it still parses as a Plan (docs/FORMATS.md).
-std::string SummaryFirst(const std::string& proto_json) {
+nlohmann::ordered_json SummaryFirst(const std::string& proto_json) {
   const auto j = nlohmann::ordered_json::parse(proto_json);
   nlohmann::ordered_json out;
   for (const char* key : {"format", "profile_name", "profile_fingerprint", "world_size", "devices_per_node", "device",
@@ -62,17 +66,31 @@ std::string SummaryFirst(const std::string& proto_json) {
     if (j.contains(key)) out[key] = j[key];
   for (const auto& [key, value] : j.items())
     if (!out.contains(key)) out[key] = value;
-  return out.dump(1) + "\n";
+  return out;
 }
 
 }  // namespace
 
 Status RunShow(const ShowOptions& options, std::ostream& out) {
-  CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(options.plan));
-  if (options.format == tools::OutputFormat::kJson)
-    out << SummaryFirst(PlanToJson(plan));
-  else
-    Text(options.plan, plan, out);
+  CUPCAKE_ASSIGN_OR_RETURN(Plans plans, ReadPlansFile(options.plan));
+  if (plans.single || options.rung) {
+    CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, internal::SelectPlan(plans, options.plan, options.rung));
+    if (options.format == tools::OutputFormat::kJson)
+      out << SummaryFirst(PlanToJson(plan)).dump(1) << "\n";
+    else
+      Text(options.plan, plan, out);
+    return Status::Ok();
+  }
+  if (options.format == tools::OutputFormat::kJson) {
+    nlohmann::ordered_json j;
+    j["format"] = plans.ladder.format();
+    j["rungs"] = nlohmann::ordered_json::array();
+    for (const pb::Rung& r : plans.ladder.rungs())
+      j["rungs"].push_back({{"ratio", r.ratio()}, {"plan", SummaryFirst(PlanToJson(r.plan()))}});
+    out << j.dump(1) << "\n";
+  } else {
+    LadderText(options.plan, plans.ladder, out);
+  }
   return Status::Ok();
 }
 
@@ -82,10 +100,14 @@ int ShowMain(tools::Invocation& inv) {
   po::options_description flags("options");
   flags.add_options()("plan", po::value(&options.plan)->required(), "the plan file (.pb)")(
       "format", po::value(&format)->default_value("text"), "text (summary and groups) or json (every field)");
+  double rung = 0;
+  internal::AddRungFlag(flags, &rung);
   po::positional_options_description positional;
   positional.add("plan", 1);
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, positional, "PLAN.pb [--format text|json]", vm)) return *code;
+  if (auto code = tools::ParseFlags(inv, flags, positional, "PLAN.pb [--rung RATIO] [--format text|json]", vm))
+    return *code;
+  if (vm.count("rung") != 0) options.rung = rung;
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());
   options.format = *f;

@@ -27,7 +27,7 @@ std::string Signed(double x, const char* unit) {
 }  // namespace
 
 Status RunSimulate(const SimulateOptions& options, std::ostream& out) {
-  CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, ReadPlanFile(options.plan));
+  CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, internal::ReadPlanOrRung(options.plan, options.rung));
   CUPCAKE_ASSIGN_OR_RETURN(pb::Profile profile, profile::LoadProfileFile(options.profile));
   CUPCAKE_ASSIGN_OR_RETURN(pb::Model model,
                            internal::ResolveModel(options.model, options.model_name, profile, options.profile));
@@ -122,10 +122,14 @@ int SimulateMain(tools::Invocation& inv) {
       "model-name", po::value(&options.model_name), "or: the model of this name stored in the profile")(
       "profile", po::value(&options.profile)->required(), "the profile to evaluate on: a DB or a profile JSON file")(
       "format", po::value(&format)->default_value("text"), "text or json");
+  double rung = 0;
+  internal::AddRungFlag(flags, &rung);
   po::variables_map vm;
   if (auto code = tools::ParseFlags(
-          inv, flags, {}, "--plan PLAN.pb (--model M.json | --model-name NAME) --profile P [--format text|json]", vm))
+          inv, flags, {},
+          "--plan PLAN.pb [--rung RATIO] (--model M.json | --model-name NAME) --profile P [--format text|json]", vm))
     return *code;
+  if (vm.count("rung") != 0) options.rung = rung;
   if (options.model.empty() == options.model_name.empty())
     return tools::UsageError(inv, "give exactly one of --model FILE and --model-name NAME");
   auto f = tools::ParseOutputFormat("--format", format);

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include <google/protobuf/message_lite.h>
+
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/status.h"
 
@@ -23,14 +25,20 @@ inline constexpr std::string_view kPlanFileFormat = "cupcake.plan.v1";
 // truncated one; InvalidArgument for a plan that parses but is structurally invalid.
 StatusOr<pb::Plan> ReadPlanFile(const std::string& path);
 
-// ReadPlanFile on bytes already read; `origin` prefixes the messages.
+// ReadPlanFile on bytes already read; `origin` prefixes the messages. A ladder
+// (cupcake.ladder.v1) is refused by name: ReadPlansFile (ladder_io.h) takes either.
 StatusOr<pb::Plan> ParsePlan(std::string_view bytes, const std::string& origin);
 
 // The structural checks ParsePlan applies, for plans made in code.
 Status ValidatePlan(const pb::Plan& plan, const std::string& origin);
 
-// Deterministic serialization: the same plan gives the same bytes.
+// Deterministic serialization: the same plan (or ladder) gives the same bytes.
 std::string SerializePlan(const pb::Plan& plan);
+std::string SerializeDeterministic(const google::protobuf::MessageLite& message);
+
+// The `format` field of a plan or ladder file's bytes (field 1 of both); empty when the bytes
+// do not parse as protobuf or carry none.
+std::string FileFormatOf(std::string_view bytes);
 
 // Writes SerializePlan(plan) to `path` atomically. Does not validate.
 Status WritePlanFile(const std::string& path, const pb::Plan& plan);

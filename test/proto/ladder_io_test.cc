@@ -1,0 +1,188 @@
+// Ladder files: written and read back, a single plan read as a ladder of one rung, ReadPlanFile
+// refusing a ladder by name, and each structural check's message.
+#include "cupcake/proto/ladder_io.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/plan_io.h"
+
+namespace cupcake {
+namespace {
+
+// A valid plan of 3 tensors in 2 groups on gpu: topk at `ratio`, or fp32 when ratio is 0.
+pb::Plan TinyPlan(double ratio) {
+  pb::Plan plan;
+  plan.set_format("cupcake.plan.v1");
+  pb::Model* m = plan.mutable_model()->mutable_model();
+  m->set_name("tiny");
+  const int64_t numel[] = {10, 1000, 500};
+  for (int i = 0; i < 3; ++i) {
+    pb::Tensor* t = m->add_tensors();
+    t->set_name("t" + std::to_string(i));
+    t->set_numel(numel[i]);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(10.0 * i);
+  }
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(*m));
+  plan.set_profile_fingerprint("0123456789abcdef");
+  plan.set_profile_name("cluster");
+  plan.set_world_size(8);
+  plan.set_device(pb::GPU);
+  const bool dense = ratio == 0;
+  plan.mutable_compressor()->set_name(dense ? "fp32" : "topk");
+  plan.mutable_compressor()->set_ratio(ratio);
+  plan.mutable_compressor()->set_memory(dense ? "none" : "residual");
+  const int bounds[][2] = {{0, 1}, {2, 2}};
+  double t = 0;
+  for (const auto& b : bounds) {
+    pb::Group* g = plan.add_groups();
+    g->set_first_tensor(b[0]);
+    g->set_last_tensor(b[1]);
+    g->mutable_options()->set_compress(true);
+    g->mutable_options()->set_device(pb::GPU);
+    g->mutable_options()->set_collective(dense ? pb::ALLREDUCE : pb::ALLGATHER);
+    int64_t n = 0;
+    for (int i = b[0]; i <= b[1]; ++i) n += numel[i];
+    g->set_numel(n);
+    g->set_payload_bytes(PayloadBytes(*FindCompressor(dense ? "fp32" : "topk"), n, ratio));
+    g->set_encode_start_us(t);
+    g->set_encode_end_us(t + 1.5);
+    g->set_comm_start_us(t + 1.5);
+    g->set_comm_end_us(t + 20.25);
+    g->set_decode_start_us(t + 40);
+    g->set_decode_end_us(t + 41);
+    t += 25;
+  }
+  plan.mutable_predicted()->set_iteration_us(123.5);
+  plan.mutable_search()->set_algorithm("branch_and_bound");
+  plan.mutable_search()->set_optimal(true);
+  return plan;
+}
+
+pb::Ladder TinyLadder() {
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  for (double ratio : {0.0, 0.1, 0.01}) {
+    pb::Rung* r = ladder.add_rungs();
+    r->set_ratio(ratio == 0 ? 1 : ratio);
+    *r->mutable_plan() = TinyPlan(ratio);
+  }
+  return ladder;
+}
+
+std::string Message(const pb::Ladder& ladder) {
+  Status s = ValidateLadder(ladder, "l.pb");
+  return s.ok() ? "OK" : s.message();
+}
+
+class LadderIoTest : public ::testing::Test {
+ protected:
+  LadderIoTest() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "cupcake-ladder-io-XXXXXX").string();
+    dir_ = ::mkdtemp(tmpl.data());
+  }
+  ~LadderIoTest() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(LadderIoTest, WriteThenReadGivesTheSameLadderAndAPlanReadsAsOneRung) {
+  const pb::Ladder ladder = TinyLadder();
+  ASSERT_EQ(Message(ladder), "OK");
+  const std::string path = dir_ + "/l.pb";
+  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  auto back = ReadPlansFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_FALSE(back->single);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(ladder, back->ladder));
+
+  const std::string plan_path = dir_ + "/p.pb";
+  ASSERT_TRUE(WritePlanFile(plan_path, TinyPlan(0.01)).ok());
+  auto single = ReadPlansFile(plan_path);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  EXPECT_TRUE(single->single);
+  ASSERT_EQ(single->ladder.rungs_size(), 1);
+  EXPECT_EQ(single->ladder.rungs(0).ratio(), 0.01);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(single->ladder.rungs(0).plan(), TinyPlan(0.01)));
+
+  EXPECT_EQ(ReadPlanFile(path).status().message(),
+            path +
+                ": a ladder of plans (cupcake.ladder.v1); expected a single plan here (cupcake-plan show lists the "
+                "rungs; simulate and trace take --rung RATIO)");
+}
+
+TEST_F(LadderIoTest, FindsARungByItsRatioOrNamesThemAll) {
+  const pb::Ladder ladder = TinyLadder();
+  auto rung = FindRung(ladder, 0.1, "l.pb");
+  ASSERT_TRUE(rung.ok());
+  EXPECT_EQ((*rung)->plan().compressor().ratio(), 0.1);
+  EXPECT_EQ((*FindRung(ladder, 1, "l.pb"))->plan().compressor().name(), "fp32");
+  EXPECT_EQ(FindRung(ladder, 0.05, "l.pb").status().message(),
+            "l.pb: --rung: no rung of ratio 0.05; expected one of 1 (fp32), 0.1, 0.01");
+}
+
+TEST(ValidateLadder, NamesEachProblem) {
+  pb::Ladder few = TinyLadder();
+  few.mutable_rungs()->RemoveLast();
+  few.mutable_rungs()->RemoveLast();
+  EXPECT_EQ(Message(few), "l.pb: rungs: too few; got 1, expected the fp32 rung and at least one ratio");
+
+  pb::Ladder format = TinyLadder();
+  format.set_format("cupcake.ladder.v0");
+  EXPECT_EQ(Message(format), "l.pb: format: unsupported; got \"cupcake.ladder.v0\", expected \"cupcake.ladder.v1\"");
+
+  pb::Ladder invalid = TinyLadder();
+  invalid.mutable_rungs(1)->mutable_plan()->set_world_size(0);
+  EXPECT_EQ(Message(invalid), "l.pb: rungs[1].plan: world_size: out of range; got 0, expected 1 <= x <= 1048576");
+
+  pb::Ladder bottom = TinyLadder();
+  *bottom.mutable_rungs(0)->mutable_plan() = TinyPlan(0.5);
+  bottom.mutable_rungs(0)->set_ratio(0.5);
+  EXPECT_EQ(Message(bottom),
+            "l.pb: rungs[0].plan.compressor.name: not the dense rung; got \"topk\", expected \"fp32\"\n"
+            "l.pb: rungs[0].ratio: not the dense rung; got 0.5, expected 1");
+
+  pb::Ladder order = TinyLadder();
+  order.mutable_rungs(2)->set_ratio(0.2);
+  order.mutable_rungs(2)->mutable_plan()->mutable_compressor()->set_ratio(0.2);
+  for (pb::Group& g : *order.mutable_rungs(2)->mutable_plan()->mutable_groups())
+    g.set_payload_bytes(PayloadBytes(*FindCompressor("topk"), g.numel(), 0.2));
+  EXPECT_EQ(Message(order), "l.pb: rungs[2].ratio: not below the rung before; got 0.2, expected < 0.1");
+
+  pb::Ladder mismatch = TinyLadder();
+  pb::Plan& p = *mismatch.mutable_rungs(2)->mutable_plan();
+  p.set_profile_fingerprint("fedcba9876543210");
+  p.set_world_size(4);
+  p.set_device(pb::CPU);
+  for (pb::Group& g : *p.mutable_groups()) g.mutable_options()->set_device(pb::CPU);
+  mismatch.mutable_rungs(2)->set_ratio(0.02);
+  EXPECT_EQ(Message(mismatch),
+            "l.pb: rungs[2].plan.profile_fingerprint: another profile; got fedcba9876543210, expected "
+            "0123456789abcdef as in rungs[0]\n"
+            "l.pb: rungs[2].plan.world_size: another world; got 4, expected 8 as in rungs[0]\n"
+            "l.pb: rungs[2].plan.device: another device; got cpu, expected gpu as in rungs[0]\n"
+            "l.pb: rungs[2].plan.compressor.ratio: not the rung's ratio; got 0.01, expected 0.02");
+
+  pb::Ladder model = TinyLadder();
+  pb::Model* m = model.mutable_rungs(1)->mutable_plan()->mutable_model()->mutable_model();
+  m->mutable_tensors(0)->set_name("other");
+  model.mutable_rungs(1)->mutable_plan()->mutable_model()->set_fingerprint(ModelFingerprint(*m));
+  EXPECT_EQ(Message(model), "l.pb: rungs[1].plan.model.fingerprint: another model; got " + ModelFingerprint(*m) +
+                                ", expected " + ModelFingerprint(TinyPlan(0).model().model()) + " as in rungs[0]");
+}
+
+TEST_F(LadderIoTest, RefusesATruncatedLadder) {
+  const std::string path = dir_ + "/l.pb";
+  const std::string bytes = SerializeDeterministic(TinyLadder());
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 1}) {
+    auto parsed = ParsePlans(std::string_view(bytes).substr(0, cut), "l.pb");
+    EXPECT_FALSE(parsed.ok()) << cut;
+  }
+}
+
+}  // namespace
+}  // namespace cupcake
