@@ -8,7 +8,7 @@
 
 namespace cupcake::runtime::internal {
 
-// cupcake_session_create with a communicator made in C++.
+// cupcake_session_create_with_options with a communicator made in C++.
 int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out);
 
