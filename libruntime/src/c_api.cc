@@ -49,7 +49,8 @@ namespace cupcake::runtime::internal {
 
 int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out) {
-  if (out == nullptr) return Report(InvalidArgumentError("cupcake_session_create_with_options: out is NULL; expected a pointer"));
+  if (out == nullptr)
+    return Report(InvalidArgumentError("cupcake_session_create_with_options: out is NULL; expected a pointer"));
   *out = nullptr;
   if (plan_path == nullptr)
     return Report(InvalidArgumentError("cupcake_session_create_with_options: plan_path is NULL; expected a path"));
@@ -59,16 +60,7 @@ int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> co
   return CUPCAKE_OK;
 }
 
-}  // namespace cupcake::runtime::internal
-
-namespace {
-
-using cupcake::InvalidArgumentError;
-using cupcake::Status;
-
-// The options as SessionOptions; InvalidArgument naming every bad field (prefixed `call`).
-cupcake::StatusOr<cupcake::runtime::SessionOptions> ToSessionOptions(const cupcake_session_options& o,
-                                                                     const char* call) {
+StatusOr<SessionOptions> ToSessionOptions(const cupcake_session_options& o, const char* call) {
   std::string problems;
   auto add = [&](const std::string& m) { problems += (problems.empty() ? "" : "\n") + std::string(call) + ": " + m; };
   const int backend = static_cast<int>(o.backend);
@@ -84,13 +76,19 @@ cupcake::StatusOr<cupcake::runtime::SessionOptions> ToSessionOptions(const cupca
   if (o.backend == CUPCAKE_BACKEND_MPI && o.job_stream != nullptr)
     add("options.job_stream: set for backend MPI; expected NULL (a stream is for the NCCL backends)");
   if (!problems.empty()) return InvalidArgumentError(problems);
-  cupcake::runtime::SessionOptions options;
+  SessionOptions options;
   if (o.compressor != nullptr) options.compressor = o.compressor;
   if (o.model_fingerprint != nullptr) options.model_fingerprint = o.model_fingerprint;
   if (o.ready_timeout_us > 0) options.ready_timeout_us = o.ready_timeout_us;
   options.job_stream = o.job_stream;
   return options;
 }
+
+}  // namespace cupcake::runtime::internal
+
+namespace {
+
+using cupcake::InvalidArgumentError;
 
 // The communicator the backend names; errors prefixed `call`.
 cupcake::StatusOr<std::unique_ptr<cupcake::comm::Communicator>> MakeComm(const cupcake_session_options& o,
@@ -123,7 +121,7 @@ int CreateSession(const char* plan_path, const cupcake_session_options& o, const
   *out = nullptr;
   if (plan_path == nullptr)
     return Report(InvalidArgumentError(std::string(call) + ": plan_path is NULL; expected a path"));
-  auto options = ToSessionOptions(o, call);
+  auto options = cupcake::runtime::internal::ToSessionOptions(o, call);
   if (!options.ok()) return Report(options.status());
   auto comm = MakeComm(o, call);
   if (!comm.ok()) return Report(comm.status());

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "c_api_internal.h"
@@ -101,6 +102,32 @@ TEST_F(CApi, OptionsAreCheckedTogether) {
                "is for the NCCL backends)");
   EXPECT_EQ(cupcake_session_create_with_options(nullptr, &o, &s), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(), "cupcake_session_create_with_options: plan_path is NULL; expected a path");
+}
+
+// The options struct as SessionOptions: the timeout in microseconds as given, 0 the default.
+TEST_F(CApi, OptionsBecomeSessionOptionsInTheSameUnits) {
+  cupcake_session_options o{};
+  auto defaults = internal::ToSessionOptions(o, "call");
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->ready_timeout_us, 60e6);
+  EXPECT_EQ(defaults->compressor, "");
+  EXPECT_EQ(defaults->job_stream, nullptr);
+  o.backend = CUPCAKE_BACKEND_NCCL;
+  o.ready_timeout_us = 2.5e6;
+  o.compressor = "topk";
+  o.model_fingerprint = "abc";
+  int stream = 0;
+  o.job_stream = &stream;
+  auto set = internal::ToSessionOptions(o, "call");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->ready_timeout_us, 2.5e6);
+  EXPECT_EQ(set->compressor, "topk");
+  EXPECT_EQ(set->model_fingerprint, "abc");
+  EXPECT_EQ(set->job_stream, &stream);
+  o.ready_timeout_us = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(internal::ToSessionOptions(o, "call").status().message(),
+            "call: options.ready_timeout_us: out of range; got inf, expected > 0 microseconds, or 0 for the default "
+            "(60 s)");
 }
 
 // Without a GPU (this machine), the GPU backends say so, naming the call; with no MPI

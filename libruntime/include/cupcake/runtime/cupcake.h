@@ -64,16 +64,21 @@ typedef enum {
 
 /* What a session is made with. All zero (`cupcake_session_options o = {0};`) is the defaults. */
 typedef struct cupcake_session_options {
-  cupcake_backend backend; /* CUPCAKE_BACKEND_MPI by default */
-  const void* mpi_comm; /* MPI, NCCL: the job's MPI_Comm; NULL: MPI_COMM_WORLD */
-  const void* nccl_comm; /* NCCL_COMM: the job's ncclComm_t (required) */
-  void* job_stream; /* NCCL, NCCL_COMM: the cudaStream_t the job computes gradients
-                       on; NULL: the legacy default stream */
-  const char* compressor; /* checked against the plan's; NULL or "": not checked */
-  const char* model_fingerprint; /* checked against the plan's; NULL or "": not checked */
+  /* CUPCAKE_BACKEND_MPI by default. */
+  cupcake_backend backend;
+  /* MPI, NCCL: points to the job's MPI_Comm; NULL: MPI_COMM_WORLD. */
+  const void* mpi_comm;
+  /* NCCL_COMM: points to the job's ncclComm_t (required there). */
+  const void* nccl_comm;
+  /* NCCL, NCCL_COMM: the cudaStream_t the job computes gradients on; NULL: the legacy default
+   * stream. Must be NULL for MPI. */
+  void* job_stream;
+  /* Checked against the plan's; NULL or "": not checked. */
+  const char* compressor;
+  const char* model_fingerprint;
   /* Microseconds cupcake_session_synchronize waits for missing gradients before it gives up
-   * (SessionOptions::ready_timeout_us, the same unit in C++, C and Python); 0: the default,
-   * 60 s. */
+   * (SessionOptions::ready_timeout_us: the same unit in C++, C and Python); 0: the default,
+   * 60 s; negative or not finite: CUPCAKE_INVALID_ARGUMENT. */
   double ready_timeout_us;
 } cupcake_session_options;
 
