@@ -19,13 +19,14 @@ Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code()
 // What rank 0's DB says about the world, known to every rank after OpenMainStore.
 struct MainStore {
   std::optional<ProfileStore> store;  // rank 0 only
-  pb::Cluster cluster;
+  pb::Cluster cluster;  // rank 0 only
+  int world_size = 1;
   bool assumed_world = false;
 };
 
-// Step 1: rank 0 opens (or creates) the DB with its cluster; every rank learns whether that
-// worked and the world size. A new DB is made with its cluster in one step, so a failure
-// leaves no DB behind.
+// ProfileKernels' step 1: rank 0 opens (or creates) the DB with its cluster; every rank learns
+// whether that worked and the world size. A new DB is made with its cluster in one step, so a
+// failure leaves no DB behind.
 StatusOr<MainStore> OpenMainStore(const ProfileKernelsOptions& options, const std::map<std::string, std::string>& meta,
                                   comm::Communicator* peers) {
   const int rank = peers != nullptr ? peers->rank() : 0;
@@ -57,18 +58,27 @@ StatusOr<MainStore> OpenMainStore(const ProfileKernelsOptions& options, const st
       opened = made.status();
   }
   CUPCAKE_RETURN_IF_ERROR(peers != nullptr ? ShareRootStatus(*peers, opened) : opened);
-  int world_size = main.cluster.nodes() * main.cluster.devices_per_node();
+  main.world_size = main.cluster.nodes() * main.cluster.devices_per_node();
   if (peers != nullptr) {
-    CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&world_size, sizeof world_size, 0));
+    CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&main.world_size, sizeof main.world_size, 0));
     int assumed = main.assumed_world ? 1 : 0;
     CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&assumed, sizeof assumed, 0));
     main.assumed_world = assumed != 0;
-    if (rank != 0) {
-      main.cluster.set_nodes(1);
-      main.cluster.set_devices_per_node(world_size);
-    }
   }
   return main;
+}
+
+// ProfileKernels' step 3: the kernel-only curves, a profile of the same cluster in their own DB
+// (a profile holds one curve per key, and the planner reads the event time from the main DB).
+StatusOr<ProfileStore> OpenKernelStore(const ProfileKernelsOptions& options, const pb::Cluster& cluster,
+                                       std::map<std::string, std::string> meta) {
+  meta["kernels.kernel_time"] = "CUPTI activity records (kernel, memcpy, memset), union of intervals per call";
+  auto same_cluster = [&](ProfileStore& ks) {
+    return EnsureCluster(ks, cluster.name(), cluster.nodes(), cluster.devices_per_node(), meta, "--world-size")
+        .status()
+        .WithPrefix(options.kernel_db);
+  };
+  return ProfileStore::OpenOrCreate(options.kernel_db, options.lock_timeout_ms, same_cluster);
 }
 
 }  // namespace
@@ -117,38 +127,27 @@ StatusOr<ProfileKernelsResult> ProfileKernels(const ProfileKernelsOptions& optio
 
   CUPCAKE_ASSIGN_OR_RETURN(MainStore main, OpenMainStore(options, meta, peers));
   KernelSweepOptions sweep = options.sweep;
-  sweep.world_size = main.cluster.nodes() * main.cluster.devices_per_node();
-  // Step 2: every rank finds the same bad options; rank 0 alone reports them.
+  sweep.world_size = main.world_size;
+  // Every rank finds the same bad options; rank 0 alone reports them (step 2).
   if (peers != nullptr) {
     if (Status v = ValidateKernelSweepOptions(sweep, /*zen_device=*/true); !v.ok())
       return Quiet(v.WithPrefix("kernels"), rank);
   }
-  // Step 3: the kernel-only curves, a profile of the same cluster in their own DB (a profile
-  // holds one curve per key, and the planner reads the event time from the main DB).
   std::optional<ProfileStore> kernel_store;
   std::optional<StoreSink> kernel_sink;
   if (activity != nullptr) {
-    std::map<std::string, std::string> kernel_meta = meta;
-    kernel_meta["kernels.kernel_time"] = "CUPTI activity records (kernel, memcpy, memset), union of intervals per call";
-    auto same_cluster = [&](ProfileStore& ks) {
-      return EnsureCluster(ks, main.cluster.name(), main.cluster.nodes(), main.cluster.devices_per_node(), kernel_meta,
-                           "--world-size")
-          .status()
-          .WithPrefix(options.kernel_db);
-    };
-    CUPCAKE_ASSIGN_OR_RETURN(ProfileStore ks,
-                             ProfileStore::OpenOrCreate(options.kernel_db, options.lock_timeout_ms, same_cluster));
+    CUPCAKE_ASSIGN_OR_RETURN(ProfileStore ks, OpenKernelStore(options, main.cluster, meta));
     kernel_store.emplace(std::move(ks));
     kernel_sink.emplace(*kernel_store);
   }
 
-  // Step 4: the sweep. The other ranks' points are copies of rank 0's: kept in memory, dropped.
+  // The sweep (step 4); the other ranks' points are copies of rank 0's: kept in memory, dropped.
   std::optional<StoreSink> store_sink;
   MemorySink copies;
   if (main.store) store_sink.emplace(*main.store);
   ProfileSink& sink = store_sink ? static_cast<ProfileSink&>(*store_sink) : copies;
   ProfileKernelsResult result;
-  result.world_size = sweep.world_size;
+  result.world_size = main.world_size;
   result.assumed_world = main.assumed_world;
   result.kernel_only = kernel_sink.has_value();
   if (device != nullptr) {
