@@ -6,11 +6,11 @@
 #include <string>
 
 #include "../src/backends.h"
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 
 namespace cupcake::kernels::cuda {
 
-Status DeviceAvailable() { return CudaDeviceCount().status().WithPrefix("backend cuda"); }
+Status DeviceAvailable() { return ::cupcake::internal::CudaDeviceCount().status().WithPrefix("backend cuda"); }
 
 Status Malloc(void** ptr, int64_t size_bytes) {
   CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(ptr, static_cast<size_t>(size_bytes)));

@@ -45,7 +45,7 @@
 
 #include "../src/backends.h"
 #include "../src/common.h"
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 
 namespace cupcake::kernels::cuda {
 namespace {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "../src/backends.h"
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 
 namespace cupcake::kernels::cuda {
 namespace {

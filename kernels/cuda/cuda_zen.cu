@@ -29,7 +29,7 @@
 #include "../src/backends.h"
 #include "../src/common.h"
 #include "../src/zen_checks.h"
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 
 namespace cupcake::kernels::cuda {
 namespace {

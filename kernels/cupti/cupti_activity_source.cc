@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 #include "cupti_status.h"
 
 namespace cupcake::kernels::cupti {

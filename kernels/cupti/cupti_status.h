@@ -1,6 +1,6 @@
 // CUPTI errors -> Status: one macro for this vendor API, naming the call and carrying
 // CUPTI's message. Private to the CUPTI activity source. (CUDA runtime errors:
-// cupcake/proto/cuda.h.)
+// cupcake/internal/cuda_status.h.)
 #pragma once
 
 #include <cupti.h>

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "backends.h"
+#include "cupcake/kernels/buffer.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/cupti.h"
 #include "cupcake/kernels/fusion.h"

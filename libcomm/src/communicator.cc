@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cupcake/comm/communicator.h"
+#include "cupcake/kernels/compressor.h"
 
 namespace cupcake::comm {
 namespace {

@@ -1,7 +1,10 @@
 // The C API: each function turns a Status into its code and keeps the message per thread.
 #include "cupcake/runtime/cupcake.h"
 
+#include <cmath>
+#include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "c_api_internal.h"
@@ -31,7 +34,7 @@ int Report(const cupcake::Status& s) {
 }
 
 int NullSession(const char* call) {
-  last_error = std::string(call) + ": session is NULL; expected one from cupcake_session_create";
+  last_error = std::string(call) + ": session is NULL; expected one from cupcake_session_create_with_options";
   return CUPCAKE_INVALID_ARGUMENT;
 }
 
@@ -46,93 +49,200 @@ namespace cupcake::runtime::internal {
 
 int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out) {
-  if (out == nullptr) return Report(InvalidArgumentError("cupcake_session_create: out is NULL; expected a pointer"));
+  if (out == nullptr)
+    return Report(InvalidArgumentError("cupcake_session_create_with_options: out is NULL; expected a pointer"));
   *out = nullptr;
   if (plan_path == nullptr)
-    return Report(InvalidArgumentError("cupcake_session_create: plan_path is NULL; expected a path"));
+    return Report(InvalidArgumentError("cupcake_session_create_with_options: plan_path is NULL; expected a path"));
   auto session = Session::Create(plan_path, std::move(comm), options);
   if (!session.ok()) return Report(session.status());
   *out = new cupcake_session{std::move(session).value()};
   return CUPCAKE_OK;
 }
 
+StatusOr<SessionOptions> ToSessionOptions(const cupcake_session_options& o, const char* call) {
+  std::string problems;
+  auto add = [&](const std::string& m) { problems += (problems.empty() ? "" : "\n") + std::string(call) + ": " + m; };
+  const int backend = static_cast<int>(o.backend);
+  if (backend < CUPCAKE_BACKEND_MPI || backend > CUPCAKE_BACKEND_NCCL_COMM)
+    add("options.backend: unknown backend; got " + std::to_string(backend) +
+        ", expected CUPCAKE_BACKEND_MPI (0), CUPCAKE_BACKEND_NCCL (1) or CUPCAKE_BACKEND_NCCL_COMM (2)");
+  if (!std::isfinite(o.ready_timeout_us) || o.ready_timeout_us < 0) {
+    char got[32];
+    std::snprintf(got, sizeof got, "%g", o.ready_timeout_us);
+    add(std::string("options.ready_timeout_us: out of range; got ") + got +
+        ", expected > 0 microseconds, or 0 for the default (60 s)");
+  }
+  if (o.backend == CUPCAKE_BACKEND_MPI && o.job_stream != nullptr)
+    add("options.job_stream: set for backend MPI; expected NULL (a stream is for the NCCL backends)");
+  if (!problems.empty()) return InvalidArgumentError(problems);
+  SessionOptions options;
+  if (o.compressor != nullptr) options.compressor = o.compressor;
+  if (o.model_fingerprint != nullptr) options.model_fingerprint = o.model_fingerprint;
+  if (o.ready_timeout_us > 0) options.ready_timeout_us = o.ready_timeout_us;
+  options.job_stream = o.job_stream;
+  return options;
+}
+
 }  // namespace cupcake::runtime::internal
+
+namespace {
+
+using cupcake::InvalidArgumentError;
+
+// The communicator the backend names; errors prefixed `call`.
+cupcake::StatusOr<std::unique_ptr<cupcake::comm::Communicator>> MakeComm(const cupcake_session_options& o,
+                                                                         const char* call) {
+  switch (o.backend) {
+    case CUPCAKE_BACKEND_MPI: return cupcake::comm::MpiCommunicatorFromHandle(o.mpi_comm);
+    case CUPCAKE_BACKEND_NCCL: {
+      std::unique_ptr<cupcake::comm::Communicator> bootstrap;
+      if (o.mpi_comm != nullptr || cupcake::comm::MpiInitialized()) {
+        auto mpi = cupcake::comm::MpiCommunicatorFromHandle(o.mpi_comm);
+        if (!mpi.ok()) return mpi.status().WithPrefix(call);
+        bootstrap = std::move(mpi).value();
+      }
+      auto comm = cupcake::comm::MakeNcclCommunicator(bootstrap.get());
+      if (!comm.ok()) return comm.status().WithPrefix(call);
+      return comm;
+    }
+    case CUPCAKE_BACKEND_NCCL_COMM: {
+      auto comm = cupcake::comm::NcclCommunicatorFromHandle(o.nccl_comm);
+      if (!comm.ok()) return comm.status().WithPrefix(call);
+      return comm;
+    }
+  }
+  return InvalidArgumentError(std::string(call) + ": options.backend: unknown backend");  // checked before
+}
+
+// Every create: the new function and the deprecated ones, each naming itself in errors.
+int CreateSession(const char* plan_path, const cupcake_session_options& o, const char* call, cupcake_session** out) {
+  if (out == nullptr) return Report(InvalidArgumentError(std::string(call) + ": out is NULL; expected a pointer"));
+  *out = nullptr;
+  if (plan_path == nullptr)
+    return Report(InvalidArgumentError(std::string(call) + ": plan_path is NULL; expected a path"));
+  auto options = cupcake::runtime::internal::ToSessionOptions(o, call);
+  if (!options.ok()) return Report(options.status());
+  auto comm = MakeComm(o, call);
+  if (!comm.ok()) return Report(comm.status());
+  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), *options, out);
+}
+
+int Register(const char* call, cupcake_session* session, const char* name, float* data, int64_t numel) {
+  if (session == nullptr) return NullSession(call);
+  if (name == nullptr || (data == nullptr && numel != 0) || numel < 0)
+    return Report(InvalidArgumentError(std::string(call) + ": bad arguments; got name " +
+                                       std::string(name ? name : "NULL") + ", numel " + std::to_string(numel) +
+                                       ", expected a name, a buffer and numel >= 0"));
+  return Report(session->session->Register(name, std::span<float>(data, static_cast<size_t>(numel))));
+}
+
+int RegisterDevice(const char* call, cupcake_session* session, const char* name, float* device_data, int64_t numel) {
+  if (session == nullptr) return NullSession(call);
+  if (name == nullptr)
+    return Report(InvalidArgumentError(std::string(call) + ": name is NULL; expected the gradient's name"));
+  return Report(session->session->RegisterDevice(name, device_data, numel));
+}
+
+int GradientReady(const char* call, cupcake_session* session, int tensor) {
+  if (session == nullptr) return NullSession(call);
+  return Report(session->session->GradientReady(tensor));
+}
+
+int Synchronize(const char* call, cupcake_session* session) {
+  if (session == nullptr) return NullSession(call);
+  return Report(session->session->Synchronize());
+}
+
+int SetAccumulating(const char* call, cupcake_session* session, int accumulating) {
+  if (session == nullptr) return NullSession(call);
+  return Report(session->session->SetAccumulating(accumulating != 0));
+}
+
+}  // namespace
 
 extern "C" {
 
+int cupcake_session_create_with_options(const char* plan_path, const cupcake_session_options* options,
+                                        cupcake_session** out) {
+  const cupcake_session_options defaults{};
+  return CreateSession(plan_path, options != nullptr ? *options : defaults, "cupcake_session_create_with_options", out);
+}
+
+int cupcake_session_register(cupcake_session* session, const char* name, float* data, int64_t numel) {
+  return Register("cupcake_session_register", session, name, data, numel);
+}
+
+int cupcake_session_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel) {
+  return RegisterDevice("cupcake_session_register_device", session, name, device_data, numel);
+}
+
+int cupcake_session_gradient_ready(cupcake_session* session, int tensor) {
+  return GradientReady("cupcake_session_gradient_ready", session, tensor);
+}
+
+int cupcake_session_synchronize(cupcake_session* session) {
+  return Synchronize("cupcake_session_synchronize", session);
+}
+
+int cupcake_session_set_accumulating(cupcake_session* session, int accumulating) {
+  return SetAccumulating("cupcake_session_set_accumulating", session, accumulating);
+}
+
+void cupcake_session_destroy(cupcake_session* session) { delete session; }
+
+// The deprecated aliases: the same implementations, each error naming the alias called.
+
 int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_session** out) {
-  return cupcake_session_create_ex(plan_path, mpi_comm, nullptr, nullptr, 0, out);
+  cupcake_session_options o{};
+  o.mpi_comm = mpi_comm;
+  return CreateSession(plan_path, o, "cupcake_session_create", out);
 }
 
 int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
                               const char* model_fingerprint, double ready_timeout_s, cupcake_session** out) {
-  if (out != nullptr) *out = nullptr;
-  auto comm = cupcake::comm::MpiCommunicatorFromHandle(mpi_comm);
-  if (!comm.ok()) return Report(comm.status());
-  cupcake::runtime::SessionOptions options;
-  if (compressor != nullptr) options.compressor = compressor;
-  if (model_fingerprint != nullptr) options.model_fingerprint = model_fingerprint;
-  if (ready_timeout_s > 0) options.ready_timeout_us = ready_timeout_s * 1e6;
-  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
+  cupcake_session_options o{};
+  o.mpi_comm = mpi_comm;
+  o.compressor = compressor;
+  o.model_fingerprint = model_fingerprint;
+  o.ready_timeout_us = ready_timeout_s > 0 ? ready_timeout_s * 1e6 : 0;
+  return CreateSession(plan_path, o, "cupcake_session_create_ex", out);
 }
 
 int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out) {
-  if (out != nullptr) *out = nullptr;
-  std::unique_ptr<cupcake::comm::Communicator> bootstrap;
-  if (mpi_comm != nullptr || cupcake::comm::MpiInitialized()) {
-    auto mpi = cupcake::comm::MpiCommunicatorFromHandle(mpi_comm);
-    if (!mpi.ok()) return Report(mpi.status().WithPrefix("cupcake_session_create_nccl"));
-    bootstrap = std::move(mpi).value();
-  }
-  auto comm = cupcake::comm::MakeNcclCommunicator(bootstrap.get());
-  if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_session_create_nccl"));
-  cupcake::runtime::SessionOptions options;
-  options.job_stream = job_stream;
-  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
+  cupcake_session_options o{};
+  o.backend = CUPCAKE_BACKEND_NCCL;
+  o.mpi_comm = mpi_comm;
+  o.job_stream = job_stream;
+  return CreateSession(plan_path, o, "cupcake_session_create_nccl", out);
 }
 
 int cupcake_session_create_nccl_comm(const char* plan_path, const void* nccl_comm, void* job_stream,
                                      cupcake_session** out) {
-  if (out != nullptr) *out = nullptr;
-  auto comm = cupcake::comm::NcclCommunicatorFromHandle(nccl_comm);
-  if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_session_create_nccl_comm"));
-  cupcake::runtime::SessionOptions options;
-  options.job_stream = job_stream;
-  return cupcake::runtime::internal::CreateCSession(plan_path, std::move(comm).value(), options, out);
-}
-
-int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel) {
-  if (session == nullptr) return NullSession("cupcake_register_device");
-  if (name == nullptr)
-    return Report(cupcake::InvalidArgumentError("cupcake_register_device: name is NULL; expected the gradient's name"));
-  return Report(session->session->RegisterDevice(name, device_data, numel));
+  cupcake_session_options o{};
+  o.backend = CUPCAKE_BACKEND_NCCL_COMM;
+  o.nccl_comm = nccl_comm;
+  o.job_stream = job_stream;
+  return CreateSession(plan_path, o, "cupcake_session_create_nccl_comm", out);
 }
 
 int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel) {
-  if (session == nullptr) return NullSession("cupcake_register");
-  if (name == nullptr || (data == nullptr && numel != 0) || numel < 0)
-    return Report(cupcake::InvalidArgumentError("cupcake_register: bad arguments; got name " +
-                                                std::string(name ? name : "NULL") + ", numel " + std::to_string(numel) +
-                                                ", expected a name, a buffer and numel >= 0"));
-  return Report(session->session->Register(name, std::span<float>(data, static_cast<size_t>(numel))));
+  return Register("cupcake_register", session, name, data, numel);
+}
+
+int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel) {
+  return RegisterDevice("cupcake_register_device", session, name, device_data, numel);
 }
 
 int cupcake_gradient_ready(cupcake_session* session, int tensor) {
-  if (session == nullptr) return NullSession("cupcake_gradient_ready");
-  return Report(session->session->GradientReady(tensor));
+  return GradientReady("cupcake_gradient_ready", session, tensor);
 }
 
-int cupcake_synchronize(cupcake_session* session) {
-  if (session == nullptr) return NullSession("cupcake_synchronize");
-  return Report(session->session->Synchronize());
-}
+int cupcake_synchronize(cupcake_session* session) { return Synchronize("cupcake_synchronize", session); }
 
 int cupcake_set_accumulating(cupcake_session* session, int accumulating) {
-  if (session == nullptr) return NullSession("cupcake_set_accumulating");
-  return Report(session->session->SetAccumulating(accumulating != 0));
+  return SetAccumulating("cupcake_set_accumulating", session, accumulating);
 }
-
-void cupcake_session_destroy(cupcake_session* session) { delete session; }
 
 int cupcake_recorder_create(const char* model_name, cupcake_recorder** out) {
   if (out == nullptr)

@@ -1,4 +1,5 @@
-// What the C API shares with tests: a C session over any communicator (the in-process one).
+// What the C API shares with tests: a C session over any communicator (the in-process one), and
+// the options struct as SessionOptions.
 #pragma once
 
 #include <memory>
@@ -8,8 +9,12 @@
 
 namespace cupcake::runtime::internal {
 
-// cupcake_session_create with a communicator made in C++.
+// cupcake_session_create_with_options with a communicator made in C++.
 int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out);
+
+// `o` as SessionOptions (the communicator's fields aside); InvalidArgument naming every bad field,
+// each line prefixed with `call`.
+StatusOr<SessionOptions> ToSessionOptions(const cupcake_session_options& o, const char* call);
 
 }  // namespace cupcake::runtime::internal

@@ -260,7 +260,7 @@ class _State:
     def _open_session(self, plan, compressor, timeout_s):
         options = cupcake.SessionOptions()
         options.compressor = compressor
-        options.ready_timeout_s = float(timeout_s)
+        options.ready_timeout_us = float(timeout_s) * 1e6
         if self.device.type == "cuda":
             # Untested here (no GPU on the machine this was written on): NCCL on the parameters'
             # device; the runtime's encodes wait for the stream backward runs on.

@@ -133,18 +133,25 @@ void BindCommunicator(py::module_& m) {
       .def("close", &PyCommunicator::Close, "Frees the communicator; later calls raise.");
 }
 
+// SessionOptions in Python: the fields of runtime::SessionOptions a job sets, in the same units
+// (the timeout in microseconds, as in C++ and C).
 struct SessionArgs {
   std::string compressor;
   std::string model_fingerprint;
-  double ready_timeout_s = 60;
+  double ready_timeout_us = 60e6;
   std::string origin;
 };
+
+// A DeprecationWarning naming the replacement; raises when warnings are errors.
+void WarnDeprecated(const char* message) {
+  if (PyErr_WarnEx(PyExc_DeprecationWarning, message, 1) != 0) throw py::error_already_set();
+}
 
 runtime::SessionOptions ToOptions(const SessionArgs& args, void* job_stream) {
   runtime::SessionOptions options;
   options.compressor = args.compressor;
   options.model_fingerprint = args.model_fingerprint;
-  options.ready_timeout_us = args.ready_timeout_s * 1e6;
+  options.ready_timeout_us = args.ready_timeout_us;
   options.origin = args.origin;
   options.job_stream = job_stream;
   return options;
@@ -186,7 +193,20 @@ void BindSession(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("compressor", &SessionArgs::compressor)
       .def_readwrite("model_fingerprint", &SessionArgs::model_fingerprint)
-      .def_readwrite("ready_timeout_s", &SessionArgs::ready_timeout_s)
+      .def_readwrite("ready_timeout_us", &SessionArgs::ready_timeout_us,
+                     "Microseconds synchronize() waits for missing gradients (default 60e6).")
+      // Kept one release: the same timeout in seconds.
+      .def_property(
+          "ready_timeout_s",
+          [](const SessionArgs& a) {
+            WarnDeprecated("SessionOptions.ready_timeout_s is deprecated; use ready_timeout_us (microseconds)");
+            return a.ready_timeout_us / 1e6;
+          },
+          [](SessionArgs& a, double seconds) {
+            WarnDeprecated("SessionOptions.ready_timeout_s is deprecated; use ready_timeout_us (microseconds)");
+            a.ready_timeout_us = seconds * 1e6;
+          },
+          "Deprecated: ready_timeout_us / 1e6.")
       .def_readwrite("origin", &SessionArgs::origin);
 
   py::class_<PySession>(m, "Session")

@@ -1,7 +1,7 @@
 // gpu_test.h's verdicts: which probe messages mean an absent GPU (skip, with the reason),
 // which a failure of present hardware (fail), and CUPCAKE_REQUIRE_GPU turning skips into
-// failures. The messages are the shapes cupcake::CudaDeviceCount (proto/.../cuda.h) and the
-// factories produce.
+// failures. The messages are the shapes cupcake::internal::CudaDeviceCount
+// (proto/internal/cupcake/internal/cuda_status.h) and the factories produce.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "c_api_internal.h"
@@ -17,9 +18,9 @@
 namespace cupcake::runtime {
 namespace {
 
-using comm::InProcessGroup;
 using comm::BuiltWithMpi;
 using comm::BuiltWithNccl;
+using comm::InProcessGroup;
 
 class CApi : public ::testing::Test {
  protected:
@@ -38,32 +39,39 @@ TEST_F(CApi, RunsAStepAndReportsErrors) {
   cupcake_session* s = nullptr;
   ASSERT_EQ(internal::CreateCSession(path_.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
   float a[3] = {1, 2, 3}, b[2] = {4, 5};
-  EXPECT_EQ(cupcake_register(s, "t0", a, 3), CUPCAKE_OK);
-  EXPECT_EQ(cupcake_register(s, "t1", b, 3), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_EQ(cupcake_session_register(s, "t0", a, 3), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_session_register(s, "t1", b, 3), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                (path_ + ": model.model.tensors[1]: does not match the job's gradient 1; got 't1' with 2 elements, "
-                        "expected 't1' with 3 elements (model tiny)").c_str());
-  EXPECT_EQ(cupcake_register(s, "t1", b, 2), CUPCAKE_OK);
-  EXPECT_EQ(cupcake_set_accumulating(s, 0), CUPCAKE_OK);
-  EXPECT_EQ(cupcake_gradient_ready(s, 1), CUPCAKE_OK);
-  EXPECT_EQ(cupcake_gradient_ready(s, 0), CUPCAKE_OK);
-  EXPECT_EQ(cupcake_synchronize(s), CUPCAKE_OK);
+                        "expected 't1' with 3 elements (model tiny)")
+                   .c_str());
+  EXPECT_EQ(cupcake_session_register(s, "t1", b, 2), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_session_set_accumulating(s, 0), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_session_gradient_ready(s, 1), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_session_gradient_ready(s, 0), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_session_synchronize(s), CUPCAKE_OK);
   EXPECT_EQ(a[2], 3.0f);  // the average over one rank
   EXPECT_EQ(b[0], 4.0f);
-  EXPECT_EQ(cupcake_gradient_ready(s, 7), CUPCAKE_INVALID_ARGUMENT);
-  EXPECT_STREQ(cupcake_last_error(), "GradientReady: tensor index out of range; got 7, expected 0 <= i < 2 (model tiny)");
+  EXPECT_EQ(cupcake_session_gradient_ready(s, 7), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "GradientReady: tensor index out of range; got 7, expected 0 <= i < 2 (model tiny)");
   cupcake_session_destroy(s);
   cupcake_session_destroy(nullptr);
 }
 
 TEST_F(CApi, NullSessionIsAnError) {
-  EXPECT_EQ(cupcake_synchronize(nullptr), CUPCAKE_INVALID_ARGUMENT);
-  EXPECT_STREQ(cupcake_last_error(), "cupcake_synchronize: session is NULL; expected one from cupcake_session_create");
+  EXPECT_EQ(cupcake_session_synchronize(nullptr), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_session_synchronize: session is NULL; expected one from cupcake_session_create_with_options");
+  EXPECT_EQ(cupcake_session_register(nullptr, "t0", nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_session_register: session is NULL; expected one from cupcake_session_create_with_options");
 }
 
+// NULL options are the defaults: MPI on MPI_COMM_WORLD, which needs MPI initialized.
 TEST_F(CApi, CreateOverMpiNeedsMpiInitialized) {
   cupcake_session* s = reinterpret_cast<cupcake_session*>(this);
-  EXPECT_EQ(cupcake_session_create(path_.c_str(), nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(cupcake_session_create_with_options(path_.c_str(), nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
   EXPECT_EQ(s, nullptr);
   if (BuiltWithMpi())
     EXPECT_STREQ(cupcake_last_error(),
@@ -72,40 +80,152 @@ TEST_F(CApi, CreateOverMpiNeedsMpiInitialized) {
     EXPECT_NE(std::string(cupcake_last_error()).find("this build has no MPI"), std::string::npos);
 }
 
-// Without a GPU (this machine), the GPU entry point says so, naming the call; with no MPI
-// initialized it makes a group of one rank, so the device check is what fails.
+// Every bad field of the options is reported together, before any communicator is made.
+TEST_F(CApi, OptionsAreCheckedTogether) {
+  cupcake_session_options o{};
+  o.backend = static_cast<cupcake_backend>(7);
+  o.ready_timeout_us = -1;
+  cupcake_session* s = reinterpret_cast<cupcake_session*>(this);
+  EXPECT_EQ(cupcake_session_create_with_options(path_.c_str(), &o, &s), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_session_create_with_options: options.backend: unknown backend; got 7, expected "
+               "CUPCAKE_BACKEND_MPI (0), CUPCAKE_BACKEND_NCCL (1) or CUPCAKE_BACKEND_NCCL_COMM (2)\n"
+               "cupcake_session_create_with_options: options.ready_timeout_us: out of range; got -1, expected > 0 "
+               "microseconds, or 0 for the default (60 s)");
+  o = cupcake_session_options{};
+  int stream = 0;
+  o.job_stream = &stream;
+  EXPECT_EQ(cupcake_session_create_with_options(path_.c_str(), &o, &s), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_session_create_with_options: options.job_stream: set for backend MPI; expected NULL (a stream "
+               "is for the NCCL backends)");
+  EXPECT_EQ(cupcake_session_create_with_options(nullptr, &o, &s), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "cupcake_session_create_with_options: plan_path is NULL; expected a path");
+}
+
+// The options struct as SessionOptions: the timeout in microseconds as given, 0 the default.
+TEST_F(CApi, OptionsBecomeSessionOptionsInTheSameUnits) {
+  cupcake_session_options o{};
+  auto defaults = internal::ToSessionOptions(o, "call");
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->ready_timeout_us, 60e6);
+  EXPECT_EQ(defaults->compressor, "");
+  EXPECT_EQ(defaults->job_stream, nullptr);
+  o.backend = CUPCAKE_BACKEND_NCCL;
+  o.ready_timeout_us = 2.5e6;
+  o.compressor = "topk";
+  o.model_fingerprint = "abc";
+  int stream = 0;
+  o.job_stream = &stream;
+  auto set = internal::ToSessionOptions(o, "call");
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->ready_timeout_us, 2.5e6);
+  EXPECT_EQ(set->compressor, "topk");
+  EXPECT_EQ(set->model_fingerprint, "abc");
+  EXPECT_EQ(set->job_stream, &stream);
+  o.ready_timeout_us = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(internal::ToSessionOptions(o, "call").status().message(),
+            "call: options.ready_timeout_us: out of range; got inf, expected > 0 microseconds, or 0 for the default "
+            "(60 s)");
+}
+
+// Without a GPU (this machine), the GPU backends say so, naming the call; with no MPI
+// initialized backend NCCL makes a group of one rank, so the device check is what fails.
 TEST_F(CApi, CreateOverNcclWithoutAGpuSaysNoCudaDeviceFound) {
   if (kernels::BackendAvailable(kernels::Backend::kCuda).ok()) GTEST_SKIP() << "a GPU is present";
   cupcake_session* s = reinterpret_cast<cupcake_session*>(this);
-  EXPECT_EQ(cupcake_session_create_nccl(path_.c_str(), nullptr, nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
+  cupcake_session_options o{};
+  o.backend = CUPCAKE_BACKEND_NCCL;
+  EXPECT_EQ(cupcake_session_create_with_options(path_.c_str(), &o, &s), CUPCAKE_FAILED_PRECONDITION);
   EXPECT_EQ(s, nullptr);
   const std::string m = cupcake_last_error();
-  EXPECT_EQ(m.rfind(BuiltWithNccl() ? "cupcake_session_create_nccl: NCCL communicator: no CUDA device found; got "
-                                    : "cupcake_session_create_nccl: NCCL communicator: this build has no NCCL",
-                    0),
-            0u)
+  EXPECT_EQ(
+      m.rfind(BuiltWithNccl() ? "cupcake_session_create_with_options: NCCL communicator: no CUDA device found; got "
+                              : "cupcake_session_create_with_options: NCCL communicator: this build has no NCCL",
+              0),
+      0u)
       << m;
   // On the job's NCCL communicator: a null handle, then (with NCCL) the missing device.
-  EXPECT_NE(cupcake_session_create_nccl_comm(path_.c_str(), nullptr, nullptr, &s), CUPCAKE_OK);
+  o.backend = CUPCAKE_BACKEND_NCCL_COMM;
+  EXPECT_NE(cupcake_session_create_with_options(path_.c_str(), &o, &s), CUPCAKE_OK);
   EXPECT_STREQ(cupcake_last_error(),
-               BuiltWithNccl() ? "cupcake_session_create_nccl_comm: NCCL communicator from the job's: nccl_comm: null; "
-                                 "expected a pointer to the job's ncclComm_t"
-                               : "cupcake_session_create_nccl_comm: NCCL communicator from the job's: this build has no "
-                                 "NCCL; expected a build with the CUDA toolkit and NCCL found (CUPCAKE_WITH_NCCL=ON or "
-                                 "AUTO)");
+               BuiltWithNccl() ? "cupcake_session_create_with_options: NCCL communicator from the job's: nccl_comm: "
+                                 "null; expected a pointer to the job's ncclComm_t"
+                               : "cupcake_session_create_with_options: NCCL communicator from the job's: this build "
+                                 "has no NCCL; expected a build with the CUDA toolkit and NCCL found "
+                                 "(CUPCAKE_WITH_NCCL=ON or AUTO)");
   const void* job_comm = this;  // never read: the device check comes first
-  EXPECT_NE(cupcake_session_create_nccl_comm(path_.c_str(), &job_comm, nullptr, &s), CUPCAKE_OK);
+  o.nccl_comm = &job_comm;
+  EXPECT_NE(cupcake_session_create_with_options(path_.c_str(), &o, &s), CUPCAKE_OK);
   EXPECT_EQ(s, nullptr);
   if (BuiltWithNccl()) {
     EXPECT_EQ(std::string(cupcake_last_error())
-                  .rfind("cupcake_session_create_nccl_comm: NCCL communicator from the job's: no CUDA device found; got ", 0),
+                  .rfind("cupcake_session_create_with_options: NCCL communicator from the job's: no CUDA device "
+                         "found; got ",
+                         0),
               0u)
         << cupcake_last_error();
   }
+  EXPECT_EQ(cupcake_session_register_device(nullptr, "t0", nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_session_register_device: session is NULL; expected one from "
+               "cupcake_session_create_with_options");
+}
+
+// The names before cupcake_session_*, kept one release as deprecated aliases
+// (libruntime/README.md): each still works and its errors still name it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(CApi, DeprecatedAliasesStillWork) {
+  InProcessGroup group(1);
+  cupcake_session* s = nullptr;
+  ASSERT_EQ(internal::CreateCSession(path_.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
+  float a[3] = {1, 2, 3}, b[2] = {4, 5};
+  EXPECT_EQ(cupcake_register(s, "t0", a, 3), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_register(s, "t1", b, 2), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_set_accumulating(s, 0), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_gradient_ready(s, 0), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_gradient_ready(s, 1), CUPCAKE_OK);
+  EXPECT_EQ(cupcake_synchronize(s), CUPCAKE_OK);
+  EXPECT_EQ(a[1], 2.0f);  // the average over one rank
+  EXPECT_EQ(cupcake_gradient_ready(s, 2), CUPCAKE_INVALID_ARGUMENT);
+  cupcake_session_destroy(s);
+
+  EXPECT_EQ(cupcake_synchronize(nullptr), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_synchronize: session is NULL; expected one from cupcake_session_create_with_options");
+  EXPECT_EQ(cupcake_register(nullptr, "t0", a, 3), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_EQ(cupcake_register_device(nullptr, "t0", nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
-               "cupcake_register_device: session is NULL; expected one from cupcake_session_create");
+               "cupcake_register_device: session is NULL; expected one from cupcake_session_create_with_options");
+  EXPECT_EQ(cupcake_set_accumulating(nullptr, 1), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_EQ(cupcake_gradient_ready(nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
+
+  // The old creates: MPI is not initialized in this process, so both MPI ones fail alike.
+  s = reinterpret_cast<cupcake_session*>(this);
+  EXPECT_EQ(cupcake_session_create(path_.c_str(), nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(s, nullptr);
+  const std::string no_mpi = cupcake_last_error();
+  s = reinterpret_cast<cupcake_session*>(this);
+  EXPECT_EQ(cupcake_session_create_ex(path_.c_str(), nullptr, "fp32", "", 30, &s), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(cupcake_last_error(), no_mpi);
+  EXPECT_EQ(cupcake_session_create(nullptr, nullptr, &s), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "cupcake_session_create: plan_path is NULL; expected a path");
+  EXPECT_EQ(cupcake_session_create_ex(path_.c_str(), nullptr, nullptr, nullptr, 0, nullptr), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "cupcake_session_create_ex: out is NULL; expected a pointer");
+  if (kernels::BackendAvailable(kernels::Backend::kCuda).ok()) return;  // below: what a GPU-less machine says
+  EXPECT_EQ(cupcake_session_create_nccl(path_.c_str(), nullptr, nullptr, &s), CUPCAKE_FAILED_PRECONDITION);
+  EXPECT_EQ(std::string(cupcake_last_error()).rfind("cupcake_session_create_nccl: NCCL communicator: ", 0), 0u)
+      << cupcake_last_error();
+  EXPECT_NE(cupcake_session_create_nccl_comm(path_.c_str(), nullptr, nullptr, &s), CUPCAKE_OK);
+  EXPECT_EQ(std::string(cupcake_last_error())
+                .rfind("cupcake_session_create_nccl_comm: NCCL communicator from the job's: ", 0),
+            0u)
+      << cupcake_last_error();
 }
+#pragma GCC diagnostic pop
 
 }  // namespace
 }  // namespace cupcake::runtime

@@ -210,18 +210,24 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   check(WritePlanFile(path, plan).ok(), "write plan");
   MPI_Comm job = MPI_COMM_WORLD;
   cupcake_session* s = nullptr;
-  if (cupcake_session_create_ex(path.c_str(), &job, "fp16", ModelFingerprint(model).c_str(), 30, &s) != CUPCAKE_OK)
-    return check(false, std::string("cupcake_session_create: ") + cupcake_last_error());
+  const std::string fingerprint = ModelFingerprint(model);
+  cupcake_session_options options{};
+  options.mpi_comm = &job;
+  options.compressor = "fp16";
+  options.model_fingerprint = fingerprint.c_str();
+  options.ready_timeout_us = 30e6;
+  if (cupcake_session_create_with_options(path.c_str(), &options, &s) != CUPCAKE_OK)
+    return check(false, std::string("cupcake_session_create_with_options: ") + cupcake_last_error());
   testing::Gradients grads(model, testing::Layout::kSeparate);
   for (int i = 0; i < model.tensors_size(); ++i)
-    check(cupcake_register(s, model.tensors(i).name().c_str(), grads[static_cast<size_t>(i)].data(),
-                           model.tensors(i).numel()) == CUPCAKE_OK,
+    check(cupcake_session_register(s, model.tensors(i).name().c_str(), grads[static_cast<size_t>(i)].data(),
+                                   model.tensors(i).numel()) == CUPCAKE_OK,
           std::string("c register: ") + cupcake_last_error());
   testing::Reference reference(plan, world);
   for (int it = 0; it < 2; ++it) {
     FillGradients(grads, rank, it);
-    for (int i = 0; i < model.tensors_size(); ++i) check(cupcake_gradient_ready(s, i) == CUPCAKE_OK, "c ready");
-    check(cupcake_synchronize(s) == CUPCAKE_OK, std::string("c synchronize: ") + cupcake_last_error());
+    for (int i = 0; i < model.tensors_size(); ++i) check(cupcake_session_gradient_ready(s, i) == CUPCAKE_OK, "c ready");
+    check(cupcake_session_synchronize(s) == CUPCAKE_OK, std::string("c synchronize: ") + cupcake_last_error());
     check(testing::FirstDifference(grads, reference.Step(it)).empty(), "c api fp16: differs from the reference");
   }
   cupcake_session_destroy(s);
@@ -229,7 +235,8 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   // A plan for another world size is refused with its message.
   const std::string other = dir + "/other-rank" + std::to_string(rank) + ".pb";
   check(WritePlanFile(other, testing::MakePlan(model, testing::Planned(), "fp16", world + 1)).ok(), "write plan");
-  check(cupcake_session_create(other.c_str(), nullptr, &s) == CUPCAKE_INVALID_ARGUMENT, "other world size accepted");
+  check(cupcake_session_create_with_options(other.c_str(), nullptr, &s) == CUPCAKE_INVALID_ARGUMENT,
+        "other world size accepted");
   const std::string want = other + ": world_size: does not match the job; got " + std::to_string(world + 1) +
                            ", expected " + std::to_string(world) + " (ranks in the communicator)";
   check(cupcake_last_error() == want, std::string("message: ") + cupcake_last_error());

@@ -9,8 +9,7 @@
 #include "cupcake/profile/activity.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/kernel_sweep.h"
-#include "cupcake/profile/sink.h"
-#include "cupcake/profile/store.h"
+#include "cupcake/profile/profile_run.h"
 #include "cupcake/proto/names.h"
 #include "profiling.h"
 
@@ -55,8 +54,75 @@ StatusOr<profile::KernelSweepOptions> SweepOptionsOf(const KernelsOptions& optio
   return sweep;
 }
 
+// --device gpu: the device and CUPTI, opened before any DB is touched, so a machine without a
+// GPU fails cleanly. CUPTI's process state lives here, for this command's run.
+struct GpuWiring {
+  std::unique_ptr<profile::KernelDevice> device_owned;
+  std::unique_ptr<profile::ActivitySource> cupti_owned;
+  profile::KernelDevice* device = nullptr;
+  profile::ActivitySource* cupti = nullptr;
+  std::string kernel_db;  // where the kernel-only curves go, when cupti is set
+  std::string no_kernel_time;  // why they are not measured, otherwise
+};
+
+StatusOr<GpuWiring> OpenGpu(const KernelsOptions& options) {
+  GpuWiring w;
+  w.device = options.device_for_test;
+  if (w.device == nullptr) {
+    auto opened = profile::OpenCudaKernelDevice(0);
+    if (!opened.ok()) return Status(opened.status().code(), "kernels: --device gpu: " + opened.status().message());
+    w.device_owned = std::move(opened).value();
+    w.device = w.device_owned.get();
+  }
+  if (options.kernel_db == "none") {
+    w.no_kernel_time = "--kernel-db none";
+  } else if (options.activity_for_test != nullptr) {
+    w.cupti = options.activity_for_test;
+  } else {
+    auto source = profile::OpenCuptiActivitySource();
+    if (source.ok()) {
+      w.cupti_owned = std::move(source).value();
+      w.cupti = w.cupti_owned.get();
+    } else {
+      w.no_kernel_time = source.status().message();
+    }
+  }
+  if (w.cupti != nullptr) w.kernel_db = options.kernel_db.empty() ? DefaultKernelDb(options.db) : options.kernel_db;
+  return w;
+}
+
+void PrintResult(const KernelsOptions& options, const profile::KernelSweepOptions& sweep, const GpuWiring& gpu,
+                 const profile::ProfileKernelsResult& result, double seconds, std::ostream& out) {
+  const profile::KernelSweepReport& report = result.report;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", seconds);
+  const comm::Communicator* peers = options.peers;
+  out << "kernels: " << options.device << (gpu.device ? " (" + gpu.device->Describe() + ")" : "")
+      << ", W=" << result.world_size << ", " << sweep.elements.size() << " sizes ("
+      << tools::HumanCount(sweep.elements.front()) << " .. " << tools::HumanCount(sweep.elements.back())
+      << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters
+      << (peers != nullptr ? ", " + std::to_string(peers->size()) + " ranks in step (the slowest rank's median)" : "")
+      << ": measured " << report.event.measured << " points, skipped " << report.event.skipped << " already in "
+      << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in " << secs << " s\n";
+  if (result.assumed_world)
+    out << "kernels: W=1: " << options.db << " has no cluster (no comm profile) and no --world-size was given, so "
+        << "decode was timed for 1 rank's payloads; run comm first or give --world-size W\n";
+  if (gpu.device == nullptr) return;
+  if (!result.kernel_only) {
+    out << "kernel-only (CUPTI): not measured: " << gpu.no_kernel_time << "\n";
+    return;
+  }
+  out << "kernel-only (CUPTI): measured " << report.kernel.measured << " points, skipped " << report.kernel.skipped
+      << " already in " << gpu.kernel_db << "\n";
+  if (!report.activity_error.empty())
+    out << "kernel-only (CUPTI): stopped after an error, event points went on: " << report.activity_error << "\n";
+  for (const std::string& p : report.kernel_problems) out << "kernel-only (CUPTI): " << p << "\n";
+}
+
 }  // namespace
 
+// The flags are checked here; the run itself (rank 0's DB, the broadcasts, the kernel-only DB,
+// the sweep) is libprofile's ProfileKernels.
 Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   comm::Communicator* peers = options.peers;
   const int rank = peers != nullptr ? peers->rank() : 0;
@@ -76,150 +142,34 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
     CUPCAKE_ASSIGN_OR_RETURN(max_elements,
                              LargestModelSizeFromRoot(peers, options.db, /*bytes=*/false, "--max-elements"));
   }
-  auto made = SweepOptionsOf(options, *device, max_elements);
-  if (!made.ok()) return Quiet(made.status(), rank);
-  profile::KernelSweepOptions sweep = std::move(made).value();
+  profile::ProfileKernelsOptions run;
+  auto sweep = SweepOptionsOf(options, *device, max_elements);
+  if (!sweep.ok()) return Quiet(sweep.status(), rank);
+  run.sweep = std::move(sweep).value();
   auto lock = LockTimeoutMs(options.lock_timeout_s);
   if (!lock.ok()) return Quiet(lock.status(), rank);
-  const int lock_ms = *lock;
-
-  // --device gpu: the device (and CUPTI) before any DB is touched, so a machine without a GPU
-  // fails cleanly. CUPTI's process state lives here, for this command's run.
-  std::unique_ptr<profile::KernelDevice> gpu_owned;
-  std::unique_ptr<profile::ActivitySource> cupti_owned;
-  profile::KernelDevice* gpu = options.device_for_test;
-  profile::ActivitySource* cupti = nullptr;
-  std::string kernel_db, no_kernel_time;
+  run.lock_timeout_ms = *lock;
+  GpuWiring gpu;
   if (*device == pb::GPU) {
-    if (gpu == nullptr) {
-      auto opened = profile::OpenCudaKernelDevice(0);
-      if (!opened.ok()) return Status(opened.status().code(), "kernels: --device gpu: " + opened.status().message());
-      gpu_owned = std::move(opened).value();
-      gpu = gpu_owned.get();
-    }
-    if (options.kernel_db == "none") {
-      no_kernel_time = "--kernel-db none";
-    } else if (options.activity_for_test != nullptr) {
-      cupti = options.activity_for_test;
-    } else {
-      auto source = profile::OpenCuptiActivitySource();
-      if (source.ok()) {
-        cupti_owned = std::move(source).value();
-        cupti = cupti_owned.get();
-      } else {
-        no_kernel_time = source.status().message();
-      }
-    }
-    if (cupti != nullptr) kernel_db = options.kernel_db.empty() ? DefaultKernelDb(options.db) : options.kernel_db;
-  } else {
-    gpu = nullptr;
+    CUPCAKE_ASSIGN_OR_RETURN(gpu, OpenGpu(options));
   }
 
-  std::map<std::string, std::string> meta{
-      {"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
-  if (gpu) meta["kernels.gpu"] = gpu->Describe();
-  if (peers != nullptr) meta["kernels.ranks"] = std::to_string(peers->size()) + " in step, the slowest rank's median";
-  // The world size: the DB's cluster's, else --world-size, else 1. A new DB is made with its
-  // cluster in one step, so a failure leaves no DB behind.
-  pb::Cluster cluster;
-  bool assumed_world = false;  // no cluster in the DB and no --world-size: W = 1
-  auto prepare = [&](profile::ProfileStore& store) -> Status {
-    CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
-    int nodes = 1, per_node = options.world_size > 0 ? options.world_size : 1;
-    if (existing && options.world_size != 0 && existing->nodes() * existing->devices_per_node() != options.world_size)
-      return InvalidArgumentError(options.db + ": --world-size: disagrees with the DB's cluster '" + existing->name() +
-                                  "'; got " + std::to_string(options.world_size) + ", expected " +
-                                  std::to_string(existing->nodes() * existing->devices_per_node()) + " (" +
-                                  tools::CountOf(existing->nodes(), "node") + " x " +
-                                  tools::CountOf(existing->devices_per_node(), "device") + ")");
-    if (existing) {
-      nodes = existing->nodes();
-      per_node = existing->devices_per_node();
-    }
-    assumed_world = !existing && options.world_size == 0;
-    CUPCAKE_ASSIGN_OR_RETURN(cluster, EnsureCluster(store, options.cluster, nodes, per_node, meta, "--world-size"));
-    return Status::Ok();
-  };
-  // Rank 0 alone opens the DB; everyone learns whether that worked, and the world size.
-  std::optional<profile::ProfileStore> store;
-  Status opened;
-  if (rank == 0) {
-    auto made_store = profile::ProfileStore::OpenOrCreate(options.db, lock_ms, prepare);
-    if (made_store.ok())
-      store.emplace(std::move(made_store).value());
-    else
-      opened = made_store.status();
-  }
-  CUPCAKE_RETURN_IF_ERROR(peers != nullptr ? ShareRootStatus(*peers, opened) : opened);
-  sweep.world_size = cluster.nodes() * cluster.devices_per_node();
-  if (peers != nullptr) {
-    CUPCAKE_RETURN_IF_ERROR(peers->Broadcast(&sweep.world_size, sizeof sweep.world_size, 0));
-    // Every rank finds the same bad options: rank 0 alone reports them.
-    if (Status v = profile::ValidateKernelSweepOptions(sweep, /*zen_device=*/true); !v.ok())
-      return Quiet(v.WithPrefix("kernels"), rank);
-  }
-  // The kernel-only curves: a profile of the same cluster in their own DB (a profile holds one
-  // curve per key, and the planner reads the event time from the main DB).
-  std::optional<profile::ProfileStore> kernel_store;
-  std::optional<profile::StoreSink> kernel_sink;
-  if (cupti) {
-    std::map<std::string, std::string> kernel_meta = meta;
-    kernel_meta["kernels.kernel_time"] = "CUPTI activity records (kernel, memcpy, memset), union of intervals per call";
-    auto same_cluster = [&](profile::ProfileStore& ks) {
-      return EnsureCluster(ks, cluster.name(), cluster.nodes(), cluster.devices_per_node(), kernel_meta, "--world-size")
-          .status()
-          .WithPrefix(kernel_db);
-    };
-    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore ks,
-                             profile::ProfileStore::OpenOrCreate(kernel_db, lock_ms, same_cluster));
-    kernel_store.emplace(std::move(ks));
-    kernel_sink.emplace(*kernel_store);
-  }
-
-  // The other ranks' points are copies of rank 0's: kept in memory, dropped.
-  std::optional<profile::StoreSink> store_sink;
-  profile::MemorySink copies;
-  if (store) store_sink.emplace(*store);
-  profile::ProfileSink& sink = store_sink ? static_cast<profile::ProfileSink&>(*store_sink) : copies;
+  run.db = options.db;
+  run.kernel_db = gpu.kernel_db;
+  run.cluster = options.cluster;
+  run.world_size = options.world_size;
+  run.meta = {{"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (options.progress) bar.emplace(*options.progress, "kernels");
   const auto t0 = std::chrono::steady_clock::now();
-  profile::KernelSweepReport report;
-  if (gpu) {
-    auto r = profile::SweepKernelsOnDevice(sweep, *gpu, cupti, sink, kernel_sink ? &*kernel_sink : nullptr,
-                                           bar ? bar->Fn() : profile::ProgressFn());
-    if (bar) bar->Finish();
-    if (!r.ok()) return r.status().WithPrefix("kernels");
-    report = std::move(r).value();
-  } else {
-    auto r = profile::SweepKernels(sweep, clock, sink, bar ? bar->Fn() : profile::ProgressFn(), peers);
-    if (bar) bar->Finish();
-    if (!r.ok()) return r.status().WithPrefix("kernels");
-    report.event = std::move(r).value();
-  }
+  auto result =
+      profile::ProfileKernels(run, gpu.device, gpu.cupti, clock, bar ? bar->Fn() : profile::ProgressFn(), peers);
+  if (bar) bar->Finish();
+  if (!result.ok()) return result.status();
   if (rank != 0) return Status::Ok();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.1f", s);
-  out << "kernels: " << options.device << (gpu ? " (" + gpu->Describe() + ")" : "") << ", W=" << sweep.world_size
-      << ", " << sweep.elements.size() << " sizes (" << tools::HumanCount(sweep.elements.front()) << " .. "
-      << tools::HumanCount(sweep.elements.back()) << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters
-      << (peers != nullptr ? ", " + std::to_string(peers->size()) + " ranks in step (the slowest rank's median)" : "")
-      << ": measured " << report.event.measured << " points, skipped " << report.event.skipped << " already in "
-      << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in " << secs << " s\n";
-  if (assumed_world)
-    out << "kernels: W=1: " << options.db << " has no cluster (no comm profile) and no --world-size was given, so "
-        << "decode was timed for 1 rank's payloads; run comm first or give --world-size W\n";
-  if (gpu && kernel_sink) {
-    out << "kernel-only (CUPTI): measured " << report.kernel.measured << " points, skipped " << report.kernel.skipped
-        << " already in " << kernel_db << "\n";
-    if (!report.activity_error.empty())
-      out << "kernel-only (CUPTI): stopped after an error, event points went on: " << report.activity_error << "\n";
-    for (const std::string& p : report.kernel_problems) out << "kernel-only (CUPTI): " << p << "\n";
-  } else if (gpu) {
-    out << "kernel-only (CUPTI): not measured: " << no_kernel_time << "\n";
-  }
+  PrintResult(options, run.sweep, gpu, *result,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), out);
   return Status::Ok();
 }
 

@@ -101,41 +101,6 @@ std::string UtcNow() {
   return buf;
 }
 
-StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::string& name, int nodes,
-                                    int devices_per_node, const std::map<std::string, std::string>& meta,
-                                    const std::string& flag_hint) {
-  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> existing, store.LoadCluster());
-  pb::Cluster cluster;
-  if (existing) {
-    cluster = *existing;
-    if (!name.empty() && name != cluster.name())
-      return InvalidArgumentError(store.path() + ": --cluster: the DB holds another cluster; got '" + name +
-                                  "', expected '" + cluster.name() + "' (or another DB)");
-    if (cluster.nodes() != nodes || cluster.devices_per_node() != devices_per_node)
-      return InvalidArgumentError(
-          store.path() + ": " + flag_hint + ": disagrees with the DB's cluster '" + cluster.name() + "'; got " +
-          tools::CountOf(nodes, "node") + " x " + tools::CountOf(devices_per_node, "device") + ", expected " +
-          tools::CountOf(cluster.nodes(), "node") + " x " + tools::CountOf(cluster.devices_per_node(), "device"));
-  } else {
-    cluster.set_name(name.empty() ? "local" : name);
-    cluster.set_nodes(nodes);
-    cluster.set_devices_per_node(devices_per_node);
-    cluster.set_source("measured by cupcake-profile");
-  }
-  for (const auto& [k, v] : meta) (*cluster.mutable_meta())[k] = v;
-  pb::Profile p;
-  *p.mutable_cluster() = cluster;
-  CUPCAKE_RETURN_IF_ERROR(store.ImportProfile(p, /*replace=*/false));
-  return cluster;
-}
-
-Status ShareRootStatus(comm::Communicator& world, const Status& root_status) {
-  int ok = root_status.ok() ? 1 : 0;
-  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
-  if (ok) return Status::Ok();
-  return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
-}
-
 StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std::string& db, bool bytes,
                                            std::string_view flag) {
   if (world == nullptr) return LargestModelSize(db, bytes, flag);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "cupcake/comm/communicator.h"
+#include "cupcake/profile/profile_run.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/profile/sweep.h"
 
@@ -56,17 +57,13 @@ StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std:
 // A size flag's text: "auto", or a whole number. nullopt for "auto".
 StatusOr<std::optional<int64_t>> ParseSizeOrAuto(std::string_view flag, const std::string& text);
 
-// The cluster the DB holds, creating it when the DB holds none: `name` (empty: "local"),
-// `nodes` x `devices_per_node`. The DB's cluster must have the same shape; `meta` entries are
-// merged into its meta. Errors name `flag_hint` (e.g. "--world-size") for a shape mismatch.
-StatusOr<pb::Cluster> EnsureCluster(profile::ProfileStore& store, const std::string& name, int nodes,
-                                    int devices_per_node, const std::map<std::string, std::string>& meta,
-                                    const std::string& flag_hint);
+// The DB's cluster record and rank 0's result shared by all ranks: libprofile's
+// (cupcake/profile/profile_run.h), shared by the kernels and comm commands.
+using profile::EnsureCluster;
+using profile::ShareRootStatus;
 
 // Commands run by several ranks (comm, kernels under mpirun):
 // A failure rank 0 reports for everyone: other ranks exit 1 without repeating it.
 inline Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
-// Rank 0's result, known to all ranks (collective).
-Status ShareRootStatus(comm::Communicator& world, const Status& root_status);
 
 }  // namespace cupcake::profile_cli

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "../common.h"
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 
 namespace cupcake::comm::internal {
 namespace {
@@ -31,20 +31,12 @@ Status NcclError(ncclResult_t r, const char* call, ncclComm_t comm, int rank, co
                           RankOnHost(rank, host));
 }
 
-Status CudaError(cudaError_t e, const char* call, int rank, const std::string& host) {
-  return InternalError(CudaStatus(e, call).message() + RankOnHost(rank, host));
-}
-
-// One macro per vendor API, taking what it needs as arguments.
+// One macro per vendor API, taking what it needs as arguments (CUDA's:
+// CUPCAKE_CUDA_RETURN_IF_ERROR(call, rank, host), cupcake/internal/cuda_status.h).
 #define CUPCAKE_NCCL_RETURN_IF_ERROR(call, nccl_comm, rank, host)                                  \
   do {                                                                                             \
     if (const ncclResult_t cupcake_nccl_rc_ = (call); cupcake_nccl_rc_ != ncclSuccess)             \
       return ::cupcake::comm::internal::NcclError(cupcake_nccl_rc_, #call, nccl_comm, rank, host); \
-  } while (0)
-#define CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(call, rank, host)                             \
-  do {                                                                                  \
-    if (const cudaError_t cupcake_cuda_rc_ = (call); cupcake_cuda_rc_ != cudaSuccess)   \
-      return ::cupcake::comm::internal::CudaError(cupcake_cuda_rc_, #call, rank, host); \
   } while (0)
 
 std::string HostName() {
@@ -102,35 +94,35 @@ class NcclCommunicator final : public Communicator {
 
   // NCCL has no barrier: an allreduce of one int, which no rank leaves before all have joined.
   Status Barrier() override {
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
-    if (scratch_ == nullptr) CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, sizeof(int)), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    if (scratch_ == nullptr) CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, sizeof(int)), rank_, host_);
     CUPCAKE_NCCL_RETURN_IF_ERROR(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), comm_, rank_,
                                  host_);
     return Synchronize();
   }
   Status Broadcast(void* buf, int64_t bytes, int root) override {
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     CUPCAKE_NCCL_RETURN_IF_ERROR(ncclBroadcast(buf, buf, static_cast<size_t>(bytes), ncclUint8, root, comm_, stream_),
                                  comm_, rank_, host_);
     return Status::Ok();
   }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("Allreduce", type, op, rank_, host_));
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     CUPCAKE_NCCL_RETURN_IF_ERROR(
         ncclAllReduce(send, recv, static_cast<size_t>(count), NcclType(type), NcclOp(op), comm_, stream_), comm_, rank_,
         host_);
     return Status::Ok();
   }
   Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     CUPCAKE_NCCL_RETURN_IF_ERROR(
         ncclAllGather(send, recv, static_cast<size_t>(bytes_per_rank), ncclUint8, comm_, stream_), comm_, rank_, host_);
     return Status::Ok();
   }
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("ReduceScatter", type, op, rank_, host_));
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     CUPCAKE_NCCL_RETURN_IF_ERROR(
         ncclReduceScatter(send, recv, static_cast<size_t>(count_per_rank), NcclType(type), NcclOp(op), comm_, stream_),
         comm_, rank_, host_);
@@ -144,7 +136,7 @@ class NcclCommunicator final : public Communicator {
   Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
                    std::span<const int64_t> recv_bytes) override {
     CUPCAKE_RETURN_IF_ERROR(CheckAlltoallv(send_bytes, recv_bytes, size_, rank_, host_));
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     CUPCAKE_NCCL_RETURN_IF_ERROR(ncclGroupStart(), comm_, rank_, host_);
     int64_t s_at = 0, r_at = 0;
     ncclResult_t r = ncclSuccess;
@@ -162,7 +154,7 @@ class NcclCommunicator final : public Communicator {
     return Status::Ok();
   }
   StatusOr<std::unique_ptr<Communicator>> Split(int color, int key) override {
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
     ncclComm_t child = nullptr;
     CUPCAKE_NCCL_RETURN_IF_ERROR(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr),
                                  comm_, rank_, host_);
@@ -170,15 +162,15 @@ class NcclCommunicator final : public Communicator {
     cudaStream_t stream = nullptr;
     if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking); e != cudaSuccess) {
       ncclCommDestroy(child);
-      return CudaError(e, "cudaStreamCreateWithFlags", rank_, host_);
+      return ::cupcake::internal::CudaError(e, "cudaStreamCreateWithFlags", rank_, host_);
     }
     return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(child, stream, device_, host_));
   }
   // The results are in place when the stream is done; an asynchronous NCCL error (a peer lost)
   // is reported rather than waited on forever where NCCL detects it.
   Status Synchronize() override {
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
-    CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), rank_, host_);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), rank_, host_);
     ncclResult_t async = ncclSuccess;
     CUPCAKE_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm_, &async), comm_, rank_, host_);
     if (async != ncclSuccess) return NcclError(async, "ncclCommGetAsyncError", comm_, rank_, host_);
@@ -211,7 +203,7 @@ class NcclCommunicator final : public Communicator {
 
 // This rank's device: `device` (-1: the current one) must exist. "" when fine.
 std::string CheckDevice(int& device, int rank, const std::string& host) {
-  auto count = CudaDeviceCount();
+  auto count = ::cupcake::internal::CudaDeviceCount();
   if (!count.ok()) return "NCCL communicator: " + count.status().message() + RankOnHost(rank, host);
   if (device < 0 && cudaGetDevice(&device) != cudaSuccess) device = 0;
   if (device >= *count)
@@ -237,7 +229,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* boots
     return FailedPreconditionError("NCCL communicator: another rank has no usable CUDA device (see its message)" +
                                    RankOnHost(rank, host));
   // 2. Rank 0's unique id to all. A rank 0 that fails to make one sends zeros, and says why.
-  CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), rank, host);
+  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), rank, host);
   ncclUniqueId id{};
   Status made;
   if (rank == 0)
@@ -247,7 +239,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(Communicator* boots
   CUPCAKE_RETURN_IF_ERROR(made);
   // 3. Join.
   cudaStream_t stream = nullptr;
-  CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank, host);
+  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank, host);
   ncclComm_t comm = nullptr;
   if (ncclResult_t r = ncclCommInitRank(&comm, size, id, rank); r != ncclSuccess) {
     cudaStreamDestroy(stream);
@@ -272,7 +264,7 @@ StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicatorFromHandle(const voi
     return InvalidArgumentError(call + ": nccl_comm: points to a null ncclComm_t; expected the job's");
   CUPCAKE_NCCL_RETURN_IF_ERROR(ncclCommUserRank(job, &rank), job, rank, host);
   cudaStream_t stream = nullptr;
-  CUPCAKE_COMM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank, host);
+  CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), rank, host);
   ncclComm_t comm = nullptr;
   if (ncclResult_t r = ncclCommSplit(job, /*color=*/0, /*key=*/rank, &comm, nullptr); r != ncclSuccess) {
     (void)cudaStreamDestroy(stream);

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "cupcake/proto/cuda.h"
+#include "cupcake/internal/cuda_status.h"
 
 namespace cupcake::profile::internal {
 namespace {
@@ -76,7 +76,7 @@ class CudaKernelDevice final : public KernelDevice {
 }  // namespace
 
 StatusOr<std::unique_ptr<KernelDevice>> MakeCudaKernelDevice(int ordinal) {
-  CUPCAKE_ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
+  CUPCAKE_ASSIGN_OR_RETURN(const int count, ::cupcake::internal::CudaDeviceCount());
   if (ordinal < 0 || ordinal >= count)
     return InvalidArgumentError("CUDA device: out of range; got " + std::to_string(ordinal) +
                                 ", expected 0 <= device < " + std::to_string(count));

@@ -5,11 +5,19 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/cuda_status.h"
+#include "cupcake/internal/cuda_status.h"
 #include "device_streams.h"
 
 namespace cupcake::runtime::internal {
 namespace {
+
+// FailedPrecondition naming `call` when the machine has no usable CUDA device.
+Status CheckCudaDevice(const std::string& call, int rank, const std::string& host) {
+  const StatusOr<int> count = ::cupcake::internal::CudaDeviceCount();
+  if (count.ok()) return Status::Ok();
+  return FailedPreconditionError(call + ": " + count.status().message() + " (rank " + std::to_string(rank) + " on " +
+                                 host + ")");
+}
 
 class CudaDeviceStreams final : public DeviceStreams {
  public:
@@ -25,11 +33,11 @@ class CudaDeviceStreams final : public DeviceStreams {
 
   Status Init(int events, int graphs) {
     graphs_.assign(static_cast<size_t>(graphs), nullptr);
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank_, host_);
     events_.reserve(static_cast<size_t>(events));
     for (int i = 0; i < events; ++i) {
       cudaEvent_t e = nullptr;
-      CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rank_, host_);
       events_.push_back(e);
     }
     return Status::Ok();
@@ -37,32 +45,33 @@ class CudaDeviceStreams final : public DeviceStreams {
 
   void* compute() const override { return stream_; }
   Status Record(int event, void* stream) override {
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(Event(event), Stream(stream)));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaEventRecord(Event(event), Stream(stream)), rank_, host_);
     return Status::Ok();
   }
   Status StreamWait(void* stream, int event) override {
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Stream(stream), Event(event), 0));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Stream(stream), Event(event), 0), rank_, host_);
     return Status::Ok();
   }
   Status Copy(void* dst, const void* src, int64_t bytes, void* stream) override {
     if (bytes > 0) {
-      CUPCAKE_RT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, Stream(stream)));
+      CUPCAKE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, Stream(stream)), rank_, host_);
     }
     return Status::Ok();
   }
   Status Zero(void* dst, int64_t bytes, void* stream) override {
-    if (bytes > 0) CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), Stream(stream)));
+    if (bytes > 0)
+      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), Stream(stream)), rank_, host_);
     return Status::Ok();
   }
   Status Wait(int event) override {
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(Event(event)));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(Event(event)), rank_, host_);
     return Status::Ok();
   }
   StatusOr<void*> PinnedHost(int64_t bytes) override {
     void* p = nullptr;
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(
-        cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault), rank_, host_);
     pinned_.push_back(p);
     return p;
   }
@@ -70,7 +79,7 @@ class CudaDeviceStreams final : public DeviceStreams {
     const cudaError_t e = cudaEventQuery(Event(event));
     if (e == cudaSuccess) return true;
     if (e == cudaErrorNotReady) return false;
-    return CudaError(e, "cudaEventQuery", rank_, host_);
+    return ::cupcake::internal::CudaError(e, "cudaEventQuery", rank_, host_);
   }
   Status Enqueue(int graph, int wait, int record, StreamWork enqueue) override {
     if (graph < 0) {
@@ -81,12 +90,12 @@ class CudaDeviceStreams final : public DeviceStreams {
     }
     cudaGraphExec_t& exec = graphs_[static_cast<size_t>(graph)];
     if (exec == nullptr) CUPCAKE_RETURN_IF_ERROR(Capture(wait, record, enqueue, &exec));
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, stream_), rank_, host_);
     return Status::Ok();
   }
   Status CheckDeviceMemory(const void* p) const override {
     cudaPointerAttributes a{};
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&a, p));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&a, p), rank_, host_);
     if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return Status::Ok();
     return InvalidArgumentError(std::string("not device memory; got ") +
                                 (a.type == cudaMemoryTypeHost ? "pinned host memory" : "unregistered host memory") +
@@ -104,7 +113,7 @@ class CudaDeviceStreams final : public DeviceStreams {
   // wait and record nodes, which act as cudaStreamWaitEvent and cudaEventRecord do each launch.
   // The capture is always ended, so a failure leaves the stream usable.
   Status Capture(int wait, int record, StreamWork enqueue, cudaGraphExec_t* exec) {
-    CUPCAKE_RT_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), rank_, host_);
     cudaError_t e = cudaSuccess;
     const char* call = "cudaStreamWaitEvent (external, in capture)";
     if (wait >= 0) e = cudaStreamWaitEvent(stream_, Event(wait), cudaEventWaitExternal);
@@ -122,8 +131,8 @@ class CudaDeviceStreams final : public DeviceStreams {
     }
     if (g != nullptr) (void)cudaGraphDestroy(g);
     if (!work.ok()) return work;
-    if (e != cudaSuccess) return CudaError(e, call, rank_, host_);
-    if (end != cudaSuccess) return CudaError(end, "cudaStreamEndCapture", rank_, host_);
+    if (e != cudaSuccess) return ::cupcake::internal::CudaError(e, call, rank_, host_);
+    if (end != cudaSuccess) return ::cupcake::internal::CudaError(end, "cudaStreamEndCapture", rank_, host_);
     return Status::Ok();
   }
 

@@ -33,12 +33,10 @@
 #include <span>
 #include <string>
 
+#include "cupcake/kernels/buffer.h"
 #include "cupcake/proto/status.h"
 
 namespace cupcake::kernels {
-
-enum class Backend { kCpu, kCuda };
-const char* BackendName(Backend backend);  // "cpu", "cuda"
 
 enum class CompressorKind {
   kFp32,
@@ -135,40 +133,6 @@ class Compressor {
 // Creates a compressor. Errors: an invalid config (see ResolveLayout), or a backend that
 // this build or machine does not have (see BackendAvailable).
 StatusOr<std::unique_ptr<Compressor>> MakeCompressor(const CompressorConfig& config, Backend backend);
-
-// Ok when the backend can run here; otherwise says why (no CUDA in this build, no device).
-Status BackendAvailable(Backend backend);
-
-// Bytes on a backend (host memory for kCpu, device memory for kCuda), for callers that
-// stage data for a compressor: the profiler, the tests, the benchmarks. Move-only, owning.
-class Buffer {
- public:
-  static StatusOr<Buffer> Allocate(Backend backend, int64_t size_bytes);
-  Buffer() = default;
-  Buffer(Buffer&& other) noexcept;
-  Buffer& operator=(Buffer&& other) noexcept;
-  ~Buffer();
-
-  void* data() const { return data_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  int64_t size_bytes() const { return size_bytes_; }
-  Backend backend() const { return backend_; }
-  // Synchronous copies and fill; size_bytes must not exceed size_bytes().
-  Status CopyFromHost(const void* src, int64_t size_bytes);
-  Status CopyToHost(void* dst, int64_t size_bytes) const;
-  Status Zero();
-
- private:
-  Backend backend_ = Backend::kCpu;
-  void* data_ = nullptr;
-  int64_t size_bytes_ = 0;
-};
-
-// Waits for the work queued on `stream` (kCuda); no-op for kCpu.
-Status Synchronize(Backend backend, void* stream = nullptr);
 
 // Elementwise sums of allreduce payloads on the host, for the MPI reduction the runtime
 // defines (MPI has no half type): inout[i] = in[i] + inout[i].

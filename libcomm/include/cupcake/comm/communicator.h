@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/buffer.h"
 #include "cupcake/proto/status.h"
 
 namespace cupcake::comm {

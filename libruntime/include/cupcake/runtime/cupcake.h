@@ -3,11 +3,16 @@
  * non-zero cupcake_status otherwise; cupcake_last_error() then says what went wrong.
  *
  * Use (MPI: initialize with MPI_Init_thread, at least MPI_THREAD_SERIALIZED):
+ *   cupcake_session_options o = {0};  (defaults: MPI on MPI_COMM_WORLD, nothing checked, 60 s)
  *   cupcake_session* s;
- *   if (cupcake_session_create("plan.pb", &comm, &s)) die(cupcake_last_error());
- *   cupcake_register(s, "fc.weight", grad0, n0);  ... in plan order
- *   each step: cupcake_gradient_ready(s, i) from the backward hooks; cupcake_synchronize(s);
+ *   if (cupcake_session_create_with_options("plan.pb", &o, &s)) die(cupcake_last_error());
+ *   cupcake_session_register(s, "fc.weight", grad0, n0);  ... in plan order
+ *   each step: cupcake_session_gradient_ready(s, i) from the backward hooks;
+ *              cupcake_session_synchronize(s);
  *   cupcake_session_destroy(s);
+ * Every function on a session is named cupcake_session_*, as the recorder's are
+ * cupcake_recorder_*. The earlier names (cupcake_register, cupcake_session_create_ex, ...) are
+ * kept for one release as deprecated aliases at the end of this header.
  * Thread-safety: one thread at a time per session; cupcake_last_error is per thread. */
 #ifndef CUPCAKE_RUNTIME_CUPCAKE_H_
 #define CUPCAKE_RUNTIME_CUPCAKE_H_
@@ -16,6 +21,13 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Marks the aliases kept for one release; the compiler names the replacement. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CUPCAKE_DEPRECATED(replacement) __attribute__((deprecated("use " replacement)))
+#else
+#define CUPCAKE_DEPRECATED(replacement)
 #endif
 
 /* The codes of cupcake::StatusCode. */
@@ -33,39 +45,59 @@ typedef enum {
 
 typedef struct cupcake_session cupcake_session;
 
-/* Loads the plan at `plan_path` and makes a session over MPI: `mpi_comm` points to the job's
- * MPI_Comm (NULL: MPI_COMM_WORLD), which the session duplicates. The plan's world size must be
- * the communicator's size. On success *out owns the session. */
-int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_session** out);
+/* Where a session's collectives run. */
+typedef enum {
+  /* Host memory over MPI: `mpi_comm` points to the job's MPI_Comm (NULL: MPI_COMM_WORLD), which
+   * the session duplicates. The plan's world size must be the communicator's size. */
+  CUPCAKE_BACKEND_MPI = 0,
+  /* GPU memory over NCCL on the current CUDA device (one per rank), for a plan whose device is
+   * gpu. NCCL's id travels over `mpi_comm` (NULL: MPI_COMM_WORLD); with `mpi_comm` NULL and MPI
+   * not initialized, a group of one rank (no launcher needed). Gradients are registered with
+   * cupcake_session_register_device. On a machine without a GPU: CUPCAKE_FAILED_PRECONDITION,
+   * "cupcake_session_create_with_options: NCCL communicator: no CUDA device found; ...". */
+  CUPCAKE_BACKEND_NCCL = 1,
+  /* GPU memory on a NCCL communicator the job owns: `nccl_comm` points to its ncclComm_t (the
+   * runtime makes its own of it with ncclCommSplit; every rank calls create;
+   * NcclCommunicatorFromHandle in cupcake/comm/nccl.h). */
+  CUPCAKE_BACKEND_NCCL_COMM = 2
+} cupcake_backend;
 
-/* Like cupcake_session_create, with what the job expects checked against the plan (NULL or ""
- * to skip): the compressor name and the model fingerprint; `ready_timeout_s` <= 0 keeps the
- * default (60 s) before Synchronize gives up on missing gradients. */
-int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
-                              const char* model_fingerprint, double ready_timeout_s, cupcake_session** out);
+/* What a session is made with. All zero (`cupcake_session_options o = {0};`) is the defaults. */
+typedef struct cupcake_session_options {
+  /* CUPCAKE_BACKEND_MPI by default. */
+  cupcake_backend backend;
+  /* MPI, NCCL: points to the job's MPI_Comm; NULL: MPI_COMM_WORLD. */
+  const void* mpi_comm;
+  /* NCCL_COMM: points to the job's ncclComm_t (required there). */
+  const void* nccl_comm;
+  /* NCCL, NCCL_COMM: the cudaStream_t the job computes gradients on; NULL: the legacy default
+   * stream. Must be NULL for MPI. */
+  void* job_stream;
+  /* Checked against the plan's; NULL or "": not checked. */
+  const char* compressor;
+  const char* model_fingerprint;
+  /* Microseconds cupcake_session_synchronize waits for missing gradients before it gives up
+   * (SessionOptions::ready_timeout_us: the same unit in C++, C and Python); 0: the default,
+   * 60 s; negative or not finite: CUPCAKE_INVALID_ARGUMENT. */
+  double ready_timeout_us;
+} cupcake_session_options;
 
-/* GPU memory: a session over NCCL on the current CUDA device (one per rank), for a plan whose
- * device is gpu. NCCL's id travels over `mpi_comm` (the job's MPI_Comm; NULL: MPI_COMM_WORLD);
- * with `mpi_comm` NULL and MPI not initialized, a group of one rank (no launcher needed).
- * `job_stream`: the cudaStream_t the job computes gradients on (NULL: the legacy default
- * stream). Gradients are registered with cupcake_register_device. On a machine without a GPU:
- * CUPCAKE_FAILED_PRECONDITION, "cupcake_session_create_nccl: NCCL communicator: no CUDA device
- * found; ...". */
-int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out);
-/* The same on a NCCL communicator the job owns: `nccl_comm` points to its ncclComm_t (the runtime
- * makes its own of it with ncclCommSplit; every rank calls this; NcclCommunicatorFromHandle in
- * communicator.h). */
-int cupcake_session_create_nccl_comm(const char* plan_path, const void* nccl_comm, void* job_stream,
-                                     cupcake_session** out);
+/* Loads the plan at `plan_path` and makes a session as `options` say (NULL: the defaults). On
+ * success *out owns the session. Errors start with the function's name, e.g.
+ * "cupcake_session_create_with_options: options.backend: unknown backend; got 7, ...". */
+int cupcake_session_create_with_options(const char* plan_path, const cupcake_session_options* options,
+                                        cupcake_session** out);
 
 /* Registers the next float32 gradient buffer (plan order). Name and size must match the plan. */
-int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel);
+int cupcake_session_register(cupcake_session* session, const char* name, float* data, int64_t numel);
 /* The same for a GPU session: `device_data` is CUDA device memory. */
-int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel);
-int cupcake_gradient_ready(cupcake_session* session, int tensor);
-int cupcake_synchronize(cupcake_session* session);
+int cupcake_session_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel);
+/* Tensor `tensor` (plan order) has its gradient for this step. */
+int cupcake_session_gradient_ready(cupcake_session* session, int tensor);
+/* Waits until every gradient is the average over ranks. */
+int cupcake_session_synchronize(cupcake_session* session);
 /* Non-zero: gradient accumulation steps, no synchronization until called again with 0. */
-int cupcake_set_accumulating(cupcake_session* session, int accumulating);
+int cupcake_session_set_accumulating(cupcake_session* session, int accumulating);
 /* Destroys the session; NULL is ignored. */
 void cupcake_session_destroy(cupcake_session* session);
 
@@ -101,6 +133,34 @@ void cupcake_recorder_destroy(cupcake_recorder* recorder);
 
 /* The message of the last failed call on this thread ("" if none); valid until the next call. */
 const char* cupcake_last_error(void);
+
+/* Deprecated aliases, kept for one release (libruntime/README.md lists them). They behave as
+ * before; their errors still start with their own names. */
+/* = cupcake_session_create_with_options with backend MPI on `mpi_comm`. */
+CUPCAKE_DEPRECATED("cupcake_session_create_with_options")
+int cupcake_session_create(const char* plan_path, const void* mpi_comm, cupcake_session** out);
+/* The same with compressor and fingerprint checks; `ready_timeout_s` is in seconds (<= 0: the
+ * default), where the options struct's ready_timeout_us is in microseconds. */
+CUPCAKE_DEPRECATED("cupcake_session_create_with_options")
+int cupcake_session_create_ex(const char* plan_path, const void* mpi_comm, const char* compressor,
+                              const char* model_fingerprint, double ready_timeout_s, cupcake_session** out);
+/* = backend NCCL. */
+CUPCAKE_DEPRECATED("cupcake_session_create_with_options")
+int cupcake_session_create_nccl(const char* plan_path, const void* mpi_comm, void* job_stream, cupcake_session** out);
+/* = backend NCCL_COMM. */
+CUPCAKE_DEPRECATED("cupcake_session_create_with_options")
+int cupcake_session_create_nccl_comm(const char* plan_path, const void* nccl_comm, void* job_stream,
+                                     cupcake_session** out);
+CUPCAKE_DEPRECATED("cupcake_session_register")
+int cupcake_register(cupcake_session* session, const char* name, float* data, int64_t numel);
+CUPCAKE_DEPRECATED("cupcake_session_register_device")
+int cupcake_register_device(cupcake_session* session, const char* name, float* device_data, int64_t numel);
+CUPCAKE_DEPRECATED("cupcake_session_gradient_ready")
+int cupcake_gradient_ready(cupcake_session* session, int tensor);
+CUPCAKE_DEPRECATED("cupcake_session_synchronize")
+int cupcake_synchronize(cupcake_session* session);
+CUPCAKE_DEPRECATED("cupcake_session_set_accumulating")
+int cupcake_set_accumulating(cupcake_session* session, int accumulating);
 
 #ifdef __cplusplus
 } /* extern "C" */
