@@ -10,57 +10,23 @@
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
+#include "tiny_plan.h"
 
 namespace cupcake {
 namespace {
 
-// A valid plan of 3 tensors in 2 groups on gpu: topk at `ratio`, or fp32 when ratio is 0.
-pb::Plan TinyPlan(double ratio) {
-  pb::Plan plan;
-  plan.set_format("cupcake.plan.v1");
-  pb::Model* m = plan.mutable_model()->mutable_model();
-  m->set_name("tiny");
-  const int64_t numel[] = {10, 1000, 500};
-  for (int i = 0; i < 3; ++i) {
-    pb::Tensor* t = m->add_tensors();
-    t->set_name("t" + std::to_string(i));
-    t->set_numel(numel[i]);
-    t->set_dtype(pb::FLOAT32);
-    t->set_backward_us(10.0 * i);
-  }
-  plan.mutable_model()->set_fingerprint(ModelFingerprint(*m));
-  plan.set_profile_fingerprint("0123456789abcdef");
-  plan.set_profile_name("cluster");
-  plan.set_world_size(8);
-  plan.set_device(pb::GPU);
+// TinyPlan (topk at 0.01 on gpu) at another ratio, or as fp32 when ratio is 0.
+pb::Plan TinyPlanAt(double ratio) {
+  pb::Plan plan = TinyPlan();
   const bool dense = ratio == 0;
-  plan.mutable_compressor()->set_name(dense ? "fp32" : "topk");
+  const CompressorInfo& info = *FindCompressor(dense ? "fp32" : "topk");
+  plan.mutable_compressor()->set_name(std::string(info.name));
   plan.mutable_compressor()->set_ratio(ratio);
   plan.mutable_compressor()->set_memory(dense ? "none" : "residual");
-  const int bounds[][2] = {{0, 1}, {2, 2}};
-  double t = 0;
-  for (const auto& b : bounds) {
-    pb::Group* g = plan.add_groups();
-    g->set_first_tensor(b[0]);
-    g->set_last_tensor(b[1]);
-    g->mutable_options()->set_compress(true);
-    g->mutable_options()->set_device(pb::GPU);
-    g->mutable_options()->set_collective(dense ? pb::ALLREDUCE : pb::ALLGATHER);
-    int64_t n = 0;
-    for (int i = b[0]; i <= b[1]; ++i) n += numel[i];
-    g->set_numel(n);
-    g->set_payload_bytes(PayloadBytes(*FindCompressor(dense ? "fp32" : "topk"), n, ratio));
-    g->set_encode_start_us(t);
-    g->set_encode_end_us(t + 1.5);
-    g->set_comm_start_us(t + 1.5);
-    g->set_comm_end_us(t + 20.25);
-    g->set_decode_start_us(t + 40);
-    g->set_decode_end_us(t + 41);
-    t += 25;
+  for (pb::Group& g : *plan.mutable_groups()) {
+    g.mutable_options()->set_collective(info.collective);
+    g.set_payload_bytes(PayloadBytes(info, g.numel(), ratio));
   }
-  plan.mutable_predicted()->set_iteration_us(123.5);
-  plan.mutable_search()->set_algorithm("branch_and_bound");
-  plan.mutable_search()->set_optimal(true);
   return plan;
 }
 
@@ -70,7 +36,7 @@ pb::Ladder TinyLadder() {
   for (double ratio : {0.0, 0.1, 0.01}) {
     pb::Rung* r = ladder.add_rungs();
     r->set_ratio(ratio == 0 ? 1 : ratio);
-    *r->mutable_plan() = TinyPlan(ratio);
+    *r->mutable_plan() = TinyPlanAt(ratio);
   }
   return ladder;
 }
@@ -101,13 +67,13 @@ TEST_F(LadderIoTest, WriteThenReadGivesTheSameLadderAndAPlanReadsAsOneRung) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(ladder, back->ladder));
 
   const std::string plan_path = dir_ + "/p.pb";
-  ASSERT_TRUE(WritePlanFile(plan_path, TinyPlan(0.01)).ok());
+  ASSERT_TRUE(WritePlanFile(plan_path, TinyPlanAt(0.01)).ok());
   auto single = ReadPlansFile(plan_path);
   ASSERT_TRUE(single.ok()) << single.status().ToString();
   EXPECT_TRUE(single->single);
   ASSERT_EQ(single->ladder.rungs_size(), 1);
   EXPECT_EQ(single->ladder.rungs(0).ratio(), 0.01);
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(single->ladder.rungs(0).plan(), TinyPlan(0.01)));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(single->ladder.rungs(0).plan(), TinyPlanAt(0.01)));
 
   EXPECT_EQ(ReadPlanFile(path).status().message(),
             path +
@@ -140,7 +106,7 @@ TEST(ValidateLadder, NamesEachProblem) {
   EXPECT_EQ(Message(invalid), "l.pb: rungs[1].plan: world_size: out of range; got 0, expected 1 <= x <= 1048576");
 
   pb::Ladder bottom = TinyLadder();
-  *bottom.mutable_rungs(0)->mutable_plan() = TinyPlan(0.5);
+  *bottom.mutable_rungs(0)->mutable_plan() = TinyPlanAt(0.5);
   bottom.mutable_rungs(0)->set_ratio(0.5);
   EXPECT_EQ(Message(bottom),
             "l.pb: rungs[0].plan.compressor.name: not the dense rung; got \"topk\", expected \"fp32\"\n"
@@ -172,7 +138,7 @@ TEST(ValidateLadder, NamesEachProblem) {
   m->mutable_tensors(0)->set_name("other");
   model.mutable_rungs(1)->mutable_plan()->mutable_model()->set_fingerprint(ModelFingerprint(*m));
   EXPECT_EQ(Message(model), "l.pb: rungs[1].plan.model.fingerprint: another model; got " + ModelFingerprint(*m) +
-                                ", expected " + ModelFingerprint(TinyPlan(0).model().model()) + " as in rungs[0]");
+                                ", expected " + ModelFingerprint(TinyPlanAt(0).model().model()) + " as in rungs[0]");
 }
 
 TEST_F(LadderIoTest, RefusesATruncatedLadder) {
