@@ -2,11 +2,15 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "profile/test_files.h"
 
@@ -89,6 +93,71 @@ TEST_F(ReadFileTest, ReadsAPipeWhole) {
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, text);
+}
+
+// -o over what is not a regular file: a symbolic link is followed (its target replaced, the
+// link kept), a FIFO and a device are written straight and stay what they are, a FIFO without
+// a reader fails at once, a directory and an empty path are refused. The nodes are made in a
+// private folder; the machine's own /dev is never touched.
+class WriteFileTest : public ::testing::Test {
+ protected:
+  testing::TempDir tmp_;
+  const std::string dir_ = tmp_.path();
+};
+
+TEST_F(WriteFileTest, FollowsASymlinkAndKeepsIt) {
+  const std::string target = dir_ + "/target.pb", link = dir_ + "/link.pb", dangling = dir_ + "/dangling.pb";
+  ASSERT_TRUE(WriteFileAtomic(target, "old").ok());
+  std::filesystem::create_symlink("target.pb", link);
+  ASSERT_TRUE(WriteFileAtomic(link, "new").ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(*ReadFile(target), "new");
+  std::filesystem::create_symlink("made-through-link.pb", dangling);
+  ASSERT_TRUE(WriteFileAtomic(dangling, "fresh").ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dangling));
+  EXPECT_EQ(*ReadFile(dir_ + "/made-through-link.pb"), "fresh");
+}
+
+TEST_F(WriteFileTest, WritesStraightToAFifoAndFailsWithoutAReader) {
+  const std::string fifo = dir_ + "/out.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(WriteFileAtomic(fifo, "x").message(), fifo + ": cannot write: a FIFO with no reader");
+  StatusOr<std::string> read = std::string();
+  std::thread reader([&] { read = ReadFile(fifo); });
+  Status written = UnavailableError("not written");
+  for (int i = 0; i < 500 && !written.ok(); ++i) {  // until the reader has opened its end
+    written = WriteFileAtomic(fifo, "through the fifo");
+    if (!written.ok()) ::usleep(10000);
+  }
+  reader.join();
+  EXPECT_TRUE(written.ok()) << written.ToString();
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(*read, "through the fifo");
+  struct stat info;
+  ASSERT_EQ(::lstat(fifo.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode));
+}
+
+TEST_F(WriteFileTest, WritesStraightToADeviceNode) {
+  const std::string null = dir_ + "/null", full = dir_ + "/full";
+  if (::mknod(null.c_str(), S_IFCHR | 0600, makedev(1, 3)) != 0 ||
+      ::mknod(full.c_str(), S_IFCHR | 0600, makedev(1, 7)) != 0)
+    GTEST_SKIP() << "mknod: " << std::strerror(errno) << " (device nodes need root; the FIFO test covers the path)";
+  ASSERT_TRUE(WriteFileAtomic(null, "discarded").ok());
+  struct stat info;
+  ASSERT_EQ(::lstat(null.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode));
+  EXPECT_EQ(WriteFileAtomic(full, "x").message(), full + ": write failed: No space left on device");
+  ASSERT_EQ(::lstat(full.c_str(), &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode));
+}
+
+TEST_F(WriteFileTest, RefusesADirectoryAndAnEmptyPath) {
+  EXPECT_EQ(WriteFileAtomic(dir_, "x").message(), dir_ + ": is a directory; expected a file");
+  EXPECT_EQ(WriteFileAtomic("", "x").message(), "output path: empty; expected a file name, or - for stdout");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 0);
 }
 
 }  // namespace

@@ -23,7 +23,11 @@ struct ReadLimits {
 // gives no data for `limits.wait_s` seconds (a FIFO with no writer). Every message names the path.
 StatusOr<std::string> ReadFile(const std::string& path, const ReadLimits& limits = {});
 
-// Writes `contents` to `path` through `path.tmp.<pid>` and rename(2). "-" writes to stdout.
+// Writes `contents` to `path`. A regular file or a new path is written through
+// `<file>.tmp.<pid>` and rename(2), so it holds the old contents or the new, never a part; a
+// symbolic link is followed and its target replaced that way (the link stays). A FIFO, a device
+// or a socket is written straight (`-o /dev/null` discards); a FIFO with no reader is an error,
+// not a wait. "-" writes to stdout; a directory or an empty path is an error.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);
 
 }  // namespace cupcake
