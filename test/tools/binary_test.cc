@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "cupcake/proto/file_io.h"
 #include "test_files.h"
@@ -251,9 +252,23 @@ TEST_F(BinaryTest, CupcakePlanFrame) {
 TEST_F(BinaryTest, HostileInputsFailCleanly) {
   const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
   const std::string model = testing::ExamplePath("models/resnet50.json");
+  // An empty path names its flag (usage: exit 2), for every command that takes one.
   Result r = Invoke(CUPCAKE_PROFILE_BIN, "import --db '' " + profile);
-  EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "profile DB path: empty; expected a file name\n");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(r.err.starts_with("cupcake-profile import: --db: empty; expected ")) << r.err;
+  for (const auto& [tool, args, flag] : std::vector<std::tuple<const char*, std::string, std::string>>{
+           {CUPCAKE_PROFILE_BIN, "inspect --db ''", "--db"},
+           {CUPCAKE_PLAN_BIN, "show ''", "PLAN"},
+           {CUPCAKE_PLAN_BIN, "trace ''", "PLAN"},
+           {CUPCAKE_PLAN_BIN, "diff '' ''", "A"},
+           {CUPCAKE_PLAN_BIN, "simulate --plan '' --model " + model + " --profile " + profile, "--plan"},
+           {CUPCAKE_PLAN_BIN, "search --model " + model + " --profile '' --compressor topk -o x.pb", "--profile"},
+           {CUPCAKE_PLAN_BIN, "search --model " + model + " --profile " + profile + " --compressor topk -o ''", "--output"},
+       }) {
+    r = Invoke(tool, args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_NE(r.err.find(": " + flag + ": empty; expected "), std::string::npos) << args << ": " << r.err;
+  }
 
   r = Invoke(CUPCAKE_PLAN_BIN, "show /dev/zero");  // endless: stops at the input bound
   EXPECT_EQ(r.code, 1);

@@ -89,6 +89,22 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
       return kExitOk;
     }
     po::notify(vm);
+    // An empty value given on purpose (`--db ''`, `show ''`) is never a usable path or name.
+    for (const auto& [name, value] : vm) {
+      const auto* text = boost::any_cast<std::string>(&value.value());
+      if (value.defaulted() || text == nullptr || !text->empty()) continue;
+      const auto* option = flags.find_nothrow(name, false);
+      std::string shown = "--" + name;
+      for (unsigned i = 0; i < std::min(positional.max_total_count(), 8u); ++i)
+        if (positional.name_for_position(i) == name) {
+          shown = name;
+          for (char& ch : shown) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        }
+      inv.err << inv.tool << " " << inv.command << ": " << shown << ": empty; expected "
+              << (option ? option->description() : "a value") << "\n"
+              << "run '" << inv.tool << " " << inv.command << " --help' for its options\n";
+      return kExitUsage;
+    }
   } catch (const po::unknown_option& e) {
     // A misspelt flag: name it and the nearest flag this command has, not the whole usage.
     const std::string got = e.get_option_name();
