@@ -5,6 +5,7 @@
 // it; a path reported by the first pass is not reported again by the second.
 #include "cupcake/profile/json_io.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
@@ -103,6 +104,15 @@ class StructureGuard {
 };
 
 StatusOr<json> ParseText(std::string_view text, const std::string& origin) {
+  // The parser takes a NUL byte for the end of the input, so text after one would be ignored.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    const std::string_view before = text.substr(0, nul);
+    const size_t line = 1 + static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+    const size_t last_newline = before.rfind('\n');
+    const size_t column = last_newline == std::string_view::npos ? nul + 1 : nul - last_newline;
+    return InvalidArgumentError(origin + ":" + std::to_string(line) + ":" + std::to_string(column) +
+                                ": not valid JSON: a NUL byte; expected text");
+  }
   try {
     return json::parse(text.begin(), text.end(), StructureGuard());
   } catch (const StructureError& e) {

@@ -12,9 +12,11 @@
 namespace cupcake::profile {
 namespace {
 
-// JSON text starts with '{' after white space; anything else is neither format.
+// JSON text starts with '{' after white space (and a UTF-8 byte order mark, which the JSON
+// parser skips too: every reader accepts one); anything else is neither format.
 Status CheckLooksLikeJson(const std::string& text, const std::string& path, std::string_view expected) {
-  size_t first = text.find_first_not_of(" \t\r\n");
+  const size_t bom = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  size_t first = text.find_first_not_of(" \t\r\n", bom);
   if (first != std::string::npos && text[first] == '{') return Status::Ok();
   if (first == std::string::npos) return InvalidArgumentError(path + ": empty file; expected " + std::string(expected));
   return InvalidArgumentError(path + ": not a profile or model file; got a file starting with '" +

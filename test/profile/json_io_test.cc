@@ -399,6 +399,17 @@ TEST(ModelJsonErrors, DuplicateKeysAreRefusedWithTheirPath) {
             "model.json: name: duplicate key; got \"name\" twice in one object, expected each key once");
 }
 
+// Regression: the parser took a NUL byte for the end of the input, so whatever followed one was
+// ignored (a model with garbage after a NUL loaded).
+TEST(ModelJsonErrors, ANulByteIsRefusedWithItsPlace) {
+  const std::string model = R"({"format": "cupcake.model.v1", "name": "m", "tensors": []})";
+  EXPECT_EQ(ModelError(model + std::string("\0garbage", 8)), "model.json:1:59: not valid JSON: a NUL byte; expected text");
+  EXPECT_EQ(ModelError(std::string("{\n  \"format\"\0: 1}", 18)),
+            "model.json:2:11: not valid JSON: a NUL byte; expected text");
+  const std::string trailing = ModelError(model + " trailing");  // text after the document, as before
+  EXPECT_TRUE(trailing.starts_with("model.json:1:") && trailing.ends_with("expected end of input")) << trailing;
+}
+
 // Regression: times near 1e308 made the planner's sums infinite (a failed check), and numel
 // past 2^40 made byte counts wrap.
 TEST(ModelJsonErrors, ValuesBeyondTheBoundsAreRefused) {

@@ -49,6 +49,24 @@ TEST(LoadModelFile, ReadsAModelAndNamesTheFileInErrors) {
             profile + R"(: format: wrong format; got "cupcake.profile.v1" (this is a profile), expected "cupcake.model.v1")");
 }
 
+// A UTF-8 byte order mark (what some editors write first) is accepted by every reader: the
+// loaders (search, simulate) as the JSON parser (import) did; before, the loaders refused it.
+TEST(LoadModelFile, AcceptsAByteOrderMark) {
+  testing::TempDir dir;
+  auto text = ReadFile(testing::ExamplePath("models/gpt2.json"));
+  ASSERT_TRUE(text.ok());
+  ASSERT_TRUE(WriteFileAtomic(dir.File("bom.json"), "\xEF\xBB\xBF" + *text).ok());
+  auto m = LoadModelFile(dir.File("bom.json"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->name(), "gpt2");
+  auto parsed = ParseModelJson("\xEF\xBB\xBF" + *text, "bom.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto p = ReadFile(testing::ExamplePath("profiles/v100-8x8-pcie-25g.json"));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(WriteFileAtomic(dir.File("profile.json"), "\xEF\xBB\xBF" + *p).ok());
+  EXPECT_TRUE(LoadProfileFile(dir.File("profile.json")).ok());
+}
+
 // Regression: a directory or a binary file given as a profile was reported as "not valid JSON",
 // and a model given through a pipe was read twice (the second read found it empty).
 TEST(LoadProfileFile, NamesWhatIsWrongWithADirectoryAPipeOrABinaryFile) {
