@@ -217,6 +217,7 @@ void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb:
     pb::Step* step = g.add_steps();
     step->set_op(StepOp(s, s.steps[i], plan_compressor));
     step->set_scope(s.steps[i].scope);
+    step->set_bytes(StepBytes(s, s.steps[i], plan_compressor, g.numel(), ratio, ranks, zen_union));
   }
 }
 

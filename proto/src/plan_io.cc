@@ -61,14 +61,16 @@ bool Finite(double x) { return std::isfinite(x); }
 
 // Times are microseconds: finite and non-negative. A model's backward times are inputs and
 // bounded like every input (limits.h); the predicted times are sums of them and are not.
-void CheckTime(Problems& p, const std::string& field, double us, double max = std::numeric_limits<double>::max()) {
+void CheckTime(Problems& p, const std::string& field, double us, double max = kMaxPlanTimeUs) {
   if (!Finite(us) || us < 0 || us > max) {
     std::ostringstream os;
-    os << "not a time; got " << us << ", expected a finite number >= 0";
-    if (max < std::numeric_limits<double>::max()) os << " and <= " << max;
-    os << " (microseconds)";
+    os << "not a time; got " << us << ", expected a finite number >= 0 and <= " << max << " (microseconds)";
     p.Add(field, os.str());
   }
+}
+
+void CheckCount(Problems& p, const std::string& field, int64_t value) {
+  if (value < 0) p.Add(field, "negative; got " + std::to_string(value) + ", expected >= 0");
 }
 
 // `later` must not come before `earlier` (a rounding's worth of slack: the planner adds the
@@ -101,12 +103,29 @@ void CheckModel(Problems& p, const pb::PlanModel& pm) {
       p.Add(f + ".dtype",
             "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
   }
+  if (m.has_forward_us()) CheckTime(p, "model.model.forward_us", m.forward_us(), kMaxTimeUs);
+  if (m.has_update_us()) CheckTime(p, "model.model.update_us", m.update_us(), kMaxTimeUs);
   if (pm.fingerprint().empty()) {
     p.Add("model.fingerprint", "missing; expected " + ModelFingerprint(m) + " (model " + m.name() + ")");
   } else if (!m.tensors().empty() && pm.fingerprint() != ModelFingerprint(m)) {
     p.Add("model.fingerprint", "does not match the embedded model; got " + pm.fingerprint() + ", expected " +
                                    ModelFingerprint(m) + " (model " + m.name() + ")");
   }
+}
+
+// A curve read beyond its measurements: its key, two positive sizes in a known unit.
+void CheckExtrapolation(Problems& p, const pb::Extrapolation& e, int i) {
+  const std::string f = Idx("extrapolations", i);
+  if (e.curve().empty()) p.Add(f + ".curve", "missing; expected the curve's key");
+  for (const auto& [field, size] : {std::pair{".last_size", e.last_size()}, std::pair{".max_size", e.max_size()}}) {
+    if (!(Finite(size) && size > 0 && size <= static_cast<double>(kMaxCurveSize))) {
+      std::ostringstream os;
+      os << "out of range; got " << size << ", expected a finite size > 0 and <= " << kMaxCurveSize;
+      p.Add(f + field, os.str());
+    }
+  }
+  if (e.unit() != "bytes" && e.unit() != "elements" && e.unit() != "ratio")
+    p.Add(f + ".unit", "unknown unit; got " + Quoted(e.unit()) + ", expected one of bytes, elements, ratio");
 }
 
 void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
@@ -171,6 +190,42 @@ void CheckPhaseOrder(Problems& p, const pb::Plan& plan, int k) {
   }
 }
 
+// Each step of an options plan's group is the scheme's: its collective, its scope and, when the
+// group and the compressor are valid, its bytes per rank (what the planner priced).
+void CheckSteps(Problems& p, const pb::Plan& plan, int k, const SchemeInfo& s) {
+  const pb::Group& g = plan.groups(k);
+  const CompressorInfo* info = FindCompressor(plan.compressor().name());
+  const double ratio = plan.compressor().ratio();
+  const pb::Model& m = plan.model().model();
+  const bool sized = info != nullptr && (!info->uses_ratio || (ratio > 0 && ratio <= 1)) && g.numel() > 0 &&
+                     g.numel() <= kMaxNumel && g.first_tensor() >= 0 && g.first_tensor() <= g.last_tensor() &&
+                     g.last_tensor() < m.tensors_size() && (!s.hierarchical || plan.devices_per_node() >= 2) &&
+                     plan.world_size() >= 1 && SchemeCodecProblem(s, *info).empty();
+  for (int i = 0; i < g.steps_size(); ++i) {
+    const pb::Step& st = g.steps(i);
+    const SchemeStep& want = s.steps[i];
+    const std::string sf = Idx("groups", k) + Idx(".steps", i);
+    const std::string of = " (" + std::string(s.name) + " step " + std::to_string(i) + ")";
+    if (info != nullptr && st.op() != StepOp(s, want, *info))
+      p.Add(sf + ".op", "does not match the scheme; got " +
+                            (pb::CommOp_IsValid(st.op()) ? std::string(Name(st.op())) : std::to_string(st.op())) +
+                            ", expected " + std::string(Name(StepOp(s, want, *info))) + of);
+    if (st.scope() != want.scope)
+      p.Add(sf + ".scope", "does not match the scheme; got " +
+                               (pb::Scope_IsValid(st.scope()) ? std::string(Name(st.scope())) : std::to_string(st.scope())) +
+                               ", expected " + std::string(Name(want.scope)) + of);
+    if (!sized) {
+      if (st.bytes() <= 0) p.Add(sf + ".bytes", "must be positive; got " + std::to_string(st.bytes()));
+      continue;
+    }
+    const int64_t bytes = StepBytes(s, want, *info, g.numel(), SchemeRatio(s, ratio, m, g.first_tensor(), g.last_tensor()),
+                                    {plan.world_size(), plan.devices_per_node()}, plan.compressor().zen_union());
+    if (st.bytes() != bytes)
+      p.Add(sf + ".bytes", "does not match the scheme; got " + std::to_string(st.bytes()) + ", expected " +
+                               std::to_string(bytes) + of);
+  }
+}
+
 // An options plan's group (docs/MODEL.md, v2): its scheme is in the catalogue, its flags agree
 // with it, and its steps are the scheme's. Returns the scheme, or nullptr (v1 group or unknown).
 const SchemeInfo* CheckScheme(Problems& p, const pb::Plan& plan, int k) {
@@ -209,6 +264,8 @@ const SchemeInfo* CheckScheme(Problems& p, const pb::Plan& plan, int k) {
   if (g.steps_size() != s->step_count)
     p.Add(f + ".steps", "do not match the scheme; got " + std::to_string(g.steps_size()) + " steps, expected " +
                             std::to_string(s->step_count) + " (" + std::string(s->name) + ")");
+  else
+    CheckSteps(p, plan, k, *s);
   return s;
 }
 
@@ -301,8 +358,9 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     }
     if (!g.has_options() || g.options().collective() == pb::COMM_OP_UNSPECIFIED)
       p.Add(f + ".options.collective", "missing; expected one of " + CommOpNames());
-    if (g.has_options() && g.options().device() == pb::DEVICE_UNSPECIFIED)
-      p.Add(f + ".options.device", "missing; expected one of " + DeviceNames());
+    if (g.has_options() && g.options().device() != pb::GPU && g.options().device() != pb::CPU)
+      p.Add(f + ".options.device", "unknown device; got " + std::to_string(static_cast<int>(g.options().device())) +
+                                       ", expected one of " + DeviceNames());
     CheckTime(p, f + ".encode_start_us", g.encode_start_us());
     CheckTime(p, f + ".encode_end_us", g.encode_end_us());
     CheckTime(p, f + ".comm_start_us", g.comm_start_us());
@@ -348,9 +406,11 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
   if (plan.model().model().tensors_size() > 0) CheckGroups(p, plan);
   if (!plan.has_predicted()) {
     p.Add("predicted", "missing; expected the predicted times");
-  } else if (!Finite(plan.predicted().iteration_us()) || plan.predicted().iteration_us() <= 0) {
+  } else if (!Finite(plan.predicted().iteration_us()) || plan.predicted().iteration_us() <= 0 ||
+             plan.predicted().iteration_us() > kMaxPlanTimeUs) {
     std::ostringstream os;
-    os << "not a time; got " << plan.predicted().iteration_us() << ", expected a finite number > 0 (microseconds)";
+    os << "not a time; got " << plan.predicted().iteration_us() << ", expected a finite number > 0 and <= "
+       << kMaxPlanTimeUs << " (microseconds)";
     p.Add("predicted.iteration_us", os.str());
   } else if (!plan.groups().empty()) {
     const int last = plan.groups_size() - 1;
@@ -370,9 +430,28 @@ Status ValidatePlan(const pb::Plan& plan, const std::string& origin) {
       p.Add(Idx("baselines", i) + ".groups", "must be positive; got " + std::to_string(b.groups()) + ", expected >= 1");
     CheckTime(p, Idx("baselines", i) + ".iteration_us", b.iteration_us());
   }
+  if (plan.devices_per_node() < 0 || plan.devices_per_node() > std::max(plan.world_size(), 1))
+    p.Add("devices_per_node", "out of range; got " + std::to_string(plan.devices_per_node()) +
+                                  ", expected 0 (fusion plans) or 1 <= x <= world_size " +
+                                  std::to_string(plan.world_size()));
+  for (int i = 0; i < plan.extrapolations_size(); ++i) CheckExtrapolation(p, plan.extrapolations(i), i);
   // The last field written: a plan cut short at a field boundary parses, but lacks it.
-  if (!plan.has_search() || plan.search().algorithm().empty())
+  if (!plan.has_search() || plan.search().algorithm().empty()) {
     p.Add("search", "missing; expected the search statistics (a truncated file?)");
+  } else {
+    const pb::SearchStats& st = plan.search();
+    CheckCount(p, "search.nodes", st.nodes());
+    CheckCount(p, "search.pruned", st.pruned());
+    CheckCount(p, "search.budget", st.budget());
+    CheckCount(p, "search.states", st.states());
+    if (!st.search_space().empty() && st.search_space() != "options")
+      p.Add("search.search_space",
+            "unknown search space; got " + Quoted(st.search_space()) + ", expected \"options\" or none (fusion)");
+    CheckTime(p, "search.lower_bound_us", st.lower_bound_us());
+    if (plan.has_predicted() && Finite(st.lower_bound_us()) && st.lower_bound_us() > 0)
+      CheckOrder(p, "predicted.iteration_us", plan.predicted().iteration_us(), "search.lower_bound_us",
+                 st.lower_bound_us());
+  }
   return p.ToStatus();
 }
 

@@ -1,11 +1,23 @@
 // libFuzzer target: the plan loader. Any bytes give a valid plan or a Status; a plan it
-// accepts converts to JSON and survives serialize + parse unchanged.
+// accepts converts to JSON, survives serialize + parse unchanged, and its views (the trace, a
+// diff against itself) print finite numbers only.
 #include <google/protobuf/util/message_differencer.h>
 
+#include <cmath>
 #include <string>
 
+#include "cupcake/planner/report.h"
 #include "cupcake/proto/plan_io.h"
 #include "fuzz_check.h"
+
+namespace {
+
+// "nan" or "inf" as printed by printf or a JSON writer: a non-finite number reached a view.
+bool PrintsNonFinite(const std::string& text) {
+  return text.find("nan") != std::string::npos || text.find("inf") != std::string::npos;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace cupcake;
@@ -15,5 +27,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto again = ParsePlan(SerializePlan(*plan), "again.pb");
   CUPCAKE_FUZZ_CHECK(again.ok(), again.status().message());
   CUPCAKE_FUZZ_CHECK(google::protobuf::util::MessageDifferencer::Equals(*again, *plan), "round trip changed it");
+  // Names and other text of the plan may hold the letters; the numbers are what is checked.
+  pb::Plan plain = *plan;
+  plain.mutable_model()->mutable_model()->set_name("m");
+  plain.set_profile_name("p");
+  for (pb::Tensor& t : *plain.mutable_model()->mutable_model()->mutable_tensors()) t.set_name("t");
+  CUPCAKE_FUZZ_CHECK(!PrintsNonFinite(planner::ChromeTrace(plain)), "the trace prints a non-finite number");
+  const planner::PlanDiff same = planner::DiffPlans(*plan, *plan, 0);
+  CUPCAKE_FUZZ_CHECK(!same.different && std::isfinite(same.time_change_pct), "a plan differs from itself");
   return 0;
 }

@@ -239,11 +239,11 @@ TEST_F(PlanIoTest, RejectsNonFiniteSummariesBaselinesAndRatios) {
   plan.mutable_baselines(0)->set_iteration_us(std::nan(""));
   plan.mutable_baselines(0)->set_groups(0);
   plan.mutable_predicted()->set_comm_us(-1);
-  EXPECT_EQ(Message(plan), "plan.pb: predicted.comm_us: not a time; got -1, expected a finite number >= 0 "
-                           "(microseconds)\n"
+  EXPECT_EQ(Message(plan), "plan.pb: predicted.comm_us: not a time; got -1, expected a finite number >= 0 and <= "
+                           "1e+18 (microseconds)\n"
                            "plan.pb: baselines[0].groups: must be positive; got 0, expected >= 1\n"
                            "plan.pb: baselines[0].iteration_us: not a time; got nan, expected a finite number >= 0 "
-                           "(microseconds)");
+                           "and <= 1e+18 (microseconds)");
   plan = TinyPlan();
   plan.mutable_compressor()->set_name("efsignsgd");
   plan.mutable_compressor()->set_ratio(std::nan(""));
@@ -263,6 +263,73 @@ TEST_F(PlanIoTest, HugeTensorsAreReportedWithoutOverflowingTheGroupSum) {
   EXPECT_EQ(m.substr(0, m.find('\n')), "plan.pb: model.model.tensors[0].numel: out of range; got 4611686018427387904, "
                                        "expected 1 <= x <= 1099511627776");
   EXPECT_EQ(m.find("groups[0].numel"), std::string::npos) << m;
+}
+
+// Regression: fields were checked by count, not by value, so these loaded (exit 0) and printed
+// nonsense in show, trace, simulate and diff: a time of 1e308, a NaN lower bound, extrapolation
+// sizes NaN and units "parsecs", a group device 5, an unknown search space, devices_per_node
+// and search counters -1, the embedded model's forward time NaN.
+TEST_F(PlanIoTest, ChecksEveryFieldByValue) {
+  pb::Plan plan = TinyPlan();
+  plan.mutable_predicted()->set_iteration_us(1e308);
+  plan.mutable_baselines(0)->set_iteration_us(1e300);
+  plan.mutable_search()->set_lower_bound_us(std::nan(""));
+  plan.mutable_search()->set_nodes(-1);
+  plan.mutable_search()->set_search_space("bogus");
+  plan.set_devices_per_node(-1);
+  plan.mutable_model()->mutable_model()->set_forward_us(std::nan(""));
+  pb::Extrapolation* e = plan.add_extrapolations();
+  e->set_curve("comm allreduce global");
+  e->set_last_size(std::nan(""));
+  e->set_max_size(4096);
+  e->set_unit("parsecs");
+  plan.mutable_groups(1)->mutable_options()->set_device(static_cast<pb::Device>(5));
+  EXPECT_EQ(Message(plan),
+            "plan.pb: model.model.forward_us: not a time; got nan, expected a finite number >= 0 and <= 1e+12 "
+            "(microseconds)\n"
+            "plan.pb: groups[1].options.device: unknown device; got 5, expected one of gpu, cpu\n"
+            "plan.pb: predicted.iteration_us: not a time; got 1e+308, expected a finite number > 0 and <= 1e+18 "
+            "(microseconds)\n"
+            "plan.pb: baselines[0].iteration_us: not a time; got 1e+300, expected a finite number >= 0 and <= 1e+18 "
+            "(microseconds)\n"
+            "plan.pb: devices_per_node: out of range; got -1, expected 0 (fusion plans) or 1 <= x <= world_size 8\n"
+            "plan.pb: extrapolations[0].last_size: out of range; got nan, expected a finite size > 0 and <= "
+            "1125899906842624\n"
+            "plan.pb: extrapolations[0].unit: unknown unit; got \"parsecs\", expected one of bytes, elements, ratio\n"
+            "plan.pb: search.nodes: negative; got -1, expected >= 0\n"
+            "plan.pb: search.search_space: unknown search space; got \"bogus\", expected \"options\" or none (fusion)\n"
+            "plan.pb: search.lower_bound_us: not a time; got nan, expected a finite number >= 0 and <= 1e+18 "
+            "(microseconds)");
+}
+
+// The steps of an options plan's group must be the scheme's: op, scope and bytes per rank.
+TEST_F(PlanIoTest, ChecksEachStepAgainstItsScheme) {
+  pb::Plan plan = TinyPlan();
+  plan.set_devices_per_node(1);
+  plan.mutable_search()->set_search_space("options");
+  for (pb::Group& g : *plan.mutable_groups()) {
+    g.mutable_options()->set_scheme("flat");
+    pb::Step* st = g.add_steps();
+    st->set_op(pb::ALLGATHER);
+    st->set_scope(pb::GLOBAL);
+    st->set_bytes(g.payload_bytes());
+    st->set_start_us(g.comm_start_us());
+    st->set_end_us(g.comm_end_us());
+  }
+  ASSERT_EQ(Message(plan), "OK");
+  pb::Step* st = plan.mutable_groups(0)->mutable_steps(0);
+  st->set_op(static_cast<pb::CommOp>(99));
+  st->set_scope(static_cast<pb::Scope>(77));
+  st->set_bytes(-1);
+  plan.mutable_groups(1)->mutable_steps(0)->set_bytes(int64_t{1} << 62);
+  EXPECT_EQ(Message(plan),
+            "plan.pb: groups[0].steps[0].op: does not match the scheme; got 99, expected allgather (flat step 0)\n"
+            "plan.pb: groups[0].steps[0].scope: does not match the scheme; got 77, expected global (flat step 0)\n"
+            "plan.pb: groups[0].steps[0].bytes: does not match the scheme; got -1, expected " +
+                std::to_string(plan.groups(0).payload_bytes()) +
+                " (flat step 0)\n"
+                "plan.pb: groups[1].steps[0].bytes: does not match the scheme; got 4611686018427387904, expected " +
+                std::to_string(plan.groups(1).payload_bytes()) + " (flat step 0)");
 }
 
 }  // namespace

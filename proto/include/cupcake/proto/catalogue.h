@@ -172,8 +172,8 @@ bool HasSparseGradients(const pb::Model& model);
 int PayloadStep(const SchemeInfo& s);
 // Group `g` (its numel set) on scheme `s` on `device`: its options (scheme, compress,
 // collective, device), payload_bytes (the payload step's StepBytes at the plan's ratio and
-// zen_union) and one step per scheme step with its op and scope; the steps' bytes and times are
-// left to the caller.
+// zen_union) and one step per scheme step with its op, scope and bytes (StepBytes); the steps'
+// times are left to the caller.
 void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
                  double zen_union, const RankLayout& ranks, pb::Group& g);
 

@@ -21,6 +21,9 @@ inline constexpr int64_t kMaxTensors = int64_t{1} << 20;
 inline constexpr int64_t kMaxNumel = int64_t{1} << 40;
 // Any time in microseconds (about 11.6 days).
 inline constexpr double kMaxTimeUs = 1e12;
+// A plan's times (its groups' phases, the predicted iteration, the baselines) are sums of
+// bounded inputs: at most kMaxTensors backward times of kMaxTimeUs and as many phases each.
+inline constexpr double kMaxPlanTimeUs = 1e18;
 // Size of a curve point (bytes or elements): 1 PiB.
 inline constexpr int64_t kMaxCurveSize = int64_t{1} << 50;
 // Nodes, devices per node, and their product (the world size, an int everywhere).
