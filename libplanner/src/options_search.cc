@@ -350,6 +350,34 @@ OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, GroupCosts& cos
   return r;
 }
 
+// Step 4 onwards, from the better of Espresso's plan and the fusion optimum: a first search with
+// 1/kFirstShare of the budget (most prove their optimum within it, for less than the seeds
+// cost); where it does not, the single-option seeds, then the search again from the best of
+// them with the rest of the budget.
+OptionSearchResult SeededSearch(const OptionProblem& p, GroupCosts& costs, const std::vector<OptionBounds>& bounds,
+                                int64_t budget, Incumbent start, SearchStats& st) {
+  const int64_t first_cap = std::min(budget, st.transitions + budget / kFirstShare);
+  OptionSearchResult found = BranchAndBoundOptions(p, costs, bounds.back(), first_cap, start, true, -1, st);
+  if (st.optimal) return found;
+  if (found.iteration_us < start.time) start = {found.group_ends, found.options, found.iteration_us};
+  // The seeds: per option, the best grouping with that option on every group (a search over
+  // cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
+  for (int o = 0; o < p.option_count(); ++o) {
+    SearchStats seed_st = st;
+    const int64_t cap = std::min(budget, st.transitions + budget / kSeedShare);
+    const OptionSearchResult seed =
+        BranchAndBoundOptions(p, costs, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
+    st.transitions = seed_st.transitions;
+    if (seed.group_ends.empty()) continue;
+    int64_t changes = 0;
+    std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
+    st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
+    const double t = OptionIterationTime(p, seed.group_ends, opts);
+    if (t < start.time) start = {seed.group_ends, std::move(opts), t};
+  }
+  return BranchAndBoundOptions(p, costs, bounds.back(), budget, std::move(start), false, -1, st);
+}
+
 }  // namespace
 
 StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const SearchOptions& options) {
@@ -369,6 +397,7 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
   }
   SearchOptions v1 = options;
   v1.algorithm = IsFixedStrategy(options.algorithm) ? options.algorithm : Algorithm::kBranchAndBound;
+  v1.seed_incumbents = true;  // the fusion optimum: an incumbent, or what an unseeded run falls back to
   CUPCAKE_ASSIGN_OR_RETURN(SearchResult fusion, Search(p.base, v1));
   const std::vector<int> fusion_options(fusion.group_ends.size(), p.fusion_option);
   r.fusion_us = OptionIterationTime(p, fusion.group_ends, fusion_options);
@@ -407,30 +436,7 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
   } else {
     Incumbent start = r.espresso_us <= r.fusion_us ? Incumbent{fusion.group_ends, espresso, r.espresso_us}
                                                    : Incumbent{fusion.group_ends, fusion_options, r.fusion_us};
-    // Step 4: a first search with 1/kFirstShare of the budget; most prove their optimum within
-    // it, for less than the seeds below cost.
-    const int64_t first_cap = std::min(options.node_budget, st.transitions + options.node_budget / kFirstShare);
-    found = BranchAndBoundOptions(p, costs, bounds.back(), first_cap, start, true, -1, st);
-    if (!st.optimal) {
-      if (found.iteration_us < start.time) start = {found.group_ends, found.options, found.iteration_us};
-      // The seeds: per option, the best grouping with that option on every group (a search over
-      // cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
-      for (int o = 0; o < p.option_count(); ++o) {
-        SearchStats seed_st = st;
-        const int64_t cap = std::min(options.node_budget, st.transitions + options.node_budget / kSeedShare);
-        const OptionSearchResult seed =
-            BranchAndBoundOptions(p, costs, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
-        st.transitions = seed_st.transitions;
-        if (seed.group_ends.empty()) continue;
-        int64_t changes = 0;
-        std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
-        st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
-        const double t = OptionIterationTime(p, seed.group_ends, opts);
-        if (t < start.time) start = {seed.group_ends, std::move(opts), t};
-      }
-      // Then the search again, from the best of them, with the rest of the budget.
-      found = BranchAndBoundOptions(p, costs, bounds.back(), options.node_budget, std::move(start), false, -1, st);
-    }
+    found = SeededSearch(p, costs, bounds, options.node_budget, std::move(start), st);
   }
   found.fusion_us = r.fusion_us;
   found.espresso_us = r.espresso_us;

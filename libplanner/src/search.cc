@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "label_search.h"
 
@@ -160,8 +162,26 @@ SearchResult Exhaustive(const Problem& p) {
   return best;
 }
 
-// Steps 1-5 of docs/MODEL.md's search (budget in nodes).
-SearchResult BranchAndBound(const Problem& p, int64_t budget) {
+// The best of the baselines and the greedy strategy that keeps, for every prefix, only the
+// label with the smallest lower bound (step 2).
+std::pair<std::vector<int>, double> SeedIncumbent(const Problem& p, detail::LabelSearch<FusionSpace>& dp) {
+  std::vector<int> best;
+  double incumbent = kInf;
+  for (const auto& ends : {OneGroupStrategy(p), LayerwiseStrategy(p), BucketStrategy(p, int64_t{25} << 20),
+                           BucketStrategy(p, int64_t{64} << 20)}) {
+    const double t = IterationTime(p, ends);
+    if (t < incumbent) {
+      incumbent = t;
+      best = ends;
+    }
+  }
+  auto [greedy, greedy_time] = dp.Greedy();
+  if (greedy_time < incumbent) return {std::move(greedy.ends), greedy_time};
+  return {std::move(best), incumbent};
+}
+
+// Steps 1-5 of docs/MODEL.md's search (budget in nodes); without `seed`, from no incumbent.
+SearchResult BranchAndBound(const Problem& p, int64_t budget, bool seed) {
   SearchResult result;
   SearchStats& st = result.stats;
   st.budget = budget;
@@ -170,28 +190,13 @@ SearchResult BranchAndBound(const Problem& p, int64_t budget) {
   const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
   FusionSpace space(p, pricer, sb);
   detail::LabelSearch<FusionSpace> dp(space, st);
-
-  // Step 2: the incumbent: the best baseline, or the greedy strategy that keeps, for every
-  // prefix, only the label with the smallest lower bound, if that is better.
   double incumbent = kInf;
-  for (const auto& ends : {OneGroupStrategy(p), LayerwiseStrategy(p), BucketStrategy(p, int64_t{25} << 20),
-                           BucketStrategy(p, int64_t{64} << 20)}) {
-    const double t = IterationTime(p, ends);
-    if (t < incumbent) {
-      incumbent = t;
-      result.group_ends = ends;
-    }
-  }
-  auto [greedy, greedy_time] = dp.Greedy();
-  if (greedy_time < incumbent) {
-    incumbent = greedy_time;
-    result.group_ends = std::move(greedy.ends);
-  }
-
+  if (seed) std::tie(result.group_ends, incumbent) = SeedIncumbent(p, dp);
   // Steps 3-5: labels by prefix length, expanded in increasing prefix length and, within one,
   // in increasing lower bound; cutoff; dominance.
   const detail::LabelSearchResult found = dp.Run(incumbent, budget, detail::OnBudget::kStop);
   if (found.found) result.group_ends = found.best.ends;
+  if (result.group_ends.empty()) result.group_ends = OneGroupStrategy(p);  // unseeded, stopped first
   result.iteration_us = IterationTime(p, result.group_ends);
   st.optimal = !found.stopped;
   return result;
@@ -257,7 +262,7 @@ StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& optio
                                   " (2^(N-1) partitions); use branch_and_bound");
     r = Exhaustive(problem);
   } else {
-    r = BranchAndBound(problem, options.node_budget);
+    r = BranchAndBound(problem, options.node_budget, options.seed_incumbents);
   }
   r.stats.algorithm = AlgorithmName(options.algorithm);
   return r;

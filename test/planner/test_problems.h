@@ -368,11 +368,18 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
       // counts, pairs (8 k bytes: the payload), the owners' merge (a decode), sizes, partitions.
       const int w = profile.cluster().nodes() * d;
       const int64_t selected = PayloadBytes(*info, n, ratio) / 8;
+      // The merge and the post stage: Zen's own curves (without a ratio here) where the profile
+      // has them, else the codec's decode.
+      auto zen_or_decode = [&](const std::string& zen_key) {
+        bool found = false;
+        const Curve c = curve(zen_key, found);
+        return found ? c.At(static_cast<double>(n)) : at("decode " + codec + " " + dev, static_cast<double>(n));
+      };
       pre += at("encode " + codec + " " + dev, static_cast<double>(n));
       net += step("comm alltoall global", 8.0 * w) + step("comm alltoall global", 8.0 * static_cast<double>(selected)) +
-             at("decode " + codec + " " + dev, static_cast<double>(n)) + step("comm allgather global", 8.0) +
+             zen_or_decode("encode zen " + dev) + step("comm allgather global", 8.0) +
              step("comm allgather global", ZenPartitionStepBytes(n, selected, w));
-      pst += at("decode " + codec + " " + dev, static_cast<double>(n));
+      pst += zen_or_decode("decode zen " + dev);
     } else if (!hier) {
       if (has_codec) pre += at("encode " + codec + " " + dev, static_cast<double>(n));
       net += step("comm " + op + " global" + sum16, static_cast<double>(PayloadBytes(*info, n, ratio)));
