@@ -113,39 +113,56 @@ pb::Profile WithBusyCurves(std::mt19937_64& rng, const pb::Profile& profile, dou
   return out;
 }
 
-// The fusion search alone (no baselines, no greedy incumbent) on instances of 2-12 tensors,
-// busy curves on every profile, GPU and CPU plans: its plan is optimal by the exhaustive search
-// and by the minimum of the test's restatement over every strategy, at the time the
-// restatement gives its strategy.
+// The fusion search alone (no baselines, no greedy incumbent) on one instance: its plan is
+// optimal by the minimum of the test's restatement over every strategy, at the time the
+// restatement gives its strategy. Returns whether it is; adds a multi-group plan to `multi`.
+bool FusionRight(const pb::Model& model, const pb::Profile& profile, const PlanRequest& req, int& multi) {
+  auto p = MakeProblem(model, profile, req);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  if (!p.ok()) return false;
+  auto fast = Search(*p, Unseeded());
+  EXPECT_TRUE(fast.ok());
+  if (!fast.ok()) return false;
+  const int n = p->size();
+  double best = std::numeric_limits<double>::infinity();
+  for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
+    std::vector<int> ends;
+    for (int i = 0; i + 1 < n; ++i)
+      if (cuts & (1u << i)) ends.push_back(i);
+    ends.push_back(n - 1);
+    best = std::min(best, testing::ReferenceIterationUs(*p, ends));
+  }
+  multi += fast->group_ends.size() > 1;
+  return fast->stats.optimal && std::abs(fast->iteration_us - best) <= 1e-9 * best &&
+         std::abs(testing::ReferenceIterationUs(*p, fast->group_ends) - fast->iteration_us) <= 1e-9 * best;
+}
+
+// 2-12 tensors, busy curves on every profile, GPU and CPU plans; in half the instances encodes
+// as long as the collectives and busy curves up to 20x the idle ones, so that a collective
+// often ends inside its own encode's share of the busy window.
 TEST(FusionSearch, LabelSearchAloneFindsTheReferenceMinimum) {
   std::mt19937_64 rng(20261126);
-  int multi_group = 0;
-  for (int trial = 0; trial < 400; ++trial) {
-    SCOPED_TRACE(trial);
+  int multi = 0, instances = 0;
+  std::vector<int> wrong;
+  for (int trial = 0; trial < 1500; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 11);
     pb::Model model = testing::RandomModel(rng, n);
-    pb::Profile profile = WithBusyCurves(rng, testing::RandomProfile(rng));
+    const bool decisive = trial % 2;
+    pb::Profile profile = WithBusyCurves(rng, testing::RandomProfile(rng), decisive ? 20 : 6);
+    if (decisive)
+      for (auto& c : *profile.mutable_curves())
+        if (c.kind() == pb::ENCODE)
+          for (auto& point : *c.mutable_points()) point.set_us(4 * point.us());
     PlanRequest req;
     req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
     req.device = rng() % 3 ? pb::GPU : pb::CPU;
-    auto p = MakeProblem(model, profile, req);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    auto fast = Search(*p, Unseeded());
-    ASSERT_TRUE(fast.ok());
-    EXPECT_TRUE(fast->stats.optimal);
-    double best = std::numeric_limits<double>::infinity();
-    for (uint32_t cuts = 0; cuts < (1u << (n - 1)); ++cuts) {
-      std::vector<int> ends;
-      for (int i = 0; i + 1 < n; ++i)
-        if (cuts & (1u << i)) ends.push_back(i);
-      ends.push_back(n - 1);
-      best = std::min(best, testing::ReferenceIterationUs(*p, ends));
-    }
-    EXPECT_NEAR(fast->iteration_us, best, 1e-9 * best) << n << " tensors, " << req.compressor;
-    EXPECT_NEAR(testing::ReferenceIterationUs(*p, fast->group_ends), fast->iteration_us, 1e-9 * best);
-    multi_group += fast->group_ends.size() > 1;
+    ++instances;
+    if (!FusionRight(model, profile, req, multi)) wrong.push_back(trial);
   }
-  EXPECT_GT(multi_group, 100);
+  std::string trials;
+  for (size_t i = 0; i < wrong.size() && i < 20; ++i) trials += " " + std::to_string(wrong[i]);
+  EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << instances << " instances wrong; trials" << trials;
+  EXPECT_GT(multi, 250);
 }
 
 // Random kernel curves of the non-zero scan and Zen's merge and decode on the CPU, and a density
