@@ -1,11 +1,11 @@
 #!/bin/bash
-# Applies each mutation patch of this folder to the working tree in turn, builds planner_test,
-# runs it, records the failing tests (and the failing trials' count per test) in
-# result-<patch>.txt, and reverts the patch. Run from the repository root with a configured
-# build dir:
-#   bench/results/planner-mutations-2026-11-26/run.sh [BUILD_DIR]
+# Applies each patch of a folder (this one by default) to the working tree in turn, builds
+# planner_test, runs it, records the failing tests, their failed expectations and the unseeded
+# tests' count of wrong instances in result-<patch>.txt beside the patch, and reverts the patch.
+# Run from the repository root with a configured build dir and a clean libplanner/:
+#   bench/results/planner-mutations-2026-11-26/run.sh [BUILD_DIR [PATCH_FOLDER]]
 set -u
-here=$(dirname "$0") build=${1:-build}
+build=${1:-build} here=${2:-$(dirname "$0")}
 for patch in "$here"/*.patch; do
   name=$(basename "$patch" .patch)
   out=$here/result-$name.txt
