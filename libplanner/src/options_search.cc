@@ -1,6 +1,7 @@
 // The search over groups and per-group options (docs/MODEL.md, "Iteration time (v2)", "Search
-// over groups and options"): v1's label DP with the CPU worker as three more label coordinates,
-// its exhaustive oracle, and Espresso's two-step heuristic. Step numbers refer to MODEL.md.
+// over groups and options"): the label DP of label_search.h over OptionsSpace (v1's labels with
+// the CPU worker as three more coordinates, canonical forms, useful options, the price table),
+// its seeded passes and its exhaustive oracle. Step numbers refer to MODEL.md.
 #include <algorithm>
 #include <limits>
 
@@ -154,6 +155,9 @@ struct OptionLabel {
   }
 };
 
+// The recurrence of TimelineState::Add, kept apart from it: here the busy window ends at
+// backward + (e + gpu_pre), there at (backward + e) + gpu_pre, which round differently; merging
+// them would move label times by an ulp and could flip dominance and ties, so plans would change.
 OptionLabel Extend(const OptionProblem& p, const OptionLabel& l, int32_t id, int q, int option, const StageCost& c) {
   OptionLabel n = l;
   n.parent = id;
