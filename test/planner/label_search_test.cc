@@ -259,7 +259,7 @@ TEST(OptionsSearch, LabelSearchAloneMatchesTheOraclesWithBusyCurves) {
     CheckUnseeded(in.model, in.profile, in.req, trial, tally);
   }
   EXPECT_TRUE(tally.wrong.empty()) << tally.Wrong();
-  EXPECT_GT(tally.offloaded, 50);
+  EXPECT_GT(tally.offloaded, 100);
   EXPECT_GT(tally.hier, 50);
   EXPECT_GT(tally.sparse_offered, 100);
 }
