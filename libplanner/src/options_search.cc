@@ -1,16 +1,22 @@
 // The search over groups and per-group options (docs/MODEL.md, "Iteration time (v2)", "Search
-// over groups and options"): v1's label DP with the CPU worker as three more label coordinates,
-// its exhaustive oracle, and Espresso's two-step heuristic. Step numbers refer to MODEL.md.
+// over groups and options"): the label DP of label_search.h over OptionsSpace (v1's labels with
+// the CPU worker as three more coordinates, canonical forms, useful options, the price table),
+// its seeded passes and its exhaustive oracle. Step numbers refer to MODEL.md.
 #include <algorithm>
 #include <limits>
 
 #include "cupcake/planner/options.h"
 #include "cupcake/planner/search.h"
+#include "espresso.h"
+#include "label_search.h"
 
 namespace cupcake::planner {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::CostTable;
+using detail::Espresso;
+using detail::Improve;
+using detail::kInf;
 
 // Step 2: lower bounds on what the tensors j..N-1 still add, over every cut and option.
 struct OptionBounds {
@@ -137,20 +143,23 @@ std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, GroupCosts
 }
 
 // Step 1: a grouped prefix. Every coordinate only ever raises the final time.
-struct Label {
+struct OptionLabel {
   double e, f, x, y;  // as v1: encodes on the compute stream, network, decode chain from 0, e + decodes
   double g, u, v;  // the CPU worker: its encode chain, its decode chain from 0, the sum of its decodes
   int32_t parent;
   int32_t end;
   int32_t option;
+
+  static bool Dominates(const OptionLabel& a, const OptionLabel& b) {
+    return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y && a.g <= b.g && a.u <= b.u && a.v <= b.v;
+  }
 };
 
-bool Dominates(const Label& a, const Label& b) {
-  return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y && a.g <= b.g && a.u <= b.u && a.v <= b.v;
-}
-
-Label Extend(const OptionProblem& p, const Label& l, int32_t id, int q, int option, const StageCost& c) {
-  Label n = l;
+// The recurrence of TimelineState::Add, kept apart from it: here the busy window ends at
+// backward + (e + gpu_pre), there at (backward + e) + gpu_pre, which round differently; merging
+// them would move label times by an ulp and could flip dominance and ties, so plans would change.
+OptionLabel Extend(const OptionProblem& p, const OptionLabel& l, int32_t id, int q, int option, const StageCost& c) {
+  OptionLabel n = l;
   n.parent = id;
   n.end = q + 1;
   n.option = option;
@@ -175,21 +184,6 @@ Label Extend(const OptionProblem& p, const Label& l, int32_t id, int q, int opti
   return n;
 }
 
-double FinalTime(const OptionProblem& p, const Label& l) {
-  return p.base.forward_us + std::max({p.base.backward_prefix.back() + l.y, l.x, l.g + l.v, l.u}) + p.base.update_us;
-}
-
-void StrategyOf(const std::vector<Label>& labels, int32_t id, std::vector<int>& ends, std::vector<int>& options) {
-  ends.clear();
-  options.clear();
-  for (; labels[static_cast<size_t>(id)].end > 0; id = labels[static_cast<size_t>(id)].parent) {
-    ends.push_back(labels[static_cast<size_t>(id)].end - 1);
-    options.push_back(labels[static_cast<size_t>(id)].option);
-  }
-  std::reverse(ends.begin(), ends.end());
-  std::reverse(options.begin(), options.end());
-}
-
 // Marks the options of one group worth extending a label with: an option whose six stage costs
 // are all >= another's of the same kind (both on-device or both offloaded) gives, from any
 // label, a label the other's dominates (Extend is non-decreasing in the costs), so it is
@@ -206,20 +200,6 @@ void UsefulOptions(const OptionProblem& p, std::span<const StageCost> c, std::ve
       if (other == o || !useful[other] || p.options[other].offload != p.options[o].offload) continue;
       if (le(c[other], c[o]) && (other < o || !le(c[o], c[other]))) useful[o] = 0;
     }
-}
-
-// Every group's stage costs under every option: costs[k * O + o].
-std::vector<StageCost> CostTable(const OptionProblem& p, std::span<const int> ends) {
-  OptionPricer pricer(p);
-  const size_t options = p.options.size();
-  std::vector<StageCost> table(ends.size() * options);
-  int first = 0;
-  for (size_t k = 0; k < ends.size(); ++k) {
-    pricer.Start(first);
-    pricer.Price(ends[k], std::span<StageCost>(table).subspan(k * options, options));
-    first = ends[k] + 1;
-  }
-  return table;
 }
 
 double TimeOf(const OptionProblem& p, std::span<const int> ends, std::span<const int> opts,
@@ -262,124 +242,84 @@ OptionSearchResult ExhaustiveOptions(const OptionProblem& p) {
   return best;
 }
 
-// One grouping's timeline under options `opts` and under each option tried in one group in its
-// place (Espresso's steps try one change at a time): resumed from the state before the changed
-// group, and stopped once a lower bound of its time passes the one to beat.
-class OneChange {
+// The options search's space for detail::LabelSearch: seven-coordinate labels, step 2's
+// bounds, and per group the options worth extending (UsefulOptions; with `only_option` >= 0,
+// that option alone, even where another would dominate it). The greedy pass tries every
+// option (or only_option). Which options are useful is computed once per group, by the first
+// label of its prefix that reaches it, and reused by the others.
+class OptionsSpace {
  public:
-  OneChange(const OptionProblem& p, std::span<const int> ends, std::vector<int> opts)
+  using Label = OptionLabel;
+
+  OptionsSpace(const OptionProblem& p, GroupCosts& costs, const OptionBounds& sb, int only_option)
       : p_(p),
-        ends_(ends),
-        opts_(std::move(opts)),
-        table_(CostTable(p, ends)),
-        before_(ends.size() + 1),
-        rest_stream_(ends.size() + 1),
-        rest_cpu_(ends.size() + 1),
-        rest_net_(ends.size() + 1) {
-    Reset();
+        costs_(costs),
+        sb_(sb),
+        only_(only_option),
+        options_(p.options.size()),
+        fixed_(p.base.forward_us + p.base.update_us),
+        backward_(p.base.backward_prefix.back()),
+        tried_(options_, only_option < 0 ? 1 : 0),
+        group_(options_) {
+    if (only_option >= 0) tried_[static_cast<size_t>(only_option)] = 1;
   }
 
-  const std::vector<int>& opts() const { return opts_; }
-  double time() const { return before_.back().Final(p_); }
+  int size() const { return p_.size(); }
+  Label Root() const { return {0, 0, 0, 0, 0, 0, 0, -1, 0, -1}; }
+  int OptionOf(const Label& l) const { return l.option; }
 
-  // Group k's option becomes o.
-  void Set(size_t k, int o) {
-    opts_[k] = o;
-    Reset();
+  // Step 3.
+  double LowerBound(const Label& l) const {
+    const auto j = static_cast<size_t>(l.end);
+    return fixed_ + std::max({backward_ + l.y, l.x, l.g + l.v, l.u, l.f + sb_.net[j], l.e + sb_.ready[j]});
+  }
+  double Final(const Label& l) const {
+    return p_.base.forward_us + std::max({backward_ + l.y, l.x, l.g + l.v, l.u}) + p_.base.update_us;
+  }
+  // Step 5's cutoff.
+  double Cutoff(const Label& l, int q) const {
+    return fixed_ + p_.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb_.min_net + sb_.min_post;
   }
 
-  // The time with group k under option o instead; where that is above `beat` (the time to beat),
-  // possibly only a lower bound of it, also above `beat`.
-  double With(size_t k, int o, double beat) const {
-    TimelineState s = before_[k];
-    Add(s, k, o);
-    // The compute stream's and the CPU worker's chains grow by at least the later groups' work,
-    // and the network's by their collectives, which the last group's post stage follows.
-    const double fixed = p_.base.forward_us + p_.base.update_us;
-    const double backward = p_.base.backward_prefix.back();
-    const double stop = beat * (1 + 1e-12);  // rounding never stops one that beats it
-    for (size_t m = k + 1; m < ends_.size(); ++m) {
-      const double bound = fixed + std::max({backward + s.y + rest_stream_[m], s.x, s.g + s.v + rest_cpu_[m], s.u,
-                                             s.f + rest_net_[m] + last_post_});
-      if (bound > stop) return bound;
-      Add(s, m, opts_[m]);
+  void StartGreedyRow(int) {}
+  template <class F>
+  void ForGreedyOptions(int j, int q, const Label& l, int32_t id, F&& f) {
+    costs_.Reach(j, q, only_);
+    for (int o = 0; o < static_cast<int>(options_); ++o)
+      if (tried_[static_cast<size_t>(o)]) f(Extend(p_, l, id, q, o, costs_.Get(j, q, o)));
+  }
+
+  void StartRow(int) { row_useful_.clear(); }
+  template <class F>
+  void ForOptions(int j, int q, const Label& l, int32_t id, F&& f) {
+    const auto k = static_cast<size_t>(q - j);
+    costs_.Reach(j, q, only_);
+    if (row_useful_.size() == k * options_) {  // the first label here to reach q
+      if (only_ < 0) {
+        for (size_t o = 0; o < options_; ++o) group_[o] = costs_.Get(j, q, static_cast<int>(o));
+        UsefulOptions(p_, group_, useful_);
+        row_useful_.insert(row_useful_.end(), useful_.begin(), useful_.end());
+      } else {
+        row_useful_.insert(row_useful_.end(), tried_.begin(), tried_.end());
+      }
     }
-    return s.Final(p_);
+    const char* usable = &row_useful_[k * options_];
+    for (int o = 0; o < static_cast<int>(options_); ++o)
+      if (usable[o]) f(Extend(p_, l, id, q, o, costs_.Get(j, q, o)));
   }
 
  private:
-  const StageCost& Cost(size_t k, int o) const { return table_[k * p_.options.size() + static_cast<size_t>(o)]; }
-  void Add(TimelineState& s, size_t k, int o) const {
-    s.Add(p_, ends_[k], p_.options[static_cast<size_t>(o)].offload, Cost(k, o));
-  }
-  void Reset() {
-    const size_t n = ends_.size();
-    for (size_t k = 0; k < n; ++k) {
-      before_[k + 1] = before_[k];
-      Add(before_[k + 1], k, opts_[k]);
-    }
-    rest_stream_[n] = rest_cpu_[n] = rest_net_[n] = 0;
-    for (size_t k = n; k-- > 0;) {
-      const StageCost& c = Cost(k, opts_[k]);
-      rest_stream_[k] = rest_stream_[k + 1] + c.gpu_pre + c.gpu_post;
-      rest_cpu_[k] = rest_cpu_[k + 1] + c.cpu_pre + c.cpu_post;
-      rest_net_[k] = rest_net_[k + 1] + c.net;
-    }
-    last_post_ = Cost(n - 1, opts_[n - 1]).post();
-  }
-
   const OptionProblem& p_;
-  std::span<const int> ends_;
-  std::vector<int> opts_;
-  std::vector<StageCost> table_;  // CostTable's
-  std::vector<TimelineState> before_;  // before_[k]: after groups 0..k-1 under opts_
-  // Groups k.. under opts_: their compute-stream work, CPU work and collectives (idle).
-  std::vector<double> rest_stream_, rest_cpu_, rest_net_;
-  double last_post_ = 0;  // the last group's post stage under opts_
+  GroupCosts& costs_;
+  const OptionBounds& sb_;
+  const int only_;
+  const size_t options_;
+  const double fixed_, backward_;
+  std::vector<char> tried_;  // the greedy pass's options
+  std::vector<char> useful_;  // UsefulOptions' of one group
+  std::vector<char> row_useful_;  // row_useful_[(q - j) * options_ + o] of the row StartRow began
+  std::vector<StageCost> group_;  // one group's costs, for UsefulOptions
 };
-
-// Espresso's two steps (seeds: Espresso; docs/MODEL.md) on fixed groups, from the options
-// `opts` (Espresso's own start: flat_fp32 on the plan's device, every group). Returns the options.
-std::vector<int> Improve(const OptionProblem& p, std::span<const int> ends, std::vector<int> opts,
-                         int64_t& evaluations) {
-  OneChange tl(p, ends, std::move(opts));
-  const size_t k_count = ends.size();
-  // Step 1: among every group and on-device option, the single change that shortens the whole
-  // timeline most, until none does.
-  for (size_t round = 0; round < k_count * p.options.size(); ++round) {
-    double best = tl.time();
-    size_t best_k = 0;
-    int best_o = -1;
-    for (size_t k = 0; k < k_count; ++k) {
-      for (int o = 0; o < p.option_count(); ++o) {
-        if (o == tl.opts()[k] || p.options[static_cast<size_t>(o)].offload) continue;
-        const double t = tl.With(k, o, best);
-        ++evaluations;
-        if (t < best) {
-          best = t;
-          best_k = k;
-          best_o = o;
-        }
-      }
-    }
-    if (best_o < 0) break;
-    tl.Set(best_k, best_o);
-  }
-  // Step 2: earliest ready first, offload a group (its scheme on the CPU) when that shortens it.
-  for (size_t k = 0; k < k_count; ++k) {
-    const int offloaded = FindOption(p, p.options[static_cast<size_t>(tl.opts()[k])].scheme->name, pb::CPU);
-    if (offloaded < 0 || !p.options[static_cast<size_t>(offloaded)].offload) continue;
-    ++evaluations;
-    if (tl.With(k, offloaded, tl.time()) < tl.time()) tl.Set(k, offloaded);
-  }
-  return tl.opts();
-}
-
-std::vector<int> Espresso(const OptionProblem& p, std::span<const int> ends, int64_t& evaluations) {
-  int start = FindOption(p, "flat_fp32", p.base.device);
-  if (start < 0) start = p.fusion_option;
-  return Improve(p, ends, std::vector<int>(ends.size(), start), evaluations);
-}
 
 // The first search gets at most budget / kFirstShare nodes; each single-option seed search at
 // most budget / kSeedShare.
@@ -391,166 +331,55 @@ struct Incumbent {
   double time = kInf;
 };
 
-// Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent, until st.transitions
-// reaches `budget`; with `only_option` >= 0, over the strategies with that option on every group.
+// Steps 1-5 of docs/MODEL.md's v2 search, from `start` as the incumbent (and, with `greedy`,
+// step 4's greedy pass), until st.transitions reaches `budget`; with `only_option` >= 0, over
+// the strategies with that option on every group.
 OptionSearchResult BranchAndBoundOptions(const OptionProblem& p, GroupCosts& costs, const OptionBounds& sb,
                                          int64_t budget, Incumbent start, bool greedy, int only_option,
                                          SearchStats& st) {
-  const int n = p.size();
-  const double fixed = p.base.forward_us + p.base.update_us;
-  const double backward_total = p.base.backward_prefix[static_cast<size_t>(n)];
-  // The options extended: every one (per group, the main search then keeps UsefulOptions'), or
-  // only_option alone, even where another would dominate it.
-  std::vector<char> useful(p.options.size(), only_option < 0 ? 1 : 0);
-  if (only_option >= 0) useful[static_cast<size_t>(only_option)] = 1;
-  auto lower_bound = [&](const Label& l) {
-    const size_t j = static_cast<size_t>(l.end);
-    return fixed + std::max({backward_total + l.y, l.x, l.g + l.v, l.u, l.f + sb.net[j], l.e + sb.ready[j]});
-  };
+  OptionsSpace space(p, costs, sb, only_option);
+  detail::LabelSearch<OptionsSpace> dp(space, st);
   Incumbent inc = std::move(start);
-  const Label root{0, 0, 0, 0, 0, 0, 0, -1, 0, -1};
-
-  // Step 4's greedy pass: per prefix only the label with the smallest bound.
   if (greedy) {
-    std::vector<Label> best(static_cast<size_t>(n) + 1);
-    std::vector<double> best_lb(static_cast<size_t>(n) + 1, kInf);
-    std::vector<Label> chain;
-    best[0] = root;
-    for (int j = 0; j < n; ++j) {
-      if (j > 0 && best_lb[static_cast<size_t>(j)] == kInf) continue;
-      chain.push_back(best[static_cast<size_t>(j)]);
-      const int32_t id = static_cast<int32_t>(chain.size() - 1);
-      for (int q = j; q < n; ++q) {
-        costs.Reach(j, q, only_option);
-        for (int o = 0; o < p.option_count(); ++o) {
-          if (!useful[static_cast<size_t>(o)]) continue;
-          const Label next = Extend(p, chain[static_cast<size_t>(id)], id, q, o, costs.Get(j, q, o));
-          ++st.transitions;
-          const double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
-          if (lb < best_lb[static_cast<size_t>(q) + 1]) {
-            best_lb[static_cast<size_t>(q) + 1] = lb;
-            best[static_cast<size_t>(q) + 1] = next;
-          }
-        }
-      }
-    }
-    chain.push_back(best[static_cast<size_t>(n)]);
-    if (best_lb[static_cast<size_t>(n)] < inc.time) {
-      inc.time = best_lb[static_cast<size_t>(n)];
-      StrategyOf(chain, static_cast<int32_t>(chain.size() - 1), inc.ends, inc.options);
-    }
+    auto [found, time] = dp.Greedy();
+    if (time < inc.time) inc = {std::move(found.ends), std::move(found.options), time};
   }
-
-  // Step 5: labels by prefix length, then bound; cutoff; dominance in all seven coordinates.
-  // Every label of prefix j extends over the same groups j..q: which options are useful is
-  // computed once per prefix (by the first label that reaches q) and reused by the others. Nodes
-  // count per label and group, so budgets and plans do not depend on the reuse.
-  const size_t option_count = p.options.size();
-  std::vector<char> row_useful;  // row_useful[(q - j) * option_count + o]
-  std::vector<StageCost> group(option_count);  // one group's costs, for UsefulOptions
-  int row_j = -1;
-  std::vector<Label> labels{root};
-  std::vector<std::vector<int32_t>> at(static_cast<size_t>(n));
-  at[0].push_back(0);
-  int32_t best_label = -1;
-  bool stopped = false;
-  double open_bound = kInf;  // the smallest bound of a label left unexpanded when stopped
-  std::vector<std::pair<double, int32_t>> order;
-  for (int j = 0; j < n && !stopped; ++j) {
-    order.clear();
-    for (int32_t id : at[static_cast<size_t>(j)]) order.emplace_back(lower_bound(labels[static_cast<size_t>(id)]), id);
-    std::sort(order.begin(), order.end());
-    for (auto [lb, id] : order) {
-      if (lb >= inc.time) {
-        ++st.pruned;
-        continue;
-      }
-      if (st.transitions >= budget) {
-        stopped = true;
-        open_bound = std::min(open_bound, lb);
-        continue;  // the rest of `order` only adds to open_bound
-      }
-      ++st.states;
-      const Label l = labels[static_cast<size_t>(id)];
-      if (row_j != j) {
-        row_j = j;
-        row_useful.clear();
-      }
-      for (int q = j; q < n; ++q) {
-        if (fixed + p.base.backward_prefix[static_cast<size_t>(q) + 1] + l.e + sb.min_net + sb.min_post >= inc.time)
-          break;
-        const int k = q - j;
-        costs.Reach(j, q, only_option);
-        if (row_useful.size() == static_cast<size_t>(k) * option_count) {  // the first label here to reach q
-          if (only_option < 0) {
-            for (size_t o = 0; o < option_count; ++o) group[o] = costs.Get(j, q, static_cast<int>(o));
-            UsefulOptions(p, group, useful);
-          }
-          row_useful.insert(row_useful.end(), useful.begin(), useful.end());
-        }
-        const char* usable = &row_useful[static_cast<size_t>(k) * option_count];
-        for (int o = 0; o < p.option_count(); ++o) {
-          if (!usable[o]) continue;
-          const Label next = Extend(p, l, id, q, o, costs.Get(j, q, o));
-          ++st.transitions;
-          if (q == n - 1) {
-            const double t = FinalTime(p, next);
-            if (t < inc.time) {
-              inc.time = t;
-              labels.push_back(next);
-              best_label = static_cast<int32_t>(labels.size() - 1);
-            }
-            continue;
-          }
-          if (lower_bound(next) >= inc.time) {
-            ++st.pruned;
-            continue;
-          }
-          std::vector<int32_t>& list = at[static_cast<size_t>(q) + 1];
-          bool dominated = false;
-          for (size_t i = 0; i < list.size();) {
-            ++st.transitions;
-            const Label& other = labels[static_cast<size_t>(list[i])];
-            if (Dominates(other, next)) {
-              std::swap(list[i], list[0]);
-              dominated = true;
-              break;
-            }
-            if (Dominates(next, other)) {
-              list[i] = list.back();
-              list.pop_back();
-              ++st.pruned;
-              continue;
-            }
-            ++i;
-          }
-          if (dominated) {
-            ++st.pruned;
-            continue;
-          }
-          labels.push_back(next);
-          list.push_back(static_cast<int32_t>(labels.size() - 1));
-        }
-      }
-    }
-    at[static_cast<size_t>(j)].clear();
-    at[static_cast<size_t>(j)].shrink_to_fit();
-  }
-  if (stopped)
-    for (const auto& list : at)
-      for (int32_t id : list) open_bound = std::min(open_bound, lower_bound(labels[static_cast<size_t>(id)]));
-
+  const detail::LabelSearchResult found = dp.Run(inc.time, budget, detail::OnBudget::kCollectOpenBound);
   OptionSearchResult r;
-  if (best_label >= 0) {
-    StrategyOf(labels, best_label, r.group_ends, r.options);
-  } else {
-    r.group_ends = inc.ends;
-    r.options = inc.options;
-  }
+  r.group_ends = found.found ? found.best.ends : inc.ends;
+  r.options = found.found ? found.best.options : inc.options;
   if (!r.group_ends.empty()) r.iteration_us = OptionIterationTime(p, r.group_ends, r.options);
-  st.optimal = !stopped;
-  r.lower_bound_us = stopped ? std::min(open_bound, r.iteration_us) : r.iteration_us;
+  st.optimal = !found.stopped;
+  r.lower_bound_us = found.stopped ? std::min(found.open_bound, r.iteration_us) : r.iteration_us;
   return r;
+}
+
+// Step 4 onwards, from the better of Espresso's plan and the fusion optimum: a first search with
+// 1/kFirstShare of the budget (most prove their optimum within it, for less than the seeds
+// cost); where it does not, the single-option seeds, then the search again from the best of
+// them with the rest of the budget.
+OptionSearchResult SeededSearch(const OptionProblem& p, GroupCosts& costs, const std::vector<OptionBounds>& bounds,
+                                int64_t budget, Incumbent start, SearchStats& st) {
+  const int64_t first_cap = std::min(budget, st.transitions + budget / kFirstShare);
+  OptionSearchResult found = BranchAndBoundOptions(p, costs, bounds.back(), first_cap, start, true, -1, st);
+  if (st.optimal) return found;
+  if (found.iteration_us < start.time) start = {found.group_ends, found.options, found.iteration_us};
+  // The seeds: per option, the best grouping with that option on every group (a search over
+  // cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
+  for (int o = 0; o < p.option_count(); ++o) {
+    SearchStats seed_st = st;
+    const int64_t cap = std::min(budget, st.transitions + budget / kSeedShare);
+    const OptionSearchResult seed =
+        BranchAndBoundOptions(p, costs, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
+    st.transitions = seed_st.transitions;
+    if (seed.group_ends.empty()) continue;
+    int64_t changes = 0;
+    std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
+    st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
+    const double t = OptionIterationTime(p, seed.group_ends, opts);
+    if (t < start.time) start = {seed.group_ends, std::move(opts), t};
+  }
+  return BranchAndBoundOptions(p, costs, bounds.back(), budget, std::move(start), false, -1, st);
 }
 
 }  // namespace
@@ -572,6 +401,7 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
   }
   SearchOptions v1 = options;
   v1.algorithm = IsFixedStrategy(options.algorithm) ? options.algorithm : Algorithm::kBranchAndBound;
+  v1.seed_incumbents = true;  // the fusion optimum: an incumbent, or what an unseeded run falls back to
   CUPCAKE_ASSIGN_OR_RETURN(SearchResult fusion, Search(p.base, v1));
   const std::vector<int> fusion_options(fusion.group_ends.size(), p.fusion_option);
   r.fusion_us = OptionIterationTime(p, fusion.group_ends, fusion_options);
@@ -610,30 +440,7 @@ StatusOr<OptionSearchResult> SearchWithOptions(const OptionProblem& p, const Sea
   } else {
     Incumbent start = r.espresso_us <= r.fusion_us ? Incumbent{fusion.group_ends, espresso, r.espresso_us}
                                                    : Incumbent{fusion.group_ends, fusion_options, r.fusion_us};
-    // Step 4: a first search with 1/kFirstShare of the budget; most prove their optimum within
-    // it, for less than the seeds below cost.
-    const int64_t first_cap = std::min(options.node_budget, st.transitions + options.node_budget / kFirstShare);
-    found = BranchAndBoundOptions(p, costs, bounds.back(), first_cap, start, true, -1, st);
-    if (!st.optimal) {
-      if (found.iteration_us < start.time) start = {found.group_ends, found.options, found.iteration_us};
-      // The seeds: per option, the best grouping with that option on every group (a search over
-      // cuts only, at most 1/kSeedShare of the budget each), then Espresso's two steps from it.
-      for (int o = 0; o < p.option_count(); ++o) {
-        SearchStats seed_st = st;
-        const int64_t cap = std::min(options.node_budget, st.transitions + options.node_budget / kSeedShare);
-        const OptionSearchResult seed =
-            BranchAndBoundOptions(p, costs, bounds[static_cast<size_t>(o)], cap, {}, true, o, seed_st);
-        st.transitions = seed_st.transitions;
-        if (seed.group_ends.empty()) continue;
-        int64_t changes = 0;
-        std::vector<int> opts = Improve(p, seed.group_ends, seed.options, changes);
-        st.transitions += changes * static_cast<int64_t>(seed.group_ends.size());
-        const double t = OptionIterationTime(p, seed.group_ends, opts);
-        if (t < start.time) start = {seed.group_ends, std::move(opts), t};
-      }
-      // Then the search again, from the best of them, with the rest of the budget.
-      found = BranchAndBoundOptions(p, costs, bounds.back(), options.node_budget, std::move(start), false, -1, st);
-    }
+    found = SeededSearch(p, costs, bounds, options.node_budget, std::move(start), st);
   }
   found.fusion_us = r.fusion_us;
   found.espresso_us = r.espresso_us;

@@ -9,9 +9,25 @@
 namespace cupcake::planner {
 namespace {
 
+// The plan's `predicted`, alike in every search space: each stage's sum over the groups of its
+// duration on the predicted timeline (comm_us: each group's [comm_start_us, comm_end_us], so a
+// collective slowed beside busy cores counts as slowed; docs/FORMATS.md).
+struct StageSums {
+  double encode_us = 0, comm_us = 0, decode_us = 0;
+};
+
+void FillPredicted(double iteration_us, double backward_us, const StageSums& sums, pb::Plan& plan) {
+  pb::Predicted* pred = plan.mutable_predicted();
+  pred->set_iteration_us(iteration_us);
+  pred->set_backward_us(backward_us);
+  pred->set_encode_us(sums.encode_us);
+  pred->set_comm_us(sums.comm_us);
+  pred->set_decode_us(sums.decode_us);
+}
+
 void FillGroups(const Problem& p, const Timeline& t, pb::Plan& plan) {
   plan.clear_groups();
-  double enc = 0, com = 0, dec = 0;
+  StageSums sums;
   for (const GroupTimes& g : t.groups) {
     pb::Group* out = plan.add_groups();
     out->set_first_tensor(g.first);
@@ -27,16 +43,11 @@ void FillGroups(const Problem& p, const Timeline& t, pb::Plan& plan) {
     out->set_comm_end_us(g.comm_end_us);
     out->set_decode_start_us(g.decode_start_us);
     out->set_decode_end_us(g.decode_end_us);
-    enc += g.cost.enc_us;
-    com += g.comm_end_us - g.comm_start_us;  // slowed beside busy cores where the profile says so
-    dec += g.cost.dec_us;
+    sums.encode_us += g.cost.enc_us;
+    sums.comm_us += g.comm_end_us - g.comm_start_us;
+    sums.decode_us += g.cost.dec_us;
   }
-  pb::Predicted* pred = plan.mutable_predicted();
-  pred->set_iteration_us(t.iteration_us);
-  pred->set_backward_us(p.backward_prefix.back());
-  pred->set_encode_us(enc);
-  pred->set_comm_us(com);
-  pred->set_decode_us(dec);
+  FillPredicted(t.iteration_us, p.backward_prefix.back(), sums, plan);
 }
 
 void AddBaseline(pb::Plan& plan, const std::string& name, const Problem& p, const std::vector<int>& ends) {
@@ -56,7 +67,7 @@ struct CurveUse {
 
 void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan& plan) {
   plan.clear_groups();
-  double enc = 0, com = 0, dec = 0;
+  StageSums sums;
   for (const OptionGroupTimes& g : t.groups) {
     const Option& o = p.options[static_cast<size_t>(g.option)];
     pb::Group* out = plan.add_groups();
@@ -80,16 +91,11 @@ void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan&
       step->set_start_us(st.start_us);
       step->set_end_us(st.end_us);
     }
-    enc += g.cost.pre();
-    com += g.cost.net;
-    dec += g.cost.post();
+    sums.encode_us += g.cost.pre();
+    sums.comm_us += g.comm_end_us - g.comm_start_us;
+    sums.decode_us += g.cost.post();
   }
-  pb::Predicted* pred = plan.mutable_predicted();
-  pred->set_iteration_us(t.iteration_us);
-  pred->set_backward_us(p.base.backward_prefix.back());
-  pred->set_encode_us(enc);
-  pred->set_comm_us(com);
-  pred->set_decode_us(dec);
+  FillPredicted(t.iteration_us, p.base.backward_prefix.back(), sums, plan);
 }
 
 // As FindExtrapolations, over every curve the chosen options read (keyed by curve).
@@ -176,12 +182,36 @@ Status AddV1Baselines(const pb::Model& model, const pb::Profile& profile, const 
   return Status::Ok();
 }
 
-StatusOr<pb::Plan> MakeOptionsPlan(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
-                                   const SearchOptions& options, const std::string& memory) {
+// The search's record; `search_space` only for the options space (fusion plans keep the field
+// unset, as plans from before the options space).
+void FillSearchStats(const SearchStats& found, const SearchOptions& options, pb::Plan& plan) {
+  pb::SearchStats* st = plan.mutable_search();
+  st->set_algorithm(found.algorithm);
+  st->set_nodes(found.transitions);
+  st->set_states(found.states);
+  st->set_pruned(found.pruned);
+  st->set_budget(options.algorithm == Algorithm::kBranchAndBound ? options.node_budget : 0);
+  st->set_optimal(found.optimal);
+  if (options.space == SearchSpace::kOptions) st->set_search_space(SearchSpaceName(SearchSpace::kOptions));
+}
+
+// The fusion space's groups, extrapolations, baselines and search record.
+Status FillFusionPlan(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
+                      const SearchOptions& options, const Problem& problem, pb::Plan& plan) {
+  CUPCAKE_ASSIGN_OR_RETURN(SearchResult found, Search(problem, options));
+  FillGroups(problem, Evaluate(problem, found.group_ends), plan);
+  for (pb::Extrapolation& e : FindExtrapolations(problem, found.group_ends)) *plan.add_extrapolations() = std::move(e);
+  CUPCAKE_RETURN_IF_ERROR(AddV1Baselines(model, profile, request, problem, plan));
+  FillSearchStats(found.stats, options, plan);
+  return Status::Ok();
+}
+
+// The options space's: as the fusion space's, plus the devices per node, each group's option and
+// steps, and the search's incumbents as baselines.
+Status FillOptionsPlan(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
+                       const SearchOptions& options, pb::Plan& plan) {
   CUPCAKE_ASSIGN_OR_RETURN(OptionProblem problem, MakeOptionProblem(model, profile, request));
   CUPCAKE_ASSIGN_OR_RETURN(OptionSearchResult found, SearchWithOptions(problem, options));
-  pb::Plan plan;
-  FillHeader(model, profile, problem.base, request, memory, plan);
   plan.set_devices_per_node(problem.devices_per_node);
   const OptionTimeline t = EvaluateOptions(problem, found.group_ends, found.options);
   FillOptionGroups(problem, t, plan);
@@ -197,17 +227,10 @@ StatusOr<pb::Plan> MakeOptionsPlan(const pb::Model& model, const pb::Profile& pr
     b->set_groups(found.espresso_groups);
     b->set_iteration_us(found.espresso_us);
   }
-  pb::SearchStats* st = plan.mutable_search();
-  st->set_algorithm(found.stats.algorithm);
-  st->set_nodes(found.stats.transitions);
-  st->set_states(found.stats.states);
-  st->set_pruned(found.stats.pruned);
-  st->set_budget(options.algorithm == Algorithm::kBranchAndBound ? options.node_budget : 0);
-  st->set_optimal(found.stats.optimal);
-  st->set_search_space(SearchSpaceName(SearchSpace::kOptions));
+  FillSearchStats(found.stats, options, plan);
   if (options.algorithm == Algorithm::kBranchAndBound && !found.stats.optimal)
-    st->set_lower_bound_us(found.lower_bound_us);
-  return plan;
+    plan.mutable_search()->set_lower_bound_us(found.lower_bound_us);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -254,43 +277,11 @@ StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, 
   if (std::find(memories.begin(), memories.end(), memory) == memories.end())
     return InvalidArgumentError("--memory: unknown memory '" + memory + "'" + DidYouMean(memory, memories) +
                                 "; expected residual, dgc or none");
-  if (options.space == SearchSpace::kOptions) return MakeOptionsPlan(model, profile, request, options, memory);
-  CUPCAKE_ASSIGN_OR_RETURN(SearchResult found, Search(problem, options));
-
   pb::Plan plan;
-  plan.set_format(kPlanFormat);
-  *plan.mutable_model()->mutable_model() = model;
-  plan.mutable_model()->set_fingerprint(ModelFingerprint(model));
-  plan.set_profile_fingerprint(ProfileFingerprint(profile));
-  plan.set_profile_name(profile.cluster().name());
-  plan.set_world_size(problem.world_size);
-  plan.set_device(problem.device);
-  pb::CompressorSpec* spec = plan.mutable_compressor();
-  spec->set_name(std::string(problem.compressor->name));
-  spec->set_ratio(problem.compressor->uses_ratio ? problem.ratio : 0.0);
-  spec->set_memory(memory);
-  spec->set_seed(problem.compressor->uses_seed ? request.seed : 0);
-  FillGroups(problem, Evaluate(problem, found.group_ends), plan);
-  for (pb::Extrapolation& e : FindExtrapolations(problem, found.group_ends)) *plan.add_extrapolations() = std::move(e);
-
-  AddBaseline(plan, "layerwise", problem, LayerwiseStrategy(problem));
-  AddBaseline(plan, "one_group", problem, OneGroupStrategy(problem));
-  AddBaseline(plan, "bucket_25mib", problem, BucketStrategy(problem, int64_t{25} << 20));
-  AddBaseline(plan, "bucket_64mib", problem, BucketStrategy(problem, int64_t{64} << 20));
-  // No compression: fp32 allreduce in 25 MiB buckets, on the same profile.
-  PlanRequest fp32 = request;
-  fp32.compressor = "fp32";
-  fp32.device = problem.device;
-  CUPCAKE_ASSIGN_OR_RETURN(Problem dense, MakeProblem(model, profile, fp32));
-  AddBaseline(plan, "fp32_bucket_25mib", dense, BucketStrategy(dense, int64_t{25} << 20));
-
-  pb::SearchStats* st = plan.mutable_search();
-  st->set_algorithm(found.stats.algorithm);
-  st->set_nodes(found.stats.transitions);
-  st->set_states(found.stats.states);
-  st->set_pruned(found.stats.pruned);
-  st->set_budget(options.algorithm == Algorithm::kBranchAndBound ? options.node_budget : 0);
-  st->set_optimal(found.stats.optimal);
+  FillHeader(model, profile, problem, request, memory, plan);
+  CUPCAKE_RETURN_IF_ERROR(options.space == SearchSpace::kOptions
+                              ? FillOptionsPlan(model, profile, request, options, plan)
+                              : FillFusionPlan(model, profile, request, options, problem, plan));
   return plan;
 }
 
@@ -344,7 +335,7 @@ StatusOr<Timeline> Simulate(const pb::Plan& plan, const pb::Model& model, const 
     GroupTimes out;
     out.first = g.first;
     out.last = g.last;
-    out.cost = {g.cost.pre(), g.cost.net, g.cost.post()};
+    out.cost = {.enc_us = g.cost.pre(), .com_us = g.cost.net, .com_busy_us = g.cost.net_busy, .dec_us = g.cost.post()};
     out.encode_start_us = g.pre_start_us;
     out.encode_end_us = g.pre_end_us;
     out.comm_start_us = g.comm_start_us;

@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
+#include <utility>
+
+#include "label_search.h"
 
 namespace cupcake::planner {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using detail::kInf;
 
 // Lower bounds on what the tensors j..N-1 still add (step 1 of the search, docs/MODEL.md).
 // A completion P of a label (e, f, x, y) ends at max(y + a_P, x + b_P, f + c_P, e + d_P) +
@@ -52,26 +56,28 @@ SuffixBounds ComputeSuffixBounds(const Problem& p, GroupPricer& pricer, int64_t&
 
 // A prefix label: tensors 0..end-1 are grouped. Every field only ever raises the final
 // time (docs/MODEL.md, "Dominance"), so a label no better in all four is dropped.
-struct Label {
+struct FusionLabel {
   double e;  // sum of the encodes so far (C = backward_prefix[end] + e)
   double f;  // F: when the network finishes the last collective so far
   double x;  // the decode chain started at 0: max(x, F_k) + dec_k
   double y;  // e + the sum of the decodes so far
   int32_t parent;
   int32_t end;
+
+  static bool Dominates(const FusionLabel& a, const FusionLabel& b) {
+    return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y;
+  }
 };
 
-bool Dominates(const Label& a, const Label& b) { return a.e <= b.e && a.f <= b.f && a.x <= b.x && a.y <= b.y; }
-
-// CommEnd called, not inlined: inlined into Extend it made the label-heavy searches 4-10% slower
-// on the development VM (docs/PLANNER_BENCH.md), where the options search gains from inlining it.
+// CommEnd called, not inlined: inlined into Extend it made the label-heavy searches slower on
+// the development VM (docs/PLANNER_BENCH.md), where the options search gains from inlining it.
 [[gnu::noinline]] double CommEndCall(double start, double idle_us, double busy_us, double busy_until) {
   return CommEnd(start, idle_us, busy_us, busy_until);
 }
 
 // Appends group [l.end, q] to label l (the recurrences of cost_model.h).
-Label Extend(const Problem& p, const Label& l, int32_t id, int q, const GroupCost& c) {
-  Label next;
+FusionLabel Extend(const Problem& p, const FusionLabel& l, int32_t id, int q, const GroupCost& c) {
+  FusionLabel next;
   next.e = l.e + c.enc_us;
   const double c_k = p.backward_prefix[q + 1] + next.e;
   next.f = CommEndCall(std::max(c_k, l.f), c.com_us, c.com_busy_us, p.backward_prefix.back() + next.e);
@@ -82,17 +88,56 @@ Label Extend(const Problem& p, const Label& l, int32_t id, int q, const GroupCos
   return next;
 }
 
-// The final time of a label that covers every tensor: max(C_K + sum of decodes, D chain).
-double FinalTime(const Problem& p, const Label& l) {
-  return p.forward_us + std::max(p.backward_prefix.back() + l.y, l.x) + p.update_us;
-}
+// The fusion search's space for detail::LabelSearch: one option (the plan's) per group, the
+// four-coordinate labels above, the suffix bounds of step 1. Every label of prefix j extends
+// over the same groups j..q, so the DP prices each group once per prefix (by the first label
+// that reaches it) and reuses it for the others; nodes count per label and group regardless.
+class FusionSpace {
+ public:
+  using Label = FusionLabel;
 
-std::vector<int> StrategyOf(const std::vector<Label>& labels, int32_t id) {
-  std::vector<int> ends;
-  for (; labels[id].end > 0; id = labels[id].parent) ends.push_back(labels[id].end - 1);
-  std::reverse(ends.begin(), ends.end());
-  return ends;
-}
+  FusionSpace(const Problem& p, GroupPricer& pricer, const SuffixBounds& sb)
+      : p_(p), pricer_(pricer), sb_(sb), fixed_(p.forward_us + p.update_us), backward_(p.backward_prefix.back()) {}
+
+  int size() const { return p_.size(); }
+  Label Root() const { return {0, 0, 0, 0, -1, 0}; }
+  int OptionOf(const Label&) const { return 0; }
+
+  double LowerBound(const Label& l) const {
+    const int j = l.end;
+    return fixed_ +
+           std::max({backward_ + l.y + sb_.enc_dec[j], l.x + sb_.dec[j], l.f + sb_.net[j], l.e + sb_.ready[j]});
+  }
+  // The final time of a label that covers every tensor: max(C_K + sum of decodes, D chain).
+  double Final(const Label& l) const { return p_.forward_us + std::max(backward_ + l.y, l.x) + p_.update_us; }
+  // Step 4: every later q closes this group later still (docs/MODEL.md, "Cutoff").
+  double Cutoff(const Label& l, int q) const {
+    return fixed_ + p_.backward_prefix[q + 1] + l.e + sb_.min_com + sb_.min_dec;
+  }
+
+  void StartGreedyRow(int j) { pricer_.Start(j); }
+  template <class F>
+  void ForGreedyOptions(int, int q, const Label& l, int32_t id, F&& f) {
+    f(Extend(p_, l, id, q, pricer_.Price(q)));
+  }
+
+  void StartRow(int j) {
+    row_.clear();
+    pricer_.Start(j);
+  }
+  template <class F>
+  void ForOptions(int j, int q, const Label& l, int32_t id, F&& f) {
+    if (static_cast<size_t>(q - j) == row_.size()) row_.push_back(pricer_.Price(q));
+    f(Extend(p_, l, id, q, row_[static_cast<size_t>(q - j)]));
+  }
+
+ private:
+  const Problem& p_;
+  GroupPricer& pricer_;
+  const SuffixBounds& sb_;
+  const double fixed_, backward_;
+  std::vector<GroupCost> row_;  // row_[q - j] of the row StartRow began
+};
 
 SearchResult Exhaustive(const Problem& p) {
   const int n = p.size();
@@ -117,150 +162,43 @@ SearchResult Exhaustive(const Problem& p) {
   return best;
 }
 
-SearchResult BranchAndBound(const Problem& p, int64_t budget) {  // budget: in nodes
-  const int n = p.size();
-  const double fixed = p.forward_us + p.update_us;
-  const double backward_total = p.backward_prefix[n];
+// The best of the baselines and the greedy strategy that keeps, for every prefix, only the
+// label with the smallest lower bound (step 2).
+std::pair<std::vector<int>, double> SeedIncumbent(const Problem& p, detail::LabelSearch<FusionSpace>& dp) {
+  std::vector<int> best;
+  double incumbent = kInf;
+  for (const auto& ends : {OneGroupStrategy(p), LayerwiseStrategy(p), BucketStrategy(p, int64_t{25} << 20),
+                           BucketStrategy(p, int64_t{64} << 20)}) {
+    const double t = IterationTime(p, ends);
+    if (t < incumbent) {
+      incumbent = t;
+      best = ends;
+    }
+  }
+  auto [greedy, greedy_time] = dp.Greedy();
+  if (greedy_time < incumbent) return {std::move(greedy.ends), greedy_time};
+  return {std::move(best), incumbent};
+}
+
+// Steps 1-5 of docs/MODEL.md's search (budget in nodes); without `seed`, from no incumbent.
+SearchResult BranchAndBound(const Problem& p, int64_t budget, bool seed) {
   SearchResult result;
   SearchStats& st = result.stats;
   st.budget = budget;
   GroupPricer pricer(p);
-
   // Step 1: suffix bounds.
   const SuffixBounds sb = ComputeSuffixBounds(p, pricer, st.transitions);
-  auto lower_bound = [&](const Label& l) {
-    const int j = l.end;
-    return fixed +
-           std::max({backward_total + l.y + sb.enc_dec[j], l.x + sb.dec[j], l.f + sb.net[j], l.e + sb.ready[j]});
-  };
-
-  // Step 2: the incumbent: the best baseline, or the greedy strategy that keeps, for every
-  // prefix, only the label with the smallest lower bound, if that is better.
+  FusionSpace space(p, pricer, sb);
+  detail::LabelSearch<FusionSpace> dp(space, st);
   double incumbent = kInf;
-  for (const auto& ends : {OneGroupStrategy(p), LayerwiseStrategy(p), BucketStrategy(p, int64_t{25} << 20),
-                           BucketStrategy(p, int64_t{64} << 20)}) {
-    double t = IterationTime(p, ends);
-    if (t < incumbent) {
-      incumbent = t;
-      result.group_ends = ends;
-    }
-  }
-  {
-    std::vector<Label> best(n + 1);
-    std::vector<double> best_lb(n + 1, kInf);
-    std::vector<Label> chain;  // the greedy labels, for the strategy's reconstruction
-    best[0] = {0, 0, 0, 0, -1, 0};
-    for (int j = 0; j < n; ++j) {
-      if (j > 0 && best_lb[j] == kInf) continue;
-      chain.push_back(best[j]);
-      const int32_t id = static_cast<int32_t>(chain.size() - 1);
-      pricer.Start(j);
-      for (int q = j; q < n; ++q) {
-        Label next = Extend(p, chain[id], id, q, pricer.Price(q));
-        ++st.transitions;
-        double lb = q == n - 1 ? FinalTime(p, next) : lower_bound(next);
-        if (lb < best_lb[q + 1]) {
-          best_lb[q + 1] = lb;
-          best[q + 1] = next;
-        }
-      }
-    }
-    chain.push_back(best[n]);
-    if (best_lb[n] < incumbent) {
-      incumbent = best_lb[n];
-      result.group_ends = StrategyOf(chain, static_cast<int32_t>(chain.size() - 1));
-    }
-  }
-
-  // Step 3: labels by prefix length, expanded in increasing prefix length and, within one,
-  // in increasing lower bound.
-  std::vector<Label> labels;
-  std::vector<std::vector<int32_t>> at(n);
-  labels.push_back({0, 0, 0, 0, -1, 0});
-  at[0].push_back(0);
-  int32_t best_label = -1;  // the best complete strategy the search found
-  bool stopped = false;
-  std::vector<std::pair<double, int32_t>> order;
-  // Every label of prefix j extends over the same groups j..q: each group is priced once per
-  // prefix (by the first label that reaches it) and reused by the others. Nodes count per label
-  // and group as before, so budgets and plans are unchanged.
-  std::vector<GroupCost> row;  // row[q - j]
-  int row_j = -1;
-
-  for (int j = 0; j < n && !stopped; ++j) {
-    order.clear();
-    for (int32_t id : at[j]) order.emplace_back(lower_bound(labels[id]), id);
-    std::sort(order.begin(), order.end());
-    for (auto [lb, id] : order) {
-      if (lb >= incumbent) {
-        st.pruned += 1;
-        continue;
-      }
-      if (st.transitions >= budget) {
-        stopped = true;
-        break;
-      }
-      ++st.states;
-      const Label l = labels[id];
-      if (row_j != j) {
-        row_j = j;
-        row.clear();
-        pricer.Start(j);
-      }
-      for (int q = j; q < n; ++q) {
-        // Step 4: every later q closes this group later still (docs/MODEL.md, "Cutoff").
-        if (fixed + p.backward_prefix[q + 1] + l.e + sb.min_com + sb.min_dec >= incumbent) break;
-        if (static_cast<size_t>(q - j) == row.size()) row.push_back(pricer.Price(q));
-        Label next = Extend(p, l, id, q, row[static_cast<size_t>(q - j)]);
-        ++st.transitions;
-        if (q == n - 1) {
-          double t = FinalTime(p, next);
-          if (t < incumbent) {
-            incumbent = t;
-            labels.push_back(next);
-            best_label = static_cast<int32_t>(labels.size() - 1);
-          }
-          continue;
-        }
-        if (lower_bound(next) >= incumbent) {
-          ++st.pruned;
-          continue;
-        }
-        // Step 5: dominance among the labels of the same prefix. The list holds only live
-        // labels; a dominating label moves to the front, where the next check meets it first.
-        std::vector<int32_t>& list = at[q + 1];
-        bool dominated = false;
-        for (size_t i = 0; i < list.size();) {
-          ++st.transitions;  // comparisons count as nodes
-          const Label& other = labels[list[i]];
-          if (Dominates(other, next)) {
-            std::swap(list[i], list[0]);
-            dominated = true;
-            break;
-          }
-          if (Dominates(next, other)) {
-            list[i] = list.back();
-            list.pop_back();
-            ++st.pruned;
-            continue;
-          }
-          ++i;
-        }
-        if (dominated) {
-          ++st.pruned;
-          continue;
-        }
-        labels.push_back(next);
-        list.push_back(static_cast<int32_t>(labels.size() - 1));
-      }
-    }
-    at[j].clear();
-    at[j].shrink_to_fit();
-  }
-
-  if (best_label >= 0) result.group_ends = StrategyOf(labels, best_label);
+  if (seed) std::tie(result.group_ends, incumbent) = SeedIncumbent(p, dp);
+  // Steps 3-5: labels by prefix length, expanded in increasing prefix length and, within one,
+  // in increasing lower bound; cutoff; dominance.
+  const detail::LabelSearchResult found = dp.Run(incumbent, budget, detail::OnBudget::kStop);
+  if (found.found) result.group_ends = found.best.ends;
+  if (result.group_ends.empty()) result.group_ends = OneGroupStrategy(p);  // unseeded, stopped first
   result.iteration_us = IterationTime(p, result.group_ends);
-  st.optimal = !stopped;
+  st.optimal = !found.stopped;
   return result;
 }
 
@@ -324,7 +262,7 @@ StatusOr<SearchResult> Search(const Problem& problem, const SearchOptions& optio
                                   " (2^(N-1) partitions); use branch_and_bound");
     r = Exhaustive(problem);
   } else {
-    r = BranchAndBound(problem, options.node_budget);
+    r = BranchAndBound(problem, options.node_budget, options.seed_incumbents);
   }
   r.stats.algorithm = AlgorithmName(options.algorithm);
   return r;

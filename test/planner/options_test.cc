@@ -253,6 +253,64 @@ TEST(OptionsPlan, RecordsEachGroupsOptionAndTimeline) {
             "group [t1] options: flat compress on cpu via allgather -> flat compress on gpu via allgather");
 }
 
+// OffloadInstance with a busy allgather curve (80 us, against 50 idle): the optimum stays both
+// groups offloaded at 310. By hand: group 0's block starts at 135, while the compute stream
+// works until B(N) + E = 200 (offloaded pre stages are not on it): 65 us at the busy speed do
+// 65/80 of the work, the rest at the idle speed, 200 + (1 - 65/80) 50 = 209.375; group 1's
+// starts at 235 >= 200: 235..285. Post stages on the CPU worker: 235..260, 285..310.
+Hand BusyOffloadInstance() {
+  Hand h = OffloadInstance();
+  pb::Curve busy = testing::MakeCommCurve(pb::ALLGATHER, pb::GLOBAL, {{1, 80}});
+  busy.set_busy(true);
+  *h.profile.add_curves() = busy;
+  return h;
+}
+
+// Simulate reports each group's four stage costs: pre (d2h 5 + encode 30), the block idle (50)
+// and beside busy cores (80), post (decode 20 + h2d 5).
+TEST(OptionsPlan, SimulateReportsEachStagesCost) {
+  const Hand h = BusyOffloadInstance();
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto t = Simulate(*plan, h.model, h.profile);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->groups.size(), 2u);
+  for (const GroupTimes& g : t->groups) {
+    EXPECT_DOUBLE_EQ(g.cost.enc_us, 35);
+    EXPECT_DOUBLE_EQ(g.cost.com_us, 50);
+    EXPECT_DOUBLE_EQ(g.cost.com_busy_us, 80);
+    EXPECT_DOUBLE_EQ(g.cost.dec_us, 25);
+  }
+  EXPECT_DOUBLE_EQ(t->groups[0].comm_end_us, 209.375);
+  EXPECT_DOUBLE_EQ(t->iteration_us, 310);
+}
+
+// predicted.comm_us is the network's time on the predicted timeline in both search spaces: each
+// group's block as long as it lasts there, slowed beside busy cores. Options plan (above):
+// 74.375 + 50; pre and post sums 2 x 35 and 2 x 25. Fusion plan, layerwise on the GPU (encode
+// 80, decode 10): group 0's allgather 180..260 (busy, the compute stream works until 280),
+// group 1's 360..410 (after it): 80 + 50.
+TEST(OptionsPlan, CommUsIsTheNetworksTimeOnTheTimeline) {
+  const Hand h = BusyOffloadInstance();
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_DOUBLE_EQ(plan->predicted().comm_us(), 124.375);
+  EXPECT_DOUBLE_EQ(plan->predicted().encode_us(), 70);
+  EXPECT_DOUBLE_EQ(plan->predicted().decode_us(), 50);
+  SearchOptions fusion;
+  fusion.algorithm = Algorithm::kLayerwise;
+  auto v1 = MakePlan(h.model, h.profile, h.request, fusion);
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_DOUBLE_EQ(v1->predicted().comm_us(), 130);
+  EXPECT_DOUBLE_EQ(v1->predicted().encode_us(), 160);
+  EXPECT_DOUBLE_EQ(v1->predicted().decode_us(), 20);
+  EXPECT_DOUBLE_EQ(v1->predicted().iteration_us(), 420);
+}
+
 TEST(OptionsPlan, HierarchicalStepsOnTheTrace) {
   const Hand h = HierarchicalInstance();
   SearchOptions options;

@@ -89,6 +89,36 @@ TEST(MakePlan, RecordsEverythingTheDesignNames) {
   }
 }
 
+// The plan's header is the same in both search spaces, the measured union share included
+// (the fusion space once left it out).
+TEST(MakePlan, BothSearchSpacesRecordTheSameHeader) {
+  Fixture f = RandomFixture(3, 6);
+  PlanRequest req;
+  req.compressor = "topk";
+  req.ratio = 0.05;
+  req.zen_union = 0.5;
+  SearchOptions fusion, options;
+  options.space = SearchSpace::kOptions;
+  auto a = MakePlan(f.model, f.profile, req, fusion);
+  auto b = MakePlan(f.model, f.profile, req, options);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(a->compressor().zen_union(), 0.5);
+  EXPECT_EQ(b->compressor().zen_union(), 0.5);
+  auto header = [](pb::Plan p) {
+    p.clear_groups();
+    p.clear_predicted();
+    p.clear_baselines();
+    p.clear_search();
+    p.clear_extrapolations();
+    p.clear_devices_per_node();
+    std::string s;
+    EXPECT_TRUE(p.SerializeToString(&s));
+    return s;
+  };
+  EXPECT_EQ(header(*a), header(*b));
+}
+
 // Fixed strategies plan what users run today, so the runtime can run them beside the optimum:
 // the groups as the test restates each rule (one per tensor; one; DDP's buckets, closed when
 // their bytes reach the cap), timed as the test's own model restatement times them, never

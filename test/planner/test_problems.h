@@ -331,6 +331,7 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
     const RefOption& o = options[k];
     const bool hier = o.scheme.rfind("hier", 0) == 0;
     const bool zen = o.scheme == "zen";
+    const bool zen_sparse = o.scheme == "zen_sparse";
     std::string codec = compressor;
     if (o.scheme == "flat_fp32" || o.scheme == "hier_fp32") codec = "fp32";
     if (o.scheme == "flat_fp16" || o.scheme == "hier_fp16") codec = "fp16";
@@ -364,15 +365,47 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
       if (found) busy_extra += std::max(0.0, busy.At(size) - idle);
       return idle;
     };
-    if (zen) {
+    if (zen_sparse) {
+      // Zen's four steps on the group's expected non-zeros (round(density x numel) in [1, numel]
+      // per tensor; numel without a density), every kernel read at x = max(n, k / R) elements,
+      // R the non-zero share of the model's tensors of density <= 1/2 (docs/MODEL.md,
+      // "Naturally sparse gradients"); curves recorded without a ratio.
+      auto nonzeros = [](const pb::Tensor& t) {
+        return t.has_density()
+                   ? std::clamp<int64_t>(std::llround(t.density() * static_cast<double>(t.numel())), 1, t.numel())
+                   : t.numel();
+      };
+      int64_t k_nz = 0, sparse_n = 0, sparse_nz = 0;
+      for (int i = first; i <= ends[k]; ++i) k_nz += nonzeros(model.tensors(i));
+      for (const auto& t : model.tensors())
+        if (t.has_density() && t.density() <= 0.5) {
+          sparse_n += t.numel();
+          sparse_nz += nonzeros(t);
+        }
+      const double share = static_cast<double>(sparse_nz) / static_cast<double>(sparse_n);
+      const double x = std::max(static_cast<double>(n), static_cast<double>(k_nz) / share);
+      const int w = profile.cluster().nodes() * d;
+      pre += at("encode nonzero " + dev, x);
+      net += step("comm alltoall global", 8.0 * w) + step("comm alltoall global", 8.0 * static_cast<double>(k_nz)) +
+             at("encode zen " + dev, x) + step("comm allgather global", 8.0) +
+             step("comm allgather global", ZenPartitionStepBytes(n, k_nz, w));
+      pst += at("decode zen " + dev, x);
+    } else if (zen) {
       // counts, pairs (8 k bytes: the payload), the owners' merge (a decode), sizes, partitions.
       const int w = profile.cluster().nodes() * d;
       const int64_t selected = PayloadBytes(*info, n, ratio) / 8;
+      // The merge and the post stage: Zen's own curves (without a ratio here) where the profile
+      // has them, else the codec's decode.
+      auto zen_or_decode = [&](const std::string& zen_key) {
+        bool found = false;
+        const Curve c = curve(zen_key, found);
+        return found ? c.At(static_cast<double>(n)) : at("decode " + codec + " " + dev, static_cast<double>(n));
+      };
       pre += at("encode " + codec + " " + dev, static_cast<double>(n));
       net += step("comm alltoall global", 8.0 * w) + step("comm alltoall global", 8.0 * static_cast<double>(selected)) +
-             at("decode " + codec + " " + dev, static_cast<double>(n)) + step("comm allgather global", 8.0) +
+             zen_or_decode("encode zen " + dev) + step("comm allgather global", 8.0) +
              step("comm allgather global", ZenPartitionStepBytes(n, selected, w));
-      pst += at("decode " + codec + " " + dev, static_cast<double>(n));
+      pst += zen_or_decode("decode zen " + dev);
     } else if (!hier) {
       if (has_codec) pre += at("encode " + codec + " " + dev, static_cast<double>(n));
       net += step("comm " + op + " global" + sum16, static_cast<double>(PayloadBytes(*info, n, ratio)));

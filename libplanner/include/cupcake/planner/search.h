@@ -64,10 +64,11 @@ struct SearchOptions {
   // kBucket: the cap of a bucket's uncompressed bytes (PyTorch DDP's default, 25 MiB).
   int64_t bucket_bytes = int64_t{25} << 20;
   SearchSpace space = SearchSpace::kFusion;
-  // Options space, branch_and_bound: start from Espresso's plan, the fusion optimum, the
-  // greedy pass and, where needed, the single-option seeds (docs/MODEL.md, v2 step 4). Off, the
-  // search starts with no incumbent (the tests' check that the label DP alone is exact, where
-  // its dominance and bounds decide).
+  // branch_and_bound: start from incumbents: in the fusion space the baselines and the greedy
+  // pass (docs/MODEL.md, step 2); in the options space Espresso's plan, the fusion optimum, the
+  // greedy pass and, where needed, the single-option seeds (v2 step 4). Off, the label DP
+  // starts with no incumbent (the tests' check that it alone is exact, where its dominance and
+  // bounds decide).
   bool seed_incumbents = true;
   // Options space: where every group's costs under every option fit in this many bytes, they
   // are priced once for all the search's passes; otherwise row by row (the groups starting at
