@@ -68,18 +68,21 @@ class Session::Impl {
 
   // `read`: whether the plan could be read (its file).
   StatusOr<int> AddPlan(const pb::Plan& plan, const std::string& origin, Status read) {
-    Status local = CheckNotFailed();
-    if (local.ok()) local = CheckBetweenSteps("AddPlan");
-    if (local.ok()) local = read;
+    // A failed session or a call mid-step (the communication thread may be in a collective)
+    // refuses at once, without the agreement.
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("AddPlan"));
+    Status local = read;
     if (local.ok()) local = ValidatePlan(plan, origin);
     if (!local.ok()) return internal::AgreeOnPlan(*comm_, {origin, "", local});
     return AddSlot(plan, origin, local);
   }
 
   Status SwitchPlan(int index) {
-    Status local = CheckNotFailed();
-    if (local.ok()) local = CheckBetweenSteps("SwitchPlan");
-    if (local.ok() && (index < 0 || index >= plan_count()))
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SwitchPlan"));
+    Status local = Status::Ok();
+    if ((index < 0 || index >= plan_count()))
       local = InvalidArgumentError("SwitchPlan: plan index out of range; got " + std::to_string(index) +
                                    ", expected 0 <= index < " + std::to_string(plan_count()) + " (plans added)");
     const std::string origin = local.ok() ? origins_[static_cast<size_t>(index)] : "SwitchPlan";

@@ -167,8 +167,9 @@ class Session {
   // Collective: every rank adds the same plans in the same order, between steps.
   StatusOr<int> AddPlan(const std::string& plan_path);
   StatusOr<int> AddPlan(const pb::Plan& plan, const std::string& origin = "");
-  // Makes plan `index` active from the next step. Between steps only (FailedPrecondition in
-  // the middle of one); collective: the ranks agree on the plan as in Create (every rank fails
+  // Makes plan `index` active from the next step. Between steps only: in the middle of one
+  // (or on a failed session) it fails with FailedPrecondition at once, with no collective (as
+  // AddPlan). Collective: the ranks agree on the plan as in Create (every rank fails
   // alike when they name different plans). Element e's error-feedback memory and momentum in
   // the old plan become element e's in the new one; where the new plan's compressor keeps no
   // such state it is dropped, and where the old one kept none the new one starts from zero.
