@@ -306,5 +306,58 @@ TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
     ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
 }
 
+// Momentum is per element too: dgc's u carries across a switch to dgc at another ratio and
+// other groups, element by element, as the residual does.
+TEST(SeveralPlans, MomentumCarriesAcrossASwitch) {
+  const pb::Model model = SmallModel();
+  const pb::Plan a = MakePlan(model, testing::Planned(), "dgc", kWorld, 0.25);
+  const pb::Plan b = MakePlan(model, testing::LayerWise(model), "dgc", kWorld, 0.1);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  Step(ranks, 0);
+  Step(ranks, 1);
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    auto momentum = s.ReadState(CompressorState::kMomentum);
+    auto residual = s.ReadState(CompressorState::kErrorFeedback);
+    ASSERT_TRUE(momentum.ok() && residual.ok());
+    EXPECT_NE(*momentum, Floats(kElements, 0.0f));
+    EXPECT_NE(*momentum, *residual);
+    ASSERT_TRUE(s.AddPlan(b).ok());
+    ASSERT_TRUE(s.SwitchPlan(1).ok());
+    EXPECT_EQ(*s.ReadState(CompressorState::kMomentum), *momentum) << "rank " << r;
+    EXPECT_EQ(*s.ReadState(CompressorState::kErrorFeedback), *residual) << "rank " << r;
+  });
+  Step(ranks, 2);
+}
+
+// Hierarchical groups keep state for this rank's shard of the node's sum: on 2 nodes of 2,
+// local rank l holds elements l * shard .. (l + 1) * shard - 1 of each group (shards of 21,
+// 64 and 133 for groups of 42, 128 and 265); the rest reads as zero and is not written.
+TEST(SessionState, HierarchicalGroupsHoldTheirShardOnly) {
+  constexpr int kRanks = 4;
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::Planned(), "efsignsgd", kRanks), "hier", 2);
+  comm::InProcessGroup group(kRanks);
+  std::vector<Rank> ranks = MakeRanks(group, plan, kRanks);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+  const int64_t offsets[] = {0, 42, 170}, numels[] = {42, 128, 265}, shards[] = {21, 64, 133};
+  OnEveryRank(kRanks, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    const Floats ones(kElements, 1.0f);
+    ASSERT_TRUE(s.WriteState(ones).ok());
+    auto read = s.ReadState();
+    ASSERT_TRUE(read.ok());
+    const int64_t local = r % 2;
+    for (int k = 0; k < 3; ++k)
+      for (int64_t e = 0; e < numels[k]; ++e) {
+        const bool mine = e >= local * shards[k] && e < (local + 1) * shards[k];
+        ASSERT_EQ((*read)[static_cast<size_t>(offsets[k] + e)], mine ? 1.0f : 0.0f)
+            << "rank " << r << ", group " << k << ", element " << e;
+      }
+  });
+}
+
 }  // namespace
 }  // namespace cupcake::runtime
