@@ -152,8 +152,8 @@ class Session {
   // steps, the same on every rank.
   Status SetAccumulating(bool accumulating);
 
-  // The last synchronized step's timeline, one entry per group (SessionOptions::
-  // record_timeline). FailedPrecondition when not recording, on a session on GPU memory (not
+  // The last synchronized step's timeline, one entry per group of the active plan
+  // (SessionOptions::record_timeline). FailedPrecondition when not recording, on a session on GPU memory (not
   // built there yet), or before the first step.
   StatusOr<std::vector<GroupTimeline>> Timeline() const;
 
@@ -175,7 +175,8 @@ class Session {
   // such state it is dropped, and where the old one kept none the new one starts from zero.
   // Hierarchical groups keep state for this rank's shard of the node's sum only (elements
   // l * shard .. (l + 1) * shard - 1 of the group on local rank l): those elements carry; the
-  // others read as zero. Nothing else is kept per plan (no state is not per element).
+  // others read as zero (that residual is of the node's sum and carries as it is). There is no
+  // other state to carry: random choices are keyed by iteration(), which goes on across plans.
   Status SwitchPlan(int index);
   int plan_count() const;
   int active_plan() const;
