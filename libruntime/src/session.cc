@@ -82,7 +82,7 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SwitchPlan"));
     Status local = Status::Ok();
-    if ((index < 0 || index >= plan_count()))
+    if (index < 0 || index >= plan_count())
       local = InvalidArgumentError("SwitchPlan: plan index out of range; got " + std::to_string(index) +
                                    ", expected 0 <= index < " + std::to_string(plan_count()) + " (plans added)");
     const std::string origin = local.ok() ? origins_[static_cast<size_t>(index)] : "SwitchPlan";
