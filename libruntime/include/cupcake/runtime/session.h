@@ -3,46 +3,31 @@
 // The job registers its float32 gradient buffers in plan order, calls GradientReady(i) from its
 // backward hooks and Synchronize() before the optimizer step; afterwards every registered
 // gradient holds the average over ranks (exactly, for fp32; within the compressor's semantics
-// otherwise, kernels/README.md). Stages run as the iteration-time model assumes:
-//   1. GradientReady(i) marks tensor i; when the last missing tensor of group k arrives, the
-//      caller's thread packs the group into its fusion buffer and encodes it (error feedback
-//      included) into the group's payload: compute side.
-//   2. A communication thread runs the groups' collectives in group order (allreduce or
-//      allgather, as the compressor defines), overlapping with the rest of backward.
-//   3. Synchronize() decodes each group on the caller's thread as soon as its collective has
-//      finished, in group order, and unpacks into the registered buffers.
-// Data movement (docs/RUNTIME_BENCH.md): a group works directly on the registered memory when
-// that is one buffer: a one-tensor group, or tensors whose buffers are adjacent in plan order
-// (slices of one flat gradient buffer, as frameworks keep them); only other groups have a
-// fusion buffer, packed and unpacked. Lossless groups (fp32, or left uncompressed by the plan,
-// with no error-feedback memory) have no encode and no payload: the allreduce runs in place on
-// the group's memory and the decode is the divide by W (fused with the unpack when packed), so
-// a one-group fp32 step over a flat buffer moves the data exactly as MPI_Allreduce(MPI_IN_PLACE)
-// plus a divide.
+// otherwise, kernels/README.md). A group is encoded (error feedback included) when its last
+// tensor becomes ready, the groups' collectives run in group order while backward goes on, and
+// Synchronize() decodes them in group order into the registered buffers.
 //
-// GPU memory: over a communicator whose memory() is kDevice (MakeNcclCommunicator), the plan's
-// device must be gpu and the job registers device pointers (RegisterDevice). Fusion buffers,
-// payloads and error-feedback memory are device memory (kernels::Buffer, Backend::kCuda),
-// allocated once; a group's pack and unpack are one kernels::FusionTable launch each and
-// encode/decode the CUDA compressors,
-// all on the session's compute stream; each group's collective is enqueued on the
-// communicator's stream after a CUDA event recorded behind its encode, in group order, from the
-// caller's thread (no communication thread: nothing blocks); Synchronize() queues the decodes
-// behind the collectives' events and waits for the last one (polling, against the same
-// timeout). When Synchronize() returns, the gradients hold the average. A group's pack and
-// encode wait for the job's stream (SessionOptions::job_stream) with an event; the job's streams
-// must not write gradient i from GradientReady(i) until Synchronize() returns.
+// Memory: a group works directly on the registered memory when that is one buffer (a one-tensor
+// group, or buffers adjacent in plan order); other groups have a fusion buffer. Lossless groups
+// (fp32, or uncompressed, with no error-feedback memory) run their allreduce in place and decode
+// by dividing by W. Over a communicator whose memory() is kDevice (NCCL) the plan's device must
+// be gpu, the job registers device pointers (RegisterDevice), everything runs on the session's
+// CUDA streams behind the job's stream (SessionOptions::job_stream), and the job's streams must
+// not write gradient i from GradientReady(i) until Synchronize() returns.
 //
-// Ownership: a Session owns its communicator, its fusion and payload buffers, its compressors
-// and their error-feedback memory (kept across iterations), all allocated at creation or
-// registration; GradientReady and Synchronize neither allocate nor log on success, except in
-// zen groups on host memory (ZenAllreduce allocates its exchange buffers on the communication
-// thread) and in a zen_sparse group's GradientReady when a step has more non-zeros than twice
-// the plan's expected count and any step before (its pair vectors grow). It does not own the
-// gradient buffers. No globals: several sessions in one process work.
-// Thread-safety: Register, GradientReady, Synchronize and SetAccumulating are called from one
-// thread at a time (the job's backward hooks and training loop). All ranks make the same
-// sequence of synchronizing steps.
+// Several plans: AddPlan adds plans for the same model and world (e.g. the compressor at
+// another ratio); SwitchPlan(index) makes one active between steps, the same on every rank.
+// Per-element compressor state (error-feedback memory, momentum) carries element by element to
+// the new plan; ReadState/WriteState read and write it as a whole in model element order.
+//
+// Ownership: a Session owns its communicator, fusion and payload buffers, compressors and their
+// state, all allocated at creation, AddPlan or registration; GradientReady and Synchronize
+// neither allocate nor log on success, except zen groups on host memory (ZenAllreduce's
+// exchange buffers) and a zen_sparse group's GradientReady when a step has more non-zeros than
+// twice the plan's expected count and any step before. It does not own the gradient buffers.
+// No globals: several sessions in one process work.
+// Thread-safety: every call from one thread at a time (the job's backward hooks and training
+// loop). All ranks make the same sequence of synchronizing steps and collective calls.
 #pragma once
 
 #include <cstdint>
@@ -100,6 +85,10 @@ struct GroupTimeline {
   // the planner assumes independent, docs/MODEL.md); 0 for other schemes.
   int64_t zen_union = 0;
 };
+
+// Per-element compressor state (kernels/compressor.h): the error-feedback memory (residual e;
+// dgc's accumulator v) or the momentum (dgc's u, signum's m).
+enum class CompressorState { kErrorFeedback, kMomentum };
 
 class Session {
  public:
@@ -163,13 +152,39 @@ class Session {
   // steps, the same on every rank.
   Status SetAccumulating(bool accumulating);
 
-  // The last synchronized step's timeline, one entry per group (SessionOptions::
-  // record_timeline). FailedPrecondition when not recording, on a session on GPU memory (not
+  // The last synchronized step's timeline, one entry per group of the active plan
+  // (SessionOptions::record_timeline). FailedPrecondition when not recording, on a session on GPU memory (not
   // built there yet), or before the first step.
   StatusOr<std::vector<GroupTimeline>> Timeline() const;
 
   // Synchronized steps so far (the iteration that keys the compressors' random choices).
   uint64_t iteration() const;
+
+  // Adds another plan for this session's model (same tensors, fingerprint) and world, checked
+  // and agreed on across ranks as in Create; returns its index (Create's plan is 0). It is
+  // allocated now (and its fusion buffers, once every gradient is registered), not active.
+  // SessionOptions::compressor is not checked: an added plan may use another compressor.
+  // Collective: every rank adds the same plans in the same order, between steps.
+  StatusOr<int> AddPlan(const std::string& plan_path);
+  StatusOr<int> AddPlan(const pb::Plan& plan, const std::string& origin = "");
+  // Makes plan `index` active from the next step. Between steps only: in the middle of one
+  // (or on a failed session) it fails with FailedPrecondition at once, with no collective (as
+  // AddPlan). Collective: the ranks agree on the plan as in Create (every rank fails
+  // alike when they name different plans). Element e's error-feedback memory and momentum in
+  // the old plan become element e's in the new one; where the new plan's compressor keeps no
+  // such state it is dropped, and where the old one kept none the new one starts from zero.
+  // Hierarchical groups keep state for this rank's shard of the node's sum only (elements
+  // l * shard .. (l + 1) * shard - 1 of the group on local rank l): those elements carry; the
+  // others read as zero (that residual is of the node's sum and carries as it is). There is no
+  // other state to carry: random choices are keyed by iteration(), which goes on across plans.
+  Status SwitchPlan(int index);
+  int plan_count() const;
+  int active_plan() const;
+  // The active plan's per-element state in model element order (one float per element of every
+  // tensor, 0 where a group keeps none), for checkpoints; Write sets it (the same layout, the
+  // same size). Between steps only; on GPU memory a synchronous copy.
+  StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
+  Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
 
   class Impl;
 

@@ -1,0 +1,117 @@
+// SessionLayout: what a plan means for one rank of one job, computed before anything is
+// allocated or exchanged: each group's scheme, where its encode and decode run, its codec's
+// sizes, and (once the gradients are registered) whether it works in place on the registered
+// memory or needs a fusion buffer. Pure values: no communicator, no device, so it is tested on
+// its own (test/runtime/layout_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cupcake/comm/communicator.h"
+#include "cupcake/cupcake.pb.h"
+#include "cupcake/kernels/compressor.h"
+#include "cupcake/proto/status.h"
+
+namespace cupcake::runtime::internal {
+
+// How a group's floats cross the ranks (docs/MODEL.md, docs/ZEN.md).
+enum class SchemeKind {
+  kFlat,  // one allreduce or allgather of the codec's payload over every rank
+  kHierarchical,  // reduce-scatter in the node, the codec across nodes on the shard, allgather
+  kZen,  // the compressor's sparse pairs summed by ZenAllreduce
+  kZenSparse,  // the group's non-zero entries summed by ZenAllreduce (exact)
+};
+const char* SchemeKindName(SchemeKind kind);  // "flat", "hierarchical", "zen", "zen_sparse"
+
+// Where a group's encode and decode run.
+enum class CodecPlace {
+  kHost,  // host session: the caller's thread
+  kDevice,  // session on GPU memory: the compute stream
+  kOffloaded,  // session on GPU memory, group planned on the cpu: the CPU worker encodes, the
+               // caller's thread decodes, on pinned host copies of the group
+};
+
+struct TensorLayout {
+  std::string name;
+  int64_t numel = 0;
+  int64_t offset = 0;  // of its first element in model element order
+  int group = 0;
+};
+
+struct GroupLayout {
+  int index = 0;
+  int first = 0, last = 0;  // tensors, inclusive
+  int64_t numel = 0;
+  int64_t offset = 0;  // of its first element in model element order
+  SchemeKind scheme = SchemeKind::kFlat;
+  CodecPlace place = CodecPlace::kHost;
+  // Lossless and memoryless flat groups (fp32 or left uncompressed, no error-feedback memory):
+  // no encode, no payload; the allreduce sums the group's floats in place and the decode is the
+  // divide by W. Never for offloaded, hierarchical or zen groups.
+  bool in_place = false;
+  // The compressor of the group (flat), of its shard (hierarchical), or fp32 for lossless and
+  // zen_sparse groups; `codec` its sizes.
+  kernels::CompressorConfig config;
+  kernels::CompressorLayout codec;
+  comm::DataType reduce_type = comm::DataType::kFloat32;
+  int64_t reduce_count = 0;  // allreduce payloads: elements of reduce_type
+  // Hierarchical: ranks per node, the shard (elements per rank), the final divisor (W for fp32
+  // across nodes, else devices_per_node); whether a codec crosses the nodes.
+  int devices_per_node = 1;
+  int64_t shard = 0;
+  float divisor = 1;
+  bool shard_codec = false;
+  uint32_t zen_seed = 0;  // zen: the owner hash's seed (GroupSeed's shared form)
+  int64_t nonzero_capacity = 0;  // zen_sparse: pairs reserved (twice the plan's expected count)
+  // Set by PlaceBuffers: the registered buffers are not one span, so a fusion buffer is packed.
+  bool fused = false;
+
+  // A compressor object runs (host: not for lossless groups; device: also the fp32 divide).
+  bool has_compressor() const;
+  // Floats of error-feedback state per group element (residual 1, dgc 2, signum +1) and the
+  // elements they cover: the group (flat, zen) or this rank's shard (hierarchical).
+  int64_t state_floats() const { return has_compressor() && !in_place ? codec.state_floats : 0; }
+  int64_t state_elements() const { return scheme == SchemeKind::kHierarchical ? shard : numel; }
+};
+
+struct SessionLayout {
+  std::string model_name;
+  std::string model_fingerprint;  // the plan's
+  std::string plan_fingerprint;  // PlanFingerprint: what the ranks agree on
+  bool device_memory = false;
+  int hierarchical_devices = 0;  // devices_per_node when some group is hierarchical, else 0
+  int64_t total_elements = 0;
+  std::vector<TensorLayout> tensors;
+  std::vector<GroupLayout> groups;
+
+  bool has_zen_on_device() const;
+  bool has_offloaded() const;
+  int64_t fusion_bytes() const;  // after PlaceBuffers
+};
+
+// What the plan is checked against.
+struct LayoutContext {
+  std::string origin;  // prefixes every message
+  int world_size = 1;
+  int rank = 0;
+  bool device_memory = false;  // the communicator's memory() is kDevice
+  std::string compressor;  // SessionOptions::compressor; empty: not checked
+  std::string model_fingerprint;  // SessionOptions::model_fingerprint; empty: not checked
+};
+
+// The layout of a valid plan (ValidatePlan passed) for `context`, or InvalidArgument naming
+// every problem, one per line: `<origin>: <field>: <problem>; got ..., expected ...`.
+StatusOr<SessionLayout> PlanLayout(const pb::Plan& plan, const LayoutContext& context);
+
+// Marks the groups whose registered buffers (one per tensor, in plan order) are not adjacent
+// in plan order: they need a fusion buffer.
+void PlaceBuffers(SessionLayout& layout, std::span<const float* const> buffers);
+
+// Refuses `other` as another plan for the session of `first` (AddPlan): another model (by
+// fingerprint, name or tensors) or memory kind; `<origin>: model.fingerprint: ...`.
+Status CheckSameModel(const SessionLayout& first, const SessionLayout& other, const std::string& origin);
+
+}  // namespace cupcake::runtime::internal

@@ -1,0 +1,148 @@
+#include "plan_slot.h"
+
+#include <algorithm>
+
+namespace cupcake::runtime::internal {
+
+int64_t PlaneOffset(const GroupLayout& group, StatePlane plane) {
+  if (group.state_floats() == 0) return -1;
+  const kernels::CompressorLayout& c = group.codec;
+  const int64_t n = group.state_elements();
+  const bool signum = c.kind == kernels::CompressorKind::kSignum;
+  switch (plane) {
+    case StatePlane::kErrorFeedback:
+      return c.memory == kernels::MemoryKind::kResidual ? 0 : c.memory == kernels::MemoryKind::kDgc ? n : -1;
+    case StatePlane::kMomentum:
+      if (c.memory == kernels::MemoryKind::kDgc) return 0;
+      if (!signum) return -1;
+      return c.memory == kernels::MemoryKind::kResidual ? n : 0;
+  }
+  return -1;
+}
+
+PlanSlot::PlanSlot(SessionLayout layout, comm::Communicator& comm) : layout_(std::move(layout)), comm_(comm) {}
+PlanSlot::~PlanSlot() = default;
+
+StatusOr<std::unique_ptr<PlanSlot>> PlanSlot::Create(SessionLayout layout, const Options& options,
+                                                     comm::Communicator& comm, std::vector<Tensor>* tensors,
+                                                     const uint64_t* iteration) {
+  std::unique_ptr<PlanSlot> slot(new PlanSlot(std::move(layout), comm));
+  slot->tensors_ = tensors;
+  const int count = static_cast<int>(slot->layout_.groups.size());
+  if (slot->layout_.device_memory) {
+    CUPCAKE_ASSIGN_OR_RETURN(slot->device_, MakeDeviceStreams(DeviceEventCount(count), DeviceGraphCount(count),
+                                                              comm.rank(), comm.host(), "Session"));
+  }
+  if (const int devices = slot->layout_.hierarchical_devices; devices > 0) {
+    // Ranks r of node r / devices_per_node (mpirun's default placement by slot): one
+    // communicator per node (intra), one per local rank across the nodes (inter).
+    const int rank = comm.rank();
+    CUPCAKE_ASSIGN_OR_RETURN(slot->intra_, comm.Split(rank / devices, rank % devices));
+    CUPCAKE_ASSIGN_OR_RETURN(slot->inter_, comm.Split(rank % devices, rank / devices));
+  }
+  if (slot->layout_.has_zen_on_device()) {
+    CUPCAKE_ASSIGN_OR_RETURN(slot->zen_steps_, kernels::zen::DeviceSteps::Create());
+  }
+  CUPCAKE_RETURN_IF_ERROR(slot->MakeGroups(options, tensors, iteration));
+  return slot;
+}
+
+Status PlanSlot::MakeGroups(const Options& options, std::vector<Tensor>* tensors, const uint64_t* iteration) {
+  const kernels::Backend backend = layout_.device_memory ? kernels::Backend::kCuda : kernels::Backend::kCpu;
+  for (const GroupLayout& gl : layout_.groups) {
+    Group g;
+    g.layout = &gl;
+    CUPCAKE_ASSIGN_OR_RETURN(g.runner, MakeRunner(gl, backend, device_.get()));
+    g.pending = gl.last - gl.first + 1;
+    groups_.push_back(std::move(g));
+  }
+  StepState state;
+  state.tensors = tensors;
+  state.groups = &groups_;
+  state.context.comm = &comm_;
+  state.context.intra = intra_.get();
+  state.context.inter = inter_.get();
+  state.context.zen_steps = zen_steps_.get();
+  state.context.hop_event = DeviceHopEvent(static_cast<int>(groups_.size()));
+  state.iteration = iteration;
+  state.clock = options.clock;
+  state.timeout_us = options.timeout_us;
+  state.record_timeline = options.record_timeline;
+  state.device_graphs = options.device_graphs;
+  state.job_stream = options.job_stream;
+  engine_ = layout_.device_memory ? MakeDeviceEngine(state, std::move(device_)) : MakeHostEngine(state);
+  return Status::Ok();
+}
+
+Status PlanSlot::AttachBuffers() {
+  std::vector<const float*> buffers;
+  for (const Tensor& t : *tensors_) buffers.push_back(t.buffer.data());
+  PlaceBuffers(layout_, buffers);
+  const kernels::Backend backend = layout_.device_memory ? kernels::Backend::kCuda : kernels::Backend::kCpu;
+  for (Group& g : groups_) {
+    const GroupLayout& gl = *g.layout;
+    g.data = (*tensors_)[static_cast<size_t>(gl.first)].buffer.data();
+    if (!gl.fused) continue;
+    CUPCAKE_ASSIGN_OR_RETURN(g.fusion, AllocateZeroed(backend, 4 * gl.numel));
+    std::vector<kernels::FusionSegment> segments;
+    for (int j = gl.first; j <= gl.last; ++j) {
+      const Tensor& member = (*tensors_)[static_cast<size_t>(j)];
+      segments.push_back({member.buffer.data(), member.numel});
+    }
+    CUPCAKE_ASSIGN_OR_RETURN(g.table, kernels::MakeFusionTable(backend, segments, g.fusion.as<float>()));
+    g.data = g.fusion.as<float>();
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// The group elements [begin, end) this rank's state covers and the state index of `begin`:
+// the group (flat, zen), or this rank's shard of it (hierarchical: local rank l holds elements
+// l * shard .. (l + 1) * shard - 1 of the node's sum).
+struct StateSpan {
+  int64_t begin = 0, end = 0;
+};
+StateSpan CoveredElements(const GroupLayout& g, int rank) {
+  if (g.scheme != SchemeKind::kHierarchical) return {0, g.numel};
+  const int64_t local = rank % g.devices_per_node;
+  return {std::min(g.numel, local * g.shard), std::min(g.numel, (local + 1) * g.shard)};
+}
+
+}  // namespace
+
+Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
+  std::fill(out.begin(), out.end(), 0.0f);
+  std::vector<float> host;
+  for (const Group& g : groups_) {
+    const GroupLayout& gl = *g.layout;
+    const int64_t at = PlaneOffset(gl, plane);
+    if (at < 0) continue;
+    kernels::Buffer* state = g.runner->state();
+    host.resize(static_cast<size_t>(state->size_bytes() / 4));
+    CUPCAKE_RETURN_IF_ERROR(state->CopyToHost(host.data(), state->size_bytes()));
+    const StateSpan covered = CoveredElements(gl, comm_.rank());
+    for (int64_t e = covered.begin; e < covered.end; ++e)
+      out[static_cast<size_t>(gl.offset + e)] = host[static_cast<size_t>(at + e - covered.begin)];
+  }
+  return Status::Ok();
+}
+
+Status PlanSlot::WriteState(StatePlane plane, std::span<const float> in) {
+  std::vector<float> host;
+  for (Group& g : groups_) {
+    const GroupLayout& gl = *g.layout;
+    const int64_t at = PlaneOffset(gl, plane);
+    if (at < 0) continue;
+    kernels::Buffer* state = g.runner->state();
+    host.resize(static_cast<size_t>(state->size_bytes() / 4));
+    CUPCAKE_RETURN_IF_ERROR(state->CopyToHost(host.data(), state->size_bytes()));
+    const StateSpan covered = CoveredElements(gl, comm_.rank());
+    for (int64_t e = covered.begin; e < covered.end; ++e)
+      host[static_cast<size_t>(at + e - covered.begin)] = in[static_cast<size_t>(gl.offset + e)];
+    CUPCAKE_RETURN_IF_ERROR(state->CopyFromHost(host.data(), state->size_bytes()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace cupcake::runtime::internal

@@ -1,0 +1,363 @@
+// Several plans in one session (Session::AddPlan, SwitchPlan) and its per-element state
+// (ReadState, WriteState), over the in-process communicator: the residual of element e
+// carries from one plan to the next, a switch is refused mid-step, a plan for another model is
+// refused, and ranks that add or switch to different plans all fail.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "cupcake/proto/fingerprint.h"
+#include "runtime_test_util.h"
+
+namespace cupcake::runtime {
+namespace {
+
+using testing::MakePlan;
+using testing::SmallModel;
+using Floats = std::vector<float>;
+
+struct Rank {
+  std::unique_ptr<Session> session;
+  testing::Gradients grads;
+};
+
+std::vector<Rank> MakeRanks(comm::InProcessGroup& group, const pb::Plan& plan, int world) {
+  auto made = testing::CreateOnEveryRank(
+      group, world, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
+  std::vector<Rank> ranks(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(made[static_cast<size_t>(r)].ok()) << made[static_cast<size_t>(r)].status().ToString();
+    if (!made[static_cast<size_t>(r)].ok()) return {};
+    ranks[static_cast<size_t>(r)].session = std::move(made[static_cast<size_t>(r)]).value();
+    ranks[static_cast<size_t>(r)].grads = testing::Gradients(plan.model().model(), testing::Layout::kSeparate);
+    EXPECT_TRUE(testing::RegisterAll(*ranks[static_cast<size_t>(r)].session, plan.model().model(),
+                                     ranks[static_cast<size_t>(r)].grads)
+                    .ok());
+  }
+  return ranks;
+}
+
+template <typename F>
+void OnEveryRank(int world, F fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
+void Step(std::vector<Rank>& ranks, int it) {
+  OnEveryRank(static_cast<int>(ranks.size()), [&](int r) {
+    Rank& rank = ranks[static_cast<size_t>(r)];
+    testing::FillGradients(rank.grads, r, it);
+    for (int i = 0; i < static_cast<int>(rank.grads.size()); ++i) EXPECT_TRUE(rank.session->GradientReady(i).ok());
+    Status s = rank.session->Synchronize();
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+}
+
+// A plan of residual compressors restated with the kernels, per rank, keeping each rank's
+// residual in model element order (so it can start from any residual): Encode on every rank,
+// the payloads side by side (allgather) or summed (allreduce, small integers: exact), Decode.
+class ResidualReference {
+ public:
+  ResidualReference(const pb::Plan& plan, int world, std::vector<Floats> residual)
+      : plan_(plan), world_(world), residual_(std::move(residual)) {}
+
+  std::vector<Floats> Step(int it) {
+    const pb::Model& m = plan_.model().model();
+    std::vector<Floats> out;
+    int64_t at = 0;
+    for (int k = 0; k < plan_.groups_size(); ++k) {
+      const pb::Group& pg = plan_.groups(k);
+      std::vector<std::vector<std::byte>> payloads;
+      std::unique_ptr<kernels::Compressor> decoder;
+      for (int r = 0; r < world_; ++r) {
+        auto c = Make(k, r);
+        Floats grad, state(residual_[static_cast<size_t>(r)].begin() + at,
+                           residual_[static_cast<size_t>(r)].begin() + at + pg.numel());
+        for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t)
+          for (int64_t j = 0; j < m.tensors(t).numel(); ++j) grad.push_back(testing::TestGradient(r, it, t, j));
+        std::vector<std::byte> payload(static_cast<size_t>(c->payload_bytes()));
+        if (!c->Encode(grad, state, static_cast<uint64_t>(it), payload).ok()) std::abort();
+        std::copy(state.begin(), state.end(), residual_[static_cast<size_t>(r)].begin() + at);
+        payloads.push_back(std::move(payload));
+        if (r == 0) decoder = std::move(c);
+      }
+      std::vector<std::byte> input;
+      if (decoder->layout().allreduce) {
+        input = kernels::reference::SumFloats(payloads);
+      } else {
+        for (const auto& p : payloads) input.insert(input.end(), p.begin(), p.end());
+      }
+      Floats mean(static_cast<size_t>(pg.numel()));
+      if (!decoder->Decode(input, mean, static_cast<uint64_t>(it)).ok()) std::abort();
+      int64_t in_group = 0;
+      for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t) {
+        const int64_t n = m.tensors(t).numel();
+        out.emplace_back(mean.begin() + in_group, mean.begin() + in_group + n);
+        in_group += n;
+      }
+      at += pg.numel();
+    }
+    return out;
+  }
+  const Floats& residual(int r) const { return residual_[static_cast<size_t>(r)]; }
+
+ private:
+  std::unique_ptr<kernels::Compressor> Make(int k, int r) const {
+    const pb::CompressorSpec& spec = plan_.compressor();
+    kernels::CompressorConfig c;
+    c.name = spec.name();
+    c.memory = spec.memory();
+    c.n = plan_.groups(k).numel();
+    c.world_size = world_;
+    c.ratio = spec.ratio();
+    c.seed = testing::ExpectedGroupSeed(spec.seed(), k, r, FindCompressor(c.name)->collective == pb::ALLREDUCE);
+    return kernels::MakeCompressor(c, kernels::Backend::kCpu).value();
+  }
+
+  pb::Plan plan_;
+  int world_;
+  std::vector<Floats> residual_;
+};
+
+constexpr int kWorld = 2;
+constexpr int64_t kElements = 37 + 5 + 128 + 1 + 64 + 200;
+
+// Two steps on topk at 0.25 in the planned groups, a switch to topk at 0.1 layer by layer (other
+// groups, other k), a third step there: every rank's residual after the switch is its residual
+// before, element by element, and the third step is what the second plan gives from it.
+TEST(SeveralPlans, ResidualsSurviveASwitchElementByElement) {
+  const pb::Model model = SmallModel();
+  const pb::Plan a = MakePlan(model, testing::Planned(), "topk", kWorld, 0.25);
+  const pb::Plan b = MakePlan(model, testing::LayerWise(model), "topk", kWorld, 0.1);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  ResidualReference ref_a(a, kWorld, std::vector<Floats>(kWorld, Floats(kElements, 0.0f)));
+  for (int it = 0; it < 2; ++it) {
+    const auto want = ref_a.Step(it);
+    Step(ranks, it);
+    for (int r = 0; r < kWorld; ++r) ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "");
+  }
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    auto before = s.ReadState();
+    ASSERT_TRUE(before.ok()) << before.status().ToString();
+    EXPECT_EQ(testing::FirstDifference(std::vector<Floats>{*before}, {ref_a.residual(r)}), "") << "rank " << r;
+    auto added = s.AddPlan(b, "b.pb");
+    ASSERT_TRUE(added.ok()) << added.status().ToString();
+    EXPECT_EQ(*added, 1);
+    ASSERT_TRUE(s.SwitchPlan(1).ok());
+    EXPECT_EQ(s.active_plan(), 1);
+    EXPECT_EQ(s.group_count(), model.tensors_size());
+    auto after = s.ReadState();
+    ASSERT_TRUE(after.ok());
+    EXPECT_EQ(testing::FirstDifference(std::vector<Floats>{*after}, {*before}), "") << "rank " << r;
+  });
+  std::vector<Floats> carried;
+  for (int r = 0; r < kWorld; ++r) carried.push_back(ref_a.residual(r));
+  ResidualReference ref_b(b, kWorld, carried);
+  const auto want = ref_b.Step(2);
+  Step(ranks, 2);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
+    auto state = ranks[static_cast<size_t>(r)].session->ReadState();
+    ASSERT_TRUE(state.ok());
+    EXPECT_EQ(testing::FirstDifference(std::vector<Floats>{*state}, {ref_b.residual(r)}), "") << "rank " << r;
+  }
+}
+
+// After a switch to an fp32 plan the step is exactly the average; switching back keeps working.
+TEST(SeveralPlans, SwitchingToFp32AndBackSynchronizes) {
+  const pb::Model model = SmallModel();
+  const pb::Plan a = MakePlan(model, testing::Planned(), "topk", kWorld);
+  const pb::Plan fp32 = MakePlan(model, testing::OneGroup(model), "fp32", kWorld);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) {
+    ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->AddPlan(fp32).ok());
+    ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->SwitchPlan(1).ok());
+  });
+  EXPECT_EQ(ranks[0].session->plan_count(), 2);
+  Step(ranks, 0);
+  for (int r = 0; r < kWorld; ++r)
+    for (int t = 0; t < model.tensors_size(); ++t)
+      for (size_t j = 0; j < ranks[static_cast<size_t>(r)].grads[static_cast<size_t>(t)].size(); ++j)
+        ASSERT_EQ(ranks[static_cast<size_t>(r)].grads[static_cast<size_t>(t)][j],
+                  (testing::TestGradient(0, 0, t, static_cast<int64_t>(j)) +
+                   testing::TestGradient(1, 0, t, static_cast<int64_t>(j))) /
+                      2.0f);
+  OnEveryRank(kWorld, [&](int r) { ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->SwitchPlan(0).ok()); });
+  Step(ranks, 1);
+  EXPECT_EQ(ranks[0].session->iteration(), 2u);
+}
+
+TEST(SeveralPlans, SwitchInTheMiddleOfAStepIsRefused) {
+  const pb::Model model = SmallModel();
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, MakePlan(model, testing::Planned(), "topk", kWorld), kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) {
+    ASSERT_TRUE(
+        ranks[static_cast<size_t>(r)].session->AddPlan(MakePlan(model, testing::Planned(), "topk", kWorld, 0.1)).ok());
+  });
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    testing::FillGradients(ranks[static_cast<size_t>(r)].grads, r, 0);
+    ASSERT_TRUE(s.GradientReady(0).ok());
+    Status switched = s.SwitchPlan(1);
+    EXPECT_EQ(switched.code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(switched.message(),
+              "SwitchPlan: called in the middle of a step; tensor 't0' is already ready, expected a call between "
+              "Synchronize() and the next GradientReady");
+    EXPECT_EQ(s.ReadState().status().code(), StatusCode::kFailedPrecondition);
+    for (int i = 1; i < model.tensors_size(); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+    EXPECT_TRUE(s.Synchronize().ok());  // the step goes on with the plan it started on
+    EXPECT_EQ(s.active_plan(), 0);
+  });
+}
+
+TEST(SeveralPlans, PlanForAnotherModelIsRefusedOnEveryRank) {
+  const pb::Model model = SmallModel();
+  const pb::Model other = SmallModel("other", {37, 5, 128, 1, 64, 201});
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "topk", kWorld);
+  const pb::Plan foreign = MakePlan(other, testing::Planned(), "topk", kWorld);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, plan, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) {
+    auto added = ranks[static_cast<size_t>(r)].session->AddPlan(foreign, "other.pb");
+    ASSERT_FALSE(added.ok());
+    EXPECT_EQ(added.status().message(), "other.pb: model.fingerprint: plan for another model; got " +
+                                            foreign.model().fingerprint() + " (model other), expected " +
+                                            plan.model().fingerprint() + " (the session's model tiny)");
+    EXPECT_EQ(ranks[static_cast<size_t>(r)].session->plan_count(), 1);
+  });
+}
+
+// Switching goes through the plan agreement: ranks naming different plans all fail, and stay on
+// the plan they ran.
+TEST(SeveralPlans, RanksSwitchingToDifferentPlansAllFail) {
+  const pb::Model model = SmallModel();
+  const pb::Plan a = MakePlan(model, testing::Planned(), "topk", kWorld);
+  const pb::Plan b = MakePlan(model, testing::Planned(), "topk", kWorld, 0.1);
+  const pb::Plan c = MakePlan(model, testing::Planned(), "topk", kWorld, 0.05);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    ASSERT_TRUE(s.AddPlan(b, "b.pb").ok());
+    ASSERT_TRUE(s.AddPlan(c, "c.pb").ok());
+    Status switched = s.SwitchPlan(r == 0 ? 1 : 2);
+    EXPECT_EQ(switched.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(switched.message(), std::string(r == 0 ? "b.pb" : "c.pb") +
+                                      ": the ranks run different plans; expected one plan on every rank:\n"
+                                      "  rank 0: plan " +
+                                      PlanFingerprint(b) + " (b.pb)\n  rank 1: plan " + PlanFingerprint(c) + " (c.pb)");
+    EXPECT_EQ(s.active_plan(), 0);
+  });
+  Step(ranks, 0);
+}
+
+TEST(SeveralPlans, AddingDifferentPlansFailsEveryRank) {
+  const pb::Model model = SmallModel();
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, MakePlan(model, testing::Planned(), "topk", kWorld), kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) {
+    const pb::Plan mine = MakePlan(model, testing::Planned(), "topk", kWorld, r == 0 ? 0.1 : 0.2);
+    auto added = ranks[static_cast<size_t>(r)].session->AddPlan(mine, "p" + std::to_string(r) + ".pb");
+    ASSERT_FALSE(added.ok());
+    EXPECT_NE(added.status().message().find("the ranks run different plans"), std::string::npos);
+    EXPECT_EQ(ranks[static_cast<size_t>(r)].session->plan_count(), 1);
+  });
+}
+
+// Checkpoints: what WriteState writes ReadState reads, and the next step encodes from it (the
+// reference started from the same residual); a vector of the wrong size is refused.
+TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "topk", kWorld);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, plan, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  std::vector<Floats> written(kWorld, Floats(kElements));
+  for (int r = 0; r < kWorld; ++r)
+    for (int64_t e = 0; e < kElements; ++e)
+      written[static_cast<size_t>(r)][static_cast<size_t>(e)] = static_cast<float>((e * 5 + r) % 7 - 3);
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    ASSERT_TRUE(s.WriteState(written[static_cast<size_t>(r)]).ok());
+    auto read = s.ReadState();
+    ASSERT_TRUE(read.ok());
+    EXPECT_EQ(*read, written[static_cast<size_t>(r)]);
+    auto momentum = s.ReadState(CompressorState::kMomentum);  // topk keeps none: zeros
+    ASSERT_TRUE(momentum.ok());
+    EXPECT_EQ(*momentum, Floats(kElements, 0.0f));
+    Status wrong = s.WriteState(Floats(3));
+    EXPECT_EQ(wrong.message(), "WriteState: wrong size; got 3 floats, expected 435 (elements of model tiny)");
+  });
+  ResidualReference reference(plan, kWorld, written);
+  const auto want = reference.Step(0);
+  Step(ranks, 0);
+  for (int r = 0; r < kWorld; ++r)
+    ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
+}
+
+// Momentum is per element too: dgc's u carries across a switch to dgc at another ratio and
+// other groups, element by element, as the residual does.
+TEST(SeveralPlans, MomentumCarriesAcrossASwitch) {
+  const pb::Model model = SmallModel();
+  const pb::Plan a = MakePlan(model, testing::Planned(), "dgc", kWorld, 0.25);
+  const pb::Plan b = MakePlan(model, testing::LayerWise(model), "dgc", kWorld, 0.1);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  Step(ranks, 0);
+  Step(ranks, 1);
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    auto momentum = s.ReadState(CompressorState::kMomentum);
+    auto residual = s.ReadState(CompressorState::kErrorFeedback);
+    ASSERT_TRUE(momentum.ok() && residual.ok());
+    EXPECT_NE(*momentum, Floats(kElements, 0.0f));
+    EXPECT_NE(*momentum, *residual);
+    ASSERT_TRUE(s.AddPlan(b).ok());
+    ASSERT_TRUE(s.SwitchPlan(1).ok());
+    EXPECT_EQ(*s.ReadState(CompressorState::kMomentum), *momentum) << "rank " << r;
+    EXPECT_EQ(*s.ReadState(CompressorState::kErrorFeedback), *residual) << "rank " << r;
+  });
+  Step(ranks, 2);
+}
+
+// Hierarchical groups keep state for this rank's shard of the node's sum: on 2 nodes of 2,
+// local rank l holds elements l * shard .. (l + 1) * shard - 1 of each group (shards of 21,
+// 64 and 133 for groups of 42, 128 and 265); the rest reads as zero and is not written.
+TEST(SessionState, HierarchicalGroupsHoldTheirShardOnly) {
+  constexpr int kRanks = 4;
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = testing::WithScheme(MakePlan(model, testing::Planned(), "efsignsgd", kRanks), "hier", 2);
+  comm::InProcessGroup group(kRanks);
+  std::vector<Rank> ranks = MakeRanks(group, plan, kRanks);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kRanks));
+  const int64_t offsets[] = {0, 42, 170}, numels[] = {42, 128, 265}, shards[] = {21, 64, 133};
+  OnEveryRank(kRanks, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    const Floats ones(kElements, 1.0f);
+    ASSERT_TRUE(s.WriteState(ones).ok());
+    auto read = s.ReadState();
+    ASSERT_TRUE(read.ok());
+    const int64_t local = r % 2;
+    for (int k = 0; k < 3; ++k)
+      for (int64_t e = 0; e < numels[k]; ++e) {
+        const bool mine = e >= local * shards[k] && e < (local + 1) * shards[k];
+        ASSERT_EQ((*read)[static_cast<size_t>(offsets[k] + e)], mine ? 1.0f : 0.0f)
+            << "rank " << r << ", group " << k << ", element " << e;
+      }
+  });
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
