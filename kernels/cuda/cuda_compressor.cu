@@ -474,9 +474,8 @@ __device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, F4* v) {
 
 // Sign bits (signsgd, efsignsgd, signum, onebit): each thread decodes one byte of every rank's
 // bits, 8 elements (two 16-byte stores), with the ranks' scales in shared memory per block,
-// loaded kRankChunk ranks at a time. Loops are uniform per block (they hold __syncthreads).
-// Measured on an H100 at W = 8 and 32 Mi elements against 4 elements per thread: onebit 117 to
-// 100 us, efsignsgd 114 to 109 us; 32 elements per thread (a 4-byte load per rank) took 170 us.
+// loaded kRankChunk ranks at a time. Loops are uniform per block (they hold __syncthreads). The
+// 8 elements per thread were the fastest of the widths tried (docs/KERNELS.md).
 template <Dense D>
 __global__ void __launch_bounds__(kThreads) SignDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes,
                                                              float* out) {

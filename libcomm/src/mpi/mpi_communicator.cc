@@ -6,17 +6,13 @@
 //
 // Allreduce for 2 ranks, and from kChunkedMinBytes up, is ours: a reduce-scatter by
 // MPI_Ialltoall (chunk j to rank j, which reduces the copies in rank order), then
-// MPI_Iallgather of the reduced chunks. Open MPI's non-blocking allreduce (libnbc) reduces to
-// rank 0 and broadcasts back for fewer than 4 ranks and whenever the call is in place, which
-// the runtime's fp32 groups are: every byte crosses the root's link twice, one direction at a
-// time, so a large allreduce took twice the time of an allgather of the same bytes (on the
-// testbed: 4 MiB at 1 Gbit/s, 72 ms against 36 ms). Ours sends 2 (p - 1) / p of the bytes each
-// way at once. A ring over MPI_Isend/MPI_Irecv moves the same bytes, but on the testbed its
-// large transfers ran at half rate for whole calls now and then (14 of 48 profile points of 4-32
-// MiB at 1.3-2x, against 1 of 24 through the two collectives; docs/EVALUATION.md), so the
-// exchanges go through MPI's collectives. Below kChunkedMinBytes, with more than 2 ranks, MPI's
-// tree (2 log2 p steps) beats two all-to-all exchanges and stays; with 2 ranks ours is used at
-// every size (on the testbed, 8 B to 2 KiB: 20-28 us, against 25-390 us for MPI_Iallreduce).
+// MPI_Iallgather of the reduced chunks, so each link carries 2 (p - 1) / p of the bytes each way
+// at once. Open MPI's non-blocking allreduce (libnbc) reduces to rank 0 and broadcasts back for
+// fewer than 4 ranks and whenever the call is in place (the runtime's fp32 groups): every byte
+// crosses the root's link twice, one direction at a time. The exchanges go through MPI's
+// collectives rather than a ring of point-to-point messages, whose large transfers are less
+// steady; below kChunkedMinBytes with more than 2 ranks, MPI's tree (2 log2 p steps) beats two
+// all-to-all exchanges. Measurements behind these choices: docs/EVALUATION.md.
 #include "mpi/mpi_communicator.h"
 
 #include <mpi.h>

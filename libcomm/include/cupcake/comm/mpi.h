@@ -16,9 +16,8 @@ namespace cupcake::comm {
 // is therefore started non-blocking and tested: back to back for its first `spin_us`, then
 // yielding the core between tests (sched_yield: the job's threads run first, and when none
 // wants the core the tests go on back to back), or with sleep_us > 0, sleeping that long
-// between tests. Sleeping costs bandwidth: over Open MPI's TCP transport any sleep between tests
-// (5 us or more, measured on the testbed) made transfers of 1-2 MiB per rank take twice their
-// time on one of two ranks; yielding kept the link's rate (docs/EVALUATION.md).
+// between tests. Sleeping costs bandwidth over Open MPI's TCP transport, where yielding keeps the
+// link's rate (docs/EVALUATION.md).
 struct MpiWait {
   double spin_us = 100;
   double sleep_us = 0;

@@ -1,4 +1,4 @@
-// The comm sweep (issue 5): the collectives over message sizes, measured as nccl-tests do it,
+// The comm sweep: the collectives over message sizes, measured as nccl-tests do it,
 // with a correctness check of every result, each point committed by rank 0 as measured.
 #pragma once
 

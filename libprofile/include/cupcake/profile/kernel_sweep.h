@@ -1,4 +1,4 @@
-// The kernels sweep (issue 5): encode and decode of every compressor over element counts, and
+// The kernels sweep: encode and decode of every compressor over element counts, and
 // the copies (pack/unpack; on a GPU also d2h/h2d), on one device, each point committed to a
 // ProfileSink as measured.
 #pragma once
