@@ -176,13 +176,14 @@ PlanDiff DiffPlans(const pb::Plan& a, const pb::Plan& b, double tolerance_pct) {
   for (size_t i = 0; i < ga.size(); ++i) {
     auto it = in_b.find(ga[i]);
     if (it == in_b.end()) {
-      d.changes.push_back("- group [" + ga[i] + "]");
+      d.changes.push_back("- group [" + ga[i] + "] (" + Options(a.groups(static_cast<int>(i)).options()) + ")");
     } else {
       change("group [" + ga[i] + "] options", Options(a.groups(i).options()), Options(b.groups(it->second).options()));
     }
   }
   for (size_t i = 0; i < gb.size(); ++i)
-    if (!in_a.count(gb[i])) d.changes.push_back("+ group [" + gb[i] + "]");
+    if (!in_a.count(gb[i]))
+      d.changes.push_back("+ group [" + gb[i] + "] (" + Options(b.groups(static_cast<int>(i)).options()) + ")");
   const bool structural = !d.changes.empty();
 
   const double ta = a.predicted().iteration_us(), tb = b.predicted().iteration_us();

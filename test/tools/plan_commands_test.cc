@@ -699,3 +699,39 @@ TEST_F(PlanCommandsTest, LadderFlagsAreUsageErrors) {
 
 }  // namespace
 }  // namespace cupcake::plan_cli
+
+namespace cupcake::plan_cli {
+namespace {
+
+// An options plan that leaves the compressor out of its groups says so where the compressor is
+// named, and diff names each added or removed group's option (scheme, device, collective).
+TEST_F(PlanCommandsTest, SummaryAndDiffSayWhatEachGroupRuns) {
+  SearchOptions o = Search("efsignsgd", "options.pb");
+  o.search.space = planner::SearchSpace::kOptions;
+  o.search.node_budget = planner::DefaultNodeBudget(planner::SearchSpace::kOptions);
+  const std::string out = RunOk(o);
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  int fp16 = 0;
+  for (const pb::Group& g : plan.groups()) fp16 += g.options().scheme() == "flat_fp16" ? 1 : 0;
+  ASSERT_GT(fp16, 0) << "the sample profile makes fp16 the better option for some group";
+  EXPECT_NE(out.find("\ncompressor  efsignsgd, memory residual, on gpu; chosen: "), std::string::npos) << out;
+  EXPECT_NE(out.find(std::to_string(fp16) + " x flat_fp16 gpu"), std::string::npos) << out;
+
+  RunOk(Search("efsignsgd", "fusion.pb"));
+  std::ostringstream fusion;
+  ASSERT_TRUE(RunShow({dir_.File("fusion.pb")}, fusion).ok());
+  EXPECT_NE(fusion.str().find("\ncompressor  efsignsgd, memory residual, on gpu\n"), std::string::npos)
+      << fusion.str();
+
+  std::ostringstream diff;
+  ASSERT_TRUE(RunDiff({dir_.File("fusion.pb"), o.output, 0, tools::OutputFormat::kText}, diff).ok());
+  const pb::Plan& first = plan;
+  const std::string added = "\n+ group [" + first.model().model().tensors(first.groups(0).first_tensor()).name();
+  EXPECT_NE(diff.str().find(added), std::string::npos) << diff.str();
+  EXPECT_NE(diff.str().find("] (" + first.groups(0).options().scheme() + " "), std::string::npos) << diff.str();
+  EXPECT_NE(diff.str().find(" on gpu via "), std::string::npos) << diff.str();
+}
+
+}  // namespace
+}  // namespace cupcake::plan_cli
+

@@ -106,8 +106,9 @@ std::string TensorRange(const pb::Model& model, int first, int last);
 // "hier gpu", "flat cpu (offloaded)": a group's option as people read it; v1 groups as their
 // flat equivalent.
 std::string OptionName(const pb::Plan& plan, const pb::GroupOptions& o);
-// "3 x flat gpu, 2 x hier gpu (groups per option)".
+// "3 x flat gpu, 2 x hier gpu (groups per option)"; OptionCounts without the parenthesis.
 std::string OptionsSummary(const pb::Plan& plan);
+std::string OptionCounts(const pb::Plan& plan);
 
 // Rows of columns, one line each: `left(c)` columns left-aligned, the others right-aligned;
 // the last column unpadded.

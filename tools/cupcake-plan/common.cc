@@ -52,7 +52,9 @@ std::string OptionName(const pb::Plan& plan, const pb::GroupOptions& o) {
   return scheme + " " + std::string(Name(o.device())) + (offload ? " (offloaded)" : "");
 }
 
-std::string OptionsSummary(const pb::Plan& plan) {
+std::string OptionsSummary(const pb::Plan& plan) { return OptionCounts(plan) + " (groups per option)"; }
+
+std::string OptionCounts(const pb::Plan& plan) {
   std::vector<std::pair<std::string, int>> counts;
   for (const auto& g : plan.groups()) {
     const std::string name = OptionName(plan, g.options());
@@ -64,7 +66,7 @@ std::string OptionsSummary(const pb::Plan& plan) {
   }
   std::string s;
   for (const auto& [name, n] : counts) s += (s.empty() ? "" : ", ") + std::to_string(n) + " x " + name;
-  return s + " (groups per option)";
+  return s;
 }
 
 StatusOr<pb::Plan> ReadPlanOrRung(const std::string& path, std::optional<double> rung) {
@@ -142,8 +144,14 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
   out << "model       " << m.name() << ": " << m.tensors_size() << " tensors, " << parameters << " parameters ("
       << tools::HumanBytes(bytes) << " of gradients)\n";
   out << "profile     " << plan.profile_name() << ": world size " << plan.world_size() << "\n";
+  // An options plan may leave the compressor out of some groups (fp32, fp16): say what runs.
+  const bool others = std::any_of(plan.groups().begin(), plan.groups().end(), [](const pb::Group& g) {
+    const SchemeInfo* s = FindScheme(g.options().scheme());
+    return s != nullptr && s->codec != Codec::kCompressor;
+  });
   out << "compressor  " << c.name() << (params.str().empty() ? "" : " (" + params.str() + ")") << ", memory "
-      << c.memory() << ", on " << Name(plan.device()) << "\n";
+      << c.memory() << ", on " << Name(plan.device())
+      << (others ? "; chosen: " + OptionCounts(plan) : std::string()) << "\n";
   out << "groups      " << plan.groups_size() << "\n";
   out << "predicted   " << Ms(t) << " ms per iteration (backward " << Ms(p.backward_us()) << " ms; summed over groups: "
       << "encode " << Ms(p.encode_us()) << " ms, comm " << Ms(p.comm_us()) << " ms, decode " << Ms(p.decode_us())
