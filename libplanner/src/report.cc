@@ -1,7 +1,9 @@
 #include "cupcake/planner/report.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 
@@ -45,9 +47,21 @@ std::string Exact(double v) {
 
 class TraceWriter {
  public:
-  void Slice(int tid, const std::string& name, const std::string& cat, double start_us, double dur_us) {
+  // `args`: the slice's sizes, e.g. {"elements", 1024}, {"bytes", 4096}; shown on selection.
+  void Slice(int tid, const std::string& name, const std::string& cat, double start_us, double dur_us,
+             std::initializer_list<std::pair<const char*, int64_t>> args = {}) {
     os_ << (first_ ? "\n" : ",\n") << "{\"ph\":\"X\",\"pid\":1,\"tid\":" << tid << ",\"name\":" << JsonString(name)
-        << ",\"cat\":\"" << cat << "\",\"ts\":" << Num(start_us) << ",\"dur\":" << Num(dur_us) << "}";
+        << ",\"cat\":\"" << cat << "\",\"ts\":" << Num(start_us) << ",\"dur\":" << Num(dur_us);
+    if (args.size() > 0) {
+      os_ << ",\"args\":{";
+      bool first_arg = true;
+      for (const auto& [key, value] : args) {
+        os_ << (first_arg ? "" : ",") << "\"" << key << "\":" << value;
+        first_arg = false;
+      }
+      os_ << "}";
+    }
+    os_ << "}";
     first_ = false;
   }
   void ThreadName(int tid, const std::string& name) {
@@ -125,24 +139,25 @@ std::string ChromeTrace(const pb::Plan& plan) {
     const int device = offloaded(grp) ? kCpu : kCompute;
     if (grp.encode_end_us() > grp.encode_start_us())
       w.Slice(device, (offloaded(grp) ? "copy to host, encode " : "encode ") + name, "encode",
-              t0 + grp.encode_start_us(), grp.encode_end_us() - grp.encode_start_us());
+              t0 + grp.encode_start_us(), grp.encode_end_us() - grp.encode_start_us(),
+              {{"elements", grp.numel()}, {"bytes", grp.payload_bytes()}});
     if (grp.steps().empty()) {
       w.Slice(kNetwork, std::string(Name(grp.options().collective())) + " " + name, "comm", t0 + grp.comm_start_us(),
-              grp.comm_end_us() - grp.comm_start_us());
+              grp.comm_end_us() - grp.comm_start_us(), {{"elements", grp.numel()}, {"bytes", grp.payload_bytes()}});
     } else {
       // One slice per collective (intra, inter, global), and the encode or decode between them.
       double at = grp.comm_start_us();
       for (const auto& st : grp.steps()) {
         if (st.start_us() > at) w.Slice(kNetwork, "codec " + name, "codec", t0 + at, st.start_us() - at);
         w.Slice(kNetwork, std::string(Name(st.op())) + " " + std::string(Name(st.scope())) + " " + name, "comm",
-                t0 + st.start_us(), st.end_us() - st.start_us());
+                t0 + st.start_us(), st.end_us() - st.start_us(), {{"elements", grp.numel()}, {"bytes", st.bytes()}});
         at = st.end_us();
       }
       if (grp.comm_end_us() > at) w.Slice(kNetwork, "codec " + name, "codec", t0 + at, grp.comm_end_us() - at);
     }
     if (grp.decode_end_us() > grp.decode_start_us())
       w.Slice(device, (offloaded(grp) ? "decode, copy back " : "decode ") + name, "decode", t0 + grp.decode_start_us(),
-              grp.decode_end_us() - grp.decode_start_us());
+              grp.decode_end_us() - grp.decode_start_us(), {{"elements", grp.numel()}, {"bytes", grp.payload_bytes()}});
     end = std::max(end, grp.decode_end_us());
   }
   if (model.update_us() > 0) w.Slice(kCompute, "update", "update", t0 + end, model.update_us());

@@ -126,15 +126,16 @@ class Session::Impl {
     const int i = registered_;
     if (i >= tensor_count())
       return InvalidArgumentError(
-          origin_ + ": model.model.tensors: the job registers more gradients than the plan has; got " +
-          std::to_string(tensor_count()) + " tensors, expected at least " + std::to_string(i + 1) + " (gradient " +
-          Quoted(name) + ", model " + model_name_ + ")");
+          origin_ + ": tensors: the job has more gradients than the plan; got at least " + std::to_string(i + 1) +
+          " (gradient " + std::to_string(i) + " is " + Quoted(name) + "), expected " + std::to_string(tensor_count()) +
+          " (the plan's model " + model_name_ + ")");
     internal::Tensor& t = tensors_[static_cast<size_t>(i)];
     if (t.name != name || t.numel != static_cast<int64_t>(gradient.size()))
       return InvalidArgumentError(
-          origin_ + ": model.model.tensors[" + std::to_string(i) + "]: does not match the job's gradient " +
-          std::to_string(i) + "; got " + Quoted(t.name) + " with " + std::to_string(t.numel) + " elements, expected " +
-          Quoted(name) + " with " + std::to_string(gradient.size()) + " elements (model " + model_name_ + ")");
+          origin_ + ": tensor " + std::to_string(i) + ": the job's gradient is not the plan's; got " + Quoted(name) +
+          " with " + std::to_string(gradient.size()) + " elements (the job's gradient " + std::to_string(i) +
+          "), expected " + Quoted(t.name) + " with " + std::to_string(t.numel) + " elements (the plan's model " +
+          model_name_ + ")");
     if (memory != comm_->memory())
       return InvalidArgumentError(std::string(call) + ": gradient " + std::to_string(i) + " (" + Quoted(name) + "): " +
                                   (on_device() ? "host memory for a session on GPU memory; expected RegisterDevice"

@@ -43,8 +43,9 @@ def other_model(work, order):
     opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
                                              plan=plan)
     i = order.index("conv2.weight")
-    pattern = (re.escape("%s: model.model.tensors[%d]: does not match the job's gradient %d; got 'conv2.weight' "
-                         "with 1152 elements, expected 'conv2.weight' with 864 elements (model pycnn)" % (plan, i, i)))
+    pattern = (re.escape("%s: tensor %d: the job's gradient is not the plan's; got 'conv2.weight' with 864 elements "
+                         "(the job's gradient %d), expected 'conv2.weight' with 1152 elements (the plan's model pycnn)"
+                         % (plan, i, i)))
     e = expect_error("another model's plan", lambda: train_step(model, opt, 0), pattern)
     if not isinstance(e, RuntimeError) or e.code != "INVALID_ARGUMENT":
         sys.exit("FAIL: another model's plan: got %s with code %r, expected a RuntimeError with code "

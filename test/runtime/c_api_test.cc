@@ -42,8 +42,8 @@ TEST_F(CApi, RunsAStepAndReportsErrors) {
   EXPECT_EQ(cupcake_session_register(s, "t0", a, 3), CUPCAKE_OK);
   EXPECT_EQ(cupcake_session_register(s, "t1", b, 3), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
-               (path_ + ": model.model.tensors[1]: does not match the job's gradient 1; got 't1' with 2 elements, "
-                        "expected 't1' with 3 elements (model tiny)")
+               (path_ + ": tensor 1: the job's gradient is not the plan's; got 't1' with 3 elements (the job's "
+                        "gradient 1), expected 't1' with 2 elements (the plan's model tiny)")
                    .c_str());
   EXPECT_EQ(cupcake_session_register(s, "t1", b, 2), CUPCAKE_OK);
   EXPECT_EQ(cupcake_session_set_accumulating(s, 0), CUPCAKE_OK);

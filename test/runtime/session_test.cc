@@ -485,8 +485,8 @@ TEST(SessionValidation, RejectsGradientOfOtherNameOrSize) {
   Status st = (*s)->Register("t1", b);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(),
-            "plan: model.model.tensors[1]: does not match the job's gradient 1; got 't1' with 5 elements, expected "
-            "'t1' with 6 elements (model tiny)");
+            "plan: tensor 1: the job's gradient is not the plan's; got 't1' with 6 elements (the job's gradient 1), "
+            "expected 't1' with 5 elements (the plan's model tiny)");
   EXPECT_EQ((*s)->GradientReady(0).message(),
             "GradientReady: gradients not all registered; got 1, expected 6 (model tiny)");
 }
@@ -501,8 +501,8 @@ TEST(SessionValidation, RejectsMoreGradientsThanThePlanHas) {
   ASSERT_TRUE((*s)->Register("t0", a).ok());
   ASSERT_TRUE((*s)->Register("t1", a).ok());
   EXPECT_EQ((*s)->Register("t2", a).message(),
-            "plan: model.model.tensors: the job registers more gradients than the plan has; got 2 tensors, expected "
-            "at least 3 (gradient 't2', model tiny)");
+            "plan: tensors: the job has more gradients than the plan; got at least 3 (gradient 2 is 't2'), expected 2 "
+            "(the plan's model tiny)");
 }
 
 TEST(SessionValidation, RejectsGradientReportedTwice) {

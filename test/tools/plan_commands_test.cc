@@ -1,4 +1,5 @@
 // cupcake-plan's commands in process: search, show, simulate, trace, diff.
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -313,8 +314,12 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
 
   std::ostringstream json;
   ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kJson}, json).ok());
-  // The proto3 JSON mapping, summary first and the model (its tensor list) last.
-  EXPECT_EQ(nlohmann::json::parse(json.str()), nlohmann::json::parse(PlanToJson(plan)));
+  // The proto3 JSON mapping, summary first and the model (its tensor list) last, with 64-bit
+  // integers as numbers (the mapping's strings); it still parses back into the same plan.
+  pb::Plan parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.str(), &parsed).ok());
+  EXPECT_EQ(SerializePlan(parsed), SerializePlan(plan));
+  EXPECT_NE(PlanToJson(plan).find("\"numel\": \""), std::string::npos) << "the mapping's strings";
   const auto ordered = nlohmann::ordered_json::parse(json.str());
   std::vector<std::string> keys;
   for (const auto& [key, value] : ordered.items()) keys.push_back(key);
@@ -327,6 +332,9 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   EXPECT_EQ(j["format"], "cupcake.plan.v1");
   EXPECT_EQ(j["groups"].size(), static_cast<size_t>(plan.groups_size()));
   EXPECT_EQ(j["groups"][0]["first_tensor"], 0);
+  EXPECT_EQ(j["groups"][0]["numel"], plan.groups(0).numel());
+  EXPECT_EQ(j["groups"][0]["payload_bytes"], plan.groups(0).payload_bytes());
+  EXPECT_EQ(j["search"]["nodes"], plan.search().nodes());
   EXPECT_EQ(j["model"]["fingerprint"], plan.model().fingerprint());
   EXPECT_EQ(j["predicted"]["iteration_us"], plan.predicted().iteration_us());
 }
@@ -510,8 +518,13 @@ TEST_F(PlanCommandsTest, TraceWritesTheTimelineAtomically) {
   EXPECT_EQ(out.str(), "");
   const auto j = nlohmann::json::parse(*ReadFile(trace));
   int comm = 0;
-  for (const auto& e : j["traceEvents"])
-    if (e.value("cat", "") == "comm") ++comm;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("cat", "") != "comm") continue;
+    // Each collective carries its group's elements and bytes per rank.
+    EXPECT_EQ(e["args"]["elements"], plan.groups(comm).numel()) << e;
+    EXPECT_EQ(e["args"]["bytes"], plan.groups(comm).payload_bytes()) << e;
+    ++comm;
+  }
   EXPECT_EQ(comm, plan.groups_size());
   std::ostringstream to_stdout;
   ASSERT_TRUE(RunTrace({o.output, "-"}, to_stdout).ok());

@@ -1,5 +1,8 @@
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -56,6 +59,30 @@ void LadderText(const std::string& path, const pb::Ladder& ladder, std::ostream&
   internal::PrintLadder(ladder, out);
 }
 
+// The proto3 JSON mapping prints 64-bit integers as strings; the plan's counts and sizes fit a
+// JSON number exactly (below 2^53), so they print as numbers. A value beyond stays a string.
+void IntegersAsNumbers(nlohmann::ordered_json& j) {
+  static const std::set<std::string> kInt64 = {"numel", "payload_bytes", "bytes", "nodes", "pruned", "budget", "states",
+                                               "seed"};
+  constexpr int64_t kExact = int64_t{1} << 53;
+  if (j.is_array()) {
+    for (auto& v : j) IntegersAsNumbers(v);
+    return;
+  }
+  if (!j.is_object()) return;
+  for (auto& [key, value] : j.items()) {
+    if (value.is_string() && kInt64.count(key) != 0) {
+      const std::string& text = value.get_ref<const std::string&>();
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (!text.empty() && *end == '\0' && errno == 0 && v < kExact && v > -kExact) value = static_cast<int64_t>(v);
+    } else {
+      IntegersAsNumbers(value);
+    }
+  }
+}
+
 // The plan's proto3 JSON (PlanToJson) with the summary first and the model, with its tensor
 // list, last; the same keys and values, so it still parses as a Plan (docs/FORMATS.md).
 nlohmann::ordered_json SummaryFirst(const std::string& proto_json) {
@@ -66,6 +93,7 @@ nlohmann::ordered_json SummaryFirst(const std::string& proto_json) {
     if (j.contains(key)) out[key] = j[key];
   for (const auto& [key, value] : j.items())
     if (!out.contains(key)) out[key] = value;
+  IntegersAsNumbers(out);
   return out;
 }
 

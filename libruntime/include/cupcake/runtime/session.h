@@ -116,9 +116,9 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // Registers the next gradient buffer in plan order (its index is the number registered
-  // before). `name` and the size must match the plan's tensor: `<plan>:
-  // model.model.tensors[3]: does not match the job's gradient 3; got 'fc.weight' with 100
-  // elements, expected 'fc.bias' with 10 elements`. The buffer must stay valid while the
+  // before). `name` and the size must match the plan's tensor: `<plan>: tensor 3: the job's
+  // gradient is not the plan's; got 'fc.weight' with 100 elements (the job's gradient 3),
+  // expected 'fc.bias' with 10 elements (the plan's model m)`. The buffer must stay valid while the
   // session uses it. From GradientReady(i) to the end of Synchronize() the session may read and
   // write gradient i's buffer (a lossless collective runs in place on it): the job leaves it
   // alone then.
