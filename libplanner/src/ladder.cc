@@ -31,9 +31,19 @@ Status CheckLadderRequest(const std::string& compressor, std::vector<double>& ra
 StatusOr<pb::Ladder> MakeLadder(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
                                 std::vector<double> ratios, const SearchOptions& search) {
   CUPCAKE_RETURN_IF_ERROR(CheckLadderRequest(request.compressor, ratios));
+  // One device for every rung: the compressed rungs' (an unspecified device resolves by the
+  // compressor's curves, which the fp32 rung does not read).
+  std::vector<pb::Plan> compressed;
+  PlanRequest at = request;
+  for (double ratio : ratios) {
+    at.ratio = ratio;
+    CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, MakePlan(model, profile, at, search));
+    at.device = plan.device();
+    compressed.push_back(std::move(plan));
+  }
   pb::Ladder ladder;
   ladder.set_format(std::string(kLadderFileFormat));
-  PlanRequest dense = request;
+  PlanRequest dense = at;
   dense.compressor = "fp32";
   dense.memory.clear();
   dense.ratio = kDefaultRatio;
@@ -41,13 +51,10 @@ StatusOr<pb::Ladder> MakeLadder(const pb::Model& model, const pb::Profile& profi
   pb::Rung* bottom = ladder.add_rungs();
   bottom->set_ratio(1);
   *bottom->mutable_plan() = std::move(fp32);
-  for (double ratio : ratios) {
-    PlanRequest at = request;
-    at.ratio = ratio;
-    CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, MakePlan(model, profile, at, search));
+  for (size_t i = 0; i < ratios.size(); ++i) {
     pb::Rung* rung = ladder.add_rungs();
-    rung->set_ratio(ratio);
-    *rung->mutable_plan() = std::move(plan);
+    rung->set_ratio(ratios[i]);
+    *rung->mutable_plan() = std::move(compressed[i]);
   }
   return ladder;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/plan_io.h"
 #include "plan_agreement.h"
 #include "plan_slot.h"
@@ -285,12 +286,31 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const std::string& plan_path,
                                                    const SessionOptions& options) {
   SessionOptions o = options;
   if (o.origin.empty()) o.origin = plan_path;
-  StatusOr<pb::Plan> plan = ReadPlanFile(plan_path);
-  if (!plan.ok()) {
-    if (communicator == nullptr) return plan.status();
-    return internal::AgreeOnPlan(*communicator, {o.origin, "", plan.status()});
+  StatusOr<Plans> plans = ReadPlansFile(plan_path);
+  if (!plans.ok()) {
+    if (communicator == nullptr) return plans.status();
+    return internal::AgreeOnPlan(*communicator, {o.origin, "", plans.status()});
   }
-  return Create(*plan, std::move(communicator), o);
+  const pb::Ladder& ladder = plans->ladder;
+  if (plans->single) return Create(ladder.rungs(0).plan(), std::move(communicator), o);
+  // A ladder: its rungs are plans 0..N-1, the fp32 rung active first; the job's compressor is
+  // the compressed rungs'.
+  const std::string& compressor = ladder.rungs(1).plan().compressor().name();
+  if (!o.compressor.empty() && compressor != o.compressor) {
+    const Status wrong = InvalidArgumentError(o.origin + ": rungs[1].plan.compressor.name: does not match the job; got '" +
+                                              compressor + "', expected '" + o.compressor + "'");
+    if (communicator == nullptr) return wrong;
+    return internal::AgreeOnPlan(*communicator, {o.origin, "", wrong});
+  }
+  SessionOptions dense = o;
+  dense.compressor.clear();
+  dense.origin = o.origin + ": rungs[0].plan";
+  CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                           Create(ladder.rungs(0).plan(), std::move(communicator), dense));
+  for (int i = 1; i < ladder.rungs_size(); ++i)
+    CUPCAKE_RETURN_IF_ERROR(
+        session->AddPlan(ladder.rungs(i).plan(), o.origin + ": rungs[" + std::to_string(i) + "].plan").status());
+  return session;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan,

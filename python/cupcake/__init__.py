@@ -20,11 +20,11 @@ for _name in ("libmpi.so.40", "libmpi.so"):
     except OSError:
         pass
 
-from ._runtime import Communicator, Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl  # noqa: E402
+from ._runtime import Communicator, Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl, plan_ratios  # noqa: E402,E501
 from ._runtime import open_kernel_time_source as _open_kernel_time_source  # noqa: E402
 
 __all__ = ["Communicator", "Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "world", "layout", "track",
-           "built_with_nccl", "kernel_time_source"]
+           "built_with_nccl", "plan_ratios", "kernel_time_source"]
 
 _mpi = None
 _layout = None

@@ -198,6 +198,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         state.after_step()
         return result
 
+    @property
+    def ratios(self):
+        """The plan's rungs by their ratio, in order: a ladder's (the fp32 rung's 1 first), or a
+        single plan's one."""
+        return list(self._cupcake.ratios)
+
+    def use_ratio(self, ratio):
+        """Collective, between steps (every rank, the same ratio): the ladder's rung of `ratio`
+        runs from the next step, with each element's error feedback carried over. The job chooses
+        the schedule (e.g. dense for a warm-up, then compressed)."""
+        self._cupcake.use_ratio(ratio)
+
     def close(self):
         """Ends the session (or recording) and removes the hooks; the optimizer stays usable as a
         local one. Between steps only: closing while gradients of a step are being exchanged (after
@@ -220,6 +232,7 @@ class _State:
         self.flat = None
         self.synchronized = False
         self.session = None
+        self.ratios = []
         self.recorder = None
         self.handles = []
         self.accumulators = []
@@ -270,6 +283,17 @@ class _State:
         else:
             self.session = cupcake.Session(plan, self.mpi, options)
         cupcake.track(self.session)
+        self.ratios = cupcake.plan_ratios(plan)
+
+    def use_ratio(self, ratio):
+        if self.session is None:
+            raise Error("DistributedOptimizer.use_ratio: no session (closed, or record mode)")
+        matches = [i for i, r in enumerate(self.ratios) if abs(r - ratio) <= 1e-9 * max(r, ratio)]
+        if not matches:
+            raise ValueError("DistributedOptimizer.use_ratio: ratio: not a rung of the plan; got %r, expected one of %s"
+                             % (ratio, ", ".join("%g" % r for r in self.ratios)))
+        with self._on_device():
+            self.session.switch_plan(matches[0])
 
     def _on_device(self):
         """CUDA calls of the session (NCCL, streams, events, pointer checks) need the parameters'

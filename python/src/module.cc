@@ -24,6 +24,7 @@
 #include "cupcake/comm/nccl.h"
 #include "cupcake/comm/topology.h"
 #include "cupcake/proto/activity.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/status.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
@@ -252,6 +253,22 @@ void BindSession(py::module_& m) {
            })
       .def(
           "set_accumulating", [](PySession& s, bool on) { Check(s.Get().SetAccumulating(on)); }, py::arg("on"))
+      .def(
+          "switch_plan",
+          [](PySession& s, int index) {
+            runtime::Session& session = s.Get();
+            Status status;
+            {
+              py::gil_scoped_release release;
+              status = session.SwitchPlan(index);
+            }
+            Check(status);
+          },
+          py::arg("index"),
+          "Collective, between steps: plan `index` (a ladder's rung) runs from the next step; per-element "
+          "error feedback carries over.")
+      .def_property_readonly("plan_count", [](const PySession& s) { return s.Get().plan_count(); })
+      .def_property_readonly("active_plan", [](const PySession& s) { return s.Get().active_plan(); })
       .def("close", &PySession::Close, "Stops the session (its thread, its MPI duplicate); later calls raise.")
       .def_property_readonly("closed", &PySession::closed)
       .def_property_readonly("registered", [](const PySession& s) { return s.Get().registered(); })
@@ -341,6 +358,17 @@ PYBIND11_MODULE(_runtime, m) {
         return std::make_pair(world->rank(), world->size());
       });
   m.def("built_with_nccl", &cupcake::comm::BuiltWithNccl);
+  m.def(
+      "plan_ratios",
+      [](const std::string& path) {
+        const cupcake::Plans plans = Take(cupcake::ReadPlansFile(path));
+        std::vector<double> ratios;
+        for (const auto& rung : plans.ladder.rungs()) ratios.push_back(rung.ratio());
+        return ratios;
+      },
+      py::arg("path"),
+      "The ratios of a plan file's rungs in order: a ladder's (the fp32 rung's 1 first), or a single plan's one "
+      "(its compressor's ratio, 1 when it keeps every element).");
   BindCommunicator(m);
   BindSession(m);
   BindRecorder(m);

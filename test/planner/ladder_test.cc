@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/plan_io.h"
+#include "test_problems.h"
 
 namespace cupcake::planner {
 namespace {
@@ -26,6 +28,7 @@ class LadderTest : public ::testing::Test {
   }
   pb::Model model_;
   pb::Profile profile_;
+  std::mt19937_64 rng_{7};
 };
 
 // Each rung is byte for byte the plan a search at its ratio alone makes (fp32 for rung 0), in
@@ -55,6 +58,21 @@ TEST_F(LadderTest, EveryRungIsItsOwnSearchAndTheGroupingsDiffer) {
   }
   EXPECT_EQ(ladder->rungs(0).plan().compressor().memory(), "none");
   EXPECT_GT(group_counts.size(), 1u);
+}
+
+// With the device left to the planner, every rung runs where the compressed rungs' curves are:
+// on a profile with CPU kernel curves only, the fp32 rung (which reads no kernel curve) is a
+// cpu plan too, so the ladder loads.
+TEST_F(LadderTest, EveryRungOnTheCompressedRungsDevice) {
+  pb::Profile cpu_only = testing::AffineProfile(20, 1e-3, 5);
+  for (pb::Curve& c : *cpu_only.mutable_curves())
+    if (c.kind() != pb::COMM) c.set_device(pb::CPU);
+  PlanRequest request;
+  request.compressor = "topk";
+  auto ladder = MakeLadder(testing::RandomModel(rng_, 6), cpu_only, request, {0.1, 0.01}, SearchOptions{});
+  ASSERT_TRUE(ladder.ok()) << ladder.status().ToString();
+  for (const pb::Rung& r : ladder->rungs()) EXPECT_EQ(r.plan().device(), pb::CPU) << r.ratio();
+  EXPECT_TRUE(ValidateLadder(*ladder, "ladder").ok()) << ValidateLadder(*ladder, "ladder").ToString();
 }
 
 TEST_F(LadderTest, RefusesWhatNoLadderCanHold) {

@@ -2,10 +2,11 @@
 # The Python package's tests under mpirun with 2 ranks (docs/PYTHON.md), one stage per ctest:
 #   record      profile this machine (--quick), record test/python/cnn.py's model with
 #               `cupcake-profile compute -- mpirun ... record_job.py`, check the imported model,
-#               plan it: fp32 (one group and layer-wise), efsignsgd, topk (the other stages' fixture)
+#               plan it: fp32 (one group and layer-wise), efsignsgd, topk, a topk ladder (the other stages' fixture)
 #   fp32        fp32_job.py with both fp32 plans, and with MPI initialized by the job
 #   compressed  compressed_job.py with the efsignsgd and topk plans
 #   replicas    replicas_job.py: differently seeded ranks start equal (the initial broadcast)
+#   ladder      ladder_job.py: a topk ladder, the fp32 rung then use_ratio(0.01)
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -35,6 +36,8 @@ case "$stage" in
     done
     "$plan_tool" search --model-name pycnn --profile "$db" --compressor fp32 --algorithm layerwise \
       -o "$work/pycnn-fp32-layerwise.pb" >/dev/null
+    "$plan_tool" search --model-name pycnn --profile "$db" --compressor topk --ratios 0.1,0.01 \
+      -o "$work/pycnn-topk-ladder.pb" >/dev/null
     echo "ok: plans in $work"
     ;;
   fp32)
@@ -50,6 +53,10 @@ case "$stage" in
       rm -f "$work/$c.store"
       "${mpirun[@]}" "$python" "$here/compressed_job.py" "$work/pycnn-$c.pb" "$work/$c.store"
     done
+    ;;
+  ladder)
+    rm -f "$work/ladder.store"
+    "${mpirun[@]}" "$python" "$here/ladder_job.py" "$work/pycnn-topk-ladder.pb" "$work/ladder.store"
     ;;
   replicas)
     rm -f "$work/replicas.store"

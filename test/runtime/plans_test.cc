@@ -4,9 +4,13 @@
 // refused, and ranks that add or switch to different plans all fail.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <thread>
 
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/ladder_io.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime {
@@ -191,6 +195,60 @@ TEST(SeveralPlans, SwitchingToFp32AndBackSynchronizes) {
   OnEveryRank(kWorld, [&](int r) { ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->SwitchPlan(0).ok()); });
   Step(ranks, 1);
   EXPECT_EQ(ranks[0].session->iteration(), 2u);
+}
+
+// A ladder file (cupcake-plan search --ratios) is a session of one plan per rung: the fp32 rung
+// active first and exact, then any rung by SwitchPlan, equal to that plan's reference from a
+// zero residual (the fp32 rung keeps none). A job expecting another compressor is refused.
+TEST(SeveralPlans, ALadderFileGivesOnePlanPerRung) {
+  const pb::Model model = SmallModel();
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  const double ratios[] = {1, 0.25, 0.1};
+  for (double ratio : ratios) {
+    pb::Rung* rung = ladder.add_rungs();
+    rung->set_ratio(ratio);
+    *rung->mutable_plan() = MakePlan(model, testing::Planned(), ratio == 1 ? "fp32" : "topk", kWorld, ratio);
+  }
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("cupcake_ladder_" + std::to_string(::getpid()) + ".pb"))
+                               .string();
+  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  comm::InProcessGroup group(kWorld);
+  auto made = testing::CreateOnEveryRank(
+      group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(path, std::move(c)); });
+  std::vector<Rank> ranks(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(made[static_cast<size_t>(r)].ok()) << made[static_cast<size_t>(r)].status().ToString();
+    ranks[static_cast<size_t>(r)].session = std::move(made[static_cast<size_t>(r)]).value();
+    ranks[static_cast<size_t>(r)].grads = testing::Gradients(model, testing::Layout::kSeparate);
+    ASSERT_TRUE(testing::RegisterAll(*ranks[static_cast<size_t>(r)].session, model, ranks[static_cast<size_t>(r)].grads)
+                    .ok());
+  }
+  EXPECT_EQ(ranks[0].session->plan_count(), 3);
+  EXPECT_EQ(ranks[0].session->active_plan(), 0);
+  Step(ranks, 0);
+  const auto dense = testing::Reference(ladder.rungs(0).plan(), kWorld).Step(0);
+  for (int r = 0; r < kWorld; ++r)
+    EXPECT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, dense), "") << "rank " << r;
+  OnEveryRank(kWorld, [&](int r) { ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->SwitchPlan(2).ok()); });
+  Step(ranks, 1);
+  const auto compressed = testing::Reference(ladder.rungs(2).plan(), kWorld).Step(1);
+  for (int r = 0; r < kWorld; ++r)
+    EXPECT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, compressed), "") << "rank " << r;
+  EXPECT_NE(testing::FirstDifference(ranks[0].grads, testing::Reference(ladder.rungs(0).plan(), kWorld).Step(1)), "")
+      << "the topk rung at 0.1 sends less than the dense average";
+
+  comm::InProcessGroup other(kWorld);
+  auto refused = testing::CreateOnEveryRank(other, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) {
+    SessionOptions options;
+    options.compressor = "dgc";
+    return Session::Create(path, std::move(c), options);
+  });
+  for (const auto& s : refused)
+    EXPECT_EQ(s.status().message(), path + ": rungs[1].plan.compressor.name: does not match the job; got 'topk', "
+                                           "expected 'dgc'");
+  std::filesystem::remove(path);
 }
 
 TEST(SeveralPlans, SwitchInTheMiddleOfAStepIsRefused) {

@@ -13,7 +13,8 @@
 namespace cupcake::planner {
 
 // rungs[0]: MakePlan of `request` with compressor fp32 (its default memory); then one rung per
-// ratio, in decreasing order: MakePlan of `request` at that ratio. The compressor must keep a
+// ratio, in decreasing order: MakePlan of `request` at that ratio. Every rung on one device: the
+// request's, or when it is unspecified the one the first compressed rung's search resolves. The compressor must keep a
 // fraction of the elements (topk, randk, dgc); ratios in (0, 1), distinct, at least one.
 // `request.ratio` is not used. Errors name the flag: `--ratios: ...`.
 // The checks MakeLadder applies to its arguments (for the tools to tell a usage error early);

@@ -96,6 +96,9 @@ class Session {
   // (world size) and `options` (compressor, model fingerprint). Every mismatch is reported
   // together, one per line: `<plan>: world_size: does not match the job; got 4, expected 2
   // (ranks in the communicator)`.
+  // A ladder file (docs/FORMATS.md) gives a session of several plans: its rungs in order, plan 0
+  // the fp32 rung and active first (SwitchPlan changes rung); options.compressor is checked
+  // against the compressed rungs, and messages name the rung (`l.pb: rungs[2].plan: ...`).
   // Collective: every rank of the communicator calls Create, also one whose plan turns out
   // invalid. Before any other collective the ranks compare their plans' fingerprints
   // (PlanFingerprint); when they differ every rank fails with InvalidArgument naming each plan,
