@@ -90,13 +90,22 @@ std::optional<KernelCurve> FindKernelCurve(const pb::Profile& profile, pb::Curve
   return KernelCurve{Curve(std::move(sizes), std::move(times)), CurveKey(a) + " + " + CurveKey(b), std::nullopt};
 }
 
+Status CheckRequest(const PlanRequest& request) {
+  if (FindCompressor(request.compressor) == nullptr) return UnknownCompressorError("--compressor", request.compressor);
+  CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratio", request.ratio));
+  CUPCAKE_RETURN_IF_ERROR(ValidateZenUnion("--zen-union", request.zen_union));
+  auto memories = MemoryNames();
+  if (!request.memory.empty() && std::find(memories.begin(), memories.end(), request.memory) == memories.end())
+    return InvalidArgumentError("--memory: unknown memory '" + request.memory + "'" +
+                                DidYouMean(request.memory, memories) + "; expected residual, dgc or none");
+  return Status::Ok();
+}
+
 StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request) {
+  CUPCAKE_RETURN_IF_ERROR(CheckRequest(request));
   Problem p;
   p.compressor = FindCompressor(request.compressor);
-  if (p.compressor == nullptr) return UnknownCompressorError("--compressor", request.compressor);
-  CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratio", request.ratio));
   p.ratio = request.ratio;
-  CUPCAKE_RETURN_IF_ERROR(ValidateZenUnion("--zen-union", request.zen_union));
   // Only zen groups read it (the plan keeps 0 where there can be none: a compressor without
   // sparse pairs and a model without sparse gradients).
   p.zen_union = SchemeCodecProblem(*FindScheme("zen"), *p.compressor).empty() || HasSparseGradients(model)

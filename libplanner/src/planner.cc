@@ -272,11 +272,8 @@ std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<co
 StatusOr<pb::Plan> MakePlan(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
                             const SearchOptions& options) {
   CUPCAKE_ASSIGN_OR_RETURN(Problem problem, MakeProblem(model, profile, request));
-  std::string memory = request.memory.empty() ? std::string(problem.compressor->default_memory) : request.memory;
-  auto memories = MemoryNames();
-  if (std::find(memories.begin(), memories.end(), memory) == memories.end())
-    return InvalidArgumentError("--memory: unknown memory '" + memory + "'" + DidYouMean(memory, memories) +
-                                "; expected residual, dgc or none");
+  const std::string memory =
+      request.memory.empty() ? std::string(problem.compressor->default_memory) : request.memory;  // CheckRequest
   pb::Plan plan;
   FillHeader(model, profile, problem, request, memory, plan);
   CUPCAKE_RETURN_IF_ERROR(options.space == SearchSpace::kOptions

@@ -156,20 +156,30 @@ TEST_F(BinaryTest, CupcakePlanFailuresExitOneAndUsageErrorsTwo) {
   const std::string profile = testing::ExamplePath("profiles/v100-8x8-pcie-25g.json");
   const std::string common =
       " --model " + testing::ExamplePath("models/resnet50.json") + " --profile " + profile + " -o p.pb";
+  // A flag's value out of range or unknown is a usage error (exit 2), named as the planner names it.
+  const std::string usage = "\nrun 'cupcake-plan search --help' for its options\n";
   Result r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --ratio 1.5");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "--ratio: ratio out of range; got 1.5, expected 0 < ratio <= 1\n");
+  EXPECT_EQ(r.err, "cupcake-plan search: --ratio: ratio out of range; got 1.5, expected 0 < ratio <= 1" + usage);
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --search-space options --zen-union 2");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "--zen-union: out of range; got 2, expected in [0, 1] (the ranks' union of selected indices over their W "
-            "k pairs; 0: independent selections)\n");
+            "cupcake-plan search: --zen-union: out of range; got 2, expected in [0, 1] (the ranks' union of selected "
+            "indices over their W k pairs; 0: independent selections)" +
+                usage);
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor efsignsdg");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
-            "--compressor: unknown compressor 'efsignsdg' (did you mean 'efsignsgd'?); expected one of fp32, "
-            "fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit\n");
+            "cupcake-plan search: --compressor: unknown compressor 'efsignsdg' (did you mean 'efsignsgd'?); expected "
+            "one of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit" +
+                usage);
+  r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --memory residul");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "cupcake-plan search: --memory: unknown memory 'residul' (did you mean 'residual'?); expected "
+                   "residual, dgc or none" +
+                       usage);
+  // A failure of the search itself is exit 1.
   r = Invoke(CUPCAKE_PLAN_BIN, "search" + common + " --compressor topk --budget 1 --require-optimal");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");

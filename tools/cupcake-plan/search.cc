@@ -194,6 +194,9 @@ int SearchMain(tools::Invocation& inv) {
                                "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
     options.request.device = *d;
   }
+  // Flag values the planner would refuse are usage errors (exit 2), as README says.
+  if (Status s = planner::CheckRequest(options.request); !s.ok())
+    return tools::UsageError(inv, s.message());
   if (vm.count("ratios") != 0) {
     if (!vm["ratio"].defaulted())
       return tools::UsageError(inv, "give --ratio (one plan) or --ratios (a ladder), not both");

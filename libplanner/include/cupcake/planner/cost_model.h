@@ -103,6 +103,9 @@ std::optional<KernelCurve> FindKernelCurve(const pb::Profile& profile, pb::Curve
 // Resolves the curves `request` needs from `profile`. Errors name what is missing, e.g.
 // `profile: curve "encode topk gpu" not found; ...`.
 StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request);
+// The checks of the request's own values (compressor, ratio, zen_union, memory) that MakeProblem
+// applies first, for the tools to report them as usage errors; messages name the flags.
+Status CheckRequest(const PlanRequest& request);
 
 struct GroupCost {
   double enc_us = 0;
