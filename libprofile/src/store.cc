@@ -1,11 +1,15 @@
 #include "cupcake/profile/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -24,6 +28,35 @@ namespace {
 using internal::Quote;
 using internal::Statement;
 using internal::Transaction;
+
+// A creation's temporary `<db>.new-XXXXXX` (and SQLite's side files of it) is locked (flock) by
+// its creator for its whole life; one that is unlocked and older than this was left by a
+// creator that died (SIGKILL), and the next OpenOrCreate of the DB removes it. The age keeps a
+// creation that has made its file but not yet locked it safe.
+constexpr int kStaleTemporaryAgeS = 60;
+
+// Removes the temporaries of creations of `path` that died: unlocked and older than
+// kStaleTemporaryAgeS. Best effort: what cannot be inspected is left alone.
+void RemoveStaleTemporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path db(path);
+  const std::string prefix = db.filename().string() + ".new-";
+  std::error_code ec;
+  const fs::path dir = db.has_parent_path() ? db.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(prefix) || name.size() != prefix.size() + 6) continue;  // the main file only
+    const std::string tmp = it->path().string();
+    struct stat info;
+    if (::stat(tmp.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || ::time(nullptr) - info.st_mtime < kStaleTemporaryAgeS)
+      continue;
+    const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
+    ::close(fd);
+  }
+}
 
 constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
 
@@ -384,6 +417,7 @@ StatusOr<ProfileStore> ProfileStore::OpenForReading(const std::string& path, int
 }
 
 StatusOr<ProfileStore> ProfileStore::OpenOrCreate(const std::string& path, int busy_timeout_ms, const Writer& write) {
+  RemoveStaleTemporaries(path);
   // Twice at most: when another process creates `path` between our look and our link, the
   // second round finds it.
   for (int round = 0; round < 2; ++round) {
@@ -406,11 +440,16 @@ Status ProfileStore::CreateAtomically(const std::string& path, int busy_timeout_
   std::string tmp = path + ".new-XXXXXX";
   int fd = ::mkstemp(tmp.data());
   if (fd < 0) return FailedPreconditionError(path + ": cannot create: " + std::strerror(errno));
+  // Held until the temporary is gone: the lock tells a later run that its creator is alive.
+  struct Locked {
+    int fd;
+    ~Locked() { ::close(fd); }
+  } locked{fd};
+  (void)::flock(fd, LOCK_EX);
   // mkstemp makes the file 0600; a DB gets the mode any new file gets (0666 less the umask).
   const mode_t mask = ::umask(0);
   ::umask(mask);
   (void)::fchmod(fd, 0666 & ~mask);
-  ::close(fd);
   auto remove_tmp = [&tmp] {
     for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
   };

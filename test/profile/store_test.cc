@@ -1,12 +1,16 @@
 #include "cupcake/profile/store.h"
 
 #include <google/protobuf/util/message_differencer.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -576,6 +580,35 @@ TEST_F(ProfileStoreTest, AFailedWriteIntoANewDbLeavesNoFile) {
                                           ": holds no profile yet; got model \"resnet50\", expected a "
                                           "cupcake.profile.v1 import first (a model belongs to a cluster)");
   EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
+}
+
+// A creation killed mid-way (SIGKILL) leaves its <db>.new-XXXXXX temporary; the next
+// OpenOrCreate removes it with its side files, but not one a live creator holds (locked) nor
+// one made in the last minute (its creator may not have locked it yet).
+TEST_F(ProfileStoreTest, TheNextRunRemovesTemporariesOfCreationsThatDied) {
+  auto make = [&](const std::string& name, bool old) {
+    const std::string path = db_ + ".new-" + name;
+    std::ofstream(path) << "partial";
+    if (old) {
+      const timespec times[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+      EXPECT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+    }
+    return path;
+  };
+  const std::string dead = make("AAAAAA", true), dead_wal = dead + "-wal";
+  std::ofstream(dead_wal) << "wal";
+  const std::string alive = make("BBBBBB", true), fresh = make("CCCCCC", false);
+  const int held = ::open(alive.c_str(), O_RDONLY);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  auto store =
+      ProfileStore::OpenOrCreate(db_, 1000, [&](ProfileStore& s) { return s.ImportProfile(SmallProfile("a"), false); });
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_FALSE(std::filesystem::exists(dead_wal));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  EXPECT_TRUE(std::filesystem::exists(fresh));
+  ::close(held);
 }
 
 TEST_F(ProfileStoreTest, RefusesInvalidUtf8OnImportAndInTheDb) {

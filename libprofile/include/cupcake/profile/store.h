@@ -48,7 +48,8 @@ class ProfileStore {
   // when `write` succeeded and no other process created `path` meanwhile (if one did, `write`
   // runs on that DB instead, waiting for its lock as usual). So a failed `write` leaves no new
   // file behind, concurrent creators never see a half-made DB, and no file this process did
-  // not create is ever removed. Returns the store open on `path`.
+  // not create is ever removed, but for the temporaries of creations that died (unlocked, over a
+  // minute old), which the next OpenOrCreate of `path` removes. Returns the store open on `path`.
   using Writer = std::function<Status(ProfileStore&)>;
   static StatusOr<ProfileStore> OpenOrCreate(const std::string& path, int busy_timeout_ms, const Writer& write);
 
