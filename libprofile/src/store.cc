@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <initializer_list>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -56,6 +57,30 @@ void RemoveStaleTemporaries(const std::string& path) {
       for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((tmp + suffix).c_str());
     ::close(fd);
   }
+}
+
+// Before an import commits: the touched tables and their indexes agree (PRAGMA
+// integrity_check, which unlike the quick check on open compares each index with its table). A
+// damaged index can hide a row from the lookups an import makes, so the import would add a
+// duplicate and report success; instead it fails and nothing is written (the transaction rolls
+// back). Imports only: the profiler's per-point writes stay cheap.
+Status CheckWrittenTables(sqlite3* db, const std::string& path, std::initializer_list<const char*> tables) {
+  std::string problems;
+  for (const char* table : tables) {
+    Statement check(db, path);
+    CUPCAKE_RETURN_IF_ERROR(check.Prepare(std::string("PRAGMA integrity_check(") + table + ")"));
+    for (int rows = 0; rows < 5;) {
+      CUPCAKE_ASSIGN_OR_RETURN(bool more, check.Step());
+      if (!more) break;
+      const std::string line = check.Text(0);
+      if (line == "ok") break;
+      problems += (problems.empty() ? "" : "; ") + line;
+      ++rows;
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  return DataLossError(path + ": corrupt DB (found before committing; nothing written): " + problems +
+                       "; expected tables that agree with their indexes (restore the DB, or import into a new one)");
 }
 
 constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
@@ -591,6 +616,8 @@ Status ProfileStore::ImportProfile(const pb::Profile& profile, bool replace) {
     CUPCAKE_RETURN_IF_ERROR(InsertPoints(db_, path_, new_id, c));
   }
   for (const pb::Model& m : profile.models()) CUPCAKE_RETURN_IF_ERROR(WriteModel(db_, path_, m, replace));
+  CUPCAKE_RETURN_IF_ERROR(CheckWrittenTables(db_, path_, {"cluster", "cluster_meta", "curves", "points", "models",
+                                                          "tensors"}));
   return tx.Commit();
 }
 
@@ -603,6 +630,7 @@ Status ProfileStore::ImportModel(const pb::Model& model, bool replace) {
     return FailedPreconditionError(path_ + ": holds no profile yet; got model " + Quote(model.name()) +
                                    ", expected a cupcake.profile.v1 import first (a model belongs to a cluster)");
   CUPCAKE_RETURN_IF_ERROR(WriteModel(db_, path_, model, replace));
+  CUPCAKE_RETURN_IF_ERROR(CheckWrittenTables(db_, path_, {"models", "tensors"}));
   return tx.Commit();
 }
 

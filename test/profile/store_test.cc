@@ -582,6 +582,32 @@ TEST_F(ProfileStoreTest, AFailedWriteIntoANewDbLeavesNoFile) {
   EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
 }
 
+// Regression: an index that lost its entries (the quick check on open does not compare indexes
+// with their tables) hid a curve from the import's lookup, so importing the profile again added
+// every curve twice and reported success; the next read refused the DB. Now the import checks
+// the tables it wrote before committing and writes nothing.
+TEST_F(ProfileStoreTest, AnImportIntoADbWithADamagedIndexFailsAndWritesNothing) {
+  const pb::Profile profile = SmallProfile("a");
+  ASSERT_TRUE(OpenStore().ImportProfile(profile, false).ok());
+  // The curves' unique key index swapped with an empty twin's: each page still used once.
+  std::string sql = RawQuery(db_, "SELECT sql FROM sqlite_schema WHERE name = 'curves'");
+  sql.replace(sql.find("\"curves\""), 8, "shadow");
+  RawExec(db_, sql);
+  const std::string ours = RawQuery(db_, "SELECT rootpage FROM sqlite_schema WHERE name = 'sqlite_autoindex_curves_2'");
+  const std::string twin = RawQuery(db_, "SELECT rootpage FROM sqlite_schema WHERE name = 'sqlite_autoindex_shadow_2'");
+  RawExec(db_, "PRAGMA writable_schema = ON; UPDATE sqlite_schema SET rootpage = " + twin +
+                   " WHERE name = 'sqlite_autoindex_curves_2'; UPDATE sqlite_schema SET rootpage = " + ours +
+                   " WHERE name = 'sqlite_autoindex_shadow_2'; PRAGMA writable_schema = OFF;");
+  const std::string curves = RawQuery(db_, "SELECT count(*) FROM curves");
+  ProfileStore store = OpenStore();  // the quick check on open passes
+  Status s = store.ImportProfile(profile, false);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(s.message().starts_with(db_ + ": corrupt DB (found before committing; nothing written): row 1 missing "
+                                            "from index sqlite_autoindex_curves_2"))
+      << s.message();
+  EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM curves"), curves);
+}
+
 // A creation killed mid-way (SIGKILL) leaves its <db>.new-XXXXXX temporary; the next
 // OpenOrCreate removes it with its side files, but not one a live creator holds (locked) nor
 // one made in the last minute (its creator may not have locked it yet).
