@@ -1,5 +1,7 @@
 #include "sqlite.h"
 
+#include <cerrno>
+
 #include "cupcake/proto/names.h"
 #include "validate.h"
 
@@ -8,6 +10,10 @@ namespace cupcake::profile::internal {
 Status SqliteStatus(int rc, sqlite3* db, const std::string& path, std::string_view what) {
   std::string message =
       path + ": " + std::string(what) + ": " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  // A write the file system refused for want of space surfaces as SQLITE_FULL or, from some
+  // calls (a journal or WAL write, a sync), as SQLITE_IOERR with the OS's ENOSPC: both are a
+  // full disk to the user.
+  if ((rc & 0xff) == SQLITE_IOERR && db != nullptr && sqlite3_system_errno(db) == ENOSPC) rc = SQLITE_FULL;
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED: return UnavailableError(message + " (another process holds the DB)");

@@ -480,8 +480,12 @@ Status ProfileStore::CreateAtomically(const std::string& path, int busy_timeout_
   };
   Status filled = [&] {
     CUPCAKE_ASSIGN_OR_RETURN(ProfileStore store, OpenFile(tmp, /*create_in_place=*/true, busy_timeout_ms));
-    return write(store);
-  }();  // the store is closed here: its WAL is checkpointed into the file and removed
+    CUPCAKE_RETURN_IF_ERROR(write(store));
+    // The WAL into the file, checked: closing the store checkpoints too, but cannot report a
+    // failure (a full disk), and a file left short would be linked into place.
+    return internal::Exec(store.db_, tmp, "PRAGMA wal_checkpoint(TRUNCATE)");
+  }();  // the store is closed here: its (now empty) WAL is removed
+  if (filled.ok()) filled = CheckHeader(tmp);  // whole pages, as the header says
   if (!filled.ok()) {
     remove_tmp();
     return Status(filled.code(), ReplaceAll(filled.message(), tmp, path));
