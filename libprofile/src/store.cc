@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -81,6 +82,21 @@ Status CheckWrittenTables(sqlite3* db, const std::string& path, std::initializer
   if (problems.empty()) return Status::Ok();
   return DataLossError(path + ": corrupt DB (found before committing; nothing written): " + problems +
                        "; expected tables that agree with their indexes (restore the DB, or import into a new one)");
+}
+
+// `path` as the path of an SQLite URI: the characters a URI gives meaning to escaped.
+std::string UriPath(const std::string& path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 constexpr char kSqliteMagic[16] = {'S', 'Q', 'L', 'i', 't', 'e', ' ', 'f', 'o', 'r', 'm', 'a', 't', ' ', '3', '\0'};
@@ -516,9 +532,17 @@ StatusOr<ProfileStore> ProfileStore::OpenFile(const std::string& path, bool crea
   const bool create = create_in_place && info.st_size == 0;
 
   sqlite3* raw = nullptr;
-  // Read-write even to read: SQLite then removes the WAL's side files when the store closes.
-  int flags = SQLITE_OPEN_READWRITE;
-  int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  // Read-write even to read: SQLite then removes the WAL's side files when the store closes. On
+  // read-only media a DB in WAL mode cannot be opened that way (nor read-only: SQLite must
+  // create its -shm file), and nothing can change it there: it is opened immutable.
+  struct statvfs media;
+  const bool read_only_media = ::statvfs(path.c_str(), &media) == 0 && (media.f_flag & ST_RDONLY) != 0;
+  if (read_only_media && !reading)
+    return FailedPreconditionError(path + ": on a read-only file system; expected a DB that can be written (read it "
+                                          "with inspect, export or cupcake-plan; write a copy elsewhere)");
+  int rc = read_only_media ? sqlite3_open_v2(("file:" + UriPath(path) + "?immutable=1").c_str(), &raw,
+                                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr)
+                           : sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
   ProfileStore store(raw, path);  // owns the handle from here, even on error
   store.busy_timeout_ms_ = busy_timeout_ms;
   CUPCAKE_SQLITE_RETURN_IF_ERROR(rc, raw, path, "open");
