@@ -1,11 +1,14 @@
 // libFuzzer target: the plan loader. Any bytes give a valid plan or a Status; a plan it
-// accepts converts to JSON, survives serialize + parse unchanged, and its views (the trace, a
-// diff against itself) print finite numbers only.
+// accepts converts to JSON, survives serialize + parse unchanged, and its views (show's summary,
+// the trace, a diff against itself) print finite numbers only.
 #include <google/protobuf/util/message_differencer.h>
 
 #include <cmath>
 #include <string>
 
+#include <sstream>
+
+#include "commands.h"
 #include "cupcake/planner/report.h"
 #include "cupcake/proto/plan_io.h"
 #include "fuzz_check.h"
@@ -32,7 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   plain.mutable_model()->mutable_model()->set_name("m");
   plain.set_profile_name("p");
   for (pb::Tensor& t : *plain.mutable_model()->mutable_model()->mutable_tensors()) t.set_name("t");
+  for (pb::Baseline& b : *plain.mutable_baselines()) b.set_name("b");
+  plain.mutable_search()->set_algorithm("branch_and_bound");
   CUPCAKE_FUZZ_CHECK(!PrintsNonFinite(planner::ChromeTrace(plain)), "the trace prints a non-finite number");
+  std::ostringstream summary;
+  plan_cli::internal::PrintSummary(plain, summary);
+  CUPCAKE_FUZZ_CHECK(!PrintsNonFinite(summary.str()), "show's summary prints a non-finite number");
   const planner::PlanDiff same = planner::DiffPlans(*plan, *plan, 0);
   CUPCAKE_FUZZ_CHECK(!same.different && std::isfinite(same.time_change_pct), "a plan differs from itself");
   return 0;
