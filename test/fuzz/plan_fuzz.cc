@@ -1,6 +1,7 @@
 // libFuzzer target: the plan loader. Any bytes give a valid plan or a Status; a plan it
 // accepts converts to JSON, survives serialize + parse unchanged, and its views (show's summary,
-// the trace, a diff against itself) print finite numbers only.
+// the trace, a diff against itself, a simulation on the sample profile where that profile has
+// the plan's curves) print finite numbers only.
 #include <google/protobuf/util/message_differencer.h>
 
 #include <cmath>
@@ -9,7 +10,9 @@
 #include <sstream>
 
 #include "commands.h"
+#include "cupcake/planner/planner.h"
 #include "cupcake/planner/report.h"
+#include "cupcake/profile/load.h"
 #include "cupcake/proto/plan_io.h"
 #include "fuzz_check.h"
 
@@ -41,6 +44,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::ostringstream summary;
   plan_cli::internal::PrintSummary(plain, summary);
   CUPCAKE_FUZZ_CHECK(!PrintsNonFinite(summary.str()), "show's summary prints a non-finite number");
+  // The sample profile (GPU curves of every compressor): loaded once.
+  static const StatusOr<pb::Profile> sample =
+      profile::LoadProfileFile(std::string(CUPCAKE_SOURCE_DIR) + "/examples/profiles/v100-8x8-pcie-25g.json");
+  CUPCAKE_FUZZ_CHECK(sample.ok(), sample.status().message());
+  auto simulated = planner::Simulate(*plan, plan->model().model(), *sample);
+  if (simulated.ok()) {
+    bool finite = std::isfinite(simulated->iteration_us);
+    for (const planner::GroupTimes& g : simulated->groups)
+      finite = finite && std::isfinite(g.cost.enc_us) && std::isfinite(g.cost.com_us) &&
+               std::isfinite(g.cost.com_busy_us) && std::isfinite(g.cost.dec_us) && std::isfinite(g.decode_end_us);
+    CUPCAKE_FUZZ_CHECK(finite, "a simulation gives a non-finite time");
+  }
   const planner::PlanDiff same = planner::DiffPlans(*plan, *plan, 0);
   CUPCAKE_FUZZ_CHECK(!same.different && std::isfinite(same.time_change_pct), "a plan differs from itself");
   return 0;
