@@ -63,7 +63,7 @@ int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> co
 StatusOr<SessionOptions> ToSessionOptions(const cupcake_session_options& o, const char* call) {
   std::string problems;
   auto add = [&](const std::string& m) { problems += (problems.empty() ? "" : "\n") + std::string(call) + ": " + m; };
-  const int backend = static_cast<int>(o.backend);
+  const int backend = o.backend;
   if (backend < CUPCAKE_BACKEND_MPI || backend > CUPCAKE_BACKEND_NCCL_COMM)
     add("options.backend: unknown backend; got " + std::to_string(backend) +
         ", expected CUPCAKE_BACKEND_MPI (0), CUPCAKE_BACKEND_NCCL (1) or CUPCAKE_BACKEND_NCCL_COMM (2)");

@@ -83,7 +83,7 @@ TEST_F(CApi, CreateOverMpiNeedsMpiInitialized) {
 // Every bad field of the options is reported together, before any communicator is made.
 TEST_F(CApi, OptionsAreCheckedTogether) {
   cupcake_session_options o{};
-  o.backend = static_cast<cupcake_backend>(7);
+  o.backend = 7;
   o.ready_timeout_us = -1;
   cupcake_session* s = reinterpret_cast<cupcake_session*>(this);
   EXPECT_EQ(cupcake_session_create_with_options(path_.c_str(), &o, &s), CUPCAKE_INVALID_ARGUMENT);

@@ -64,8 +64,9 @@ typedef enum {
 
 /* What a session is made with. All zero (`cupcake_session_options o = {0};`) is the defaults. */
 typedef struct cupcake_session_options {
-  /* CUPCAKE_BACKEND_MPI by default. */
-  cupcake_backend backend;
+  /* A cupcake_backend; CUPCAKE_BACKEND_MPI by default. An int, so that a value that is none of
+   * them can be held (and reported) in C++ as in C. */
+  int backend;
   /* MPI, NCCL: points to the job's MPI_Comm; NULL: MPI_COMM_WORLD. */
   const void* mpi_comm;
   /* NCCL_COMM: points to the job's ncclComm_t (required there). */
