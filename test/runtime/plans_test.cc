@@ -16,6 +16,8 @@
 namespace cupcake::runtime {
 namespace {
 
+using testing::OnEveryRank;
+
 using testing::MakePlan;
 using testing::SmallModel;
 using Floats = std::vector<float>;
@@ -39,13 +41,6 @@ std::vector<Rank> MakeRanks(comm::InProcessGroup& group, const pb::Plan& plan, i
                     .ok());
   }
   return ranks;
-}
-
-template <typename F>
-void OnEveryRank(int world, F fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r); });
-  for (auto& t : threads) t.join();
 }
 
 void Step(std::vector<Rank>& ranks, int it) {

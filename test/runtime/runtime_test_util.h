@@ -22,6 +22,14 @@ namespace cupcake::runtime::testing {
 
 using Grouping = std::vector<std::pair<int, int>>;  // (first_tensor, last_tensor) per group
 
+// Runs fn(rank index) on one thread per rank.
+template <typename F>
+void OnEveryRank(int world, F fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
 // Session::Create is collective (the ranks agree on their plan before anything else): makes one
 // session per rank of `group`, each on a thread of its own; make(r, communicator) makes rank r's
 // and returns its StatusOr<std::unique_ptr<Session>>.

@@ -19,6 +19,8 @@
 namespace cupcake::runtime {
 namespace {
 
+using testing::OnEveryRank;
+
 using comm::BuiltWithNccl;
 using comm::Communicator;
 using comm::DataType;
@@ -78,14 +80,6 @@ std::vector<Rank> MakeRanks(const pb::Plan& plan, int world, const SessionOption
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
   return ranks;
-}
-
-// Runs fn(rank index) on one thread per rank.
-template <typename F>
-void OnEveryRank(int world, F fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { fn(r); });
-  for (auto& t : threads) t.join();
 }
 
 struct Case {
