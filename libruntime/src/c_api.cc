@@ -189,6 +189,25 @@ int cupcake_session_set_accumulating(cupcake_session* session, int accumulating)
   return SetAccumulating("cupcake_session_set_accumulating", session, accumulating);
 }
 
+int cupcake_session_plan_count(const cupcake_session* session, int* count) {
+  if (session == nullptr) return NullSession("cupcake_session_plan_count");
+  if (count == nullptr) return Report(InvalidArgumentError("cupcake_session_plan_count: count is NULL; expected a pointer"));
+  *count = session->session->plan_count();
+  return CUPCAKE_OK;
+}
+
+int cupcake_session_active_plan(const cupcake_session* session, int* index) {
+  if (session == nullptr) return NullSession("cupcake_session_active_plan");
+  if (index == nullptr) return Report(InvalidArgumentError("cupcake_session_active_plan: index is NULL; expected a pointer"));
+  *index = session->session->active_plan();
+  return CUPCAKE_OK;
+}
+
+int cupcake_session_switch_plan(cupcake_session* session, int index) {
+  if (session == nullptr) return NullSession("cupcake_session_switch_plan");
+  return Report(session->session->SwitchPlan(index));
+}
+
 void cupcake_session_destroy(cupcake_session* session) { delete session; }
 
 // The deprecated aliases: the same implementations, each error naming the alias called.

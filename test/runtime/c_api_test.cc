@@ -12,6 +12,7 @@
 
 #include "c_api_internal.h"
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/plan_io.h"
 #include "runtime_test_util.h"
 
@@ -33,6 +34,37 @@ class CApi : public ::testing::Test {
   std::string path_;
   pb::Model model_;
 };
+
+// A ladder file through the C API: one plan per rung, the fp32 rung active first, a switch to
+// the other rung between steps, and an index out of range refused naming it.
+TEST_F(CApi, SwitchesBetweenTheRungsOfALadder) {
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  for (double ratio : {1.0, 0.25}) {
+    pb::Rung* rung = ladder.add_rungs();
+    rung->set_ratio(ratio);
+    *rung->mutable_plan() = testing::MakePlan(model_, testing::LayerWise(model_), ratio == 1 ? "fp32" : "topk", 1, ratio);
+  }
+  const std::string path = path_ + ".ladder";
+  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  InProcessGroup group(1);
+  cupcake_session* s = nullptr;
+  ASSERT_EQ(internal::CreateCSession(path.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
+  int count = 0, active = -1;
+  EXPECT_EQ(cupcake_session_plan_count(s, &count), CUPCAKE_OK);
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(cupcake_session_active_plan(s, &active), CUPCAKE_OK);
+  EXPECT_EQ(active, 0);
+  EXPECT_EQ(cupcake_session_switch_plan(s, 1), CUPCAKE_OK) << cupcake_last_error();
+  EXPECT_EQ(cupcake_session_active_plan(s, &active), CUPCAKE_OK);
+  EXPECT_EQ(active, 1);
+  EXPECT_EQ(cupcake_session_switch_plan(s, 2), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "SwitchPlan: plan index out of range; got 2, expected 0 <= index < 2 (plans added)");
+  EXPECT_EQ(cupcake_session_plan_count(s, nullptr), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_EQ(cupcake_session_switch_plan(nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
+  cupcake_session_destroy(s);
+  std::filesystem::remove(path);
+}
 
 TEST_F(CApi, RunsAStepAndReportsErrors) {
   InProcessGroup group(1);

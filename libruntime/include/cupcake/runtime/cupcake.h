@@ -99,6 +99,12 @@ int cupcake_session_gradient_ready(cupcake_session* session, int tensor);
 int cupcake_session_synchronize(cupcake_session* session);
 /* Non-zero: gradient accumulation steps, no synchronization until called again with 0. */
 int cupcake_session_set_accumulating(cupcake_session* session, int accumulating);
+/* Several plans (a ladder file's rungs, or plans added with Session::AddPlan): how many, which
+ * one is active, and a switch to plan `index` from the next step. The switch is collective and
+ * between steps only; each element's error feedback carries over. */
+int cupcake_session_plan_count(const cupcake_session* session, int* count);
+int cupcake_session_active_plan(const cupcake_session* session, int* index);
+int cupcake_session_switch_plan(cupcake_session* session, int index);
 /* Destroys the session; NULL is ignored. */
 void cupcake_session_destroy(cupcake_session* session);
 
