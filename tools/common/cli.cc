@@ -78,6 +78,23 @@ std::string CommandUsage(const Invocation& inv, const po::options_description& f
 
 }  // namespace
 
+namespace {
+
+// A positional argument is named by its usage (PLAN for --plan), as the synopsis shows it;
+// nullopt for a flag that is not positional.
+std::optional<std::string> PositionalName(const po::positional_options_description& positional,
+                                          const std::string& name) {
+  for (unsigned i = 0; i < std::min(positional.max_total_count(), 8u); ++i) {
+    if (positional.name_for_position(i) != name) continue;
+    std::string upper = name;
+    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return upper;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
                               const po::positional_options_description& positional, const std::string& synopsis,
                               po::variables_map& vm) {
@@ -94,16 +111,8 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
       const auto* text = boost::any_cast<std::string>(&value.value());
       if (value.defaulted() || text == nullptr || !text->empty()) continue;
       const auto* option = flags.find_nothrow(name, false);
-      std::string shown = "--" + name;
-      for (unsigned i = 0; i < std::min(positional.max_total_count(), 8u); ++i)
-        if (positional.name_for_position(i) == name) {
-          shown = name;
-          for (char& ch : shown) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        }
-      inv.err << inv.tool << " " << inv.command << ": " << shown << ": empty; expected "
-              << (option ? option->description() : "a value") << "\n"
-              << "run '" << inv.tool << " " << inv.command << " --help' for its options\n";
-      return kExitUsage;
+      return UsageError(inv, PositionalName(positional, name).value_or("--" + name) + ": empty; expected " +
+                                 (option ? option->description() : "a value"));
     }
   } catch (const po::unknown_option& e) {
     // A misspelt flag: name it and the nearest flag this command has, not the whole usage.
@@ -118,12 +127,9 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
     // The positional arguments are named by their usage (PLAN.pb), not by the flag behind them.
     std::string name = e.get_option_name();
     if (name.starts_with("--")) name = name.substr(2);
-    for (unsigned i = 0; i < std::min(positional.max_total_count(), 8u); ++i) {
-      if (positional.name_for_position(i) != name) continue;
-      std::string upper = name;
-      for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (const std::optional<std::string> upper = PositionalName(positional, name)) {
       const auto* option = flags.find_nothrow(name, false);
-      inv.err << inv.tool << " " << inv.command << ": " << upper << ": missing; expected "
+      inv.err << inv.tool << " " << inv.command << ": " << *upper << ": missing; expected "
               << (option ? option->description() : "an argument") << "\n"
               << CommandUsage(inv, flags, synopsis);
       return kExitUsage;
