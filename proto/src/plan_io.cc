@@ -190,17 +190,14 @@ void CheckPhaseOrder(Problems& p, const pb::Plan& plan, int k) {
   }
 }
 
-// Each step of an options plan's group is the scheme's: its collective, its scope and, when the
-// group and the compressor are valid, its bytes per rank (what the planner priced).
-void CheckSteps(Problems& p, const pb::Plan& plan, int k, const SchemeInfo& s) {
+// Each step of an options plan's group is the scheme's: its collective, its scope and, when
+// `sized` (the group, compressor, scheme and world can be priced), its bytes per rank (what the
+// planner priced).
+void CheckSteps(Problems& p, const pb::Plan& plan, int k, const SchemeInfo& s, bool sized) {
   const pb::Group& g = plan.groups(k);
   const CompressorInfo* info = FindCompressor(plan.compressor().name());
   const double ratio = plan.compressor().ratio();
   const pb::Model& m = plan.model().model();
-  const bool sized = info != nullptr && (!info->uses_ratio || (ratio > 0 && ratio <= 1)) && g.numel() > 0 &&
-                     g.numel() <= kMaxNumel && g.first_tensor() >= 0 && g.first_tensor() <= g.last_tensor() &&
-                     g.last_tensor() < m.tensors_size() && (!s.hierarchical || plan.devices_per_node() >= 2) &&
-                     plan.world_size() >= 1 && SchemeCodecProblem(s, *info).empty();
   for (int i = 0; i < g.steps_size(); ++i) {
     const pb::Step& st = g.steps(i);
     const SchemeStep& want = s.steps[i];
@@ -264,8 +261,6 @@ const SchemeInfo* CheckScheme(Problems& p, const pb::Plan& plan, int k) {
   if (g.steps_size() != s->step_count)
     p.Add(f + ".steps", "do not match the scheme; got " + std::to_string(g.steps_size()) + " steps, expected " +
                             std::to_string(s->step_count) + " (" + std::string(s->name) + ")");
-  else
-    CheckSteps(p, plan, k, *s);
   return s;
 }
 
@@ -330,7 +325,11 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
     const SchemeInfo* scheme = CheckScheme(p, plan, k);
     const bool scheme_ok =
         g.options().scheme().empty() || (scheme != nullptr && (!scheme->hierarchical || plan.devices_per_node() >= 2));
-    if (ok && ratio_ok && scheme_ok && g.numel() > 0 && g.numel() <= kMaxNumel) {
+    const bool priced = ok && ratio_ok && scheme_ok && g.numel() > 0 && g.numel() <= kMaxNumel;
+    if (scheme != nullptr && g.steps_size() == scheme->step_count)
+      CheckSteps(p, plan, k, *scheme,
+                 priced && plan.world_size() >= 1 && SchemeCodecProblem(*scheme, *info).empty());
+    if (priced) {
       const int64_t expected =
           scheme != nullptr        ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info, g.numel(),
                                                SchemeRatio(*scheme, ratio, m, g.first_tensor(), g.last_tensor()),
