@@ -54,7 +54,7 @@ class Session::Impl {
       if (local.ok() && !slots_.empty()) local = internal::CheckSameModel(slots_[0]->layout(), *layout, origin);
     }
     // Before any other collective (Split in PlanSlot::Create).
-    CUPCAKE_RETURN_IF_ERROR(internal::AgreeOnPlan(*comm_, {origin, PlanFingerprint(plan), local}));
+    CUPCAKE_RETURN_IF_ERROR(internal::AgreeOnPlan(*comm_, {origin, local.ok() ? layout->plan_fingerprint : "", local}));
     if (slots_.empty()) {
       for (const internal::TensorLayout& t : layout->tensors) tensors_.push_back({t.name, t.numel, {}, false});
       model_name_ = layout->model_name;
