@@ -50,6 +50,18 @@ void Check(const Status& status) {
   if (!status.ok()) Raise(status);
 }
 
+// Runs a blocking call (a collective, a wait) without the GIL, so the job's other Python threads
+// (autograd's) go on, then raises its error.
+template <typename Call>
+void CheckWithoutGil(Call call) {
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = call();
+  }
+  Check(status);
+}
+
 template <typename T>
 T Take(StatusOr<T> value) {
   if (!value.ok()) Raise(value.status());
@@ -106,12 +118,8 @@ class PyCommunicator {
       Raise(InvalidArgumentError("cupcake: broadcast: bad arguments; got " + std::to_string(bytes) + " bytes from root " +
                                  std::to_string(root) + ", expected bytes >= 0 and 0 <= root < " +
                                  std::to_string(c.size())));
-    Status status;
-    {
-      py::gil_scoped_release release;
-      status = c.Broadcast(reinterpret_cast<void*>(address), bytes, root);  // NOLINT: a tensor's data_ptr()
-    }
-    Check(status);
+    // NOLINTNEXTLINE: address is a tensor's data_ptr()
+    CheckWithoutGil([&] { return c.Broadcast(reinterpret_cast<void*>(address), bytes, root); });
   }
   void Close() { comm_.reset(); }
 
@@ -233,23 +241,13 @@ void BindSession(py::module_& m) {
           "gradient_ready",
           [](PySession& s, int i) {
             runtime::Session& session = s.Get();
-            Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.GradientReady(i);
-            }
-            Check(status);
+            CheckWithoutGil([&] { return session.GradientReady(i); });
           },
           py::arg("i"))
       .def("synchronize",
            [](PySession& s) {
              runtime::Session& session = s.Get();
-             Status status;
-             {
-               py::gil_scoped_release release;
-               status = session.Synchronize();
-             }
-             Check(status);
+             CheckWithoutGil([&] { return session.Synchronize(); });
            })
       .def(
           "set_accumulating", [](PySession& s, bool on) { Check(s.Get().SetAccumulating(on)); }, py::arg("on"))
@@ -257,12 +255,7 @@ void BindSession(py::module_& m) {
           "switch_plan",
           [](PySession& s, int index) {
             runtime::Session& session = s.Get();
-            Status status;
-            {
-              py::gil_scoped_release release;
-              status = session.SwitchPlan(index);
-            }
-            Check(status);
+            CheckWithoutGil([&] { return session.SwitchPlan(index); });
           },
           py::arg("index"),
           "Collective, between steps: plan `index` (a ladder's rung) runs from the next step; per-element "
@@ -319,12 +312,7 @@ void BindRecorder(py::module_& m) {
           "merge_ranks",
           [](Recorder& r, Mpi& mpi) {
             std::unique_ptr<comm::Communicator> world = mpi.World();
-            Status status;
-            {
-              py::gil_scoped_release release;
-              status = r.MergeRanks(*world);
-            }
-            Check(status);
+            CheckWithoutGil([&] { return r.MergeRanks(*world); });
             return world->rank();
           },
           py::arg("mpi"), "Merges over MPI_COMM_WORLD (collective); returns this rank.")
