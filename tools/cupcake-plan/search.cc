@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -15,7 +16,9 @@ namespace cupcake::plan_cli {
 namespace po = boost::program_options;
 namespace {
 
-nlohmann::ordered_json Json(const pb::Plan& plan, double search_s) {
+// The plan's summary; `search_s`, the search's wall clock, where one search made it alone (a
+// ladder's rungs have the ladder's).
+nlohmann::ordered_json Json(const pb::Plan& plan, std::optional<double> search_s) {
   using nlohmann::ordered_json;
   const auto& m = plan.model().model();
   ordered_json j;
@@ -51,7 +54,7 @@ nlohmann::ordered_json Json(const pb::Plan& plan, double search_s) {
     s["lower_bound_us"] = plan.search().lower_bound_us();
     s["gap"] = 1.0 - plan.search().lower_bound_us() / plan.predicted().iteration_us();
   }
-  s["wall_s"] = search_s;
+  if (search_s) s["wall_s"] = *search_s;
   j["search"] = s;
   ordered_json extrapolations = ordered_json::array();
   for (const auto& e : plan.extrapolations())
@@ -85,23 +88,16 @@ Status RunLadderSearch(const SearchOptions& options, const pb::Model& model, con
   CUPCAKE_ASSIGN_OR_RETURN(pb::Ladder ladder,
                            planner::MakeLadder(model, profile, options.request, options.ratios, options.search));
   const double search_s = Seconds(start);
-  for (const pb::Rung& r : ladder.rungs()) {
-    char which[48];
-    std::snprintf(which, sizeof which, "rung %g: ", r.ratio());
-    CUPCAKE_RETURN_IF_ERROR(CheckOptimal(options, r.plan(), which, err));
-  }
+  auto which = [](const pb::Rung& r) { return "rung " + FormatDouble(r.ratio()) + ": "; };
+  for (const pb::Rung& r : ladder.rungs()) CUPCAKE_RETURN_IF_ERROR(CheckOptimal(options, r.plan(), which(r), err));
   CUPCAKE_RETURN_IF_ERROR(WriteLadderFile(options.output, ladder));
   for (const pb::Rung& r : ladder.rungs())
-    if (std::string w = internal::ExtrapolationWarning(r.plan()); !w.empty()) {
-      char which[48];
-      std::snprintf(which, sizeof which, "rung %g: ", r.ratio());
-      err << which << w;
-    }
+    if (std::string w = internal::ExtrapolationWarning(r.plan()); !w.empty()) err << which(r) << w;
   if (options.format == tools::OutputFormat::kJson) {
     nlohmann::ordered_json j;
     j["ladder"] = options.output;
     j["rungs"] = nlohmann::ordered_json::array();
-    for (const pb::Rung& r : ladder.rungs()) j["rungs"].push_back({{"ratio", r.ratio()}, {"plan", Json(r.plan(), 0)}});
+    for (const pb::Rung& r : ladder.rungs()) j["rungs"].push_back({{"ratio", r.ratio()}, {"plan", Json(r.plan(), std::nullopt)}});
     j["wall_s"] = search_s;
     out << j.dump(2) << "\n";
     return Status::Ok();
