@@ -157,6 +157,7 @@ void FillHeader(const pb::Model& model, const pb::Profile& profile, const Proble
   plan.mutable_model()->set_fingerprint(ModelFingerprint(model));
   plan.set_profile_fingerprint(ProfileFingerprint(profile));
   plan.set_profile_name(profile.cluster().name());
+  plan.set_profile_source(profile.cluster().source());
   plan.set_world_size(problem.world_size);
   plan.set_device(problem.device);
   pb::CompressorSpec* spec = plan.mutable_compressor();

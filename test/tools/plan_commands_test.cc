@@ -286,6 +286,12 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   EXPECT_NE(
       text.find("\nfingerprint model " + plan.model().fingerprint() + ", profile " + plan.profile_fingerprint() + "\n"),
       std::string::npos);
+  // The sample profile is a model, not a measurement: the plan carries its source and says so.
+  EXPECT_EQ(plan.profile_source(), "alpha-beta model with the constants of the Espresso paper's testbed; not a measurement");
+  EXPECT_NE(text.find("\nsource      alpha-beta model with the constants of the Espresso paper's testbed; not a "
+                      "measurement\n"),
+            std::string::npos)
+      << text;
   const std::string header = "groups (times in ms from the start of backward):\n";
   const size_t table = text.find(header);
   ASSERT_NE(table, std::string::npos) << text;
@@ -323,7 +329,7 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   const auto ordered = nlohmann::ordered_json::parse(json.str());
   std::vector<std::string> keys;
   for (const auto& [key, value] : ordered.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"format", "profile_name", "profile_fingerprint", "world_size",
+  EXPECT_EQ(keys, (std::vector<std::string>{"format", "profile_name", "profile_source", "profile_fingerprint", "world_size",
                                             "devices_per_node", "device", "compressor", "predicted", "baselines",
                                             "search", "extrapolations", "groups", "model"}));
   EXPECT_EQ(ordered["device"], "GPU");

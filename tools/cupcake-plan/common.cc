@@ -144,6 +144,7 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
   out << "model       " << m.name() << ": " << m.tensors_size() << " tensors, " << parameters << " parameters ("
       << tools::HumanBytes(bytes) << " of gradients)\n";
   out << "profile     " << plan.profile_name() << ": world size " << plan.world_size() << "\n";
+  if (!plan.profile_source().empty()) out << "source      " << plan.profile_source() << "\n";
   // An options plan may leave the compressor out of some groups (fp32, fp16): say what runs.
   const bool others = std::any_of(plan.groups().begin(), plan.groups().end(), [](const pb::Group& g) {
     const SchemeInfo* s = FindScheme(g.options().scheme());

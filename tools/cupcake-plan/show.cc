@@ -55,6 +55,7 @@ void LadderText(const std::string& path, const pb::Ladder& ladder, std::ostream&
   out << "model       " << m.name() << ": " << m.tensors_size() << " tensors\n";
   out << "profile     " << dense.profile_name() << ": world size " << dense.world_size() << ", on "
       << Name(dense.device()) << "\n";
+  if (!dense.profile_source().empty()) out << "source      " << dense.profile_source() << "\n";
   out << "rungs (show --rung RATIO prints one rung as a plan):\n";
   internal::PrintLadder(ladder, out);
 }
@@ -88,7 +89,7 @@ void IntegersAsNumbers(nlohmann::ordered_json& j) {
 nlohmann::ordered_json SummaryFirst(const std::string& proto_json) {
   const auto j = nlohmann::ordered_json::parse(proto_json);
   nlohmann::ordered_json out;
-  for (const char* key : {"format", "profile_name", "profile_fingerprint", "world_size", "devices_per_node", "device",
+  for (const char* key : {"format", "profile_name", "profile_source", "profile_fingerprint", "world_size", "devices_per_node", "device",
                           "compressor", "predicted", "baselines", "search", "extrapolations", "groups", "model"})
     if (j.contains(key)) out[key] = j[key];
   for (const auto& [key, value] : j.items())
