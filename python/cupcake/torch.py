@@ -36,6 +36,7 @@ another model names the first tensor that differs; a gradient missing at synchro
 
 import atexit
 import contextlib
+import functools
 import io
 import json
 import os
@@ -49,6 +50,18 @@ __all__ = ["DistributedOptimizer", "Error", "broadcast_parameters", "broadcast_o
            "local_rank", "local_size"]
 
 Error = cupcake.Error
+
+def _raised_here(fn):
+    """The runtime's errors surface at the caller's frame: their message says what went wrong and
+    where (plan, tensor, rank), the package's internal frames add nothing to read."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Error as e:
+            raise e.with_traceback(None)
+    return call
+
 
 _RECORD_ENV = "CUPCAKE_RECORD"
 _RECORD_ITERATIONS_ENV = "CUPCAKE_RECORD_ITERATIONS"
@@ -84,6 +97,7 @@ def _tensors(params):
     return out
 
 
+@_raised_here
 def broadcast_parameters(params, root_rank=0):
     """Collective: every rank's tensors become rank `root_rank`'s (as DDP does at construction).
 
@@ -107,6 +121,7 @@ def broadcast_parameters(params, root_rank=0):
             at += n
 
 
+@_raised_here
 def broadcast_optimizer_state(optimizer, root_rank=0):
     """Collective: every rank's optimizer state and hyperparameters become rank `root_rank`'s
     (optimizer.load_state_dict of root_rank's state_dict(); tensors move to each parameter's device)."""
@@ -154,6 +169,7 @@ class GraVAC:
             self.window, self.epsilon, self.omega, self.measured_tolerance, self.log)
 
 
+@_raised_here
 def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_passes_per_step=1,
                          model_name=None, compressor="", timeout_s=60.0, exit_after_record=True, broadcast=True,
                          adapt=None):
@@ -205,6 +221,7 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
 class _DistributedOptimizer(torch.optim.Optimizer):
     """The methods DistributedOptimizer adds to the wrapped optimizer's class (Horovod's pattern)."""
 
+    @_raised_here
     def synchronize(self):
         """Waits until every gradient holds its average over ranks (per the plan). For jobs that
         clip or inspect the averaged gradients before step(); step() then does not wait again."""
@@ -216,6 +233,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         never synchronizes twice for one set of gradients, so this is only for compatibility.)"""
         yield
 
+    @_raised_here
     def step(self, closure=None):
         if closure is not None:
             raise ValueError("DistributedOptimizer.step: closures are not supported; call backward, then step()")
@@ -231,6 +249,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         single plan's one."""
         return list(self._cupcake.ratios)
 
+    @_raised_here
     def use_ratio(self, ratio):
         """Collective, between steps (every rank, the same ratio): the ladder's rung of `ratio`
         runs from the next step, with each element's error feedback carried over. The job chooses
@@ -252,6 +271,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         session = self._cupcake.session
         return session.warnings if session is not None else []
 
+    @_raised_here
     def close(self):
         """Ends the session (or recording) and removes the hooks; the optimizer stays usable as a
         local one. Between steps only: closing while gradients of a step are being exchanged (after

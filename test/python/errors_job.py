@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import traceback
 
 import torch
 
@@ -47,6 +48,10 @@ def other_model(work, order):
                          "(the job's gradient %d), expected 'conv2.weight' with 1152 elements (the plan's model pycnn)"
                          % (plan, i, i)))
     e = expect_error("another model's plan", lambda: train_step(model, opt, 0), pattern)
+    inside = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.endswith(os.path.join("cupcake", "torch.py"))]
+    if len(inside) != 1:
+        sys.exit("FAIL: another model's plan: the traceback shows %d frames of cupcake/torch.py, expected 1 (the "
+                 "public call):\n%s" % (len(inside), "".join(traceback.format_list(inside))))
     if not isinstance(e, RuntimeError) or e.code != "INVALID_ARGUMENT":
         sys.exit("FAIL: another model's plan: got %s with code %r, expected a RuntimeError with code "
                  "'INVALID_ARGUMENT'" % (type(e).__name__, getattr(e, "code", None)))
