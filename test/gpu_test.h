@@ -3,10 +3,12 @@
 // A test probes its device (kernels::BackendAvailable, profile::OpenCudaKernelDevice, ...) and
 // hands the probe's Status to CUPCAKE_GPU_OR_SKIP. It skips only when the hardware or the
 // build's support is absent, with the reason ("no CUDA device: ..."):
-//   - cudaGetDeviceCount said cudaErrorNoDevice, or counted 0 devices;
-//   - it said cudaErrorInsufficientDriver and no NVIDIA driver is loaded (no
-//     /proc/driver/nvidia/version): the toolkit's runtime without a driver reports "CUDA driver
-//     version is insufficient", which here means "no GPU driver";
+//   - cudaGetDeviceCount said cudaErrorNoDevice, or counted 0 devices, and no NVIDIA driver is
+//     loaded (no /proc/driver/nvidia/version); with a driver loaded that is a hidden or lost
+//     device (CUDA_VISIBLE_DEVICES, a device that fell off the bus) and fails;
+//   - it said cudaErrorInsufficientDriver and no NVIDIA driver is loaded: the toolkit's runtime
+//     without a driver reports "CUDA driver version is insufficient", which here means "no GPU
+//     driver";
 //   - the build has no CUDA, NCCL or CUPTI.
 // Any other error is a failure of present hardware (a driver older than the runtime, a device
 // that refuses to start, CUPTI that cannot subscribe) and fails the test. With
@@ -38,9 +40,10 @@ inline bool Contains(const std::string& s, const char* part) { return s.find(par
 // it names a failure of present hardware. `driver_loaded`: whether an NVIDIA kernel driver is
 // loaded on this machine.
 inline std::string AbsenceReason(const std::string& probe_message, bool driver_loaded) {
-  if (Contains(probe_message, "cudaErrorNoDevice"))
+  if (Contains(probe_message, "cudaErrorNoDevice") && !driver_loaded)
     return "no CUDA device: cudaGetDeviceCount found no GPU (" + probe_message + ")";
-  if (Contains(probe_message, "got 0 devices")) return "no CUDA device: cudaGetDeviceCount counted 0 devices";
+  if (Contains(probe_message, "got 0 devices") && !driver_loaded)
+    return "no CUDA device: cudaGetDeviceCount counted 0 devices";
   if (Contains(probe_message, "cudaErrorInsufficientDriver") && !driver_loaded)
     return "no CUDA device: no GPU driver installed (no /proc/driver/nvidia/version; the CUDA runtime reports "
            "this as cudaErrorInsufficientDriver, 'CUDA driver version is insufficient')";

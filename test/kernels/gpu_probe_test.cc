@@ -24,9 +24,19 @@ TEST(GpuProbe, NoDeviceSkipsSayingSo) {
   EXPECT_EQ(v.kind, Verdict::kSkip);
   EXPECT_EQ(v.reason.rfind("no CUDA device: cudaGetDeviceCount found no GPU (", 0), 0u) << v.reason;
   EXPECT_EQ(Classify(FailedPreconditionError("no CUDA device found; got 0 devices from cudaGetDeviceCount"), false,
-                     true)
+                     false)
                 .reason,
             "no CUDA device: cudaGetDeviceCount counted 0 devices");
+}
+
+// A driver is loaded but the runtime sees no device: hidden (CUDA_VISIBLE_DEVICES="") or lost.
+// A GPU machine must go red then, not skip.
+TEST(GpuProbe, NoDeviceWithADriverLoadedFails) {
+  EXPECT_EQ(Classify(kNoDevice, false, true).kind, Verdict::kFail);
+  EXPECT_EQ(Classify(FailedPreconditionError("no CUDA device found; got 0 devices from cudaGetDeviceCount"), false,
+                     true)
+                .kind,
+            Verdict::kFail);
 }
 
 TEST(GpuProbe, InsufficientDriverWithoutADriverIsNoGpu) {
