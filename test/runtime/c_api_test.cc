@@ -35,18 +35,25 @@ class CApi : public ::testing::Test {
   pb::Model model_;
 };
 
+// A ladder of two rungs of the test model, fp32 and topk at `ratio` (layer-wise groups), in a
+// file beside the fixture's plan.
+std::string WriteLadder(const pb::Model& model, const std::string& plan_path, double ratio) {
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  for (double r : {1.0, ratio}) {
+    pb::Rung* rung = ladder.add_rungs();
+    rung->set_ratio(r);
+    *rung->mutable_plan() = testing::MakePlan(model, testing::LayerWise(model), r == 1 ? "fp32" : "topk", 1, r);
+  }
+  const std::string path = plan_path + ".ladder";
+  EXPECT_TRUE(WriteLadderFile(path, ladder).ok());
+  return path;
+}
+
 // A ladder file through the C API: one plan per rung, the fp32 rung active first, a switch to
 // the other rung between steps, and an index out of range refused naming it.
 TEST_F(CApi, SwitchesBetweenTheRungsOfALadder) {
-  pb::Ladder ladder;
-  ladder.set_format("cupcake.ladder.v1");
-  for (double ratio : {1.0, 0.25}) {
-    pb::Rung* rung = ladder.add_rungs();
-    rung->set_ratio(ratio);
-    *rung->mutable_plan() = testing::MakePlan(model_, testing::LayerWise(model_), ratio == 1 ? "fp32" : "topk", 1, ratio);
-  }
-  const std::string path = path_ + ".ladder";
-  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  const std::string path = WriteLadder(model_, path_, 0.25);
   InProcessGroup group(1);
   cupcake_session* s = nullptr;
   ASSERT_EQ(internal::CreateCSession(path.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
@@ -69,15 +76,7 @@ TEST_F(CApi, SwitchesBetweenTheRungsOfALadder) {
 // GraVAC through C: a window of one step on a ladder of one rank; the first window ran the fp32
 // rung, and the decision reads back field by field.
 TEST_F(CApi, AdaptsOverALadderWithGravac) {
-  pb::Ladder ladder;
-  ladder.set_format("cupcake.ladder.v1");
-  for (double ratio : {1.0, 0.5}) {
-    pb::Rung* rung = ladder.add_rungs();
-    rung->set_ratio(ratio);
-    *rung->mutable_plan() = testing::MakePlan(model_, testing::LayerWise(model_), ratio == 1 ? "fp32" : "topk", 1, ratio);
-  }
-  const std::string path = path_ + ".ladder";
-  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  const std::string path = WriteLadder(model_, path_, 0.5);
   InProcessGroup group(1);
   cupcake_session* s = nullptr;
   ASSERT_EQ(internal::CreateCSession(path.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
