@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -10,6 +11,10 @@
 namespace cupcake::runtime::internal {
 
 namespace {
+
+// The magnitude probe's sample: its size, and the smallest group it is drawn from.
+constexpr int64_t kSample = 2048;
+constexpr int64_t kSampledFrom = 16 * kSample;
 
 // The compressors' k for a ratio (kernels::ResolveLayout): at least one element.
 int64_t Kept(double ratio, int64_t n) {
@@ -46,21 +51,46 @@ void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memor
   const int64_t k_c = std::min(Kept(ratio_c_, n), k_min);
   GainSums step;
   if (selection_ == Selection::kMagnitude) {
+    // One pass: the squares at or above a threshold that a sample of the group puts a little
+    // below the k_min-th largest are kept as candidates (the kernels' topk selects the same way);
+    // the exact top k_min is then chosen among them. A sample that misjudged (fewer candidates
+    // than k_min) falls back to every square.
     float* sq = scratch_.data();
+    float threshold = 0;
+    if (n >= kSampledFrom && k_min * 4 <= n) {
+      float sample[kSample];
+      for (int64_t j = 0; j < kSample; ++j) {
+        const float v = g_ef(j * n / kSample);
+        sample[j] = v * v;
+      }
+      // The sample's rank of 1.5 k_min (at least 8 above the expected k_min-th), from the top.
+      const int64_t rank = std::min<int64_t>(kSample, (3 * k_min * kSample) / (2 * n) + 8);
+      std::nth_element(sample, sample + (rank - 1), sample + kSample, std::greater<>());
+      threshold = sample[rank - 1];
+    }
+    int64_t kept = 0;
     for (int64_t i = 0; i < n; ++i) {
       const float v = g_ef(i);
-      sq[i] = v * v;
-      step.input += sq[i];
+      const float s = v * v;
+      step.input += s;
+      if (s >= threshold) sq[kept++] = s;
     }
     // A NaN would break the ordering the selections need; an infinite sum makes no ratio.
     if (!std::isfinite(step.input)) {
       ++skipped_;
       return;
     }
-    std::nth_element(sq, sq + (n - k_min), sq + n);
-    for (int64_t i = n - k_min; i < n; ++i) step.min += sq[i];
-    std::nth_element(sq + (n - k_min), sq + (n - k_c), sq + n);
-    for (int64_t i = n - k_c; i < n; ++i) step.cand += sq[i];
+    if (kept < k_min) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = g_ef(i);
+        sq[i] = v * v;
+      }
+      kept = n;
+    }
+    std::nth_element(sq, sq + (kept - k_min), sq + kept);
+    for (int64_t i = kept - k_min; i < kept; ++i) step.min += sq[i];
+    std::nth_element(sq + (kept - k_min), sq + (kept - k_c), sq + kept);
+    for (int64_t i = kept - k_c; i < kept; ++i) step.cand += sq[i];
   } else {
     for (int64_t i = 0; i < n; ++i) {
       const float v = g_ef(i);

@@ -4,7 +4,9 @@
 // ladder are refused. And the self-check every session runs: the drift warning.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cmath>
 
 #include "gravac.h"
@@ -159,6 +161,44 @@ TEST(GainProbe, KeepsTheLargestMagnitudesOfTheGradientWithItsMemory) {
   EXPECT_EQ(s.min, 25 + 25);
   EXPECT_EQ(s.cand, 16 + 16);
   EXPECT_EQ(probe.Take(&cost).input, 0);  // Take zeroes
+}
+
+// Large groups take the sampled path (a threshold from 2048 sampled squares, candidates above it);
+// the sums must equal a full sort's, also when the sample misjudges the group and every square
+// is taken again.
+TEST(GainProbe, LargeGroupsMatchAFullSort) {
+  const int64_t n = 100000;
+  const auto sorted_sums = [](const Floats& g, int64_t k_min, int64_t k_c) {
+    std::vector<double> sq;
+    for (float v : g) sq.push_back(v * v);  // squared in float, as the probe does
+    std::sort(sq.begin(), sq.end(), std::greater<>());
+    GainSums s;
+    for (size_t i = 0; i < sq.size(); ++i) {
+      s.input += sq[i];
+      if (static_cast<int64_t>(i) < k_min) s.min += sq[i];
+      if (static_cast<int64_t>(i) < k_c) s.cand += sq[i];
+    }
+    return s;
+  };
+  Floats smooth(n), spiky(n);
+  for (int64_t i = 0; i < n; ++i) {
+    smooth[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 1000) / 100.0f - 5.0f;
+    spiky[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i % 3);
+  }
+  // Large exactly where the sample looks (element j n / 2048): it sees 2048 large squares and
+  // sets the threshold there, fewer candidates than the 10000 kept.
+  for (int64_t j = 0; j < 2048; ++j) spiky[static_cast<size_t>(j * n / 2048)] = 100.0f;
+  for (const Floats* g : {&smooth, &spiky}) {
+    ManualClock clock;
+    GainProbe probe(Selection::kMagnitude, n, 0, &clock);
+    probe.SetRatios(0.1, 0.01);
+    probe.Observe(*g, nullptr, 0, 0);
+    double cost = 0;
+    const GainSums got = probe.Take(&cost), want = sorted_sums(*g, n / 10, n / 100);
+    EXPECT_NEAR(got.input, want.input, 1e-9 * want.input);
+    EXPECT_NEAR(got.min, want.min, 1e-9 * want.min);
+    EXPECT_NEAR(got.cand, want.cand, 1e-9 * want.cand);
+  }
 }
 
 TEST(GainProbe, LeavesOutAGroupThatIsNotFinite) {
