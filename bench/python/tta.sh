@@ -91,8 +91,9 @@ bench_launch
 "$python" -c "import torch, cupcake.torch" || { echo "tta.sh: $python cannot import torch and cupcake.torch (python3-torch; scripts/build.sh)" >&2; exit 1; }
 tta=("$python" "$root/bench/python/tta.py" --target "$target" --max-steps "$max_steps" --eval-every "$eval_every"
      --batch "$batch" --width "$width" --hidden "$hidden" --lr "$lr" --data "$data" --gravac-window "$gravac_window")
-if [ "$testbed" = 1 ]; then tta+=(--bytes-iface eth0); fi
-command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max-steps $max_steps --eval-every $eval_every --batch $batch --width $width --hidden $hidden --lr $lr --ratios $ratios --gravac-window $gravac_window${arms:+ --arms $arms}$([ "$testbed" = 1 ] && echo " --testbed")"
+testbed_flag=""
+if [ "$testbed" = 1 ]; then tta+=(--bytes-iface eth0); testbed_flag=" --testbed"; fi
+command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max-steps $max_steps --eval-every $eval_every --batch $batch --width $width --hidden $hidden --lr $lr --ratios $ratios --gravac-window $gravac_window${arms:+ --arms $arms}$testbed_flag"
 bench_header "$command_line"
 
 # 1. Profile this cluster, record the model (the Cupcake arm in record mode; compute records 20
