@@ -11,8 +11,9 @@
 # kernels, --quick, extended to the model's size) and the model recorded there by the Cupcake arm
 # in record mode, as ddp_compare.sh makes its plans (common.sh). Each seed runs every arm in turn.
 # Numbers, not pass/fail. Output in OUT: results.jsonl (one JSON line per run), runs/ (each run
-# with its step times and evaluations; gravac's decisions as JSON lines), results.json (header,
-# runs, summary), header.txt, the profile, plans and logs; the summary table on stdout.
+# with its step times and evaluations; gravac's decisions as JSON lines, drawn by
+# plot_decisions.py when matplotlib is installed), results.json (header, runs, summary),
+# header.txt, the profile, plans and logs; the summary table on stdout.
 #
 # Usage: bench/python/tta.sh [--np 2] [--seeds 1,2,3] [--target 0.95] [--max-steps 3000]
 #          [--eval-every 10] [--batch 32] [--width 32] [--hidden 2048] [--lr 0.02]
@@ -128,6 +129,10 @@ for seed in ${seeds//,/ }; do
       >"$log" 2>&1 || rc=$?
     if [ "$rc" = 0 ] && grep -q '^{' "$log"; then
       grep '^{' "$log" | tee -a "$results"
+      decisions="$out/runs/$arm-seed$seed.decisions.jsonl"
+      if [ -s "$decisions" ]; then  # gravac, once cupcake.torch has it: the ratio and gains drawn
+        "$python" "$root/bench/python/plot_decisions.py" "$decisions" "${decisions%.jsonl}.png" || failed=1
+      fi
     else
       failed=1
       echo "{\"name\": \"$arm\", \"seed\": $seed, \"status\": \"failed: exit $rc, see runs/$arm-seed$seed.log\"}" \
