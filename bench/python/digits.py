@@ -20,6 +20,7 @@ the samples into tensors.
 
 import gzip
 import os
+import sys
 import zlib
 
 DEFAULT_PATH = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
@@ -124,3 +125,24 @@ def split(digits):
         raise DigitsError("%s: too few samples to split; got at most %d of any class, expected >= %d of some class"
                           % (digits.path, max(seen), HELD_OUT_EVERY))
     return train, held_out
+
+
+def main(argv):
+    """`digits.py [FILE]`: checks FILE (default DEFAULT_PATH) and prints its sizes; exit 1 with
+    the loader's message when it is unusable, 2 on a usage error."""
+    if len(argv) > 2:
+        print("usage: digits.py [FILE]", file=sys.stderr)
+        return 2
+    path = argv[1] if len(argv) == 2 else DEFAULT_PATH
+    try:
+        d = load(path)
+        train, held_out = split(d)
+    except DigitsError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print("%s: %d samples, %d train, %d held out" % (path, len(d), len(train), len(held_out)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -78,7 +78,7 @@ else
 fi
 python="${PYTHON:-/usr/bin/python3}"
 data="${data:-/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz}"
-"$python" -c "import sys; sys.path.insert(0, '$root/bench/python'); import digits; digits.split(digits.load('$data'))" \
+"$python" "$root/bench/python/digits.py" "$data" >/dev/null \
   || { echo "tta.sh: --data: unusable (above); install python3-sklearn (scripts/install-deps.sh) or pass --data FILE" >&2; exit 1; }
 
 out="${out:-$build/bench/python/tta}"
