@@ -98,8 +98,10 @@ command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max
 bench_header "$command_line"
 
 # 1. Profile this cluster, record the model (the Cupcake arm in record mode; compute records 20
-#    iterations, then the job ends), and plan: fp32, topk at each ratio, and the ladder.
-bench_profile "$db" "--compressors fp32,topk --ratios $ratios" -- "${tta[@]}" --arm cupcake --max-steps 40
+#    iterations, then the job ends: no evaluation before, so no target ends it sooner; argparse
+#    takes the last of a repeated flag), and plan: fp32, topk at each ratio, and the ladder.
+bench_profile "$db" "--compressors fp32,topk --ratios $ratios" -- "${tta[@]}" --arm cupcake --max-steps 40 \
+  --eval-every 40 --target 1
 search() {  # NAME SEARCH_FLAGS...: plan NAME.pb, its groups and predicted time into the header
   local name="$1"; shift
   "$plan_tool" search --model-name ttadigits --profile "$db" "$@" -o "$out/$name.pb" >"$out/plan-$name.txt"
