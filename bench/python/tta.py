@@ -159,7 +159,7 @@ def make_optimizer(args, model):
                 model_name=MODEL_NAME, adapt=adapt)
 
 
-def train(args, data, model, opt, rank):
+def train(args, data, model, opt):
     """Steps until rank 0's held-out accuracy reaches the target or --max-steps; returns this
     rank's step times (s) and the evaluations [(step, accuracy)] (steps counted from 1)."""
     module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
@@ -181,7 +181,7 @@ def train(args, data, model, opt, rank):
     return times, evals
 
 
-def report(args, rank, size, model, times, evals, sent, decisions):
+def report(args, size, model, times, evals, sent, decisions):
     """Rank 0's result object (see the module's doc); times: every step's slowest-rank time (s)."""
     params = sum(p.numel() for p in model.parameters())
     ms = [t * 1e3 for t in times]
@@ -238,7 +238,7 @@ def main():
     model, opt = make_optimizer(args, DigitsCnn(args.width, args.hidden))
 
     sent_before = tx_bytes(args.bytes_iface) if args.bytes_iface else None
-    times, evals = train(args, data, model, opt, rank)
+    times, evals = train(args, data, model, opt)
     sent = None
     if args.bytes_iface:
         per_rank = [torch.zeros(1, dtype=torch.int64) for _ in range(size)]
@@ -248,7 +248,7 @@ def main():
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # each step: the slowest rank's time
     decisions = [dict(x) for x in opt.decisions] if args.arm == "gravac" else None
     if rank == 0:
-        result = report(args, rank, size, model, slowest.tolist(), evals, sent, decisions)
+        result = report(args, size, model, slowest.tolist(), evals, sent, decisions)
         print(json.dumps(result), flush=True)
         if args.record:
             full = dict(result, step_ms=[round(t * 1e3, 3) for t in slowest.tolist()], evals=evals)
