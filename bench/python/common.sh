@@ -40,7 +40,7 @@ bench_header() {
   {
     echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(lscpu | sed -n 's/^Model name: *//p') ($(nproc --all) cores)"
     echo "# command: $1"
-    echo "# commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "# commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')"
     echo "# $where"
     echo "# torch $("$python" -c 'import torch; print(torch.__version__)'), $(mpirun --version | head -1)"
     echo "# load before: $(uptime)"
@@ -54,7 +54,8 @@ bench_header() {
 # the compressors (and their ratios) `cupcake-profile kernels` times. Logs go to $out.
 bench_profile() {
   local db="$1" kernel_flags="$2"
-  shift 3  # DB, KERNEL_FLAGS, --
+  [ "${3:-}" = -- ] || { echo "bench_profile: expected DB KERNEL_FLAGS -- RECORD_JOB...; got '$*'" >&2; return 2; }
+  shift 3
   local profile_tool="$build/tools/cupcake-profile"
   rm -f "$db"
   "${launch[@]}" "$profile_tool" comm --db "$db" --quick --ops allreduce,allgather >"$out/comm.log"

@@ -25,12 +25,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
 import train  # noqa: E402  (the example's model and data)
-from arms import percentile, wrap  # noqa: E402  (the arms, shared with tta.py)
+from arms import DDP_ARMS, percentile, wrap  # noqa: E402  (the arms, shared with tta.py)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arm", required=True, choices=["ddp-fp32", "ddp-fp16", "ddp-powersgd", "cupcake"])
+    parser.add_argument("--arm", required=True, choices=list(DDP_ARMS) + ["cupcake"])
     parser.add_argument("--plan")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=200)
