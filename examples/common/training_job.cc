@@ -29,12 +29,13 @@ struct Flags {
   std::string timing_path, timeline_path;
   std::string record_path;  // from CUPCAKE_RECORD
   int record_iterations = 20;
+  int adapt_window = 0;  // --adapt W: GraVAC over the plan's ladder, a decision every W steps
 };
 
 int Usage(const std::string& job, const std::string& problem) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --plan PLAN.pb [--epochs N] [--steps N] [--lr X] [--warmup N] [--timing FILE.json]\n"
-               "           [--timeline FILE.json] [--threads N] [--batches N]\n"
+               "           [--timeline FILE.json] [--threads N] [--batches N] [--adapt WINDOW]\n"
                "       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] %s   (record mode)\n",
                job.c_str(), problem.c_str(), job.c_str(), job.c_str());
   return 2;
@@ -75,6 +76,8 @@ std::string ParseFlags(int argc, char** argv, Flags& f) {
       problem = integer(f.threads, 1, 1024);
     } else if (arg == "--batches") {
       problem = integer(f.batches, 1, 1024);
+    } else if (arg == "--adapt") {
+      problem = integer(f.adapt_window, 1, 1000000);
     } else if (arg == "--lr") {
       char* end = nullptr;
       f.lr = std::strtod(value, &end);
@@ -229,6 +232,11 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     auto s = runtime::Session::Create(flags.plan, std::move(world).value(), options);
     if (!s.ok()) return Fail(name, "plan", s.status());
     session = std::move(s).value();
+    if (flags.adapt_window > 0) {
+      runtime::GravacOptions gravac;
+      gravac.window = flags.adapt_window;
+      if (Status a = session->EnableGravac(gravac); !a.ok()) return Fail(name, "--adapt", a);
+    }
   }
 
   // The gradients' buffers: slices of one flat buffer in gradient-ready (= plan) order, as
@@ -346,6 +354,10 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     if (!timeline.empty()) {
       if (Status s = WriteFileAtomic(flags.timeline_path, timeline); !s.ok()) return Fail(name, "--timeline", s);
     }
+    for (const runtime::GravacDecision& d : session->decisions())
+      std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
+                  static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
+                  d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
     std::vector<double> timed(slowest.begin() + flags.warmup, slowest.end());
     std::sort(timed.begin(), timed.end());
     std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", name.c_str(),

@@ -5,7 +5,7 @@
 //   record:  CUPCAKE_RECORD=model.json [CUPCAKE_RECORD_ITERATIONS=20] mpirun -np 4 JOB
 //            (what `cupcake-profile compute --db DB -- mpirun -np 4 JOB` sets up)
 //   train:   mpirun -np 4 JOB --plan plan.pb [--epochs 5] [--steps 10] [--lr X] [--warmup N]
-//                [--timing FILE.json] [--timeline FILE.json] [--threads N] [--batches N]
+//                [--timing FILE.json] [--timeline FILE.json] [--threads N] [--batches N] [--adapt W]
 //
 // Every rank starts from the same weights (the job seeds them) and trains on its own batches,
 // made before the loop (`--batches` per rank, used in turn), so an iteration is forward,
@@ -22,6 +22,8 @@
 // (the slowest rank's, forward start to step end), the losses and whether the ranks ended with
 // bitwise identical parameters; the job exits 1 when they did not. `--timeline FILE` writes
 // what the runtime did in the last iteration, per group, next to the iteration's own marks.
+// `--adapt W` (the plan a ladder file) lets GraVAC choose the rung every W steps with its default
+// thresholds (docs/ADAPTIVE.md); rank 0 prints each window's decision (`gravac: steps ...`).
 #pragma once
 
 #include <torch/torch.h>

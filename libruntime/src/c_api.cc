@@ -208,6 +208,39 @@ int cupcake_session_switch_plan(cupcake_session* session, int index) {
   return Report(session->session->SwitchPlan(index));
 }
 
+int cupcake_session_enable_gravac(cupcake_session* session, const cupcake_gravac_options* options) {
+  if (session == nullptr) return NullSession("cupcake_session_enable_gravac");
+  cupcake::runtime::GravacOptions o;
+  if (options != nullptr) {
+    if (options->window != 0) o.window = options->window;
+    if (options->epsilon != 0) o.epsilon = options->epsilon;
+    if (options->omega != 0) o.omega = options->omega;
+    if (options->measured_tolerance != 0) o.measured_tolerance = options->measured_tolerance;
+  }
+  return Report(session->session->EnableGravac(o));
+}
+
+int cupcake_session_decision_count(const cupcake_session* session, int* count) {
+  if (session == nullptr) return NullSession("cupcake_session_decision_count");
+  if (count == nullptr)
+    return Report(InvalidArgumentError("cupcake_session_decision_count: count is NULL; expected a pointer"));
+  *count = static_cast<int>(session->session->decisions().size());
+  return CUPCAKE_OK;
+}
+
+int cupcake_session_decision(const cupcake_session* session, int index, cupcake_gravac_decision* out) {
+  if (session == nullptr) return NullSession("cupcake_session_decision");
+  if (out == nullptr) return Report(InvalidArgumentError("cupcake_session_decision: out is NULL; expected a pointer"));
+  const std::vector<cupcake::runtime::GravacDecision>& all = session->session->decisions();
+  if (index < 0 || index >= static_cast<int>(all.size()))
+    return Report(InvalidArgumentError("cupcake_session_decision: index out of range; got " + std::to_string(index) +
+                                       ", expected 0 <= index < " + std::to_string(all.size()) + " (decisions so far)"));
+  const cupcake::runtime::GravacDecision& d = all[static_cast<size_t>(index)];
+  *out = {d.step,        d.steps,        d.ratio,      d.ratio_min, d.ratio_c,  d.gain_min,
+          d.gain_c,      d.predicted_ms, d.measured_ms, d.bytes_sent, d.probe_ms, d.next_ratio};
+  return CUPCAKE_OK;
+}
+
 void cupcake_session_destroy(cupcake_session* session) { delete session; }
 
 // The deprecated aliases: the same implementations, each error naming the alias called.

@@ -53,6 +53,7 @@ struct StepState {
   std::vector<Group>* groups = nullptr;
   StepContext context;  // iteration filled per call from `iteration`
   const uint64_t* iteration = nullptr;
+  GainProbe* const* gain = nullptr;  // the session's probe while it adapts, else null
   Clock* clock = nullptr;
   double timeout_us = 0;
   bool record_timeline = false;
@@ -62,6 +63,7 @@ struct StepState {
   StepContext Context() const {
     StepContext c = context;
     c.iteration = *iteration;
+    c.gain = gain != nullptr ? *gain : nullptr;
     return c;
   }
   int group_count() const { return static_cast<int>(groups->size()); }

@@ -2,6 +2,8 @@
 // lossless groups, an allreduce in place on the group's floats and the divide by W. An
 // offloaded group runs the same steps with CPU kernels on pinned host copies; the device engine
 // moves the payloads between those and the device buffers the collective uses.
+#include "gravac.h"
+#include "plan_slot.h"
 #include "runner.h"
 
 namespace cupcake::runtime::internal {
@@ -80,6 +82,11 @@ class FlatRunner final : public SchemeRunner {
 
   Status Encode(const Work& work, const StepContext& step, void* stream) override {
     CUPCAKE_RETURN_IF_ERROR(PackIfPacked(work, layout_.index, stream));
+    if (step.gain != nullptr) {
+      const int64_t memory = PlaneOffset(layout_, StatePlane::kErrorFeedback);
+      step.gain->Observe(work.span(), memory < 0 ? nullptr : state_.as<float>() + memory, layout_.index,
+                         step.iteration);
+    }
     if (layout_.in_place) return Status::Ok();
     std::byte* payload = offloaded() ? offload_.payload : payload_.as<std::byte>();
     Status s = compressor_->Encode(work.span(), {state_.as<float>(), static_cast<size_t>(state_.size_bytes() / 4)},

@@ -217,6 +217,12 @@ bool SessionLayout::has_offloaded() const {
   return std::any_of(groups.begin(), groups.end(),
                      [](const GroupLayout& g) { return g.place == CodecPlace::kOffloaded; });
 }
+int64_t SessionLayout::payload_bytes() const {
+  int64_t bytes = 0;
+  for (const GroupLayout& g : groups) bytes += g.in_place ? 4 * g.numel : g.codec.payload_bytes;
+  return bytes;
+}
+
 int64_t SessionLayout::fusion_bytes() const {
   int64_t bytes = 0;
   for (const GroupLayout& g : groups) bytes += g.fused ? 4 * g.numel : 0;
@@ -230,6 +236,15 @@ StatusOr<SessionLayout> PlanLayout(const pb::Plan& plan, const LayoutContext& co
   out.model_name = plan.model().model().name();
   out.model_fingerprint = plan.model().fingerprint();
   out.plan_fingerprint = PlanFingerprint(plan);
+  out.compressor = plan.compressor().name();
+  out.ratio = out.compressor == "fp32" ? 1 : plan.compressor().ratio();
+  out.seed = plan.compressor().seed();
+  out.predicted_iteration_us = plan.predicted().iteration_us();
+  // Backward starts at 0 in the plan's timeline and tensor 0 is ready first (docs/MODEL.md).
+  double end_us = 0;
+  for (const pb::Group& g : plan.groups()) end_us = std::max(end_us, g.decode_end_us());
+  const double first_ready_us = plan.model().model().tensors_size() > 0 ? plan.model().model().tensors(0).backward_us() : 0;
+  out.predicted_span_us = end_us - first_ready_us;
   CheckPlanAgainstJob(plan, context, problems, out);
   for (int k = 0; k < plan.groups_size(); ++k) AddGroup(plan, k, context, problems, out);
   CUPCAKE_RETURN_IF_ERROR(problems.ToStatus());

@@ -81,6 +81,12 @@ struct SessionLayout {
   std::string model_name;
   std::string model_fingerprint;  // the plan's
   std::string plan_fingerprint;  // PlanFingerprint: what the ranks agree on
+  std::string compressor;  // the plan's compressor name
+  double ratio = 1;  // the compressor's ratio (1: fp32)
+  uint64_t seed = 0;  // the compressor's seed
+  double predicted_iteration_us = 0;
+  // From tensor 0's gradient ready (the step's first GradientReady) to the last decode's end.
+  double predicted_span_us = 0;
   bool device_memory = false;
   int hierarchical_devices = 0;  // devices_per_node when some group is hierarchical, else 0
   int64_t total_elements = 0;
@@ -90,6 +96,8 @@ struct SessionLayout {
   bool has_zen_on_device() const;
   bool has_offloaded() const;
   int64_t fusion_bytes() const;  // after PlaceBuffers
+  // Bytes this rank's collectives send per step (payloads; lossless groups' floats).
+  int64_t payload_bytes() const;
 };
 
 // What the plan is checked against.

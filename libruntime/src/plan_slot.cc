@@ -65,6 +65,7 @@ Status PlanSlot::MakeGroups(const Options& options, std::vector<Tensor>* tensors
   state.context.zen_steps = zen_steps_.get();
   state.context.hop_event = DeviceHopEvent(static_cast<int>(groups_.size()));
   state.iteration = iteration;
+  state.gain = options.gain;
   state.clock = options.clock;
   state.timeout_us = options.timeout_us;
   state.record_timeline = options.record_timeline;

@@ -26,6 +26,7 @@ class PlanSlot {
     bool record_timeline = false;
     bool device_graphs = true;
     void* job_stream = nullptr;
+    GainProbe* const* gain = nullptr;  // StepState::gain
   };
   // Allocates every group's buffers and starts the engine. Collective when some group is
   // hierarchical (the node communicators are split off `comm`).

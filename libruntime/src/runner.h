@@ -22,6 +22,8 @@
 
 namespace cupcake::runtime::internal {
 
+class GainProbe;
+
 // The group's floats in plan order: the registered buffer itself, or a fusion buffer that
 // `table` packs from and unpacks into the registered buffers (nullptr: not packed).
 struct Work {
@@ -42,6 +44,9 @@ struct StepContext {
   kernels::zen::DeviceSteps* zen_steps = nullptr;
   int hop_event = -1;  // device: the event Hop records between streams
   uint64_t iteration = 0;
+  // GraVAC (host memory, flat groups): fed each group's packed gradient and error-feedback
+  // memory before its encode; nullptr when the session does not adapt.
+  GainProbe* gain = nullptr;
 };
 
 // An offloaded group's pinned host copies (CodecPlace::kOffloaded): `floats` (the group),

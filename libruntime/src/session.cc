@@ -3,11 +3,16 @@
 // PlanSlots, one active at a time.
 #include "cupcake/runtime/session.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
 #include <vector>
 
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/plan_io.h"
+#include "gravac.h"
 #include "plan_agreement.h"
 #include "plan_slot.h"
 
@@ -28,6 +33,47 @@ StatePlane PlaneOf(CompressorState which) {
   return which == CompressorState::kMomentum ? StatePlane::kMomentum : StatePlane::kErrorFeedback;
 }
 
+std::string Ms(double us) {
+  std::ostringstream s;
+  s.precision(3);
+  s << us / 1e3 << " ms";
+  return s.str();
+}
+
+std::string Percent(double fraction) {
+  std::ostringstream s;
+  s.precision(3);
+  s << 100 * fraction << "%";
+  return s.str();
+}
+
+// GraVAC's state in a session: the controller, the probe the groups feed, and the window.
+struct Adaptive {
+  Adaptive(std::vector<internal::GravacController::Rung> rungs, const GravacOptions& o, internal::Selection selection,
+           int64_t max_numel, uint64_t seed, Clock* clock, int world)
+      : options(o), controller(std::move(rungs), o), probe(selection, max_numel, seed, clock),
+        exchanged(static_cast<size_t>(kFields * world)) {}
+
+  static constexpr int kFields = 5;  // gain sums (3), measured time sum, measured steps
+  GravacOptions options;
+  internal::GravacController controller;
+  internal::GainProbe probe;
+  std::vector<double> exchanged;  // every rank's fields, allocated once
+  std::vector<GravacDecision> decisions;
+  uint64_t first_step = 0;
+  int steps = 0;
+  int64_t bytes = 0;
+  double measured_us = 0;
+  int measured_steps = 0;
+};
+
+// What EnableGravac's ranks compare.
+struct GravacVote {
+  int32_t ok = 0;
+  int32_t window = 0;
+  double epsilon = 0, omega = 0, measured_tolerance = 0;
+};
+
 }  // namespace
 
 class Session::Impl {
@@ -36,7 +82,8 @@ class Session::Impl {
       : origin_(std::move(origin)), comm_(std::move(comm)), options_(options) {
     if (options.clock == nullptr) owned_clock_ = std::make_unique<SteadyClock>();
     slot_options_ = {options.clock != nullptr ? options.clock : owned_clock_.get(), options.ready_timeout_us,
-                     options.record_timeline, options.device_graphs, options.job_stream};
+                     options.record_timeline, options.device_graphs, options.job_stream, &gain_};
+    spans_.reserve(static_cast<size_t>(std::max(options.drift_window, 1)));
   }
 
   // Checks the plan, agrees on it with the other ranks (also when this rank's checks failed),
@@ -89,18 +136,59 @@ class Session::Impl {
     const std::string origin = local.ok() ? origins_[static_cast<size_t>(index)] : "SwitchPlan";
     const std::string fingerprint = local.ok() ? slots_[static_cast<size_t>(index)]->layout().plan_fingerprint : "";
     CUPCAKE_RETURN_IF_ERROR(internal::AgreeOnPlan(*comm_, {origin, fingerprint, local}));
-    if (index == active_) return Status::Ok();
-    // Per-element state carries over: element e's residual (and momentum) in the old plan's
-    // groups becomes element e's in the new one's.
-    std::vector<float> values(static_cast<size_t>(active().layout().total_elements));
-    for (StatePlane plane : {StatePlane::kErrorFeedback, StatePlane::kMomentum}) {
-      CUPCAKE_RETURN_IF_ERROR(Fail(active().ReadState(plane, values).WithPrefix("SwitchPlan")));
-      CUPCAKE_RETURN_IF_ERROR(
-          Fail(slots_[static_cast<size_t>(index)]->WriteState(plane, values).WithPrefix("SwitchPlan")));
+    return Activate(index, "SwitchPlan");
+  }
+
+  Status EnableGravac(const GravacOptions& options) {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("EnableGravac"));
+    Status local = internal::CheckGravacOptions(options);
+    if (local.ok()) local = CheckLadder();
+    if (!local.ok()) local = local.WithPrefix("EnableGravac");
+    GravacVote mine{local.ok() ? 1 : 0, options.window, options.epsilon, options.omega, options.measured_tolerance};
+    std::vector<GravacVote> votes(static_cast<size_t>(comm_->size()));
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Allgather(&mine, votes.data(), sizeof(GravacVote)).WithPrefix("EnableGravac: options exchange"));
+    if (!local.ok()) return local;
+    std::string failed, options_text;
+    bool differ = false;
+    for (size_t r = 0; r < votes.size(); ++r) {
+      const GravacVote& v = votes[r];
+      if (!v.ok) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+      differ = differ || v.window != mine.window || v.epsilon != mine.epsilon || v.omega != mine.omega ||
+               v.measured_tolerance != mine.measured_tolerance;
+      std::ostringstream o;
+      o << "rank " << r << ": window " << v.window << ", epsilon " << v.epsilon << ", omega " << v.omega
+        << ", measured_tolerance " << v.measured_tolerance;
+      options_text += (r ? "; " : "") + o.str();
     }
-    active_ = index;
+    if (!failed.empty())
+      return FailedPreconditionError("EnableGravac: ranks " + failed + " could not enable it (see their messages)");
+    if (differ)
+      return InvalidArgumentError("EnableGravac: the ranks' options differ; got " + options_text +
+                                  ", expected the same on every rank");
+    std::vector<internal::GravacController::Rung> rungs;
+    int64_t max_numel = 0;
+    for (const auto& slot : slots_) {
+      rungs.push_back({slot->layout().ratio, slot->layout().predicted_iteration_us});
+      for (const internal::GroupLayout& g : slot->layout().groups) max_numel = std::max(max_numel, g.numel);
+    }
+    const std::string& compressor = slots_[1]->layout().compressor;
+    const internal::Selection selection =
+        compressor == "randk" ? internal::Selection::kRandom : internal::Selection::kMagnitude;
+    gravac_ = std::make_unique<Adaptive>(std::move(rungs), options, selection, max_numel, slots_[1]->layout().seed,
+                                         slot_options_.clock, comm_->size());
+    CUPCAKE_RETURN_IF_ERROR(Activate(gravac_->controller.sent(), "EnableGravac"));
+    StartWindow();
+    gain_ = &gravac_->probe;
     return Status::Ok();
   }
+
+  const std::vector<GravacDecision>& decisions() const {
+    static const std::vector<GravacDecision> kNone;
+    return gravac_ != nullptr ? gravac_->decisions : kNone;
+  }
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
   StatusOr<std::vector<float>> ReadState(CompressorState which) const {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
@@ -162,6 +250,7 @@ class Session::Impl {
                                   ", expected 0 <= i < " + std::to_string(tensor_count()) + " (model " + model_name_ +
                                   ")");
     if (accumulating_) return Status::Ok();
+    if (step_start_us_ < 0) step_start_us_ = slot_options_.clock->NowUs();
     internal::Tensor& t = tensors_[static_cast<size_t>(i)];
     if (t.ready)
       return InvalidArgumentError("GradientReady: tensor " + std::to_string(i) + " (" + Quoted(t.name) +
@@ -182,13 +271,19 @@ class Session::Impl {
     for (internal::Tensor& t : tensors_) t.ready = false;
     active().engine().EndStep();
     ++iteration_;
-    return Status::Ok();
+    const double now_us = slot_options_.clock->NowUs();
+    CheckDrift(now_us);
+    Status adapted = gravac_ != nullptr ? Fail(EndGravacStep(now_us)) : Status::Ok();
+    last_end_us_ = now_us;
+    step_start_us_ = -1;
+    return adapted;
   }
 
   Status SetAccumulating(bool accumulating) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SetAccumulating"));
     accumulating_ = accumulating;
+    last_end_us_ = -1;  // the next step's iteration time spans the accumulation: not one step
     return Status::Ok();
   }
 
@@ -216,6 +311,132 @@ class Session::Impl {
 
  private:
   bool on_device() const { return comm_->memory() == comm::MemoryKind::kDevice; }
+
+  // Makes plan `index` active; per-element state carries over: element e's residual (and
+  // momentum) in the old plan's groups becomes element e's in the new one's.
+  Status Activate(int index, const char* call) {
+    if (index == active_) return Status::Ok();
+    std::vector<float> values(static_cast<size_t>(active().layout().total_elements));
+    for (StatePlane plane : {StatePlane::kErrorFeedback, StatePlane::kMomentum}) {
+      CUPCAKE_RETURN_IF_ERROR(Fail(active().ReadState(plane, values).WithPrefix(call)));
+      CUPCAKE_RETURN_IF_ERROR(Fail(slots_[static_cast<size_t>(index)]->WriteState(plane, values).WithPrefix(call)));
+    }
+    active_ = index;
+    spans_.clear();  // the self-check starts over on the new plan, with a warm-up window
+    drift_windows_ = 0;
+    return Status::Ok();
+  }
+
+  // The plans as GraVAC needs them (EnableGravac's contract).
+  Status CheckLadder() const {
+    if (on_device())
+      return FailedPreconditionError("not built for sessions on GPU memory yet; expected a session on host memory");
+    if (plan_count() < 2 || slots_[0]->layout().compressor != "fp32")
+      return FailedPreconditionError("the session's plans are not a ladder; got " + std::to_string(plan_count()) +
+                                     " plans, plan 0 " + slots_[0]->layout().compressor +
+                                     ", expected plan 0 fp32 and at least one compressed rung (a ladder file)");
+    const std::string& compressor = slots_[1]->layout().compressor;
+    for (int p = 1; p < plan_count(); ++p) {
+      const internal::SessionLayout& l = slots_[static_cast<size_t>(p)]->layout();
+      const std::string where = origins_[static_cast<size_t>(p)] + ": ";
+      if (l.compressor != compressor || (compressor != "topk" && compressor != "randk" && compressor != "dgc"))
+        return FailedPreconditionError(where + "compressor: not a rung of the ladder; got " + l.compressor +
+                                       ", expected " + (p > 1 ? compressor : std::string("topk, randk or dgc")) +
+                                       " (one ratio-selecting compressor for every compressed rung)");
+      if (p > 1 && !(l.ratio < slots_[static_cast<size_t>(p - 1)]->layout().ratio))
+        return FailedPreconditionError(where + "compressor.ratio: the rungs are out of order; got " +
+                                       std::to_string(l.ratio) + " after " +
+                                       std::to_string(slots_[static_cast<size_t>(p - 1)]->layout().ratio) +
+                                       ", expected decreasing ratios");
+    }
+    for (int p = 0; p < plan_count(); ++p)
+      for (const internal::GroupLayout& g : slots_[static_cast<size_t>(p)]->layout().groups)
+        if (g.scheme != internal::SchemeKind::kFlat)
+          return FailedPreconditionError(origins_[static_cast<size_t>(p)] + ": groups[" + std::to_string(g.index) +
+                                         "]: scheme " + internal::SchemeKindName(g.scheme) +
+                                         " has no gain probe; expected flat groups only");
+    return Status::Ok();
+  }
+
+  void StartWindow() {
+    Adaptive& a = *gravac_;
+    const internal::GravacController& c = a.controller;
+    a.probe.SetRatios(slots_[static_cast<size_t>(c.min_rung())]->layout().ratio,
+                      slots_[static_cast<size_t>(c.cand_rung())]->layout().ratio);
+    a.first_step = iteration_;
+    a.steps = 0;
+    a.bytes = 0;
+    a.measured_us = 0;
+    a.measured_steps = 0;
+  }
+
+  // One synchronized step of GraVAC's window; at its end the ranks exchange their sums, every
+  // rank takes the same decision and the next window's rung becomes active.
+  Status EndGravacStep(double now_us) {
+    Adaptive& a = *gravac_;
+    ++a.steps;
+    a.bytes += active().layout().payload_bytes();
+    if (last_end_us_ >= 0) {
+      a.measured_us += now_us - last_end_us_;
+      ++a.measured_steps;
+    }
+    if (a.steps < a.options.window) return Status::Ok();
+    double cost_us = 0;
+    const internal::GainSums mine = a.probe.Take(&cost_us);
+    const double fields[Adaptive::kFields] = {mine.input, mine.min, mine.cand, a.measured_us,
+                                              static_cast<double>(a.measured_steps)};
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Allgather(fields, a.exchanged.data(), sizeof fields).WithPrefix("Synchronize: GraVAC's exchange"));
+    // Summed in rank order: the same doubles, so the same decision, on every rank.
+    internal::GainSums all;
+    double measured_us = 0, measured_steps = 0;
+    for (int r = 0; r < comm_->size(); ++r) {
+      const double* f = a.exchanged.data() + static_cast<size_t>(r) * Adaptive::kFields;
+      all += {f[0], f[1], f[2]};
+      measured_us += f[3];
+      measured_steps += f[4];
+    }
+    a.decisions.push_back(a.controller.Decide(a.first_step, a.steps, all,
+                                              measured_steps > 0 ? measured_us / measured_steps : 0, a.bytes,
+                                              cost_us / a.steps));
+    CUPCAKE_RETURN_IF_ERROR(Activate(a.controller.sent(), "Synchronize: GraVAC's switch"));
+    StartWindow();
+    return Status::Ok();
+  }
+
+  // The self-check (SessionOptions::drift_*): one span per step, judged per window.
+  void CheckDrift(double now_us) {
+    if (options_.drift_threshold <= 0 || drift_warned_ || step_start_us_ < 0) return;
+    spans_.push_back(now_us - step_start_us_);
+    if (static_cast<int>(spans_.size()) < options_.drift_window) return;
+    const bool warm_up = drift_windows_++ == 0;
+    const double predicted_us = active().layout().predicted_span_us;
+    if (!warm_up && predicted_us > 0) {
+      std::nth_element(spans_.begin(), spans_.begin() + static_cast<std::ptrdiff_t>(spans_.size() / 2), spans_.end());
+      const double median_us = spans_[spans_.size() / 2];
+      if (std::abs(median_us - predicted_us) > options_.drift_threshold * predicted_us) {
+        const std::string change =
+            (median_us >= predicted_us ? "+" : "") + Percent((median_us - predicted_us) / predicted_us);
+        Warn(origins_[static_cast<size_t>(active_)] + ": drift: steps " + std::to_string(iteration_ - spans_.size()) +
+             "-" + std::to_string(iteration_ - 1) + " took " + Ms(median_us) +
+             " (median) from the first GradientReady to the end of Synchronize; the plan predicts " +
+             Ms(predicted_us) + " (" + change + ", more than " + Percent(options_.drift_threshold) +
+             "): its profile or model no longer describes this job; re-measure it (cupcake-profile comm and kernels "
+             "on this cluster, cupcake-profile compute for the model) and re-plan (cupcake-plan search)");
+      }
+    }
+    spans_.clear();
+  }
+
+  void Warn(const std::string& message) {
+    drift_warned_ = true;
+    warnings_.push_back(message);
+    if (options_.on_warning) {
+      options_.on_warning(message);
+    } else if (comm_->rank() == 0) {
+      std::fprintf(stderr, "cupcake: warning: %s\n", message.c_str());
+    }
+  }
   PlanSlot& active() { return *slots_[static_cast<size_t>(active_)]; }
   const PlanSlot& active() const { return *slots_[static_cast<size_t>(active_)]; }
 
@@ -276,6 +497,16 @@ class Session::Impl {
   int registered_ = 0;
   bool accumulating_ = false;
   Status failed_;
+  // The self-check and GraVAC's clock readings: this step's first GradientReady, the previous
+  // step's end (< 0: none).
+  double step_start_us_ = -1;
+  double last_end_us_ = -1;
+  std::vector<double> spans_;  // this window's, reserved for drift_window
+  int drift_windows_ = 0;  // windows of the active plan so far
+  bool drift_warned_ = false;
+  std::vector<std::string> warnings_;
+  std::unique_ptr<Adaptive> gravac_;
+  internal::GainProbe* gain_ = nullptr;  // the engines read it (PlanSlot::Options::gain)
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -318,6 +549,13 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const pb::Plan& plan,
                                                    const SessionOptions& options) {
   const std::string origin = options.origin.empty() ? "plan" : options.origin;
   if (communicator == nullptr) return InvalidArgumentError(origin + ": no communicator; expected one");
+  if (options.drift_window < 1 || !(options.drift_threshold >= 0 && std::isfinite(options.drift_threshold)))
+    return internal::AgreeOnPlan(
+        *communicator, {origin, "",
+                        InvalidArgumentError("SessionOptions: drift_window or drift_threshold out of range; got " +
+                                             std::to_string(options.drift_window) + " and " +
+                                             std::to_string(options.drift_threshold) +
+                                             ", expected a window >= 1 (steps) and a threshold >= 0")});
   // Every rank takes part in the plan agreement, also one whose plan is invalid (AgreeOnPlan).
   if (Status valid = ValidatePlan(plan, origin); !valid.ok())
     return internal::AgreeOnPlan(*communicator, {origin, "", valid});
@@ -358,6 +596,9 @@ StatusOr<int> Session::AddPlan(const pb::Plan& plan, const std::string& origin) 
   return impl_->AddPlan(plan, origin.empty() ? "plan" : origin, Status::Ok());
 }
 Status Session::SwitchPlan(int index) { return impl_->SwitchPlan(index); }
+Status Session::EnableGravac(const GravacOptions& options) { return impl_->EnableGravac(options); }
+const std::vector<GravacDecision>& Session::decisions() const { return impl_->decisions(); }
+const std::vector<std::string>& Session::warnings() const { return impl_->warnings(); }
 int Session::plan_count() const { return impl_->plan_count(); }
 int Session::active_plan() const { return impl_->active_plan(); }
 StatusOr<std::vector<float>> Session::ReadState(CompressorState which) const { return impl_->ReadState(which); }

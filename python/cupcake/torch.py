@@ -37,6 +37,7 @@ another model names the first tensor that differs; a gradient missing at synchro
 import atexit
 import contextlib
 import io
+import json
 import os
 import sys
 
@@ -135,8 +136,27 @@ def _check_root(call, root_rank):
         raise ValueError("%s: root_rank: out of range; got %r, expected 0 <= root_rank < %d" % (call, root_rank, size()))
 
 
+class GraVAC:
+    """GraVAC's options (docs/ADAPTIVE.md) for DistributedOptimizer(adapt=...): the compression
+    ratio is chosen per window of `window` steps among a ladder's rungs, from the compression gain
+    of the gradients (threshold `epsilon`, saturation `omega`) and the rungs' iteration times.
+    log: a path; rank 0 appends each window's decision there as a JSON line (None: no log)."""
+
+    def __init__(self, window=500, epsilon=0.7, omega=0.01, measured_tolerance=0.1, log=None):
+        self.window = window
+        self.epsilon = epsilon
+        self.omega = omega
+        self.measured_tolerance = measured_tolerance
+        self.log = log
+
+    def __repr__(self):
+        return "GraVAC(window=%r, epsilon=%r, omega=%r, measured_tolerance=%r, log=%r)" % (
+            self.window, self.epsilon, self.omega, self.measured_tolerance, self.log)
+
+
 def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_passes_per_step=1,
-                         model_name=None, compressor="", timeout_s=60.0, exit_after_record=True, broadcast=True):
+                         model_name=None, compressor="", timeout_s=60.0, exit_after_record=True, broadcast=True,
+                         adapt=None):
     """Wraps `optimizer` so that step() uses gradients averaged over the MPI ranks per `plan`.
 
     optimizer: a torch.optim.Optimizer; the result is an instance of a subclass of its class that
@@ -156,9 +176,16 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
         state are broadcast to every rank (broadcast_parameters, broadcast_optimizer_state), so
         that the replicas start equal, as DDP's do. Buffers (batch-norm statistics) are not
         parameters: broadcast_parameters(model.state_dict()) covers them.
+    adapt: GraVAC(...) to let the ratio adapt over a ladder's rungs (plan: a ladder file from
+        `cupcake-plan search --ratios`); the decisions are then in `decisions`.
     """
     if getattr(optimizer, "_cupcake", None) is not None:
         raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
+    if adapt is not None and not isinstance(adapt, GraVAC):
+        raise ValueError("DistributedOptimizer: adapt: got %r, expected None or cupcake.torch.GraVAC(...)" % (adapt,))
+    if adapt is not None and plan is None:
+        raise ValueError("DistributedOptimizer: adapt: needs a plan; expected plan='LADDER.pb' (cupcake-plan search "
+                         "--ratios)")
     if backward_passes_per_step < 1:
         raise ValueError("DistributedOptimizer: backward_passes_per_step: out of range; got %r, expected >= 1"
                          % (backward_passes_per_step,))
@@ -171,7 +198,7 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)  # the same param_groups and state objects
     wrapped._cupcake = _State(wrapped, named_parameters, plan, backward_passes_per_step, model_name,
-                              compressor, timeout_s, exit_after_record)
+                              compressor, timeout_s, exit_after_record, adapt)
     return wrapped
 
 
@@ -210,6 +237,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         the schedule (e.g. dense for a warm-up, then compressed)."""
         self._cupcake.use_ratio(ratio)
 
+    @property
+    def decisions(self):
+        """GraVAC's decisions so far (adapt=GraVAC(...)), one dict per window, the same on every rank:
+        step (the window's first), steps, ratio (the rung sent), ratio_min and ratio_c (the rungs
+        probed), gain_min, gain_c, predicted_ms, measured_ms, bytes_sent (this rank's), probe_ms
+        (the controller's cost per step) and next_ratio. Empty without adapt."""
+        session = self._cupcake.session
+        return session.decisions if session is not None else list(self._cupcake.decisions)
+
+    @property
+    def warnings(self):
+        """The session's warnings so far (the drift self-check, docs/ADAPTIVE.md)."""
+        session = self._cupcake.session
+        return session.warnings if session is not None else []
+
     def close(self):
         """Ends the session (or recording) and removes the hooks; the optimizer stays usable as a
         local one. Between steps only: closing while gradients of a step are being exchanged (after
@@ -220,7 +262,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 class _State:
     """What DistributedOptimizer keeps: parameters, hooks, the flat buffer, the session or recorder."""
 
-    def __init__(self, owner, named_parameters, plan, passes, model_name, compressor, timeout_s, exit_after_record):
+    def __init__(self, owner, named_parameters, plan, passes, model_name, compressor, timeout_s, exit_after_record,
+                 adapt):
         self.named = [(n, p) for n, p in named_parameters if p.requires_grad]
         self._check_parameters()
         self.passes = passes
@@ -233,6 +276,9 @@ class _State:
         self.synchronized = False
         self.session = None
         self.ratios = []
+        self.adapt = adapt
+        self.decisions = []  # kept when the session closes
+        self.logged = 0  # decisions written to adapt.log
         self.recorder = None
         self.handles = []
         self.accumulators = []
@@ -284,6 +330,10 @@ class _State:
             self.session = cupcake.Session(plan, self.mpi, options)
         cupcake.track(self.session)
         self.ratios = cupcake.plan_ratios(plan)
+        if self.adapt is not None:
+            a = self.adapt
+            with self._on_device():
+                self.session.enable_gravac(a.window, a.epsilon, a.omega, a.measured_tolerance)
 
     def use_ratio(self, ratio):
         if self.session is None:
@@ -400,12 +450,23 @@ class _State:
                         "backward_passes_per_step passes per step()" % (max(self.counts), self.passes))
         with self._on_device():
             self.session.synchronize()
+        if self.adapt is not None and self.adapt.log and self.session.rank == 0:
+            self._log_decisions()
         for k in self.order:
             p, view = self.named[k][1], self.views[k]
             if p.grad is None or p.grad.data_ptr() != view.data_ptr():
                 p.grad = view.view_as(p)  # the averaged gradient, wherever the job had put p.grad
         self.counts = [0] * len(self.named)
         self.synchronized = True
+
+    def _log_decisions(self):
+        decisions = self.session.decisions
+        if len(decisions) == self.logged:
+            return
+        with open(self.adapt.log, "a") as f:
+            for d in decisions[self.logged:]:
+                f.write(json.dumps(d, sort_keys=True) + "\n")
+        self.logged = len(decisions)
 
     def before_step(self):
         self.synchronize()
@@ -421,6 +482,7 @@ class _State:
             h.remove()
         self.handles, self.accumulators = [], []
         if self.session is not None:
+            self.decisions = self.session.decisions
             self.session.close()
             self.session = None
         if self.mode == "record":

@@ -149,6 +149,8 @@ struct SessionArgs {
   std::string model_fingerprint;
   double ready_timeout_us = 60e6;
   std::string origin;
+  int drift_window = runtime::SessionOptions{}.drift_window;
+  double drift_threshold = runtime::SessionOptions{}.drift_threshold;
 };
 
 // A DeprecationWarning naming the replacement; raises when warnings are errors.
@@ -162,6 +164,8 @@ runtime::SessionOptions ToOptions(const SessionArgs& args, void* job_stream) {
   options.model_fingerprint = args.model_fingerprint;
   options.ready_timeout_us = args.ready_timeout_us;
   options.origin = args.origin;
+  options.drift_window = args.drift_window;
+  options.drift_threshold = args.drift_threshold;
   options.job_stream = job_stream;
   return options;
 }
@@ -195,6 +199,24 @@ class PySession {
   std::unique_ptr<runtime::Session> session_;
 };
 
+// One GraVAC window as a dict, the keys GravacDecision's fields.
+py::dict DecisionDict(const runtime::GravacDecision& d) {
+  py::dict out;
+  out["step"] = d.step;
+  out["steps"] = d.steps;
+  out["ratio"] = d.ratio;
+  out["ratio_min"] = d.ratio_min;
+  out["ratio_c"] = d.ratio_c;
+  out["gain_min"] = d.gain_min;
+  out["gain_c"] = d.gain_c;
+  out["predicted_ms"] = d.predicted_ms;
+  out["measured_ms"] = d.measured_ms;
+  out["bytes_sent"] = d.bytes_sent;
+  out["probe_ms"] = d.probe_ms;
+  out["next_ratio"] = d.next_ratio;
+  return out;
+}
+
 float* FloatPointer(uintptr_t address) { return reinterpret_cast<float*>(address); }  // NOLINT
 
 void BindSession(py::module_& m) {
@@ -216,7 +238,11 @@ void BindSession(py::module_& m) {
             a.ready_timeout_us = seconds * 1e6;
           },
           "Deprecated: ready_timeout_us / 1e6.")
-      .def_readwrite("origin", &SessionArgs::origin);
+      .def_readwrite("origin", &SessionArgs::origin)
+      .def_readwrite("drift_window", &SessionArgs::drift_window,
+                     "Steps per window of the self-check (the plan's predicted span against the measured one).")
+      .def_readwrite("drift_threshold", &SessionArgs::drift_threshold,
+                     "The fraction by which the measured span may differ before the session warns once; 0: never.");
 
   py::class_<PySession>(m, "Session")
       .def(py::init(&PySession::Create), py::arg("plan"), py::arg("mpi"), py::arg("options") = SessionArgs{},
@@ -260,6 +286,24 @@ void BindSession(py::module_& m) {
           py::arg("index"),
           "Collective, between steps: plan `index` (a ladder's rung) runs from the next step; per-element "
           "error feedback carries over.")
+      .def(
+          "enable_gravac",
+          [](PySession& s, int window, double epsilon, double omega, double measured_tolerance) {
+            runtime::Session& session = s.Get();
+            const runtime::GravacOptions options{window, epsilon, omega, measured_tolerance};
+            CheckWithoutGil([&] { return session.EnableGravac(options); });
+          },
+          py::arg("window") = runtime::GravacOptions{}.window, py::arg("epsilon") = runtime::GravacOptions{}.epsilon,
+          py::arg("omega") = runtime::GravacOptions{}.omega,
+          py::arg("measured_tolerance") = runtime::GravacOptions{}.measured_tolerance,
+          "Collective, between steps: GraVAC chooses the ladder's rung per window (docs/ADAPTIVE.md).")
+      .def_property_readonly("decisions",
+                             [](const PySession& s) {
+                               py::list out;
+                               for (const runtime::GravacDecision& d : s.Get().decisions()) out.append(DecisionDict(d));
+                               return out;
+                             })
+      .def_property_readonly("warnings", [](const PySession& s) { return s.Get().warnings(); })
       .def_property_readonly("plan_count", [](const PySession& s) { return s.Get().plan_count(); })
       .def_property_readonly("active_plan", [](const PySession& s) { return s.Get().active_plan(); })
       .def("close", &PySession::Close, "Stops the session (its thread, its MPI duplicate); later calls raise.")

@@ -7,6 +7,7 @@
 #   compressed  compressed_job.py with the efsignsgd and topk plans
 #   replicas    replicas_job.py: differently seeded ranks start equal (the initial broadcast)
 #   ladder      ladder_job.py: a topk ladder, the fp32 rung then use_ratio(0.01)
+#   gravac      gravac_job.py: the topk ladder with adapt=GraVAC(...), its decisions and log
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -57,6 +58,11 @@ case "$stage" in
   ladder)
     rm -f "$work/ladder.store"
     "${mpirun[@]}" "$python" "$here/ladder_job.py" "$work/pycnn-topk-ladder.pb" "$work/ladder.store"
+    ;;
+  gravac)
+    rm -f "$work/gravac.store" "$work/gravac-decisions.jsonl"
+    "${mpirun[@]}" "$python" "$here/gravac_job.py" "$work/pycnn-topk-ladder.pb" "$work/gravac.store" \
+      "$work/gravac-decisions.jsonl"
     ;;
   replicas)
     rm -f "$work/replicas.store"

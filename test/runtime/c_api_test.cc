@@ -66,6 +66,57 @@ TEST_F(CApi, SwitchesBetweenTheRungsOfALadder) {
   std::filesystem::remove(path);
 }
 
+// GraVAC through C: a window of one step on a ladder of one rank; the first window ran the fp32
+// rung, and the decision reads back field by field.
+TEST_F(CApi, AdaptsOverALadderWithGravac) {
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  for (double ratio : {1.0, 0.5}) {
+    pb::Rung* rung = ladder.add_rungs();
+    rung->set_ratio(ratio);
+    *rung->mutable_plan() = testing::MakePlan(model_, testing::LayerWise(model_), ratio == 1 ? "fp32" : "topk", 1, ratio);
+  }
+  const std::string path = path_ + ".ladder";
+  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  InProcessGroup group(1);
+  cupcake_session* s = nullptr;
+  ASSERT_EQ(internal::CreateCSession(path.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
+  cupcake_gravac_options bad = {-1, 0, 0, 0};
+  EXPECT_EQ(cupcake_session_enable_gravac(s, &bad), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(cupcake_last_error()).find("GravacOptions.window: out of range; got -1"), std::string::npos)
+      << cupcake_last_error();
+  cupcake_gravac_options o = {1, 0.5, 0, 0};
+  ASSERT_EQ(cupcake_session_enable_gravac(s, &o), CUPCAKE_OK) << cupcake_last_error();
+  float a[3] = {3, -4, 0}, b[2] = {1, 0};  // at 0.5 each tensor keeps one element: -4 and 1
+  ASSERT_EQ(cupcake_session_register(s, "t0", a, 3), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_session_register(s, "t1", b, 2), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_session_gradient_ready(s, 0), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_session_gradient_ready(s, 1), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_session_synchronize(s), CUPCAKE_OK) << cupcake_last_error();
+  int count = 0;
+  ASSERT_EQ(cupcake_session_decision_count(s, &count), CUPCAKE_OK);
+  ASSERT_EQ(count, 1);
+  cupcake_gravac_decision d;
+  ASSERT_EQ(cupcake_session_decision(s, 0, &d), CUPCAKE_OK);
+  EXPECT_EQ(d.step, 0u);
+  EXPECT_EQ(d.steps, 1);
+  EXPECT_EQ(d.ratio, 1.0);
+  EXPECT_EQ(d.ratio_min, 0.5);
+  EXPECT_EQ(d.ratio_c, 0.5);
+  EXPECT_DOUBLE_EQ(d.gain_min, 17.0 / 26.0);  // (16 + 1) / (9 + 16 + 0 + 1 + 0)
+  EXPECT_EQ(d.bytes_sent, 4 * 5);
+  EXPECT_EQ(d.next_ratio, 0.5);  // 0.65 >= epsilon 0.5
+  int active = -1;
+  EXPECT_EQ(cupcake_session_active_plan(s, &active), CUPCAKE_OK);
+  EXPECT_EQ(active, 1);
+  EXPECT_EQ(cupcake_session_decision(s, 1, &d), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(), "cupcake_session_decision: index out of range; got 1, expected 0 <= index < 1 "
+                                     "(decisions so far)");
+  EXPECT_EQ(cupcake_session_decision_count(nullptr, &count), CUPCAKE_INVALID_ARGUMENT);
+  cupcake_session_destroy(s);
+  std::filesystem::remove(path);
+}
+
 TEST_F(CApi, RunsAStepAndReportsErrors) {
   InProcessGroup group(1);
   cupcake_session* s = nullptr;

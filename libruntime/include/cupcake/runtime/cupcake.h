@@ -105,6 +105,31 @@ int cupcake_session_set_accumulating(cupcake_session* session, int accumulating)
 int cupcake_session_plan_count(const cupcake_session* session, int* count);
 int cupcake_session_active_plan(const cupcake_session* session, int* index);
 int cupcake_session_switch_plan(cupcake_session* session, int index);
+
+/* GraVAC (docs/ADAPTIVE.md; Session::EnableGravac): the ratio chosen per window of `window`
+ * steps among a ladder's rungs. Collective, between steps, the same options on every rank.
+ * A field left 0 takes its default (options NULL: every default). */
+typedef struct cupcake_gravac_options {
+  int window;  /* steps per decision, >= 1; default 500 */
+  double epsilon;  /* gain threshold in (0, 1]; default 0.7 */
+  double omega;  /* saturation threshold in [0, 1); default 0.01 */
+  double measured_tolerance;  /* >= 0; default 0.1 */
+} cupcake_gravac_options;
+int cupcake_session_enable_gravac(cupcake_session* session, const cupcake_gravac_options* options);
+/* One window's decision (GravacDecision), the same on every rank; ratios: 1 is the fp32 rung. */
+typedef struct cupcake_gravac_decision {
+  uint64_t step; /* the window's first step */
+  int steps;
+  double ratio; /* the rung sent */
+  double ratio_min, ratio_c; /* the rungs probed */
+  double gain_min, gain_c;
+  double predicted_ms, measured_ms;
+  int64_t bytes_sent; /* this rank's */
+  double probe_ms; /* the controller's cost per step on this rank */
+  double next_ratio; /* the rung of the next window */
+} cupcake_gravac_decision;
+int cupcake_session_decision_count(const cupcake_session* session, int* count);
+int cupcake_session_decision(const cupcake_session* session, int index, cupcake_gravac_decision* out);
 /* Destroys the session; NULL is ignored. */
 void cupcake_session_destroy(cupcake_session* session);
 

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,42 @@ struct SessionOptions {
   // replayed (one launch each) in later ones. Groups whose kernels take the iteration (randk,
   // qsgd and terngrad encode, randk decode) are always queued directly. Off: always directly.
   bool device_graphs = true;
+  // Self-check: per window of `drift_window` steps of one plan (the first window after creation
+  // or a switch is warm-up and not judged), the median time from the step's first GradientReady
+  // to the end of its Synchronize against the active plan's prediction for the same span (the
+  // last group's decode end minus tensor 0's backward time, docs/MODEL.md). When they differ by
+  // more than `drift_threshold` (a fraction; 0: never) the session warns once: the message goes
+  // to `on_warning` (nullptr: stderr, rank 0 only) and to warnings() on every rank.
+  int drift_window = 50;
+  double drift_threshold = 0.2;
+  std::function<void(const std::string&)> on_warning;
+};
+
+// GraVAC (docs/ADAPTIVE.md): the compression ratio chosen during training among the plans of a
+// ladder, from the compression gain of the gradients and the rungs' iteration times.
+struct GravacOptions {
+  int window = 500;  // steps per decision, >= 1
+  double epsilon = 0.7;  // gain threshold, in (0, 1]
+  double omega = 0.01;  // saturation threshold, in [0, 1)
+  // A rung's system time is its plan's predicted iteration time, replaced by the measured one
+  // once the rung has run a window and the two differ by more than this fraction (>= 0).
+  double measured_tolerance = 0.1;
+};
+
+// One window of GraVAC, the same on every rank (ratios: 1 is the fp32 rung).
+struct GravacDecision {
+  uint64_t step = 0;  // the window's first step (iteration())
+  int steps = 0;
+  double ratio = 1;  // the rung sent during the window
+  double ratio_min = 0, ratio_c = 0;  // the rungs probed: cf_min's and the candidate's
+  // Compression gains over the window and all ranks: sum ||C(g_ef)||^2 / sum ||g_ef||^2 at
+  // ratio_min, and of the candidate compressing that output further (multi-level).
+  double gain_min = 0, gain_c = 0;
+  double predicted_ms = 0;  // the sent rung's plan
+  double measured_ms = 0;  // mean iteration time over the window's steps and the ranks
+  int64_t bytes_sent = 0;  // this rank's payload bytes over the window
+  double probe_ms = 0;  // the controller's own cost per step on this rank (gain probe)
+  double next_ratio = 1;  // the rung sent in the next window
 };
 
 // What one group did in the last synchronized step, in microseconds on the session's clock:
@@ -188,6 +225,21 @@ class Session {
   // same size). Between steps only; on GPU memory a synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
+
+  // Hands the choice of plan to GraVAC: the session's plans must be a ladder (plan 0 fp32, then
+  // one ratio-selecting compressor, topk, randk or dgc, at decreasing ratios; Create with a
+  // ladder file gives that), on host memory, every group flat. From the next step every group's
+  // encode also measures the compression gain (a pass over the group's gradient plus its
+  // error-feedback memory and a selection: the controller's cost, GravacDecision::probe_ms);
+  // at the end of every window's last Synchronize the ranks exchange their sums (one allgather
+  // of a few doubles) and take the same decision, switching plans as SwitchPlan does (state
+  // carries element by element) without another agreement. The fp32 rung runs the first window.
+  // Collective: every rank calls it between the same steps with the same options (checked).
+  Status EnableGravac(const GravacOptions& options);
+  // Every window's decision so far, in order (empty without EnableGravac).
+  const std::vector<GravacDecision>& decisions() const;
+  // The warnings the session gave (the drift self-check), in order.
+  const std::vector<std::string>& warnings() const;
 
   class Impl;
 

@@ -1,0 +1,188 @@
+#include "gravac.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "cupcake/kernels/compressor.h"
+
+namespace cupcake::runtime::internal {
+
+namespace {
+
+// The compressors' k for a ratio (kernels::ResolveLayout): at least one element.
+int64_t Kept(double ratio, int64_t n) {
+  return std::clamp(static_cast<int64_t>(std::floor(ratio * static_cast<double>(n))), int64_t{1}, n);
+}
+
+std::string Text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+GainProbe::GainProbe(Selection selection, int64_t max_numel, uint64_t seed, Clock* clock)
+    : selection_(selection),
+      seed_(seed),
+      clock_(clock),
+      scratch_(selection == Selection::kMagnitude ? static_cast<size_t>(max_numel) : 0) {}
+
+void GainProbe::Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration) {
+  const double start_us = clock_->NowUs();
+  ObserveGroup(gradient, memory, group, iteration);
+  cost_us_ += clock_->NowUs() - start_us;
+}
+
+void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memory, int group, uint64_t iteration) {
+  const int64_t n = static_cast<int64_t>(gradient.size());
+  if (n == 0) return;
+  const auto g_ef = [&](int64_t i) {
+    return memory == nullptr ? gradient[static_cast<size_t>(i)] : gradient[static_cast<size_t>(i)] + memory[i];
+  };
+  const int64_t k_min = Kept(ratio_min_, n);
+  const int64_t k_c = std::min(Kept(ratio_c_, n), k_min);
+  GainSums step;
+  if (selection_ == Selection::kMagnitude) {
+    float* sq = scratch_.data();
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = g_ef(i);
+      sq[i] = v * v;
+      step.input += sq[i];
+    }
+    // A NaN would break the ordering the selections need; an infinite sum makes no ratio.
+    if (!std::isfinite(step.input)) {
+      ++skipped_;
+      return;
+    }
+    std::nth_element(sq, sq + (n - k_min), sq + n);
+    for (int64_t i = n - k_min; i < n; ++i) step.min += sq[i];
+    std::nth_element(sq + (n - k_min), sq + (n - k_c), sq + n);
+    for (int64_t i = n - k_c; i < n; ++i) step.cand += sq[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = g_ef(i);
+      step.input += static_cast<double>(v) * v;
+    }
+    if (!std::isfinite(step.input)) {
+      ++skipped_;
+      return;
+    }
+    // randk at r_c keeps the first k_c of the k_min indices randk at r_min keeps (one keyed
+    // permutation), so the candidate compressing g_min is randk at r_c itself.
+    const uint64_t seed = GroupSeed(seed_, group, 0, /*allreduce=*/true);
+    for (int64_t j = 0; j < k_min; ++j) {
+      const float v = g_ef(kernels::RandkIndex(seed, iteration, static_cast<uint32_t>(n), static_cast<uint32_t>(j)));
+      const double sq = static_cast<double>(v) * v;
+      step.min += sq;
+      if (j < k_c) step.cand += sq;
+    }
+  }
+  sums_ += step;
+}
+
+GainSums GainProbe::Take(double* cost_us) {
+  GainSums out = sums_;
+  sums_ = {};
+  *cost_us = cost_us_;
+  cost_us_ = 0;
+  return out;
+}
+
+GravacController::GravacController(std::vector<Rung> rungs, const GravacOptions& options)
+    : rungs_(std::move(rungs)),
+      options_(options),
+      measured_us_(rungs_.size(), 0),
+      gain_(rungs_.size(), 0) {
+  const int last = static_cast<int>(rungs_.size()) - 1;
+  cand_ = std::min(2, last);
+  exploring_ = cand_ > min_;
+}
+
+double GravacController::SystemUs(int rung) const {
+  const double predicted = rungs_[static_cast<size_t>(rung)].predicted_us;
+  const double measured = measured_us_[static_cast<size_t>(rung)];
+  if (measured > 0 && (predicted <= 0 || std::abs(measured - predicted) > options_.measured_tolerance * predicted))
+    return measured;
+  return predicted > 0 ? predicted : 1;
+}
+
+// The least compression whose throughput (its last gain per unit of system time, with the
+// system times known now) is within omega of the best probed from cf_min up: beyond it more
+// compression buys no more progress per second.
+int GravacController::SaturationRung() const {
+  const int last = static_cast<int>(rungs_.size()) - 1;
+  std::vector<double> throughput(rungs_.size(), 0);
+  double best = 0;
+  for (int r = min_; r <= last; ++r) {
+    throughput[static_cast<size_t>(r)] = gain_[static_cast<size_t>(r)] / SystemUs(r);
+    best = std::max(best, throughput[static_cast<size_t>(r)]);
+  }
+  for (int r = min_; r <= last; ++r)
+    if (best > 0 && throughput[static_cast<size_t>(r)] >= (1 - options_.omega) * best) return r;
+  return min_;
+}
+
+GravacDecision GravacController::Decide(uint64_t first_step, int steps, const GainSums& sums, double measured_us,
+                                        int64_t bytes_sent, double probe_us) {
+  const int last = static_cast<int>(rungs_.size()) - 1;
+  GravacDecision d;
+  d.step = first_step;
+  d.steps = steps;
+  d.ratio = rungs_[static_cast<size_t>(sent_)].ratio;
+  d.ratio_min = rungs_[static_cast<size_t>(min_)].ratio;
+  d.ratio_c = rungs_[static_cast<size_t>(cand_)].ratio;
+  // No gradient at all loses nothing to compression.
+  d.gain_min = sums.input > 0 ? sums.min / sums.input : 1;
+  d.gain_c = sums.input > 0 ? sums.cand / sums.input : 1;
+  d.predicted_ms = rungs_[static_cast<size_t>(sent_)].predicted_us / 1e3;
+  d.measured_ms = measured_us > 0 ? measured_us / 1e3 : 0;
+  d.bytes_sent = bytes_sent;
+  d.probe_ms = probe_us / 1e3;
+  if (measured_us > 0) measured_us_[static_cast<size_t>(sent_)] = measured_us;
+  gain_[static_cast<size_t>(min_)] = d.gain_min;
+  gain_[static_cast<size_t>(cand_)] = d.gain_c;
+
+  // What the next window sends: the candidate while it keeps enough of the gradient, else
+  // cf_min, else the dense gradient.
+  sent_ = d.gain_c >= options_.epsilon ? cand_ : d.gain_min >= options_.epsilon ? min_ : 0;
+  // Scale up: the candidate loses next to nothing more than cf_min, so it becomes cf_min.
+  if (cand_ > min_ && std::abs(d.gain_min - d.gain_c) <= options_.omega * d.gain_min) min_ = cand_;
+  // The next candidate: one rung further while exploring; once every rung has been probed, the
+  // rung where the throughput saturates; once cf_min has reached it, explore again from there.
+  if (exploring_) {
+    if (cand_ < last) {
+      cand_ = std::min(std::max(cand_ + 1, min_ + 1), last);
+    } else {
+      exploring_ = false;
+      cand_ = std::max(min_, SaturationRung());
+    }
+  } else {
+    cand_ = std::max(cand_, min_);
+    if (cand_ == min_ && min_ < last) {
+      exploring_ = true;
+      cand_ = min_ + 1;
+    }
+  }
+  d.next_ratio = rungs_[static_cast<size_t>(sent_)].ratio;
+  return d;
+}
+
+Status CheckGravacOptions(const GravacOptions& o) {
+  std::string problems;
+  const auto bad = [&](const char* field, double got, const char* expected) {
+    problems += (problems.empty() ? "" : "\n") + std::string("GravacOptions.") + field + ": out of range; got " +
+                Text(got) + ", expected " + expected;
+  };
+  if (o.window < 1) bad("window", o.window, ">= 1 (steps)");
+  if (!(o.epsilon > 0 && o.epsilon <= 1)) bad("epsilon", o.epsilon, "0 < epsilon <= 1");
+  if (!(o.omega >= 0 && o.omega < 1)) bad("omega", o.omega, "0 <= omega < 1");
+  if (!(o.measured_tolerance >= 0 && std::isfinite(o.measured_tolerance)))
+    bad("measured_tolerance", o.measured_tolerance, "a finite fraction >= 0");
+  if (problems.empty()) return Status::Ok();
+  return InvalidArgumentError(problems);
+}
+
+}  // namespace cupcake::runtime::internal

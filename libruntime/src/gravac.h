@@ -1,0 +1,101 @@
+// GraVAC's two parts (docs/ADAPTIVE.md): the gain probe a group's encode feeds, and the
+// controller that turns a window's gains and the rungs' iteration times into the next rung.
+// Both are pure host code without a communicator: the session exchanges the sums between
+// ranks and applies the decision, so the rules are tested alone (test/runtime/gravac_test.cc).
+// Thread-safety: one thread (the job's; host engines encode on it).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cupcake/runtime/session.h"
+
+namespace cupcake::runtime::internal {
+
+// Sums over a window's steps and groups (and, once exchanged, over ranks).
+struct GainSums {
+  double input = 0;  // ||g_ef||^2
+  double min = 0;  // ||C(g_ef, r_min)||^2
+  double cand = 0;  // ||C(C(g_ef, r_min), r_c)||^2
+  GainSums& operator+=(const GainSums& o) {
+    input += o.input;
+    min += o.min;
+    cand += o.cand;
+    return *this;
+  }
+};
+
+// How the ladder's compressor selects: the largest magnitudes (topk; dgc, whose selection of
+// its accumulator is approximated by that of g + v) or shared random indices (randk).
+enum class Selection { kMagnitude, kRandom };
+
+class GainProbe {
+ public:
+  // `max_numel`: the largest group it will see (its scratch is allocated here, once). `seed`:
+  // the compressed rungs' plan seed (random selection: group k uses GroupSeed's shared form).
+  // `clock` times Observe, the controller's own cost; not owned.
+  GainProbe(Selection selection, int64_t max_numel, uint64_t seed, Clock* clock);
+  void SetRatios(double ratio_min, double ratio_c) {
+    ratio_min_ = ratio_min;
+    ratio_c_ = ratio_c;
+  }
+  // One group's g_ef = gradient + memory (memory: nullptr for none): adds ||g_ef||^2, the part
+  // r_min of the group keeps (k = max(1, floor(r n)), as the compressors) and the part r_c
+  // keeps of that. A group whose g_ef is not finite is left out of this step (counted).
+  // `group` and `iteration` key the random selection.
+  void Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
+  // The sums since the last Take, and zero; `cost_us` gets the time Observe took since then.
+  GainSums Take(double* cost_us);
+  int64_t skipped() const { return skipped_; }
+
+ private:
+  void ObserveGroup(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
+
+  Selection selection_;
+  uint64_t seed_;
+  Clock* clock_;
+  double cost_us_ = 0;
+  double ratio_min_ = 1, ratio_c_ = 1;
+  std::vector<float> scratch_;  // squares of g_ef
+  GainSums sums_;
+  int64_t skipped_ = 0;
+};
+
+class GravacController {
+ public:
+  struct Rung {
+    double ratio = 1;
+    double predicted_us = 0;
+  };
+  // rungs[0] the fp32 rung; then decreasing ratios. Options valid (CheckGravacOptions).
+  GravacController(std::vector<Rung> rungs, const GravacOptions& options);
+
+  int sent() const { return sent_; }  // the rung sent in the current window
+  int min_rung() const { return min_; }
+  int cand_rung() const { return cand_; }
+
+  // The window that just ended: its first step and length, the gain sums over it and every
+  // rank, the mean measured iteration time (<= 0: none measured), this rank's bytes and probe
+  // cost per step. Applies GraVAC's rules; the decision names the next window's rung.
+  GravacDecision Decide(uint64_t first_step, int steps, const GainSums& sums, double measured_us, int64_t bytes_sent,
+                        double probe_us);
+
+ private:
+  double SystemUs(int rung) const;
+  int SaturationRung() const;
+
+  std::vector<Rung> rungs_;
+  GravacOptions options_;
+  std::vector<double> measured_us_;  // per rung: the last window's measurement, 0 until one
+  std::vector<double> gain_;  // per rung: the last window's gain, 0 until probed
+  int sent_ = 0;
+  int min_ = 1;
+  int cand_ = 1;
+  bool exploring_ = true;
+};
+
+// InvalidArgument naming the field: `GravacOptions.window: out of range; got 0, expected >= 1`.
+Status CheckGravacOptions(const GravacOptions& options);
+
+}  // namespace cupcake::runtime::internal

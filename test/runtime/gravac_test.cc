@@ -1,0 +1,417 @@
+// GraVAC (docs/ADAPTIVE.md): the controller's rules and the gain probe alone, then in sessions
+// over in-process ranks: every rank takes the same decisions, residuals carry across the
+// controller's switches exactly as across SwitchPlan, bad options and plans that are not a
+// ladder are refused. And the self-check every session runs: the drift warning.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "gravac.h"
+#include "runtime_test_util.h"
+
+namespace cupcake::runtime {
+namespace {
+
+using internal::GainProbe;
+using internal::GainSums;
+using internal::GravacController;
+using internal::Selection;
+using testing::OnEveryRank;
+using Floats = std::vector<float>;
+
+// Returns what the test sets; the session's reads do not move it.
+class ManualClock final : public Clock {
+ public:
+  double NowUs() override { return now_.load(); }
+  void Set(double us) { now_.store(us); }
+
+ private:
+  std::atomic<double> now_{0};
+};
+
+GravacOptions Options(int window, double epsilon, double omega) {
+  GravacOptions o;
+  o.window = window;
+  o.epsilon = epsilon;
+  o.omega = omega;
+  return o;
+}
+
+// fp32 at 100 us, then ratios 0.1, 0.01, 0.001 at 50, 20 and 19 us.
+std::vector<GravacController::Rung> FourRungs() { return {{1, 100}, {0.1, 50}, {0.01, 20}, {0.001, 19}}; }
+
+GainSums Gains(double gain_min, double gain_c) { return {100, 100 * gain_min, 100 * gain_c}; }
+
+TEST(GravacController, StartsDenseProbingTheFirstTwoRungs) {
+  GravacController c(FourRungs(), Options(10, 0.7, 0.01));
+  EXPECT_EQ(c.sent(), 0);
+  EXPECT_EQ(c.min_rung(), 1);
+  EXPECT_EQ(c.cand_rung(), 2);
+}
+
+TEST(GravacController, SendsTheCandidateThenCfMinThenDenseByTheGainThreshold) {
+  GravacController c(FourRungs(), Options(10, 0.7, 0.01));
+  GravacDecision d = c.Decide(0, 10, Gains(0.9, 0.8), 100e3, 4000, 5);
+  EXPECT_EQ(d.step, 0u);
+  EXPECT_EQ(d.steps, 10);
+  EXPECT_EQ(d.ratio, 1);  // the first window ran the fp32 rung
+  EXPECT_EQ(d.ratio_min, 0.1);
+  EXPECT_EQ(d.ratio_c, 0.01);
+  EXPECT_DOUBLE_EQ(d.gain_min, 0.9);
+  EXPECT_DOUBLE_EQ(d.gain_c, 0.8);
+  EXPECT_DOUBLE_EQ(d.predicted_ms, 0.1);
+  EXPECT_DOUBLE_EQ(d.measured_ms, 100);
+  EXPECT_EQ(d.bytes_sent, 4000);
+  EXPECT_DOUBLE_EQ(d.probe_ms, 0.005);
+  EXPECT_EQ(d.next_ratio, 0.01);  // gain_c >= epsilon: the candidate
+  EXPECT_EQ(c.sent(), 2);
+  EXPECT_EQ(c.cand_rung(), 3);  // exploring: one rung further
+
+  d = c.Decide(10, 10, Gains(0.9, 0.5), 0, 0, 0);
+  EXPECT_EQ(d.ratio, 0.01);
+  EXPECT_EQ(d.ratio_c, 0.001);
+  EXPECT_EQ(d.next_ratio, 0.1);  // gain_c < epsilon <= gain_min: cf_min
+  d = c.Decide(20, 10, Gains(0.6, 0.5), 0, 0, 0);
+  EXPECT_EQ(d.next_ratio, 1);  // both below: the dense gradient
+  EXPECT_EQ(c.sent(), 0);
+}
+
+TEST(GravacController, ScalesCfMinUpWhenTheCandidateLosesLessThanOmega) {
+  GravacController c(FourRungs(), Options(10, 0.7, 0.01));
+  c.Decide(0, 10, Gains(0.9, 0.895), 0, 0, 0);  // |0.9 - 0.895| / 0.9 = 0.0056 <= 0.01
+  EXPECT_EQ(c.min_rung(), 2);
+  EXPECT_EQ(c.cand_rung(), 3);
+  GravacController d(FourRungs(), Options(10, 0.7, 0.01));
+  d.Decide(0, 10, Gains(0.9, 0.88), 0, 0, 0);  // 0.022 > 0.01: cf_min stays
+  EXPECT_EQ(d.min_rung(), 1);
+  EXPECT_EQ(d.cand_rung(), 3);
+}
+
+// Every rung probed, the candidate becomes the least compression whose gain per microsecond is
+// within omega of the best: gains 0.9 everywhere give 0.9/50, 0.9/20, 0.9/19 for rungs 1-3.
+TEST(GravacController, SettlesWhereTheThroughputSaturates) {
+  GravacController tight(FourRungs(), Options(10, 0.7, 0.01));
+  tight.Decide(0, 10, Gains(0.9, 0.8), 0, 0, 0);  // probes rungs 1 and 2 (0.8 / 20)
+  tight.Decide(10, 10, Gains(0.9, 0.9), 0, 0, 0);  // probes 1 and 3: 0.9/19 is the best
+  EXPECT_EQ(tight.min_rung(), 3);  // and the gains were equal: cf_min scaled up to it
+  EXPECT_EQ(tight.cand_rung(), 3);
+
+  GravacController loose(FourRungs(), Options(10, 0.7, 0.1));
+  loose.Decide(0, 10, Gains(0.9, 0.9 * 0.95), 0, 0, 0);  // 0.05 <= omega: cf_min becomes rung 2
+  loose.Decide(10, 10, Gains(0.9, 0.7), 0, 0, 0);  // rung 2: 0.9/20 = 0.045; rung 3: 0.7/19 = 0.0368
+  EXPECT_EQ(loose.min_rung(), 2);
+  EXPECT_EQ(loose.cand_rung(), 2);  // saturation: rung 3 is not within omega of rung 2
+}
+
+// A rung's system time is its prediction until a measured window differs by more than 10%.
+TEST(GravacController, TrustsTheMeasuredTimeOnlyBeyondTheTolerance) {
+  // Rung 2 runs (sent) in the second window, measured 21 us (5%: the prediction, 20, stays)
+  // or 40 us (twice: 40 is used). Gains 0.9 at rung 2, 0.8 at rung 3 (19 us): with 20 us the
+  // throughput saturates at rung 2 (0.045 > 0.0421), with 40 us at rung 3 (0.0225 < 0.0421).
+  for (double measured : {21.0, 40.0}) {
+    GravacController c({{1, 100}, {0.1, 50}, {0.01, 20}, {0.001, 19}}, Options(10, 0.7, 0.01));
+    c.Decide(0, 10, Gains(0.95, 0.9), 0, 0, 0);  // sends rung 2 next
+    ASSERT_EQ(c.sent(), 2);
+    c.Decide(10, 10, Gains(0.95, 0.8), measured, 0, 0);  // probes rung 3; rung 2 measured
+    EXPECT_EQ(c.cand_rung(), measured == 21.0 ? 2 : 3) << measured;
+  }
+}
+
+TEST(GravacController, ASingleCompressedRungIsItsOwnCandidate) {
+  GravacController c({{1, 100}, {0.01, 20}}, Options(10, 0.7, 0.01));
+  EXPECT_EQ(c.min_rung(), 1);
+  EXPECT_EQ(c.cand_rung(), 1);
+  EXPECT_EQ(c.Decide(0, 10, Gains(0.8, 0.8), 0, 0, 0).next_ratio, 0.01);
+  EXPECT_EQ(c.Decide(10, 10, Gains(0.5, 0.5), 0, 0, 0).next_ratio, 1);
+}
+
+TEST(GravacOptions, OutOfRangeFieldsAreNamed) {
+  EXPECT_TRUE(internal::CheckGravacOptions(GravacOptions{}).ok());
+  GravacOptions o;
+  o.window = 0;
+  o.epsilon = 1.5;
+  o.omega = -0.1;
+  const Status s = internal::CheckGravacOptions(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("GravacOptions.window: out of range; got 0, expected >= 1"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("GravacOptions.epsilon: out of range; got 1.5"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("GravacOptions.omega: out of range; got -0.1"), std::string::npos) << s.message();
+}
+
+TEST(GainProbe, KeepsTheLargestMagnitudesOfTheGradientWithItsMemory) {
+  ManualClock clock;
+  GainProbe probe(Selection::kMagnitude, 8, 0, &clock);
+  probe.SetRatios(0.4, 0.2);  // of 5 elements: 2, then 1
+  const Floats g = {3, -4, 1, 0, 2};
+  probe.Observe(g, nullptr, 0, 0);
+  double cost = 0;
+  GainSums s = probe.Take(&cost);
+  EXPECT_EQ(s.input, 30);  // 9 + 16 + 1 + 0 + 4
+  EXPECT_EQ(s.min, 25);  // 16 + 9
+  EXPECT_EQ(s.cand, 16);
+  const Floats memory = {1, 1, 1, 1, 1};  // g_ef = 4, -3, 2, 1, 3
+  probe.Observe(g, memory.data(), 0, 0);
+  probe.Observe(g, nullptr, 1, 0);  // sums add over groups
+  s = probe.Take(&cost);
+  EXPECT_EQ(s.input, 39 + 30);
+  EXPECT_EQ(s.min, 25 + 25);
+  EXPECT_EQ(s.cand, 16 + 16);
+  EXPECT_EQ(probe.Take(&cost).input, 0);  // Take zeroes
+}
+
+TEST(GainProbe, LeavesOutAGroupThatIsNotFinite) {
+  ManualClock clock;
+  GainProbe probe(Selection::kMagnitude, 4, 0, &clock);
+  probe.SetRatios(0.5, 0.25);
+  probe.Observe(Floats{1, NAN, 2, 3}, nullptr, 0, 0);
+  probe.Observe(Floats{1, 1, 1, 1}, nullptr, 1, 0);
+  double cost = 0;
+  const GainSums s = probe.Take(&cost);
+  EXPECT_EQ(probe.skipped(), 1);
+  EXPECT_EQ(s.input, 4);
+  EXPECT_EQ(s.min, 2);
+  EXPECT_EQ(s.cand, 1);
+}
+
+// randk's probe keeps what randk itself keeps: the payload's values, at each ratio.
+TEST(GainProbe, RandomSelectionIsRandksOwn) {
+  ManualClock clock;
+  const uint64_t plan_seed = 42;
+  const int group = 3;
+  const uint64_t iteration = 7;
+  Floats g(1000);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i * 37) % 101) - 50.0f;
+  const auto randk_kept = [&](double ratio) {
+    kernels::CompressorConfig config;
+    config.name = "randk";
+    config.memory = "none";
+    config.n = static_cast<int64_t>(g.size());
+    config.ratio = ratio;
+    config.seed = testing::ExpectedGroupSeed(plan_seed, group, 0, true);
+    auto c = kernels::MakeCompressor(config, kernels::Backend::kCpu).value();
+    std::vector<std::byte> payload(static_cast<size_t>(c->payload_bytes()));
+    Floats state(static_cast<size_t>(c->state_floats()));
+    EXPECT_TRUE(c->Encode(g, state, iteration, payload).ok());
+    double sum = 0;
+    for (int64_t j = 0; j < c->layout().k; ++j) {
+      float v;
+      std::memcpy(&v, payload.data() + 4 * j, 4);
+      sum += static_cast<double>(v) * v;
+    }
+    return sum;
+  };
+  GainProbe probe(Selection::kRandom, 1000, plan_seed, &clock);
+  probe.SetRatios(0.1, 0.01);
+  probe.Observe(g, nullptr, group, iteration);
+  double cost = 0;
+  const GainSums s = probe.Take(&cost);
+  EXPECT_EQ(s.min, randk_kept(0.1));
+  EXPECT_EQ(s.cand, randk_kept(0.01));
+}
+
+// Sessions over in-process ranks: plan 0 fp32, then topk at decreasing ratios with different
+// groupings (the rungs of a ladder).
+std::vector<pb::Plan> Ladder(const pb::Model& m, int world) {
+  using testing::MakePlan;
+  return {MakePlan(m, testing::OneGroup(m), "fp32", world), MakePlan(m, testing::Planned(), "topk", world, 0.5),
+          MakePlan(m, testing::LayerWise(m), "topk", world, 0.25), MakePlan(m, testing::Planned(), "topk", world, 0.05)};
+}
+
+struct Job {
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<testing::Gradients> grads;
+};
+
+Job MakeJob(comm::InProcessGroup& group, const std::vector<pb::Plan>& plans, int world) {
+  auto made = testing::CreateOnEveryRank(group, world, [&](int, std::unique_ptr<comm::Communicator> c) {
+    return Session::Create(plans[0], std::move(c));
+  });
+  Job job;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(made[static_cast<size_t>(r)].ok()) << made[static_cast<size_t>(r)].status().ToString();
+    job.sessions.push_back(std::move(made[static_cast<size_t>(r)]).value());
+    job.grads.emplace_back(plans[0].model().model(), testing::Layout::kSeparate);
+    EXPECT_TRUE(testing::RegisterAll(*job.sessions.back(), plans[0].model().model(), job.grads.back()).ok());
+  }
+  for (size_t p = 1; p < plans.size(); ++p)
+    OnEveryRank(world, [&](int r) { EXPECT_TRUE(job.sessions[static_cast<size_t>(r)]->AddPlan(plans[p]).ok()); });
+  return job;
+}
+
+std::vector<Floats> Step(Job& job, int it) {
+  const int world = static_cast<int>(job.sessions.size());
+  OnEveryRank(world, [&](int r) {
+    testing::FillGradients(job.grads[static_cast<size_t>(r)], r, it);
+    Session& s = *job.sessions[static_cast<size_t>(r)];
+    for (int i = 0; i < s.tensor_count(); ++i) EXPECT_TRUE(s.GradientReady(i).ok());
+    const Status done = s.Synchronize();
+    EXPECT_TRUE(done.ok()) << done.ToString();
+  });
+  std::vector<Floats> out;
+  for (const testing::Gradients& g : job.grads)
+    for (size_t t = 0; t < g.size(); ++t) out.emplace_back(g[t].begin(), g[t].end());
+  return out;
+}
+
+void ExpectSameDecisions(const GravacDecision& a, const GravacDecision& b) {
+  EXPECT_EQ(a.step, b.step);
+  EXPECT_EQ(a.ratio, b.ratio);
+  EXPECT_EQ(a.ratio_min, b.ratio_min);
+  EXPECT_EQ(a.ratio_c, b.ratio_c);
+  EXPECT_EQ(a.gain_min, b.gain_min);
+  EXPECT_EQ(a.gain_c, b.gain_c);
+  EXPECT_EQ(a.measured_ms, b.measured_ms);
+  EXPECT_EQ(a.next_ratio, b.next_ratio);
+}
+
+// The ranks' gradients differ, so do their local gains; the decisions are the same on every
+// rank, and a twin job that switches by hand (SwitchPlan) at the decided steps gets bitwise the
+// same averages and residuals: the controller's switches carry the error feedback as
+// SwitchPlan does (without the carry, the first step after a switch between two topk rungs
+// would differ).
+TEST(GravacSession, RanksDecideAlikeAndSwitchesCarryResiduals) {
+  const int world = 2;
+  const pb::Model m = testing::SmallModel();
+  const std::vector<pb::Plan> plans = Ladder(m, world);
+  comm::InProcessGroup adaptive_group(world), twin_group(world);
+  Job adaptive = MakeJob(adaptive_group, plans, world);
+  Job twin = MakeJob(twin_group, plans, world);
+  OnEveryRank(world, [&](int r) {
+    const Status s = adaptive.sessions[static_cast<size_t>(r)]->EnableGravac(Options(2, 0.2, 0.0));
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  ASSERT_EQ(adaptive.sessions[0]->active_plan(), 0);
+  const std::vector<double> ratios = {1, 0.5, 0.25, 0.05};
+  int compressed_switches = 0;
+  size_t seen = 0;
+  for (int it = 0; it < 16; ++it) {
+    EXPECT_EQ(Step(adaptive, it), Step(twin, it)) << "step " << it;
+    const std::vector<GravacDecision>& d0 = adaptive.sessions[0]->decisions();
+    ASSERT_EQ(d0.size(), static_cast<size_t>((it + 1) / 2));
+    for (int r = 1; r < world; ++r) {
+      const std::vector<GravacDecision>& dr = adaptive.sessions[static_cast<size_t>(r)]->decisions();
+      ASSERT_EQ(dr.size(), d0.size());
+      for (size_t i = 0; i < d0.size(); ++i) ExpectSameDecisions(d0[i], dr[i]);
+    }
+    if (d0.size() == seen) continue;
+    seen = d0.size();
+    const GravacDecision& d = d0.back();
+    const int next = static_cast<int>(std::find(ratios.begin(), ratios.end(), d.next_ratio) - ratios.begin());
+    ASSERT_LT(next, 4);
+    EXPECT_EQ(adaptive.sessions[0]->active_plan(), next);
+    if (d.ratio < 1 && d.next_ratio < 1 && d.ratio != d.next_ratio) ++compressed_switches;
+    OnEveryRank(world, [&](int r) { EXPECT_TRUE(twin.sessions[static_cast<size_t>(r)]->SwitchPlan(next).ok()); });
+  }
+  EXPECT_GT(compressed_switches, 0) << "the test needs a switch between two topk rungs";
+  for (int r = 0; r < world; ++r)
+    EXPECT_EQ(adaptive.sessions[static_cast<size_t>(r)]->ReadState().value(),
+              twin.sessions[static_cast<size_t>(r)]->ReadState().value());
+  // The probe's gains are those of the gradient: in (0, 1], the candidate's at most cf_min's.
+  for (const GravacDecision& d : adaptive.sessions[0]->decisions()) {
+    EXPECT_GT(d.gain_min, 0);
+    EXPECT_LE(d.gain_min, 1);
+    EXPECT_LE(d.gain_c, d.gain_min);
+    EXPECT_GT(d.bytes_sent, 0);
+  }
+}
+
+TEST(GravacSession, RefusesWhatIsNotALadderAndOptionsThatDiffer) {
+  const int world = 2;
+  const pb::Model m = testing::SmallModel();
+  {
+    comm::InProcessGroup group(world);
+    Job job = MakeJob(group, {testing::MakePlan(m, testing::Planned(), "topk", world)}, world);
+    OnEveryRank(world, [&](int r) {
+      const Status s = job.sessions[static_cast<size_t>(r)]->EnableGravac(GravacOptions{});
+      EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+      EXPECT_NE(s.message().find("EnableGravac: the session's plans are not a ladder"), std::string::npos)
+          << s.message();
+    });
+  }
+  {
+    comm::InProcessGroup group(world);
+    Job job = MakeJob(group, Ladder(m, world), world);
+    OnEveryRank(world, [&](int r) {
+      const Status s = job.sessions[static_cast<size_t>(r)]->EnableGravac(Options(r == 0 ? 100 : 200, 0.7, 0.01));
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(s.message().find("EnableGravac: the ranks' options differ; got rank 0: window 100"), std::string::npos)
+          << s.message();
+    });
+    OnEveryRank(world, [&](int r) {
+      const Status s = job.sessions[static_cast<size_t>(r)]->EnableGravac(Options(r == 0 ? 0 : 10, 0.7, 0.01));
+      EXPECT_EQ(s.code(), r == 0 ? StatusCode::kInvalidArgument : StatusCode::kFailedPrecondition) << s.message();
+      EXPECT_NE(s.message().find(r == 0 ? "GravacOptions.window" : "ranks 0 could not enable it"), std::string::npos)
+          << s.message();
+    });
+    EXPECT_TRUE(job.sessions[0]->decisions().empty());
+  }
+}
+
+// One rank, a plan predicting 1000 us from tensor 0's gradient to the last decode; steps whose
+// span the test sets on the session's clock.
+struct DriftJob {
+  explicit DriftJob(double threshold) : group(1) {
+    const pb::Model m = testing::SmallModel();
+    pb::Plan plan = testing::MakePlan(m, testing::Planned(), "fp32", 1);
+    plan.mutable_groups(plan.groups_size() - 1)->set_decode_end_us(1010);  // tensor 0 ready at 10
+    plan.mutable_predicted()->set_iteration_us(1100);
+    SessionOptions options;
+    options.clock = &clock;
+    options.drift_window = 4;
+    options.drift_threshold = threshold;
+    options.on_warning = [this](const std::string& w) { heard.push_back(w); };
+    session = Session::Create(plan, group.Rank(0), options).value();
+    grads = testing::Gradients(m, testing::Layout::kSeparate);
+    EXPECT_TRUE(testing::RegisterAll(*session, m, grads).ok());
+  }
+  void Steps(int count, double span_us) {
+    for (int i = 0; i < count; ++i) {
+      clock.Set(now_us);
+      for (int t = 0; t < session->tensor_count(); ++t) ASSERT_TRUE(session->GradientReady(t).ok());
+      clock.Set(now_us + span_us);
+      ASSERT_TRUE(session->Synchronize().ok());
+      now_us += span_us + 500;
+    }
+  }
+  ManualClock clock;
+  comm::InProcessGroup group;
+  std::unique_ptr<Session> session;
+  testing::Gradients grads;
+  std::vector<std::string> heard;
+  double now_us = 0;
+};
+
+TEST(DriftCheck, WarnsOnceWhenTheStepsLeaveThePrediction) {
+  DriftJob job(0.2);
+  job.Steps(4, 5000);  // the warm-up window is not judged
+  job.Steps(8, 1100);  // within 20%
+  EXPECT_TRUE(job.heard.empty());
+  job.Steps(4, 3000);  // +200%
+  ASSERT_EQ(job.heard.size(), 1u);
+  EXPECT_EQ(job.session->warnings(), job.heard);
+  const std::string& w = job.heard[0];
+  EXPECT_NE(w.find("plan: drift: steps 12-15 took 3 ms (median)"), std::string::npos) << w;
+  EXPECT_NE(w.find("the plan predicts 1 ms (+200%"), std::string::npos) << w;
+  EXPECT_NE(w.find("cupcake-profile"), std::string::npos) << w;
+  EXPECT_NE(w.find("cupcake-plan search"), std::string::npos) << w;
+  job.Steps(8, 300);  // once only
+  EXPECT_EQ(job.heard.size(), 1u);
+}
+
+TEST(DriftCheck, JudgesTheMedianAndCanBeTurnedOff) {
+  DriftJob job(0.2);
+  job.Steps(4, 1000);
+  job.Steps(1, 50000);  // one slow step in a window of 4: the median stays at 1000
+  job.Steps(3, 1000);
+  EXPECT_TRUE(job.heard.empty());
+  job.Steps(4, 700);  // -30%
+  EXPECT_EQ(job.heard.size(), 1u);
+  DriftJob off(0);
+  off.Steps(12, 9000);
+  EXPECT_TRUE(off.heard.empty());
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
