@@ -25,7 +25,8 @@ Bytes sent: with --bytes-iface IFACE (the testbed's eth0: one rank per network n
 rank's transmitted bytes on IFACE from /proc/net/dev, from before the first step to after the
 last (gloo's and MPI's traffic together, the evaluation's one broadcast per --eval-every steps
 included); without it, null (over loopback no counter separates a rank's traffic). The GraVAC arm
-also reports the runtime's own count (the sum of its decisions' bytes_sent).
+also reports the runtime's own count: the sum of its decisions' bytes_sent, each a window's payload
+bytes on that rank (docs/ADAPTIVE.md); a last, unfinished window is not in it.
 
 Output (rank 0): one JSON line on stdout (the run's numbers) and, with --record FILE, the same
 object plus every step's time and every evaluation as JSON. torch.distributed (gloo) is
@@ -202,7 +203,8 @@ def report(args, size, model, times, evals, sent, decisions):
     if decisions is not None:
         result["runtime_bytes_sent"] = sum(int(d.get("bytes_sent") or 0) for d in decisions)
         result["decisions"] = len(decisions)
-        result["final_ratio"] = decisions[-1].get("ratio") if decisions else None
+        # The rung in force after the last window (next_ratio; ratio where a decision lacks it).
+        result["final_ratio"] = decisions[-1].get("next_ratio", decisions[-1].get("ratio")) if decisions else None
     return result
 
 
