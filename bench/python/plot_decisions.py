@@ -1,6 +1,6 @@
 """Draws a GraVAC run's decisions (tta.py --decisions FILE: cupcake.torch's opt.decisions, one JSON
-object per line) over the steps: the ratio in force (log scale), the gains the controller weighed
-(gain_min, gain_c), and the predicted against the measured step time.
+object per line, docs/ADAPTIVE.md) over the steps: the ratio sent in each window (log scale), the
+gains the controller weighed (gain_min, gain_c), and the predicted against the measured step time.
 
   plot_decisions.py DECISIONS.jsonl OUT.png|OUT.svg
 
@@ -60,8 +60,14 @@ def draw(rows, out):
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
     steps = [r["step"] for r in rows]
+    # The ratio sent during each window, drawn to the window's end: the last window too, when the
+    # decisions carry their length (steps).
+    ratio_x, ratio_y = steps + [], [r["ratio"] for r in rows]
+    if number(rows[-1].get("steps")):
+        ratio_x.append(steps[-1] + rows[-1]["steps"])
+        ratio_y.append(ratio_y[-1])
     fig, (ax_ratio, ax_gain, ax_ms) = plt.subplots(3, 1, sharex=True, figsize=(8, 8))
-    ax_ratio.step(steps, [r["ratio"] for r in rows], where="post")
+    ax_ratio.step(ratio_x, ratio_y, where="post")
     ax_ratio.set_yscale("log")
     ax_ratio.set_ylabel("ratio (kept share)")
     ax_ratio.set_title("GraVAC decisions")
@@ -74,7 +80,7 @@ def draw(rows, out):
         if pts:
             ax_ms.plot([s for s, _ in pts], [v for _, v in pts], label=key)
     ax_ms.set_ylabel("step time (ms)")
-    ax_ms.set_xlabel("step")
+    ax_ms.set_xlabel("step (a window's first, as the decisions count them)")
     if ax_ms.lines:
         ax_ms.legend()
     fig.tight_layout()
