@@ -2,12 +2,16 @@
 "DDP with the PowerSGD hook" means the same job in every table (docs/PYTHON.md).
 
   wrap(arm, model, make_sgd, ...) -> (model_to_call, optimizer)
+  finish(arm, opt)      the job's last call, once its results are written
 
 arm: one of DDP_ARMS (torch DDP over gloo; torch.distributed must be initialized first) or
 "cupcake" (cupcake.torch.DistributedOptimizer over `plan`; record mode when plan is None and
 CUPCAKE_RECORD is set). make_sgd(module) -> a torch.optim.Optimizer over module's parameters:
 called once, on the DDP wrapper for DDP arms and on the model itself for Cupcake.
 """
+
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -49,3 +53,20 @@ def wrap(arm, model, make_sgd, *, bucket_mib=25, powersgd_rank=4, plan=None, mod
                                             start_powerSGD_iter=2)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     return ddp, make_sgd(ddp)
+
+
+def finish(arm, opt):
+    """Ends the process once its results are written: the optimizer closed, torch.distributed
+    left. DDP arms skip the interpreter's finalization (os._exit after flushing): with torch 1.13
+    over gloo, rank 0 of a finished `tta.py --arm ddp-fp32` job hung for 10 minutes at exit, its
+    main thread in ~Reducer -> ~ProcessGroupGloo joining a gloo worker that waited for the GIL to
+    free a tensor (gdb, 2026-11-26; once in about 15 DDP runs, under load). Nothing is left to do then, and no MPI
+    to finalize (a DDP arm never starts Cupcake's). Cupcake arms exit normally: the package
+    finalizes MPI at exit, as mpirun expects."""
+    if hasattr(opt, "close"):
+        opt.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if arm in DDP_ARMS:
+        os._exit(0)
+    dist.destroy_process_group()

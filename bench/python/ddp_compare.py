@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
 import train  # noqa: E402  (the example's model and data)
-from arms import DDP_ARMS, percentile, wrap  # noqa: E402  (the arms, shared with tta.py)
+from arms import DDP_ARMS, finish, percentile, wrap  # noqa: E402  (the arms, shared with tta.py)
 
 
 def main():
@@ -77,9 +77,7 @@ def main():
                           "p10_ms": round(percentile(ms, 0.1), 2), "p90_ms": round(percentile(ms, 0.9), 2),
                           "loss_start": round(first, 4), "loss_end": round(last, 4),
                           "steps": args.warmup + args.iters}), flush=True)
-    if hasattr(opt, "close"):
-        opt.close()
-    dist.destroy_process_group()
+    finish(args.arm, opt)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import digits
-from arms import DDP_ARMS, percentile, wrap
+from arms import DDP_ARMS, finish, percentile, wrap
 
 MODEL_NAME = "ttadigits"
 GRAVAC_MISSING = "unavailable: cupcake.torch has no GraVAC"
@@ -260,9 +260,7 @@ def main():
             with open(args.decisions, "w") as f:
                 for x in decisions:
                     f.write(json.dumps(x, default=float) + "\n")
-    if hasattr(opt, "close"):
-        opt.close()
-    dist.destroy_process_group()
+    finish(args.arm, opt)
     return 0
 
 

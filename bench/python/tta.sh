@@ -18,9 +18,12 @@
 # Usage: bench/python/tta.sh [--np 2] [--seeds 1,2,3] [--target 0.95] [--max-steps 3000]
 #          [--eval-every 10] [--batch 32] [--width 32] [--hidden 2048] [--lr 0.02]
 #          [--ratios 0.1,0.01,0.001] [--gravac-window 10] [--arms A,B,...] [--data FILE]
-#          [--testbed] [--build DIR] [--out DIR]
+#          [--run-timeout S] [--testbed] [--build DIR] [--out DIR]
 #   --target   held-out accuracy to reach; 0.95 is what DDP fp32 reaches on this model in ~130 steps
 #   --arms     run only these arms (names as above), e.g. for a smoke run
+#   --run-timeout  a run still going after S seconds (default 600 + MAX_STEPS: 1 s a step, 5-10x a
+#              step's time here) is killed and recorded as failed (exit 124), so a hung job cannot
+#              stall the evaluation
 #   --testbed  every MPI job on the testbed (scripts/testbed.sh up --hosts NP --ranks-per-host 1
 #              --rate RATE first; docs/TESTBED.md); each rank's bytes sent are then its host's eth0
 #              transmit counter (one rank per host)
@@ -30,7 +33,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 np=2 seeds=1,2,3 target=0.95 max_steps=3000 eval_every=10 batch=32 width=32 hidden=2048 lr=0.02
-ratios=0.1,0.01,0.001 gravac_window=10 arms="" data="" testbed=0 build="$root/build" out=""
+ratios=0.1,0.01,0.001 gravac_window=10 arms="" data="" testbed=0 build="$root/build" out="" run_timeout=""
 usage() { sed -n '/^# Usage:/,/^#          \[--testbed/p' "$0" | sed 's/^# *//' >&2; exit 2; }
 need() { [ $# -ge 2 ] || { echo "tta.sh: $1: expected a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -47,6 +50,7 @@ while [ $# -gt 0 ]; do
     --ratios) need "$@"; ratios="$2"; shift 2 ;;
     --gravac-window) need "$@"; gravac_window="$2"; shift 2 ;;
     --arms) need "$@"; arms="$2"; shift 2 ;;
+    --run-timeout) need "$@"; run_timeout="$2"; shift 2 ;;
     --data) need "$@"; data="$2"; shift 2 ;;
     --testbed) testbed=1; shift ;;
     --build) need "$@"; build="$2"; shift 2 ;;
@@ -60,7 +64,8 @@ done
 bad() { echo "tta.sh: $1: $2" >&2; exit 2; }
 [[ "$seeds" =~ ^[0-9]+(,[0-9]+)*$ ]] || bad --seeds "expected comma-separated integers; got '$seeds'"
 [[ "$ratios" =~ ^[0-9.eE-]+(,[0-9.eE-]+)*$ ]] || bad --ratios "expected comma-separated ratios in (0, 1); got '$ratios'"
-for v in np max_steps eval_every batch width hidden gravac_window; do
+for v in np max_steps eval_every batch width hidden gravac_window run_timeout; do
+  [ "$v" = run_timeout ] && run_timeout="${run_timeout:-$((600 + max_steps))}"  # max_steps checked by now
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || bad "--${v//_/-}" "expected an integer >= 1; got '${!v}'"
 done
 awk -v t="$target" 'BEGIN { exit !(t + 0 == t && t > 0 && t <= 1) }' || bad --target "expected 0 < target <= 1; got '$target'"
@@ -94,7 +99,7 @@ tta=("$python" "$root/bench/python/tta.py" --target "$target" --max-steps "$max_
      --batch "$batch" --width "$width" --hidden "$hidden" --lr "$lr" --data "$data" --gravac-window "$gravac_window")
 testbed_flag=""
 if [ "$testbed" = 1 ]; then tta+=(--bytes-iface eth0); testbed_flag=" --testbed"; fi
-command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max-steps $max_steps --eval-every $eval_every --batch $batch --width $width --hidden $hidden --lr $lr --ratios $ratios --gravac-window $gravac_window${arms:+ --arms $arms}$testbed_flag"
+command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max-steps $max_steps --eval-every $eval_every --batch $batch --width $width --hidden $hidden --lr $lr --ratios $ratios --gravac-window $gravac_window --run-timeout $run_timeout${arms:+ --arms $arms}$testbed_flag"
 bench_header "$command_line"
 
 # 1. Profile this cluster, record the model (the Cupcake arm in record mode; compute records 20
@@ -127,7 +132,7 @@ for seed in ${seeds//,/ }; do
       *) args=(--arm cupcake --plan "$out/$arm.pb") ;;
     esac
     log="$out/runs/$arm-seed$seed.log" rc=0
-    "${launch[@]}" "${tta[@]}" "${args[@]}" --name "$arm" --seed "$seed" --record "$out/runs/$arm-seed$seed.json" \
+    timeout --kill-after=30 "$run_timeout" "${launch[@]}" "${tta[@]}" "${args[@]}" --name "$arm" --seed "$seed" --record "$out/runs/$arm-seed$seed.json" \
       >"$log" 2>&1 || rc=$?
     if [ "$rc" = 0 ] && grep -q '^{' "$log"; then
       grep '^{' "$log" | tee -a "$results"
