@@ -37,6 +37,7 @@ Exit 0 after a run (reaching the target or not), 2 on bad flags, 1 on a bad data
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -128,6 +129,8 @@ def parse_args():
     parser.add_argument("--bytes-iface", help="count each rank's bytes sent on this interface (testbed: eth0)")
     parser.add_argument("--record", help="rank 0 writes the run with every step's time here (JSON)")
     parser.add_argument("--decisions", help="gravac: rank 0 writes opt.decisions here (JSON lines)")
+    parser.add_argument("--deadline-s", type=int, default=0,
+                        help="each rank is killed (SIGALRM) after this many seconds; 0: never")
     args = parser.parse_args()
     recording = bool(os.environ.get("CUPCAKE_RECORD"))
     if args.arm == "cupcake" and (args.plan is None) == (not recording):
@@ -141,6 +144,8 @@ def parse_args():
             parser.error("--%s: out of range; got %d, expected >= 1" % (flag.replace("_", "-"), getattr(args, flag)))
     if args.lr <= 0:
         parser.error("--lr: out of range; got %g, expected > 0" % args.lr)
+    if args.deadline_s < 0:
+        parser.error("--deadline-s: out of range; got %d, expected >= 0" % args.deadline_s)
     args.name = args.name or args.arm
     return args
 
@@ -210,6 +215,10 @@ def report(args, size, model, times, evals, sent, decisions):
 
 def main():
     args = parse_args()
+    # A deadline the rank enforces on itself: SIGALRM's default action ends the process even when
+    # it is stuck in C (a collective, a shutdown join), and mpirun then ends the job. A timeout
+    # around mpirun alone left the ranks running on once mpirun was killed.
+    signal.alarm(args.deadline_s)
     if args.arm == "gravac":
         import cupcake.torch
         if not hasattr(cupcake.torch, "GraVAC"):

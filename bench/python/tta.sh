@@ -22,8 +22,8 @@
 #   --target   held-out accuracy to reach; 0.95 is what DDP fp32 reaches on this model in ~130 steps
 #   --arms     run only these arms (names as above), e.g. for a smoke run
 #   --run-timeout  a run still going after S seconds (default 600 + MAX_STEPS: 1 s a step, 5-10x a
-#              step's time here) is killed and recorded as failed (exit 124), so a hung job cannot
-#              stall the evaluation
+#              step's time here) is killed and recorded as failed (exit non-zero), so a hung job
+#              cannot stall the evaluation
 #   --testbed  every MPI job on the testbed (scripts/testbed.sh up --hosts NP --ranks-per-host 1
 #              --rate RATE first; docs/TESTBED.md); each rank's bytes sent are then its host's eth0
 #              transmit counter (one rank per host)
@@ -132,8 +132,10 @@ for seed in ${seeds//,/ }; do
       *) args=(--arm cupcake --plan "$out/$arm.pb") ;;
     esac
     log="$out/runs/$arm-seed$seed.log" rc=0
-    timeout --kill-after=30 "$run_timeout" "${launch[@]}" "${tta[@]}" "${args[@]}" --name "$arm" --seed "$seed" --record "$out/runs/$arm-seed$seed.json" \
-      >"$log" 2>&1 || rc=$?
+    # Each rank ends itself after run_timeout s (tta.py --deadline-s, SIGALRM: exit 142 or mpirun's
+    # abort); the outer timeout, a minute later, is for a launcher that hangs.
+    timeout --kill-after=30 "$((run_timeout + 60))" "${launch[@]}" "${tta[@]}" "${args[@]}" --name "$arm" \
+      --seed "$seed" --record "$out/runs/$arm-seed$seed.json" --deadline-s "$run_timeout" >"$log" 2>&1 || rc=$?
     if [ "$rc" = 0 ] && grep -q '^{' "$log"; then
       grep '^{' "$log" | tee -a "$results"
       decisions="$out/runs/$arm-seed$seed.decisions.jsonl"
