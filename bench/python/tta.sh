@@ -34,7 +34,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 np=2 seeds=1,2,3 target=0.95 max_steps=3000 eval_every=10 batch=32 width=32 hidden=2048 lr=0.02
 ratios=0.1,0.01,0.001 gravac_window=10 arms="" data="" testbed=0 build="$root/build" out="" run_timeout=""
-usage() { sed -n '/^# Usage:/,/^#          \[--testbed/p' "$0" | sed 's/^# *//' >&2; exit 2; }
+usage() { sed -n '/^# Usage:/,/^# Environment:/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 need() { [ $# -ge 2 ] || { echo "tta.sh: $1: expected a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -55,7 +55,7 @@ while [ $# -gt 0 ]; do
     --testbed) testbed=1; shift ;;
     --build) need "$@"; build="$2"; shift 2 ;;
     --out) need "$@"; out="$2"; shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) usage 0 ;;
     *) echo "tta.sh: unknown flag $1" >&2; usage ;;
   esac
 done
