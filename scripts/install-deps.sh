@@ -21,6 +21,10 @@ packages=(
   # tests and examples/python train with python3-torch (Debian's PyTorch 1.13, on the same
   # libtorch as libtorch-dev). Without them the package or its tests are left out or skipped.
   python3-dev pybind11-dev python3-torch
+  # The time-to-accuracy harness (bench/python/tta.sh) trains on the handwritten digits that
+  # python3-sklearn ships (sklearn/datasets/data/digits.csv.gz, read by bench/python/digits.py,
+  # not by sklearn); the loader's test checks that file when it is there.
+  python3-sklearn
 )
 
 missing=()

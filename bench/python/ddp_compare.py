@@ -25,42 +25,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python"))
 import train  # noqa: E402  (the example's model and data)
-
-
-def percentile(values, q):
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
-def make_optimizer(args, model):
-    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9)  # noqa: E731
-    if args.arm == "cupcake":
-        import cupcake.torch
-        return model, cupcake.torch.DistributedOptimizer(sgd(model), model.named_parameters(), plan=args.plan,
-                                                         model_name=args.model_name)
-    if args.arm == "ddp-powersgd":
-        # One bucket size throughout: torch 1.13's powerSGD_hook issues its later allreduces from
-        # gloo's callback threads, so two buckets in flight (DDP's 1 MiB first bucket and the rest)
-        # reach gloo in different orders on different ranks and the job aborts ("op.preamble.length
-        # <= op.nbytes"). With the first bucket as large as the others, a model under 25 MiB is one.
-        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_mib * 2**20)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mib)
-    if args.arm == "ddp-fp16":
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif args.arm == "ddp-powersgd":
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-        # PowerSGD from the second step on (vanilla allreduce before: its warm-up), so every timed
-        # iteration compresses; error feedback and warm start as the hook's defaults.
-        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
-                                            start_powerSGD_iter=2)
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    return ddp, sgd(ddp)
+from arms import DDP_ARMS, finish, percentile, wrap  # noqa: E402  (the arms, shared with tta.py)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arm", required=True, choices=["ddp-fp32", "ddp-fp16", "ddp-powersgd", "cupcake"])
+    parser.add_argument("--arm", required=True, choices=list(DDP_ARMS) + ["cupcake"])
     parser.add_argument("--plan")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--iters", type=int, default=200)
@@ -83,7 +53,9 @@ def main():
     dist.init_process_group("gloo", rank=rank, world_size=size)
     data = train.Data(args.batch)
     model = train.make_model(args.width, args.hidden)
-    model, opt = make_optimizer(args, model)
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9)  # noqa: E731
+    model, opt = wrap(args.arm, model, sgd, bucket_mib=args.bucket_mib, powersgd_rank=args.powersgd_rank,
+                      plan=args.plan, model_name=args.model_name)
     first = data.eval_loss(model)
     times = []
     for step in range(args.warmup + args.iters):
@@ -105,9 +77,7 @@ def main():
                           "p10_ms": round(percentile(ms, 0.1), 2), "p90_ms": round(percentile(ms, 0.9), 2),
                           "loss_start": round(first, 4), "loss_end": round(last, 4),
                           "steps": args.warmup + args.iters}), flush=True)
-    if hasattr(opt, "close"):
-        opt.close()
-    dist.destroy_process_group()
+    finish(args.arm, opt)
 
 
 if __name__ == "__main__":

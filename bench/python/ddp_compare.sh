@@ -34,56 +34,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 python="${PYTHON:-/usr/bin/python3}"
-cores="$(nproc --all)"
 out="${out:-$build/bench/python/ddp_compare}"
 mkdir -p "$out"
 db="$out/profile.db"
-rm -f "$db"
-export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
-export OMP_NUM_THREADS=1
 export MASTER_PORT="${MASTER_PORT:-29517}"
-profile_tool="$build/tools/cupcake-profile" plan_tool="$build/tools/cupcake-plan"
+plan_tool="$build/tools/cupcake-plan"
+# shellcheck source=bench/python/common.sh
+. "$root/bench/python/common.sh"
+bench_launch
 "$python" -c "import torch, cupcake.torch" || { echo "ddp_compare.sh: $python cannot import torch and cupcake.torch (python3-torch; scripts/build.sh)" >&2; exit 1; }
-
-# How an MPI job is launched: loopback mpirun, or across the testbed's hosts.
-if [ "$testbed" = 1 ]; then
-  export MASTER_ADDR="${CUPCAKE_TESTBED_NET:-10.77.0}.1"
-  export GLOO_SOCKET_IFNAME=eth0  # the testbed's link (gloo would resolve the host name otherwise)
-  launch=("$root/scripts/testbed.sh" run)
-  for v in PYTHONPATH OMP_NUM_THREADS MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME; do
-    launch+=(--mpirun-arg -x --mpirun-arg "$v")
-  done
-  # The record job also needs what `cupcake-profile compute` sets.
-  record_launch=("${launch[@]}" --mpirun-arg -x --mpirun-arg CUPCAKE_RECORD --mpirun-arg -x
-                 --mpirun-arg CUPCAKE_RECORD_ITERATIONS --)
-  launch+=(--)
-  where="testbed: $("$root/scripts/testbed.sh" status 2>&1 | tr '\n' ' ')"
-else
-  export MASTER_ADDR=127.0.0.1
-  launch=(mpirun --oversubscribe --bind-to none -np "$np")
-  if [ "$(id -u)" = 0 ]; then launch+=(--allow-run-as-root); fi
-  record_launch=("${launch[@]}")
-  where="loopback: $np ranks on one host (mpirun --bind-to none)"
-fi
 bench=("$python" "$root/bench/python/ddp_compare.py" --warmup "$warmup" --iters "$iters" --batch "$batch"
        --width "$width" --hidden "$hidden" --lr "$lr")
+bench_header "bench/python/ddp_compare.sh --np $np --warmup $warmup --iters $iters --batch $batch --width $width --hidden $hidden --lr $lr --rounds $rounds$([ "$testbed" = 1 ] && echo " --testbed")"
 
-{
-  echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(lscpu | sed -n 's/^Model name: *//p') ($cores cores)"
-  echo "# command: bench/python/ddp_compare.sh --np $np --warmup $warmup --iters $iters --batch $batch --width $width --hidden $hidden --lr $lr --rounds $rounds$([ "$testbed" = 1 ] && echo " --testbed")"
-  echo "# $where"
-  echo "# torch $("$python" -c 'import torch; print(torch.__version__)'), $(mpirun --version | head -1)"
-  echo "# load before: $(uptime)"
-} | tee "$out/header.txt"
-
-# 1. Profile this cluster and record the model (Cupcake's arm in record mode), then extend the
-#    curves to the model's size (--max-bytes/--max-elements auto) and plan.
-"${launch[@]}" "$profile_tool" comm --db "$db" --quick --ops allreduce,allgather >"$out/comm.log"
-"$profile_tool" kernels --db "$db" --device cpu --quick --compressors fp32,efsignsgd,topk >"$out/kernels.log"
-"$profile_tool" compute --db "$db" --iterations 20 -- "${record_launch[@]}" "${bench[@]}" --arm cupcake --warmup 1 --iters 25 \
-  >"$out/record.log" 2>&1 || { cat "$out/record.log" >&2; exit 1; }
-"${launch[@]}" "$profile_tool" comm --db "$db" --ops allreduce,allgather --min-bytes 1048576 --max-bytes auto >>"$out/comm.log"
-"$profile_tool" kernels --db "$db" --device cpu --compressors efsignsgd,topk --max-elements auto >>"$out/kernels.log"
+# 1. Profile this cluster and record the model (Cupcake's arm in record mode), then plan.
+bench_profile "$db" "--compressors fp32,efsignsgd,topk" -- "${bench[@]}" --arm cupcake --warmup 1 --iters 25
 for c in efsignsgd topk; do
   "$plan_tool" search --model-name ddpbench --profile "$db" --compressor "$c" -o "$out/$c.pb" >"$out/plan-$c.txt"
   sed -n 's/^groups *//p; s/^predicted *//p' "$out/plan-$c.txt" | tr '\n' ' ' | sed "s/^/# plan $c: groups /; s/$/\n/"

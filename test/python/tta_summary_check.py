@@ -1,0 +1,72 @@
+"""bench/python/tta_summary.py, the summary of the time-to-accuracy harness: hand-made runs of
+three arms (one seed of which missed the target, one arm unavailable) give the medians, spreads
+and ratio worked out by hand below; a malformed results line is named. One process, no torch.
+
+  tta_summary_check.py        (PYTHONPATH must reach bench/python)
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import tta_summary
+
+
+def run(seed, name, t, steps, acc, step_ms, sent=None, reached=True):
+    return {"name": name, "arm": name, "seed": seed, "status": "ok", "reached": reached,
+            "time_to_target_s": t if reached else None, "steps_to_target": steps if reached else None,
+            "final_accuracy": acc, "step_median_ms": step_ms, "bytes_sent_per_rank": sent,
+            "ranks": 2, "batch_per_rank": 32, "params": 10, "gradient_mib": 0.0, "lr": 0.02, "target": 0.95,
+            "eval_every": 10, "max_steps": 100}
+
+
+def expect_eq(what, got, expected):
+    if got != expected:
+        print("FAIL: %s; got %r, expected %r" % (what, got, expected))
+        sys.exit(1)
+
+
+def main():
+    rows = [run(1, "ddp-fp32", 12.0, 130, 0.95, 100.0), run(1, "topk", 6.0, 200, 0.96, 30.0, [100, 300]),
+            {"name": "gravac", "seed": 1, "status": "unavailable: cupcake.torch has no GraVAC"},
+            run(2, "ddp-fp32", 10.0, 120, 0.96, 90.0), run(2, "topk", 0, 0, 0.90, 32.0, [200, 100], reached=False),
+            run(3, "ddp-fp32", 14.0, 140, 0.97, 110.0), run(3, "topk", 4.0, 190, 0.95, 31.0, [50, 60])]
+    s = tta_summary.summarize(rows)
+    expect_eq("arm order", list(s), ["ddp-fp32", "topk", "gravac"])
+    expect_eq("ddp median time", s["ddp-fp32"]["median_time_to_target_s"], 12.0)
+    expect_eq("topk reached", (s["topk"]["ok"], s["topk"]["reached"]), (3, 2))
+    expect_eq("topk median time (reached seeds 1 and 3)", s["topk"]["median_time_to_target_s"], 5.0)
+    expect_eq("topk bytes (largest rank per run)", s["topk"]["bytes_sent_per_rank"], [300, 200, 60])
+    table = tta_summary.table(s)
+    expect_eq("header", table[0].split(), ["arm", "ok/runs", "reached", "time_to_target_s", "steps_to_target",
+                                           "final_accuracy", "step_median_ms", "bytes_sent_per_rank", "vs_ddp32"])
+    # ddp: times 12, 10, 14 -> 12.00 [10.00-14.00]; ratio 12 / 12. topk: 6, 4 -> median 5; 12 / 5 = 2.40x;
+    # steps 200, 190 -> 195 (%d of 195.0); accuracy 0.96, 0.90, 0.95 -> 0.9500; bytes 300, 200, 60 -> 200.
+    expect_eq("ddp row", table[1].split(), ["ddp-fp32", "3/3", "3/3", "12.00", "[10.00-14.00]", "130", "[120-140]",
+                                            "0.9600", "[0.9500-0.9700]", "100.0", "[90.0-110.0]", "-", "1.00x"])
+    expect_eq("topk row", table[2].split(), ["topk", "3/3", "2/3", "5.00", "[4.00-6.00]", "195", "[190-200]",
+                                             "0.9500", "[0.9000-0.9600]", "31.0", "[30.0-32.0]", "200", "[60-300]",
+                                             "2.40x"])
+    expect_eq("gravac row", table[3].split(None, 3), ["gravac", "0/1", "-", "unavailable: cupcake.torch has no GraVAC"])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        good = os.path.join(tmp, "results.jsonl")
+        with open(good, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        out = os.path.join(tmp, "results.json")
+        p = subprocess.run([sys.executable, tta_summary.__file__, good, out], capture_output=True, text=True)
+        expect_eq("exit", p.returncode, 0)
+        expect_eq("results.json runs", len(json.load(open(out))["runs"]), 7)
+        bad = os.path.join(tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(json.dumps(rows[0]) + "\n{\"seed\": 1}\n")
+        p = subprocess.run([sys.executable, tta_summary.__file__, bad, out], capture_output=True, text=True)
+        expect_eq("bad line exit", p.returncode, 1)
+        expect_eq("bad line message", p.stderr, "tta_summary.py: %s:2: missing 'name' or 'status'\n" % bad)
+    print("ok: tta summary")
+
+
+if __name__ == "__main__":
+    main()
