@@ -216,6 +216,7 @@ int cupcake_session_enable_gravac(cupcake_session* session, const cupcake_gravac
     if (options->epsilon != 0) o.epsilon = options->epsilon;
     if (options->omega != 0) o.omega = options->omega;
     if (options->measured_tolerance != 0) o.measured_tolerance = options->measured_tolerance;
+    if (options->probe_every != 0) o.probe_every = options->probe_every;
   }
   return Report(session->session->EnableGravac(o));
 }

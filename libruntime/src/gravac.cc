@@ -207,6 +207,7 @@ Status CheckGravacOptions(const GravacOptions& o) {
                 Text(got) + ", expected " + expected;
   };
   if (o.window < 1) bad("window", o.window, ">= 1 (steps)");
+  if (o.probe_every < 1) bad("probe_every", o.probe_every, ">= 1 (steps)");
   if (!(o.epsilon > 0 && o.epsilon <= 1)) bad("epsilon", o.epsilon, "0 < epsilon <= 1");
   if (!(o.omega >= 0 && o.omega < 1)) bad("omega", o.omega, "0 <= omega < 1");
   if (!(o.measured_tolerance >= 0 && std::isfinite(o.measured_tolerance)))

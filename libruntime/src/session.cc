@@ -72,6 +72,7 @@ struct GravacVote {
   int32_t ok = 0;
   int32_t window = 0;
   double epsilon = 0, omega = 0, measured_tolerance = 0;
+  int32_t probe_every = 0;
 };
 
 }  // namespace
@@ -145,7 +146,9 @@ class Session::Impl {
     Status local = internal::CheckGravacOptions(options);
     if (local.ok()) local = CheckLadder();
     if (!local.ok()) local = local.WithPrefix("EnableGravac");
-    GravacVote mine{local.ok() ? 1 : 0, options.window, options.epsilon, options.omega, options.measured_tolerance};
+    GravacVote mine{local.ok() ? 1 : 0,   options.window,
+                    options.epsilon,       options.omega,
+                    options.measured_tolerance, options.probe_every};
     std::vector<GravacVote> votes(static_cast<size_t>(comm_->size()));
     CUPCAKE_RETURN_IF_ERROR(
         comm_->Allgather(&mine, votes.data(), sizeof(GravacVote)).WithPrefix("EnableGravac: options exchange"));
@@ -156,10 +159,10 @@ class Session::Impl {
       const GravacVote& v = votes[r];
       if (!v.ok) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
       differ = differ || v.window != mine.window || v.epsilon != mine.epsilon || v.omega != mine.omega ||
-               v.measured_tolerance != mine.measured_tolerance;
+               v.measured_tolerance != mine.measured_tolerance || v.probe_every != mine.probe_every;
       std::ostringstream o;
       o << "rank " << r << ": window " << v.window << ", epsilon " << v.epsilon << ", omega " << v.omega
-        << ", measured_tolerance " << v.measured_tolerance;
+        << ", measured_tolerance " << v.measured_tolerance << ", probe_every " << v.probe_every;
       options_text += (r ? "; " : "") + o.str();
     }
     if (!failed.empty())
@@ -180,7 +183,6 @@ class Session::Impl {
                                          slot_options_.clock, comm_->size());
     CUPCAKE_RETURN_IF_ERROR(Activate(gravac_->controller.sent(), "EnableGravac"));
     StartWindow();
-    gain_ = &gravac_->probe;
     return Status::Ok();
   }
 
@@ -368,6 +370,7 @@ class Session::Impl {
     a.bytes = 0;
     a.measured_us = 0;
     a.measured_steps = 0;
+    gain_ = &a.probe;  // a window's first step is probed
   }
 
   // One synchronized step of GraVAC's window; at its end the ranks exchange their sums, every
@@ -380,7 +383,10 @@ class Session::Impl {
       a.measured_us += now_us - last_end_us_;
       ++a.measured_steps;
     }
-    if (a.steps < a.options.window) return Status::Ok();
+    if (a.steps < a.options.window) {
+      gain_ = a.steps % a.options.probe_every == 0 ? &a.probe : nullptr;
+      return Status::Ok();
+    }
     double cost_us = 0;
     const internal::GainSums mine = a.probe.Take(&cost_us);
     const double fields[Adaptive::kFields] = {mine.input, mine.min, mine.cand, a.measured_us,

@@ -155,18 +155,21 @@ class GraVAC:
     """GraVAC's options (docs/ADAPTIVE.md) for DistributedOptimizer(adapt=...): the compression
     ratio is chosen per window of `window` steps among a ladder's rungs, from the compression gain
     of the gradients (threshold `epsilon`, saturation `omega`) and the rungs' iteration times.
-    log: a path; rank 0 appends each window's decision there as a JSON line (None: no log)."""
+    probe_every: the gain is measured on every probe_every-th step of a window (less of the
+    probe's cost per step). log: a path; rank 0 appends each window's decision there as a JSON
+    line (None: no log)."""
 
-    def __init__(self, window=500, epsilon=0.7, omega=0.01, measured_tolerance=0.1, log=None):
+    def __init__(self, window=500, epsilon=0.7, omega=0.01, measured_tolerance=0.1, probe_every=1, log=None):
         self.window = window
         self.epsilon = epsilon
         self.omega = omega
         self.measured_tolerance = measured_tolerance
+        self.probe_every = probe_every
         self.log = log
 
     def __repr__(self):
-        return "GraVAC(window=%r, epsilon=%r, omega=%r, measured_tolerance=%r, log=%r)" % (
-            self.window, self.epsilon, self.omega, self.measured_tolerance, self.log)
+        return "GraVAC(window=%r, epsilon=%r, omega=%r, measured_tolerance=%r, probe_every=%r, log=%r)" % (
+            self.window, self.epsilon, self.omega, self.measured_tolerance, self.probe_every, self.log)
 
 
 @_raised_here
@@ -353,7 +356,7 @@ class _State:
         if self.adapt is not None:
             a = self.adapt
             with self._on_device():
-                self.session.enable_gravac(a.window, a.epsilon, a.omega, a.measured_tolerance)
+                self.session.enable_gravac(a.window, a.epsilon, a.omega, a.measured_tolerance, a.probe_every)
 
     def use_ratio(self, ratio):
         if self.session is None:

@@ -288,14 +288,15 @@ void BindSession(py::module_& m) {
           "error feedback carries over.")
       .def(
           "enable_gravac",
-          [](PySession& s, int window, double epsilon, double omega, double measured_tolerance) {
+          [](PySession& s, int window, double epsilon, double omega, double measured_tolerance, int probe_every) {
             runtime::Session& session = s.Get();
-            const runtime::GravacOptions options{window, epsilon, omega, measured_tolerance};
+            const runtime::GravacOptions options{window, epsilon, omega, measured_tolerance, probe_every};
             CheckWithoutGil([&] { return session.EnableGravac(options); });
           },
           py::arg("window") = runtime::GravacOptions{}.window, py::arg("epsilon") = runtime::GravacOptions{}.epsilon,
           py::arg("omega") = runtime::GravacOptions{}.omega,
           py::arg("measured_tolerance") = runtime::GravacOptions{}.measured_tolerance,
+          py::arg("probe_every") = runtime::GravacOptions{}.probe_every,
           "Collective, between steps: GraVAC chooses the ladder's rung per window (docs/ADAPTIVE.md).")
       .def_property_readonly("decisions",
                              [](const PySession& s) {

@@ -80,11 +80,11 @@ TEST_F(CApi, AdaptsOverALadderWithGravac) {
   InProcessGroup group(1);
   cupcake_session* s = nullptr;
   ASSERT_EQ(internal::CreateCSession(path.c_str(), group.Rank(0), {}, &s), CUPCAKE_OK) << cupcake_last_error();
-  cupcake_gravac_options bad = {-1, 0, 0, 0};
+  cupcake_gravac_options bad = {-1, 0, 0, 0, 0};
   EXPECT_EQ(cupcake_session_enable_gravac(s, &bad), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_NE(std::string(cupcake_last_error()).find("GravacOptions.window: out of range; got -1"), std::string::npos)
       << cupcake_last_error();
-  cupcake_gravac_options o = {1, 0.5, 0, 0};
+  cupcake_gravac_options o = {1, 0.5, 0, 0, 0};
   ASSERT_EQ(cupcake_session_enable_gravac(s, &o), CUPCAKE_OK) << cupcake_last_error();
   float a[3] = {3, -4, 0}, b[2] = {1, 0};  // at 0.5 each tensor keeps one element: -4 and 1
   ASSERT_EQ(cupcake_session_register(s, "t0", a, 3), CUPCAKE_OK);

@@ -357,6 +357,44 @@ TEST(GravacSession, RanksDecideAlikeAndSwitchesCarryResiduals) {
   }
 }
 
+// probe_every = 2 with a window of 2: only each window's first step is probed. One rank on the
+// fp32 rung (epsilon 1 keeps it dense; one group, no memory): the first decision's gain_min is
+// step 0's top half of the squares over all of them, not steps 0 and 1 together.
+TEST(GravacSession, ProbesEveryNthStepOnly) {
+  const pb::Model m = testing::SmallModel();
+  const auto top_half = [&](std::vector<int> steps) {
+    std::vector<float> sq;
+    for (int it : steps)
+      for (int t = 0; t < m.tensors_size(); ++t)
+        for (int64_t j = 0; j < m.tensors(t).numel(); ++j) {
+          const float v = testing::TestGradient(0, it, t, j);
+          sq.push_back(v * v);
+        }
+    // Per step: the probe keeps floor(n / 2) of each step's one group.
+    double input = 0, kept = 0;
+    const size_t n = sq.size() / steps.size();
+    for (size_t s = 0; s < steps.size(); ++s) {
+      std::vector<float> one(sq.begin() + s * n, sq.begin() + (s + 1) * n);
+      std::sort(one.begin(), one.end(), std::greater<>());
+      for (size_t i = 0; i < n; ++i) (i < n / 2 ? kept : input) += one[i];
+    }
+    return kept / (input + kept);
+  };
+  ASSERT_NE(top_half({0}), top_half({0, 1})) << "the test needs steps whose gains differ";
+  for (int every : {1, 2}) {
+    comm::InProcessGroup group(1);
+    Job job = MakeJob(group, Ladder(m, 1), 1);
+    GravacOptions o = Options(2, 1.0, 0.0);
+    o.probe_every = every;
+    ASSERT_TRUE(job.sessions[0]->EnableGravac(o).ok());
+    Step(job, 0);
+    Step(job, 1);
+    ASSERT_EQ(job.sessions[0]->decisions().size(), 1u);
+    EXPECT_DOUBLE_EQ(job.sessions[0]->decisions()[0].gain_min, every == 2 ? top_half({0}) : top_half({0, 1}))
+        << "probe_every " << every;
+  }
+}
+
 TEST(GravacSession, RefusesWhatIsNotALadderAndOptionsThatDiffer) {
   const int world = 2;
   const pb::Model m = testing::SmallModel();

@@ -114,6 +114,7 @@ typedef struct cupcake_gravac_options {
   double epsilon;  /* gain threshold in (0, 1]; default 0.7 */
   double omega;  /* saturation threshold in [0, 1); default 0.01 */
   double measured_tolerance;  /* >= 0; default 0.1 */
+  int probe_every;  /* the gain measured on every probe_every-th step of a window; default 1 */
 } cupcake_gravac_options;
 int cupcake_session_enable_gravac(cupcake_session* session, const cupcake_gravac_options* options);
 /* One window's decision (GravacDecision), the same on every rank; ratios: 1 is the fp32 rung. */

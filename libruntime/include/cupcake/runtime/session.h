@@ -94,6 +94,10 @@ struct GravacOptions {
   // A rung's system time is its plan's predicted iteration time, replaced by the measured one
   // once the rung has run a window and the two differ by more than this fraction (>= 0).
   double measured_tolerance = 0.1;
+  // The gain probe runs on every probe_every-th step of a window (its first step, then every
+  // probe_every-th): the gains are ratios of sums, so fewer steps estimate them with less of
+  // the probe's cost. >= 1.
+  int probe_every = 1;
 };
 
 // One window of GraVAC, the same on every rank (ratios: 1 is the fp32 rung).
