@@ -1,0 +1,825 @@
+// Checkpointer (checkpoint.h, docs/CHECKPOINT.md): snapshots in a POSIX shared-memory segment
+// per rank with two slots, a background copy per commit, agreement on the newest step every rank
+// holds, persisted files written durably.
+#include "cupcake/runtime/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "checkpoint_format.h"
+#include "cupcake/proto/file_io.h"
+
+namespace cupcake::runtime {
+namespace internal {
+
+namespace {
+inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL, kPrime2 = 0xC2B2AE3D27D4EB4FULL;
+inline uint64_t Mix(uint64_t lane, uint64_t word) { return Rotl(lane + word * kPrime2, 31) * kPrime1; }
+}  // namespace
+
+uint64_t Checksum(const std::byte* data, size_t bytes) {
+  uint64_t lanes[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
+  size_t at = 0;
+  for (; at + 32 <= bytes; at += 32) {
+    uint64_t w[4];
+    std::memcpy(w, data + at, 32);
+    for (int l = 0; l < 4; ++l) lanes[l] = Mix(lanes[l], w[l]);
+  }
+  uint64_t h = Rotl(lanes[0], 1) + Rotl(lanes[1], 7) + Rotl(lanes[2], 12) + Rotl(lanes[3], 18);
+  for (; at + 8 <= bytes; at += 8) {
+    uint64_t w;
+    std::memcpy(&w, data + at, 8);
+    h = Mix(h, w);
+  }
+  for (; at < bytes; ++at) h = Mix(h, static_cast<uint64_t>(data[at]) + 1);
+  h ^= bytes;
+  h ^= h >> 33;
+  h *= kPrime2;
+  h ^= h >> 29;
+  return h;
+}
+
+int64_t DirectoryBytes(const std::vector<std::string>& names, size_t metadata_bytes) {
+  int64_t bytes = 8 + 8 + 4 + 4 + 8 + 4 + 4;
+  for (const std::string& n : names) bytes += 4 + 4 + 8 + static_cast<int64_t>(n.size());
+  return bytes + static_cast<int64_t>(metadata_bytes);
+}
+
+namespace {
+// Reads fields in order from a payload, checking each against its end.
+class Reader {
+ public:
+  Reader(std::span<const std::byte> bytes, const std::string& source) : bytes_(bytes), source_(source) {}
+  template <typename T>
+  Status Read(T* out, const char* field) {
+    if (at_ + sizeof(T) > bytes_.size()) return Truncated(field, sizeof(T));
+    std::memcpy(out, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return Status::Ok();
+  }
+  Status ReadString(uint64_t n, std::string* out, const std::string& field) {
+    if (n > bytes_.size() - at_) return Truncated(field.c_str(), n);
+    out->assign(reinterpret_cast<const char*>(bytes_.data() + at_), n);  // NOLINT: bytes as chars
+    at_ += n;
+    return Status::Ok();
+  }
+  size_t at() const { return at_; }
+
+ private:
+  Status Truncated(const char* field, uint64_t n) const {
+    return DataLossError(source_ + ": " + field + ": truncated; got " + std::to_string(bytes_.size() - at_) +
+                         " bytes left, expected " + std::to_string(n));
+  }
+  std::span<const std::byte> bytes_;
+  const std::string& source_;
+  size_t at_ = 0;
+};
+}  // namespace
+
+StatusOr<ParsedSnapshot> ParseSnapshot(std::span<const std::byte> payload, const std::string& source) {
+  Reader r(payload, source);
+  char magic[8];
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&magic, "magic"));
+  if (std::memcmp(magic, kSnapshotMagic, 8) != 0)
+    return DataLossError(source + ": magic: not a Cupcake snapshot; got '" + std::string(magic, 8) +
+                         "', expected 'CUPCKSN1'");
+  ParsedSnapshot s;
+  uint64_t metadata_bytes = 0;
+  uint32_t count = 0, zero = 0;
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.step, "step"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.rank, "rank"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.world_size, "world_size"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&metadata_bytes, "metadata_bytes"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&count, "entry_count"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&zero, "entry_count"));
+  std::vector<uint64_t> sizes(count);
+  for (uint32_t e = 0; e < count; ++e) {
+    const std::string field = "entries[" + std::to_string(e) + "]";
+    uint32_t name_bytes = 0;
+    uint64_t size_bytes = 0;
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&name_bytes, (field + ".name").c_str()));
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&zero, (field + ".name").c_str()));
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&size_bytes, (field + ".size_bytes").c_str()));
+    SnapshotEntry entry;
+    CUPCAKE_RETURN_IF_ERROR(r.ReadString(name_bytes, &entry.name, field + ".name"));
+    sizes[e] = size_bytes;
+    s.entries.push_back(std::move(entry));
+  }
+  CUPCAKE_RETURN_IF_ERROR(r.ReadString(metadata_bytes, &s.metadata, "metadata"));
+  uint64_t at = r.at();
+  for (uint32_t e = 0; e < count; ++e) {
+    if (sizes[e] > payload.size() - at)
+      return DataLossError(source + ": entries[" + std::to_string(e) + "].size_bytes: beyond the payload; got " +
+                           std::to_string(sizes[e]) + ", expected <= " + std::to_string(payload.size() - at) +
+                           " (bytes left)");
+    s.entries[e].offset = static_cast<int64_t>(at);
+    s.entries[e].size_bytes = static_cast<int64_t>(sizes[e]);
+    at += sizes[e];
+  }
+  if (at != payload.size())
+    return DataLossError(source + ": payload_bytes: does not match the entries; got " +
+                         std::to_string(payload.size()) + ", expected " + std::to_string(at));
+  return s;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::kHeaderBytes;
+using internal::SegmentHeader;
+using internal::SlotHeader;
+
+std::string Hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+uint64_t LoadState(SlotHeader& slot) { return std::atomic_ref<uint64_t>(slot.state).load(std::memory_order_acquire); }
+void StoreState(SlotHeader& slot, uint64_t state) {
+  std::atomic_ref<uint64_t>(slot.state).store(state, std::memory_order_release);
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 100) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
+std::string Errno(const std::string& what, int err) { return what + " failed: " + std::strerror(err); }
+
+// Writes all of `bytes` to `fd`.
+bool WriteAll(int fd, const std::byte* bytes, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, bytes, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    bytes += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Durable replace (the contract of proto's WriteFileAtomic, plus the directory's fsync so the
+// rename itself survives a power loss): `<path>.tmp.<pid>`, written, fsync'd, renamed over `path`,
+// then the directory fsync'd. A reader sees no file, the old one or the whole new one; the loader
+// ignores *.tmp.* names.
+Status WriteDurably(const std::string& dir, const std::string& file, std::span<const std::byte> payload,
+                    const internal::Trailer& trailer) {
+  const std::string path = dir + "/" + file;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return UnavailableError(tmp + ": " + Errno("open", errno));
+  bool ok = WriteAll(fd, payload.data(), payload.size()) &&
+            WriteAll(fd, reinterpret_cast<const std::byte*>(&trailer), sizeof(trailer));  // NOLINT: POD bytes
+  int err = errno;
+  if (ok && ::fsync(fd) != 0) ok = false, err = errno;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return UnavailableError(tmp + ": " + Errno("write", err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return UnavailableError(path + ": " + Errno("rename", err));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+// This rank's persisted files in `dir`, step -> file name (exactly <name>-<rank>-<digits>.ckpt).
+std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std::string& name, int rank) {
+  std::map<int64_t, std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  const std::string prefix = name + "-" + std::to_string(rank) + "-";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string f = e->d_name;
+    if (f.size() <= prefix.size() + 5 || f.compare(0, prefix.size(), prefix) != 0 ||
+        f.compare(f.size() - 5, 5, ".ckpt") != 0)
+      continue;
+    const std::string digits = f.substr(prefix.size(), f.size() - prefix.size() - 5);
+    if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out[std::stoll(digits)] = f;
+  }
+  ::closedir(d);
+  return out;
+}
+
+constexpr int kCandidates = 4;  // per rank: two slots and two persisted files
+
+struct Entry {
+  std::string name;
+  std::span<std::byte> memory;
+  Capture capture = Capture::kInBackground;
+  std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
+  int session_plane = -1;  // 0: error feedback, 1: momentum (memory is `staged`)
+};
+
+}  // namespace
+
+class Checkpointer::Impl {
+ public:
+  Impl(const CheckpointOptions& options, comm::Communicator* comm)
+      : options_(options), comm_(comm), segment_(SegmentName(options.name, comm->rank())),
+        where_("/dev/shm" + segment_) {}
+
+  ~Impl() {
+    if (copy_.joinable()) copy_.join();
+    Unmap();
+  }
+
+  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
+    CUPCAKE_RETURN_IF_ERROR(CheckIdle("Add"));
+    for (const Entry& e : entries_)
+      if (e.name == name)
+        return InvalidArgumentError(where_ + ": entries: '" + name + "' registered twice; expected unique names");
+    Entry e{name, bytes, capture, {}, -1};
+    if (capture == Capture::kAtCommit) e.staged.resize(bytes.size());
+    entries_.push_back(std::move(e));
+    return Status::Ok();
+  }
+
+  void Clear() {
+    if (copy_.joinable()) copy_.join();
+    std::erase_if(entries_, [](const Entry& e) { return e.session_plane < 0; });
+  }
+
+  Status AttachSession(Session* session) {
+    CUPCAKE_RETURN_IF_ERROR(CheckIdle("AttachSession"));
+    std::erase_if(entries_, [](const Entry& e) { return e.session_plane >= 0; });
+    session_ = session;
+    if (session == nullptr) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState());
+    const char* names[2] = {"session.error_feedback", "session.momentum"};
+    for (int plane = 0; plane < 2; ++plane) {
+      Entry e{names[plane], {}, Capture::kAtCommit, std::vector<std::byte>(state.size() * sizeof(float)), plane};
+      e.memory = e.staged;
+      entries_.push_back(std::move(e));
+    }
+    return Status::Ok();
+  }
+
+  Status Commit(int64_t step, std::string_view metadata) {
+    // 1. The previous copy first: the only wait of a step.
+    Status local = WaitForCopy();
+    if (local.ok() && (step < 1 || step <= last_step_))
+      local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
+                                   ", expected > " + std::to_string(std::max<int64_t>(last_step_, 0)));
+    // 2. The agreement: the same step everywhere; the newest step every rank completed.
+    int64_t mine[3] = {step, local_step_, local.ok() ? 1 : 0};
+    std::vector<int64_t> all(static_cast<size_t>(3 * comm_->size()));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where_ + ": commit"));
+    CUPCAKE_RETURN_IF_ERROR(local);
+    std::string steps, failed;
+    bool same = true;
+    int64_t agreed = std::numeric_limits<int64_t>::max();
+    for (int r = 0; r < comm_->size(); ++r) {
+      const int64_t* a = &all[static_cast<size_t>(3 * r)];
+      if (a[2] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+      steps += (r ? ", " : "") + std::to_string(a[0]) + " on rank " + std::to_string(r);
+      same = same && a[0] == step;
+      agreed = std::min(agreed, a[1]);
+    }
+    if (!failed.empty())
+      return FailedPreconditionError(where_ + ": commit: failed on rank " + failed +
+                                     " (see its message); no snapshot of step " + std::to_string(step));
+    if (!same)
+      return InvalidArgumentError(where_ + ": step: the ranks commit different steps; got " + steps +
+                                  ", expected the same step on every rank");
+    agreed_step_ = agreed;
+    // 3. What the next iteration writes before its optimizer step, copied now.
+    for (Entry& e : entries_) {
+      if (e.session_plane >= 0) {
+        CUPCAKE_ASSIGN_OR_RETURN(
+            std::vector<float> state,
+            session_->ReadState(e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
+        if (state.size() * sizeof(float) != e.staged.size())
+          return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
+                                         std::to_string(state.size()) + " floats, expected " +
+                                         std::to_string(e.staged.size() / sizeof(float)) + " (at AttachSession)");
+        std::memcpy(e.staged.data(), state.data(), e.staged.size());
+      } else if (e.capture == Capture::kAtCommit) {
+        std::memcpy(e.staged.data(), e.memory.data(), e.memory.size());
+      }
+    }
+    // 4. The slot, then the copy on its own thread.
+    std::vector<std::string> names;
+    int64_t payload = 0;
+    for (const Entry& e : entries_) {
+      names.push_back(e.name);
+      payload += static_cast<int64_t>(e.memory.size());
+    }
+    payload += internal::DirectoryBytes(names, metadata.size());
+    CUPCAKE_RETURN_IF_ERROR(EnsureSegment(payload));
+    last_step_ = step;
+    copy_ = std::thread([this, step, payload, meta = std::string(metadata)] {
+      copy_status_ = Copy(step, payload, meta);
+    });
+    return Status::Ok();
+  }
+
+  Status WaitForCopy() {
+    if (copy_.joinable()) copy_.join();
+    Status s = copy_status_;
+    copy_status_ = Status::Ok();
+    return s;
+  }
+
+  int64_t agreed_step() const { return agreed_step_; }
+  int64_t local_step() const { return local_step_; }
+
+  StatusOr<RestorePoint> Find() {
+    Status local = WaitForCopy();
+    RestorePoint point;
+    std::vector<Candidate> candidates;
+    if (local.ok()) candidates = ListCandidates(&point.refused);
+    // Every rank announces its steps (-1: none) and whether it could look.
+    int64_t mine[kCandidates + 1];
+    std::fill(mine, mine + kCandidates + 1, -1);
+    mine[0] = local.ok() ? 1 : 0;
+    for (size_t c = 0; c < candidates.size() && c < kCandidates; ++c) mine[c + 1] = candidates[c].step;
+    std::vector<int64_t> all(static_cast<size_t>((kCandidates + 1) * comm_->size()));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    CUPCAKE_RETURN_IF_ERROR(local);
+    auto held = [&](int r, int64_t step) {
+      const int64_t* a = &all[static_cast<size_t>((kCandidates + 1) * r)];
+      return std::find(a + 1, a + kCandidates + 1, step) != a + kCandidates + 1;
+    };
+    int64_t best = 0;
+    bool any = false;
+    std::string holdings;
+    for (int r = 0; r < comm_->size(); ++r) {
+      const int64_t* a = &all[static_cast<size_t>((kCandidates + 1) * r)];
+      if (a[0] == 0)
+        return FailedPreconditionError(where_ + ": restore: failed on rank " + std::to_string(r) +
+                                       " (see its message)");
+      std::string list;
+      for (int c = 1; c <= kCandidates; ++c)
+        if (a[c] >= 1) list += (list.empty() ? "" : ", ") + std::to_string(a[c]);
+      any = any || !list.empty();
+      holdings += (r ? "; rank " : "rank ") + std::to_string(r) + " holds " + (list.empty() ? "none" : list);
+    }
+    for (const Candidate& c : candidates) {
+      bool everywhere = true;
+      for (int r = 0; r < comm_->size() && everywhere; ++r) everywhere = held(r, c.step);
+      if (everywhere) best = std::max(best, c.step);
+    }
+    if (best == 0 && any) {
+      std::string refused;
+      for (const std::string& line : point.refused) refused += "\n" + line;
+      return FailedPreconditionError(where_ + ": restore: no step is held by every rank; got " + holdings +
+                                     ", expected a common step (snapshots refused on this rank: " +
+                                     std::to_string(point.refused.size()) + ")" + refused);
+    }
+    point.step = best;
+    loaded_ = {};
+    if (best == 0) return point;
+    // This rank's copy of `best`: the slot if it has one (candidates list slots first), else the file.
+    for (Candidate& c : candidates)
+      if (c.step == best) {
+        const bool from_file = !c.file.empty();
+        loaded_.parsed = std::move(c.parsed);
+        loaded_.source = c.source;
+        loaded_.file = std::move(c.file);
+        loaded_.payload = from_file ? std::span<const std::byte>(
+                                          reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
+                                          loaded_.file.size() - sizeof(internal::Trailer))
+                                    : c.payload;
+        loaded_.found = true;
+        break;
+      }
+    point.metadata = loaded_.parsed.metadata;
+    point.source = loaded_.source;
+    for (const internal::SnapshotEntry& e : loaded_.parsed.entries) point.entries.emplace_back(e.name, e.size_bytes);
+    return point;
+  }
+
+  Status Apply() {
+    Status local = loaded_.found ? Check() : FailedPreconditionError(where_ + ": Apply: no snapshot found; expected "
+                                                                              "a Find that returned a step first");
+    int64_t flag = local.ok() ? 0 : 1, any = 0;
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Allreduce(&flag, &any, 1, comm::DataType::kInt64, comm::ReduceOp::kMax).WithPrefix(where_ + ": restore"));
+    CUPCAKE_RETURN_IF_ERROR(local);
+    if (any != 0)
+      return FailedPreconditionError(where_ + ": restore: another rank could not restore step " +
+                                     std::to_string(loaded_.parsed.step) + " (see its message); nothing restored");
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
+      std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
+      if (e.session_plane >= 0) {
+        const std::span<const float> values(reinterpret_cast<const float*>(e.staged.data()),  // NOLINT: floats
+                                            e.staged.size() / sizeof(float));
+        CUPCAKE_RETURN_IF_ERROR(session_->WriteState(
+            values, e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
+      }
+    }
+    const int64_t step = loaded_.parsed.step;
+    DropNewerThan(step);
+    last_step_ = local_step_ = agreed_step_ = step;
+    loaded_ = {};
+    return Status::Ok();
+  }
+
+ private:
+  struct Candidate {
+    int64_t step = 0;
+    std::string source;
+    std::span<const std::byte> payload;  // into the segment, or `file`
+    std::string file;
+    internal::ParsedSnapshot parsed;
+  };
+  struct Loaded {
+    bool found = false;
+    std::string source;
+    std::string file;
+    std::span<const std::byte> payload;
+    internal::ParsedSnapshot parsed;
+  };
+
+  Status CheckIdle(const char* call) {
+    if (copy_.joinable()) copy_.join();
+    (void)call;
+    return Status::Ok();
+  }
+
+  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
+  std::byte* slot(int i) const {
+    return static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<int64_t>(i) * header().slot_capacity;
+  }
+
+  void Unmap() {
+    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+    if (fd_ >= 0) ::close(fd_);
+    base_ = nullptr;
+    fd_ = -1;
+    mapped_bytes_ = 0;
+  }
+
+  // Maps an existing segment if its header is ours; a problem goes to `refused` (nothing mapped).
+  void OpenExisting(std::vector<std::string>* refused) {
+    if (base_ != nullptr) return;
+    const int fd = ::shm_open(segment_.c_str(), O_RDWR, 0600);
+    if (fd < 0) return;  // none: a fresh host
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size < kHeaderBytes) {
+      refused->push_back(where_ + ": size: too small for a header; got " + std::to_string(st.st_size) +
+                         " bytes, expected >= " + std::to_string(kHeaderBytes));
+      ::close(fd);
+      return;
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      refused->push_back(where_ + ": " + Errno("mmap", errno));
+      ::close(fd);
+      return;
+    }
+    const auto& h = *static_cast<SegmentHeader*>(base);
+    std::string problem;
+    if (std::memcmp(h.magic, internal::kSegmentMagic, 8) != 0)
+      problem = "magic: not a Cupcake segment; got '" + std::string(h.magic, 8) + "', expected 'CUPCKSH1'";
+    else if (h.version != internal::kFormatVersion)
+      problem = "version: unknown; got " + std::to_string(h.version) + ", expected " +
+                std::to_string(internal::kFormatVersion);
+    else if (h.rank != comm_->rank() || h.world_size != comm_->size())
+      problem = "rank: not this rank's; got rank " + std::to_string(h.rank) + " of " + std::to_string(h.world_size) +
+                ", expected rank " + std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size());
+    else if (h.slot_capacity > static_cast<uint64_t>(st.st_size) ||
+             kHeaderBytes + 2 * h.slot_capacity > static_cast<uint64_t>(st.st_size))
+      problem = "slot_capacity: beyond the segment; got " + std::to_string(h.slot_capacity) + ", expected <= " +
+                std::to_string((st.st_size - kHeaderBytes) / 2);
+    if (!problem.empty()) {
+      refused->push_back(where_ + ": " + problem);
+      ::munmap(base, static_cast<size_t>(st.st_size));
+      ::close(fd);
+      return;
+    }
+    base_ = base;
+    fd_ = fd;
+    mapped_bytes_ = static_cast<size_t>(st.st_size);
+  }
+
+  // A segment whose slots hold `payload` bytes: the mapped one, an existing one, or a new one
+  // (replacing a smaller one: its snapshots are lost; the persisted files remain).
+  Status EnsureSegment(int64_t payload) {
+    std::vector<std::string> ignored;
+    OpenExisting(&ignored);
+    if (base_ != nullptr && header().slot_capacity >= static_cast<uint64_t>(payload)) return Status::Ok();
+    Unmap();
+    const int64_t capacity = (payload + payload / 16 + 65536 + 4095) / 4096 * 4096;
+    const int64_t bytes = kHeaderBytes + 2 * capacity;
+    const int fd = ::shm_open(segment_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return UnavailableError(where_ + ": " + Errno("shm_open", errno));
+    if (::ftruncate(fd, bytes) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(where_ + ": " + Errno("ftruncate to " + std::to_string(bytes) + " bytes", err));
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(where_ + ": " + Errno("mmap", err));
+    }
+    base_ = base;
+    fd_ = fd;
+    mapped_bytes_ = static_cast<size_t>(bytes);
+    SegmentHeader& h = header();
+    std::memset(&h, 0, sizeof(h));  // fresh from ftruncate, zero already; explicit for the format
+    std::memcpy(h.magic, internal::kSegmentMagic, 8);
+    h.version = internal::kFormatVersion;
+    h.slot_capacity = static_cast<uint64_t>(capacity);
+    h.rank = comm_->rank();
+    h.world_size = comm_->size();
+    return Status::Ok();
+  }
+
+  // The background copy: into the slot that does not hold the newest valid snapshot; its header
+  // says kSlotWriting while the bytes change and kSlotValid once they and their checksum are in.
+  Status Copy(int64_t step, int64_t payload_bytes, const std::string& metadata) {
+    SegmentHeader& h = header();
+    int target = 0;
+    for (int i = 0; i < 2; ++i)
+      if (LoadState(h.slots[i]) != internal::kSlotValid) target = i;
+    if (LoadState(h.slots[0]) == internal::kSlotValid && LoadState(h.slots[1]) == internal::kSlotValid)
+      target = h.slots[0].step < h.slots[1].step ? 0 : 1;
+    SlotHeader& s = h.slots[target];
+    StoreState(s, internal::kSlotWriting);
+    std::byte* out = slot(target);
+    auto put = [&](const void* p, size_t n) {
+      std::memcpy(out, p, n);
+      out += n;
+    };
+    const int32_t rank = comm_->rank(), world = comm_->size();
+    const uint64_t metadata_bytes = metadata.size();
+    const uint32_t count = static_cast<uint32_t>(entries_.size()), zero = 0;
+    put(internal::kSnapshotMagic, 8);
+    put(&step, 8);
+    put(&rank, 4);
+    put(&world, 4);
+    put(&metadata_bytes, 8);
+    put(&count, 4);
+    put(&zero, 4);
+    for (const Entry& e : entries_) {
+      const uint32_t name_bytes = static_cast<uint32_t>(e.name.size());
+      const uint64_t size = e.memory.size();
+      put(&name_bytes, 4);
+      put(&zero, 4);
+      put(&size, 8);
+      put(e.name.data(), e.name.size());
+    }
+    put(metadata.data(), metadata.size());
+    for (const Entry& e : entries_)
+      put(e.capture == Capture::kAtCommit ? e.staged.data() : e.memory.data(), e.memory.size());
+    const std::span<const std::byte> payload(slot(target), static_cast<size_t>(payload_bytes));
+    s.step = step;
+    s.payload_bytes = static_cast<uint64_t>(payload_bytes);
+    s.checksum = internal::Checksum(payload.data(), payload.size());
+    StoreState(s, internal::kSlotValid);
+    local_step_ = step;
+    if (options_.persist_every > 0 && step % options_.persist_every == 0) return Persist(step, payload, s.checksum);
+    return Status::Ok();
+  }
+
+  // Writes the snapshot durably, then keeps this rank's two newest files (the agreement needs the
+  // previous one while another rank may still be writing the newest).
+  Status Persist(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
+    internal::Trailer t{checksum, payload.size(), {}};
+    std::memcpy(t.magic, internal::kTrailerMagic, 8);
+    const std::string file = options_.name + "-" + std::to_string(comm_->rank()) + "-" + std::to_string(step) + ".ckpt";
+    CUPCAKE_RETURN_IF_ERROR(WriteDurably(options_.persist_dir, file, payload, t));
+    std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
+    while (files.size() > 2) {
+      ::unlink((options_.persist_dir + "/" + files.begin()->second).c_str());
+      files.erase(files.begin());
+    }
+    return Status::Ok();
+  }
+
+  // This rank's snapshots that verify, newest first, slots before files of the same step; what
+  // does not verify goes to `refused`.
+  std::vector<Candidate> ListCandidates(std::vector<std::string>* refused) {
+    std::vector<Candidate> out;
+    OpenExisting(refused);
+    if (base_ != nullptr) {
+      SegmentHeader& h = header();
+      for (int i = 0; i < 2; ++i) {
+        const SlotHeader& s = h.slots[i];
+        const std::string field = "slots[" + std::to_string(i) + "]";
+        const uint64_t state = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(s.state)).load();  // NOLINT
+        if (state == internal::kSlotEmpty) continue;
+        if (state != internal::kSlotValid) {
+          refused->push_back(where_ + ": " + field + ".state: torn (a copy was interrupted); got " +
+                             std::to_string(state) + ", expected " + std::to_string(internal::kSlotValid) + " (valid)");
+          continue;
+        }
+        if (s.payload_bytes > h.slot_capacity) {
+          refused->push_back(where_ + ": " + field + ".payload_bytes: beyond the slot; got " +
+                             std::to_string(s.payload_bytes) + ", expected <= " + std::to_string(h.slot_capacity));
+          continue;
+        }
+        Candidate c;
+        c.source = where_ + " " + field;
+        c.payload = {slot(i), static_cast<size_t>(s.payload_bytes)};
+        if (Verify(&c, s.checksum, s.step, where_ + ": " + field, refused)) out.push_back(std::move(c));
+      }
+    }
+    if (!options_.persist_dir.empty()) {
+      const std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
+      int kept = 0;
+      for (auto it = files.rbegin(); it != files.rend() && kept < 2; ++it) {
+        Candidate c;
+        c.source = options_.persist_dir + "/" + it->second;
+        ReadLimits limits;
+        limits.max_bytes = std::numeric_limits<int64_t>::max() / 2;
+        StatusOr<std::string> bytes = ReadFile(c.source, limits);
+        if (!bytes.ok()) {
+          refused->push_back(bytes.status().message());
+          continue;
+        }
+        c.file = std::move(bytes).value();
+        internal::Trailer t{};
+        if (c.file.size() < sizeof(t)) {
+          refused->push_back(c.source + ": trailer: truncated; got " + std::to_string(c.file.size()) +
+                             " bytes, expected >= " + std::to_string(sizeof(t)));
+          continue;
+        }
+        std::memcpy(&t, c.file.data() + c.file.size() - sizeof(t), sizeof(t));
+        const uint64_t payload = c.file.size() - sizeof(t);
+        if (std::memcmp(t.magic, internal::kTrailerMagic, 8) != 0 || t.payload_bytes != payload) {
+          refused->push_back(c.source + ": trailer: not a complete snapshot; got " + std::to_string(t.payload_bytes) +
+                             " payload bytes recorded, expected " + std::to_string(payload));
+          continue;
+        }
+        c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), payload};  // NOLINT: bytes of the file
+        if (Verify(&c, t.checksum, it->first, c.source, refused)) {
+          out.push_back(std::move(c));
+          ++kept;
+        }
+      }
+    }
+    std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
+    // One candidate per step (the slot, listed first) and at most kCandidates.
+    std::vector<Candidate> unique;
+    for (Candidate& c : out)
+      if ((unique.empty() || unique.back().step != c.step) && static_cast<int>(unique.size()) < kCandidates)
+        unique.push_back(std::move(c));
+    for (Candidate& c : unique)
+      if (!c.file.empty())
+        c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.payload.size()};  // NOLINT: moved string
+    return unique;
+  }
+
+  // The checksum, the structure, the step and the owner of a candidate.
+  bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& where, std::vector<std::string>* refused) {
+    const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
+    if (got != stored) {
+      refused->push_back(where + ".checksum: does not match the contents; got " + Hex(got) + ", expected " +
+                         Hex(stored) + " (stored)");
+      return false;
+    }
+    StatusOr<internal::ParsedSnapshot> parsed = internal::ParseSnapshot(c->payload, where);
+    if (!parsed.ok()) {
+      refused->push_back(parsed.status().message());
+      return false;
+    }
+    if (parsed->step != step || parsed->rank != comm_->rank() || parsed->world_size != comm_->size()) {
+      refused->push_back(where + ": step, rank: not this rank's snapshot; got step " + std::to_string(parsed->step) +
+                         " of rank " + std::to_string(parsed->rank) + " of " + std::to_string(parsed->world_size) +
+                         ", expected step " + std::to_string(step) + " of rank " + std::to_string(comm_->rank()) +
+                         " of " + std::to_string(comm_->size()));
+      return false;
+    }
+    c->step = step;
+    c->parsed = std::move(parsed).value();
+    return true;
+  }
+
+  // The loaded snapshot against the job's entries, every problem together.
+  Status Check() const {
+    const std::vector<internal::SnapshotEntry>& got = loaded_.parsed.entries;
+    std::string problems;
+    auto problem = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
+    if (got.size() != entries_.size())
+      problem(loaded_.source + ": entries: does not match the job; got " + std::to_string(got.size()) +
+              " entries, expected " + std::to_string(entries_.size()) + " (registered)");
+    for (size_t i = 0; i < std::min(got.size(), entries_.size()); ++i) {
+      const std::string field = loaded_.source + ": entries[" + std::to_string(i) + "]";
+      if (got[i].name != entries_[i].name)
+        problem(field + ".name: does not match the job; got '" + got[i].name + "', expected '" + entries_[i].name + "'");
+      else if (got[i].size_bytes != static_cast<int64_t>(entries_[i].memory.size()))
+        problem(field + ".size_bytes: does not match the job; got " + std::to_string(got[i].size_bytes) +
+                ", expected " + std::to_string(entries_[i].memory.size()) + " ('" + entries_[i].name + "')");
+    }
+    return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
+  }
+
+  // After restoring `step`: snapshots of later steps (a rank got further before the crash) are
+  // dropped, so the resumed run's snapshots never sit beside the lost run's.
+  void DropNewerThan(int64_t step) {
+    if (base_ != nullptr)
+      for (SlotHeader& s : header().slots)
+        if (LoadState(s) == internal::kSlotValid && s.step > step) StoreState(s, internal::kSlotEmpty);
+    if (!options_.persist_dir.empty())
+      for (const auto& [s, file] : PersistedFiles(options_.persist_dir, options_.name, comm_->rank()))
+        if (s > step) ::unlink((options_.persist_dir + "/" + file).c_str());
+  }
+
+  CheckpointOptions options_;
+  comm::Communicator* comm_;
+  Session* session_ = nullptr;
+  std::string segment_, where_;
+  std::vector<Entry> entries_;
+  void* base_ = nullptr;
+  int fd_ = -1;
+  size_t mapped_bytes_ = 0;
+  std::thread copy_;
+  Status copy_status_;  // written by copy_, read after joining it
+  std::atomic<int64_t> local_step_{0};
+  int64_t last_step_ = 0, agreed_step_ = 0;
+  Loaded loaded_;
+};
+
+StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOptions& options,
+                                                             comm::Communicator* communicator) {
+  std::string problems;
+  auto problem = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
+  if (!ValidName(options.name))
+    problem("Checkpointer: name: not a segment name; got '" + options.name +
+            "', expected 1 to 100 letters, digits, '.', '_' or '-'");
+  if (options.persist_every < 0)
+    problem("Checkpointer: persist_every: out of range; got " + std::to_string(options.persist_every) +
+            ", expected >= 0");
+  if (options.persist_every > 0 && options.persist_dir.empty())
+    problem("Checkpointer: persist_dir: empty; got persist_every " + std::to_string(options.persist_every) +
+            ", expected a directory to persist to");
+  if (!options.persist_dir.empty()) {
+    struct stat st {};
+    if (::stat(options.persist_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      problem(options.persist_dir + ": persist_dir: not a directory; expected an existing directory");
+  }
+  if (communicator == nullptr) problem("Checkpointer: communicator: null; expected the job's communicator");
+  else if (communicator->memory() != comm::MemoryKind::kHost)
+    problem("Checkpointer: communicator: device memory; expected a host-memory communicator (MPI, in-process)");
+  if (!problems.empty()) return InvalidArgumentError(problems);
+  return std::unique_ptr<Checkpointer>(new Checkpointer(std::make_unique<Impl>(options, communicator)));
+}
+
+Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpointer::~Checkpointer() = default;
+
+Status Checkpointer::Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
+  return impl_->Add(name, bytes, capture);
+}
+Status Checkpointer::AddFloats(const std::string& name, std::span<float> values, Capture capture) {
+  return impl_->Add(name, std::as_writable_bytes(values), capture);
+}
+void Checkpointer::Clear() { impl_->Clear(); }
+Status Checkpointer::AttachSession(Session* session) { return impl_->AttachSession(session); }
+Status Checkpointer::Commit(int64_t step, std::string_view metadata) { return impl_->Commit(step, metadata); }
+Status Checkpointer::WaitForCopy() { return impl_->WaitForCopy(); }
+int64_t Checkpointer::agreed_step() const { return impl_->agreed_step(); }
+int64_t Checkpointer::local_step() const { return impl_->local_step(); }
+StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }
+Status Checkpointer::Apply() { return impl_->Apply(); }
+StatusOr<RestorePoint> Checkpointer::Restore() {
+  CUPCAKE_ASSIGN_OR_RETURN(RestorePoint point, impl_->Find());
+  if (point.step > 0) CUPCAKE_RETURN_IF_ERROR(impl_->Apply());
+  return point;
+}
+
+std::string Checkpointer::SegmentName(const std::string& name, int rank) {
+  return "/cupcake-" + name + "-" + std::to_string(rank);
+}
+
+Status Checkpointer::RemoveSegment(const std::string& name, int rank) {
+  if (::shm_unlink(SegmentName(name, rank).c_str()) != 0 && errno != ENOENT)
+    return UnavailableError("/dev/shm" + SegmentName(name, rank) + ": " + Errno("shm_unlink", errno));
+  return Status::Ok();
+}
+
+}  // namespace cupcake::runtime
