@@ -598,3 +598,168 @@ class _Record:
         if self.backward is not None:
             torch.autograd.backward = self.backward
             self.backward = None
+
+
+class Checkpointer:
+    """Every-iteration snapshots in host memory that outlive the process (docs/CHECKPOINT.md):
+
+        ckpt = cupcake.torch.Checkpointer(model, opt, name="job", persist_dir=None, persist_every=0)
+        start = ckpt.restore()            # collective; 0 for a fresh job, else the step restored
+        for step in range(start + 1, steps + 1):
+            ...; opt.step()
+            ckpt.commit(step)             # collective; the copy runs in the background
+
+    A snapshot holds the model's state_dict (parameters, copied in the background; buffers such as
+    batch-norm statistics, copied inside commit() because forward writes them), the optimizer's
+    state tensors and, as JSON metadata, its hyperparameters and other state values, and with a
+    DistributedOptimizer its session's error-feedback memory and momentum (this rank's own).
+    It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
+    `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
+    segment survives). restore() puts back the newest step every rank holds, bit for bit.
+
+    Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
+    object wraps to wait for the background copy first; CPU tensors only (GPU: not built yet).
+    Same world, same name, same model and optimizer on restart. The compressors' iteration
+    counter (randk, qsgd, terngrad choices) and GraVAC's controller are not in the snapshot.
+    """
+
+    def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0):
+        self.model = model
+        self.optimizer = optimizer
+        self.name = name
+        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every)))
+        state = getattr(optimizer, "_cupcake", None)
+        self._session = state.session if state is not None else None
+        if self._session is not None:
+            self._cpp.attach_session(self._session)
+        self._registered = None  # (name, address, bytes, at_commit) per entry, as registered
+        self._tensors = []  # the registered tensors, kept alive while the copy may read them
+        original = optimizer.step
+
+        def step(*args, **kwargs):
+            self._cpp.wait_for_copy()  # the copy reads what step() is about to write
+            return original(*args, **kwargs)
+
+        for attribute in ("__name__", "__doc__", "__wrapped__"):
+            if hasattr(original, attribute):
+                try:
+                    setattr(step, attribute, getattr(original, attribute))
+                except (AttributeError, TypeError):
+                    pass
+        optimizer.step = step
+
+    def commit(self, step):
+        """Collective, after the optimizer step of `step` (>= 1, increasing, the same on every rank)."""
+        self._register()
+        self._cpp.commit(int(step), json.dumps(self._metadata(), sort_keys=True).encode())
+
+    def restore(self):
+        """Collective, before training: the newest step every rank holds, restored into the model,
+        the optimizer and the session; returns it (0: nothing to restore, nothing changed)."""
+        point = self._cpp.find()
+        if point["step"] == 0:
+            return 0
+        self._load_optimizer_skeleton(json.loads(point["metadata"].decode()), point["source"])
+        self._register()
+        self._cpp.apply()
+        return int(point["step"])
+
+    @property
+    def agreed_step(self):
+        """The newest step every rank had completed at the last commit or restore."""
+        return self._cpp.agreed_step
+
+    def wait(self):
+        """Waits for the background copy of the last commit (raises its error, if any)."""
+        self._cpp.wait_for_copy()
+
+    def close(self):
+        """Waits for the copy in progress and frees the checkpointer; the segment stays."""
+        self._cpp.close()
+
+    @staticmethod
+    def remove(name, ranks=None):
+        """Deletes job `name`'s shared-memory segments of `ranks` (default: this rank's)."""
+        for r in ([rank()] if ranks is None else ranks):
+            cupcake.Checkpointer.remove_segment(name, r)
+
+    def _entries(self):
+        out = []
+        for key, t in self.model.state_dict(keep_vars=True).items():
+            if t is not None:
+                out.append(("model." + key, t, not isinstance(t, torch.nn.Parameter)))
+        for i, p in enumerate(self._parameters()):
+            state = self.optimizer.state.get(p, {})
+            for key in sorted(state, key=str):
+                if torch.is_tensor(state[key]):
+                    out.append(("optimizer.%d.%s" % (i, key), state[key], False))
+        for name, t, _ in out:
+            if t.device.type != "cpu" or not t.is_contiguous():
+                raise ValueError("Checkpointer: '%s': got a %s%s tensor, expected a contiguous CPU tensor (GPU "
+                                 "tensors: not built yet)" % (name, t.device, "" if t.is_contiguous() else " strided"))
+        return out
+
+    def _register(self):
+        entries = self._entries()
+        signature = [(n, t.data_ptr(), t.numel() * t.element_size(), c) for n, t, c in entries]
+        if signature == self._registered:
+            return
+        self._cpp.clear()
+        for n, address, nbytes, at_commit in signature:
+            self._cpp.add(n, address, nbytes, at_commit)
+        self._registered = signature
+        self._tensors = [t for _, t, _ in entries]
+
+    def _parameters(self):
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _metadata(self):
+        """The optimizer's hyperparameters and non-tensor state, and the shapes of its state
+        tensors (whose bytes are entries), so restore() can rebuild the state before copying."""
+        groups = [{k: _encode(v) for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        state = {}
+        for i, p in enumerate(self._parameters()):
+            s = self.optimizer.state.get(p, {})
+            if s:
+                state[str(i)] = {str(k): ({"__tensor__": [str(v.dtype).replace("torch.", ""), list(v.shape)]}
+                                          if torch.is_tensor(v) else _encode(v)) for k, v in s.items()}
+        return {"param_groups": groups, "state": state}
+
+    def _load_optimizer_skeleton(self, meta, source):
+        saved = self.optimizer.state_dict()
+        if len(meta["param_groups"]) != len(saved["param_groups"]):
+            raise Error("%s: metadata: param_groups: does not match the job; got %d groups, expected %d"
+                        % (source, len(meta["param_groups"]), len(saved["param_groups"])))
+        for group, stored in zip(saved["param_groups"], meta["param_groups"]):
+            for k, v in stored.items():
+                group[k] = _decode(v)
+        state = {}
+        for i, entries in meta["state"].items():
+            state[int(i)] = {k: (torch.zeros(v["__tensor__"][1], dtype=getattr(torch, v["__tensor__"][0]))
+                                 if isinstance(v, dict) and "__tensor__" in v else _decode(v))
+                             for k, v in entries.items()}
+        saved["state"] = state
+        self.optimizer.load_state_dict(saved)
+
+
+def _encode(v):
+    """A hyperparameter or state value as JSON (tuples kept apart from lists; floats exact)."""
+    if isinstance(v, tuple):
+        return {"__tuple__": [_encode(x) for x in v]}
+    if isinstance(v, list):
+        return [_encode(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise ValueError("Checkpointer: optimizer value %r of type %s: not serializable; expected numbers, strings, "
+                     "None, tuples, lists or tensors" % (v, type(v).__name__))
+
+
+def _decode(v):
+    if isinstance(v, dict) and "__tuple__" in v:
+        return tuple(_decode(x) for x in v["__tuple__"])
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    return v
+
+
+__all__ += ["Checkpointer"]
