@@ -334,6 +334,8 @@ class Checkpointer::Impl {
     }
     payload += internal::DirectoryBytes(names, metadata.size());
     CUPCAKE_RETURN_IF_ERROR(EnsureSegment(payload));
+    if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
+    history_started_ = true;
     last_step_ = step;
     copy_ = std::thread([this, step, payload, meta = std::string(metadata)] {
       copy_status_ = Copy(step, payload, meta);
@@ -440,6 +442,7 @@ class Checkpointer::Impl {
     }
     const int64_t step = loaded_.parsed.step;
     DropNewerThan(step);
+    history_started_ = true;
     last_step_ = local_step_ = agreed_step_ = step;
     loaded_ = {};
     return Status::Ok();
@@ -739,7 +742,8 @@ class Checkpointer::Impl {
   }
 
   // After restoring `step`: snapshots of later steps (a rank got further before the crash) are
-  // dropped, so the resumed run's snapshots never sit beside the lost run's.
+  // dropped, so the resumed run's snapshots never sit beside the lost run's. Step -1: all of them
+  // (a first commit without a restore starts a new history).
   void DropNewerThan(int64_t step) {
     if (base_ != nullptr)
       for (SlotHeader& s : header().slots)
@@ -761,6 +765,8 @@ class Checkpointer::Impl {
   Status copy_status_;  // written by copy_, read after joining it
   std::atomic<int64_t> local_step_{0};
   int64_t last_step_ = 0, agreed_step_ = 0;
+  // Whether this object's snapshots continue a history: a restore's, or its own first commit's.
+  bool history_started_ = false;
   Loaded loaded_;
 };
 

@@ -164,6 +164,26 @@ TEST_F(CheckpointTest, RestartRestoresTheNewestStepBitwise) {
   EXPECT_TRUE(jobs_[1].Holds(6, 1));
 }
 
+// A run that commits without restoring starts a new history: an older run's snapshots of the
+// same name, at later steps, are dropped at its first commit, never restored after its crash.
+TEST_F(CheckpointTest, CommitWithoutRestoreStartsANewHistory) {
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 1;
+  Start(options);
+  Train(1, 5);
+  Start(options);  // no restore
+  Train(1, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / (name_ + "-0-5.ckpt")));
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r));
+  }
+}
+
 // A process killed mid-copy leaves its slot in state kSlotWriting: never restored; the ranks
 // agree on the step before, which every rank holds.
 TEST_F(CheckpointTest, TornSnapshotIsNeverRestored) {

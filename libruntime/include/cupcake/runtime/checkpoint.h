@@ -101,6 +101,8 @@ class Checkpointer {
   Status AttachSession(Session* session);
 
   // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.
+  // The first Commit of a Checkpointer that did not restore starts a new history: this rank's
+  // snapshots of the same name (segment slots and persisted files, another run's) are dropped.
   // Returns an error of the previous background copy (or persist) if it failed; the snapshot is
   // then not taken.
   Status Commit(int64_t step, std::string_view metadata = {});
