@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "c_api_internal.h"
 #include "checkpoint_format.h"
 #include "cupcake/runtime/checkpoint.h"
 #include "runtime_test_util.h"
@@ -394,6 +395,49 @@ TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
       }
     });
   }
+}
+
+// The C API over in-process ranks: commit, restart, restore bitwise; a NULL handle and a bad name
+// are errors with messages.
+TEST_F(CheckpointTest, CApiCommitsAndRestores) {
+  for (int run = 0; run < 2; ++run) {
+    comm::InProcessGroup group(kWorld);
+    OnEveryRank(kWorld, [&](int r) {
+      RankJob job;
+      cupcake_checkpoint_options o = {};
+      o.name = name_.c_str();
+      cupcake_checkpointer* c = nullptr;
+      ASSERT_EQ(internal::CreateCCheckpointer(o, group.Rank(r), &c), CUPCAKE_OK) << cupcake_last_error();
+      ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
+      int64_t start = -1;
+      ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
+      if (run == 0) {
+        EXPECT_EQ(start, 0);
+        for (int64_t s = 1; s <= 3; ++s) {
+          ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
+          job.Fill(s, r);
+          ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
+        }
+      } else {
+        EXPECT_EQ(start, 3);
+        EXPECT_TRUE(job.Holds(3, r));
+      }
+      cupcake_checkpointer_destroy(c);
+    });
+  }
+  EXPECT_EQ(cupcake_checkpointer_commit(nullptr, 1), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_commit: checkpointer is NULL; expected one from cupcake_checkpointer_create");
+  cupcake_checkpoint_options bad = {};
+  bad.name = "a/b";
+  cupcake_checkpointer* c = nullptr;
+  comm::InProcessGroup one(1);
+  EXPECT_EQ(internal::CreateCCheckpointer(bad, one.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_create: Checkpointer: name: not a segment name; got 'a/b', expected 1 to 100 "
+               "letters, digits, '.', '_' or '-'");
 }
 
 }  // namespace
