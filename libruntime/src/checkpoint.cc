@@ -228,14 +228,15 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
   return out;
 }
 
-constexpr int kCandidates = 4;  // per rank: two slots and two persisted files
+constexpr int kCandidates = 4;
+constexpr int kIterationPlane = 2;  // per rank: two slots and two persisted files
 
 struct Entry {
   std::string name;
   std::span<std::byte> memory;
   Capture capture = Capture::kInBackground;
   std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
-  int session_plane = -1;  // 0: error feedback, 1: momentum (memory is `staged`)
+  int session_plane = -1;  // 0: error feedback, 1: momentum, 2: iteration (memory is `staged`)
 };
 
 }  // namespace
@@ -273,9 +274,10 @@ class Checkpointer::Impl {
     session_ = session;
     if (session == nullptr) return Status::Ok();
     CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState());
-    const char* names[2] = {"session.error_feedback", "session.momentum"};
-    for (int plane = 0; plane < 2; ++plane) {
-      Entry e{names[plane], {}, Capture::kAtCommit, std::vector<std::byte>(state.size() * sizeof(float)), plane};
+    const char* names[3] = {"session.error_feedback", "session.momentum", "session.iteration"};
+    for (int plane = 0; plane < 3; ++plane) {
+      const size_t bytes = plane < 2 ? state.size() * sizeof(float) : sizeof(uint64_t);
+      Entry e{names[plane], {}, Capture::kAtCommit, std::vector<std::byte>(bytes), plane};
       e.memory = e.staged;
       entries_.push_back(std::move(e));
     }
@@ -312,7 +314,10 @@ class Checkpointer::Impl {
     agreed_step_ = agreed;
     // 3. What the next iteration writes before its optimizer step, copied now.
     for (Entry& e : entries_) {
-      if (e.session_plane >= 0) {
+      if (e.session_plane == kIterationPlane) {
+        const uint64_t iteration = session_->iteration();
+        std::memcpy(e.staged.data(), &iteration, sizeof(iteration));
+      } else if (e.session_plane >= 0) {
         CUPCAKE_ASSIGN_OR_RETURN(
             std::vector<float> state,
             session_->ReadState(e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
@@ -433,7 +438,11 @@ class Checkpointer::Impl {
       Entry& e = entries_[i];
       const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
       std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
-      if (e.session_plane >= 0) {
+      if (e.session_plane == kIterationPlane) {
+        uint64_t iteration = 0;
+        std::memcpy(&iteration, e.staged.data(), sizeof(iteration));
+        CUPCAKE_RETURN_IF_ERROR(session_->SetIteration(iteration));
+      } else if (e.session_plane >= 0) {
         const std::span<const float> values(reinterpret_cast<const float*>(e.staged.data()),  // NOLINT: floats
                                             e.staged.size() / sizeof(float));
         CUPCAKE_RETURN_IF_ERROR(session_->WriteState(

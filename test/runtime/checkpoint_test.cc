@@ -397,6 +397,57 @@ TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
   }
 }
 
+// A restored session continues the lost run bitwise: its residuals and its iteration counter
+// (which keys randk's shared random indices) are in the snapshot, so the restarted run's step 3
+// gives every rank the gradients the uninterrupted run's step 3 gave.
+TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
+  const pb::Model model = testing::SmallModel();
+  CheckpointOptions options;
+  for (const std::string compressor : {"randk", "topk"}) {
+    SCOPED_TRACE(compressor);
+    options.name = name_ + "-" + compressor;
+    const pb::Plan plan = testing::MakePlan(model, testing::Planned(), compressor, kWorld);
+    std::vector<std::vector<std::vector<float>>> want(kWorld);
+    for (int run = 0; run < 2; ++run) {
+      comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
+      auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) {
+        return Session::Create(plan, std::move(c));
+      });
+      OnEveryRank(kWorld, [&](int r) {
+        ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
+        Session& s = **sessions[static_cast<size_t>(r)];
+        testing::Gradients grads(model, testing::Layout::kSeparate);
+        ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
+        auto comm = ckpt_group.Rank(r);
+        auto ckpt = Checkpointer::Create(options, comm.get()).value();
+        ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+        int first = 0;
+        if (run == 1) {
+          auto point = ckpt->Restore();
+          ASSERT_TRUE(point.ok()) << point.status().ToString();
+          ASSERT_EQ(point->step, 3);
+          EXPECT_EQ(s.iteration(), 3u);
+          first = 3;
+        }
+        for (int it = first; it <= 3; ++it) {
+          testing::FillGradients(grads, r, it);
+          for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+          ASSERT_TRUE(s.Synchronize().ok());
+          if (it == 2) {
+            ASSERT_TRUE(ckpt->Commit(3).ok());
+            ASSERT_TRUE(ckpt->WaitForCopy().ok());
+          }
+        }
+        std::vector<std::vector<float>> got;
+        for (auto g : grads) got.emplace_back(g.begin(), g.end());
+        if (run == 0) want[static_cast<size_t>(r)] = got;
+        else EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+      });
+    }
+    for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(options.name, r).ok());
+  }
+}
+
 // The C API over in-process ranks: commit, restart, restore bitwise; a NULL handle and a bad name
 // are errors with messages.
 TEST_F(CheckpointTest, CApiCommitsAndRestores) {

@@ -96,8 +96,9 @@ class Checkpointer {
   Status AddFloats(const std::string& name, std::span<float> values, Capture capture = Capture::kInBackground);
   void Clear();
   // Snapshots include `session`'s error-feedback memory and momentum (ReadState at Commit, so
-  // captured at commit) as entries "session.error_feedback" and "session.momentum"; a restore
-  // writes them back (WriteState). Not owned; nullptr detaches.
+  // captured at commit) and its iteration counter as entries "session.error_feedback",
+  // "session.momentum" and "session.iteration"; a restore writes them back (WriteState,
+  // SetIteration: random choices then continue as in the lost run). Not owned; nullptr detaches.
   Status AttachSession(Session* session);
 
   // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.
