@@ -219,8 +219,8 @@ std::string TimelineJson(const std::string& model, const IterationMarks& m,
 // then 0 * 0.9 + g = g, the clone LibTorch would make, but for the sign of zeros), and the
 // session's error feedback. Parameters and buffers are written only in sgd.step().
 StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const Flags& flags, comm::Communicator* comm,
-                                                                  const NamedParameters& params,
-                                                                  torch::optim::SGD& sgd, runtime::Session* session) {
+                                                                  const NamedParameters& params, torch::optim::SGD& sgd,
+                                                                  runtime::Session* session) {
   runtime::CheckpointOptions options;
   options.name = flags.checkpoint;
   options.persist_dir = flags.persist_dir;

@@ -131,8 +131,8 @@ StatusOr<ParsedSnapshot> ParseSnapshot(std::span<const std::byte> payload, const
     at += sizes[e];
   }
   if (at != payload.size())
-    return DataLossError(source + ": payload_bytes: does not match the entries; got " +
-                         std::to_string(payload.size()) + ", expected " + std::to_string(at));
+    return DataLossError(source + ": payload_bytes: does not match the entries; got " + std::to_string(payload.size()) +
+                         ", expected " + std::to_string(at));
   return s;
 }
 
@@ -244,7 +244,9 @@ struct Entry {
 class Checkpointer::Impl {
  public:
   Impl(const CheckpointOptions& options, comm::Communicator* comm)
-      : options_(options), comm_(comm), segment_(SegmentName(options.name, comm->rank())),
+      : options_(options),
+        comm_(comm),
+        segment_(SegmentName(options.name, comm->rank())),
         where_("/dev/shm" + segment_) {}
 
   ~Impl() {
@@ -313,6 +315,26 @@ class Checkpointer::Impl {
                                   ", expected the same step on every rank");
     agreed_step_ = agreed;
     // 3. What the next iteration writes before its optimizer step, copied now.
+    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
+    // 4. The slot, then the copy on its own thread.
+    std::vector<std::string> names;
+    int64_t payload = 0;
+    for (const Entry& e : entries_) {
+      names.push_back(e.name);
+      payload += static_cast<int64_t>(e.memory.size());
+    }
+    payload += internal::DirectoryBytes(names, metadata.size());
+    CUPCAKE_RETURN_IF_ERROR(EnsureSegment(payload));
+    if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
+    history_started_ = true;
+    last_step_ = step;
+    copy_ =
+        std::thread([this, step, payload, meta = std::string(metadata)] { copy_status_ = Copy(step, payload, meta); });
+    return Status::Ok();
+  }
+
+  // The kAtCommit entries and the session's state, into the entries' own copies.
+  Status CaptureAtCommit() {
     for (Entry& e : entries_) {
       if (e.session_plane == kIterationPlane) {
         const uint64_t iteration = session_->iteration();
@@ -330,21 +352,6 @@ class Checkpointer::Impl {
         std::memcpy(e.staged.data(), e.memory.data(), e.memory.size());
       }
     }
-    // 4. The slot, then the copy on its own thread.
-    std::vector<std::string> names;
-    int64_t payload = 0;
-    for (const Entry& e : entries_) {
-      names.push_back(e.name);
-      payload += static_cast<int64_t>(e.memory.size());
-    }
-    payload += internal::DirectoryBytes(names, metadata.size());
-    CUPCAKE_RETURN_IF_ERROR(EnsureSegment(payload));
-    if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
-    history_started_ = true;
-    last_step_ = step;
-    copy_ = std::thread([this, step, payload, meta = std::string(metadata)] {
-      copy_status_ = Copy(step, payload, meta);
-    });
     return Status::Ok();
   }
 
@@ -411,10 +418,10 @@ class Checkpointer::Impl {
         loaded_.parsed = std::move(c.parsed);
         loaded_.source = c.source;
         loaded_.file = std::move(c.file);
-        loaded_.payload = from_file ? std::span<const std::byte>(
-                                          reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
-                                          loaded_.file.size() - sizeof(internal::Trailer))
-                                    : c.payload;
+        loaded_.payload =
+            from_file ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
+                                                   loaded_.file.size() - sizeof(internal::Trailer))
+                      : c.payload;
         loaded_.found = true;
         break;
       }
@@ -425,11 +432,13 @@ class Checkpointer::Impl {
   }
 
   Status Apply() {
-    Status local = loaded_.found ? Check() : FailedPreconditionError(where_ + ": Apply: no snapshot found; expected "
-                                                                              "a Find that returned a step first");
+    Status local = loaded_.found ? Check()
+                                 : FailedPreconditionError(where_ +
+                                                           ": Apply: no snapshot found; expected "
+                                                           "a Find that returned a step first");
     int64_t flag = local.ok() ? 0 : 1, any = 0;
-    CUPCAKE_RETURN_IF_ERROR(
-        comm_->Allreduce(&flag, &any, 1, comm::DataType::kInt64, comm::ReduceOp::kMax).WithPrefix(where_ + ": restore"));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allreduce(&flag, &any, 1, comm::DataType::kInt64, comm::ReduceOp::kMax)
+                                .WithPrefix(where_ + ": restore"));
     CUPCAKE_RETURN_IF_ERROR(local);
     if (any != 0)
       return FailedPreconditionError(where_ + ": restore: another rank could not restore step " +
@@ -522,8 +531,8 @@ class Checkpointer::Impl {
                 ", expected rank " + std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size());
     else if (h.slot_capacity > static_cast<uint64_t>(st.st_size) ||
              kHeaderBytes + 2 * h.slot_capacity > static_cast<uint64_t>(st.st_size))
-      problem = "slot_capacity: beyond the segment; got " + std::to_string(h.slot_capacity) + ", expected <= " +
-                std::to_string((st.st_size - kHeaderBytes) / 2);
+      problem = "slot_capacity: beyond the segment; got " + std::to_string(h.slot_capacity) +
+                ", expected <= " + std::to_string((st.st_size - kHeaderBytes) / 2);
     if (!problem.empty()) {
       refused->push_back(where_ + ": " + problem);
       ::munmap(base, static_cast<size_t>(st.st_size));
@@ -636,64 +645,8 @@ class Checkpointer::Impl {
   // does not verify goes to `refused`.
   std::vector<Candidate> ListCandidates(std::vector<std::string>* refused) {
     std::vector<Candidate> out;
-    OpenExisting(refused);
-    if (base_ != nullptr) {
-      SegmentHeader& h = header();
-      for (int i = 0; i < 2; ++i) {
-        const SlotHeader& s = h.slots[i];
-        const std::string field = "slots[" + std::to_string(i) + "]";
-        const uint64_t state = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(s.state)).load();  // NOLINT
-        if (state == internal::kSlotEmpty) continue;
-        if (state != internal::kSlotValid) {
-          refused->push_back(where_ + ": " + field + ".state: torn (a copy was interrupted); got " +
-                             std::to_string(state) + ", expected " + std::to_string(internal::kSlotValid) + " (valid)");
-          continue;
-        }
-        if (s.payload_bytes > h.slot_capacity) {
-          refused->push_back(where_ + ": " + field + ".payload_bytes: beyond the slot; got " +
-                             std::to_string(s.payload_bytes) + ", expected <= " + std::to_string(h.slot_capacity));
-          continue;
-        }
-        Candidate c;
-        c.source = where_ + " " + field;
-        c.payload = {slot(i), static_cast<size_t>(s.payload_bytes)};
-        if (Verify(&c, s.checksum, s.step, where_ + ": " + field, refused)) out.push_back(std::move(c));
-      }
-    }
-    if (!options_.persist_dir.empty()) {
-      const std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
-      int kept = 0;
-      for (auto it = files.rbegin(); it != files.rend() && kept < 2; ++it) {
-        Candidate c;
-        c.source = options_.persist_dir + "/" + it->second;
-        ReadLimits limits;
-        limits.max_bytes = std::numeric_limits<int64_t>::max() / 2;
-        StatusOr<std::string> bytes = ReadFile(c.source, limits);
-        if (!bytes.ok()) {
-          refused->push_back(bytes.status().message());
-          continue;
-        }
-        c.file = std::move(bytes).value();
-        internal::Trailer t{};
-        if (c.file.size() < sizeof(t)) {
-          refused->push_back(c.source + ": trailer: truncated; got " + std::to_string(c.file.size()) +
-                             " bytes, expected >= " + std::to_string(sizeof(t)));
-          continue;
-        }
-        std::memcpy(&t, c.file.data() + c.file.size() - sizeof(t), sizeof(t));
-        const uint64_t payload = c.file.size() - sizeof(t);
-        if (std::memcmp(t.magic, internal::kTrailerMagic, 8) != 0 || t.payload_bytes != payload) {
-          refused->push_back(c.source + ": trailer: not a complete snapshot; got " + std::to_string(t.payload_bytes) +
-                             " payload bytes recorded, expected " + std::to_string(payload));
-          continue;
-        }
-        c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), payload};  // NOLINT: bytes of the file
-        if (Verify(&c, t.checksum, it->first, c.source, refused)) {
-          out.push_back(std::move(c));
-          ++kept;
-        }
-      }
-    }
+    SlotCandidates(&out, refused);
+    FileCandidates(&out, refused);
     std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
     // One candidate per step (the slot, listed first) and at most kCandidates.
     std::vector<Candidate> unique;
@@ -706,24 +659,90 @@ class Checkpointer::Impl {
     return unique;
   }
 
-  // The checksum, the structure, the step and the owner of a candidate.
-  bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& where, std::vector<std::string>* refused) {
+  // The segment's valid slots that verify.
+  void SlotCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
+    OpenExisting(refused);
+    if (base_ == nullptr) return;
+    SegmentHeader& h = header();
+    for (int i = 0; i < 2; ++i) {
+      SlotHeader& s = h.slots[i];
+      const std::string field = "slots[" + std::to_string(i) + "]";
+      const uint64_t state = LoadState(s);
+      if (state == internal::kSlotEmpty) continue;
+      if (state != internal::kSlotValid) {
+        refused->push_back(where_ + ": " + field + ".state: torn (a copy was interrupted); got " +
+                           std::to_string(state) + ", expected " + std::to_string(internal::kSlotValid) + " (valid)");
+        continue;
+      }
+      if (s.payload_bytes > h.slot_capacity) {
+        refused->push_back(where_ + ": " + field + ".payload_bytes: beyond the slot; got " +
+                           std::to_string(s.payload_bytes) + ", expected <= " + std::to_string(h.slot_capacity));
+        continue;
+      }
+      Candidate c;
+      c.source = where_ + " " + field;
+      c.payload = {slot(i), static_cast<size_t>(s.payload_bytes)};
+      if (Verify(&c, s.checksum, s.step, where_ + ": " + field + ".", refused)) out->push_back(std::move(c));
+    }
+  }
+
+  // This rank's two newest persisted files that verify (complete: trailer, checksum, structure).
+  void FileCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
+    if (options_.persist_dir.empty()) return;
+    const std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
+    int kept = 0;
+    for (auto it = files.rbegin(); it != files.rend() && kept < 2; ++it) {
+      Candidate c;
+      c.source = options_.persist_dir + "/" + it->second;
+      ReadLimits limits;
+      limits.max_bytes = std::numeric_limits<int64_t>::max() / 2;
+      StatusOr<std::string> bytes = ReadFile(c.source, limits);
+      if (!bytes.ok()) {
+        refused->push_back(bytes.status().message());
+        continue;
+      }
+      c.file = std::move(bytes).value();
+      internal::Trailer t{};
+      if (c.file.size() < sizeof(t)) {
+        refused->push_back(c.source + ": trailer: truncated; got " + std::to_string(c.file.size()) +
+                           " bytes, expected >= " + std::to_string(sizeof(t)));
+        continue;
+      }
+      std::memcpy(&t, c.file.data() + c.file.size() - sizeof(t), sizeof(t));
+      const uint64_t payload = c.file.size() - sizeof(t);
+      if (std::memcmp(t.magic, internal::kTrailerMagic, 8) != 0 || t.payload_bytes != payload) {
+        refused->push_back(c.source + ": trailer: not a complete snapshot; got " + std::to_string(t.payload_bytes) +
+                           " payload bytes recorded, expected " + std::to_string(payload));
+        continue;
+      }
+      c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), payload};  // NOLINT: bytes of the file
+      if (Verify(&c, t.checksum, it->first, c.source + ": trailer.", refused)) {
+        out->push_back(std::move(c));
+        ++kept;
+      }
+    }
+  }
+
+  // The checksum (`field` prefixes its name: "<segment>: slots[1]." or "<file>: trailer."), the
+  // structure, the step and the owner of a candidate.
+  bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field,
+              std::vector<std::string>* refused) {
     const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
     if (got != stored) {
-      refused->push_back(where + ".checksum: does not match the contents; got " + Hex(got) + ", expected " +
+      refused->push_back(field + "checksum: does not match the contents; got " + Hex(got) + ", expected " +
                          Hex(stored) + " (stored)");
       return false;
     }
-    StatusOr<internal::ParsedSnapshot> parsed = internal::ParseSnapshot(c->payload, where);
+    StatusOr<internal::ParsedSnapshot> parsed = internal::ParseSnapshot(c->payload, c->source);
     if (!parsed.ok()) {
       refused->push_back(parsed.status().message());
       return false;
     }
     if (parsed->step != step || parsed->rank != comm_->rank() || parsed->world_size != comm_->size()) {
-      refused->push_back(where + ": step, rank: not this rank's snapshot; got step " + std::to_string(parsed->step) +
-                         " of rank " + std::to_string(parsed->rank) + " of " + std::to_string(parsed->world_size) +
-                         ", expected step " + std::to_string(step) + " of rank " + std::to_string(comm_->rank()) +
-                         " of " + std::to_string(comm_->size()));
+      refused->push_back(c->source + ": step, rank: not this rank's snapshot; got step " +
+                         std::to_string(parsed->step) + " of rank " + std::to_string(parsed->rank) + " of " +
+                         std::to_string(parsed->world_size) + ", expected step " + std::to_string(step) + " of rank " +
+                         std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()));
       return false;
     }
     c->step = step;
@@ -742,7 +761,8 @@ class Checkpointer::Impl {
     for (size_t i = 0; i < std::min(got.size(), entries_.size()); ++i) {
       const std::string field = loaded_.source + ": entries[" + std::to_string(i) + "]";
       if (got[i].name != entries_[i].name)
-        problem(field + ".name: does not match the job; got '" + got[i].name + "', expected '" + entries_[i].name + "'");
+        problem(field + ".name: does not match the job; got '" + got[i].name + "', expected '" + entries_[i].name +
+                "'");
       else if (got[i].size_bytes != static_cast<int64_t>(entries_[i].memory.size()))
         problem(field + ".size_bytes: does not match the job; got " + std::to_string(got[i].size_bytes) +
                 ", expected " + std::to_string(entries_[i].memory.size()) + " ('" + entries_[i].name + "')");
@@ -797,7 +817,8 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
     if (::stat(options.persist_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       problem(options.persist_dir + ": persist_dir: not a directory; expected an existing directory");
   }
-  if (communicator == nullptr) problem("Checkpointer: communicator: null; expected the job's communicator");
+  if (communicator == nullptr)
+    problem("Checkpointer: communicator: null; expected the job's communicator");
   else if (communicator->memory() != comm::MemoryKind::kHost)
     problem("Checkpointer: communicator: device memory; expected a host-memory communicator (MPI, in-process)");
   if (!problems.empty()) return InvalidArgumentError(problems);

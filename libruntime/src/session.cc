@@ -299,8 +299,9 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SetIteration"));
     if (gravac_ != nullptr)
-      return FailedPreconditionError("SetIteration: GraVAC is enabled; expected a session without EnableGravac "
-                                     "(its windows count the steps since it was enabled)");
+      return FailedPreconditionError(
+          "SetIteration: GraVAC is enabled; expected a session without EnableGravac "
+          "(its windows count the steps since it was enabled)");
     iteration_ = iteration;
     return Status::Ok();
   }

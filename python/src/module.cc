@@ -317,8 +317,8 @@ void BindSession(py::module_& m) {
             auto values = Take(session.ReadState(momentum ? runtime::CompressorState::kMomentum
                                                           : runtime::CompressorState::kErrorFeedback));
             if (static_cast<int64_t>(values.size()) != numel)
-              Raise(InvalidArgumentError("read_state: numel: wrong size; got " + std::to_string(numel) +
-                                         ", expected " + std::to_string(values.size()) + " (elements of the model)"));
+              Raise(InvalidArgumentError("read_state: numel: wrong size; got " + std::to_string(numel) + ", expected " +
+                                         std::to_string(values.size()) + " (elements of the model)"));
             std::copy(values.begin(), values.end(), FloatPointer(address));
           },
           py::arg("address"), py::arg("numel"), py::arg("momentum") = false,
@@ -326,9 +326,9 @@ void BindSession(py::module_& m) {
       .def(
           "write_state",
           [](PySession& s, uintptr_t address, int64_t numel, bool momentum) {
-            Check(s.Get().WriteState(std::span<const float>(FloatPointer(address), static_cast<size_t>(numel)),
-                                     momentum ? runtime::CompressorState::kMomentum
-                                              : runtime::CompressorState::kErrorFeedback));
+            Check(s.Get().WriteState(
+                std::span<const float>(FloatPointer(address), static_cast<size_t>(numel)),
+                momentum ? runtime::CompressorState::kMomentum : runtime::CompressorState::kErrorFeedback));
           },
           py::arg("address"), py::arg("numel"), py::arg("momentum") = false,
           "Between steps: sets the error-feedback memory (or momentum) from float32 host memory, model element order.")
@@ -411,8 +411,9 @@ class PyCheckpointer {
   runtime::Checkpointer& Get() {
     if (ckpt_ == nullptr) Raise(FailedPreconditionError("cupcake: Checkpointer: closed; expected an open one"));
     if (session_ != nullptr && session_->closed())
-      Raise(FailedPreconditionError("cupcake: Checkpointer: the attached session is closed; expected it open "
-                                    "(attach_session(None) to go on without its state)"));
+      Raise(
+          FailedPreconditionError("cupcake: Checkpointer: the attached session is closed; expected it open "
+                                  "(attach_session(None) to go on without its state)"));
     return *ckpt_;
   }
   void Add(const std::string& name, uintptr_t address, int64_t nbytes, bool at_commit) {

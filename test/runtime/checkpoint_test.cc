@@ -232,7 +232,8 @@ TEST_F(CheckpointTest, ChecksumMismatchIsRefused) {
     EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
   }
   ASSERT_EQ(points[1]->refused.size(), 1u);
-  const std::string want = Segment(1) + ": slots[" + std::to_string(newest) + "].checksum: does not match the contents; got 0x";
+  const std::string want =
+      Segment(1) + ": slots[" + std::to_string(newest) + "].checksum: does not match the contents; got 0x";
   EXPECT_EQ(points[1]->refused[0].substr(0, want.size()), want) << points[1]->refused[0];
   EXPECT_NE(points[1]->refused[0].find(", expected 0x"), std::string::npos);
 
@@ -372,9 +373,8 @@ TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
   options.name = name_;
   for (int64_t run = 0; run < 2; ++run) {
     comm::InProcessGroup group(kWorld);
-    auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) {
-      return Session::Create(plan, std::move(c));
-    });
+    auto sessions = testing::CreateOnEveryRank(
+        group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
     comm::InProcessGroup ckpt_group(kWorld);
     OnEveryRank(kWorld, [&](int r) {
       ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
@@ -440,8 +440,10 @@ TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
         }
         std::vector<std::vector<float>> got;
         for (auto g : grads) got.emplace_back(g.begin(), g.end());
-        if (run == 0) want[static_cast<size_t>(r)] = got;
-        else EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+        if (run == 0)
+          want[static_cast<size_t>(r)] = got;
+        else
+          EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
       });
     }
     for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(options.name, r).ok());
