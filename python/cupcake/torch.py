@@ -619,16 +619,20 @@ class Checkpointer:
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
     object wraps to wait for the background copy first; CPU tensors only (GPU: not built yet).
-    Same world, same name, same model and optimizer on restart. The compressors' iteration
-    counter (randk, qsgd, terngrad choices) and GraVAC's controller are not in the snapshot.
+    Same world, same name, same model and optimizer on restart. The session's iteration counter
+    (randk's, qsgd's and terngrad's random choices) is in the snapshot; GraVAC's controller is not,
+    so a DistributedOptimizer with adapt=GraVAC(...) is refused.
     """
 
     def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0):
         self.model = model
         self.optimizer = optimizer
         self.name = name
-        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every)))
         state = getattr(optimizer, "_cupcake", None)
+        if state is not None and state.adapt is not None:
+            raise ValueError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
+                             "without (GraVAC's controller is not in the snapshot yet)")
+        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every)))
         self._session = state.session if state is not None else None
         if self._session is not None:
             self._cpp.attach_session(self._session)
