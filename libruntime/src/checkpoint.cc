@@ -431,11 +431,13 @@ class Checkpointer::Impl {
     return point;
   }
 
-  Status Apply() {
-    Status local = loaded_.found ? Check()
-                                 : FailedPreconditionError(where_ +
-                                                           ": Apply: no snapshot found; expected "
-                                                           "a Find that returned a step first");
+  Status Apply(const Status& job_status) {
+    Status local = job_status;
+    if (local.ok())
+      local = loaded_.found ? Check()
+                            : FailedPreconditionError(where_ +
+                                                      ": Apply: no snapshot found; expected a Find that "
+                                                      "returned a step first");
     int64_t flag = local.ok() ? 0 : 1, any = 0;
     CUPCAKE_RETURN_IF_ERROR(comm_->Allreduce(&flag, &any, 1, comm::DataType::kInt64, comm::ReduceOp::kMax)
                                 .WithPrefix(where_ + ": restore"));
@@ -841,10 +843,10 @@ Status Checkpointer::WaitForCopy() { return impl_->WaitForCopy(); }
 int64_t Checkpointer::agreed_step() const { return impl_->agreed_step(); }
 int64_t Checkpointer::local_step() const { return impl_->local_step(); }
 StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }
-Status Checkpointer::Apply() { return impl_->Apply(); }
+Status Checkpointer::Apply(const Status& job_status) { return impl_->Apply(job_status); }
 StatusOr<RestorePoint> Checkpointer::Restore() {
   CUPCAKE_ASSIGN_OR_RETURN(RestorePoint point, impl_->Find());
-  if (point.step > 0) CUPCAKE_RETURN_IF_ERROR(impl_->Apply());
+  if (point.step > 0) CUPCAKE_RETURN_IF_ERROR(impl_->Apply(Status::Ok()));
   return point;
 }
 

@@ -36,6 +36,7 @@ another model names the first tensor that differs; a gradient missing at synchro
 
 import atexit
 import contextlib
+import copy
 import io
 import json
 import os
@@ -663,9 +664,21 @@ class Checkpointer:
         point = self._cpp.find()
         if point["step"] == 0:
             return 0
-        self._load_optimizer_skeleton(json.loads(point["metadata"].decode()), point["source"])
-        self._register()
-        self._cpp.apply()
+        saved = copy.deepcopy(self.optimizer.state_dict())
+        problem = None
+        try:
+            self._load_optimizer_skeleton(json.loads(point["metadata"].decode()), point["source"])
+            self._register()
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+            problem = e
+        try:
+            # Collective, also after a local problem (the others then fail too instead of waiting);
+            # it writes nothing unless every rank's snapshot fits its job.
+            self._cpp.apply("" if problem is None else "Checkpointer.restore: %s" % problem)
+        except Error:
+            self.optimizer.load_state_dict(saved)  # a refused restore leaves the optimizer as it was
+            self._registered = None
+            raise
         return int(point["step"])
 
     @property

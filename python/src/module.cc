@@ -491,11 +491,16 @@ void BindCheckpointer(py::module_& m) {
              }
              return PointDict(Take(std::move(point)));
            })
-      .def("apply",
-           [](PyCheckpointer& c) {
-             runtime::Checkpointer& ckpt = c.Get();
-             CheckWithoutGil([&] { return ckpt.Apply(); });
-           })
+      .def(
+          "apply",
+          [](PyCheckpointer& c, const std::string& job_error) {
+            runtime::Checkpointer& ckpt = c.Get();
+            const Status job = job_error.empty() ? Status::Ok() : InvalidArgumentError(job_error);
+            CheckWithoutGil([&] { return ckpt.Apply(job); });
+          },
+          py::arg("job_error") = "",
+          "Collective, after find(): the snapshot into the entries. job_error: this rank could not prepare its "
+          "entries (every rank then fails, nothing is written).")
       .def_property_readonly("agreed_step", [](PyCheckpointer& c) { return c.Get().agreed_step(); })
       .def_property_readonly("local_step", [](PyCheckpointer& c) { return c.Get().local_step(); })
       .def("close", &PyCheckpointer::Close, "Waits for the copy in progress and frees the checkpointer.")

@@ -4,11 +4,13 @@ for --steps steps, committing a snapshot after every optimizer step, and
   --kill-at K     ends the process with os._exit right after commit(K), mid-copy or not, as a crash;
   --compare REF   after restore() and the remaining steps, compares every parameter with REF's bit for
                   bit and exits 1 naming the first that differs (the test's verdict);
-  --expect-start  the step restore() must return (a set: "6,7"), else exit 1.
+  --expect-start  the step restore() must return (a set: "6,7"), else exit 1;
+  --wrong-model   builds the model with 4 channels instead of 8: restore() must raise cupcake.Error naming
+                  the first entry whose size differs (and write nothing), else exit 1.
 PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedback is part of the
 snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K] [--persist DIR --persist-every P]
-       [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove]"""
+       [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model]"""
 
 import argparse
 import os
@@ -33,10 +35,11 @@ def main():
     p.add_argument("--compare", default=None)
     p.add_argument("--expect-start", default=None)
     p.add_argument("--remove", action="store_true", help="delete this job's segments at the end")
+    p.add_argument("--wrong-model", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = cupcake.torch.rank()
-    model = cnn.make_model()
+    model = cnn.make_model(channels=4) if a.wrong_model else cnn.make_model()
     if a.plan == "-":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
@@ -46,6 +49,21 @@ def main():
     start = 0
     if not a.no_ckpt:
         ckpt = cupcake.torch.Checkpointer(model, opt, name=a.name, persist_dir=a.persist, persist_every=a.persist_every)
+        if a.wrong_model:
+            before = {n: t.clone() for n, t in model.state_dict().items()}
+            try:
+                ckpt.restore()
+            except cupcake.Error as e:
+                want = "]: entries[3].size_bytes: does not match the job; got 864, expected 432 ('model.conv1.weight')"
+                if want not in str(e) or str(e).find(cupcake.Checkpointer.segment_name(a.name, rank)) < 0:
+                    sys.exit("FAIL: rank %d: restore() into another model: got '%s', expected the segment and '%s'"
+                             % (rank, e, want))
+                if any(not torch.equal(before[n], t) for n, t in model.state_dict().items()):
+                    sys.exit("FAIL: rank %d: a refused restore changed the model" % rank)
+                if rank == 0:
+                    print("ok: restore() into another model refused: %s" % str(e).splitlines()[0], flush=True)
+                return
+            sys.exit("FAIL: rank %d: restore() into a model of other shapes did not raise" % rank)
         start = ckpt.restore()
     if rank == 0:
         print("checkpoint_job: %s: start at step %d" % (a.plan, start), flush=True)

@@ -87,6 +87,9 @@ case "$stage" in
         echo "FAIL: $variant: the run killed at step 7 exited 0"; exit 1
       fi
       ls /dev/shm/cupcake-"$name"-0 /dev/shm/cupcake-"$name"-1 >/dev/null  # the snapshots outlived the processes
+      if [ "$variant" = fp32 ]; then  # another model: refused naming the entry, nothing written
+        "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-wrong" --steps 12 --name "$name" --wrong-model
+      fi
       # Step 7 when both copies finished before the kill, else 6 (a torn slot is never restored).
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" \
         --compare "$work/ckpt-$variant-ref" --expect-start 6,7 --remove

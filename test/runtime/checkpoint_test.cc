@@ -312,6 +312,27 @@ TEST_F(CheckpointTest, SnapshotOfOtherShapesIsRefusedOnEveryRank) {
   ckpts.clear();
 }
 
+// A rank that could not prepare its entries passes its error to Apply: it still joins the
+// collective, so the others fail too instead of waiting, and nobody's values change.
+TEST_F(CheckpointTest, ARankThatCannotPrepareFailsEveryRank) {
+  Start();
+  Train(1, 2);
+  Start();
+  std::vector<Status> got(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    Checkpointer& c = *jobs_[static_cast<size_t>(r)].ckpt;
+    auto point = c.Find();
+    ASSERT_TRUE(point.ok());
+    ASSERT_EQ(point->step, 2);
+    got[static_cast<size_t>(r)] = c.Apply(r == 1 ? InvalidArgumentError("job: optimizer: no state") : Status::Ok());
+  });
+  EXPECT_EQ(got[1].message(), "job: optimizer: no state");
+  EXPECT_EQ(got[0].message(), Segment(0) +
+                                  ": restore: another rank could not restore step 2 (see its message); "
+                                  "nothing restored");
+  for (const RankJob& job : jobs_) EXPECT_EQ(job.weights, std::vector<float>(300, 0.0f));  // as Start() made them
+}
+
 TEST_F(CheckpointTest, RanksCommittingDifferentStepsAllFail) {
   Start();
   std::vector<Status> got(kWorld);

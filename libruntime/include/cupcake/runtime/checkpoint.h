@@ -126,8 +126,9 @@ class Checkpointer {
   // is reported together (`<segment>: entries[2].size_bytes: does not match the job; got 400,
   // expected 40 ('fc.bias')`); when any rank fails every rank fails. Snapshots newer than the
   // restored step (a rank got further before the crash) are invalidated, so they can never be
-  // mixed with the resumed run's.
-  Status Apply();
+  // mixed with the resumed run's. A job that could not prepare its entries passes its error as
+  // `job_status`: the other ranks then fail too, instead of waiting for this one.
+  Status Apply(const Status& job_status = Status::Ok());
 
   // The shared-memory name of rank `rank`'s segment ("/cupcake-<name>-<rank>") and its path
   // under /dev/shm on Linux.
