@@ -41,6 +41,7 @@ import io
 import json
 import os
 import sys
+import types
 
 import torch
 
@@ -637,21 +638,21 @@ class Checkpointer:
         self._session = state.session if state is not None else None
         if self._session is not None:
             self._cpp.attach_session(self._session)
+        self._states = {}  # add_state's objects (LR schedulers): their state_dict() in the metadata
         self._registered = None  # (name, address, bytes, at_commit) per entry, as registered
         self._tensors = []  # the registered tensors, kept alive while the copy may read them
         original = optimizer.step
+        cpp = self._cpp
 
-        def step(*args, **kwargs):
-            self._cpp.wait_for_copy()  # the copy reads what step() is about to write
+        def step(unused_self, *args, **kwargs):
+            cpp.wait_for_copy()  # the copy reads what step() is about to write
             return original(*args, **kwargs)
 
-        for attribute in ("__name__", "__doc__", "__wrapped__"):
-            if hasattr(original, attribute):
-                try:
-                    setattr(step, attribute, getattr(original, attribute))
-                except (AttributeError, TypeError):
-                    pass
-        optimizer.step = step
+        step.__doc__ = getattr(original, "__doc__", None)
+        if getattr(original, "_with_counter", False):
+            step._with_counter = True  # an LR scheduler's counting wrapper is inside: it still counts
+        # A bound method, as optimizer.step was: LR schedulers made later wrap it through __self__.
+        optimizer.step = types.MethodType(step, optimizer)
 
     def commit(self, step):
         """Collective, after the optimizer step of `step` (>= 1, increasing, the same on every rank)."""
@@ -680,6 +681,14 @@ class Checkpointer:
             self._registered = None
             raise
         return int(point["step"])
+
+    def add_state(self, name, obj):
+        """Includes obj.state_dict() (numbers, strings, lists, tuples, dicts: e.g. an LR scheduler's) in
+        every snapshot under `name`; restore() calls obj.load_state_dict with it. Before restore()."""
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise ValueError("Checkpointer.add_state: '%s': got %s, expected an object with state_dict() and "
+                             "load_state_dict()" % (name, type(obj).__name__))
+        self._states[str(name)] = obj
 
     @property
     def agreed_step(self):
@@ -740,7 +749,8 @@ class Checkpointer:
             if s:
                 state[str(i)] = {str(k): ({"__tensor__": [str(v.dtype).replace("torch.", ""), list(v.shape)]}
                                           if torch.is_tensor(v) else _encode(v)) for k, v in s.items()}
-        return {"param_groups": groups, "state": state}
+        states = {name: _encode(obj.state_dict()) for name, obj in self._states.items()}
+        return {"param_groups": groups, "state": state, "states": states}
 
     def _load_optimizer_skeleton(self, meta, source):
         saved = self.optimizer.state_dict()
@@ -757,6 +767,12 @@ class Checkpointer:
                              for k, v in entries.items()}
         saved["state"] = state
         self.optimizer.load_state_dict(saved)
+        stored = meta.get("states", {})
+        for name, obj in self._states.items():
+            if name not in stored:
+                raise Error("%s: metadata: states: '%s' missing; got %s, expected the states added with add_state"
+                            % (source, name, sorted(stored)))
+            obj.load_state_dict(_decode(stored[name]))
 
 
 def _encode(v):
@@ -765,15 +781,19 @@ def _encode(v):
         return {"__tuple__": [_encode(x) for x in v]}
     if isinstance(v, list):
         return [_encode(x) for x in v]
+    if isinstance(v, dict):
+        return {"__dict__": [[_encode(k), _encode(x)] for k, x in v.items()]}
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    raise ValueError("Checkpointer: optimizer value %r of type %s: not serializable; expected numbers, strings, "
-                     "None, tuples, lists or tensors" % (v, type(v).__name__))
+    raise ValueError("Checkpointer: value %r of type %s: not serializable; expected numbers, strings, None, "
+                     "tuples, lists, dicts (or, in the optimizer's state, tensors)" % (v, type(v).__name__))
 
 
 def _decode(v):
     if isinstance(v, dict) and "__tuple__" in v:
         return tuple(_decode(x) for x in v["__tuple__"])
+    if isinstance(v, dict) and "__dict__" in v:
+        return {_decode(k): _decode(x) for k, x in v["__dict__"]}
     if isinstance(v, list):
         return [_decode(x) for x in v]
     return v

@@ -8,7 +8,8 @@ for --steps steps, committing a snapshot after every optimizer step, and
   --wrong-model   builds the model with 4 channels instead of 8: restore() must raise cupcake.Error naming
                   the first entry whose size differs (and write nothing), else exit 1.
 PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedback is part of the
-snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas).
+snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas; and a
+StepLR scheduler made after the Checkpointer, its state added with add_state).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K] [--persist DIR --persist-every P]
        [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model]"""
 
@@ -49,6 +50,10 @@ def main():
     start = 0
     if not a.no_ckpt:
         ckpt = cupcake.torch.Checkpointer(model, opt, name=a.name, persist_dir=a.persist, persist_every=a.persist_every)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5) if a.plan == "-" else None
+    if ckpt is not None and scheduler is not None:
+        ckpt.add_state("scheduler", scheduler)
+    if ckpt is not None:
         if a.wrong_model:
             before = {n: t.clone() for n, t in model.state_dict().items()}
             try:
@@ -75,6 +80,8 @@ def main():
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+        if scheduler is not None:
+            scheduler.step()
         if ckpt is not None:
             ckpt.commit(step)
         if step == a.kill_at:
