@@ -638,6 +638,8 @@ class Checkpointer:
         self._session = state.session if state is not None else None
         if self._session is not None:
             self._cpp.attach_session(self._session)
+        self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)
+        self.refused = []  # the snapshots the last restore() refused on this rank, one line each (torn, corrupt)
         self._states = {}  # add_state's objects (LR schedulers): their state_dict() in the metadata
         self._registered = None  # (name, address, bytes, at_commit) per entry, as registered
         self._tensors = []  # the registered tensors, kept alive while the copy may read them
@@ -663,6 +665,7 @@ class Checkpointer:
         """Collective, before training: the newest step every rank holds, restored into the model,
         the optimizer and the session; returns it (0: nothing to restore, nothing changed)."""
         point = self._cpp.find()
+        self.refused, self.source = list(point["refused"]), point["source"] or None
         if point["step"] == 0:
             return 0
         saved = copy.deepcopy(self.optimizer.state_dict())

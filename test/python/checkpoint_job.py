@@ -71,7 +71,8 @@ def main():
             sys.exit("FAIL: rank %d: restore() into a model of other shapes did not raise" % rank)
         start = ckpt.restore()
     if rank == 0:
-        print("checkpoint_job: %s: start at step %d" % (a.plan, start), flush=True)
+        where = " from %s (refused: %s)" % (ckpt.source, "; ".join(ckpt.refused) or "none") if start > 0 else ""
+        print("checkpoint_job: %s: start at step %d%s" % (a.plan, start, where), flush=True)
     if a.expect_start is not None and str(start) not in a.expect_start.split(","):
         sys.exit("FAIL: %s: rank %d: restore() returned step %d, expected one of %s"
                  % (a.plan, rank, start, a.expect_start))
