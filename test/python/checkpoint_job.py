@@ -1,7 +1,8 @@
 """cupcake.torch.Checkpointer under mpirun with 2 ranks (docs/CHECKPOINT.md): trains test/python/cnn.py
 for --steps steps, committing a snapshot after every optimizer step, and
   --no-ckpt       trains without a Checkpointer (the uninterrupted reference) and saves the weights;
-  --kill-at K     ends the process with os._exit right after commit(K), mid-copy or not, as a crash;
+  --kill-at K     ends the process with os._exit right after commit(K), mid-copy or not, as a crash
+                  (--wait-before-kill: once the copy of step K is done, so the restart must resume from K);
   --compare REF   after restore() and the remaining steps, compares every parameter with REF's bit for
                   bit and exits 1 naming the first that differs (the test's verdict);
   --expect-start  the step restore() must return (a set: "6,7"), else exit 1;
@@ -10,7 +11,8 @@ for --steps steps, committing a snapshot after every optimizer step, and
 PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedback is part of the
 snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas; and a
 StepLR scheduler made after the Checkpointer, its state added with add_state).
-Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K] [--persist DIR --persist-every P]
+Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K [--wait-before-kill]]
+       [--persist DIR --persist-every P]
        [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model]"""
 
 import argparse
@@ -37,6 +39,7 @@ def main():
     p.add_argument("--expect-start", default=None)
     p.add_argument("--remove", action="store_true", help="delete this job's segments at the end")
     p.add_argument("--wrong-model", action="store_true")
+    p.add_argument("--wait-before-kill", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = cupcake.torch.rank()
@@ -86,6 +89,8 @@ def main():
         if ckpt is not None:
             ckpt.commit(step)
         if step == a.kill_at:
+            if a.wait_before_kill:
+                ckpt.wait()
             os._exit(3)  # a crash: no cleanup, no MPI_Finalize, the copy of this step maybe half done
     weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
     path = "%s-rank%d.pt" % (a.out, rank)

@@ -10,7 +10,8 @@
 #   gravac      gravac_job.py: the topk ladder with adapt=GraVAC(...), its decisions and log
 #   checkpoint  checkpoint_job.py (docs/CHECKPOINT.md): per plan (fp32, topk with error feedback, and no
 #               DistributedOptimizer with Adam) an uninterrupted run, a run killed right after commit(7)
-#               and its restart, whose final weights must equal the uninterrupted run's bit for bit;
+#               (topk: once that copy is done) and its restart, whose final weights must equal the
+#               uninterrupted run's bit for bit;
 #               then topk persisted every 4 steps, killed at 10, its segments deleted: restored from step 8
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
@@ -81,9 +82,12 @@ case "$stage" in
       plan="$work/pycnn-$variant.pb"
       if [ "$variant" = local ]; then plan=-; fi
       name="$tag-$variant"
+      # topk: killed once the copy of step 7 is done, so the restart must resume from exactly 7.
+      wait_flag=() starts=6,7
+      if [ "$variant" = topk ]; then wait_flag=(--wait-before-kill) starts=7; fi
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant-ref" --steps 12 --no-ckpt
       if "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" --kill-at 7 \
-          >"$work/ckpt-$variant-killed.log" 2>&1; then
+          "${wait_flag[@]}" >"$work/ckpt-$variant-killed.log" 2>&1; then
         echo "FAIL: $variant: the run killed at step 7 exited 0"; exit 1
       fi
       ls /dev/shm/cupcake-"$name"-0 /dev/shm/cupcake-"$name"-1 >/dev/null  # the snapshots outlived the processes
@@ -92,7 +96,7 @@ case "$stage" in
       fi
       # Step 7 when both copies finished before the kill, else 6 (a torn slot is never restored).
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" \
-        --compare "$work/ckpt-$variant-ref" --expect-start 6,7 --remove
+        --compare "$work/ckpt-$variant-ref" --expect-start "$starts" --remove
     done
     # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted).
     rm -rf "$work/ckpt-persist" && mkdir -p "$work/ckpt-persist"
