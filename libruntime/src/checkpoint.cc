@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -228,8 +229,9 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
   return out;
 }
 
-constexpr int kCandidates = 4;
-constexpr int kIterationPlane = 2;  // per rank: two slots and two persisted files
+constexpr int kCandidates = 4;  // per rank: two slots and two persisted files
+constexpr int kReplicaCandidates = 2;  // per rank: the two slots of its predecessor's replicas
+constexpr int kIterationPlane = 2;
 
 struct Entry {
   std::string name;
@@ -239,19 +241,266 @@ struct Entry {
   int session_plane = -1;  // 0: error feedback, 1: momentum, 2: iteration (memory is `staged`)
 };
 
+// One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
+// `owner`: this rank's own, or (replicas) its ring predecessor's. Not thread-safe: the training
+// thread and the copy thread take turns (Commit joins the copy before it touches the segment).
+class SlotSegment {
+ public:
+  SlotSegment(std::string shm_name, int owner, int world)
+      : shm_name_(std::move(shm_name)), where_("/dev/shm" + shm_name_), owner_(owner), world_(world) {}
+  ~SlotSegment() { Unmap(); }
+  SlotSegment(const SlotSegment&) = delete;
+  SlotSegment& operator=(const SlotSegment&) = delete;
+
+  const std::string& where() const { return where_; }
+  bool mapped() const { return base_ != nullptr; }
+  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
+  std::byte* slot(int i) const {
+    return static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<int64_t>(i) * header().slot_capacity;
+  }
+
+  void Unmap() {
+    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+    if (fd_ >= 0) ::close(fd_);
+    base_ = nullptr;
+    fd_ = -1;
+    mapped_bytes_ = 0;
+  }
+
+  // Maps an existing segment if its header is the owner's; a problem goes to `refused` (nothing
+  // mapped). No segment: nothing mapped, nothing refused (a fresh host).
+  void OpenExisting(std::vector<std::string>* refused) {
+    if (base_ != nullptr) return;
+    const int fd = ::shm_open(shm_name_.c_str(), O_RDWR, 0600);
+    if (fd < 0) return;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size < kHeaderBytes) {
+      refused->push_back(where_ + ": size: too small for a header; got " + std::to_string(st.st_size) +
+                         " bytes, expected >= " + std::to_string(kHeaderBytes));
+      ::close(fd);
+      return;
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      refused->push_back(where_ + ": " + Errno("mmap", errno));
+      ::close(fd);
+      return;
+    }
+    const std::string problem = HeaderProblem(*static_cast<SegmentHeader*>(base), st.st_size);
+    if (!problem.empty()) {
+      refused->push_back(where_ + ": " + problem);
+      ::munmap(base, static_cast<size_t>(st.st_size));
+      ::close(fd);
+      return;
+    }
+    base_ = base;
+    fd_ = fd;
+    mapped_bytes_ = static_cast<size_t>(st.st_size);
+  }
+
+  // A segment whose slots hold `payload` bytes: the mapped one, an existing one, or a new one
+  // (replacing a smaller one: its snapshots are lost; the persisted files remain).
+  Status Ensure(int64_t payload) {
+    std::vector<std::string> ignored;
+    OpenExisting(&ignored);
+    if (base_ != nullptr && header().slot_capacity >= static_cast<uint64_t>(payload)) return Status::Ok();
+    Unmap();
+    const int64_t capacity = (payload + payload / 16 + 65536 + 4095) / 4096 * 4096;
+    const int64_t bytes = kHeaderBytes + 2 * capacity;
+    const int fd = ::shm_open(shm_name_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return UnavailableError(where_ + ": " + Errno("shm_open", errno));
+    if (::ftruncate(fd, bytes) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(where_ + ": " + Errno("ftruncate to " + std::to_string(bytes) + " bytes", err));
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(where_ + ": " + Errno("mmap", err));
+    }
+    base_ = base;
+    fd_ = fd;
+    mapped_bytes_ = static_cast<size_t>(bytes);
+    SegmentHeader& h = header();
+    std::memset(&h, 0, sizeof(h));  // fresh from ftruncate, zero already; explicit for the format
+    std::memcpy(h.magic, internal::kSegmentMagic, 8);
+    h.version = internal::kFormatVersion;
+    h.slot_capacity = static_cast<uint64_t>(capacity);
+    h.rank = owner_;
+    h.world_size = world_;
+    return Status::Ok();
+  }
+
+  // The slot that does not hold the newest valid snapshot, marked kSlotWriting: its bytes change now.
+  int BeginWrite() {
+    SegmentHeader& h = header();
+    int target = 0;
+    for (int i = 0; i < 2; ++i)
+      if (LoadState(h.slots[i]) != internal::kSlotValid) target = i;
+    if (LoadState(h.slots[0]) == internal::kSlotValid && LoadState(h.slots[1]) == internal::kSlotValid)
+      target = h.slots[0].step < h.slots[1].step ? 0 : 1;
+    StoreState(h.slots[target], internal::kSlotWriting);
+    return target;
+  }
+  // The slot's payload is in: its step, size and checksum, then the flip to kSlotValid (last).
+  uint64_t FinishWrite(int target, int64_t step, int64_t payload_bytes) {
+    SlotHeader& s = header().slots[target];
+    s.step = step;
+    s.payload_bytes = static_cast<uint64_t>(payload_bytes);
+    s.checksum = internal::Checksum(slot(target), static_cast<size_t>(payload_bytes));
+    StoreState(s, internal::kSlotValid);
+    return s.checksum;
+  }
+
+  struct ValidSlot {
+    int index = 0;
+    int64_t step = 0;
+    std::span<const std::byte> payload;
+    uint64_t checksum = 0;
+  };
+  // The slots whose state is valid and size within the slot (checksums are the caller's to check).
+  std::vector<ValidSlot> ValidSlots(std::vector<std::string>* refused) {
+    std::vector<ValidSlot> out;
+    OpenExisting(refused);
+    if (base_ == nullptr) return out;
+    SegmentHeader& h = header();
+    for (int i = 0; i < 2; ++i) {
+      SlotHeader& s = h.slots[i];
+      const std::string field = where_ + ": slots[" + std::to_string(i) + "]";
+      const uint64_t state = LoadState(s);
+      if (state == internal::kSlotEmpty) continue;
+      if (state != internal::kSlotValid) {
+        refused->push_back(field + ".state: torn (a copy was interrupted); got " + std::to_string(state) +
+                           ", expected " + std::to_string(internal::kSlotValid) + " (valid)");
+        continue;
+      }
+      if (s.payload_bytes > h.slot_capacity) {
+        refused->push_back(field + ".payload_bytes: beyond the slot; got " + std::to_string(s.payload_bytes) +
+                           ", expected <= " + std::to_string(h.slot_capacity));
+        continue;
+      }
+      out.push_back({i, s.step, {slot(i), static_cast<size_t>(s.payload_bytes)}, s.checksum});
+    }
+    return out;
+  }
+
+  // Empties the valid slots of steps after `step` (-1: all of them).
+  void DropNewerThan(int64_t step) {
+    if (base_ == nullptr) return;
+    for (SlotHeader& s : header().slots)
+      if (LoadState(s) == internal::kSlotValid && s.step > step) StoreState(s, internal::kSlotEmpty);
+  }
+
+ private:
+  std::string HeaderProblem(const SegmentHeader& h, int64_t size) const {
+    if (std::memcmp(h.magic, internal::kSegmentMagic, 8) != 0)
+      return "magic: not a Cupcake segment; got '" + std::string(h.magic, 8) + "', expected 'CUPCKSH1'";
+    if (h.version != internal::kFormatVersion)
+      return "version: unknown; got " + std::to_string(h.version) + ", expected " +
+             std::to_string(internal::kFormatVersion);
+    if (h.rank != owner_ || h.world_size != world_)
+      return "rank: not the expected rank's; got rank " + std::to_string(h.rank) + " of " +
+             std::to_string(h.world_size) + ", expected rank " + std::to_string(owner_) + " of " +
+             std::to_string(world_);
+    if (h.slot_capacity > static_cast<uint64_t>(size) ||
+        kHeaderBytes + 2 * h.slot_capacity > static_cast<uint64_t>(size))
+      return "slot_capacity: beyond the segment; got " + std::to_string(h.slot_capacity) +
+             ", expected <= " + std::to_string((size - kHeaderBytes) / 2);
+    return "";
+  }
+
+  std::string shm_name_, where_;
+  int owner_, world_;
+  void* base_ = nullptr;
+  int fd_ = -1;
+  size_t mapped_bytes_ = 0;
+};
+
 }  // namespace
 
+constexpr int kRow = 1 + kCandidates + kReplicaCandidates;
+
+// What the ranks announced at a restore: per rank [ok, own steps x kCandidates, steps of its
+// predecessor's snapshots x kReplicaCandidates], -1 where none.
+struct Holdings {
+  explicit Holdings(int ranks) : world(ranks), rows(static_cast<size_t>(kRow * ranks)) {}
+  const int64_t* row(int r) const { return &rows[static_cast<size_t>(kRow * r)]; }
+  bool Own(int r, int64_t step) const {
+    return std::find(row(r) + 1, row(r) + 1 + kCandidates, step) != row(r) + 1 + kCandidates;
+  }
+  bool Replica(int r, int64_t step) const {
+    return std::find(row(r) + 1 + kCandidates, row(r) + kRow, step) != row(r) + kRow;
+  }
+  // Rank r can restore `step`: it holds it, or its successor holds it for r.
+  bool Restorable(int r, int64_t step) const { return Own(r, step) || Replica((r + 1) % world, step); }
+  int64_t NewestCommon() const {
+    int64_t best = 0;
+    for (int64_t step : rows) {
+      if (step < 1 || step <= best) continue;
+      bool everywhere = true;
+      for (int r = 0; r < world && everywhere; ++r) everywhere = Restorable(r, step);
+      if (everywhere) best = step;
+    }
+    return best;
+  }
+  bool Any() const {
+    for (int r = 0; r < world; ++r)
+      for (int c = 1; c < kRow; ++c)
+        if (row(r)[c] >= 1) return true;
+    return false;
+  }
+  // "rank 0 holds 3, 2; rank 1 holds none (its successor 3)".
+  std::string Describe() const {
+    std::string out;
+    for (int r = 0; r < world; ++r) {
+      std::string own, theirs;
+      for (int c = 1; c < kRow; ++c) {
+        if (row(r)[c] < 1) continue;
+        std::string& list = c <= kCandidates ? own : theirs;
+        list += (list.empty() ? "" : ", ") + std::to_string(row(r)[c]);
+      }
+      out += (r ? "; rank " : "rank ") + std::to_string(r) + " holds " + (own.empty() ? "none" : own);
+      if (!theirs.empty()) out += " (and rank " + std::to_string((r + world - 1) % world) + "'s " + theirs + ")";
+    }
+    return out;
+  }
+  int world;
+  std::vector<int64_t> rows;
+};
+
 class Checkpointer::Impl {
+ private:
+  struct Candidate {
+    int64_t step = 0;
+    std::string source;
+    std::span<const std::byte> payload;  // into the segment, or `file`
+    std::string file;
+    internal::ParsedSnapshot parsed;
+  };
+  struct Loaded {
+    bool found = false;
+    Status error;  // a replica that arrived changed: Apply fails
+    std::string source;
+    std::string file;
+    std::span<const std::byte> payload;
+    internal::ParsedSnapshot parsed;
+  };
+
  public:
   Impl(const CheckpointOptions& options, comm::Communicator* comm)
       : options_(options),
         comm_(comm),
-        segment_(SegmentName(options.name, comm->rank())),
-        where_("/dev/shm" + segment_) {}
+        own_(SegmentName(options.name, comm->rank()), comm->rank(), comm->size()),
+        where_(own_.where()) {
+    if (options.replicate)
+      replica_ =
+          std::make_unique<SlotSegment>(ReplicaSegmentName(options.name, comm->rank()), Predecessor(), comm->size());
+  }
 
   ~Impl() {
     if (copy_.joinable()) copy_.join();
-    Unmap();
   }
 
   Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
@@ -292,6 +541,7 @@ class Checkpointer::Impl {
     if (local.ok() && (step < 1 || step <= last_step_))
       local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
                                    ", expected > " + std::to_string(std::max<int64_t>(last_step_, 0)));
+    if (local.ok()) local = EnsureReplicaComm();
     // 2. The agreement: the same step everywhere; the newest step every rank completed.
     int64_t mine[3] = {step, local_step_, local.ok() ? 1 : 0};
     std::vector<int64_t> all(static_cast<size_t>(3 * comm_->size()));
@@ -324,7 +574,7 @@ class Checkpointer::Impl {
       payload += static_cast<int64_t>(e.memory.size());
     }
     payload += internal::DirectoryBytes(names, metadata.size());
-    CUPCAKE_RETURN_IF_ERROR(EnsureSegment(payload));
+    CUPCAKE_RETURN_IF_ERROR(own_.Ensure(payload));
     if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
     history_started_ = true;
     last_step_ = step;
@@ -367,72 +617,114 @@ class Checkpointer::Impl {
 
   StatusOr<RestorePoint> Find() {
     Status local = WaitForCopy();
+    if (local.ok()) local = EnsureReplicaComm();
     RestorePoint point;
-    std::vector<Candidate> candidates;
-    if (local.ok()) candidates = ListCandidates(&point.refused);
-    // Every rank announces its steps (-1: none) and whether it could look.
-    int64_t mine[kCandidates + 1];
-    std::fill(mine, mine + kCandidates + 1, -1);
+    std::vector<Candidate> candidates, replicas;
+    if (local.ok()) {
+      candidates = ListCandidates(&point.refused);
+      replicas = ReplicaCandidates(&point.refused);
+    }
+    // 1. Every rank announces whether it could look, its own steps and the steps of its
+    //    predecessor's snapshots it holds (-1: none).
+    std::array<int64_t, kRow> mine;
+    mine.fill(-1);
     mine[0] = local.ok() ? 1 : 0;
-    for (size_t c = 0; c < candidates.size() && c < kCandidates; ++c) mine[c + 1] = candidates[c].step;
-    std::vector<int64_t> all(static_cast<size_t>((kCandidates + 1) * comm_->size()));
-    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    for (size_t c = 0; c < candidates.size() && c < kCandidates; ++c) mine[1 + c] = candidates[c].step;
+    for (size_t c = 0; c < replicas.size() && c < kReplicaCandidates; ++c) mine[1 + kCandidates + c] = replicas[c].step;
+    Holdings held(comm_->size());
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Allgather(mine.data(), held.rows.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
     CUPCAKE_RETURN_IF_ERROR(local);
-    auto held = [&](int r, int64_t step) {
-      const int64_t* a = &all[static_cast<size_t>((kCandidates + 1) * r)];
-      return std::find(a + 1, a + kCandidates + 1, step) != a + kCandidates + 1;
-    };
-    int64_t best = 0;
-    bool any = false;
-    std::string holdings;
-    for (int r = 0; r < comm_->size(); ++r) {
-      const int64_t* a = &all[static_cast<size_t>((kCandidates + 1) * r)];
-      if (a[0] == 0)
+    for (int r = 0; r < comm_->size(); ++r)
+      if (held.row(r)[0] == 0)
         return FailedPreconditionError(where_ + ": restore: failed on rank " + std::to_string(r) +
                                        " (see its message)");
-      std::string list;
-      for (int c = 1; c <= kCandidates; ++c)
-        if (a[c] >= 1) list += (list.empty() ? "" : ", ") + std::to_string(a[c]);
-      any = any || !list.empty();
-      holdings += (r ? "; rank " : "rank ") + std::to_string(r) + " holds " + (list.empty() ? "none" : list);
-    }
-    for (const Candidate& c : candidates) {
-      bool everywhere = true;
-      for (int r = 0; r < comm_->size() && everywhere; ++r) everywhere = held(r, c.step);
-      if (everywhere) best = std::max(best, c.step);
-    }
-    if (best == 0 && any) {
+    // 2. The newest step every rank holds: itself, or its successor for it.
+    const int64_t best = held.NewestCommon();
+    if (best == 0 && held.Any()) {
       std::string refused;
       for (const std::string& line : point.refused) refused += "\n" + line;
-      return FailedPreconditionError(where_ + ": restore: no step is held by every rank; got " + holdings +
+      return FailedPreconditionError(where_ + ": restore: no step is held by every rank; got " + held.Describe() +
                                      ", expected a common step (snapshots refused on this rank: " +
                                      std::to_string(point.refused.size()) + ")" + refused);
     }
     point.step = best;
     loaded_ = {};
     if (best == 0) return point;
-    // This rank's copy of `best`: the slot if it has one (candidates list slots first), else the file.
-    for (Candidate& c : candidates)
-      if (c.step == best) {
-        const bool from_file = !c.file.empty();
-        loaded_.parsed = std::move(c.parsed);
-        loaded_.source = c.source;
-        loaded_.file = std::move(c.file);
-        loaded_.payload =
-            from_file ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
-                                                   loaded_.file.size() - sizeof(internal::Trailer))
-                      : c.payload;
-        loaded_.found = true;
-        break;
-      }
+    // 3. This rank's copy of `best`: its slot, else its file, else its successor's replica.
+    CUPCAKE_RETURN_IF_ERROR(Load(best, held, candidates, replicas));
     point.metadata = loaded_.parsed.metadata;
     point.source = loaded_.source;
     for (const internal::SnapshotEntry& e : loaded_.parsed.entries) point.entries.emplace_back(e.name, e.size_bytes);
     return point;
   }
 
+  // Step 3 of Find. Ranks without their own copy of `step` get it from their successor's replica:
+  // one allgather of what each rank sends its predecessor (bytes, checksum) and one alltoallv, in
+  // which every rank takes part. A replica that arrives changed fails this rank's Apply, so that
+  // every rank fails together there.
+  Status Load(int64_t step, const Holdings& held, std::vector<Candidate>& candidates,
+              std::vector<Candidate>& replicas) {
+    const int rank = comm_->rank(), world = comm_->size();
+    if (held.Own(rank, step)) {
+      for (Candidate& c : candidates)
+        if (c.step == step) {
+          const bool from_file = !c.file.empty();
+          loaded_.parsed = std::move(c.parsed);
+          loaded_.source = c.source;
+          loaded_.file = std::move(c.file);
+          loaded_.payload =
+              from_file ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
+                                                     loaded_.file.size() - sizeof(internal::Trailer))
+                        : c.payload;
+          loaded_.found = true;
+          break;
+        }
+    }
+    bool anyone_needs = false;
+    for (int r = 0; r < world; ++r) anyone_needs = anyone_needs || !held.Own(r, step);
+    if (!anyone_needs) return Status::Ok();
+    std::span<const std::byte> offer;
+    uint64_t offer_checksum = 0;
+    if (!held.Own(Predecessor(), step))
+      for (const Candidate& c : replicas)
+        if (c.step == step) {
+          offer = c.payload;
+          offer_checksum = internal::Checksum(c.payload.data(), c.payload.size());
+        }
+    const int64_t mine[2] = {static_cast<int64_t>(offer.size()), static_cast<int64_t>(offer_checksum)};
+    std::vector<int64_t> offers(static_cast<size_t>(2 * world));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, offers.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    send[static_cast<size_t>(Predecessor())] = mine[0];
+    const bool receive = !held.Own(rank, step);
+    if (receive) recv[static_cast<size_t>(Successor())] = offers[static_cast<size_t>(2 * Successor())];
+    std::string arrived(static_cast<size_t>(recv[static_cast<size_t>(Successor())]), '\0');
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Alltoallv(offer.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
+    if (!receive) return Status::Ok();
+    Candidate c;
+    c.source =
+        "rank " + std::to_string(Successor()) + "'s " + "/dev/shm" + ReplicaSegmentName(options_.name, Successor());
+    c.file = std::move(arrived);
+    c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.file.size()};  // NOLINT: bytes received
+    std::vector<std::string> problems;
+    if (!Verify(&c, static_cast<uint64_t>(offers[static_cast<size_t>(2 * Successor() + 1)]), step, c.source + ": ",
+                rank, &problems)) {
+      loaded_.error = DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
+      return Status::Ok();
+    }
+    loaded_.parsed = std::move(c.parsed);
+    loaded_.source = c.source;
+    loaded_.file = std::move(c.file);
+    loaded_.payload = {reinterpret_cast<const std::byte*>(loaded_.file.data()), loaded_.file.size()};  // NOLINT
+    loaded_.found = true;
+    return Status::Ok();
+  }
+
   Status Apply(const Status& job_status) {
     Status local = job_status;
+    if (local.ok()) local = loaded_.error;
     if (local.ok())
       local = loaded_.found ? Check()
                             : FailedPreconditionError(where_ +
@@ -469,130 +761,29 @@ class Checkpointer::Impl {
   }
 
  private:
-  struct Candidate {
-    int64_t step = 0;
-    std::string source;
-    std::span<const std::byte> payload;  // into the segment, or `file`
-    std::string file;
-    internal::ParsedSnapshot parsed;
-  };
-  struct Loaded {
-    bool found = false;
-    std::string source;
-    std::string file;
-    std::span<const std::byte> payload;
-    internal::ParsedSnapshot parsed;
-  };
-
   Status CheckIdle(const char* call) {
     if (copy_.joinable()) copy_.join();
     (void)call;
     return Status::Ok();
   }
 
-  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
-  std::byte* slot(int i) const {
-    return static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<int64_t>(i) * header().slot_capacity;
-  }
+  int Predecessor() const { return (comm_->rank() + comm_->size() - 1) % comm_->size(); }
+  int Successor() const { return (comm_->rank() + 1) % comm_->size(); }
 
-  void Unmap() {
-    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
-    if (fd_ >= 0) ::close(fd_);
-    base_ = nullptr;
-    fd_ = -1;
-    mapped_bytes_ = 0;
-  }
-
-  // Maps an existing segment if its header is ours; a problem goes to `refused` (nothing mapped).
-  void OpenExisting(std::vector<std::string>* refused) {
-    if (base_ != nullptr) return;
-    const int fd = ::shm_open(segment_.c_str(), O_RDWR, 0600);
-    if (fd < 0) return;  // none: a fresh host
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size < kHeaderBytes) {
-      refused->push_back(where_ + ": size: too small for a header; got " + std::to_string(st.st_size) +
-                         " bytes, expected >= " + std::to_string(kHeaderBytes));
-      ::close(fd);
-      return;
-    }
-    void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      refused->push_back(where_ + ": " + Errno("mmap", errno));
-      ::close(fd);
-      return;
-    }
-    const auto& h = *static_cast<SegmentHeader*>(base);
-    std::string problem;
-    if (std::memcmp(h.magic, internal::kSegmentMagic, 8) != 0)
-      problem = "magic: not a Cupcake segment; got '" + std::string(h.magic, 8) + "', expected 'CUPCKSH1'";
-    else if (h.version != internal::kFormatVersion)
-      problem = "version: unknown; got " + std::to_string(h.version) + ", expected " +
-                std::to_string(internal::kFormatVersion);
-    else if (h.rank != comm_->rank() || h.world_size != comm_->size())
-      problem = "rank: not this rank's; got rank " + std::to_string(h.rank) + " of " + std::to_string(h.world_size) +
-                ", expected rank " + std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size());
-    else if (h.slot_capacity > static_cast<uint64_t>(st.st_size) ||
-             kHeaderBytes + 2 * h.slot_capacity > static_cast<uint64_t>(st.st_size))
-      problem = "slot_capacity: beyond the segment; got " + std::to_string(h.slot_capacity) +
-                ", expected <= " + std::to_string((st.st_size - kHeaderBytes) / 2);
-    if (!problem.empty()) {
-      refused->push_back(where_ + ": " + problem);
-      ::munmap(base, static_cast<size_t>(st.st_size));
-      ::close(fd);
-      return;
-    }
-    base_ = base;
-    fd_ = fd;
-    mapped_bytes_ = static_cast<size_t>(st.st_size);
-  }
-
-  // A segment whose slots hold `payload` bytes: the mapped one, an existing one, or a new one
-  // (replacing a smaller one: its snapshots are lost; the persisted files remain).
-  Status EnsureSegment(int64_t payload) {
-    std::vector<std::string> ignored;
-    OpenExisting(&ignored);
-    if (base_ != nullptr && header().slot_capacity >= static_cast<uint64_t>(payload)) return Status::Ok();
-    Unmap();
-    const int64_t capacity = (payload + payload / 16 + 65536 + 4095) / 4096 * 4096;
-    const int64_t bytes = kHeaderBytes + 2 * capacity;
-    const int fd = ::shm_open(segment_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return UnavailableError(where_ + ": " + Errno("shm_open", errno));
-    if (::ftruncate(fd, bytes) != 0) {
-      const int err = errno;
-      ::close(fd);
-      return UnavailableError(where_ + ": " + Errno("ftruncate to " + std::to_string(bytes) + " bytes", err));
-    }
-    void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      return UnavailableError(where_ + ": " + Errno("mmap", err));
-    }
-    base_ = base;
-    fd_ = fd;
-    mapped_bytes_ = static_cast<size_t>(bytes);
-    SegmentHeader& h = header();
-    std::memset(&h, 0, sizeof(h));  // fresh from ftruncate, zero already; explicit for the format
-    std::memcpy(h.magic, internal::kSegmentMagic, 8);
-    h.version = internal::kFormatVersion;
-    h.slot_capacity = static_cast<uint64_t>(capacity);
-    h.rank = comm_->rank();
-    h.world_size = comm_->size();
+  // The copy thread's own communicator for the replicas (collectives from one thread at a time):
+  // split off at the first Commit or Find, which every rank makes.
+  Status EnsureReplicaComm() {
+    if (replica_ == nullptr || replica_comm_ != nullptr) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(replica_comm_, comm_->Split(0, comm_->rank()));
     return Status::Ok();
   }
 
-  // The background copy: into the slot that does not hold the newest valid snapshot; its header
-  // says kSlotWriting while the bytes change and kSlotValid once they and their checksum are in.
+  // The background copy: into the slot that does not hold the newest valid snapshot (SlotSegment:
+  // kSlotWriting while the bytes change, kSlotValid once they and their checksum are in); then the
+  // file when persisting is due, and the replica exchange with the ring neighbours.
   Status Copy(int64_t step, int64_t payload_bytes, const std::string& metadata) {
-    SegmentHeader& h = header();
-    int target = 0;
-    for (int i = 0; i < 2; ++i)
-      if (LoadState(h.slots[i]) != internal::kSlotValid) target = i;
-    if (LoadState(h.slots[0]) == internal::kSlotValid && LoadState(h.slots[1]) == internal::kSlotValid)
-      target = h.slots[0].step < h.slots[1].step ? 0 : 1;
-    SlotHeader& s = h.slots[target];
-    StoreState(s, internal::kSlotWriting);
-    std::byte* out = slot(target);
+    const int target = own_.BeginWrite();
+    std::byte* out = own_.slot(target);
     auto put = [&](const void* p, size_t n) {
       std::memcpy(out, p, n);
       out += n;
@@ -618,13 +809,53 @@ class Checkpointer::Impl {
     put(metadata.data(), metadata.size());
     for (const Entry& e : entries_)
       put(e.capture == Capture::kAtCommit ? e.staged.data() : e.memory.data(), e.memory.size());
-    const std::span<const std::byte> payload(slot(target), static_cast<size_t>(payload_bytes));
-    s.step = step;
-    s.payload_bytes = static_cast<uint64_t>(payload_bytes);
-    s.checksum = internal::Checksum(payload.data(), payload.size());
-    StoreState(s, internal::kSlotValid);
+    const uint64_t checksum = own_.FinishWrite(target, step, payload_bytes);
+    const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
+    Status status = Status::Ok();
+    if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, checksum);
+    // Every rank's copy thread makes the exchange, also after a failed persist (no rank waits alone).
+    if (replica_ != nullptr) {
+      Status replicated = Replicate(step, payload, checksum);
+      if (status.ok()) status = replicated;
+    }
     local_step_ = step;
-    if (options_.persist_every > 0 && step % options_.persist_every == 0) return Persist(step, payload, s.checksum);
+    return status;
+  }
+
+  // Gemini's replica (docs/CHECKPOINT.md) in a ring, groups of two: this rank's snapshot goes to
+  // its successor, its predecessor's comes into the replica segment, double-buffered as the own
+  // segment is. One allgather of (bytes, checksum, step) and one alltoallv on the copy thread's
+  // communicator, right after the local copy: not yet in the plan's idle network gaps.
+  Status Replicate(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
+    const int world = comm_->size();
+    const int64_t mine[3] = {static_cast<int64_t>(payload.size()), static_cast<int64_t>(checksum), step};
+    std::vector<int64_t> all(static_cast<size_t>(3 * world));
+    const std::string where = replica_->where() + ": replica";
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where));
+    const int64_t* in = &all[static_cast<size_t>(3 * Predecessor())];
+    const Status ensured = replica_->Ensure(in[0]);
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    send[static_cast<size_t>(Successor())] = static_cast<int64_t>(payload.size());
+    recv[static_cast<size_t>(Predecessor())] = in[0];
+    std::vector<std::byte> discard;
+    std::byte* into = nullptr;
+    int target = -1;
+    if (ensured.ok()) {
+      target = replica_->BeginWrite();
+      into = replica_->slot(target);
+    } else {
+      discard.resize(static_cast<size_t>(in[0]));  // still takes part in the exchange
+      into = discard.data();
+    }
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(payload.data(), send, into, recv).WithPrefix(where));
+    CUPCAKE_RETURN_IF_ERROR(ensured);
+    const uint64_t got = replica_->FinishWrite(target, in[2], in[0]);
+    if (got != static_cast<uint64_t>(in[1])) {
+      replica_->DropNewerThan(in[2] - 1);
+      return DataLossError(where + ": checksum: rank " + std::to_string(Predecessor()) +
+                           "'s snapshot arrived changed; got " + Hex(got) + ", expected " +
+                           Hex(static_cast<uint64_t>(in[1])));
+    }
     return Status::Ok();
   }
 
@@ -663,28 +894,13 @@ class Checkpointer::Impl {
 
   // The segment's valid slots that verify.
   void SlotCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
-    OpenExisting(refused);
-    if (base_ == nullptr) return;
-    SegmentHeader& h = header();
-    for (int i = 0; i < 2; ++i) {
-      SlotHeader& s = h.slots[i];
-      const std::string field = "slots[" + std::to_string(i) + "]";
-      const uint64_t state = LoadState(s);
-      if (state == internal::kSlotEmpty) continue;
-      if (state != internal::kSlotValid) {
-        refused->push_back(where_ + ": " + field + ".state: torn (a copy was interrupted); got " +
-                           std::to_string(state) + ", expected " + std::to_string(internal::kSlotValid) + " (valid)");
-        continue;
-      }
-      if (s.payload_bytes > h.slot_capacity) {
-        refused->push_back(where_ + ": " + field + ".payload_bytes: beyond the slot; got " +
-                           std::to_string(s.payload_bytes) + ", expected <= " + std::to_string(h.slot_capacity));
-        continue;
-      }
+    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(refused)) {
+      const std::string field = "slots[" + std::to_string(v.index) + "]";
       Candidate c;
       c.source = where_ + " " + field;
-      c.payload = {slot(i), static_cast<size_t>(s.payload_bytes)};
-      if (Verify(&c, s.checksum, s.step, where_ + ": " + field + ".", refused)) out->push_back(std::move(c));
+      c.payload = v.payload;
+      if (Verify(&c, v.checksum, v.step, where_ + ": " + field + ".", comm_->rank(), refused))
+        out->push_back(std::move(c));
     }
   }
 
@@ -718,16 +934,32 @@ class Checkpointer::Impl {
         continue;
       }
       c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), payload};  // NOLINT: bytes of the file
-      if (Verify(&c, t.checksum, it->first, c.source + ": trailer.", refused)) {
+      if (Verify(&c, t.checksum, it->first, c.source + ": trailer.", comm_->rank(), refused)) {
         out->push_back(std::move(c));
         ++kept;
       }
     }
   }
 
+  // The predecessor's snapshots this rank holds (replicate), verified as its own would be.
+  std::vector<Candidate> ReplicaCandidates(std::vector<std::string>* refused) {
+    std::vector<Candidate> out;
+    if (replica_ == nullptr) return out;
+    for (const SlotSegment::ValidSlot& v : replica_->ValidSlots(refused)) {
+      const std::string field = "slots[" + std::to_string(v.index) + "]";
+      Candidate c;
+      c.source = replica_->where() + " " + field;
+      c.payload = v.payload;
+      if (Verify(&c, v.checksum, v.step, replica_->where() + ": " + field + ".", Predecessor(), refused))
+        out.push_back(std::move(c));
+    }
+    std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
+    return out;
+  }
+
   // The checksum (`field` prefixes its name: "<segment>: slots[1]." or "<file>: trailer."), the
   // structure, the step and the owner of a candidate.
-  bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field,
+  bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field, int rank,
               std::vector<std::string>* refused) {
     const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
     if (got != stored) {
@@ -740,11 +972,11 @@ class Checkpointer::Impl {
       refused->push_back(parsed.status().message());
       return false;
     }
-    if (parsed->step != step || parsed->rank != comm_->rank() || parsed->world_size != comm_->size()) {
-      refused->push_back(c->source + ": step, rank: not this rank's snapshot; got step " +
+    if (parsed->step != step || parsed->rank != rank || parsed->world_size != comm_->size()) {
+      refused->push_back(c->source + ": step, rank: not the expected snapshot; got step " +
                          std::to_string(parsed->step) + " of rank " + std::to_string(parsed->rank) + " of " +
                          std::to_string(parsed->world_size) + ", expected step " + std::to_string(step) + " of rank " +
-                         std::to_string(comm_->rank()) + " of " + std::to_string(comm_->size()));
+                         std::to_string(rank) + " of " + std::to_string(comm_->size()));
       return false;
     }
     c->step = step;
@@ -776,9 +1008,8 @@ class Checkpointer::Impl {
   // dropped, so the resumed run's snapshots never sit beside the lost run's. Step -1: all of them
   // (a first commit without a restore starts a new history).
   void DropNewerThan(int64_t step) {
-    if (base_ != nullptr)
-      for (SlotHeader& s : header().slots)
-        if (LoadState(s) == internal::kSlotValid && s.step > step) StoreState(s, internal::kSlotEmpty);
+    own_.DropNewerThan(step);
+    if (replica_ != nullptr) replica_->DropNewerThan(step);
     if (!options_.persist_dir.empty())
       for (const auto& [s, file] : PersistedFiles(options_.persist_dir, options_.name, comm_->rank()))
         if (s > step) ::unlink((options_.persist_dir + "/" + file).c_str());
@@ -787,11 +1018,11 @@ class Checkpointer::Impl {
   CheckpointOptions options_;
   comm::Communicator* comm_;
   Session* session_ = nullptr;
-  std::string segment_, where_;
+  SlotSegment own_;
+  std::string where_;  // own_'s path, the prefix of messages
+  std::unique_ptr<SlotSegment> replica_;  // options_.replicate: the predecessor's snapshots
+  std::unique_ptr<comm::Communicator> replica_comm_;  // the copy thread's (replicas)
   std::vector<Entry> entries_;
-  void* base_ = nullptr;
-  int fd_ = -1;
-  size_t mapped_bytes_ = 0;
   std::thread copy_;
   Status copy_status_;  // written by copy_, read after joining it
   std::atomic<int64_t> local_step_{0};
@@ -819,6 +1050,9 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
     if (::stat(options.persist_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       problem(options.persist_dir + ": persist_dir: not a directory; expected an existing directory");
   }
+  if (options.replicate && communicator != nullptr && communicator->size() < 2)
+    problem("Checkpointer: replicate: needs a peer; got " + std::to_string(communicator->size()) +
+            " rank, expected at least 2");
   if (communicator == nullptr)
     problem("Checkpointer: communicator: null; expected the job's communicator");
   else if (communicator->memory() != comm::MemoryKind::kHost)
@@ -854,9 +1088,14 @@ std::string Checkpointer::SegmentName(const std::string& name, int rank) {
   return "/cupcake-" + name + "-" + std::to_string(rank);
 }
 
+std::string Checkpointer::ReplicaSegmentName(const std::string& name, int rank) {
+  return SegmentName(name, rank) + "-replica";
+}
+
 Status Checkpointer::RemoveSegment(const std::string& name, int rank) {
-  if (::shm_unlink(SegmentName(name, rank).c_str()) != 0 && errno != ENOENT)
-    return UnavailableError("/dev/shm" + SegmentName(name, rank) + ": " + Errno("shm_unlink", errno));
+  for (const std::string& segment : {SegmentName(name, rank), ReplicaSegmentName(name, rank)})
+    if (::shm_unlink(segment.c_str()) != 0 && errno != ENOENT)
+      return UnavailableError("/dev/shm" + segment + ": " + Errno("shm_unlink", errno));
   return Status::Ok();
 }
 

@@ -19,8 +19,9 @@
 //
 // Restore() after a restart (same world, same name, same spans registered): every rank lists the
 // snapshots it holds (valid shared-memory slots whose checksum matches, then persisted files that
-// verify), the ranks agree on the newest step all of them hold, and each rank copies its own
-// snapshot of that step into the registered spans (and the session's state), after checking the
+// verify, and with `replicate` its predecessor's), the ranks agree on the newest step all of them
+// hold (themselves, or their successor for them, whose replica is then sent), and each rank copies
+// its snapshot of that step into the registered spans (and the session's state), after checking the
 // snapshot's rank, world size and every entry's name and size against the job. Find() and Apply()
 // are its two halves, for a job that must see the snapshot's metadata (e.g. the shapes of an
 // optimizer's state) before it can register the spans to restore into.
@@ -58,6 +59,12 @@ struct CheckpointOptions {
   std::string persist_dir;
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
+  // Gemini's replicas in a ring (groups of two): each copy thread also sends its snapshot to the
+  // next rank, which keeps it in /dev/shm/cupcake-<name>-<rank>-replica (two slots), and a
+  // restore on a rank whose host lost its memory takes its snapshot from there. The whole
+  // snapshot travels, right after the local copy (not yet in the plan's idle network gaps).
+  // Needs at least 2 ranks; every rank passes the same value.
+  bool replicate = false;
 };
 
 // When a span is copied: kInBackground during the next iteration (the job leaves it alone until
@@ -133,7 +140,9 @@ class Checkpointer {
   // The shared-memory name of rank `rank`'s segment ("/cupcake-<name>-<rank>") and its path
   // under /dev/shm on Linux.
   static std::string SegmentName(const std::string& name, int rank);
-  // Deletes rank `rank`'s segment (shm_unlink); Ok when there is none.
+  // The segment in which rank `rank` keeps its predecessor's snapshots (replicate).
+  static std::string ReplicaSegmentName(const std::string& name, int rank);
+  // Deletes rank `rank`'s segments, its own and its replicas (shm_unlink); Ok when there are none.
   static Status RemoveSegment(const std::string& name, int rank);
 
   class Impl;
