@@ -617,7 +617,9 @@ class Checkpointer:
     DistributedOptimizer its session's error-feedback memory and momentum (this rank's own).
     It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
     `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
-    segment survives). restore() puts back the newest step every rank holds, bit for bit.
+    segment survives). replicate=True: each rank also keeps the previous rank's snapshot (Gemini's
+    replicas, a ring), so a rank whose host lost its memory restores from its successor's copy.
+    restore() puts back the newest step every rank holds, bit for bit.
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
     object wraps to wait for the background copy first; CPU tensors only (GPU: not built yet).
@@ -626,7 +628,7 @@ class Checkpointer:
     so a DistributedOptimizer with adapt=GraVAC(...) is refused.
     """
 
-    def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0):
+    def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False):
         self.model = model
         self.optimizer = optimizer
         self.name = name
@@ -634,7 +636,8 @@ class Checkpointer:
         if state is not None and state.adapt is not None:
             raise ValueError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
                              "without (GraVAC's controller is not in the snapshot yet)")
-        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every)))
+        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every),
+                                                       bool(replicate)))
         self._session = state.session if state is not None else None
         if self._session is not None:
             self._cpp.attach_session(self._session)

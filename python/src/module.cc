@@ -400,12 +400,14 @@ void BindRecorder(py::module_& m) {
 // attached session is held by reference (py::keep_alive) and checked open at each call.
 class PyCheckpointer {
  public:
-  PyCheckpointer(Mpi& mpi, const std::string& name, const std::string& persist_dir, int persist_every)
+  PyCheckpointer(Mpi& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
+                 bool replicate)
       : comm_(mpi.World()) {
     runtime::CheckpointOptions options;
     options.name = name;
     options.persist_dir = persist_dir;
     options.persist_every = persist_every;
+    options.replicate = replicate;
     ckpt_ = Take(runtime::Checkpointer::Create(options, comm_.get()));
   }
   runtime::Checkpointer& Get() {
@@ -458,8 +460,9 @@ py::dict PointDict(const runtime::RestorePoint& p) {
 void BindCheckpointer(py::module_& m) {
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
-      .def(py::init<Mpi&, const std::string&, const std::string&, int>(), py::arg("mpi"), py::arg("name"),
-           py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::keep_alive<1, 2>())
+      .def(py::init<Mpi&, const std::string&, const std::string&, int, bool>(), py::arg("mpi"), py::arg("name"),
+           py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::arg("replicate") = false,
+           py::keep_alive<1, 2>())
       .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
            py::arg("at_commit") = false,
            "Registers the next entry: `nbytes` bytes of host memory at `address`; at_commit: copied inside "
@@ -506,6 +509,8 @@ void BindCheckpointer(py::module_& m) {
       .def("close", &PyCheckpointer::Close, "Waits for the copy in progress and frees the checkpointer.")
       .def_property_readonly("closed", &PyCheckpointer::closed)
       .def_static("segment_name", &runtime::Checkpointer::SegmentName, py::arg("name"), py::arg("rank"))
+      .def_static("replica_segment_name", &runtime::Checkpointer::ReplicaSegmentName, py::arg("name"),
+                  py::arg("rank"))
       .def_static(
           "remove_segment",
           [](const std::string& name, int rank) { Check(runtime::Checkpointer::RemoveSegment(name, rank)); },

@@ -12,7 +12,7 @@ PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedba
 snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas; and a
 StepLR scheduler made after the Checkpointer, its state added with add_state).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K [--wait-before-kill]]
-       [--persist DIR --persist-every P]
+       [--persist DIR --persist-every P] [--replicate]
        [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model]"""
 
 import argparse
@@ -40,6 +40,7 @@ def main():
     p.add_argument("--remove", action="store_true", help="delete this job's segments at the end")
     p.add_argument("--wrong-model", action="store_true")
     p.add_argument("--wait-before-kill", action="store_true")
+    p.add_argument("--replicate", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = cupcake.torch.rank()
@@ -52,7 +53,8 @@ def main():
     ckpt = None
     start = 0
     if not a.no_ckpt:
-        ckpt = cupcake.torch.Checkpointer(model, opt, name=a.name, persist_dir=a.persist, persist_every=a.persist_every)
+        ckpt = cupcake.torch.Checkpointer(model, opt, name=a.name, persist_dir=a.persist, persist_every=a.persist_every,
+                                          replicate=a.replicate)
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5) if a.plan == "-" else None
     if ckpt is not None and scheduler is not None:
         ckpt.add_state("scheduler", scheduler)
@@ -73,9 +75,8 @@ def main():
                 return
             sys.exit("FAIL: rank %d: restore() into a model of other shapes did not raise" % rank)
         start = ckpt.restore()
-    if rank == 0:
-        where = " from %s (refused: %s)" % (ckpt.source, "; ".join(ckpt.refused) or "none") if start > 0 else ""
-        print("checkpoint_job: %s: start at step %d%s" % (a.plan, start, where), flush=True)
+    where = " from %s (refused: %s)" % (ckpt.source, "; ".join(ckpt.refused) or "none") if start > 0 else ""
+    print("checkpoint_job: %s: rank %d: start at step %d%s" % (a.plan, rank, start, where), flush=True)
     if a.expect_start is not None and str(start) not in a.expect_start.split(","):
         sys.exit("FAIL: %s: rank %d: restore() returned step %d, expected one of %s"
                  % (a.plan, rank, start, a.expect_start))

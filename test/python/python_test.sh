@@ -12,7 +12,8 @@
 #               DistributedOptimizer with Adam) an uninterrupted run, a run killed right after commit(7)
 #               (topk: once that copy is done) and its restart, whose final weights must equal the
 #               uninterrupted run's bit for bit;
-#               then topk persisted every 4 steps, killed at 10, its segments deleted: restored from step 8
+#               then topk with replicas, killed at 7, rank 1's segments deleted: restored from rank 0's
+#               replica; then topk persisted every 4 steps, killed at 10, its segments deleted: restored from step 8
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -98,6 +99,18 @@ case "$stage" in
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" \
         --compare "$work/ckpt-$variant-ref" --expect-start "$starts" --remove
     done
+    # Replicas: rank 1's host loses its memory after the kill (its own and its replica segment);
+    # its snapshot of step 7 comes back from rank 0's replica.
+    name="$tag-replica"
+    if "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
+        --kill-at 7 --wait-before-kill >"$work/ckpt-replica-killed.log" 2>&1; then
+      echo "FAIL: replica: the run killed at step 7 exited 0"; exit 1
+    fi
+    rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica
+    "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
+      --compare "$work/ckpt-topk-ref" --expect-start 7 --remove | tee "$work/ckpt-replica.log"
+    grep -q "from rank 0's /dev/shm/cupcake-$name-0-replica" "$work/ckpt-replica.log" ||
+      { echo "FAIL: replica: rank 1 did not restore from rank 0's replica"; exit 1; }
     # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted).
     rm -rf "$work/ckpt-persist" && mkdir -p "$work/ckpt-persist"
     name="$tag-persist"

@@ -312,6 +312,54 @@ TEST_F(CheckpointTest, SnapshotOfOtherShapesIsRefusedOnEveryRank) {
   ckpts.clear();
 }
 
+// Replicas (Gemini, groups of two in a ring): rank 1's host loses its memory (both of its
+// segments), and rank 1's snapshot comes back from rank 0's replica of it, bitwise, with rank 1's
+// own values (they differ from rank 0's). Without replicas the same loss leaves no common step.
+TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
+  CheckpointOptions options;
+  options.replicate = true;
+  Start(options);
+  Train(1, 3);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());  // rank 1's host rebooted
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r)) << "rank " << r;
+  }
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+  EXPECT_EQ(points[0]->source.substr(0, Segment(0).size()), Segment(0));
+  // Training goes on; the replicas are refilled (rank 1's new segments included).
+  Train(4, 5);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 0).ok());  // now rank 0's host
+  Start(options);
+  auto again = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(again[static_cast<size_t>(r)].ok()) << again[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(again[static_cast<size_t>(r)]->step, 5);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(5, r)) << "rank " << r;
+  }
+  EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 1));
+}
+
+TEST_F(CheckpointTest, WithoutReplicasALostHostLeavesNoCommonStep) {
+  Start();
+  Train(1, 3);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start();
+  auto points = Restore();
+  for (auto& p : points) {
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("no step is held by every rank; got rank 0 holds 3, 2; rank 1 holds none"),
+              std::string::npos)
+        << p.status().message();
+  }
+}
+
 // A rank that could not prepare its entries passes its error to Apply: it still joins the
 // collective, so the others fail too instead of waiting, and nobody's values change.
 TEST_F(CheckpointTest, ARankThatCannotPrepareFailsEveryRank) {
