@@ -66,6 +66,7 @@ int CreateCCheckpointer(const cupcake_checkpoint_options& o, std::unique_ptr<com
   if (o.name != nullptr && o.name[0] != 0) options.name = o.name;
   if (o.persist_dir != nullptr) options.persist_dir = o.persist_dir;
   options.persist_every = o.persist_every;
+  options.replicate = o.replicate != 0;
   auto made = Checkpointer::Create(options, comm.get());
   if (!made.ok()) return Report(made.status().WithPrefix("cupcake_checkpointer_create"));
   *out = new cupcake_checkpointer{std::move(comm), std::move(made).value()};
