@@ -536,12 +536,14 @@ class Checkpointer::Impl {
   }
 
   Status Commit(int64_t step, std::string_view metadata) {
-    // 1. The previous copy first: the only wait of a step.
+    // 1. The previous copy first (with the wait before the optimizer step, the only waits).
     Status local = WaitForCopy();
     if (local.ok() && (step < 1 || step <= last_step_))
       local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
                                    ", expected > " + std::to_string(std::max<int64_t>(last_step_, 0)));
-    if (local.ok()) local = EnsureReplicaComm();
+    // Collective on the first commit: every rank makes it, whatever its local state.
+    const Status replica_comm = EnsureReplicaComm();
+    if (local.ok()) local = replica_comm;
     // 2. The agreement: the same step everywhere; the newest step every rank completed.
     int64_t mine[3] = {step, local_step_, local.ok() ? 1 : 0};
     std::vector<int64_t> all(static_cast<size_t>(3 * comm_->size()));
@@ -617,7 +619,8 @@ class Checkpointer::Impl {
 
   StatusOr<RestorePoint> Find() {
     Status local = WaitForCopy();
-    if (local.ok()) local = EnsureReplicaComm();
+    const Status replica_comm = EnsureReplicaComm();  // collective: every rank makes it
+    if (local.ok()) local = replica_comm;
     RestorePoint point;
     std::vector<Candidate> candidates, replicas;
     if (local.ok()) {
