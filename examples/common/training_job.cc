@@ -12,6 +12,7 @@
 
 #include "cupcake/comm/mpi.h"
 #include "cupcake/proto/file_io.h"
+#include "cupcake/runtime/checkpoint.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 
@@ -30,12 +31,19 @@ struct Flags {
   std::string record_path;  // from CUPCAKE_RECORD
   int record_iterations = 20;
   int adapt_window = 0;  // --adapt W: GraVAC over the plan's ladder, a decision every W steps
+  // --checkpoint NAME: a snapshot every step in host memory (docs/CHECKPOINT.md), restored at start.
+  std::string checkpoint;
+  std::string persist_dir;  // --persist DIR
+  int persist_every = 0;  // --persist-every N
+  int crash_at = 0;  // --crash-at STEP: the process ends (_Exit(3)) right after commit(STEP), a crash for tests
+  std::string weights_path;  // --weights FILE: each rank writes its parameters' bytes to FILE-rank<r>
 };
 
 int Usage(const std::string& job, const std::string& problem) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --plan PLAN.pb [--epochs N] [--steps N] [--lr X] [--warmup N] [--timing FILE.json]\n"
                "           [--timeline FILE.json] [--threads N] [--batches N] [--adapt WINDOW]\n"
+               "           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]] [--weights FILE]\n"
                "       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] %s   (record mode)\n",
                job.c_str(), problem.c_str(), job.c_str(), job.c_str());
   return 2;
@@ -87,6 +95,16 @@ std::string ParseFlags(int argc, char** argv, Flags& f) {
       f.timing_path = value;
     } else if (arg == "--timeline") {
       f.timeline_path = value;
+    } else if (arg == "--checkpoint") {
+      f.checkpoint = value;
+    } else if (arg == "--persist") {
+      f.persist_dir = value;
+    } else if (arg == "--persist-every") {
+      problem = integer(f.persist_every, 1, 1000000);
+    } else if (arg == "--crash-at") {
+      problem = integer(f.crash_at, 1, 1000000);
+    } else if (arg == "--weights") {
+      f.weights_path = value;
     } else {
       problem = "unknown flag " + arg;
     }
@@ -101,6 +119,9 @@ std::string ParseFlags(int argc, char** argv, Flags& f) {
   }
   if (f.record_path.empty() == f.plan.empty())
     return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
+  if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0))
+    return "--persist, --persist-every and --crash-at need --checkpoint NAME";
+  if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
   if (f.warmup >= f.epochs * f.steps)
     return "--warmup: must be below --epochs x --steps (" + std::to_string(f.epochs * f.steps) + ")";
   return "";
@@ -193,6 +214,32 @@ std::string TimelineJson(const std::string& model, const IterationMarks& m,
   return out + "\n  ]\n}\n";
 }
 
+// The checkpointer of --checkpoint: every parameter and its SGD momentum buffer (made here, zero,
+// so that a restart has memory to restore into before the first step; the first step's momentum is
+// then 0 * 0.9 + g = g, the clone LibTorch would make, but for the sign of zeros), and the
+// session's error feedback. Parameters and buffers are written only in sgd.step().
+StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const Flags& flags, comm::Communicator* comm,
+                                                                  const NamedParameters& params, torch::optim::SGD& sgd,
+                                                                  runtime::Session* session) {
+  runtime::CheckpointOptions options;
+  options.name = flags.checkpoint;
+  options.persist_dir = flags.persist_dir;
+  options.persist_every = flags.persist_every;
+  CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Checkpointer> ckpt, runtime::Checkpointer::Create(options, comm));
+  auto bytes = [](const torch::Tensor& t) {
+    return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
+  };
+  for (const auto& [pname, p] : params) {
+    auto state = std::make_unique<torch::optim::SGDParamState>();
+    state->momentum_buffer(torch::zeros_like(p));
+    CUPCAKE_RETURN_IF_ERROR(ckpt->Add("param." + pname, bytes(p)));
+    CUPCAKE_RETURN_IF_ERROR(ckpt->Add("momentum." + pname, bytes(state->momentum_buffer())));
+    sgd.state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(state);
+  }
+  CUPCAKE_RETURN_IF_ERROR(ckpt->AttachSession(session));
+  return ckpt;
+}
+
 }  // namespace
 
 int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
@@ -264,6 +311,22 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   }
 
   torch::optim::SGD sgd(job.module().parameters(), torch::optim::SGDOptions(flags.lr).momentum(0.9));
+  // Declared after the session: destroyed before it (it holds the session's address).
+  std::unique_ptr<comm::Communicator> ckpt_comm;
+  std::unique_ptr<runtime::Checkpointer> ckpt;
+  int start = 0;
+  if (!flags.checkpoint.empty()) {
+    auto c = (*mpi)->World();
+    if (!c.ok()) return Fail(name, "MPI", c.status());
+    ckpt_comm = std::move(c).value();
+    auto made = MakeCheckpointer(flags, ckpt_comm.get(), params, sgd, session.get());
+    if (!made.ok()) return Fail(name, "--checkpoint", made.status());
+    ckpt = std::move(made).value();
+    auto point = ckpt->Restore();
+    if (!point.ok()) return Fail(name, "--checkpoint", point.status());
+    start = static_cast<int>(point->step);
+    if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
+  }
   const int iterations = recording ? flags.record_iterations : flags.epochs * flags.steps;
   const int steps_per_epoch = recording ? iterations : flags.steps;
   std::vector<double> iteration_us;
@@ -271,7 +334,7 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   const double loss_first = EvalLoss(job, eval);
   double loss_last = loss_first;
   if (rank == 0 && !recording) std::printf("epoch 0 loss %.6f\n", loss_first);
-  for (int it = 0; it < iterations; ++it) {
+  for (int it = start; it < iterations; ++it) {
     marks.forward_start_us = clock.NowUs();
     Status s = recording ? recorder->BeginForward() : Status::Ok();
     sgd.zero_grad();
@@ -289,7 +352,14 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     // Every rank now steps with the averaged gradient.
     for (size_t i = 0; i < params.size(); ++i)
       params[i].second.mutable_grad().copy_(buffers[i].view_as(params[i].second));
+    if (ckpt != nullptr) {
+      if (Status w = ckpt->WaitForCopy(); !w.ok()) return Fail(name, "--checkpoint", w);  // it reads what step() writes
+    }
     sgd.step();
+    if (ckpt != nullptr) {
+      if (Status c = ckpt->Commit(it + 1); !c.ok()) return Fail(name, "--checkpoint", c);
+      if (it + 1 == flags.crash_at) std::_Exit(3);
+    }
     marks.end_us = clock.NowUs();
     if (recording) {
       if (Status end = recorder->EndIteration(); !end.ok()) return Fail(name, "record", end);
@@ -330,6 +400,13 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     if (!groups.ok()) return Fail(name, "timeline", groups.status());
     timeline = TimelineJson(name, marks, *groups);
   }
+  if (!flags.weights_path.empty()) {
+    std::string bytes;
+    for (const auto& p : params)
+      bytes.append(static_cast<const char*>(p.second.data_ptr()), static_cast<size_t>(p.second.numel()) * 4);
+    const std::string path = flags.weights_path + "-rank" + std::to_string(rank);
+    if (Status s = WriteFileAtomic(path, bytes); !s.ok()) return Fail(name, "--weights", s);
+  }
   auto agree = RanksAgree(params, **report);
   if (!agree.ok()) return Fail(name, "ranks agree", agree.status());
   // Each iteration's time is the slowest rank's.
@@ -358,10 +435,12 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
       std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
                   static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
                   d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
-    std::vector<double> timed(slowest.begin() + flags.warmup, slowest.end());
+    // A restarted run (--checkpoint) may have fewer iterations than the warm-up.
+    std::vector<double> timed(slowest.begin() + std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size()),
+                              slowest.end());
     std::sort(timed.begin(), timed.end());
     std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", name.c_str(),
-                timed.size(), timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+                timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
   }
   if (!*agree) {
     if (rank == 0) std::fprintf(stderr, "%s: the ranks ended with different parameters\n", name.c_str());

@@ -2,7 +2,9 @@
 # The training path end to end with 2 ranks: profile this machine (comm --quick under mpirun,
 # kernels --quick), record train_mlp's model with `cupcake-profile compute`, plan it with fp32,
 # efsignsgd and topk, train 3 epochs x 10 steps with each plan and check the loss fell; then a
-# topk ladder with --adapt 5 (GraVAC): the loss falls and every window printed its decision.
+# topk ladder with --adapt 5 (GraVAC): the loss falls and every window printed its decision; then
+# --checkpoint (docs/CHECKPOINT.md): topk with error feedback, a run that crashes right after
+# commit(13) and its restart end with weights bitwise equal to an uninterrupted run's.
 # Usage: test_train_mlp.sh TRAIN_MLP CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC WORKDIR
 set -euo pipefail
 train="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" work="$5"
@@ -40,5 +42,27 @@ if [ -z "$first" ] || [ -z "$last" ] || ! awk -v a="$first" -v b="$last" 'BEGIN 
   status=1
 else
   echo "ok: --adapt 5: loss $first -> $last, $windows decisions"
+fi
+
+tag="mlp-ckpt-$$"
+trap 'rm -f /dev/shm/cupcake-$tag-*' EXIT
+ckpt=("${mpirun[@]}" "$train" --plan "$work/mlp-topk.pb" --epochs 2 --steps 10)
+"${ckpt[@]}" --checkpoint "$tag-ref" --weights "$work/ckpt-ref.bin" >"$work/ckpt-ref.log"
+if "${ckpt[@]}" --checkpoint "$tag" --crash-at 13 >"$work/ckpt-crash.log" 2>&1; then
+  echo "FAIL: --checkpoint: the run that crashes at step 13 exited 0"
+  status=1
+fi
+"${ckpt[@]}" --checkpoint "$tag" --weights "$work/ckpt-resumed.bin" | tee "$work/ckpt-resumed.log"
+# Step 13 when both copies finished before the crash, else 12 (a torn slot is never restored).
+restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-resumed.log")"
+if [ "$restored" != 12 ] && [ "$restored" != 13 ]; then
+  echo "FAIL: --checkpoint: expected a restart from step 12 or 13; got '$restored'"
+  status=1
+elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-resumed.bin-rank0" ||
+     ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-resumed.bin-rank1"; then
+  echo "FAIL: --checkpoint: the weights after a restart at step $restored differ from the uninterrupted run's"
+  status=1
+else
+  echo "ok: --checkpoint: restarted at step $restored, weights bitwise equal to the uninterrupted run's"
 fi
 exit $status

@@ -10,11 +10,17 @@
 #include "c_api_internal.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
+#include "cupcake/runtime/checkpoint.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 
 struct cupcake_session {
   std::unique_ptr<cupcake::runtime::Session> session;
+};
+
+struct cupcake_checkpointer {
+  std::unique_ptr<cupcake::comm::Communicator> comm;  // outlives `checkpointer`
+  std::unique_ptr<cupcake::runtime::Checkpointer> checkpointer;
 };
 
 struct cupcake_recorder {
@@ -43,9 +49,29 @@ int NullRecorder(const char* call) {
   return CUPCAKE_INVALID_ARGUMENT;
 }
 
+int NullCheckpointer(const char* call) {
+  last_error = std::string(call) + ": checkpointer is NULL; expected one from cupcake_checkpointer_create";
+  return CUPCAKE_INVALID_ARGUMENT;
+}
+
 }  // namespace
 
 namespace cupcake::runtime::internal {
+
+int CreateCCheckpointer(const cupcake_checkpoint_options& o, std::unique_ptr<comm::Communicator> comm,
+                        cupcake_checkpointer** out) {
+  if (out == nullptr)
+    return Report(InvalidArgumentError("cupcake_checkpointer_create: out is NULL; expected a place for the handle"));
+  CheckpointOptions options;
+  if (o.name != nullptr && o.name[0] != 0) options.name = o.name;
+  if (o.persist_dir != nullptr) options.persist_dir = o.persist_dir;
+  options.persist_every = o.persist_every;
+  options.replicate = o.replicate != 0;
+  auto made = Checkpointer::Create(options, comm.get());
+  if (!made.ok()) return Report(made.status().WithPrefix("cupcake_checkpointer_create"));
+  *out = new cupcake_checkpointer{std::move(comm), std::move(made).value()};
+  return CUPCAKE_OK;
+}
 
 int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options,
                    cupcake_session** out) {
@@ -370,6 +396,59 @@ int cupcake_recorder_write(cupcake_recorder* recorder, const char* path) {
 }
 
 void cupcake_recorder_destroy(cupcake_recorder* recorder) { delete recorder; }
+
+int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupcake_checkpointer** out) {
+  const cupcake_checkpoint_options defaults = {};
+  const cupcake_checkpoint_options& o = options != nullptr ? *options : defaults;
+  auto comm = cupcake::comm::MpiCommunicatorFromHandle(o.mpi_comm);
+  if (!comm.ok()) return Report(comm.status().WithPrefix("cupcake_checkpointer_create"));
+  return cupcake::runtime::internal::CreateCCheckpointer(o, std::move(comm).value(), out);
+}
+
+int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* name, void* data, int64_t bytes,
+                             int at_commit) {
+  if (checkpointer == nullptr) return NullCheckpointer("cupcake_checkpointer_add");
+  if (name == nullptr || (data == nullptr && bytes != 0) || bytes < 0)
+    return Report(cupcake::InvalidArgumentError(
+        "cupcake_checkpointer_add: bad arguments; got name " + std::string(name == nullptr ? "NULL" : name) + ", " +
+        std::to_string(bytes) + " bytes, expected a name and bytes >= 0 of host memory at data"));
+  return Report(checkpointer->checkpointer->Add(
+      name, std::span<std::byte>(static_cast<std::byte*>(data), static_cast<size_t>(bytes)),
+      at_commit != 0 ? cupcake::runtime::Capture::kAtCommit : cupcake::runtime::Capture::kInBackground));
+}
+
+int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session) {
+  if (checkpointer == nullptr) return NullCheckpointer("cupcake_checkpointer_attach_session");
+  return Report(checkpointer->checkpointer->AttachSession(session != nullptr ? session->session.get() : nullptr));
+}
+
+int cupcake_checkpointer_commit(cupcake_checkpointer* checkpointer, int64_t step) {
+  if (checkpointer == nullptr) return NullCheckpointer("cupcake_checkpointer_commit");
+  return Report(checkpointer->checkpointer->Commit(step));
+}
+
+int cupcake_checkpointer_wait(cupcake_checkpointer* checkpointer) {
+  if (checkpointer == nullptr) return NullCheckpointer("cupcake_checkpointer_wait");
+  return Report(checkpointer->checkpointer->WaitForCopy());
+}
+
+int cupcake_checkpointer_restore(cupcake_checkpointer* checkpointer, int64_t* step) {
+  if (checkpointer == nullptr) return NullCheckpointer("cupcake_checkpointer_restore");
+  if (step == nullptr)
+    return Report(cupcake::InvalidArgumentError("cupcake_checkpointer_restore: step is NULL; expected a place for it"));
+  auto point = checkpointer->checkpointer->Restore();
+  if (!point.ok()) return Report(point.status());
+  *step = point->step;
+  return CUPCAKE_OK;
+}
+
+int cupcake_checkpointer_remove_segment(const char* name, int rank) {
+  if (name == nullptr)
+    return Report(cupcake::InvalidArgumentError("cupcake_checkpointer_remove_segment: name is NULL; expected a name"));
+  return Report(cupcake::runtime::Checkpointer::RemoveSegment(name, rank));
+}
+
+void cupcake_checkpointer_destroy(cupcake_checkpointer* checkpointer) { delete checkpointer; }
 
 const char* cupcake_last_error(void) { return last_error.c_str(); }
 

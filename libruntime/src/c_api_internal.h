@@ -17,4 +17,8 @@ int CreateCSession(const char* plan_path, std::unique_ptr<comm::Communicator> co
 // each line prefixed with `call`.
 StatusOr<SessionOptions> ToSessionOptions(const cupcake_session_options& o, const char* call);
 
+// cupcake_checkpointer_create with a communicator made in C++.
+int CreateCCheckpointer(const cupcake_checkpoint_options& options, std::unique_ptr<comm::Communicator> comm,
+                        cupcake_checkpointer** out);
+
 }  // namespace cupcake::runtime::internal

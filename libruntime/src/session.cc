@@ -296,6 +296,17 @@ class Session::Impl {
   int world_size() const { return comm_->size(); }
   int64_t fusion_bytes() const { return active().layout().fusion_bytes(); }
   uint64_t iteration() const { return iteration_; }
+  // Checkpoints: a restarted session draws the random choices the lost one would have.
+  Status SetIteration(uint64_t iteration) {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SetIteration"));
+    if (gravac_ != nullptr)
+      return FailedPreconditionError(
+          "SetIteration: GraVAC is enabled; expected a session without EnableGravac "
+          "(its windows count the steps since it was enabled)");
+    iteration_ = iteration;
+    return Status::Ok();
+  }
   int plan_count() const { return static_cast<int>(slots_.size()); }
   int active_plan() const { return active_; }
 
@@ -591,6 +602,7 @@ Status Session::GradientReady(int i) { return impl_->GradientReady(i); }
 Status Session::Synchronize() { return impl_->Synchronize(); }
 Status Session::SetAccumulating(bool accumulating) { return impl_->SetAccumulating(accumulating); }
 uint64_t Session::iteration() const { return impl_->iteration(); }
+Status Session::SetIteration(uint64_t iteration) { return impl_->SetIteration(iteration); }
 StatusOr<std::vector<GroupTimeline>> Session::Timeline() const { return impl_->Timeline(); }
 
 StatusOr<int> Session::AddPlan(const std::string& plan_path) {

@@ -22,6 +22,7 @@ for _name in ("libmpi.so.40", "libmpi.so"):
 
 from ._runtime import Communicator, Error, Recorder, Session, SessionOptions, Mpi, built_with_nccl, plan_ratios  # noqa: E402,E501
 from ._runtime import open_kernel_time_source as _open_kernel_time_source  # noqa: E402
+from ._runtime import Checkpointer  # noqa: E402,F401  (docs/CHECKPOINT.md)
 
 __all__ = ["Communicator", "Error", "Recorder", "Session", "SessionOptions", "Mpi", "mpi", "world", "layout", "track",
            "built_with_nccl", "plan_ratios", "kernel_time_source"]

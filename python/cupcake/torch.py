@@ -36,11 +36,13 @@ another model names the first tensor that differs; a gradient missing at synchro
 
 import atexit
 import contextlib
+import copy
 import functools
 import io
 import json
 import os
 import sys
+import types
 
 import torch
 
@@ -621,3 +623,209 @@ class _Record:
         if self.backward is not None:
             torch.autograd.backward = self.backward
             self.backward = None
+
+
+class Checkpointer:
+    """Every-iteration snapshots in host memory that outlive the process (docs/CHECKPOINT.md):
+
+        ckpt = cupcake.torch.Checkpointer(model, opt, name="job", persist_dir=None, persist_every=0)
+        start = ckpt.restore()            # collective; 0 for a fresh job, else the step restored
+        for step in range(start + 1, steps + 1):
+            ...; opt.step()
+            ckpt.commit(step)             # collective; the copy runs in the background
+
+    A snapshot holds the model's state_dict (parameters, copied in the background; buffers such as
+    batch-norm statistics, copied inside commit() because forward writes them), the optimizer's
+    state tensors and, as JSON metadata, its hyperparameters and other state values, and with a
+    DistributedOptimizer its session's error-feedback memory and momentum (this rank's own).
+    It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
+    `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
+    segment survives). replicate=True: each rank also keeps the previous rank's snapshot (Gemini's
+    replicas, a ring), so a rank whose host lost its memory restores from its successor's copy.
+    restore() puts back the newest step every rank holds, bit for bit.
+
+    Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
+    object wraps to wait for the background copy first; CPU tensors only (GPU: not built yet).
+    Same world, same name, same model and optimizer on restart. The session's iteration counter
+    (randk's, qsgd's and terngrad's random choices) is in the snapshot; GraVAC's controller is not,
+    so a DistributedOptimizer with adapt=GraVAC(...) is refused.
+    """
+
+    def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False):
+        self.model = model
+        self.optimizer = optimizer
+        self.name = name
+        state = getattr(optimizer, "_cupcake", None)
+        if state is not None and state.adapt is not None:
+            raise ValueError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
+                             "without (GraVAC's controller is not in the snapshot yet)")
+        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every),
+                                                       bool(replicate)))
+        self._session = state.session if state is not None else None
+        if self._session is not None:
+            self._cpp.attach_session(self._session)
+        self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)
+        self.refused = []  # the snapshots the last restore() refused on this rank, one line each (torn, corrupt)
+        self._states = {}  # add_state's objects (LR schedulers): their state_dict() in the metadata
+        self._registered = None  # (name, address, bytes, at_commit) per entry, as registered
+        self._tensors = []  # the registered tensors, kept alive while the copy may read them
+        original = optimizer.step
+        cpp = self._cpp
+
+        def step(unused_self, *args, **kwargs):
+            cpp.wait_for_copy()  # the copy reads what step() is about to write
+            return original(*args, **kwargs)
+
+        step.__doc__ = getattr(original, "__doc__", None)
+        if getattr(original, "_with_counter", False):
+            step._with_counter = True  # an LR scheduler's counting wrapper is inside: it still counts
+        # A bound method, as optimizer.step was: LR schedulers made later wrap it through __self__.
+        optimizer.step = types.MethodType(step, optimizer)
+
+    def commit(self, step):
+        """Collective, after the optimizer step of `step` (>= 1, increasing, the same on every rank)."""
+        self._register()
+        self._cpp.commit(int(step), json.dumps(self._metadata(), sort_keys=True).encode())
+
+    def restore(self):
+        """Collective, before training: the newest step every rank holds, restored into the model,
+        the optimizer and the session; returns it (0: nothing to restore, nothing changed)."""
+        point = self._cpp.find()
+        self.refused, self.source = list(point["refused"]), point["source"] or None
+        if point["step"] == 0:
+            return 0
+        saved = copy.deepcopy(self.optimizer.state_dict())
+        problem = None
+        try:
+            self._load_optimizer_skeleton(json.loads(point["metadata"].decode()), point["source"])
+            self._register()
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:
+            problem = e
+        try:
+            # Collective, also after a local problem (the others then fail too instead of waiting);
+            # it writes nothing unless every rank's snapshot fits its job.
+            self._cpp.apply("" if problem is None else "Checkpointer.restore: %s" % problem)
+        except Error:
+            self.optimizer.load_state_dict(saved)  # a refused restore leaves the optimizer as it was
+            self._registered = None
+            raise
+        return int(point["step"])
+
+    def add_state(self, name, obj):
+        """Includes obj.state_dict() (numbers, strings, lists, tuples, dicts: e.g. an LR scheduler's) in
+        every snapshot under `name`; restore() calls obj.load_state_dict with it. Before restore()."""
+        if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+            raise ValueError("Checkpointer.add_state: '%s': got %s, expected an object with state_dict() and "
+                             "load_state_dict()" % (name, type(obj).__name__))
+        self._states[str(name)] = obj
+
+    @property
+    def agreed_step(self):
+        """The newest step every rank had completed at the last commit or restore."""
+        return self._cpp.agreed_step
+
+    def wait(self):
+        """Waits for the background copy of the last commit (raises its error, if any)."""
+        self._cpp.wait_for_copy()
+
+    def close(self):
+        """Waits for the copy in progress and frees the checkpointer; the segment stays."""
+        self._cpp.close()
+
+    @staticmethod
+    def remove(name, ranks=None):
+        """Deletes job `name`'s shared-memory segments of `ranks` (default: this rank's)."""
+        for r in ([rank()] if ranks is None else ranks):
+            cupcake.Checkpointer.remove_segment(name, r)
+
+    def _entries(self):
+        out = []
+        for key, t in self.model.state_dict(keep_vars=True).items():
+            if t is not None:
+                out.append(("model." + key, t, not isinstance(t, torch.nn.Parameter)))
+        for i, p in enumerate(self._parameters()):
+            state = self.optimizer.state.get(p, {})
+            for key in sorted(state, key=str):
+                if torch.is_tensor(state[key]):
+                    out.append(("optimizer.%d.%s" % (i, key), state[key], False))
+        for name, t, _ in out:
+            if t.device.type != "cpu" or not t.is_contiguous():
+                raise ValueError("Checkpointer: '%s': got a %s%s tensor, expected a contiguous CPU tensor (GPU "
+                                 "tensors: not built yet)" % (name, t.device, "" if t.is_contiguous() else " strided"))
+        return out
+
+    def _register(self):
+        entries = self._entries()
+        signature = [(n, t.data_ptr(), t.numel() * t.element_size(), c) for n, t, c in entries]
+        if signature == self._registered:
+            return
+        self._cpp.clear()
+        for n, address, nbytes, at_commit in signature:
+            self._cpp.add(n, address, nbytes, at_commit)
+        self._registered = signature
+        self._tensors = [t for _, t, _ in entries]
+
+    def _parameters(self):
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _metadata(self):
+        """The optimizer's hyperparameters and non-tensor state, and the shapes of its state
+        tensors (whose bytes are entries), so restore() can rebuild the state before copying."""
+        groups = [{k: _encode(v) for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        state = {}
+        for i, p in enumerate(self._parameters()):
+            s = self.optimizer.state.get(p, {})
+            if s:
+                state[str(i)] = {str(k): ({"__tensor__": [str(v.dtype).replace("torch.", ""), list(v.shape)]}
+                                          if torch.is_tensor(v) else _encode(v)) for k, v in s.items()}
+        states = {name: _encode(obj.state_dict()) for name, obj in self._states.items()}
+        return {"param_groups": groups, "state": state, "states": states}
+
+    def _load_optimizer_skeleton(self, meta, source):
+        saved = self.optimizer.state_dict()
+        if len(meta["param_groups"]) != len(saved["param_groups"]):
+            raise Error("%s: metadata: param_groups: does not match the job; got %d groups, expected %d"
+                        % (source, len(meta["param_groups"]), len(saved["param_groups"])))
+        for group, stored in zip(saved["param_groups"], meta["param_groups"]):
+            for k, v in stored.items():
+                group[k] = _decode(v)
+        state = {}
+        for i, entries in meta["state"].items():
+            state[int(i)] = {k: (torch.zeros(v["__tensor__"][1], dtype=getattr(torch, v["__tensor__"][0]))
+                                 if isinstance(v, dict) and "__tensor__" in v else _decode(v))
+                             for k, v in entries.items()}
+        saved["state"] = state
+        self.optimizer.load_state_dict(saved)
+        stored = meta.get("states", {})
+        for name, obj in self._states.items():
+            if name not in stored:
+                raise Error("%s: metadata: states: '%s' missing; got %s, expected the states added with add_state"
+                            % (source, name, sorted(stored)))
+            obj.load_state_dict(_decode(stored[name]))
+
+
+def _encode(v):
+    """A hyperparameter or state value as JSON (tuples kept apart from lists; floats exact)."""
+    if isinstance(v, tuple):
+        return {"__tuple__": [_encode(x) for x in v]}
+    if isinstance(v, list):
+        return [_encode(x) for x in v]
+    if isinstance(v, dict):
+        return {"__dict__": [[_encode(k), _encode(x)] for k, x in v.items()]}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise ValueError("Checkpointer: value %r of type %s: not serializable; expected numbers, strings, None, "
+                     "tuples, lists, dicts (or, in the optimizer's state, tensors)" % (v, type(v).__name__))
+
+
+def _decode(v):
+    if isinstance(v, dict) and "__tuple__" in v:
+        return tuple(_decode(x) for x in v["__tuple__"])
+    if isinstance(v, dict) and "__dict__" in v:
+        return {_decode(k): _decode(x) for k, x in v["__dict__"]}
+    if isinstance(v, list):
+        return [_decode(x) for x in v]
+    return v
+
+
+__all__ += ["Checkpointer"]

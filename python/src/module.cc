@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,6 +27,7 @@
 #include "cupcake/proto/activity.h"
 #include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/status.h"
+#include "cupcake/runtime/checkpoint.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
 
@@ -307,6 +309,30 @@ void BindSession(py::module_& m) {
       .def_property_readonly("warnings", [](const PySession& s) { return s.Get().warnings(); })
       .def_property_readonly("plan_count", [](const PySession& s) { return s.Get().plan_count(); })
       .def_property_readonly("active_plan", [](const PySession& s) { return s.Get().active_plan(); })
+      .def(
+          "read_state",
+          [](PySession& s, uintptr_t address, int64_t numel, bool momentum) {
+            // Copies the active plan's per-element state (model element order) into float32
+            // host memory of `numel` elements, which must be the model's element count.
+            runtime::Session& session = s.Get();
+            auto values = Take(session.ReadState(momentum ? runtime::CompressorState::kMomentum
+                                                          : runtime::CompressorState::kErrorFeedback));
+            if (static_cast<int64_t>(values.size()) != numel)
+              Raise(InvalidArgumentError("read_state: numel: wrong size; got " + std::to_string(numel) + ", expected " +
+                                         std::to_string(values.size()) + " (elements of the model)"));
+            std::copy(values.begin(), values.end(), FloatPointer(address));
+          },
+          py::arg("address"), py::arg("numel"), py::arg("momentum") = false,
+          "Between steps: the error-feedback memory (or momentum) in model element order into float32 host memory.")
+      .def(
+          "write_state",
+          [](PySession& s, uintptr_t address, int64_t numel, bool momentum) {
+            Check(s.Get().WriteState(
+                std::span<const float>(FloatPointer(address), static_cast<size_t>(numel)),
+                momentum ? runtime::CompressorState::kMomentum : runtime::CompressorState::kErrorFeedback));
+          },
+          py::arg("address"), py::arg("numel"), py::arg("momentum") = false,
+          "Between steps: sets the error-feedback memory (or momentum) from float32 host memory, model element order.")
       .def("close", &PySession::Close, "Stops the session (its thread, its MPI duplicate); later calls raise.")
       .def_property_readonly("closed", &PySession::closed)
       .def_property_readonly("registered", [](const PySession& s) { return s.Get().registered(); })
@@ -370,6 +396,128 @@ void BindRecorder(py::module_& m) {
           "write", [](const Recorder& r, const std::string& path) { Check(r.Write(path)); }, py::arg("path"));
 }
 
+// A Checkpointer (runtime/checkpoint.h) over its own duplicate of MPI_COMM_WORLD. Entries are
+// raw host addresses and byte counts (a tensor's data_ptr()), as sessions take gradients. An
+// attached session is held by reference (py::keep_alive) and checked open at each call.
+class PyCheckpointer {
+ public:
+  PyCheckpointer(Mpi& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
+                 bool replicate)
+      : comm_(mpi.World()) {
+    runtime::CheckpointOptions options;
+    options.name = name;
+    options.persist_dir = persist_dir;
+    options.persist_every = persist_every;
+    options.replicate = replicate;
+    ckpt_ = Take(runtime::Checkpointer::Create(options, comm_.get()));
+  }
+  runtime::Checkpointer& Get() {
+    if (ckpt_ == nullptr) Raise(FailedPreconditionError("cupcake: Checkpointer: closed; expected an open one"));
+    if (session_ != nullptr && session_->closed())
+      Raise(
+          FailedPreconditionError("cupcake: Checkpointer: the attached session is closed; expected it open "
+                                  "(attach_session(None) to go on without its state)"));
+    return *ckpt_;
+  }
+  void Add(const std::string& name, uintptr_t address, int64_t nbytes, bool at_commit) {
+    if (nbytes < 0) Raise(InvalidArgumentError("Checkpointer.add: nbytes: negative; got " + std::to_string(nbytes)));
+    auto* bytes = reinterpret_cast<std::byte*>(address);  // NOLINT: a tensor's data_ptr()
+    Check(Get().Add(name, std::span<std::byte>(bytes, static_cast<size_t>(nbytes)),
+                    at_commit ? runtime::Capture::kAtCommit : runtime::Capture::kInBackground));
+  }
+  void Attach(PySession* session) {
+    runtime::Checkpointer& c = Get();
+    Check(c.AttachSession(session != nullptr ? &session->Get() : nullptr));
+    session_ = session;
+  }
+  void Close() {
+    if (ckpt_ != nullptr) {
+      Status s = ckpt_->WaitForCopy();
+      ckpt_.reset();
+      comm_.reset();
+      Check(s);
+    }
+  }
+  bool closed() const { return ckpt_ == nullptr; }
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<runtime::Checkpointer> ckpt_;
+  PySession* session_ = nullptr;
+};
+
+py::dict PointDict(const runtime::RestorePoint& p) {
+  py::dict out;
+  out["step"] = p.step;
+  out["metadata"] = py::bytes(p.metadata);
+  out["source"] = p.source;
+  out["refused"] = p.refused;
+  py::list entries;
+  for (const auto& [name, bytes] : p.entries) entries.append(py::make_tuple(name, bytes));
+  out["entries"] = entries;
+  return out;
+}
+
+void BindCheckpointer(py::module_& m) {
+  py::class_<PyCheckpointer>(m, "Checkpointer",
+                             "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
+      .def(py::init<Mpi&, const std::string&, const std::string&, int, bool>(), py::arg("mpi"), py::arg("name"),
+           py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::arg("replicate") = false,
+           py::keep_alive<1, 2>())
+      .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
+           py::arg("at_commit") = false,
+           "Registers the next entry: `nbytes` bytes of host memory at `address`; at_commit: copied inside "
+           "commit() (memory the next iteration writes before its optimizer step), else in the background.")
+      .def("clear", [](PyCheckpointer& c) { c.Get().Clear(); })
+      .def("attach_session", &PyCheckpointer::Attach, py::arg("session").none(true), py::keep_alive<1, 2>(),
+           "Includes the session's error-feedback memory and momentum in every snapshot.")
+      .def(
+          "commit",
+          [](PyCheckpointer& c, int64_t step, const py::bytes& metadata) {
+            runtime::Checkpointer& ckpt = c.Get();
+            std::string meta = metadata;
+            CheckWithoutGil([&] { return ckpt.Commit(step, meta); });
+          },
+          py::arg("step"), py::arg("metadata") = py::bytes(),
+          "Collective: snapshot of step `step` (>= 1, increasing, the same on every rank).")
+      .def("wait_for_copy",
+           [](PyCheckpointer& c) {
+             runtime::Checkpointer& ckpt = c.Get();
+             CheckWithoutGil([&] { return ckpt.WaitForCopy(); });
+           })
+      .def("find",
+           [](PyCheckpointer& c) {
+             runtime::Checkpointer& ckpt = c.Get();
+             StatusOr<runtime::RestorePoint> point = InternalError("not run");
+             {
+               py::gil_scoped_release release;
+               point = ckpt.Find();
+             }
+             return PointDict(Take(std::move(point)));
+           })
+      .def(
+          "apply",
+          [](PyCheckpointer& c, const std::string& job_error) {
+            runtime::Checkpointer& ckpt = c.Get();
+            const Status job = job_error.empty() ? Status::Ok() : InvalidArgumentError(job_error);
+            CheckWithoutGil([&] { return ckpt.Apply(job); });
+          },
+          py::arg("job_error") = "",
+          "Collective, after find(): the snapshot into the entries. job_error: this rank could not prepare its "
+          "entries (every rank then fails, nothing is written).")
+      .def_property_readonly("agreed_step", [](PyCheckpointer& c) { return c.Get().agreed_step(); })
+      .def_property_readonly("local_step", [](PyCheckpointer& c) { return c.Get().local_step(); })
+      .def("close", &PyCheckpointer::Close, "Waits for the copy in progress and frees the checkpointer.")
+      .def_property_readonly("closed", &PyCheckpointer::closed)
+      .def_static("segment_name", &runtime::Checkpointer::SegmentName, py::arg("name"), py::arg("rank"))
+      .def_static("replica_segment_name", &runtime::Checkpointer::ReplicaSegmentName, py::arg("name"),
+                  py::arg("rank"))
+      .def_static(
+          "remove_segment",
+          [](const std::string& name, int rank) { Check(runtime::Checkpointer::RemoveSegment(name, rank)); },
+          py::arg("name"), py::arg("rank"), "Deletes rank `rank`'s shared-memory segment of job `name`.");
+}
+
 }  // namespace
 }  // namespace cupcake::python
 
@@ -405,4 +553,5 @@ PYBIND11_MODULE(_runtime, m) {
   BindCommunicator(m);
   BindSession(m);
   BindRecorder(m);
+  BindCheckpointer(m);
 }

@@ -8,6 +8,12 @@
 #   replicas    replicas_job.py: differently seeded ranks start equal (the initial broadcast)
 #   ladder      ladder_job.py: a topk ladder, the fp32 rung then use_ratio(0.01)
 #   gravac      gravac_job.py: the topk ladder with adapt=GraVAC(...), its decisions and log
+#   checkpoint  checkpoint_job.py (docs/CHECKPOINT.md): per plan (fp32, topk with error feedback, and no
+#               DistributedOptimizer with Adam) an uninterrupted run, a run killed right after commit(7)
+#               (topk: once that copy is done) and its restart, whose final weights must equal the
+#               uninterrupted run's bit for bit;
+#               then topk with replicas, killed at 7, rank 1's segments deleted: restored from rank 0's
+#               replica; then topk persisted every 4 steps, killed at 10, its segments deleted: restored from step 8
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -68,6 +74,54 @@ case "$stage" in
     rm -f "$work/replicas.store"
     "${mpirun[@]}" "$python" "$here/replicas_job.py" "$work/pycnn-fp32.pb" "$work/replicas.store"
     ;;
+  checkpoint)
+    # Unique segment names per run; whatever a failing run leaves in /dev/shm is removed on exit.
+    tag="ckpt-test-$$"
+    trap 'rm -f /dev/shm/cupcake-$tag-* ; rm -rf "$work/ckpt-persist"' EXIT
+    job=("$python" "$here/checkpoint_job.py")
+    for variant in fp32 topk local; do
+      plan="$work/pycnn-$variant.pb"
+      if [ "$variant" = local ]; then plan=-; fi
+      name="$tag-$variant"
+      # topk: killed once the copy of step 7 is done, so the restart must resume from exactly 7.
+      wait_flag=() starts=6,7
+      if [ "$variant" = topk ]; then wait_flag=(--wait-before-kill) starts=7; fi
+      "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant-ref" --steps 12 --no-ckpt
+      if "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" --kill-at 7 \
+          "${wait_flag[@]}" >"$work/ckpt-$variant-killed.log" 2>&1; then
+        echo "FAIL: $variant: the run killed at step 7 exited 0"; exit 1
+      fi
+      ls /dev/shm/cupcake-"$name"-0 /dev/shm/cupcake-"$name"-1 >/dev/null  # the snapshots outlived the processes
+      if [ "$variant" = fp32 ]; then  # another model: refused naming the entry, nothing written
+        "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-wrong" --steps 12 --name "$name" --wrong-model
+      fi
+      # Step 7 when both copies finished before the kill, else 6 (a torn slot is never restored).
+      "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" \
+        --compare "$work/ckpt-$variant-ref" --expect-start "$starts" --remove
+    done
+    # Replicas: rank 1's host loses its memory after the kill (its own and its replica segment);
+    # its snapshot of step 7 comes back from rank 0's replica.
+    name="$tag-replica"
+    if "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
+        --kill-at 7 --wait-before-kill >"$work/ckpt-replica-killed.log" 2>&1; then
+      echo "FAIL: replica: the run killed at step 7 exited 0"; exit 1
+    fi
+    rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica
+    "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
+      --compare "$work/ckpt-topk-ref" --expect-start 7 --remove | tee "$work/ckpt-replica.log"
+    grep -q "from rank 0's /dev/shm/cupcake-$name-0-replica" "$work/ckpt-replica.log" ||
+      { echo "FAIL: replica: rank 1 did not restore from rank 0's replica"; exit 1; }
+    # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted).
+    rm -rf "$work/ckpt-persist" && mkdir -p "$work/ckpt-persist"
+    name="$tag-persist"
+    if "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-persist" --steps 12 --name "$name" \
+        --persist "$work/ckpt-persist" --persist-every 4 --kill-at 10 >"$work/ckpt-persist-killed.log" 2>&1; then
+      echo "FAIL: persist: the run killed at step 10 exited 0"; exit 1
+    fi
+    rm -f /dev/shm/cupcake-"$name"-*
+    "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-persist" --steps 12 --name "$name" \
+      --persist "$work/ckpt-persist" --persist-every 4 --compare "$work/ckpt-topk-ref" --expect-start 8 --remove
+    ;;
   errors)
     "${mpirun[@]}" "$python" "$here/errors_job.py" "$work"
     # One rank against a plan for 2: refused when the optimizer is made.
@@ -84,7 +138,7 @@ case "$stage" in
     grep -q '^epoch 2 loss [0-9.]* ' "$work/example.log" || { echo "FAIL: no 'epoch 2 loss' line"; exit 1; }
     ;;
   *)
-    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed, errors or example" >&2
+    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed, replicas, ladder, gravac, checkpoint, errors or example" >&2
     exit 2
     ;;
 esac

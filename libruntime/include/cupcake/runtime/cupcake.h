@@ -164,6 +164,41 @@ int cupcake_recorder_write(cupcake_recorder* recorder, const char* path);
 /* Destroys the recorder; NULL is ignored. */
 void cupcake_recorder_destroy(cupcake_recorder* recorder);
 
+/* Checkpoints in host memory (cupcake/runtime/checkpoint.h, docs/CHECKPOINT.md): a snapshot
+ * every step in /dev/shm/cupcake-<name>-<rank> (two slots, copied in the background), restored
+ * after a restart from the newest step every rank holds; optionally persisted to a directory.
+ *   cupcake_checkpoint_options o = {0};  o.name = "job";
+ *   cupcake_checkpointer* c;  cupcake_checkpointer_create(&o, &c);
+ *   cupcake_checkpointer_add(c, "weights", w, bytes, 0);  ...  (the same entries after a restart)
+ *   cupcake_checkpointer_attach_session(c, s);           (optional: its error feedback)
+ *   cupcake_checkpointer_restore(c, &start);             (collective; 0: a fresh job)
+ *   each step, after the optimizer step: cupcake_checkpointer_commit(c, step);  (collective)
+ *   before the next optimizer step writes the entries: cupcake_checkpointer_wait(c); */
+typedef struct cupcake_checkpointer cupcake_checkpointer;
+typedef struct cupcake_checkpoint_options {
+  const char* name;  /* segment and file names; NULL or "": "job" */
+  const char* persist_dir;  /* NULL or "": no persisted snapshots */
+  int persist_every;  /* persist every this many steps; 0: never */
+  const void* mpi_comm;  /* points to the job's MPI_Comm (duplicated); NULL: MPI_COMM_WORLD */
+  int replicate;  /* non-zero: each rank also keeps the previous rank's snapshots (a ring; >= 2 ranks) */
+} cupcake_checkpoint_options;
+int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupcake_checkpointer** out);
+/* The next entry: `bytes` bytes of host memory at `data`. at_commit non-zero: copied inside
+ * commit (memory written before the next optimizer step), else in the background. */
+int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* name, void* data, int64_t bytes,
+                             int at_commit);
+/* Includes the session's error-feedback memory and momentum (NULL: detaches). */
+int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session);
+int cupcake_checkpointer_commit(cupcake_checkpointer* checkpointer, int64_t step);
+/* Waits for the background copy of the last commit. */
+int cupcake_checkpointer_wait(cupcake_checkpointer* checkpointer);
+/* *step: the step restored, 0 for a fresh job (nothing written). */
+int cupcake_checkpointer_restore(cupcake_checkpointer* checkpointer, int64_t* step);
+/* Deletes rank `rank`'s segment of job `name`; 0 when there is none. */
+int cupcake_checkpointer_remove_segment(const char* name, int rank);
+/* Waits for the copy in progress and destroys the checkpointer (the segment stays); NULL is ignored. */
+void cupcake_checkpointer_destroy(cupcake_checkpointer* checkpointer);
+
 /* The message of the last failed call on this thread ("" if none); valid until the next call. */
 const char* cupcake_last_error(void);
 

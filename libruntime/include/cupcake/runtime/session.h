@@ -203,6 +203,10 @@ class Session {
 
   // Synchronized steps so far (the iteration that keys the compressors' random choices).
   uint64_t iteration() const;
+  // Sets that counter, for checkpoints: a restarted session then draws the random choices (randk,
+  // qsgd, terngrad) the lost one would have. Between steps; FailedPrecondition once GraVAC is
+  // enabled (its windows count steps from EnableGravac).
+  Status SetIteration(uint64_t iteration);
 
   // Adds another plan for this session's model (same tensors, fingerprint) and world, checked
   // and agreed on across ranks as in Create; returns its index (Create's plan is 0). It is

@@ -1,0 +1,155 @@
+// Checkpointer: a snapshot of the job's state every iteration in host memory that outlives the
+// training process, and optionally on disk (docs/CHECKPOINT.md; Gemini, SOSP'23, its first half).
+//
+// The job names its state as byte spans (parameters, optimizer state, buffers) and may attach a
+// Session, whose per-element compressor state (error-feedback memory and momentum, ReadState) is
+// this rank's own: in data parallelism everything else is the same on every rank, the residuals
+// are not. After each optimizer step the job calls Commit(step):
+//   1. waits for the previous snapshot's copy if it is still running (the only wait of a step);
+//   2. a tiny collective (an allgather of two int64 per rank): the ranks commit the same step,
+//      and agreed_step() becomes the newest step every rank has completed;
+//   3. copies the spans marked kAtCommit (and the session's state) into memory it owns;
+//   4. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
+//      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
+//      and flips the slot's header to valid; every `persist_every` steps it also writes the
+//      snapshot to `persist_dir` (temporary file, fsync, rename, fsync of the directory).
+// Two slots: the copy never touches the newest valid snapshot, so a process killed mid-copy
+// leaves that one intact, and a torn slot is never valid (its header flips last, and restore
+// checks the checksum anyway).
+//
+// Restore() after a restart (same world, same name, same spans registered): every rank lists the
+// snapshots it holds (valid shared-memory slots whose checksum matches, then persisted files that
+// verify, and with `replicate` its predecessor's), the ranks agree on the newest step all of them
+// hold (themselves, or their successor for them, whose replica is then sent), and each rank copies
+// its snapshot of that step into the registered spans (and the session's state), after checking the
+// snapshot's rank, world size and every entry's name and size against the job. Find() and Apply()
+// are its two halves, for a job that must see the snapshot's metadata (e.g. the shapes of an
+// optimizer's state) before it can register the spans to restore into.
+//
+// Contract with the job: between Commit(step) and the next WaitForCopy() (called by the next
+// Commit, or by the job before it writes its state: Python calls it before the optimizer step)
+// the job must not write the spans registered kInBackground; spans written during the step
+// itself (batch-norm statistics in forward) are registered kAtCommit.
+//
+// Ownership: owns its segment mapping, its background thread and the copies of kAtCommit spans;
+// does not own the spans, the communicator or the session, which must outlive it. Segments
+// outlive the process on purpose; RemoveSegment deletes one.
+// Thread-safety: one thread at a time (the training loop); the copy thread is its own. Commit,
+// Restore, Find and Apply are collective over the communicator passed in; Create is not.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cupcake/comm/communicator.h"
+#include "cupcake/proto/status.h"
+#include "cupcake/runtime/session.h"
+
+namespace cupcake::runtime {
+
+struct CheckpointOptions {
+  // Names the segments (/dev/shm/cupcake-<name>-<rank>) and files (<name>-<rank>-<step>.ckpt):
+  // letters, digits, '.', '_' and '-', at most 100 characters. A restarted job passes the same.
+  std::string name = "job";
+  // Where persisted snapshots go; empty: none. Must exist.
+  std::string persist_dir;
+  // Persist every this many steps (step % persist_every == 0); 0: never.
+  int persist_every = 0;
+  // Gemini's replicas in a ring (groups of two): each copy thread also sends its snapshot to the
+  // next rank, which keeps it in /dev/shm/cupcake-<name>-<rank>-replica (two slots), and a
+  // restore on a rank whose host lost its memory takes its snapshot from there. The whole
+  // snapshot travels, right after the local copy (not yet in the plan's idle network gaps).
+  // Needs at least 2 ranks; every rank passes the same value.
+  bool replicate = false;
+};
+
+// When a span is copied: kInBackground during the next iteration (the job leaves it alone until
+// WaitForCopy), kAtCommit inside Commit (for memory the next iteration writes before its
+// optimizer step).
+enum class Capture { kInBackground, kAtCommit };
+
+// What a restore found: the newest step every rank holds (0: none, a fresh job), this rank's
+// metadata of it, where it came from, and the snapshots refused on the way (one line each, e.g.
+// a torn or corrupt slot: `/dev/shm/cupcake-job-0: slots[1].checksum: does not match the
+// contents; got 0x..., expected 0x... (stored)`).
+struct RestorePoint {
+  int64_t step = 0;
+  std::string metadata;
+  std::string source;  // the segment or file
+  std::vector<std::string> refused;
+  // The snapshot's entries, in order: name and size in bytes.
+  std::vector<std::pair<std::string, int64_t>> entries;
+};
+
+class Checkpointer {
+ public:
+  // Local (no collective): checks the options; the segment is opened at the first Commit or Find.
+  // `communicator` (not owned) is used for the agreements; host memory, any backend.
+  static StatusOr<std::unique_ptr<Checkpointer>> Create(const CheckpointOptions& options,
+                                                        comm::Communicator* communicator);
+  // Waits for the copy in progress (its error, if any, is dropped: nobody is left to report to).
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Registers the next entry: `name` (unique) and its memory, which must stay valid while
+  // registered. Between commits; Clear() drops every entry (to register them anew when the job's
+  // memory moved). A restore matches entries by position, name and size.
+  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture = Capture::kInBackground);
+  Status AddFloats(const std::string& name, std::span<float> values, Capture capture = Capture::kInBackground);
+  void Clear();
+  // Snapshots include `session`'s error-feedback memory and momentum (ReadState at Commit, so
+  // captured at commit) and its iteration counter as entries "session.error_feedback",
+  // "session.momentum" and "session.iteration"; a restore writes them back (WriteState,
+  // SetIteration: random choices then continue as in the lost run). Not owned; nullptr detaches.
+  Status AttachSession(Session* session);
+
+  // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.
+  // The first Commit of a Checkpointer that did not restore starts a new history: this rank's
+  // snapshots of the same name (segment slots and persisted files, another run's) are dropped.
+  // Returns an error of the previous background copy (or persist) if it failed; the snapshot is
+  // then not taken.
+  Status Commit(int64_t step, std::string_view metadata = {});
+  // Waits for the background copy; its error, if any.
+  Status WaitForCopy();
+  // The newest step every rank had completed at the last Commit or restore (0: none yet).
+  int64_t agreed_step() const;
+  // The newest step this rank has completed (its valid slot).
+  int64_t local_step() const;
+
+  // Collective: Find() then Apply(). Returns the step restored (0: nothing to restore, the spans
+  // are untouched).
+  StatusOr<RestorePoint> Restore();
+  // Collective: agrees on the newest step every rank holds and loads this rank's copy of it
+  // (verified). FailedPrecondition when some rank holds snapshots but no step is held by all,
+  // naming what each rank holds.
+  StatusOr<RestorePoint> Find();
+  // Collective, after a Find that found a step: copies the loaded snapshot into the registered
+  // entries (and the attached session's state). Every mismatch between the snapshot and the job
+  // is reported together (`<segment>: entries[2].size_bytes: does not match the job; got 400,
+  // expected 40 ('fc.bias')`); when any rank fails every rank fails. Snapshots newer than the
+  // restored step (a rank got further before the crash) are invalidated, so they can never be
+  // mixed with the resumed run's. A job that could not prepare its entries passes its error as
+  // `job_status`: the other ranks then fail too, instead of waiting for this one.
+  Status Apply(const Status& job_status = Status::Ok());
+
+  // The shared-memory name of rank `rank`'s segment ("/cupcake-<name>-<rank>") and its path
+  // under /dev/shm on Linux.
+  static std::string SegmentName(const std::string& name, int rank);
+  // The segment in which rank `rank` keeps its predecessor's snapshots (replicate).
+  static std::string ReplicaSegmentName(const std::string& name, int rank);
+  // Deletes rank `rank`'s segments, its own and its replicas (shm_unlink); Ok when there are none.
+  static Status RemoveSegment(const std::string& name, int rank);
+
+  class Impl;
+
+ private:
+  explicit Checkpointer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cupcake::runtime

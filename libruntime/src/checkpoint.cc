@@ -1,0 +1,1105 @@
+// Checkpointer (checkpoint.h, docs/CHECKPOINT.md): snapshots in a POSIX shared-memory segment
+// per rank with two slots, a background copy per commit, agreement on the newest step every rank
+// holds, persisted files written durably.
+#include "cupcake/runtime/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "checkpoint_format.h"
+#include "cupcake/proto/file_io.h"
+
+namespace cupcake::runtime {
+namespace internal {
+
+namespace {
+inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL, kPrime2 = 0xC2B2AE3D27D4EB4FULL;
+inline uint64_t Mix(uint64_t lane, uint64_t word) { return Rotl(lane + word * kPrime2, 31) * kPrime1; }
+}  // namespace
+
+uint64_t Checksum(const std::byte* data, size_t bytes) {
+  uint64_t lanes[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
+  size_t at = 0;
+  for (; at + 32 <= bytes; at += 32) {
+    uint64_t w[4];
+    std::memcpy(w, data + at, 32);
+    for (int l = 0; l < 4; ++l) lanes[l] = Mix(lanes[l], w[l]);
+  }
+  uint64_t h = Rotl(lanes[0], 1) + Rotl(lanes[1], 7) + Rotl(lanes[2], 12) + Rotl(lanes[3], 18);
+  for (; at + 8 <= bytes; at += 8) {
+    uint64_t w;
+    std::memcpy(&w, data + at, 8);
+    h = Mix(h, w);
+  }
+  for (; at < bytes; ++at) h = Mix(h, static_cast<uint64_t>(data[at]) + 1);
+  h ^= bytes;
+  h ^= h >> 33;
+  h *= kPrime2;
+  h ^= h >> 29;
+  return h;
+}
+
+int64_t DirectoryBytes(const std::vector<std::string>& names, size_t metadata_bytes) {
+  int64_t bytes = 8 + 8 + 4 + 4 + 8 + 4 + 4;
+  for (const std::string& n : names) bytes += 4 + 4 + 8 + static_cast<int64_t>(n.size());
+  return bytes + static_cast<int64_t>(metadata_bytes);
+}
+
+namespace {
+// Reads fields in order from a payload, checking each against its end.
+class Reader {
+ public:
+  Reader(std::span<const std::byte> bytes, const std::string& source) : bytes_(bytes), source_(source) {}
+  template <typename T>
+  Status Read(T* out, const char* field) {
+    if (at_ + sizeof(T) > bytes_.size()) return Truncated(field, sizeof(T));
+    std::memcpy(out, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return Status::Ok();
+  }
+  Status ReadString(uint64_t n, std::string* out, const std::string& field) {
+    if (n > bytes_.size() - at_) return Truncated(field.c_str(), n);
+    out->assign(reinterpret_cast<const char*>(bytes_.data() + at_), n);  // NOLINT: bytes as chars
+    at_ += n;
+    return Status::Ok();
+  }
+  size_t at() const { return at_; }
+
+ private:
+  Status Truncated(const char* field, uint64_t n) const {
+    return DataLossError(source_ + ": " + field + ": truncated; got " + std::to_string(bytes_.size() - at_) +
+                         " bytes left, expected " + std::to_string(n));
+  }
+  std::span<const std::byte> bytes_;
+  const std::string& source_;
+  size_t at_ = 0;
+};
+}  // namespace
+
+StatusOr<ParsedSnapshot> ParseSnapshot(std::span<const std::byte> payload, const std::string& source) {
+  Reader r(payload, source);
+  char magic[8];
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&magic, "magic"));
+  if (std::memcmp(magic, kSnapshotMagic, 8) != 0)
+    return DataLossError(source + ": magic: not a Cupcake snapshot; got '" + std::string(magic, 8) +
+                         "', expected 'CUPCKSN1'");
+  ParsedSnapshot s;
+  uint64_t metadata_bytes = 0;
+  uint32_t count = 0, zero = 0;
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.step, "step"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.rank, "rank"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.world_size, "world_size"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&metadata_bytes, "metadata_bytes"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&count, "entry_count"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&zero, "entry_count"));
+  std::vector<uint64_t> sizes(count);
+  for (uint32_t e = 0; e < count; ++e) {
+    const std::string field = "entries[" + std::to_string(e) + "]";
+    uint32_t name_bytes = 0;
+    uint64_t size_bytes = 0;
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&name_bytes, (field + ".name").c_str()));
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&zero, (field + ".name").c_str()));
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&size_bytes, (field + ".size_bytes").c_str()));
+    SnapshotEntry entry;
+    CUPCAKE_RETURN_IF_ERROR(r.ReadString(name_bytes, &entry.name, field + ".name"));
+    sizes[e] = size_bytes;
+    s.entries.push_back(std::move(entry));
+  }
+  CUPCAKE_RETURN_IF_ERROR(r.ReadString(metadata_bytes, &s.metadata, "metadata"));
+  uint64_t at = r.at();
+  for (uint32_t e = 0; e < count; ++e) {
+    if (sizes[e] > payload.size() - at)
+      return DataLossError(source + ": entries[" + std::to_string(e) + "].size_bytes: beyond the payload; got " +
+                           std::to_string(sizes[e]) + ", expected <= " + std::to_string(payload.size() - at) +
+                           " (bytes left)");
+    s.entries[e].offset = static_cast<int64_t>(at);
+    s.entries[e].size_bytes = static_cast<int64_t>(sizes[e]);
+    at += sizes[e];
+  }
+  if (at != payload.size())
+    return DataLossError(source + ": payload_bytes: does not match the entries; got " + std::to_string(payload.size()) +
+                         ", expected " + std::to_string(at));
+  return s;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::kHeaderBytes;
+using internal::SegmentHeader;
+using internal::SlotHeader;
+
+std::string Hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
+
+uint64_t LoadState(SlotHeader& slot) { return std::atomic_ref<uint64_t>(slot.state).load(std::memory_order_acquire); }
+void StoreState(SlotHeader& slot, uint64_t state) {
+  std::atomic_ref<uint64_t>(slot.state).store(state, std::memory_order_release);
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 100) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '-';
+  });
+}
+
+std::string Errno(const std::string& what, int err) { return what + " failed: " + std::strerror(err); }
+
+// Writes all of `bytes` to `fd`.
+bool WriteAll(int fd, const std::byte* bytes, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, bytes, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    bytes += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// Durable replace (the contract of proto's WriteFileAtomic, plus the directory's fsync so the
+// rename itself survives a power loss): `<path>.tmp.<pid>`, written, fsync'd, renamed over `path`,
+// then the directory fsync'd. A reader sees no file, the old one or the whole new one; the loader
+// ignores *.tmp.* names.
+Status WriteDurably(const std::string& dir, const std::string& file, std::span<const std::byte> payload,
+                    const internal::Trailer& trailer) {
+  const std::string path = dir + "/" + file;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return UnavailableError(tmp + ": " + Errno("open", errno));
+  bool ok = WriteAll(fd, payload.data(), payload.size()) &&
+            WriteAll(fd, reinterpret_cast<const std::byte*>(&trailer), sizeof(trailer));  // NOLINT: POD bytes
+  int err = errno;
+  if (ok && ::fsync(fd) != 0) ok = false, err = errno;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return UnavailableError(tmp + ": " + Errno("write", err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return UnavailableError(path + ": " + Errno("rename", err));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+// This rank's persisted files in `dir`, step -> file name (exactly <name>-<rank>-<digits>.ckpt).
+std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std::string& name, int rank) {
+  std::map<int64_t, std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  const std::string prefix = name + "-" + std::to_string(rank) + "-";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string f = e->d_name;
+    if (f.size() <= prefix.size() + 5 || f.compare(0, prefix.size(), prefix) != 0 ||
+        f.compare(f.size() - 5, 5, ".ckpt") != 0)
+      continue;
+    const std::string digits = f.substr(prefix.size(), f.size() - prefix.size() - 5);
+    if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out[std::stoll(digits)] = f;
+  }
+  ::closedir(d);
+  return out;
+}
+
+constexpr int kCandidates = 4;  // per rank: two slots and two persisted files
+constexpr int kReplicaCandidates = 2;  // per rank: the two slots of its predecessor's replicas
+constexpr int kIterationPlane = 2;
+
+struct Entry {
+  std::string name;
+  std::span<std::byte> memory;
+  Capture capture = Capture::kInBackground;
+  std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
+  int session_plane = -1;  // 0: error feedback, 1: momentum, 2: iteration (memory is `staged`)
+};
+
+// One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
+// `owner`: this rank's own, or (replicas) its ring predecessor's. Not thread-safe: the training
+// thread and the copy thread take turns (Commit joins the copy before it touches the segment).
+class SlotSegment {
+ public:
+  SlotSegment(std::string shm_name, int owner, int world)
+      : shm_name_(std::move(shm_name)), where_("/dev/shm" + shm_name_), owner_(owner), world_(world) {}
+  ~SlotSegment() { Unmap(); }
+  SlotSegment(const SlotSegment&) = delete;
+  SlotSegment& operator=(const SlotSegment&) = delete;
+
+  const std::string& where() const { return where_; }
+  bool mapped() const { return base_ != nullptr; }
+  SegmentHeader& header() const { return *static_cast<SegmentHeader*>(base_); }
+  std::byte* slot(int i) const {
+    return static_cast<std::byte*>(base_) + kHeaderBytes + static_cast<int64_t>(i) * header().slot_capacity;
+  }
+
+  void Unmap() {
+    if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+    if (fd_ >= 0) ::close(fd_);
+    base_ = nullptr;
+    fd_ = -1;
+    mapped_bytes_ = 0;
+  }
+
+  // Maps an existing segment if its header is the owner's; a problem goes to `refused` (nothing
+  // mapped). No segment: nothing mapped, nothing refused (a fresh host).
+  void OpenExisting(std::vector<std::string>* refused) {
+    if (base_ != nullptr) return;
+    const int fd = ::shm_open(shm_name_.c_str(), O_RDWR, 0600);
+    if (fd < 0) return;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size < kHeaderBytes) {
+      refused->push_back(where_ + ": size: too small for a header; got " + std::to_string(st.st_size) +
+                         " bytes, expected >= " + std::to_string(kHeaderBytes));
+      ::close(fd);
+      return;
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      refused->push_back(where_ + ": " + Errno("mmap", errno));
+      ::close(fd);
+      return;
+    }
+    const std::string problem = HeaderProblem(*static_cast<SegmentHeader*>(base), st.st_size);
+    if (!problem.empty()) {
+      refused->push_back(where_ + ": " + problem);
+      ::munmap(base, static_cast<size_t>(st.st_size));
+      ::close(fd);
+      return;
+    }
+    base_ = base;
+    fd_ = fd;
+    mapped_bytes_ = static_cast<size_t>(st.st_size);
+  }
+
+  // A segment whose slots hold `payload` bytes: the mapped one, an existing one, or a new one
+  // (replacing a smaller one: its snapshots are lost; the persisted files remain).
+  Status Ensure(int64_t payload) {
+    std::vector<std::string> ignored;
+    OpenExisting(&ignored);
+    if (base_ != nullptr && header().slot_capacity >= static_cast<uint64_t>(payload)) return Status::Ok();
+    Unmap();
+    const int64_t capacity = (payload + payload / 16 + 65536 + 4095) / 4096 * 4096;
+    const int64_t bytes = kHeaderBytes + 2 * capacity;
+    const int fd = ::shm_open(shm_name_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return UnavailableError(where_ + ": " + Errno("shm_open", errno));
+    if (::ftruncate(fd, bytes) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(where_ + ": " + Errno("ftruncate to " + std::to_string(bytes) + " bytes", err));
+    }
+    void* base = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError(where_ + ": " + Errno("mmap", err));
+    }
+    base_ = base;
+    fd_ = fd;
+    mapped_bytes_ = static_cast<size_t>(bytes);
+    SegmentHeader& h = header();
+    std::memset(&h, 0, sizeof(h));  // fresh from ftruncate, zero already; explicit for the format
+    std::memcpy(h.magic, internal::kSegmentMagic, 8);
+    h.version = internal::kFormatVersion;
+    h.slot_capacity = static_cast<uint64_t>(capacity);
+    h.rank = owner_;
+    h.world_size = world_;
+    return Status::Ok();
+  }
+
+  // The slot that does not hold the newest valid snapshot, marked kSlotWriting: its bytes change now.
+  int BeginWrite() {
+    SegmentHeader& h = header();
+    int target = 0;
+    for (int i = 0; i < 2; ++i)
+      if (LoadState(h.slots[i]) != internal::kSlotValid) target = i;
+    if (LoadState(h.slots[0]) == internal::kSlotValid && LoadState(h.slots[1]) == internal::kSlotValid)
+      target = h.slots[0].step < h.slots[1].step ? 0 : 1;
+    StoreState(h.slots[target], internal::kSlotWriting);
+    return target;
+  }
+  // The slot's payload is in: its step, size and checksum, then the flip to kSlotValid (last).
+  uint64_t FinishWrite(int target, int64_t step, int64_t payload_bytes) {
+    SlotHeader& s = header().slots[target];
+    s.step = step;
+    s.payload_bytes = static_cast<uint64_t>(payload_bytes);
+    s.checksum = internal::Checksum(slot(target), static_cast<size_t>(payload_bytes));
+    StoreState(s, internal::kSlotValid);
+    return s.checksum;
+  }
+
+  struct ValidSlot {
+    int index = 0;
+    int64_t step = 0;
+    std::span<const std::byte> payload;
+    uint64_t checksum = 0;
+  };
+  // The slots whose state is valid and size within the slot (checksums are the caller's to check).
+  std::vector<ValidSlot> ValidSlots(std::vector<std::string>* refused) {
+    std::vector<ValidSlot> out;
+    OpenExisting(refused);
+    if (base_ == nullptr) return out;
+    SegmentHeader& h = header();
+    for (int i = 0; i < 2; ++i) {
+      SlotHeader& s = h.slots[i];
+      const std::string field = where_ + ": slots[" + std::to_string(i) + "]";
+      const uint64_t state = LoadState(s);
+      if (state == internal::kSlotEmpty) continue;
+      if (state != internal::kSlotValid) {
+        refused->push_back(field + ".state: torn (a copy was interrupted); got " + std::to_string(state) +
+                           ", expected " + std::to_string(internal::kSlotValid) + " (valid)");
+        continue;
+      }
+      if (s.payload_bytes > h.slot_capacity) {
+        refused->push_back(field + ".payload_bytes: beyond the slot; got " + std::to_string(s.payload_bytes) +
+                           ", expected <= " + std::to_string(h.slot_capacity));
+        continue;
+      }
+      out.push_back({i, s.step, {slot(i), static_cast<size_t>(s.payload_bytes)}, s.checksum});
+    }
+    return out;
+  }
+
+  // Empties the valid slots of steps after `step` (-1: all of them).
+  void DropNewerThan(int64_t step) {
+    if (base_ == nullptr) return;
+    for (SlotHeader& s : header().slots)
+      if (LoadState(s) == internal::kSlotValid && s.step > step) StoreState(s, internal::kSlotEmpty);
+  }
+
+ private:
+  std::string HeaderProblem(const SegmentHeader& h, int64_t size) const {
+    if (std::memcmp(h.magic, internal::kSegmentMagic, 8) != 0)
+      return "magic: not a Cupcake segment; got '" + std::string(h.magic, 8) + "', expected 'CUPCKSH1'";
+    if (h.version != internal::kFormatVersion)
+      return "version: unknown; got " + std::to_string(h.version) + ", expected " +
+             std::to_string(internal::kFormatVersion);
+    if (h.rank != owner_ || h.world_size != world_)
+      return "rank: not the expected rank's; got rank " + std::to_string(h.rank) + " of " +
+             std::to_string(h.world_size) + ", expected rank " + std::to_string(owner_) + " of " +
+             std::to_string(world_);
+    if (h.slot_capacity > static_cast<uint64_t>(size) ||
+        kHeaderBytes + 2 * h.slot_capacity > static_cast<uint64_t>(size))
+      return "slot_capacity: beyond the segment; got " + std::to_string(h.slot_capacity) +
+             ", expected <= " + std::to_string((size - kHeaderBytes) / 2);
+    return "";
+  }
+
+  std::string shm_name_, where_;
+  int owner_, world_;
+  void* base_ = nullptr;
+  int fd_ = -1;
+  size_t mapped_bytes_ = 0;
+};
+
+}  // namespace
+
+constexpr int kRow = 1 + kCandidates + kReplicaCandidates;
+
+// What the ranks announced at a restore: per rank [ok, own steps x kCandidates, steps of its
+// predecessor's snapshots x kReplicaCandidates], -1 where none.
+struct Holdings {
+  explicit Holdings(int ranks) : world(ranks), rows(static_cast<size_t>(kRow * ranks)) {}
+  const int64_t* row(int r) const { return &rows[static_cast<size_t>(kRow * r)]; }
+  bool Own(int r, int64_t step) const {
+    return std::find(row(r) + 1, row(r) + 1 + kCandidates, step) != row(r) + 1 + kCandidates;
+  }
+  bool Replica(int r, int64_t step) const {
+    return std::find(row(r) + 1 + kCandidates, row(r) + kRow, step) != row(r) + kRow;
+  }
+  // Rank r can restore `step`: it holds it, or its successor holds it for r.
+  bool Restorable(int r, int64_t step) const { return Own(r, step) || Replica((r + 1) % world, step); }
+  int64_t NewestCommon() const {
+    int64_t best = 0;
+    for (int64_t step : rows) {
+      if (step < 1 || step <= best) continue;
+      bool everywhere = true;
+      for (int r = 0; r < world && everywhere; ++r) everywhere = Restorable(r, step);
+      if (everywhere) best = step;
+    }
+    return best;
+  }
+  bool Any() const {
+    for (int r = 0; r < world; ++r)
+      for (int c = 1; c < kRow; ++c)
+        if (row(r)[c] >= 1) return true;
+    return false;
+  }
+  // "rank 0 holds 3, 2; rank 1 holds none (its successor 3)".
+  std::string Describe() const {
+    std::string out;
+    for (int r = 0; r < world; ++r) {
+      std::string own, theirs;
+      for (int c = 1; c < kRow; ++c) {
+        if (row(r)[c] < 1) continue;
+        std::string& list = c <= kCandidates ? own : theirs;
+        list += (list.empty() ? "" : ", ") + std::to_string(row(r)[c]);
+      }
+      out += (r ? "; rank " : "rank ") + std::to_string(r) + " holds " + (own.empty() ? "none" : own);
+      if (!theirs.empty()) out += " (and rank " + std::to_string((r + world - 1) % world) + "'s " + theirs + ")";
+    }
+    return out;
+  }
+  int world;
+  std::vector<int64_t> rows;
+};
+
+class Checkpointer::Impl {
+ private:
+  struct Candidate {
+    int64_t step = 0;
+    std::string source;
+    std::span<const std::byte> payload;  // into the segment, or `file`
+    std::string file;
+    internal::ParsedSnapshot parsed;
+  };
+  struct Loaded {
+    bool found = false;
+    Status error;  // a replica that arrived changed: Apply fails
+    std::string source;
+    std::string file;
+    std::span<const std::byte> payload;
+    internal::ParsedSnapshot parsed;
+  };
+
+ public:
+  Impl(const CheckpointOptions& options, comm::Communicator* comm)
+      : options_(options),
+        comm_(comm),
+        own_(SegmentName(options.name, comm->rank()), comm->rank(), comm->size()),
+        where_(own_.where()) {
+    if (options.replicate)
+      replica_ =
+          std::make_unique<SlotSegment>(ReplicaSegmentName(options.name, comm->rank()), Predecessor(), comm->size());
+  }
+
+  ~Impl() {
+    if (copy_.joinable()) copy_.join();
+  }
+
+  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
+    CUPCAKE_RETURN_IF_ERROR(CheckIdle("Add"));
+    for (const Entry& e : entries_)
+      if (e.name == name)
+        return InvalidArgumentError(where_ + ": entries: '" + name + "' registered twice; expected unique names");
+    Entry e{name, bytes, capture, {}, -1};
+    if (capture == Capture::kAtCommit) e.staged.resize(bytes.size());
+    entries_.push_back(std::move(e));
+    return Status::Ok();
+  }
+
+  void Clear() {
+    if (copy_.joinable()) copy_.join();
+    std::erase_if(entries_, [](const Entry& e) { return e.session_plane < 0; });
+  }
+
+  Status AttachSession(Session* session) {
+    CUPCAKE_RETURN_IF_ERROR(CheckIdle("AttachSession"));
+    std::erase_if(entries_, [](const Entry& e) { return e.session_plane >= 0; });
+    session_ = session;
+    if (session == nullptr) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState());
+    const char* names[3] = {"session.error_feedback", "session.momentum", "session.iteration"};
+    for (int plane = 0; plane < 3; ++plane) {
+      const size_t bytes = plane < 2 ? state.size() * sizeof(float) : sizeof(uint64_t);
+      Entry e{names[plane], {}, Capture::kAtCommit, std::vector<std::byte>(bytes), plane};
+      e.memory = e.staged;
+      entries_.push_back(std::move(e));
+    }
+    return Status::Ok();
+  }
+
+  Status Commit(int64_t step, std::string_view metadata) {
+    // 1. The previous copy first (with the wait before the optimizer step, the only waits).
+    Status local = WaitForCopy();
+    if (local.ok() && (step < 1 || step <= last_step_))
+      local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
+                                   ", expected > " + std::to_string(std::max<int64_t>(last_step_, 0)));
+    // Collective on the first commit: every rank makes it, whatever its local state.
+    const Status replica_comm = EnsureReplicaComm();
+    if (local.ok()) local = replica_comm;
+    // 2. The agreement: the same step everywhere; the newest step every rank completed.
+    int64_t mine[3] = {step, local_step_, local.ok() ? 1 : 0};
+    std::vector<int64_t> all(static_cast<size_t>(3 * comm_->size()));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where_ + ": commit"));
+    CUPCAKE_RETURN_IF_ERROR(local);
+    std::string steps, failed;
+    bool same = true;
+    int64_t agreed = std::numeric_limits<int64_t>::max();
+    for (int r = 0; r < comm_->size(); ++r) {
+      const int64_t* a = &all[static_cast<size_t>(3 * r)];
+      if (a[2] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+      steps += (r ? ", " : "") + std::to_string(a[0]) + " on rank " + std::to_string(r);
+      same = same && a[0] == step;
+      agreed = std::min(agreed, a[1]);
+    }
+    if (!failed.empty())
+      return FailedPreconditionError(where_ + ": commit: failed on rank " + failed +
+                                     " (see its message); no snapshot of step " + std::to_string(step));
+    if (!same)
+      return InvalidArgumentError(where_ + ": step: the ranks commit different steps; got " + steps +
+                                  ", expected the same step on every rank");
+    agreed_step_ = agreed;
+    // 3. What the next iteration writes before its optimizer step, copied now.
+    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
+    // 4. The slot, then the copy on its own thread.
+    std::vector<std::string> names;
+    int64_t payload = 0;
+    for (const Entry& e : entries_) {
+      names.push_back(e.name);
+      payload += static_cast<int64_t>(e.memory.size());
+    }
+    payload += internal::DirectoryBytes(names, metadata.size());
+    CUPCAKE_RETURN_IF_ERROR(own_.Ensure(payload));
+    if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
+    history_started_ = true;
+    last_step_ = step;
+    copy_ =
+        std::thread([this, step, payload, meta = std::string(metadata)] { copy_status_ = Copy(step, payload, meta); });
+    return Status::Ok();
+  }
+
+  // The kAtCommit entries and the session's state, into the entries' own copies.
+  Status CaptureAtCommit() {
+    for (Entry& e : entries_) {
+      if (e.session_plane == kIterationPlane) {
+        const uint64_t iteration = session_->iteration();
+        std::memcpy(e.staged.data(), &iteration, sizeof(iteration));
+      } else if (e.session_plane >= 0) {
+        CUPCAKE_ASSIGN_OR_RETURN(
+            std::vector<float> state,
+            session_->ReadState(e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
+        if (state.size() * sizeof(float) != e.staged.size())
+          return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
+                                         std::to_string(state.size()) + " floats, expected " +
+                                         std::to_string(e.staged.size() / sizeof(float)) + " (at AttachSession)");
+        std::memcpy(e.staged.data(), state.data(), e.staged.size());
+      } else if (e.capture == Capture::kAtCommit) {
+        std::memcpy(e.staged.data(), e.memory.data(), e.memory.size());
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status WaitForCopy() {
+    if (copy_.joinable()) copy_.join();
+    Status s = copy_status_;
+    copy_status_ = Status::Ok();
+    return s;
+  }
+
+  int64_t agreed_step() const { return agreed_step_; }
+  int64_t local_step() const { return local_step_; }
+
+  StatusOr<RestorePoint> Find() {
+    Status local = WaitForCopy();
+    const Status replica_comm = EnsureReplicaComm();  // collective: every rank makes it
+    if (local.ok()) local = replica_comm;
+    RestorePoint point;
+    std::vector<Candidate> candidates, replicas;
+    if (local.ok()) {
+      candidates = ListCandidates(&point.refused);
+      replicas = ReplicaCandidates(&point.refused);
+    }
+    // 1. Every rank announces whether it could look, its own steps and the steps of its
+    //    predecessor's snapshots it holds (-1: none).
+    std::array<int64_t, kRow> mine;
+    mine.fill(-1);
+    mine[0] = local.ok() ? 1 : 0;
+    for (size_t c = 0; c < candidates.size() && c < kCandidates; ++c) mine[1 + c] = candidates[c].step;
+    for (size_t c = 0; c < replicas.size() && c < kReplicaCandidates; ++c) mine[1 + kCandidates + c] = replicas[c].step;
+    Holdings held(comm_->size());
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Allgather(mine.data(), held.rows.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    CUPCAKE_RETURN_IF_ERROR(local);
+    for (int r = 0; r < comm_->size(); ++r)
+      if (held.row(r)[0] == 0)
+        return FailedPreconditionError(where_ + ": restore: failed on rank " + std::to_string(r) +
+                                       " (see its message)");
+    // 2. The newest step every rank holds: itself, or its successor for it.
+    const int64_t best = held.NewestCommon();
+    if (best == 0 && held.Any()) {
+      std::string refused;
+      for (const std::string& line : point.refused) refused += "\n" + line;
+      return FailedPreconditionError(where_ + ": restore: no step is held by every rank; got " + held.Describe() +
+                                     ", expected a common step (snapshots refused on this rank: " +
+                                     std::to_string(point.refused.size()) + ")" + refused);
+    }
+    point.step = best;
+    loaded_ = {};
+    if (best == 0) return point;
+    // 3. This rank's copy of `best`: its slot, else its file, else its successor's replica.
+    CUPCAKE_RETURN_IF_ERROR(Load(best, held, candidates, replicas));
+    point.metadata = loaded_.parsed.metadata;
+    point.source = loaded_.source;
+    for (const internal::SnapshotEntry& e : loaded_.parsed.entries) point.entries.emplace_back(e.name, e.size_bytes);
+    return point;
+  }
+
+  // Step 3 of Find. Ranks without their own copy of `step` get it from their successor's replica:
+  // one allgather of what each rank sends its predecessor (bytes, checksum) and one alltoallv, in
+  // which every rank takes part. A replica that arrives changed fails this rank's Apply, so that
+  // every rank fails together there.
+  Status Load(int64_t step, const Holdings& held, std::vector<Candidate>& candidates,
+              std::vector<Candidate>& replicas) {
+    const int rank = comm_->rank(), world = comm_->size();
+    if (held.Own(rank, step)) {
+      for (Candidate& c : candidates)
+        if (c.step == step) {
+          const bool from_file = !c.file.empty();
+          loaded_.parsed = std::move(c.parsed);
+          loaded_.source = c.source;
+          loaded_.file = std::move(c.file);
+          loaded_.payload =
+              from_file ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
+                                                     loaded_.file.size() - sizeof(internal::Trailer))
+                        : c.payload;
+          loaded_.found = true;
+          break;
+        }
+    }
+    bool anyone_needs = false;
+    for (int r = 0; r < world; ++r) anyone_needs = anyone_needs || !held.Own(r, step);
+    if (!anyone_needs) return Status::Ok();
+    std::span<const std::byte> offer;
+    uint64_t offer_checksum = 0;
+    if (!held.Own(Predecessor(), step))
+      for (const Candidate& c : replicas)
+        if (c.step == step) {
+          offer = c.payload;
+          offer_checksum = internal::Checksum(c.payload.data(), c.payload.size());
+        }
+    const int64_t mine[2] = {static_cast<int64_t>(offer.size()), static_cast<int64_t>(offer_checksum)};
+    std::vector<int64_t> offers(static_cast<size_t>(2 * world));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, offers.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    send[static_cast<size_t>(Predecessor())] = mine[0];
+    const bool receive = !held.Own(rank, step);
+    if (receive) recv[static_cast<size_t>(Successor())] = offers[static_cast<size_t>(2 * Successor())];
+    std::string arrived(static_cast<size_t>(recv[static_cast<size_t>(Successor())]), '\0');
+    CUPCAKE_RETURN_IF_ERROR(
+        comm_->Alltoallv(offer.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
+    if (!receive) return Status::Ok();
+    Candidate c;
+    c.source =
+        "rank " + std::to_string(Successor()) + "'s " + "/dev/shm" + ReplicaSegmentName(options_.name, Successor());
+    c.file = std::move(arrived);
+    c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.file.size()};  // NOLINT: bytes received
+    std::vector<std::string> problems;
+    if (!Verify(&c, static_cast<uint64_t>(offers[static_cast<size_t>(2 * Successor() + 1)]), step, c.source + ": ",
+                rank, &problems)) {
+      loaded_.error = DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
+      return Status::Ok();
+    }
+    loaded_.parsed = std::move(c.parsed);
+    loaded_.source = c.source;
+    loaded_.file = std::move(c.file);
+    loaded_.payload = {reinterpret_cast<const std::byte*>(loaded_.file.data()), loaded_.file.size()};  // NOLINT
+    loaded_.found = true;
+    return Status::Ok();
+  }
+
+  Status Apply(const Status& job_status) {
+    Status local = job_status;
+    if (local.ok()) local = loaded_.error;
+    if (local.ok())
+      local = loaded_.found ? Check()
+                            : FailedPreconditionError(where_ +
+                                                      ": Apply: no snapshot found; expected a Find that "
+                                                      "returned a step first");
+    int64_t flag = local.ok() ? 0 : 1, any = 0;
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allreduce(&flag, &any, 1, comm::DataType::kInt64, comm::ReduceOp::kMax)
+                                .WithPrefix(where_ + ": restore"));
+    CUPCAKE_RETURN_IF_ERROR(local);
+    if (any != 0)
+      return FailedPreconditionError(where_ + ": restore: another rank could not restore step " +
+                                     std::to_string(loaded_.parsed.step) + " (see its message); nothing restored");
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      Entry& e = entries_[i];
+      const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
+      std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
+      if (e.session_plane == kIterationPlane) {
+        uint64_t iteration = 0;
+        std::memcpy(&iteration, e.staged.data(), sizeof(iteration));
+        CUPCAKE_RETURN_IF_ERROR(session_->SetIteration(iteration));
+      } else if (e.session_plane >= 0) {
+        const std::span<const float> values(reinterpret_cast<const float*>(e.staged.data()),  // NOLINT: floats
+                                            e.staged.size() / sizeof(float));
+        CUPCAKE_RETURN_IF_ERROR(session_->WriteState(
+            values, e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
+      }
+    }
+    const int64_t step = loaded_.parsed.step;
+    DropNewerThan(step);
+    history_started_ = true;
+    last_step_ = local_step_ = agreed_step_ = step;
+    loaded_ = {};
+    return Status::Ok();
+  }
+
+ private:
+  Status CheckIdle(const char* call) {
+    if (copy_.joinable()) copy_.join();
+    (void)call;
+    return Status::Ok();
+  }
+
+  int Predecessor() const { return (comm_->rank() + comm_->size() - 1) % comm_->size(); }
+  int Successor() const { return (comm_->rank() + 1) % comm_->size(); }
+
+  // The copy thread's own communicator for the replicas (collectives from one thread at a time):
+  // split off at the first Commit or Find, which every rank makes.
+  Status EnsureReplicaComm() {
+    if (replica_ == nullptr || replica_comm_ != nullptr) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(replica_comm_, comm_->Split(0, comm_->rank()));
+    return Status::Ok();
+  }
+
+  // The background copy: into the slot that does not hold the newest valid snapshot (SlotSegment:
+  // kSlotWriting while the bytes change, kSlotValid once they and their checksum are in); then the
+  // file when persisting is due, and the replica exchange with the ring neighbours.
+  Status Copy(int64_t step, int64_t payload_bytes, const std::string& metadata) {
+    const int target = own_.BeginWrite();
+    std::byte* out = own_.slot(target);
+    auto put = [&](const void* p, size_t n) {
+      std::memcpy(out, p, n);
+      out += n;
+    };
+    const int32_t rank = comm_->rank(), world = comm_->size();
+    const uint64_t metadata_bytes = metadata.size();
+    const uint32_t count = static_cast<uint32_t>(entries_.size()), zero = 0;
+    put(internal::kSnapshotMagic, 8);
+    put(&step, 8);
+    put(&rank, 4);
+    put(&world, 4);
+    put(&metadata_bytes, 8);
+    put(&count, 4);
+    put(&zero, 4);
+    for (const Entry& e : entries_) {
+      const uint32_t name_bytes = static_cast<uint32_t>(e.name.size());
+      const uint64_t size = e.memory.size();
+      put(&name_bytes, 4);
+      put(&zero, 4);
+      put(&size, 8);
+      put(e.name.data(), e.name.size());
+    }
+    put(metadata.data(), metadata.size());
+    for (const Entry& e : entries_)
+      put(e.capture == Capture::kAtCommit ? e.staged.data() : e.memory.data(), e.memory.size());
+    const uint64_t checksum = own_.FinishWrite(target, step, payload_bytes);
+    const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
+    Status status = Status::Ok();
+    if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, checksum);
+    // Every rank's copy thread makes the exchange, also after a failed persist (no rank waits alone).
+    if (replica_ != nullptr) {
+      Status replicated = Replicate(step, payload, checksum);
+      if (status.ok()) status = replicated;
+    }
+    local_step_ = step;
+    return status;
+  }
+
+  // Gemini's replica (docs/CHECKPOINT.md) in a ring, groups of two: this rank's snapshot goes to
+  // its successor, its predecessor's comes into the replica segment, double-buffered as the own
+  // segment is. One allgather of (bytes, checksum, step) and one alltoallv on the copy thread's
+  // communicator, right after the local copy: not yet in the plan's idle network gaps.
+  Status Replicate(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
+    const int world = comm_->size();
+    const int64_t mine[3] = {static_cast<int64_t>(payload.size()), static_cast<int64_t>(checksum), step};
+    std::vector<int64_t> all(static_cast<size_t>(3 * world));
+    const std::string where = replica_->where() + ": replica";
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where));
+    const int64_t* in = &all[static_cast<size_t>(3 * Predecessor())];
+    const Status ensured = replica_->Ensure(in[0]);
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    send[static_cast<size_t>(Successor())] = static_cast<int64_t>(payload.size());
+    recv[static_cast<size_t>(Predecessor())] = in[0];
+    std::vector<std::byte> discard;
+    std::byte* into = nullptr;
+    int target = -1;
+    if (ensured.ok()) {
+      target = replica_->BeginWrite();
+      into = replica_->slot(target);
+    } else {
+      discard.resize(static_cast<size_t>(in[0]));  // still takes part in the exchange
+      into = discard.data();
+    }
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(payload.data(), send, into, recv).WithPrefix(where));
+    CUPCAKE_RETURN_IF_ERROR(ensured);
+    const uint64_t got = replica_->FinishWrite(target, in[2], in[0]);
+    if (got != static_cast<uint64_t>(in[1])) {
+      replica_->DropNewerThan(in[2] - 1);
+      return DataLossError(where + ": checksum: rank " + std::to_string(Predecessor()) +
+                           "'s snapshot arrived changed; got " + Hex(got) + ", expected " +
+                           Hex(static_cast<uint64_t>(in[1])));
+    }
+    return Status::Ok();
+  }
+
+  // Writes the snapshot durably, then keeps this rank's two newest files (the agreement needs the
+  // previous one while another rank may still be writing the newest).
+  Status Persist(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
+    internal::Trailer t{checksum, payload.size(), {}};
+    std::memcpy(t.magic, internal::kTrailerMagic, 8);
+    const std::string file = options_.name + "-" + std::to_string(comm_->rank()) + "-" + std::to_string(step) + ".ckpt";
+    CUPCAKE_RETURN_IF_ERROR(WriteDurably(options_.persist_dir, file, payload, t));
+    std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
+    while (files.size() > 2) {
+      ::unlink((options_.persist_dir + "/" + files.begin()->second).c_str());
+      files.erase(files.begin());
+    }
+    return Status::Ok();
+  }
+
+  // This rank's snapshots that verify, newest first, slots before files of the same step; what
+  // does not verify goes to `refused`.
+  std::vector<Candidate> ListCandidates(std::vector<std::string>* refused) {
+    std::vector<Candidate> out;
+    SlotCandidates(&out, refused);
+    FileCandidates(&out, refused);
+    std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
+    // One candidate per step (the slot, listed first) and at most kCandidates.
+    std::vector<Candidate> unique;
+    for (Candidate& c : out)
+      if ((unique.empty() || unique.back().step != c.step) && static_cast<int>(unique.size()) < kCandidates)
+        unique.push_back(std::move(c));
+    for (Candidate& c : unique)
+      if (!c.file.empty())
+        c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.payload.size()};  // NOLINT: moved string
+    return unique;
+  }
+
+  // The segment's valid slots that verify.
+  void SlotCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
+    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(refused)) {
+      const std::string field = "slots[" + std::to_string(v.index) + "]";
+      Candidate c;
+      c.source = where_ + " " + field;
+      c.payload = v.payload;
+      if (Verify(&c, v.checksum, v.step, where_ + ": " + field + ".", comm_->rank(), refused))
+        out->push_back(std::move(c));
+    }
+  }
+
+  // This rank's two newest persisted files that verify (complete: trailer, checksum, structure).
+  void FileCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
+    if (options_.persist_dir.empty()) return;
+    const std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
+    int kept = 0;
+    for (auto it = files.rbegin(); it != files.rend() && kept < 2; ++it) {
+      Candidate c;
+      c.source = options_.persist_dir + "/" + it->second;
+      ReadLimits limits;
+      limits.max_bytes = std::numeric_limits<int64_t>::max() / 2;
+      StatusOr<std::string> bytes = ReadFile(c.source, limits);
+      if (!bytes.ok()) {
+        refused->push_back(bytes.status().message());
+        continue;
+      }
+      c.file = std::move(bytes).value();
+      internal::Trailer t{};
+      if (c.file.size() < sizeof(t)) {
+        refused->push_back(c.source + ": trailer: truncated; got " + std::to_string(c.file.size()) +
+                           " bytes, expected >= " + std::to_string(sizeof(t)));
+        continue;
+      }
+      std::memcpy(&t, c.file.data() + c.file.size() - sizeof(t), sizeof(t));
+      const uint64_t payload = c.file.size() - sizeof(t);
+      if (std::memcmp(t.magic, internal::kTrailerMagic, 8) != 0 || t.payload_bytes != payload) {
+        refused->push_back(c.source + ": trailer: not a complete snapshot; got " + std::to_string(t.payload_bytes) +
+                           " payload bytes recorded, expected " + std::to_string(payload));
+        continue;
+      }
+      c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), payload};  // NOLINT: bytes of the file
+      if (Verify(&c, t.checksum, it->first, c.source + ": trailer.", comm_->rank(), refused)) {
+        out->push_back(std::move(c));
+        ++kept;
+      }
+    }
+  }
+
+  // The predecessor's snapshots this rank holds (replicate), verified as its own would be.
+  std::vector<Candidate> ReplicaCandidates(std::vector<std::string>* refused) {
+    std::vector<Candidate> out;
+    if (replica_ == nullptr) return out;
+    for (const SlotSegment::ValidSlot& v : replica_->ValidSlots(refused)) {
+      const std::string field = "slots[" + std::to_string(v.index) + "]";
+      Candidate c;
+      c.source = replica_->where() + " " + field;
+      c.payload = v.payload;
+      if (Verify(&c, v.checksum, v.step, replica_->where() + ": " + field + ".", Predecessor(), refused))
+        out.push_back(std::move(c));
+    }
+    std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
+    return out;
+  }
+
+  // The checksum (`field` prefixes its name: "<segment>: slots[1]." or "<file>: trailer."), the
+  // structure, the step and the owner of a candidate.
+  bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field, int rank,
+              std::vector<std::string>* refused) {
+    const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
+    if (got != stored) {
+      refused->push_back(field + "checksum: does not match the contents; got " + Hex(got) + ", expected " +
+                         Hex(stored) + " (stored)");
+      return false;
+    }
+    StatusOr<internal::ParsedSnapshot> parsed = internal::ParseSnapshot(c->payload, c->source);
+    if (!parsed.ok()) {
+      refused->push_back(parsed.status().message());
+      return false;
+    }
+    if (parsed->step != step || parsed->rank != rank || parsed->world_size != comm_->size()) {
+      refused->push_back(c->source + ": step, rank: not the expected snapshot; got step " +
+                         std::to_string(parsed->step) + " of rank " + std::to_string(parsed->rank) + " of " +
+                         std::to_string(parsed->world_size) + ", expected step " + std::to_string(step) + " of rank " +
+                         std::to_string(rank) + " of " + std::to_string(comm_->size()));
+      return false;
+    }
+    c->step = step;
+    c->parsed = std::move(parsed).value();
+    return true;
+  }
+
+  // The loaded snapshot against the job's entries, every problem together.
+  Status Check() const {
+    const std::vector<internal::SnapshotEntry>& got = loaded_.parsed.entries;
+    std::string problems;
+    auto problem = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
+    if (got.size() != entries_.size())
+      problem(loaded_.source + ": entries: does not match the job; got " + std::to_string(got.size()) +
+              " entries, expected " + std::to_string(entries_.size()) + " (registered)");
+    for (size_t i = 0; i < std::min(got.size(), entries_.size()); ++i) {
+      const std::string field = loaded_.source + ": entries[" + std::to_string(i) + "]";
+      if (got[i].name != entries_[i].name)
+        problem(field + ".name: does not match the job; got '" + got[i].name + "', expected '" + entries_[i].name +
+                "'");
+      else if (got[i].size_bytes != static_cast<int64_t>(entries_[i].memory.size()))
+        problem(field + ".size_bytes: does not match the job; got " + std::to_string(got[i].size_bytes) +
+                ", expected " + std::to_string(entries_[i].memory.size()) + " ('" + entries_[i].name + "')");
+    }
+    return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
+  }
+
+  // After restoring `step`: snapshots of later steps (a rank got further before the crash) are
+  // dropped, so the resumed run's snapshots never sit beside the lost run's. Step -1: all of them
+  // (a first commit without a restore starts a new history).
+  void DropNewerThan(int64_t step) {
+    own_.DropNewerThan(step);
+    if (replica_ != nullptr) replica_->DropNewerThan(step);
+    if (!options_.persist_dir.empty())
+      for (const auto& [s, file] : PersistedFiles(options_.persist_dir, options_.name, comm_->rank()))
+        if (s > step) ::unlink((options_.persist_dir + "/" + file).c_str());
+  }
+
+  CheckpointOptions options_;
+  comm::Communicator* comm_;
+  Session* session_ = nullptr;
+  SlotSegment own_;
+  std::string where_;  // own_'s path, the prefix of messages
+  std::unique_ptr<SlotSegment> replica_;  // options_.replicate: the predecessor's snapshots
+  std::unique_ptr<comm::Communicator> replica_comm_;  // the copy thread's (replicas)
+  std::vector<Entry> entries_;
+  std::thread copy_;
+  Status copy_status_;  // written by copy_, read after joining it
+  std::atomic<int64_t> local_step_{0};
+  int64_t last_step_ = 0, agreed_step_ = 0;
+  // Whether this object's snapshots continue a history: a restore's, or its own first commit's.
+  bool history_started_ = false;
+  Loaded loaded_;
+};
+
+StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOptions& options,
+                                                             comm::Communicator* communicator) {
+  std::string problems;
+  auto problem = [&](const std::string& line) { problems += (problems.empty() ? "" : "\n") + line; };
+  if (!ValidName(options.name))
+    problem("Checkpointer: name: not a segment name; got '" + options.name +
+            "', expected 1 to 100 letters, digits, '.', '_' or '-'");
+  if (options.persist_every < 0)
+    problem("Checkpointer: persist_every: out of range; got " + std::to_string(options.persist_every) +
+            ", expected >= 0");
+  if (options.persist_every > 0 && options.persist_dir.empty())
+    problem("Checkpointer: persist_dir: empty; got persist_every " + std::to_string(options.persist_every) +
+            ", expected a directory to persist to");
+  if (!options.persist_dir.empty()) {
+    struct stat st {};
+    if (::stat(options.persist_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      problem(options.persist_dir + ": persist_dir: not a directory; expected an existing directory");
+  }
+  if (options.replicate && communicator != nullptr && communicator->size() < 2)
+    problem("Checkpointer: replicate: needs a peer; got " + std::to_string(communicator->size()) +
+            " rank, expected at least 2");
+  if (communicator == nullptr)
+    problem("Checkpointer: communicator: null; expected the job's communicator");
+  else if (communicator->memory() != comm::MemoryKind::kHost)
+    problem("Checkpointer: communicator: device memory; expected a host-memory communicator (MPI, in-process)");
+  if (!problems.empty()) return InvalidArgumentError(problems);
+  return std::unique_ptr<Checkpointer>(new Checkpointer(std::make_unique<Impl>(options, communicator)));
+}
+
+Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpointer::~Checkpointer() = default;
+
+Status Checkpointer::Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
+  return impl_->Add(name, bytes, capture);
+}
+Status Checkpointer::AddFloats(const std::string& name, std::span<float> values, Capture capture) {
+  return impl_->Add(name, std::as_writable_bytes(values), capture);
+}
+void Checkpointer::Clear() { impl_->Clear(); }
+Status Checkpointer::AttachSession(Session* session) { return impl_->AttachSession(session); }
+Status Checkpointer::Commit(int64_t step, std::string_view metadata) { return impl_->Commit(step, metadata); }
+Status Checkpointer::WaitForCopy() { return impl_->WaitForCopy(); }
+int64_t Checkpointer::agreed_step() const { return impl_->agreed_step(); }
+int64_t Checkpointer::local_step() const { return impl_->local_step(); }
+StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }
+Status Checkpointer::Apply(const Status& job_status) { return impl_->Apply(job_status); }
+StatusOr<RestorePoint> Checkpointer::Restore() {
+  CUPCAKE_ASSIGN_OR_RETURN(RestorePoint point, impl_->Find());
+  if (point.step > 0) CUPCAKE_RETURN_IF_ERROR(impl_->Apply(Status::Ok()));
+  return point;
+}
+
+std::string Checkpointer::SegmentName(const std::string& name, int rank) {
+  return "/cupcake-" + name + "-" + std::to_string(rank);
+}
+
+std::string Checkpointer::ReplicaSegmentName(const std::string& name, int rank) {
+  return SegmentName(name, rank) + "-replica";
+}
+
+Status Checkpointer::RemoveSegment(const std::string& name, int rank) {
+  for (const std::string& segment : {SegmentName(name, rank), ReplicaSegmentName(name, rank)})
+    if (::shm_unlink(segment.c_str()) != 0 && errno != ENOENT)
+      return UnavailableError("/dev/shm" + segment + ": " + Errno("shm_unlink", errno));
+  return Status::Ok();
+}
+
+}  // namespace cupcake::runtime

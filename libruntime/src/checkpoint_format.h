@@ -1,0 +1,83 @@
+// The bytes of a checkpoint (docs/CHECKPOINT.md): the shared-memory segment's header and slots,
+// and the snapshot payload that a slot holds and a persisted file holds followed by a trailer.
+// Private to libruntime; the tests include it to tear and corrupt snapshots on purpose.
+//
+// Segment /dev/shm/cupcake-<name>-<rank>:
+//   [SegmentHeader, padded to kHeaderBytes][slot 0: slot_capacity bytes][slot 1: slot_capacity bytes]
+// A slot's SlotHeader lives in the segment header; its state is written with release order
+// (atomic_ref) and flips to kValid only after the payload, its size and checksum are written.
+// Payload (native byte order; a snapshot is read back on the machine that wrote it):
+//   char magic[8] = kSnapshotMagic; int64 step; int32 rank; int32 world_size;
+//   uint64 metadata_bytes; uint32 entry_count; uint32 zero;
+//   entry_count x {uint32 name_bytes; uint32 zero; uint64 size_bytes; name_bytes bytes of name}
+//   metadata; then each entry's bytes in entry order.
+// Persisted file <name>-<rank>-<step>.ckpt: the payload, then a Trailer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cupcake/proto/status.h"
+
+namespace cupcake::runtime::internal {
+
+inline constexpr char kSegmentMagic[8] = {'C', 'U', 'P', 'C', 'K', 'S', 'H', '1'};
+inline constexpr char kSnapshotMagic[8] = {'C', 'U', 'P', 'C', 'K', 'S', 'N', '1'};
+inline constexpr char kTrailerMagic[8] = {'C', 'U', 'P', 'C', 'K', 'E', 'N', 'D'};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr int64_t kHeaderBytes = 4096;
+
+enum SlotState : uint64_t { kSlotEmpty = 0, kSlotWriting = 1, kSlotValid = 2 };
+
+struct SlotHeader {
+  uint64_t state;  // SlotState, through std::atomic_ref
+  int64_t step;
+  uint64_t payload_bytes;
+  uint64_t checksum;
+};
+
+struct SegmentHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t zero;
+  uint64_t slot_capacity;
+  int32_t rank;
+  int32_t world_size;
+  SlotHeader slots[2];
+};
+static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
+
+struct Trailer {
+  uint64_t checksum;
+  uint64_t payload_bytes;
+  char magic[8];
+};
+
+// A fast 64-bit checksum of the bytes (four multiply-rotate lanes over 8-byte words, then the
+// tail and the length): it catches torn and corrupted copies, not adversaries.
+uint64_t Checksum(const std::byte* data, size_t bytes);
+
+struct SnapshotEntry {
+  std::string name;
+  int64_t size_bytes = 0;
+  int64_t offset = 0;  // of its bytes in the payload
+};
+
+struct ParsedSnapshot {
+  int64_t step = 0;
+  int32_t rank = 0, world_size = 0;
+  std::string metadata;
+  std::vector<SnapshotEntry> entries;
+};
+
+// Checks the payload's structure (magic, every size within the payload) and reads its directory;
+// DataLoss naming `source` and the field otherwise.
+StatusOr<ParsedSnapshot> ParseSnapshot(std::span<const std::byte> payload, const std::string& source);
+
+// The bytes of the payload before the entries' data, for these names and metadata.
+int64_t DirectoryBytes(const std::vector<std::string>& names, size_t metadata_bytes);
+
+}  // namespace cupcake::runtime::internal

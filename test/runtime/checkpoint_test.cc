@@ -1,0 +1,566 @@
+// Checkpointer (checkpoint.h, docs/CHECKPOINT.md) over in-process ranks: a restart restores the
+// newest step every rank holds bitwise; a torn slot and a corrupt one are never restored; the
+// agreement picks the newest common step; snapshots of other shapes are refused naming the entry;
+// persisted files restore when no segment survives, and a half-written file is never loaded; a
+// session's error-feedback memory is part of the snapshot. Segments and files are removed after
+// each test (names unique per test and process).
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "c_api_internal.h"
+#include "checkpoint_format.h"
+#include "cupcake/runtime/checkpoint.h"
+#include "runtime_test_util.h"
+
+namespace cupcake::runtime {
+namespace {
+
+using testing::OnEveryRank;
+constexpr int kWorld = 2;
+
+// The value element j of an entry holds at step s on rank r: from the definition, not the code.
+float Value(int64_t step, int rank, int64_t j) { return static_cast<float>(step * 1000 + rank * 100) + 0.25f * j; }
+
+// One rank's job: a weight vector (copied in the background), a statistic written during the
+// step (copied at commit) and a few raw bytes.
+struct RankJob {
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<Checkpointer> ckpt;
+  std::vector<float> weights = std::vector<float>(300);
+  std::vector<float> stats = std::vector<float>(5);
+  std::vector<std::byte> raw = std::vector<std::byte>(17);
+
+  void Fill(int64_t step, int rank) {
+    for (size_t j = 0; j < weights.size(); ++j) weights[j] = Value(step, rank, static_cast<int64_t>(j));
+    for (size_t j = 0; j < stats.size(); ++j) stats[j] = -Value(step, rank, static_cast<int64_t>(j));
+    for (size_t j = 0; j < raw.size(); ++j) raw[j] = static_cast<std::byte>(step * 7 + rank * 3 + j);
+  }
+  // The job holds step `step`'s values exactly.
+  bool Holds(int64_t step, int rank) const {
+    RankJob want;
+    want.Fill(step, rank);
+    return std::memcmp(weights.data(), want.weights.data(), weights.size() * 4) == 0 &&
+           std::memcmp(stats.data(), want.stats.data(), stats.size() * 4) == 0 && raw == want.raw;
+  }
+};
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = std::string("test-") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+            std::to_string(::getpid());
+    dir_ = std::filesystem::temp_directory_path() / name_;
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    jobs_.clear();
+    for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A (re)started job: a new group and new checkpointers, entries registered, values zeroed.
+  void Start(CheckpointOptions options = {}) {
+    jobs_.clear();
+    group_ = std::make_unique<comm::InProcessGroup>(kWorld);
+    options.name = name_;
+    for (int r = 0; r < kWorld; ++r) {
+      jobs_.emplace_back();
+      RankJob& job = jobs_.back();
+      job.comm = group_->Rank(r);
+      auto made = Checkpointer::Create(options, job.comm.get());
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      job.ckpt = std::move(made).value();
+      ASSERT_TRUE(job.ckpt->AddFloats("weights", job.weights).ok());
+      ASSERT_TRUE(job.ckpt->AddFloats("stats", job.stats, Capture::kAtCommit).ok());
+      ASSERT_TRUE(job.ckpt->Add("raw", job.raw).ok());
+    }
+  }
+  // Every step fills the values of that step and commits it (metadata "m<step>").
+  void Train(int64_t first, int64_t last) {
+    OnEveryRank(kWorld, [&](int r) {
+      RankJob& job = jobs_[static_cast<size_t>(r)];
+      for (int64_t s = first; s <= last; ++s) {
+        ASSERT_TRUE(job.ckpt->WaitForCopy().ok());  // the job's contract before it writes
+        job.Fill(s, r);
+        Status c = job.ckpt->Commit(s, "m" + std::to_string(s));
+        ASSERT_TRUE(c.ok()) << c.ToString();
+      }
+      ASSERT_TRUE(job.ckpt->WaitForCopy().ok());
+    });
+  }
+  std::vector<StatusOr<RestorePoint>> Restore() {
+    std::vector<StatusOr<RestorePoint>> out(kWorld, InternalError("not run"));
+    OnEveryRank(kWorld, [&](int r) { out[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Restore(); });
+    return out;
+  }
+  // Rank r's segment mapped, to tear or corrupt it as a crash or a bad page would.
+  struct Mapped {
+    void* base = nullptr;
+    size_t bytes = 0;
+    internal::SegmentHeader& header() { return *static_cast<internal::SegmentHeader*>(base); }
+    std::byte* slot(int i) {
+      return static_cast<std::byte*>(base) + internal::kHeaderBytes + i * header().slot_capacity;
+    }
+    int Newest() { return header().slots[0].step > header().slots[1].step ? 0 : 1; }
+    ~Mapped() { ::munmap(base, bytes); }
+  };
+  std::unique_ptr<Mapped> Map(int rank) {
+    const int fd = ::shm_open(Checkpointer::SegmentName(name_, rank).c_str(), O_RDWR, 0600);
+    EXPECT_GE(fd, 0);
+    auto m = std::make_unique<Mapped>();
+    m->bytes = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
+    m->base = ::mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    return m;
+  }
+  std::string Segment(int rank) const { return "/dev/shm" + Checkpointer::SegmentName(name_, rank); }
+
+  std::string name_;
+  std::filesystem::path dir_;
+  std::unique_ptr<comm::InProcessGroup> group_;
+  std::vector<RankJob> jobs_;
+};
+
+TEST_F(CheckpointTest, FreshJobRestoresNothingAndLeavesTheValues) {
+  Start();
+  jobs_[0].Fill(9, 0);
+  auto points = Restore();
+  for (auto& p : points) {
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->step, 0);
+  }
+  EXPECT_TRUE(jobs_[0].Holds(9, 0));
+}
+
+TEST_F(CheckpointTest, RestartRestoresTheNewestStepBitwise) {
+  Start();
+  Train(1, 5);
+  EXPECT_EQ(jobs_[0].ckpt->agreed_step(), 4);  // at the last commit, step 4 was every rank's newest
+  EXPECT_EQ(jobs_[0].ckpt->local_step(), 5);
+  Start();  // the restarted job: values zero
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    const RestorePoint& p = *points[static_cast<size_t>(r)];
+    EXPECT_EQ(p.step, 5);
+    EXPECT_EQ(p.metadata, "m5");
+    EXPECT_TRUE(p.refused.empty());
+    ASSERT_EQ(p.entries.size(), 3u);
+    EXPECT_EQ(p.entries[0], std::make_pair(std::string("weights"), int64_t{1200}));
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(5, r)) << "rank " << r;
+  }
+  // Training goes on from the restored step: the next commit must be after it.
+  Train(6, 6);
+  Start();
+  auto again = Restore();
+  ASSERT_TRUE(again[1].ok());
+  EXPECT_EQ(again[1]->step, 6);
+  EXPECT_TRUE(jobs_[1].Holds(6, 1));
+}
+
+// A run that commits without restoring starts a new history: an older run's snapshots of the
+// same name, at later steps, are dropped at its first commit, never restored after its crash.
+TEST_F(CheckpointTest, CommitWithoutRestoreStartsANewHistory) {
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 1;
+  Start(options);
+  Train(1, 5);
+  Start(options);  // no restore
+  Train(1, 2);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / (name_ + "-0-5.ckpt")));
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r));
+  }
+}
+
+// A process killed mid-copy leaves its slot in state kSlotWriting: never restored; the ranks
+// agree on the step before, which every rank holds.
+TEST_F(CheckpointTest, TornSnapshotIsNeverRestored) {
+  Start();
+  Train(1, 3);
+  {
+    auto m = Map(0);
+    const int newest = m->Newest();
+    ASSERT_EQ(m->header().slots[newest].step, 3);
+    m->header().slots[newest].state = internal::kSlotWriting;
+    std::memset(m->slot(newest) + 200, 0xff, 100);  // the half-copied bytes
+  }
+  Start();
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  }
+  ASSERT_EQ(points[0]->refused.size(), 1u);
+  EXPECT_NE(points[0]->refused[0].find(Segment(0) + ": slots["), std::string::npos) << points[0]->refused[0];
+  EXPECT_NE(points[0]->refused[0].find("].state: torn (a copy was interrupted); got 1, expected 2 (valid)"),
+            std::string::npos)
+      << points[0]->refused[0];
+  // Rank 1's step 3 was dropped with the restore: it never mixes with the resumed run's.
+  auto m1 = Map(1);
+  for (const auto& s : m1->header().slots) EXPECT_FALSE(s.state == internal::kSlotValid && s.step > 2);
+}
+
+// A valid-looking slot whose bytes changed (fingerprint mismatch) is refused; when no step is
+// left that every rank holds, the restore fails on every rank naming what each holds.
+TEST_F(CheckpointTest, ChecksumMismatchIsRefused) {
+  Start();
+  Train(1, 3);
+  int newest = 0;
+  {
+    auto m = Map(1);
+    newest = m->Newest();
+    m->slot(newest)[m->header().slots[newest].payload_bytes - 1] ^= std::byte{1};
+  }
+  Start();
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+  }
+  ASSERT_EQ(points[1]->refused.size(), 1u);
+  const std::string want =
+      Segment(1) + ": slots[" + std::to_string(newest) + "].checksum: does not match the contents; got 0x";
+  EXPECT_EQ(points[1]->refused[0].substr(0, want.size()), want) << points[1]->refused[0];
+  EXPECT_NE(points[1]->refused[0].find(", expected 0x"), std::string::npos);
+
+  // Now both of rank 1's slots are corrupt (step 2's too).
+  {
+    auto m = Map(1);
+    for (int i = 0; i < 2; ++i) m->slot(i)[40] ^= std::byte{0x10};
+  }
+  Start();
+  auto failed = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_FALSE(failed[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(failed[static_cast<size_t>(r)].status().code(), StatusCode::kFailedPrecondition);
+    const std::string msg = failed[static_cast<size_t>(r)].status().message();
+    EXPECT_NE(msg.find("restore: no step is held by every rank; got rank 0 holds 2; rank 1 holds none"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_NE(failed[1].status().message().find("checksum: does not match the contents"), std::string::npos);
+}
+
+// Rank 0 holds {4, 3}, rank 1 only {3} (its slot of step 4 empty, as when it died before the
+// copy began): the newest common step, 3, wins over rank 0's newer one, which is then dropped.
+TEST_F(CheckpointTest, AgreementPicksTheNewestCommonStep) {
+  Start();
+  Train(1, 4);
+  {
+    auto m = Map(1);
+    m->header().slots[m->Newest()].state = internal::kSlotEmpty;
+  }
+  Start();
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
+    EXPECT_TRUE(points[static_cast<size_t>(r)]->refused.empty());
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r));
+  }
+  auto m0 = Map(0);
+  int valid = 0;
+  for (const auto& s : m0->header().slots) {
+    EXPECT_FALSE(s.state == internal::kSlotValid && s.step > 3);
+    valid += s.state == internal::kSlotValid;
+  }
+  EXPECT_EQ(valid, 1);
+}
+
+TEST_F(CheckpointTest, SnapshotOfOtherShapesIsRefusedOnEveryRank) {
+  Start();
+  Train(1, 2);
+  // The restarted job's weights are longer on rank 0.
+  jobs_.clear();
+  group_ = std::make_unique<comm::InProcessGroup>(kWorld);
+  std::vector<std::vector<float>> weights = {std::vector<float>(301, 7.0f), std::vector<float>(300, 7.0f)};
+  std::vector<std::unique_ptr<comm::Communicator>> comms;
+  std::vector<std::unique_ptr<Checkpointer>> ckpts;
+  CheckpointOptions options;
+  options.name = name_;
+  for (int r = 0; r < kWorld; ++r) {
+    comms.push_back(group_->Rank(r));
+    ckpts.push_back(Checkpointer::Create(options, comms.back().get()).value());
+    ASSERT_TRUE(ckpts.back()->AddFloats(r == 0 ? "weights" : "w", weights[static_cast<size_t>(r)]).ok());
+  }
+  std::vector<Status> got(kWorld);
+  OnEveryRank(kWorld, [&](int r) { got[static_cast<size_t>(r)] = ckpts[static_cast<size_t>(r)]->Restore().status(); });
+  const std::string m0 = got[0].message(), m1 = got[1].message();
+  EXPECT_NE(m0.find(Segment(0) + " slots["), std::string::npos) << m0;
+  EXPECT_NE(m0.find("]: entries: does not match the job; got 3 entries, expected 1 (registered)"), std::string::npos)
+      << m0;
+  EXPECT_NE(m0.find("]: entries[0].size_bytes: does not match the job; got 1200, expected 1204 ('weights')"),
+            std::string::npos)
+      << m0;
+  EXPECT_NE(m1.find("]: entries[0].name: does not match the job; got 'weights', expected 'w'"), std::string::npos)
+      << m1;
+  for (float v : weights[0]) ASSERT_EQ(v, 7.0f);  // nothing written
+  ckpts.clear();
+}
+
+// Replicas (Gemini, groups of two in a ring): rank 1's host loses its memory (both of its
+// segments), and rank 1's snapshot comes back from rank 0's replica of it, bitwise, with rank 1's
+// own values (they differ from rank 0's). Without replicas the same loss leaves no common step.
+TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
+  CheckpointOptions options;
+  options.replicate = true;
+  Start(options);
+  Train(1, 3);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());  // rank 1's host rebooted
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r)) << "rank " << r;
+  }
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+  EXPECT_EQ(points[0]->source.substr(0, Segment(0).size()), Segment(0));
+  // Training goes on; the replicas are refilled (rank 1's new segments included).
+  Train(4, 5);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 0).ok());  // now rank 0's host
+  Start(options);
+  auto again = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(again[static_cast<size_t>(r)].ok()) << again[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(again[static_cast<size_t>(r)]->step, 5);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(5, r)) << "rank " << r;
+  }
+  EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 1));
+}
+
+TEST_F(CheckpointTest, WithoutReplicasALostHostLeavesNoCommonStep) {
+  Start();
+  Train(1, 3);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start();
+  auto points = Restore();
+  for (auto& p : points) {
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("no step is held by every rank; got rank 0 holds 3, 2; rank 1 holds none"),
+              std::string::npos)
+        << p.status().message();
+  }
+}
+
+// A rank that could not prepare its entries passes its error to Apply: it still joins the
+// collective, so the others fail too instead of waiting, and nobody's values change.
+TEST_F(CheckpointTest, ARankThatCannotPrepareFailsEveryRank) {
+  Start();
+  Train(1, 2);
+  Start();
+  std::vector<Status> got(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    Checkpointer& c = *jobs_[static_cast<size_t>(r)].ckpt;
+    auto point = c.Find();
+    ASSERT_TRUE(point.ok());
+    ASSERT_EQ(point->step, 2);
+    got[static_cast<size_t>(r)] = c.Apply(r == 1 ? InvalidArgumentError("job: optimizer: no state") : Status::Ok());
+  });
+  EXPECT_EQ(got[1].message(), "job: optimizer: no state");
+  EXPECT_EQ(got[0].message(), Segment(0) +
+                                  ": restore: another rank could not restore step 2 (see its message); "
+                                  "nothing restored");
+  for (const RankJob& job : jobs_) EXPECT_EQ(job.weights, std::vector<float>(300, 0.0f));  // as Start() made them
+}
+
+TEST_F(CheckpointTest, RanksCommittingDifferentStepsAllFail) {
+  Start();
+  std::vector<Status> got(kWorld);
+  OnEveryRank(kWorld, [&](int r) { got[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Commit(1 + r); });
+  for (const Status& s : got)
+    EXPECT_EQ(s.message(), Segment(static_cast<int>(&s - got.data())) +
+                               ": step: the ranks commit different steps; got 1 on rank 0, 2 on rank 1, expected the "
+                               "same step on every rank");
+}
+
+TEST_F(CheckpointTest, PersistedFilesRestoreWhenNoSegmentSurvives) {
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options);
+  Train(1, 5);  // persisted: 2 and 4 (5 only in memory)
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(std::filesystem::exists(dir_ / (name_ + "-" + std::to_string(r) + "-4.ckpt")));
+    EXPECT_TRUE(std::filesystem::exists(dir_ / (name_ + "-" + std::to_string(r) + "-2.ckpt")));
+  }
+  jobs_.clear();
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());  // the hosts rebooted
+  // A newer file cut short on rank 0 (a crash while writing, had it not been renamed) and a
+  // temporary that was never renamed: neither is loaded.
+  {
+    std::string whole;
+    std::ifstream in(dir_ / (name_ + "-0-4.ckpt"), std::ios::binary);
+    whole.assign(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(dir_ / (name_ + "-0-6.ckpt"), std::ios::binary) << whole.substr(0, whole.size() / 2);
+    std::ofstream(dir_ / (name_ + "-0-8.ckpt.tmp.1234"), std::ios::binary) << whole;
+  }
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
+    EXPECT_EQ(points[static_cast<size_t>(r)]->source, (dir_ / (name_ + "-" + std::to_string(r) + "-4.ckpt")).string());
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r));
+  }
+  ASSERT_EQ(points[0]->refused.size(), 1u);
+  EXPECT_NE(points[0]->refused[0].find(name_ + "-0-6.ckpt: trailer: not a complete snapshot"), std::string::npos)
+      << points[0]->refused[0];
+  EXPECT_FALSE(std::filesystem::exists(dir_ / (name_ + "-0-6.ckpt")));  // newer than the restored step: dropped
+}
+
+// The session's residuals are this rank's own state: written into the snapshot at commit and
+// back into a new session's memory by the restore.
+TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
+  int64_t elements = 0;
+  for (const auto& t : model.tensors()) elements += t.numel();
+  auto residual = [&](int64_t step, int r) {
+    std::vector<float> v(static_cast<size_t>(elements));
+    for (int64_t e = 0; e < elements; ++e) v[static_cast<size_t>(e)] = Value(step, r, e) * 1e-3f;
+    return v;
+  };
+  CheckpointOptions options;
+  options.name = name_;
+  for (int64_t run = 0; run < 2; ++run) {
+    comm::InProcessGroup group(kWorld);
+    auto sessions = testing::CreateOnEveryRank(
+        group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
+    comm::InProcessGroup ckpt_group(kWorld);
+    OnEveryRank(kWorld, [&](int r) {
+      ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
+      Session& s = **sessions[static_cast<size_t>(r)];
+      auto comm = ckpt_group.Rank(r);
+      auto ckpt = Checkpointer::Create(options, comm.get()).value();
+      ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+      if (run == 0) {
+        ASSERT_TRUE(s.WriteState(residual(1, r)).ok());
+        ASSERT_TRUE(ckpt->Commit(1).ok());
+        ASSERT_TRUE(ckpt->WaitForCopy().ok());
+      } else {
+        auto point = ckpt->Restore();
+        ASSERT_TRUE(point.ok()) << point.status().ToString();
+        EXPECT_EQ(point->step, 1);
+        EXPECT_EQ(point->entries[0].first, "session.error_feedback");
+        EXPECT_EQ(s.ReadState().value(), residual(1, r));
+      }
+    });
+  }
+}
+
+// A restored session continues the lost run bitwise: its residuals and its iteration counter
+// (which keys randk's shared random indices) are in the snapshot, so the restarted run's step 3
+// gives every rank the gradients the uninterrupted run's step 3 gave.
+TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
+  const pb::Model model = testing::SmallModel();
+  CheckpointOptions options;
+  for (const std::string compressor : {"randk", "topk"}) {
+    SCOPED_TRACE(compressor);
+    options.name = name_ + "-" + compressor;
+    const pb::Plan plan = testing::MakePlan(model, testing::Planned(), compressor, kWorld);
+    std::vector<std::vector<std::vector<float>>> want(kWorld);
+    for (int run = 0; run < 2; ++run) {
+      comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
+      auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) {
+        return Session::Create(plan, std::move(c));
+      });
+      OnEveryRank(kWorld, [&](int r) {
+        ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
+        Session& s = **sessions[static_cast<size_t>(r)];
+        testing::Gradients grads(model, testing::Layout::kSeparate);
+        ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
+        auto comm = ckpt_group.Rank(r);
+        auto ckpt = Checkpointer::Create(options, comm.get()).value();
+        ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+        int first = 0;
+        if (run == 1) {
+          auto point = ckpt->Restore();
+          ASSERT_TRUE(point.ok()) << point.status().ToString();
+          ASSERT_EQ(point->step, 3);
+          EXPECT_EQ(s.iteration(), 3u);
+          first = 3;
+        }
+        for (int it = first; it <= 3; ++it) {
+          testing::FillGradients(grads, r, it);
+          for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+          ASSERT_TRUE(s.Synchronize().ok());
+          if (it == 2) {
+            ASSERT_TRUE(ckpt->Commit(3).ok());
+            ASSERT_TRUE(ckpt->WaitForCopy().ok());
+          }
+        }
+        std::vector<std::vector<float>> got;
+        for (auto g : grads) got.emplace_back(g.begin(), g.end());
+        if (run == 0)
+          want[static_cast<size_t>(r)] = got;
+        else
+          EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+      });
+    }
+    for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(options.name, r).ok());
+  }
+}
+
+// The C API over in-process ranks: commit, restart, restore bitwise; a NULL handle and a bad name
+// are errors with messages.
+TEST_F(CheckpointTest, CApiCommitsAndRestores) {
+  for (int run = 0; run < 2; ++run) {
+    comm::InProcessGroup group(kWorld);
+    OnEveryRank(kWorld, [&](int r) {
+      RankJob job;
+      cupcake_checkpoint_options o = {};
+      o.name = name_.c_str();
+      cupcake_checkpointer* c = nullptr;
+      ASSERT_EQ(internal::CreateCCheckpointer(o, group.Rank(r), &c), CUPCAKE_OK) << cupcake_last_error();
+      ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
+      int64_t start = -1;
+      ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
+      if (run == 0) {
+        EXPECT_EQ(start, 0);
+        for (int64_t s = 1; s <= 3; ++s) {
+          ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
+          job.Fill(s, r);
+          ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
+        }
+      } else {
+        EXPECT_EQ(start, 3);
+        EXPECT_TRUE(job.Holds(3, r));
+      }
+      cupcake_checkpointer_destroy(c);
+    });
+  }
+  EXPECT_EQ(cupcake_checkpointer_commit(nullptr, 1), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_commit: checkpointer is NULL; expected one from cupcake_checkpointer_create");
+  cupcake_checkpoint_options bad = {};
+  bad.name = "a/b";
+  cupcake_checkpointer* c = nullptr;
+  comm::InProcessGroup one(1);
+  EXPECT_EQ(internal::CreateCCheckpointer(bad, one.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_create: Checkpointer: name: not a segment name; got 'a/b', expected 1 to 100 "
+               "letters, digits, '.', '_' or '-'");
+}
+
+}  // namespace
+}  // namespace cupcake::runtime
