@@ -140,6 +140,7 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
             "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
     CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
     if (std::string why = DensityProblem(t); !why.empty()) p.Add(Join(tp, "density"), why);
+    if (std::string why = ShapeProblem(t); !why.empty()) p.Add(Join(tp, "shape"), why);
   }
   if (total_numel > kMaxNumel)
     p.Add(tensors, "too many elements in all; got " + std::to_string(total_numel) + ", expected at most " +

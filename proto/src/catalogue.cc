@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "cupcake/proto/names.h"
@@ -179,6 +180,23 @@ std::string DensityProblem(const pb::Tensor& t) {
   std::ostringstream os;
   os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
   return os.str();
+}
+
+std::string ShapeProblem(const pb::Tensor& t) {
+  if (t.shape().empty()) return "";
+  std::string dims;
+  int64_t numel = 1;
+  bool overflow = false;
+  for (int i = 0; i < t.shape_size(); ++i) {
+    const int64_t d = t.shape(i);
+    dims += (i ? ", " : "") + std::to_string(d);
+    if (d < 1) return "out of range; got dimension " + std::to_string(i) + " = " + std::to_string(d) + ", expected >= 1";
+    overflow = overflow || numel > std::numeric_limits<int64_t>::max() / d;
+    if (!overflow) numel *= d;
+  }
+  if (!overflow && numel == t.numel()) return "";
+  return "wrong size; got [" + dims + "] (" + (overflow ? std::string("too many") : std::to_string(numel)) +
+         " elements), expected numel " + std::to_string(t.numel());
 }
 
 double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, int first, int last) {

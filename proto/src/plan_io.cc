@@ -99,6 +99,7 @@ void CheckModel(Problems& p, const pb::PlanModel& pm) {
             "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " + std::to_string(kMaxNumel));
     CheckTime(p, f + ".backward_us", t.backward_us(), kMaxTimeUs);
     if (std::string why = DensityProblem(t); !why.empty()) p.Add(f + ".density", why);
+    if (std::string why = ShapeProblem(t); !why.empty()) p.Add(f + ".shape", why);
     if (DTypeBytes(t.dtype()) == 0)
       p.Add(f + ".dtype",
             "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());

@@ -157,6 +157,10 @@ int64_t ExpectedNonzeros(const pb::Tensor& t);
 // "" when t's density is absent or in (0, 1], else the problem for its `density` field
 // ("out of range; got 1.5, expected 0 < density <= 1 (...)"); the model and plan checks share it.
 std::string DensityProblem(const pb::Tensor& t);
+// "" when t's shape is empty (not recorded) or has dimensions >= 1 whose product is its numel,
+// else the problem for its `shape` field ("wrong size; got [3, 4] (12 elements), expected
+// numel 10"); the model and plan checks share it.
+std::string ShapeProblem(const pb::Tensor& t);
 // The ratio StepBytes and ApplyScheme take for a group of tensors [first, last] of `model`: the
 // plan's `ratio`, or for a Codec::kNonzeros scheme the group's expected non-zero share, the sum
 // of ExpectedNonzeros over its tensors divided by its elements.
