@@ -12,6 +12,7 @@
 
 #include "check_span.h"
 #include "common.h"
+#include "cupcake/proto/catalogue.h"
 
 namespace cupcake::kernels::powersgd {
 namespace {
@@ -61,15 +62,8 @@ std::vector<int64_t> Numels(const Config& c, std::vector<std::string>& problems)
   return numel;
 }
 
-int64_t CeilSqrt(int64_t n) {
-  auto side = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-  while (side * side < n) ++side;
-  while (side > 1 && (side - 1) * (side - 1) >= n) --side;
-  return side;
-}
-
 void PlaceBatched(Layout& l) {
-  const int64_t side = CeilSqrt(l.n);
+  const int64_t side = PowerSgdSide(l.n);
   l.matrix_floats = side * side;
   Matrix m;
   m.rows = m.cols = side;
@@ -81,25 +75,22 @@ void PlaceBatched(Layout& l) {
 // The hook's order: compressed matrices grouped by (rows, cols) in order of first appearance.
 void PlacePerTensor(const Config& c, const std::vector<int64_t>& numel, Layout& l) {
   l.matrix_floats = l.n;
-  std::vector<std::pair<MatrixShape, std::vector<Matrix>>> by_shape;
+  std::vector<std::vector<Matrix>> by_shape;
   std::map<std::pair<int64_t, int64_t>, size_t> index;
   int64_t offset = 0;
   for (size_t i = 0; i < c.shapes.size(); ++i) {
-    const MatrixShape s = MatrixOf(c.shapes[i]);
-    const int64_t r = std::min<int64_t>({s.rows, s.cols, c.rank});
-    const bool compress = static_cast<double>((s.rows + s.cols) * r) * c.min_compression_rate <
-                          static_cast<double>(s.rows * s.cols);
-    if (compress) {
+    const LowRankMatrix s = PowerSgdMatrix(c.shapes[i], numel[i], c.rank, c.min_compression_rate);
+    if (s.compressed) {
       auto [it, fresh] = index.try_emplace({s.rows, s.cols}, by_shape.size());
-      if (fresh) by_shape.push_back({s, {}});
-      by_shape[it->second].second.push_back(Matrix{offset, s.rows, s.cols, r, 0, 0});
+      if (fresh) by_shape.push_back({});
+      by_shape[it->second].push_back(Matrix{offset, s.rows, s.cols, s.rank, 0, 0});
     } else {
       l.uncompressed.push_back(Segment{offset, numel[i], l.uncompressed_floats});
       l.uncompressed_floats += numel[i];
     }
     offset += numel[i];
   }
-  for (auto& [shape, ms] : by_shape) {
+  for (auto& ms : by_shape) {
     for (Matrix& m : ms) {
       m.p_offset = l.p_floats;
       m.q_offset = l.q_floats;
@@ -111,12 +102,6 @@ void PlacePerTensor(const Config& c, const std::vector<int64_t>& numel, Layout& 
 }
 
 }  // namespace
-
-MatrixShape MatrixOf(std::span<const int64_t> shape) {
-  MatrixShape m{shape.empty() ? 1 : shape[0], 1};
-  for (size_t j = 1; j < shape.size(); ++j) m.cols *= shape[j];
-  return m;
-}
 
 StatusOr<Layout> ResolveLayout(const Config& config) {
   std::vector<std::string> problems;

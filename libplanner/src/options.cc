@@ -139,6 +139,10 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
       p.dropped.push_back(why);
       continue;
     }
+    if (s.codec == Codec::kLowRank) {  // the runtime executes it; the planner does not price it yet
+      p.dropped.push_back(std::string(s.name) + ": not priced by the planner yet (no PowerSGD kernel curves)");
+      continue;
+    }
     if (s.codec == Codec::kNonzeros && b.sparse_density <= 0) {
       p.dropped.push_back(std::string(s.name) + ": the model records no sparse gradient (no tensor density <= 0.5)");
       continue;

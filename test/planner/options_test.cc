@@ -330,7 +330,7 @@ TEST(OptionsPlan, HierarchicalStepsOnTheTrace) {
   bad.mutable_groups(0)->mutable_options()->set_scheme("hier_magic");
   EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
             "plan.pb: groups[0].options.scheme: unknown scheme; got \"hier_magic\", expected one of flat_fp32, "
-            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse");
+            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse, powersgd, powersgd_batched");
   // A hierarchical group on a plan without several devices per node.
   bad = *plan;
   bad.set_devices_per_node(1);

@@ -13,7 +13,7 @@
 //      matrix, out = first / W for the uncompressed tensors; e = x - out.
 // Every rank computes out from the same summed buffers, so out is bitwise equal across ranks.
 //
-// Matrices (the hook's rules): a tensor of shape (d0, d1, ..., dk) is the d0 x (d1...dk)
+// Matrices (the hook's rules, cupcake/proto/catalogue.h PowerSgdMatrix): a tensor of shape (d0, d1, ..., dk) is the d0 x (d1...dk)
 // row-major matrix M (a vector of length d0 is d0 x 1); its rank is r = min(d0, cols, rank), and
 // it is compressed when (d0 + cols) r min_compression_rate < d0 cols, else sent as is (so
 // vectors and small tensors go uncompressed). The compressed matrices are ordered as the hook
@@ -126,7 +126,7 @@ class Codec {
   Codec(Layout layout, Backend backend) : layout_(std::move(layout)), backend_(backend) {}
 
  private:
-  // Sizes are checked; the implementation trusts them. InitQ gets Q's host draw.
+  // Sizes are checked; the implementation trusts them. InitImpl gets Q's host draw.
   virtual Status InitImpl(const std::vector<float>& q, float* state, void* stream) = 0;
   virtual Status EncodePImpl(const float* grad, float* state, float* first, void* stream) = 0;
   virtual Status ComputeQImpl(float* first, const float* state, float* second, void* stream) = 0;
@@ -143,13 +143,5 @@ StatusOr<std::unique_ptr<Codec>> MakeCodec(const Config& config, Backend backend
 // Q's first value for `layout` (q_floats normals keyed by the seed; Box-Muller on the kernels'
 // counter-based generator). Exposed for tests.
 std::vector<float> InitialQ(const Layout& layout);
-
-// The matrix view of a tensor shape, as the hook takes it: rows = shape[0], cols = the product
-// of the rest (1 for a vector).
-struct MatrixShape {
-  int64_t rows = 0;
-  int64_t cols = 0;
-};
-MatrixShape MatrixOf(std::span<const int64_t> shape);
 
 }  // namespace cupcake::kernels::powersgd
