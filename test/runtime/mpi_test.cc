@@ -175,6 +175,41 @@ void ZenSparseIsExact(MpiProcess& mpi, Checks& check, int rank, int world) {
   }
 }
 
+// PowerSGD over MPI (runner_test.cc's PowerSgdRunner through a Session): within float rounding
+// of the restatement over three steps, and bitwise equal on every rank (rank 0's result
+// broadcast and compared).
+void PowerSgdMatchesTheRestatement(MpiProcess& mpi, Checks& check, int rank, int world) {
+  const pb::Model model = testing::ShapedModel();
+  for (const char* scheme : {"powersgd", "powersgd_batched"}) {
+    for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+      const std::string what = std::string(scheme) + "/" + testing::LayoutName(layout);
+      const pb::Plan plan = testing::PowerSgdPlan(model, testing::Planned(), world, scheme);
+      auto comm = mpi.World();
+      if (!comm.ok()) return check(false, comm.status().ToString());
+      auto session = Session::Create(plan, std::move(comm).value());
+      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+      testing::Gradients grads(model, layout);
+      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+      testing::PowerSgdReference reference(plan, world);
+      for (int it = 0; it < 3; ++it) {
+        FillGradients(grads, rank, it);
+        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+        Status s = (*session)->Synchronize();
+        check(s.ok(), what + ": synchronize: " + s.ToString());
+        const std::string far = testing::FirstFarFrom(grads, reference.Step(it));
+        check(far.empty(), what + ": iteration " + std::to_string(it) + ": " + far);
+        std::vector<std::vector<float>> root;
+        for (std::span<float> g : grads) {
+          root.emplace_back(g.begin(), g.end());
+          MPI_Bcast(root.back().data(), static_cast<int>(g.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+        }
+        const std::string diff = testing::FirstDifference(grads, root);
+        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": differs from rank 0: " + diff);
+      }
+    }
+  }
+}
+
 // fp32 runs its allreduce in place (MPI_IN_PLACE) on the registered memory or a fusion buffer;
 // the result is exactly MPI's average, for every grouping and layout.
 void Fp32IsTheMpiAverage(MpiProcess& mpi, Checks& check, int rank, int world) {
@@ -407,6 +442,7 @@ int main(int argc, char** argv) {
   HierarchicalMatchesReference(**mpi, check, rank, world);
   ZenMatchesFlat(**mpi, check, rank, world);
   ZenSparseIsExact(**mpi, check, rank, world);
+  PowerSgdMatchesTheRestatement(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
   DifferentPlansFailEveryRank(**mpi, check, rank, world, dir);
