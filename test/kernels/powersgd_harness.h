@@ -9,8 +9,18 @@
 #include <vector>
 
 #include "cupcake/kernels/powersgd.h"
+#include "gpu_test.h"
 
 namespace cupcake::kernels::testing {
+
+// The typed suites' fixture: runs on the CPU, and on CUDA when a GPU is present (gpu_test.h:
+// skipped only for absent hardware, failed for broken hardware).
+template <typename B>
+class PowerSgdBackend : public ::testing::Test {
+ protected:
+  static constexpr Backend kBackend = B::kBackend;
+  void SetUp() override { CUPCAKE_GPU_OR_SKIP(BackendAvailable(kBackend)); }
+};
 
 class PowerSgdRanks {
  public:

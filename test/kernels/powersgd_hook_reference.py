@@ -12,6 +12,9 @@ hook's output (the averaged approximation) and its error-feedback memory afterwa
 batched cases run batched_powerSGD_hook (with the 2-D fix of orthogonalize_2d below).
 
 Usage: powersgd_hook_reference.py OUT.json
+       powersgd_hook_reference.py --check COMMITTED.json
+         (regenerates the file and compares: prints "ok: ..." and exits 0 when every number is
+         within 1e-6 of the committed one, exits 1 naming the first difference; 77 without torch)
 """
 import json
 import math
@@ -20,11 +23,15 @@ import sys
 import tempfile
 from collections import defaultdict
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as hook
+try:
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as hook
+except ImportError as e:  # ctest's SKIP_RETURN_CODE: no torch here
+    print("skip: %s" % e)
+    sys.exit(77)
 
 WORLD = 2
 SEED = 0
@@ -141,11 +148,41 @@ def run(rank, init_file, out_path):
     dist.destroy_process_group()
 
 
+def first_difference(got, want, where="$"):
+    """Where two JSON values differ beyond 1e-6 (numbers) or at all (the rest); None if nowhere."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        for k in want:
+            d = first_difference(got.get(k), want[k], "%s.%s" % (where, k))
+            if d:
+                return d
+        return None
+    if isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return "%s: %d entries, committed %d" % (where, len(got), len(want))
+        for i, (g, w) in enumerate(zip(got, want)):
+            d = first_difference(g, w, "%s[%d]" % (where, i))
+            if d:
+                return d
+        return None
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        return None if abs(got - want) <= 1e-6 else "%s: %r, committed %r" % (where, got, want)
+    return None if got == want else "%s: %r, committed %r" % (where, got, want)
+
+
 def main():
-    if len(sys.argv) != 2:
+    check = len(sys.argv) == 3 and sys.argv[1] == "--check"
+    if len(sys.argv) != 2 and not check:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(run, args=(os.path.join(d, "init"), sys.argv[1]), nprocs=WORLD)
+        out = os.path.join(d, "out.json") if check else sys.argv[1]
+        mp.spawn(run, args=(os.path.join(d, "init"), out), nprocs=WORLD)
+        if check:
+            with open(out) as f, open(sys.argv[2]) as c:
+                diff = first_difference(json.load(f), json.load(c))
+            if diff:
+                print("FAIL: %s differs from torch %s's hook: %s" % (sys.argv[2], torch.__version__, diff))
+                sys.exit(1)
+            print("ok: %s is what torch %s's hook computes" % (sys.argv[2], torch.__version__))
 
 
 if __name__ == "__main__":

@@ -37,11 +37,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 }
 
 template <typename B>
-class PowerSgdHook : public ::testing::Test {
- protected:
-  static constexpr Backend kBackend = B::kBackend;
-  void SetUp() override { CUPCAKE_GPU_OR_SKIP(BackendAvailable(kBackend)); }
-};
+class PowerSgdHook : public PowerSgdBackend<B> {};
 TYPED_TEST_SUITE(PowerSgdHook, Backends, BackendNames);
 
 TYPED_TEST(PowerSgdHook, TwoStepsEqualTorchsHook) {

@@ -145,11 +145,7 @@ TEST(PowerSgdCodec, InitialQIsStandardNormalAndSeeded) {
 }
 
 template <typename B>
-class PowerSgdSuite : public ::testing::Test {
- protected:
-  static constexpr Backend kBackend = B::kBackend;
-  void SetUp() override { CUPCAKE_GPU_OR_SKIP(BackendAvailable(kBackend)); }
-};
+class PowerSgdSuite : public PowerSgdBackend<B> {};
 TYPED_TEST_SUITE(PowerSgdSuite, Backends, BackendNames);
 
 // The codec's initial Q in the reference's per-matrix form (matched by offset).

@@ -150,28 +150,39 @@ void ZenMatchesFlat(MpiProcess& mpi, Checks& check, int rank, int world) {
   }
 }
 
+// Runs `plan` in a Session over MPI on `model`'s gradients in `layout` for three iterations:
+// `fill(grads, it)` before each, `verify(grads, it)` on its averaged gradients after.
+template <typename Fill, typename Verify>
+void RunSessionSteps(MpiProcess& mpi, Checks& check, const pb::Plan& plan, const pb::Model& model,
+                     testing::Layout layout, const std::string& what, Fill fill, Verify verify) {
+  auto comm = mpi.World();
+  if (!comm.ok()) return check(false, comm.status().ToString());
+  auto session = Session::Create(plan, std::move(comm).value());
+  if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+  testing::Gradients grads(model, layout);
+  check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+  for (int it = 0; it < 3; ++it) {
+    fill(grads, it);
+    for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+    Status s = (*session)->Synchronize();
+    check(s.ok(), what + ": synchronize: " + s.ToString());
+    verify(grads, it);
+  }
+}
+
 // zen_sparse over MPI: the exact mean of the ranks' naturally sparse gradients (session_test.cc's
 // ZenSparseIsExact).
 void ZenSparseIsExact(MpiProcess& mpi, Checks& check, int rank, int world) {
   const pb::Model model = testing::SparseModel();
   for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
     const std::string what = std::string("fp32/zen_sparse/") + testing::LayoutName(layout);
-    auto comm = mpi.World();
-    if (!comm.ok()) return check(false, comm.status().ToString());
-    auto session = Session::Create(
-        testing::WithScheme(testing::MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1),
-        std::move(comm).value());
-    if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-    testing::Gradients grads(model, layout);
-    check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
-    for (int it = 0; it < 3; ++it) {
-      testing::FillSparseGradients(grads, rank, it);
-      for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-      Status s = (*session)->Synchronize();
-      check(s.ok(), what + ": synchronize: " + s.ToString());
-      const std::string diff = testing::FirstDifference(grads, testing::SparseMean(model, world, it));
-      check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-    }
+    RunSessionSteps(
+        mpi, check, testing::WithScheme(testing::MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1),
+        model, layout, what, [&](testing::Gradients& grads, int it) { testing::FillSparseGradients(grads, rank, it); },
+        [&](const testing::Gradients& grads, int it) {
+          const std::string diff = testing::FirstDifference(grads, testing::SparseMean(model, world, it));
+          check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+        });
   }
 }
 
@@ -184,28 +195,21 @@ void PowerSgdMatchesTheRestatement(MpiProcess& mpi, Checks& check, int rank, int
     for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
       const std::string what = std::string(scheme) + "/" + testing::LayoutName(layout);
       const pb::Plan plan = testing::PowerSgdPlan(model, testing::Planned(), world, scheme);
-      auto comm = mpi.World();
-      if (!comm.ok()) return check(false, comm.status().ToString());
-      auto session = Session::Create(plan, std::move(comm).value());
-      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-      testing::Gradients grads(model, layout);
-      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
       testing::PowerSgdReference reference(plan, world);
-      for (int it = 0; it < 3; ++it) {
-        FillGradients(grads, rank, it);
-        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-        Status s = (*session)->Synchronize();
-        check(s.ok(), what + ": synchronize: " + s.ToString());
-        const std::string far = testing::FirstFarFrom(grads, reference.Step(it));
-        check(far.empty(), what + ": iteration " + std::to_string(it) + ": " + far);
-        std::vector<std::vector<float>> root;
-        for (std::span<float> g : grads) {
-          root.emplace_back(g.begin(), g.end());
-          MPI_Bcast(root.back().data(), static_cast<int>(g.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-        }
-        const std::string diff = testing::FirstDifference(grads, root);
-        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": differs from rank 0: " + diff);
-      }
+      RunSessionSteps(
+          mpi, check, plan, model, layout, what,
+          [&](testing::Gradients& grads, int it) { FillGradients(grads, rank, it); },
+          [&](const testing::Gradients& grads, int it) {
+            const std::string far = testing::FirstFarFrom(grads, reference.Step(it));
+            check(far.empty(), what + ": iteration " + std::to_string(it) + ": " + far);
+            std::vector<std::vector<float>> root;
+            for (std::span<const float> g : grads) {
+              root.emplace_back(g.begin(), g.end());
+              MPI_Bcast(root.back().data(), static_cast<int>(g.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+            }
+            const std::string diff = testing::FirstDifference(grads, root);
+            check(diff.empty(), what + ": iteration " + std::to_string(it) + ": differs from rank 0: " + diff);
+          });
     }
   }
 }
