@@ -249,17 +249,19 @@ int64_t PowerSgdSide(int64_t n) {
 LowRankSizes PowerSgdSizes(std::span<const std::vector<int64_t>> shapes, std::span<const int64_t> numels, int rank,
                            bool batched) {
   LowRankSizes sizes;
+  for (int64_t numel : numels) sizes.work += numel;
   if (batched) {
-    int64_t n = 0;
-    for (int64_t numel : numels) n += numel;
-    const int64_t side = PowerSgdSide(n);
-    sizes.first_floats = sizes.second_floats = side * std::min<int64_t>(side, rank);
+    const int64_t side = PowerSgdSide(sizes.work);
+    const int64_t r = std::min<int64_t>(side, rank);
+    sizes.first_floats = sizes.second_floats = side * r;
+    sizes.work += side * side * r;
     return sizes;
   }
   for (size_t i = 0; i < numels.size(); ++i) {
     const LowRankMatrix m = PowerSgdMatrix(shapes[i], numels[i], rank, kPowerSgdMinCompressionRate);
     sizes.first_floats += m.compressed ? m.rows * m.rank : numels[i];
     sizes.second_floats += m.compressed ? m.cols * m.rank : 0;
+    sizes.work += m.compressed ? numels[i] * m.rank : 0;
   }
   return sizes;
 }

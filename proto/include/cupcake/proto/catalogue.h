@@ -171,9 +171,13 @@ int64_t PowerSgdSide(int64_t n);
 // Floats per rank of a PowerSGD group's two allreduces: P's (per compressed matrix rows x r)
 // plus the uncompressed tensors' floats, then Q's (cols x r); batched: side x min(rank, side)
 // each. `shapes`: the group's tensors' shapes (empty ones: vectors), `numels` their sizes.
+// `work` is what PowerSGD's kernel curves are read at (docs/MODEL.md, "PowerSGD"): the
+// multiply-adds of one of its matrix products, sum of rows x cols x rank over the compressed
+// matrices (batched: side^2 x rank), plus the group's n elements (its elementwise passes).
 struct LowRankSizes {
   int64_t first_floats = 0;
   int64_t second_floats = 0;
+  int64_t work = 0;
 };
 LowRankSizes PowerSgdSizes(std::span<const std::vector<int64_t>> shapes, std::span<const int64_t> numels, int rank,
                            bool batched);
