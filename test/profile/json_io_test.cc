@@ -602,7 +602,7 @@ TEST(ProfileJsonErrors, UnknownKindOpCompressorDevice) {
   EXPECT_EQ(ProfileError(
                 ProfileWithCurve(R"({"kind": "encode", "compressor": "topK", "device": "gpu", "points": [[4, 1]]})")),
             "profile.json: curves[0].compressor: unknown compressor; got \"topK\" (did you mean 'topk'?), expected one "
-            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero");
+            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen, nonzero or powersgd");
   EXPECT_EQ(
       ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "dgc", "device": "tpu", "points": [[4, 1]]})")),
       "profile.json: curves[0].device: unknown device; got \"tpu\" (did you mean 'gpu'?), expected one of gpu, cpu");

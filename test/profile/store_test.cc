@@ -333,7 +333,7 @@ TEST_F(ProfileStoreTest, AddPointCommitsEachPointAndSkipsNone) {
   EXPECT_EQ(store.AddPoint(bad, -1, 1.0).message(),
             db_ +
                 ": AddPoint: compressor: unknown compressor; got \"topkk\" (did you mean 'topk'?), expected one of "
-                "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero\n" +
+                "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen, nonzero or powersgd\n" +
                 db_ + ": AddPoint: device: missing; expected one of gpu, cpu\n" + db_ +
                 ": AddPoint: point.size: must be positive; got -1, expected > 0");
 }
