@@ -228,9 +228,6 @@ int SearchMain(tools::Invocation& inv) {
       inv.err << "warning: --ratio: does not apply to " << info->name
               << " (only topk, randk and dgc keep a fraction of the elements); ignored\n";
   }
-  if (options.request.rank < 0 || options.request.rank > kMaxPowerSgdRank)
-    return tools::UsageError(inv, "--rank: out of range; got " + std::to_string(options.request.rank) +
-                                      ", expected 1 <= rank <= " + std::to_string(kMaxPowerSgdRank));
   if (options.request.rank > 0 && space != "options")
     inv.err << "warning: --rank: only --search-space options offers the powersgd schemes; ignored\n";
   if (options.request.zen_union > 0) {
