@@ -43,6 +43,39 @@ struct Checks {
   }
 };
 
+// Runs `plan` in a Session over MPI on `model`'s gradients in `layout` for three iterations:
+// `fill(grads, it)` before each, `verify(grads, it)` on its averaged gradients after.
+template <typename Fill, typename Verify>
+void RunSessionSteps(MpiProcess& mpi, Checks& check, const pb::Plan& plan, const pb::Model& model,
+                     testing::Layout layout, const std::string& what, Fill fill, Verify verify) {
+  auto comm = mpi.World();
+  if (!comm.ok()) return check(false, comm.status().ToString());
+  auto session = Session::Create(plan, std::move(comm).value());
+  if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+  testing::Gradients grads(model, layout);
+  check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+  for (int it = 0; it < 3; ++it) {
+    fill(grads, it);
+    for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+    Status s = (*session)->Synchronize();
+    check(s.ok(), what + ": synchronize: " + s.ToString());
+    verify(grads, it);
+  }
+}
+
+// The same with every rank's gradients FillGradients(rank, it), each step's result bit for bit
+// `reference.Step(it)`.
+template <typename Reference>
+void RunAgainstReference(MpiProcess& mpi, Checks& check, const pb::Plan& plan, const pb::Model& model,
+                         testing::Layout layout, const std::string& what, int rank, Reference& reference) {
+  RunSessionSteps(
+      mpi, check, plan, model, layout, what, [&](testing::Gradients& grads, int it) { FillGradients(grads, rank, it); },
+      [&](const testing::Gradients& grads, int it) {
+        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
+        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+      });
+}
+
 void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
   const pb::Model model = testing::SmallModel();
   for (std::string_view name : CompressorNames()) {
@@ -53,21 +86,8 @@ void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
                                     : std::string(grouping) == "one_group" ? testing::OneGroup(model)
                                                                            : testing::Planned();
         const pb::Plan plan = testing::MakePlan(model, g, std::string(name), world);
-        auto comm = mpi.World();
-        if (!comm.ok()) return check(false, comm.status().ToString());
-        auto session = Session::Create(plan, std::move(comm).value());
-        if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-        testing::Gradients grads(model, layout);
-        check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
         testing::Reference reference(plan, world);
-        for (int it = 0; it < 3; ++it) {
-          FillGradients(grads, rank, it);
-          for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-          Status s = (*session)->Synchronize();
-          check(s.ok(), what + ": synchronize: " + s.ToString());
-          const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-          check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-        }
+        RunAgainstReference(mpi, check, plan, model, layout, what, rank, reference);
       }
     }
   }
@@ -104,21 +124,8 @@ void HierarchicalMatchesReference(MpiProcess& mpi, Checks& check, int rank, int 
           std::string(compressor) + "/" + scheme + "/" + testing::LayoutName(layout) + " on 2 hosts";
       const pb::Plan plan =
           testing::WithScheme(testing::MakePlan(model, testing::Planned(), compressor, world), scheme, devices);
-      auto comm = mpi.World();
-      if (!comm.ok()) return check(false, comm.status().ToString());
-      auto session = Session::Create(plan, std::move(comm).value());
-      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-      testing::Gradients grads(model, layout);
-      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
       testing::HierarchicalReference reference(plan, world, devices);
-      for (int it = 0; it < 3; ++it) {
-        FillGradients(grads, rank, it);
-        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-        Status s = (*session)->Synchronize();
-        check(s.ok(), what + ": synchronize: " + s.ToString());
-        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-      }
+      RunAgainstReference(mpi, check, plan, model, layout, what, rank, reference);
     }
   }
 }
@@ -131,42 +138,9 @@ void ZenMatchesFlat(MpiProcess& mpi, Checks& check, int rank, int world) {
     for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
       const std::string what = std::string(compressor) + "/zen/" + testing::LayoutName(layout);
       const pb::Plan flat = testing::MakePlan(model, testing::Planned(), compressor, world);
-      auto comm = mpi.World();
-      if (!comm.ok()) return check(false, comm.status().ToString());
-      auto session = Session::Create(testing::WithScheme(flat, "zen", 1), std::move(comm).value());
-      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-      testing::Gradients grads(model, layout);
-      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
       testing::Reference reference(flat, world);
-      for (int it = 0; it < 3; ++it) {
-        FillGradients(grads, rank, it);
-        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-        Status s = (*session)->Synchronize();
-        check(s.ok(), what + ": synchronize: " + s.ToString());
-        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-      }
+      RunAgainstReference(mpi, check, testing::WithScheme(flat, "zen", 1), model, layout, what, rank, reference);
     }
-  }
-}
-
-// Runs `plan` in a Session over MPI on `model`'s gradients in `layout` for three iterations:
-// `fill(grads, it)` before each, `verify(grads, it)` on its averaged gradients after.
-template <typename Fill, typename Verify>
-void RunSessionSteps(MpiProcess& mpi, Checks& check, const pb::Plan& plan, const pb::Model& model,
-                     testing::Layout layout, const std::string& what, Fill fill, Verify verify) {
-  auto comm = mpi.World();
-  if (!comm.ok()) return check(false, comm.status().ToString());
-  auto session = Session::Create(plan, std::move(comm).value());
-  if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-  testing::Gradients grads(model, layout);
-  check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
-  for (int it = 0; it < 3; ++it) {
-    fill(grads, it);
-    for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-    Status s = (*session)->Synchronize();
-    check(s.ok(), what + ": synchronize: " + s.ToString());
-    verify(grads, it);
   }
 }
 
