@@ -8,6 +8,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libboost-program-options-dev
   libsqlite3-dev sqlite3
+  libblas-dev  # CBLAS (cblas.h, libblas.so) for PowerSGD's host matrix products
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev

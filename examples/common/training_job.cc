@@ -296,7 +296,7 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     const auto& [pname, tensor] = params[i];
     buffers.push_back(flat.narrow(0, static_cast<int64_t>(at), tensor.numel()));
     Status status = recording
-                        ? recorder->Register(pname, tensor.numel())
+                        ? recorder->Register(pname, tensor.numel(), tensor.sizes().vec())
                         : session->Register(pname, std::span<float>(buffers[i].data_ptr<float>(), tensor.numel()));
     if (!status.ok()) return Fail(name, recording ? "record" : "plan", status);
   }

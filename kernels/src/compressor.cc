@@ -3,6 +3,7 @@
 #include <sstream>
 #include <utility>
 
+#include "check_span.h"
 #include "common.h"
 #include "cupcake/proto/catalogue.h"
 
@@ -91,22 +92,7 @@ Compressor::Compressor(CompressorLayout layout, Backend backend) : layout_(std::
 
 Compressor::~Compressor() = default;
 
-namespace {
-// The message names "<compressor> <stage>: <field>"; it is built only on failure, so the
-// step path does not allocate.
-template <typename Span>
-Status CheckSpan(const std::string& name, const char* stage, const char* field, const char* unit, const Span& s,
-                 int64_t expected) {
-  const bool wrong_length = static_cast<int64_t>(s.size()) != expected;
-  if (!wrong_length && (expected == 0 || s.data() != nullptr)) return Status::Ok();
-  const std::string what = name + " " + stage + ": " + field;
-  if (wrong_length) {
-    return InvalidArgumentError(what + ": wrong length; got " + std::to_string(s.size()) + " " + unit + ", expected " +
-                                std::to_string(expected));
-  }
-  return InvalidArgumentError(what + ": null pointer; got nullptr, expected " + std::to_string(expected) + " " + unit);
-}
-}  // namespace
+using detail::CheckSpan;
 
 Status Compressor::Encode(std::span<const float> grad, std::span<float> state, uint64_t iteration,
                           std::span<std::byte> payload, void* stream) {

@@ -9,6 +9,7 @@
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/cupti.h"
 #include "cupcake/kernels/fusion.h"
+#include "cupcake/kernels/powersgd.h"
 
 #ifndef CUPCAKE_HAVE_CUDA
 #error "CUPCAKE_HAVE_CUDA must be defined (0 or 1) by kernels/CMakeLists.txt"
@@ -54,6 +55,16 @@ StatusOr<std::unique_ptr<Compressor>> MakeCompressor(const CompressorConfig& con
 StatusOr<std::unique_ptr<zen::DeviceSteps>> zen::DeviceSteps::Create() {
 #if CUPCAKE_HAVE_CUDA
   return cuda::MakeZenDeviceSteps();
+#else
+  return NoCuda();
+#endif
+}
+
+StatusOr<std::unique_ptr<powersgd::Codec>> powersgd::MakeCodec(const Config& config, Backend backend) {
+  CUPCAKE_ASSIGN_OR_RETURN(Layout layout, ResolveLayout(config));
+  if (backend == Backend::kCpu) return MakeCpuCodec(layout);
+#if CUPCAKE_HAVE_CUDA
+  return cuda::MakePowerSgdCodec(layout);
 #else
   return NoCuda();
 #endif

@@ -94,11 +94,20 @@ Status CheckRequest(const PlanRequest& request) {
   if (FindCompressor(request.compressor) == nullptr) return UnknownCompressorError("--compressor", request.compressor);
   CUPCAKE_RETURN_IF_ERROR(ValidateRatio("--ratio", request.ratio));
   CUPCAKE_RETURN_IF_ERROR(ValidateZenUnion("--zen-union", request.zen_union));
+  if (request.rank < 0 || request.rank > kMaxPowerSgdRank)
+    return InvalidArgumentError("--rank: out of range; got " + std::to_string(request.rank) + ", expected 1 <= rank <= " +
+                                std::to_string(kMaxPowerSgdRank) + " (PowerSGD's rank), or none");
   auto memories = MemoryNames();
   if (!request.memory.empty() && std::find(memories.begin(), memories.end(), request.memory) == memories.end())
     return InvalidArgumentError("--memory: unknown memory '" + request.memory + "'" +
                                 DidYouMean(request.memory, memories) + "; expected residual, dgc or none");
   return Status::Ok();
+}
+
+LowRankSizes Problem::GroupLowRank(int first, int last, bool batched) const {
+  const auto count = static_cast<size_t>(last - first + 1);
+  return PowerSgdSizes(std::span(shapes).subspan(static_cast<size_t>(first), count),
+                       std::span(numel).subspan(static_cast<size_t>(first), count), rank, batched);
 }
 
 StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request) {
@@ -137,6 +146,7 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
     p.bytes_prefix.push_back(p.bytes_prefix.back() + p.bytes.back());
     p.backward_prefix.push_back(p.backward_prefix.back() + t.backward_us());
     p.nonzero_prefix.push_back(p.nonzero_prefix.back() + ExpectedNonzeros(t));
+    p.shapes.emplace_back(t.shape().begin(), t.shape().end());
     if (IsSparseGradient(t)) {
       sparse_numel += t.numel();
       sparse_nonzeros += ExpectedNonzeros(t);
@@ -145,6 +155,7 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   if (sparse_numel > 0) p.sparse_density = static_cast<double>(sparse_nonzeros) / static_cast<double>(sparse_numel);
   p.forward_us = model.forward_us();
   p.update_us = model.update_us();
+  p.rank = request.rank;
 
   const auto& cluster = profile.cluster();
   p.world_size = cluster.nodes() * cluster.devices_per_node();

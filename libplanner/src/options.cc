@@ -20,6 +20,11 @@ bool DecodesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.decode_afte
 bool MergesInNetwork(const SchemeInfo& s) { return HasCodec(s) && s.zen; }
 // The codec's decode curve read inside the network block: a decode between steps or Zen's merge.
 bool ReadsDecodeInNetwork(const SchemeInfo& s) { return DecodesInNetwork(s) || MergesInNetwork(s); }
+// PowerSGD's work between its two allreduces (P orthogonalized, Q = M^T P): one more product of
+// the encode's size, priced by the codec's encode curve (docs/MODEL.md, "PowerSGD").
+bool ComputesBetweenSteps(const SchemeInfo& s) { return s.codec == Codec::kLowRank; }
+// The codec's encode curve read inside the network block.
+bool ReadsEncodeInNetwork(const SchemeInfo& s) { return EncodesInNetwork(s) || ComputesBetweenSteps(s); }
 
 // The ratio at which Zen's decode curve is read. Its work is a function of n and the union
 // (the W partitions decoded, merged and scattered), and `cupcake-profile kernels` measures it
@@ -71,7 +76,7 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
   const auto zen_merge = MergesInNetwork(s) ? std::optional(pb::ENCODE) : std::nullopt;
   const auto zen_decode = s.zen ? std::optional(pb::DECODE) : std::nullopt;
   if (EncodesBeforeNetwork(s) && !kernel(pb::ENCODE, out.pre_kernel, out.pre_key, std::nullopt)) return out.pre_key;
-  if (EncodesInNetwork(s) && !kernel(pb::ENCODE, out.mid_encode, out.mid_encode_key, std::nullopt))
+  if (ReadsEncodeInNetwork(s) && !kernel(pb::ENCODE, out.mid_encode, out.mid_encode_key, std::nullopt))
     return out.mid_encode_key;
   if (ReadsDecodeInNetwork(s) && !kernel(pb::DECODE, out.mid_decode, out.mid_decode_key, zen_merge))
     return out.mid_decode_key;
@@ -139,6 +144,10 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
       p.dropped.push_back(why);
       continue;
     }
+    if (s.codec == Codec::kLowRank && b.rank < 1) {
+      p.dropped.push_back(std::string(s.name) + ": no PowerSGD rank given (--rank)");
+      continue;
+    }
     if (s.codec == Codec::kNonzeros && b.sparse_density <= 0) {
       p.dropped.push_back(std::string(s.name) + ": the model records no sparse gradient (no tensor density <= 0.5)");
       continue;
@@ -152,7 +161,9 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
       continue;
     }
     std::vector<Option> candidates = {{&s, b.device, false}};
-    if (can_offload && s.codec != Codec::kNonzeros) candidates.push_back({&s, pb::CPU, true});
+    // The runtime offloads flat schemes only (PowerSGD's middle step runs between its allreduces).
+    if (can_offload && s.codec != Codec::kNonzeros && s.codec != Codec::kLowRank)
+      candidates.push_back({&s, pb::CPU, true});
     for (const Option& o : candidates) {
       OptionCurves curves;
       const std::string missing = ResolveCurves(profile, b, o, curves);
@@ -189,7 +200,7 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
   scheme_costs_.resize(p.options.size());
   for (size_t o = 0; o < p.options.size(); ++o) {
     const SchemeInfo& s = *p.options[o].scheme;
-    shapes_.push_back({EncodesBeforeNetwork(s), DecodesAfterNetwork(s), EncodesInNetwork(s), ReadsDecodeInNetwork(s)});
+    shapes_.push_back({EncodesBeforeNetwork(s), DecodesAfterNetwork(s), ReadsEncodeInNetwork(s), ReadsDecodeInNetwork(s)});
     step_twin_[o] = o;
     for (size_t t = 0; t < o; ++t)
       if (p.options[t].scheme == p.options[o].scheme) {
@@ -235,10 +246,12 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
       sc.m = KernelElements(p_, scheme, first_, last, false);
       sc.x = KernelElements(p_, scheme, first_, last, true);
       const double ratio = GroupStepRatio(p_, scheme, first_, last);
+      const LowRankSizes low_rank =
+          scheme.codec == Codec::kLowRank ? b.GroupLowRank(first_, last, scheme.batched) : LowRankSizes{};
       sc.idle = sc.busy_extra = 0;  // busy_extra: what the steps' busy curves add to the idle ones
       for (int i = 0; i < scheme.step_count; ++i) {
-        const auto bytes =
-            static_cast<double>(StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union));
+        const auto bytes = static_cast<double>(
+            StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union, &low_rank));
         const double idle = k.steps[static_cast<size_t>(i)].At(bytes);
         sc.idle += idle;
         if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
@@ -270,6 +283,7 @@ double GroupStepRatio(const OptionProblem& p, const SchemeInfo& s, int first, in
 
 double KernelElements(const OptionProblem& p, const SchemeInfo& s, int first, int last, bool whole) {
   const int64_t n = p.base.GroupNumel(first, last);
+  if (s.codec == Codec::kLowRank) return static_cast<double>(p.base.GroupLowRank(first, last, s.batched).work);
   if (s.codec == Codec::kNonzeros)
     return std::max(static_cast<double>(n),
                     static_cast<double>(p.base.GroupNonzeros(first, last)) / p.base.sparse_density);
@@ -294,11 +308,15 @@ static void PlaceSteps(const OptionProblem& p, OptionGroupTimes& g, double start
   const int64_t n = p.base.GroupNumel(g.first, g.last);
   const double m = KernelElements(p, s, g.first, g.last, false);
   const double ratio = GroupStepRatio(p, s, g.first, g.last);
+  const LowRankSizes low_rank =
+      s.codec == Codec::kLowRank ? p.base.GroupLowRank(g.first, g.last, s.batched) : LowRankSizes{};
   const double stretch = g.cost.net > 0 ? (g.comm_end_us - g.comm_start_us) / g.cost.net : 1.0;
   double t = start;
   for (int i = 0; i < s.step_count; ++i) {
     if (EncodesInNetwork(s) && i == s.encode_before) t += stretch * curves.mid_encode.At(m);
-    const int64_t bytes = StepBytes(s, s.steps[i], *p.base.compressor, n, ratio, p.ranks(), p.base.zen_union);
+    if (ComputesBetweenSteps(s) && i == 1) t += stretch * curves.mid_encode.At(m);
+    const int64_t bytes =
+        StepBytes(s, s.steps[i], *p.base.compressor, n, ratio, p.ranks(), p.base.zen_union, &low_rank);
     const double dur = stretch * curves.steps[static_cast<size_t>(i)].At(static_cast<double>(bytes));
     g.steps.push_back({StepOp(s, s.steps[i], *p.base.compressor), s.steps[i].scope, bytes, t, t + dur});
     t += dur;

@@ -74,8 +74,9 @@ void FillOptionGroups(const OptionProblem& p, const OptionTimeline& t, pb::Plan&
     out->set_first_tensor(g.first);
     out->set_last_tensor(g.last);
     out->set_numel(p.base.GroupNumel(g.first, g.last));
+    const LowRankSizes low_rank = p.base.GroupLowRank(g.first, g.last, o.scheme->batched);
     ApplyScheme(*o.scheme, *p.base.compressor, o.device, GroupStepRatio(p, *o.scheme, g.first, g.last),
-                p.base.zen_union, p.ranks(), *out);
+                p.base.zen_union, p.ranks(), *out, &low_rank);
     out->clear_steps();  // with their bytes and times below
     out->set_encode_start_us(g.pre_start_us);
     out->set_encode_end_us(g.pre_end_us);
@@ -164,8 +165,9 @@ void FillHeader(const pb::Model& model, const pb::Profile& profile, const Proble
   spec->set_name(std::string(problem.compressor->name));
   spec->set_ratio(problem.compressor->uses_ratio ? problem.ratio : 0.0);
   spec->set_memory(memory);
-  spec->set_seed(problem.compressor->uses_seed ? request.seed : 0);
+  spec->set_seed(problem.compressor->uses_seed || problem.rank > 0 ? request.seed : 0);  // PowerSGD's first Q
   spec->set_zen_union(problem.zen_union);
+  spec->set_rank(problem.rank);
 }
 
 Status AddV1Baselines(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
@@ -291,6 +293,7 @@ PlanRequest RequestOf(const pb::Plan& plan) {
   r.memory = plan.compressor().memory();
   r.seed = plan.compressor().seed();
   r.zen_union = plan.compressor().zen_union();
+  r.rank = plan.compressor().rank();
   return r;
 }
 

@@ -180,6 +180,7 @@ PlanDiff DiffPlans(const pb::Plan& a, const pb::Plan& b, double tolerance_pct) {
   change("compressor.memory", a.compressor().memory(), b.compressor().memory());
   change("compressor.seed", std::to_string(a.compressor().seed()), std::to_string(b.compressor().seed()));
   change("compressor.zen_union", Exact(a.compressor().zen_union()), Exact(b.compressor().zen_union()));
+  change("compressor.rank", std::to_string(a.compressor().rank()), std::to_string(b.compressor().rank()));
 
   // Groups: compared by their boundaries as tensor names, so the report reads as the model.
   std::vector<std::string> ga = Boundaries(a), gb = Boundaries(b);

@@ -261,7 +261,7 @@ class Reader {
 };
 
 const std::vector<std::string_view> kModelKeys{"format", "name", "source", "forward_us", "update_us", "tensors"};
-const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backward_us", "density"};
+const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backward_us", "density", "shape"};
 const std::vector<std::string_view> kProfileKeys{"format", "cluster", "curves", "models"};
 const std::vector<std::string_view> kClusterKeys{"name",         "nodes",   "devices_per_node", "device",
                                                  "interconnect", "network", "source",           "meta"};
@@ -289,6 +289,21 @@ bool CheckFormat(Reader& r, const json& doc, const std::string& path, std::strin
   if (got == kModelFormat) hint = " (this is a model)";
   r.problems().Add(Join(path, "format"), "wrong format; got " + Quote(got) + hint + ", expected " + want);
   return false;
+}
+
+// "shape" (optional): an array of integers; their range and product are validate.cc's.
+void ReadShape(Reader& r, const json& t, const std::string& tp, pb::Tensor& tensor) {
+  const json* dims = r.Array(t, tp, "shape", false, "an array of integers (the tensor's dimensions)");
+  if (dims == nullptr) return;
+  for (size_t j = 0; j < dims->size(); ++j) {
+    if (!(*dims)[j].is_number_integer()) {
+      r.WrongType(Index(Join(tp, "shape"), j), (*dims)[j], "an integer");
+      continue;
+    }
+    if (auto d = r.IntegerValue((*dims)[j], Index(Join(tp, "shape"), j), std::numeric_limits<int64_t>::max())) {
+      tensor.add_shape(*d);
+    }
+  }
 }
 
 // Returns false when `obj` is no model at all (not an object, another format): its other
@@ -321,6 +336,7 @@ bool ReadModel(Reader& r, const json& obj, const std::string& path, bool format_
     if (auto d = r.Enum<pb::DType>(t, tp, "dtype", true, "dtype", DTypeNames(), ParseDType)) tensor->set_dtype(*d);
     if (auto x = r.Number(t, tp, "backward_us", true)) tensor->set_backward_us(*x);
     if (auto x = r.Number(t, tp, "density", false)) tensor->set_density(*x);
+    ReadShape(r, t, tp, *tensor);
   }
   return true;
 }
@@ -461,6 +477,7 @@ ordered_json ModelObject(const pb::Model& m) {
     jt["dtype"] = Name(t.dtype());
     jt["backward_us"] = t.backward_us();
     if (t.has_density()) jt["density"] = t.density();
+    if (!t.shape().empty()) jt["shape"] = std::vector<int64_t>(t.shape().begin(), t.shape().end());
     tensors.push_back(std::move(jt));
   }
   o["tensors"] = std::move(tensors);

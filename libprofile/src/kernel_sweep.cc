@@ -1,6 +1,7 @@
 #include "cupcake/profile/kernel_sweep.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/powersgd.h"
 #include "cupcake/kernels/zen.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
@@ -143,6 +145,10 @@ class Sweep {
         dec = enc;
         dec.set_kind(pb::DECODE);
         for (int64_t n : o_.elements) {
+          if (name == kPowerSgdName) {  // its points are keyed by their work, not n
+            CUPCAKE_RETURN_IF_ERROR(PowerSgdPoint(enc, dec, n, backend));
+            continue;
+          }
           CUPCAKE_ASSIGN_OR_RETURN(Want want_enc, Wanted(enc, n));
           if (name == kNonzeroCurveName) {  // an encode curve only
             if (want_enc.any()) CUPCAKE_RETURN_IF_ERROR(NonzeroPoint(enc, want_enc, n, *ratio));
@@ -205,7 +211,8 @@ class Sweep {
   // none (one curve without a ratio) for the others.
   std::vector<std::optional<double>> RatiosOf(const std::string& name) const {
     const CompressorInfo* info = FindCompressor(name);
-    if (name != kZenCurveName && name != kNonzeroCurveName && !info->uses_ratio) return {std::nullopt};
+    if (name == kPowerSgdName || (name != kZenCurveName && name != kNonzeroCurveName && !info->uses_ratio))
+      return {std::nullopt};
     return {o_.ratios.begin(), o_.ratios.end()};
   }
 
@@ -253,6 +260,49 @@ class Sweep {
     std::span<const std::byte> input_span(input.as<std::byte>(), static_cast<size_t>(input.size_bytes()));
     std::span<float> out_span(out.as<float>(), floats);
     return Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); });
+  }
+
+  // One size of PowerSGD's curves: the codec of one rows x cols matrix (rows = floor(sqrt(n)))
+  // at the sweep's rank, its points keyed by that step's work (LowRankSizes::work): the encode
+  // (EncodeP), and the decode of a summed P and Q. The middle step (ComputeQ) is one more
+  // product of the encode's size; the planner prices it with the encode curve.
+  Status PowerSgdPoint(const pb::Curve& enc, const pb::Curve& dec, int64_t n, kernels::Backend backend) {
+    void* stream = device_ != nullptr ? device_->stream() : nullptr;
+    kernels::powersgd::Config config;
+    const auto rows = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
+    config.shapes = {{rows, n / rows}};
+    config.rank = o_.rank;
+    config.world_size = o_.world_size;
+    const int64_t work = PowerSgdSizes(config.shapes, std::vector<int64_t>{rows * (n / rows)}, o_.rank, false).work;
+    CUPCAKE_ASSIGN_OR_RETURN(Want want_enc, Wanted(enc, work));
+    CUPCAKE_ASSIGN_OR_RETURN(Want want_dec, Wanted(dec, work));
+    if (!want_enc.any() && !want_dec.any()) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<kernels::powersgd::Codec> codec,
+                             kernels::powersgd::MakeCodec(config, backend));
+    const kernels::powersgd::Layout& l = codec->layout();
+    std::vector<float> host(static_cast<size_t>(l.n));
+    FillGradient(host, 1);
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer grad, Zeroed(backend, 4 * l.n));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer out, Zeroed(backend, 4 * l.n));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer state, Zeroed(backend, 4 * l.state_floats()));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer first, Zeroed(backend, 4 * l.first_floats()));
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::Buffer second, Zeroed(backend, 4 * l.second_floats()));
+    CUPCAKE_RETURN_IF_ERROR(grad.CopyFromHost(host.data(), 4 * l.n));
+    auto floats = [](const kernels::Buffer& b) {
+      return std::span<float>(b.as<float>(), static_cast<size_t>(b.size_bytes() / 4));
+    };
+    CUPCAKE_RETURN_IF_ERROR(codec->InitState(floats(state), stream));
+    // One untimed step, so that the decode reads a P and a Q of a real step.
+    CUPCAKE_RETURN_IF_ERROR(codec->EncodeP(floats(grad), floats(state), floats(first), stream));
+    CUPCAKE_RETURN_IF_ERROR(codec->ComputeQ(floats(first), floats(state), floats(second), stream));
+    if (want_enc.any()) {
+      CUPCAKE_RETURN_IF_ERROR(Measure(
+          enc, work, want_enc, [&](int) { return codec->EncodeP(floats(grad), floats(state), floats(first), stream); }));
+    }
+    if (!want_dec.any()) return Status::Ok();
+    return Measure(dec, work, want_dec, [&](int) {
+      return codec->Decode(floats(first), floats(second), floats(state), floats(out), stream);
+    });
   }
 
   // One size of Zen's curves, as rank 0 of W ranks does it in comm::ZenAllreduce and the
@@ -605,6 +655,10 @@ Status ValidateKernelSweepOptions(const KernelSweepOptions& options, bool zen_de
       if (options.device != pb::CPU)
         add("compressors: nonzero (the zen_sparse scheme's scan) runs on the cpu only; got device " +
             std::string(Name(options.device)));
+    } else if (name == kPowerSgdName) {
+      if (options.rank < 1 || options.rank > kMaxPowerSgdRank)
+        add("rank: out of range; got " + std::to_string(options.rank) + ", expected 1 <= rank <= " +
+            std::to_string(kMaxPowerSgdRank) + " (powersgd's curves)");
     } else if (name == kZenCurveName) {
       if (!zen_device)
         add("compressors: zen runs on the cpu or a CUDA device; got device " + std::string(Name(options.device)) +

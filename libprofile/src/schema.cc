@@ -166,8 +166,14 @@ constexpr std::string_view kSchemaV5 = R"sql(
 ALTER TABLE tensors ADD COLUMN density REAL;
 )sql";
 
-constexpr std::array<Migration, 5> kMigrations{
-    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}}};
+// Version 6: tensors record their shape (`shape`, the dimensions as decimal integers joined by
+// commas, "64,3,7,7"; NULL where not recorded: every version 5 tensor), for PowerSGD's matrices.
+constexpr std::string_view kSchemaV6 = R"sql(
+ALTER TABLE tensors ADD COLUMN shape TEXT;
+)sql";
+
+constexpr std::array<Migration, 6> kMigrations{
+    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6}}};
 
 }  // namespace
 

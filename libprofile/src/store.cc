@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -323,6 +324,32 @@ StatusOr<std::optional<int64_t>> FindModel(sqlite3* db, const std::string& path,
   return std::optional<int64_t>(st.Int(0));
 }
 
+// A tensor's shape in its DB column: the dimensions joined by commas, "64,3,7,7".
+std::string ShapeText(const pb::Tensor& t) {
+  std::string s;
+  for (int i = 0; i < t.shape_size(); ++i) s += (i ? "," : "") + std::to_string(t.shape(i));
+  return s;
+}
+
+// ShapeText's inverse into t; a problem at `where` when `text` is not such a list (the
+// dimensions' range and product are the model validation's).
+void ParseShapeText(const std::string& text, const std::string& where, internal::Problems& problems, pb::Tensor& t) {
+  std::vector<int64_t> dims;
+  size_t at = 0;
+  while (true) {
+    int64_t d = 0;
+    const auto [next, ec] = std::from_chars(text.data() + at, text.data() + text.size(), d);
+    at = static_cast<size_t>(next - text.data());
+    if (ec != std::errc() || (at < text.size() && text[at] != ',')) {
+      problems.Add(where, "malformed; got " + Quote(text) + ", expected dimensions joined by commas, such as '64,3,7,7'");
+      return;
+    }
+    dims.push_back(d);
+    if (at++ == text.size()) break;
+  }
+  for (int64_t d : dims) t.add_shape(d);
+}
+
 Status WriteModel(sqlite3* db, const std::string& path, const pb::Model& m, bool replace) {
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<int64_t> id, FindModel(db, path, m.name()));
   if (id && !replace)
@@ -349,14 +376,15 @@ Status WriteModel(sqlite3* db, const std::string& path, const pb::Model& m, bool
 
   Statement t(db, path);
   CUPCAKE_RETURN_IF_ERROR(
-      t.Prepare("INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us, density) "
-                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+      t.Prepare("INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us, density, shape) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
   for (int i = 0; i < m.tensors_size(); ++i) {
     const pb::Tensor& tensor = m.tensors(i);
     CUPCAKE_RETURN_IF_ERROR(t.Reset());
     t.Bind(1, model_id).Bind(2, static_cast<int64_t>(i)).Bind(3, tensor.name());
     t.Bind(4, static_cast<int64_t>(tensor.numel())).Bind(5, Name(tensor.dtype())).Bind(6, tensor.backward_us());
     t.BindOpt(7, tensor.has_density(), tensor.density());
+    t.BindOpt(8, !tensor.shape().empty(), ShapeText(tensor));
     CUPCAKE_RETURN_IF_ERROR(t.Run());
   }
   return Status::Ok();
@@ -376,7 +404,7 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
   if (!st.IsNull(3)) m.set_update_us(internal::ReadReal(st, 3, problems, internal::Join(where, "update_us")));
   Statement t(db, path);
   CUPCAKE_RETURN_IF_ERROR(
-      t.Prepare("SELECT position, name, numel, dtype, backward_us, density FROM tensors WHERE model_id = ?1 "
+      t.Prepare("SELECT position, name, numel, dtype, backward_us, density, shape FROM tensors WHERE model_id = ?1 "
                 "ORDER BY position"));
   t.Bind(1, id);
   const std::string tensors = internal::Join(where, "tensors");
@@ -404,6 +432,7 @@ StatusOr<pb::Model> ReadModel(sqlite3* db, const std::string& path, int64_t id, 
       problems.Add(tp + ".dtype", "unknown dtype; got " + Quote(dtype) + ", expected one of " + DTypeNames());
     tensor->set_backward_us(internal::ReadReal(t, 4, problems, tp + ".backward_us"));
     if (!t.IsNull(5)) tensor->set_density(internal::ReadReal(t, 5, problems, tp + ".density"));
+    if (!t.IsNull(6)) ParseShapeText(internal::ReadText(t, 6, problems, tp + ".shape"), tp + ".shape", problems, *tensor);
   }
   return m;
 }

@@ -140,6 +140,7 @@ void CheckModel(const pb::Model& m, const std::string& path, Problems& p) {
             "unknown dtype; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
     CheckTime(Join(tp, "backward_us"), t.backward_us(), p);
     if (std::string why = DensityProblem(t); !why.empty()) p.Add(Join(tp, "density"), why);
+    if (std::string why = ShapeProblem(t); !why.empty()) p.Add(Join(tp, "shape"), why);
   }
   if (total_numel > kMaxNumel)
     p.Add(tensors, "too many elements in all; got " + std::to_string(total_numel) + ", expected at most " +
@@ -159,7 +160,7 @@ void CheckRatio(const pb::Curve& c, const std::string& path, Problems& p) {
                       " measured at, 0 < ratio <= 1");
     return;
   }
-  if (!required && !info->uses_ratio) {
+  if (!required && (info == nullptr || !info->uses_ratio)) {  // info: nullptr for powersgd
     p.Add(path, "not allowed for compressor " + c.compressor() + "; got " + FormatDouble(c.ratio()) +
                     ", expected none (it selects no ratio of the elements)");
   } else if (!(c.ratio() > 0.0 && c.ratio() <= 1.0)) {
@@ -194,11 +195,12 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
         p.Add(Join(path, "compressor"),
               "missing; expected one of " + JoinNames({CompressorNames().begin(), CompressorNames().end()}));
       } else if (FindCompressor(c.compressor()) == nullptr && c.compressor() != kZenCurveName &&
-                 c.compressor() != kNonzeroCurveName) {
+                 c.compressor() != kNonzeroCurveName && c.compressor() != kPowerSgdName) {
         p.Add(Join(path, "compressor"), "unknown compressor; got " + Quote(c.compressor()) +
                                             DidYouMean(c.compressor(), CompressorNames()) + ", expected one of " +
                                             JoinNames({CompressorNames().begin(), CompressorNames().end()}) + ", " +
-                                            std::string(kZenCurveName) + " or " + std::string(kNonzeroCurveName));
+                                            std::string(kZenCurveName) + ", " + std::string(kNonzeroCurveName) +
+                                            " or " + std::string(kPowerSgdName));
       } else {
         CheckRatio(c, Join(path, "ratio"), p);
       }

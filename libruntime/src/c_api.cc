@@ -352,6 +352,18 @@ int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int6
   return Report(recorder->recorder->Register(name != nullptr ? name : "", numel));
 }
 
+int cupcake_recorder_register_shape(cupcake_recorder* recorder, const char* name, int64_t numel, const int64_t* shape,
+                                    int dims) {
+  if (recorder == nullptr) return NullRecorder("cupcake_recorder_register_shape");
+  if (dims < 0 || (dims > 0 && shape == nullptr)) {
+    return Report(InvalidArgumentError("cupcake_recorder_register_shape: shape: got " + std::to_string(dims) +
+                                       " dimensions at " + (shape == nullptr ? "NULL" : "a pointer") +
+                                       ", expected dims >= 0 and a non-NULL shape when dims > 0"));
+  }
+  return Report(recorder->recorder->Register(name != nullptr ? name : "", numel,
+                                             std::span<const int64_t>(shape, static_cast<size_t>(dims))));
+}
+
 int cupcake_recorder_begin_forward(cupcake_recorder* recorder) {
   if (recorder == nullptr) return NullRecorder("cupcake_recorder_begin_forward");
   return Report(recorder->recorder->BeginForward());

@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<SchemeRunner>> MakeRunner(const GroupLayout& layout, ke
     case SchemeKind::kHierarchical: return MakeHierarchicalRunner(layout, backend);
     case SchemeKind::kZen: return MakeZenRunner(layout, backend);
     case SchemeKind::kZenSparse: return MakeZenSparseRunner(layout);
+    case SchemeKind::kPowerSgd: return MakePowerSgdRunner(layout, backend);
   }
   return InternalError("MakeRunner: unknown scheme");
 }

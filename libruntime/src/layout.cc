@@ -84,9 +84,9 @@ bool ResolveScheme(const pb::Plan& plan, int k, const LayoutContext& c, Problems
                                             " (the plan's device; plan with --search-space fusion)");
     return false;
   }
-  if (offloaded && (scheme->hierarchical || scheme->zen)) {
+  if (offloaded && (scheme->hierarchical || scheme->zen || scheme->codec == Codec::kLowRank)) {
     problems.Add(f + ".options.device",
-                 "offload of a hierarchical or zen group is not executed by this runtime yet; got " +
+                 "offload of a hierarchical, zen or powersgd group is not executed by this runtime yet; got " +
                      Quoted(scheme_name) + " on the cpu, expected a flat scheme");
     return false;
   }
@@ -102,7 +102,10 @@ kernels::CompressorConfig GroupConfig(const pb::Plan& plan, int k, const SchemeI
                                       const LayoutContext& c) {
   const pb::CompressorSpec& spec = plan.compressor();
   const pb::Group& g = plan.groups(k);
-  const bool nonzero_codec = scheme != nullptr && scheme->codec == Codec::kNonzeros;
+  // The non-zero and PowerSGD codecs are no compressors: their groups are laid out as fp32 (no
+  // compressor state, no single payload).
+  const bool nonzero_codec =
+      scheme != nullptr && (scheme->codec == Codec::kNonzeros || scheme->codec == Codec::kLowRank);
   const bool compress =
       scheme != nullptr ? scheme->codec != Codec::kNone : g.options().compress() || spec.name() == "fp32";
   kernels::CompressorConfig config;
@@ -121,6 +124,23 @@ kernels::CompressorConfig GroupConfig(const pb::Plan& plan, int k, const SchemeI
   return config;
 }
 
+// The PowerSGD codec of group k: its tensors' shapes, the plan's rank, one seed for every rank.
+kernels::powersgd::Config PowerSgdConfig(const pb::Plan& plan, int k, const SchemeInfo& scheme,
+                                         const LayoutContext& c) {
+  const pb::Group& g = plan.groups(k);
+  kernels::powersgd::Config config;
+  for (int i = g.first_tensor(); i <= g.last_tensor(); ++i) {
+    const pb::Tensor& t = plan.model().model().tensors(i);
+    config.shapes.push_back(t.shape().empty() ? std::vector<int64_t>{t.numel()}
+                                              : std::vector<int64_t>(t.shape().begin(), t.shape().end()));
+  }
+  config.rank = plan.compressor().rank();
+  config.batched = scheme.batched;
+  config.world_size = c.world_size;
+  config.seed = GroupSeed(plan.compressor().seed(), k, c.rank, /*allreduce=*/true);
+  return config;
+}
+
 // Everything about group k once its scheme and codec are known.
 GroupLayout MakeGroup(const pb::Plan& plan, int k, const SchemeInfo* scheme, bool offloaded, int devices_per_node,
                       const kernels::CompressorConfig& config, const kernels::CompressorLayout& codec,
@@ -133,8 +153,10 @@ GroupLayout MakeGroup(const pb::Plan& plan, int k, const SchemeInfo* scheme, boo
   g.numel = pg.numel();
   g.scheme = scheme == nullptr                   ? SchemeKind::kFlat
              : scheme->hierarchical              ? SchemeKind::kHierarchical
+             : scheme->codec == Codec::kLowRank  ? SchemeKind::kPowerSgd
              : !scheme->zen                      ? SchemeKind::kFlat
              : scheme->codec == Codec::kNonzeros ? SchemeKind::kZenSparse
+             : scheme->codec == Codec::kLowRank  ? SchemeKind::kPowerSgd
                                                  : SchemeKind::kZen;
   g.place = offloaded ? CodecPlace::kOffloaded : c.device_memory ? CodecPlace::kDevice : CodecPlace::kHost;
   g.config = config;
@@ -151,6 +173,7 @@ GroupLayout MakeGroup(const pb::Plan& plan, int k, const SchemeInfo* scheme, boo
   }
   if (g.scheme == SchemeKind::kZen || g.scheme == SchemeKind::kZenSparse)
     g.zen_seed = static_cast<uint32_t>(GroupSeed(plan.compressor().seed(), k, c.rank, /*allreduce=*/true));
+  if (g.scheme == SchemeKind::kPowerSgd) g.powersgd = PowerSgdConfig(plan, k, *scheme, c);
   if (g.scheme == SchemeKind::kZenSparse) {
     const int64_t expected = pg.payload_bytes() / static_cast<int64_t>(sizeof(kernels::zen::Pair));
     g.nonzero_capacity = std::min(g.numel, 2 * expected);
@@ -184,6 +207,13 @@ void AddGroup(const pb::Plan& plan, int k, const LayoutContext& c, Problems& pro
   }
   // Payload sizes and collectives were checked against the catalogue by ValidatePlan.
   out.groups.push_back(MakeGroup(plan, k, scheme, offloaded, devices_per_node, config, *codec, c));
+  if (out.groups.back().scheme == SchemeKind::kPowerSgd) {
+    if (auto l = kernels::powersgd::ResolveLayout(out.groups.back().powersgd); !l.ok()) {
+      problems.Add(f, l.status().message());
+      out.groups.pop_back();
+      return;
+    }
+  }
   if (out.groups.back().scheme == SchemeKind::kHierarchical) out.hierarchical_devices = devices_per_node;
 }
 
@@ -195,6 +225,7 @@ const char* SchemeKindName(SchemeKind kind) {
     case SchemeKind::kHierarchical: return "hierarchical";
     case SchemeKind::kZen: return "zen";
     case SchemeKind::kZenSparse: return "zen_sparse";
+    case SchemeKind::kPowerSgd: return "powersgd";
   }
   return "?";
 }
@@ -205,6 +236,7 @@ bool GroupLayout::has_compressor() const {
     case SchemeKind::kHierarchical: return shard_codec;
     case SchemeKind::kZen: return true;
     case SchemeKind::kZenSparse: return false;
+    case SchemeKind::kPowerSgd: return false;  // its codec is the runner's own
   }
   return false;
 }

@@ -13,6 +13,7 @@
 #include "cupcake/comm/communicator.h"
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/powersgd.h"
 #include "cupcake/proto/status.h"
 
 namespace cupcake::runtime::internal {
@@ -23,8 +24,10 @@ enum class SchemeKind {
   kHierarchical,  // reduce-scatter in the node, the codec across nodes on the shard, allgather
   kZen,  // the compressor's sparse pairs summed by ZenAllreduce
   kZenSparse,  // the group's non-zero entries summed by ZenAllreduce (exact)
+  kPowerSgd,  // PowerSGD: P (with the uncompressed tensors) allreduced, then Q (powersgd_runner.cc)
 };
-const char* SchemeKindName(SchemeKind kind);  // "flat", "hierarchical", "zen", "zen_sparse"
+// "flat", "hierarchical", "zen", "zen_sparse", "powersgd"
+const char* SchemeKindName(SchemeKind kind);
 
 // Where a group's encode and decode run.
 enum class CodecPlace {
@@ -66,6 +69,10 @@ struct GroupLayout {
   bool shard_codec = false;
   uint32_t zen_seed = 0;  // zen: the owner hash's seed (GroupSeed's shared form)
   int64_t nonzero_capacity = 0;  // zen_sparse: pairs reserved (twice the plan's expected count)
+  // powersgd: the codec's config (the group's tensor shapes, a tensor without a recorded shape
+  // as the vector {numel}; the plan's rank; batched; the seed shared by the ranks). Its state
+  // (error feedback, Q) lives in the runner, not in the per-element state planes.
+  kernels::powersgd::Config powersgd;
   // Set by PlaceBuffers: the registered buffers are not one span, so a fusion buffer is packed.
   bool fused = false;
 

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cupcake/cupcake.pb.h"
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/fingerprint.h"
 
@@ -62,7 +63,7 @@ StatusOr<std::unique_ptr<Recorder>> Recorder::Create(const std::string& model_na
   return std::unique_ptr<Recorder>(new Recorder(model_name, options));
 }
 
-Status Recorder::Register(const std::string& name, int64_t numel) {
+Status Recorder::Register(const std::string& name, int64_t numel, std::span<const int64_t> shape) {
   const std::string where = "recorder: tensor " + std::to_string(names_.size()) + " ('" + name + "')";
   if (in_backward_ || completed_ > 0)
     return FailedPreconditionError(where +
@@ -72,8 +73,13 @@ Status Recorder::Register(const std::string& name, int64_t numel) {
     return InvalidArgumentError(where + ": numel: out of range; got " + std::to_string(numel) + ", expected >= 1");
   if (std::find(names_.begin(), names_.end(), name) != names_.end())
     return InvalidArgumentError(where + ": name: registered twice; expected distinct names");
+  pb::Tensor t;
+  t.set_numel(numel);
+  for (int64_t d : shape) t.add_shape(d);
+  if (std::string why = ShapeProblem(t); !why.empty()) return InvalidArgumentError(where + ": shape: " + why);
   names_.push_back(name);
   numels_.push_back(numel);
+  shapes_.emplace_back(shape.begin(), shape.end());
   gaps_us_.emplace_back();
   density_samples_.emplace_back();
   return Status::Ok();
@@ -233,6 +239,7 @@ Status Recorder::MergeRanks(comm::Communicator& comm) {
     pt->set_name(names_[t]);
     pt->set_numel(numels_[t]);
     pt->set_dtype(pb::FLOAT32);
+    for (int64_t d : shapes_[t]) pt->add_shape(d);
   }
   MergeHeader mine{};
   const std::string fp = ModelFingerprint(model);
@@ -336,6 +343,8 @@ StatusOr<std::string> Recorder::ToJson() const {
       out += ", \"density\": ";
       AppendDouble(out, densities[t]);
     }
+    for (size_t d = 0; d < shapes_[t].size(); ++d) out += (d == 0 ? ", \"shape\": [" : ", ") + std::to_string(shapes_[t][d]);
+    if (!shapes_[t].empty()) out += "]";
     out += "}";
   }
   out += "\n  ]\n}\n";

@@ -90,12 +90,14 @@ class SchemeRunner {
 StatusOr<std::unique_ptr<SchemeRunner>> MakeRunner(const GroupLayout& layout, kernels::Backend backend,
                                                    DeviceStreams* device);
 
-// One runner per scheme (flat_runner.cc, hierarchical_runner.cc, zen_runner.cc).
+// One runner per scheme (flat_runner.cc, hierarchical_runner.cc, zen_runner.cc,
+// powersgd_runner.cc).
 StatusOr<std::unique_ptr<SchemeRunner>> MakeFlatRunner(const GroupLayout& layout, kernels::Backend backend,
                                                        DeviceStreams* device);
 StatusOr<std::unique_ptr<SchemeRunner>> MakeHierarchicalRunner(const GroupLayout& layout, kernels::Backend backend);
 StatusOr<std::unique_ptr<SchemeRunner>> MakeZenRunner(const GroupLayout& layout, kernels::Backend backend);
 StatusOr<std::unique_ptr<SchemeRunner>> MakeZenSparseRunner(const GroupLayout& layout);
+StatusOr<std::unique_ptr<SchemeRunner>> MakePowerSgdRunner(const GroupLayout& layout, kernels::Backend backend);
 
 // Helpers the runners share.
 StatusOr<kernels::Buffer> AllocateZeroed(kernels::Backend backend, int64_t bytes);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "cupcake/proto/names.h"
@@ -39,6 +40,9 @@ constexpr SchemeStep kGlobalPayload{pb::COMM_OP_UNSPECIFIED, pb::GLOBAL, true, f
 constexpr SchemeStep kIntraReduceScatter{pb::REDUCE_SCATTER, pb::INTRA, false, false, kInput};
 constexpr SchemeStep kInterPayload{pb::COMM_OP_UNSPECIFIED, pb::INTER, true, true, kInput};
 constexpr SchemeStep kIntraAllgather{pb::ALLGATHER, pb::INTRA, false, true, kInput};
+// PowerSGD's two allreduces: P (with the uncompressed tensors), then Q.
+constexpr SchemeStep kLowRankP{pb::ALLREDUCE, pb::GLOBAL, true, false, StepSize::kLowRankP};
+constexpr SchemeStep kLowRankQ{pb::ALLREDUCE, pb::GLOBAL, false, false, StepSize::kLowRankQ};
 constexpr SchemeStep kNoStep{pb::COMM_OP_UNSPECIFIED, pb::SCOPE_UNSPECIFIED, false, false, kInput};
 // ZenAllreduce's collectives, in order (libcomm/src/zen.cc).
 constexpr SchemeStep kZenCounts{pb::ALLTOALL, pb::GLOBAL, false, false, StepSize::kZenCounts};
@@ -51,9 +55,14 @@ constexpr SchemeStep kZenPartitions{pb::ALLGATHER, pb::GLOBAL, false, false, Ste
 constexpr CompressorInfo kNonzeroCodec{
     kNonzeroCurveName, pb::ALLTOALL, PayloadFormula::kSparse, true, false, "none", "the non-zero entries, exact"};
 
-constexpr std::array<SchemeInfo, 8> kSchemes{{
-    {"flat_fp32", Codec::kNone, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp32 allreduce"},
-    {"flat_fp16", Codec::kFp16, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp16 allreduce"},
+// Codec::kLowRank: PowerSGD, the codec of the powersgd schemes (any plan compressor); its sizes
+// are PowerSgdSizes'. Its memory is the error feedback over the whole group, as the hook's.
+constexpr CompressorInfo kPowerSgdCodec{kPowerSgdName, pb::ALLREDUCE, PayloadFormula::kDense32, false, true,
+                                        "residual", "PowerSGD: rank-r factors of each matrix, error feedback"};
+
+constexpr std::array<SchemeInfo, 10> kSchemes{{
+    {"flat_fp32", Codec::kNone, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp32 allreduce", false},
+    {"flat_fp16", Codec::kFp16, 1, {kGlobalPayload, kNoStep, kNoStep, kNoStep}, 0, 0, false, false, "fp16 allreduce", false},
     {"flat",
      Codec::kCompressor,
      1,
@@ -62,7 +71,7 @@ constexpr std::array<SchemeInfo, 8> kSchemes{{
      0,
      false,
      false,
-     "the compressor, flat"},
+     "the compressor, flat", false},
     {"hier_fp32",
      Codec::kNone,
      3,
@@ -71,7 +80,7 @@ constexpr std::array<SchemeInfo, 8> kSchemes{{
      1,
      true,
      false,
-     "reduce-scatter in the node, fp32 allreduce across nodes, allgather in the node"},
+     "reduce-scatter in the node, fp32 allreduce across nodes, allgather in the node", false},
     {"hier_fp16",
      Codec::kFp16,
      3,
@@ -80,7 +89,7 @@ constexpr std::array<SchemeInfo, 8> kSchemes{{
      1,
      true,
      false,
-     "reduce-scatter in the node, fp16 allreduce across nodes, allgather in the node"},
+     "reduce-scatter in the node, fp16 allreduce across nodes, allgather in the node", false},
     {"hier",
      Codec::kCompressor,
      3,
@@ -89,7 +98,7 @@ constexpr std::array<SchemeInfo, 8> kSchemes{{
      1,
      true,
      false,
-     "reduce-scatter in the node, the compressor across nodes on the shard, allgather in the node"},
+     "reduce-scatter in the node, the compressor across nodes on the shard, allgather in the node", false},
     {"zen",
      Codec::kCompressor,
      4,
@@ -98,7 +107,7 @@ constexpr std::array<SchemeInfo, 8> kSchemes{{
      3,
      false,
      true,
-     "Zen: the compressor's pairs to their owner ranks, summed there, the owners' sums gathered"},
+     "Zen: the compressor's pairs to their owner ranks, summed there, the owners' sums gathered", false},
     {"zen_sparse",
      Codec::kNonzeros,
      4,
@@ -107,7 +116,27 @@ constexpr std::array<SchemeInfo, 8> kSchemes{{
      3,
      false,
      true,
-     "Zen on the group's non-zero entries, uncompressed (naturally sparse gradients)"},
+     "Zen on the group's non-zero entries, uncompressed (naturally sparse gradients)", false},
+    {"powersgd",
+     Codec::kLowRank,
+     2,
+     {kLowRankP, kLowRankQ, kNoStep, kNoStep},
+     0,
+     1,
+     false,
+     false,
+     "PowerSGD per tensor: P = M Q allreduced with the uncompressed tensors, orthogonalized, Q = M^T P allreduced",
+     false},
+    {"powersgd_batched",
+     Codec::kLowRank,
+     2,
+     {kLowRankP, kLowRankQ, kNoStep, kNoStep},
+     0,
+     1,
+     false,
+     false,
+     "PowerSGD on the group as one zero-padded square matrix",
+     true},
 }};
 
 }  // namespace
@@ -132,6 +161,7 @@ const CompressorInfo& CodecCompressor(const SchemeInfo& s, const CompressorInfo&
     case Codec::kFp16: return kCatalogue[1];
     case Codec::kCompressor: return plan_compressor;
     case Codec::kNonzeros: return kNonzeroCodec;
+    case Codec::kLowRank: return kPowerSgdCodec;
   }
   return kCatalogue[0];
 }
@@ -155,8 +185,10 @@ int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node) {
 }
 
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
-                  double ratio, const RankLayout& ranks, double zen_union) {
+                  double ratio, const RankLayout& ranks, double zen_union, const LowRankSizes* low_rank) {
   switch (step.size) {
+    case StepSize::kLowRankP: return low_rank != nullptr ? 4 * low_rank->first_floats : 0;
+    case StepSize::kLowRankQ: return low_rank != nullptr ? 4 * low_rank->second_floats : 0;
     case StepSize::kZenCounts: return 8 * static_cast<int64_t>(ranks.world_size);
     case StepSize::kZenSizes: return 8;
     case StepSize::kZenPartition:
@@ -179,6 +211,70 @@ std::string DensityProblem(const pb::Tensor& t) {
   std::ostringstream os;
   os << "out of range; got " << t.density() << ", expected 0 < density <= 1 (the share of non-zero elements)";
   return os.str();
+}
+
+std::string ShapeProblem(const pb::Tensor& t) {
+  if (t.shape().empty()) return "";
+  std::string dims;
+  int64_t numel = 1;
+  bool overflow = false;
+  for (int i = 0; i < t.shape_size(); ++i) {
+    const int64_t d = t.shape(i);
+    dims += (i ? ", " : "") + std::to_string(d);
+    if (d < 1) return "out of range; got dimension " + std::to_string(i) + " = " + std::to_string(d) + ", expected >= 1";
+    overflow = overflow || numel > std::numeric_limits<int64_t>::max() / d;
+    if (!overflow) numel *= d;
+  }
+  if (!overflow && numel == t.numel()) return "";
+  return "wrong size; got [" + dims + "] (" + (overflow ? std::string("too many") : std::to_string(numel)) +
+         " elements), expected numel " + std::to_string(t.numel());
+}
+
+LowRankMatrix PowerSgdMatrix(std::span<const int64_t> shape, int64_t numel, int rank, double min_rate) {
+  LowRankMatrix m;
+  m.rows = shape.empty() ? numel : shape[0];
+  m.cols = m.rows > 0 ? numel / m.rows : 0;
+  m.rank = std::min<int64_t>({m.rows, m.cols, static_cast<int64_t>(rank)});
+  m.compressed = static_cast<double>((m.rows + m.cols) * m.rank) * min_rate < static_cast<double>(m.rows * m.cols);
+  return m;
+}
+
+int64_t PowerSgdSide(int64_t n) {
+  auto side = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
+  while (side * side < n) ++side;
+  while (side > 1 && (side - 1) * (side - 1) >= n) --side;
+  return side;
+}
+
+LowRankSizes PowerSgdSizes(std::span<const std::vector<int64_t>> shapes, std::span<const int64_t> numels, int rank,
+                           bool batched) {
+  LowRankSizes sizes;
+  for (int64_t numel : numels) sizes.work += numel;
+  if (batched) {
+    const int64_t side = PowerSgdSide(sizes.work);
+    const int64_t r = std::min<int64_t>(side, rank);
+    sizes.first_floats = sizes.second_floats = side * r;
+    sizes.work += side * side * r;
+    return sizes;
+  }
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const LowRankMatrix m = PowerSgdMatrix(shapes[i], numels[i], rank, kPowerSgdMinCompressionRate);
+    sizes.first_floats += m.compressed ? m.rows * m.rank : numels[i];
+    sizes.second_floats += m.compressed ? m.cols * m.rank : 0;
+    sizes.work += m.compressed ? numels[i] * m.rank : 0;
+  }
+  return sizes;
+}
+
+LowRankSizes PowerSgdGroupSizes(const pb::Model& model, int first, int last, int rank, bool batched) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> numels;
+  for (int i = first; i <= last; ++i) {
+    const pb::Tensor& t = model.tensors(i);
+    shapes.emplace_back(t.shape().begin(), t.shape().end());
+    numels.push_back(t.numel());
+  }
+  return PowerSgdSizes(shapes, numels, rank, batched);
 }
 
 double SchemeRatio(const SchemeInfo& s, double ratio, const pb::Model& model, int first, int last) {
@@ -204,20 +300,20 @@ int PayloadStep(const SchemeInfo& s) {
 }
 
 void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
-                 double zen_union, const RankLayout& ranks, pb::Group& g) {
+                 double zen_union, const RankLayout& ranks, pb::Group& g, const LowRankSizes* low_rank) {
   const SchemeStep& payload = s.steps[PayloadStep(s)];
   pb::GroupOptions* opt = g.mutable_options();
   opt->set_scheme(std::string(s.name));
   opt->set_compress(s.codec != Codec::kNone);
   opt->set_device(device);
   opt->set_collective(StepOp(s, payload, plan_compressor));
-  g.set_payload_bytes(StepBytes(s, payload, plan_compressor, g.numel(), ratio, ranks, zen_union));
+  g.set_payload_bytes(StepBytes(s, payload, plan_compressor, g.numel(), ratio, ranks, zen_union, low_rank));
   g.clear_steps();
   for (int i = 0; i < s.step_count; ++i) {
     pb::Step* step = g.add_steps();
     step->set_op(StepOp(s, s.steps[i], plan_compressor));
     step->set_scope(s.steps[i].scope);
-    step->set_bytes(StepBytes(s, s.steps[i], plan_compressor, g.numel(), ratio, ranks, zen_union));
+    step->set_bytes(StepBytes(s, s.steps[i], plan_compressor, g.numel(), ratio, ranks, zen_union, low_rank));
   }
 }
 

@@ -99,6 +99,7 @@ void CheckModel(Problems& p, const pb::PlanModel& pm) {
             "out of range; got " + std::to_string(t.numel()) + ", expected 1 <= x <= " + std::to_string(kMaxNumel));
     CheckTime(p, f + ".backward_us", t.backward_us(), kMaxTimeUs);
     if (std::string why = DensityProblem(t); !why.empty()) p.Add(f + ".density", why);
+    if (std::string why = ShapeProblem(t); !why.empty()) p.Add(f + ".shape", why);
     if (DTypeBytes(t.dtype()) == 0)
       p.Add(f + ".dtype",
             "missing; got " + std::to_string(static_cast<int>(t.dtype())) + ", expected one of " + DTypeNames());
@@ -146,6 +147,9 @@ void CheckCompressor(Problems& p, const pb::CompressorSpec& c) {
       os << "out of range; got " << c.ratio() << ", expected in [0, 1] (unused by " << c.name() << ")";
     p.Add("compressor.ratio", os.str());
   }
+  if (c.rank() < 0 || c.rank() > kMaxPowerSgdRank)
+    p.Add("compressor.rank", "out of range; got " + std::to_string(c.rank()) + ", expected 0 <= rank <= " +
+                                 std::to_string(kMaxPowerSgdRank) + " (0: no PowerSGD group)");
   if (Status s = ValidateZenUnion(p.origin() + ": compressor.zen_union", c.zen_union()); !s.ok())
     p.AddLine(s.message());
 }
@@ -190,6 +194,14 @@ void CheckPhaseOrder(Problems& p, const pb::Plan& plan, int k) {
   }
 }
 
+// A PowerSGD group's two allreduce sizes, from its tensors' shapes and the plan's rank; zeros
+// for other schemes. The group's tensors are in range (the caller checked).
+LowRankSizes GroupLowRank(const pb::Plan& plan, const pb::Group& g, const SchemeInfo& s) {
+  if (s.codec != Codec::kLowRank) return {};
+  return PowerSgdGroupSizes(plan.model().model(), g.first_tensor(), g.last_tensor(), plan.compressor().rank(),
+                            s.batched);
+}
+
 // Each step of an options plan's group is the scheme's: its collective, its scope and, when
 // `sized` (the group, compressor, scheme and world can be priced), its bytes per rank (what the
 // planner priced).
@@ -215,8 +227,10 @@ void CheckSteps(Problems& p, const pb::Plan& plan, int k, const SchemeInfo& s, b
       if (st.bytes() <= 0) p.Add(sf + ".bytes", "must be positive; got " + std::to_string(st.bytes()));
       continue;
     }
+    const LowRankSizes low_rank = GroupLowRank(plan, g, s);
     const int64_t bytes = StepBytes(s, want, *info, g.numel(), SchemeRatio(s, ratio, m, g.first_tensor(), g.last_tensor()),
-                                    {plan.world_size(), plan.devices_per_node()}, plan.compressor().zen_union());
+                                    {plan.world_size(), plan.devices_per_node()}, plan.compressor().zen_union(),
+                                    &low_rank);
     if (st.bytes() != bytes)
       p.Add(sf + ".bytes", "does not match the scheme; got " + std::to_string(st.bytes()) + ", expected " +
                                std::to_string(bytes) + of);
@@ -258,6 +272,9 @@ const SchemeInfo* CheckScheme(Problems& p, const pb::Plan& plan, int k) {
   if (const CompressorInfo* info = FindCompressor(plan.compressor().name()); info != nullptr) {
     if (std::string why = SchemeCodecProblem(*s, *info); !why.empty()) p.Add(f + ".options.scheme", why);
   }
+  if (s->codec == Codec::kLowRank && plan.compressor().rank() < 1)
+    p.Add(f + ".options.scheme", std::string(s->name) + " needs the plan's compressor.rank; got " +
+                                     std::to_string(plan.compressor().rank()) + ", expected rank >= 1");
   if (g.steps_size() != s->step_count)
     p.Add(f + ".steps", "do not match the scheme; got " + std::to_string(g.steps_size()) + " steps, expected " +
                             std::to_string(s->step_count) + " (" + std::string(s->name) + ")");
@@ -330,10 +347,12 @@ void CheckGroups(Problems& p, const pb::Plan& plan) {
       CheckSteps(p, plan, k, *scheme,
                  priced && plan.world_size() >= 1 && SchemeCodecProblem(*scheme, *info).empty());
     if (priced) {
+      const LowRankSizes low_rank = scheme != nullptr ? GroupLowRank(plan, g, *scheme) : LowRankSizes{};
       const int64_t expected =
           scheme != nullptr        ? StepBytes(*scheme, scheme->steps[PayloadStep(*scheme)], *info, g.numel(),
                                                SchemeRatio(*scheme, ratio, m, g.first_tensor(), g.last_tensor()),
-                                               {plan.world_size(), plan.devices_per_node()}, plan.compressor().zen_union())
+                                               {plan.world_size(), plan.devices_per_node()}, plan.compressor().zen_union(),
+                                               &low_rank)
           : g.options().compress() ? PayloadBytes(*info, g.numel(), ratio)
                                    : 4 * g.numel();
       if (g.payload_bytes() != expected)

@@ -556,7 +556,8 @@ class _Record:
         on_gpu = state.device.type == "cuda"
         self.recorder = cupcake.Recorder(self.model_name, cupcake.kernel_time_source() if on_gpu else None)
         for k in state.order:
-            self.recorder.register(state.named[k][0], state.named[k][1].numel())
+            p = state.named[k][1]
+            self.recorder.register(state.named[k][0], p.numel(), list(p.shape))  # shapes: PowerSGD's matrices
         self.forward_handle = torch.nn.modules.module.register_module_forward_pre_hook(self._on_forward)
         self.backward = torch.autograd.backward
         torch.autograd.backward = self._wrapped_backward

@@ -363,8 +363,11 @@ void BindRecorder(py::module_& m) {
            "Record mode (libruntime's Recorder): gaps on the steady clock, or with `activity` (a "
            "KernelTimeSource) the device's kernel time between gradient-ready marks.")
       .def(
-          "register", [](Recorder& r, const std::string& name, int64_t numel) { Check(r.Register(name, numel)); },
-          py::arg("name"), py::arg("numel"))
+          "register",
+          [](Recorder& r, const std::string& name, int64_t numel, const std::vector<int64_t>& shape) {
+            Check(r.Register(name, numel, shape));
+          },
+          py::arg("name"), py::arg("numel"), py::arg("shape") = std::vector<int64_t>{})
       .def_property_readonly("registered", &Recorder::registered)
       .def("begin_forward", [](Recorder& r) { Check(r.BeginForward()); })
       .def("begin_backward", [](Recorder& r) { Check(r.BeginBackward()); })

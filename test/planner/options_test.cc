@@ -330,7 +330,7 @@ TEST(OptionsPlan, HierarchicalStepsOnTheTrace) {
   bad.mutable_groups(0)->mutable_options()->set_scheme("hier_magic");
   EXPECT_EQ(ValidatePlan(bad, "plan.pb").message(),
             "plan.pb: groups[0].options.scheme: unknown scheme; got \"hier_magic\", expected one of flat_fp32, "
-            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse");
+            "flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse, powersgd, powersgd_batched");
   // A hierarchical group on a plan without several devices per node.
   bad = *plan;
   bad.set_devices_per_node(1);
@@ -1253,6 +1253,93 @@ TEST(OptionsZenSparse, DroppedNamingWhy) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(FindOption(*p, "zen_sparse", pb::GPU), -1);
   EXPECT_THAT(p->dropped, ::testing::Contains("zen_sparse: runs on host memory only (a cpu plan)"));
+}
+
+// PowerSGD (docs/MODEL.md, "PowerSGD"): one [100, 100] tensor (backward 100 us), one node of 2
+// CPUs, an fp32 plan at --rank 2; allreduce 0.25 us per byte (2 us at 8 B); "encode powersgd cpu"
+// 10 us, "decode powersgd cpu" 20 us (constant). By hand:
+//   flat_fp32: allreduce of 40000 B = 10000 us: D = 100 + 10000 = 10100;
+//   powersgd: P 100 x 2 and Q 100 x 2 floats, 800 B each = 200 us; the encode before (10), the
+//     middle product between the allreduces priced as an encode (10), the decode after (20):
+//     D = 100 + 10 + 200 + 10 + 200 + 20 = 540; batched: side 100, the same sizes: 540.
+struct PowerSgdHand {
+  pb::Model model;
+  pb::Profile profile;
+  PlanRequest request;
+};
+
+PowerSgdHand PowerSgdInstance() {
+  PowerSgdHand h;
+  h.model = TwoTensors(10000, 0, 0);
+  h.model.mutable_tensors()->RemoveLast();
+  h.model.mutable_tensors(0)->add_shape(100);
+  h.model.mutable_tensors(0)->add_shape(100);
+  h.profile.mutable_cluster()->set_name("hand-powersgd");
+  h.profile.mutable_cluster()->set_nodes(1);
+  h.profile.mutable_cluster()->set_devices_per_node(2);
+  AddComm(h.profile, pb::ALLREDUCE, pb::GLOBAL, {{8, 2}, {80000, 20000}});
+  AddKernel(h.profile, pb::ENCODE, "powersgd", pb::CPU, 10);
+  AddKernel(h.profile, pb::DECODE, "powersgd", pb::CPU, 20);
+  h.request.compressor = "fp32";
+  h.request.device = pb::CPU;
+  h.request.rank = 2;
+  return h;
+}
+
+TEST(OptionsPowerSgd, PricedFromItsKernelCurvesAndSteps) {
+  const PowerSgdHand h = PowerSgdInstance();
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->option_count(), 3);  // flat_fp32, powersgd, powersgd_batched on the CPU
+  const std::vector<int> ends{0};
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, ends, Opts(*p, {{"flat_fp32", pb::CPU}})), 10100);
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, ends, Opts(*p, {{"powersgd", pb::CPU}})), 540);
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, ends, Opts(*p, {{"powersgd_batched", pb::CPU}})), 540);
+  // The curves' x: one product's multiply-adds (10000 x 2) plus the group's elements.
+  EXPECT_DOUBLE_EQ(KernelElements(*p, *FindScheme("powersgd"), 0, 0, true), 30000);
+  SearchOptions options;
+  options.space = SearchSpace::kOptions;
+  auto plan = MakePlan(h.model, h.profile, h.request, options);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->groups_size(), 1);
+  const pb::Group& g = plan->groups(0);
+  EXPECT_EQ(g.options().scheme().rfind("powersgd", 0), 0u) << g.options().scheme();
+  EXPECT_EQ(g.payload_bytes(), 800);
+  ASSERT_EQ(g.steps_size(), 2);
+  EXPECT_DOUBLE_EQ(g.steps(0).start_us(), 110);
+  EXPECT_DOUBLE_EQ(g.steps(1).start_us(), 320);  // after P (200) and the middle product (10)
+  EXPECT_EQ(g.steps(1).bytes(), 800);
+  EXPECT_EQ(plan->compressor().rank(), 2);
+  EXPECT_DOUBLE_EQ(plan->predicted().iteration_us(), 540);
+  EXPECT_TRUE(ValidatePlan(*plan, "plan.pb").ok()) << ValidatePlan(*plan, "plan.pb").ToString();
+  auto t = Simulate(*plan, h.model, h.profile);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_DOUBLE_EQ(t->iteration_us, 540);
+}
+
+// Without a rank, or without PowerSGD's curves, the schemes are left out naming why; a tensor
+// without a recorded shape is a vector: nothing to compress, P carries it whole (40000 B).
+TEST(OptionsPowerSgd, DroppedNamingWhyAndVectorsGoWhole) {
+  PowerSgdHand h = PowerSgdInstance();
+  h.request.rank = 0;
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(FindOption(*p, "powersgd", pb::CPU), -1);
+  EXPECT_THAT(p->dropped, ::testing::Contains("powersgd: no PowerSGD rank given (--rank)"));
+  h = PowerSgdInstance();
+  h.profile.mutable_curves()->RemoveLast();  // decode powersgd
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_THAT(p->dropped, ::testing::Contains("powersgd cpu: the profile lacks \"decode powersgd cpu\""));
+  h = PowerSgdInstance();
+  h.model.mutable_tensors(0)->clear_shape();
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  // 100 + 10 + 10000 (P: the vector whole) + 10 + 2 (Q: nothing, the curve's first point) + 20.
+  EXPECT_DOUBLE_EQ(OptionIterationTime(*p, std::vector<int>{0}, Opts(*p, {{"powersgd", pb::CPU}})), 10142);
+  h.request.rank = -1;
+  EXPECT_EQ(MakeOptionProblem(h.model, h.profile, h.request).status().message(),
+            "--rank: out of range; got -1, expected 1 <= rank <= 65536 (PowerSGD's rank), or none");
 }
 
 }  // namespace

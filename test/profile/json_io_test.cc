@@ -132,6 +132,40 @@ TEST(ModelJson, DensityRoundTripsAndIsChecked) {
   }
 }
 
+// A tensor's shape is written last when recorded, read back, and checked: integers, each >= 1,
+// their product the numel. A model without shapes reads as before.
+TEST(ModelJson, ShapeRoundTripsAndIsChecked) {
+  pb::Model m;
+  m.set_name("conv");
+  auto* t = m.add_tensors();
+  t->set_name("weight");
+  t->set_numel(24);
+  t->set_dtype(pb::FLOAT32);
+  t->set_backward_us(2);
+  for (int64_t d : {4, 3, 2}) t->add_shape(d);
+  const std::string text = ModelToJson(m);
+  EXPECT_THAT(text, ::testing::HasSubstr("\"backward_us\": 2.0,\n      \"shape\": [4, 3, 2]\n"));
+  auto back = ParseModelJson(text, "conv.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, m));
+  const auto error = [&](const std::string& shape) {
+    std::string edited = text;
+    const size_t at = edited.find("[", edited.find("\"shape\""));
+    edited.replace(at, edited.find("]", at) + 1 - at, shape);
+    auto refused = ParseModelJson(edited, "conv.json");
+    EXPECT_FALSE(refused.ok()) << shape;
+    return refused.ok() ? std::string() : refused.status().message();
+  };
+  EXPECT_THAT(error("[4, 3, 3]"), ::testing::HasSubstr("conv.json: tensors[0].shape: wrong size; got [4, 3, 3] (36 "
+                                                     "elements), expected numel 24"));
+  EXPECT_THAT(error("[24, 0]"), ::testing::HasSubstr("conv.json: tensors[0].shape: out of range; got dimension 1 = "
+                                                   "0, expected >= 1"));
+  EXPECT_THAT(error("[24, 1.5]"), ::testing::HasSubstr("conv.json: tensors[0].shape[1]: wrong type; got a number "
+                                                     "1.5, expected an integer"));
+  EXPECT_THAT(error("\"24\""), ::testing::HasSubstr("conv.json: tensors[0].shape: wrong type; got a string "
+                                                  "\"24\", expected an array of integers (the tensor's dimensions)"));
+}
+
 TEST(ModelJson, DoublesRoundTripBitForBit) {
   // Extremes within the bounds (limits.h: times <= 1e12 us, 2^40 elements in all).
   const double values[] = {0.1, 1.0 / 3.0, 5e-324, DBL_MIN, 1e12, 123456.78901234567, 2.5e-7, 999999999999.99988};
@@ -354,7 +388,7 @@ TEST(ModelJsonErrors, UnknownKeysAreNamedWithDidYouMean) {
   EXPECT_EQ(
       ModelError(ModelWithTensor(R"({"name": "a", "nmel": 1, "numel": 1, "dtype": "float32", "backward_us": 0})")),
       "model.json: tensors[0].nmel: unknown key; got \"nmel\" (did you mean 'numel'?), expected one of name, "
-      "numel, dtype, backward_us, density");
+      "numel, dtype, backward_us, density, shape");
   EXPECT_EQ(ModelError(R"({"format": "cupcake.model.v1", "name": "m", "froward_us": 3,
                           "tensors": [{"name": "a", "numel": 1, "dtype": "float32", "backward_us": 0}]})"),
             "model.json: froward_us: unknown key; got \"froward_us\" (did you mean 'forward_us'?), expected one of "
@@ -568,7 +602,7 @@ TEST(ProfileJsonErrors, UnknownKindOpCompressorDevice) {
   EXPECT_EQ(ProfileError(
                 ProfileWithCurve(R"({"kind": "encode", "compressor": "topK", "device": "gpu", "points": [[4, 1]]})")),
             "profile.json: curves[0].compressor: unknown compressor; got \"topK\" (did you mean 'topk'?), expected one "
-            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero");
+            "of fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen, nonzero or powersgd");
   EXPECT_EQ(
       ProfileError(ProfileWithCurve(R"({"kind": "decode", "compressor": "dgc", "device": "tpu", "points": [[4, 1]]})")),
       "profile.json: curves[0].device: unknown device; got \"tpu\" (did you mean 'gpu'?), expected one of gpu, cpu");

@@ -219,6 +219,38 @@ TEST(KernelSweep, MeasuresTheNonzeroScanPerRatioWhenNamed) {
             "compressors: nonzero (the zen_sparse scheme's scan) runs on the cpu only; got device gpu");
 }
 
+// PowerSGD's steps ("powersgd", only when named): an encode and a decode curve at the sweep's
+// rank, each point at its work (one product's multiply-adds plus the elements). Rank 2: n = 16 is
+// 4 x 4 and n = 64 is 8 x 8, neither worth compressing ((r + c) 2 x 2 >= r c): work 16 and 64;
+// n = 256 is 16 x 16, compressed: 256 + 256 x 2 = 768. A second run measures nothing again.
+TEST(KernelSweep, MeasuresPowerSgdAtItsWorkWhenNamed) {
+  FakeClock clock;
+  MemorySink sink;
+  KernelSweepOptions o = Small();
+  o.compressors = {"powersgd"};
+  o.rank = 2;
+  auto report = SweepKernels(o, clock, sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->measured, 4 * 3);
+  std::vector<std::string> keys;
+  for (const auto& c : sink.Curves()) {
+    keys.push_back(CurveKey(c));
+    if (c.compressor() != "powersgd") continue;
+    std::vector<int64_t> sizes;
+    for (const auto& pt : c.points()) sizes.push_back(pt.size());
+    EXPECT_EQ(sizes, (std::vector<int64_t>{16, 64, 768})) << CurveKey(c);
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"copy pack cpu", "copy unpack cpu", "decode powersgd cpu",
+                                            "encode powersgd cpu"}));
+  auto again = SweepKernels(o, clock, sink);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->measured, 0);
+  EXPECT_EQ(again->skipped, 4 * 3);
+  o.rank = 0;
+  EXPECT_EQ(SweepKernels(o, clock, sink).status().message(),
+            "rank: out of range; got 0, expected 1 <= rank <= 65536 (powersgd's curves)");
+}
+
 TEST(KernelSweep, RejectsZenWhereItCannotRunAndBadRatios) {
   FakeClock clock;
   MemorySink sink;

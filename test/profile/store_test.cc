@@ -129,8 +129,8 @@ TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
-  EXPECT_EQ(ProfileStore::SchemaVersion(), 5);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 6);
   EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
@@ -333,7 +333,7 @@ TEST_F(ProfileStoreTest, AddPointCommitsEachPointAndSkipsNone) {
   EXPECT_EQ(store.AddPoint(bad, -1, 1.0).message(),
             db_ +
                 ": AddPoint: compressor: unknown compressor; got \"topkk\" (did you mean 'topk'?), expected one of "
-                "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero\n" +
+                "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen, nonzero or powersgd\n" +
                 db_ + ": AddPoint: device: missing; expected one of gpu, cpu\n" + db_ +
                 ": AddPoint: point.size: must be positive; got -1, expected > 0");
 }
@@ -353,11 +353,11 @@ TEST_F(ProfileStoreTest, RefusesFilesThatAreNotCupcakeProfiles) {
 
 TEST_F(ProfileStoreTest, RefusesANewerSchema) {
   { ProfileStore store = OpenStore(); }
-  RawExec(db_, "PRAGMA user_version = 7");
+  RawExec(db_, "PRAGMA user_version = 8");
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), db_ +
-                             ": schema version too new; got 7, expected <= 5 (written by a newer cupcake; use that "
+                             ": schema version too new; got 8, expected <= 6 (written by a newer cupcake; use that "
                              "one)");
 }
 
@@ -391,16 +391,16 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-  // The DB is at version 5: step 5 is skipped, 6 and 7 run in one transaction.
+  // The DB is at version 6: step 6 is skipped, 7 and 8 run in one transaction.
   const internal::Migration failing[] = {
-      {5, "CREATE TABLE x (a)"}, {6, "ALTER TABLE models ADD COLUMN note TEXT"}, {7, "THIS IS NOT SQL"}};
+      {6, "CREATE TABLE x (a)"}, {7, "ALTER TABLE models ADD COLUMN note TEXT"}, {8, "THIS IS NOT SQL"}};
   Status s = internal::Migrate(db, db_, failing);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 7 failed: ")) << s.message();
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 5);  // step 6 rolled back too
-  const internal::Migration next[] = {{5, "CREATE TABLE x (a)"}, {6, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 8 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 6);  // step 7 rolled back too
+  const internal::Migration next[] = {{6, "CREATE TABLE x (a)"}, {7, "ALTER TABLE models ADD COLUMN note TEXT"}};
   ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 6);
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 7);
   sqlite3_close(db);
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
@@ -416,7 +416,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
           "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, dtype, size, us FROM curve_points"),
             "comm|allreduce|global||4|10.0\ncomm|allreduce|global||1024|20.5\n");
   pb::Curve half;
@@ -442,7 +442,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
           "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, ratio, size, us FROM curve_points"),
             "decode|topk|cpu|0.0|1024|5.5\ndecode|topk|cpu|0.0|4096|9.0\n");
   pb::Curve tenth;
@@ -489,6 +489,50 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
   EXPECT_FALSE(back->tensors(1).has_density());
 }
 
+// A version 5 DB (before tensors had a shape) opens migrated: its tensors load without one
+// (PowerSGD then treats them as vectors); a model with shapes stores them as "d0,d1,..." and
+// reads them back; a malformed shape text is named.
+TEST_F(ProfileStoreTest, MigratesAVersion5DbAndStoresShapes) {
+  ASSERT_NO_FATAL_FAILURE(MakeDbAtVersion(5));
+  RawExec(db_,
+          "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 2, 1);"
+          "INSERT INTO models (id, position, name) VALUES (1, 0, 'old');"
+          "INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us) "
+          "VALUES (1, 0, 'w', 12, 'float32', 1.5);");
+  ProfileStore store = OpenStore(false);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
+  auto old = store.LoadModel("old");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->tensors(0).numel(), 12);
+  EXPECT_TRUE(old->tensors(0).shape().empty());
+
+  pb::Model m;
+  m.set_name("conv");
+  for (const char* name : {"weight", "bias"}) {
+    pb::Tensor* t = m.add_tensors();
+    t->set_name(name);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(1);
+  }
+  m.mutable_tensors(0)->set_numel(64 * 3 * 7 * 7);
+  for (int64_t d : {64, 3, 7, 7}) m.mutable_tensors(0)->add_shape(d);
+  m.mutable_tensors(1)->set_numel(64);
+  Status imported = store.ImportModel(m, false);
+  ASSERT_TRUE(imported.ok()) << imported.ToString();
+  EXPECT_EQ(RawQuery(db_, "SELECT t.name, t.shape FROM tensors t JOIN models m ON t.model_id = m.id "
+                          "WHERE m.name = 'conv' ORDER BY t.position"),
+            "weight|64,3,7,7\nbias|NULL\n");
+  auto back = store.LoadModel("conv");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, m));
+
+  RawExec(db_, "UPDATE tensors SET shape = '64,,7' WHERE name = 'weight'");
+  auto bad = store.LoadModel("conv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), db_ + ": model \"conv\".tensors[0].shape: malformed; got \"64,,7\", expected "
+                                         "dimensions joined by commas, such as '64,3,7,7'");
+}
+
 // Planners and exports read a DB without writing it: an older schema is migrated in a copy in
 // memory (the file keeps its bytes and version), and a DB in another journal mode stays in it;
 // Open (the writers') migrates the file.
@@ -519,7 +563,7 @@ TEST_F(ProfileStoreTest, ReadingWritesNothing) {
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "delete\n");
   EXPECT_FALSE(std::filesystem::exists(db_ + "-wal"));
   OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "5\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
 }
 

@@ -114,7 +114,41 @@ TEST(Catalogue, ZenNeedsSparsePairs) {
   EXPECT_EQ(SchemeCodecProblem(zen, *FindCompressor("efsignsgd")),
             "zen needs a compressor whose payload is sparse pairs; got efsignsgd, expected topk or dgc");
   EXPECT_EQ(SchemeCodecProblem(*FindScheme("flat"), *FindCompressor("efsignsgd")), "");
-  EXPECT_EQ(SchemeNames(), "flat_fp32, flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse");
+  EXPECT_EQ(SchemeNames(),
+            "flat_fp32, flat_fp16, flat, hier_fp32, hier_fp16, hier, zen, zen_sparse, powersgd, powersgd_batched");
+}
+
+// PowerSGD's two allreduces, sized from the tensors' shapes (the hook's rules), hand-worked:
+// rank 2; [16, 12]: r 2, 28 x 2 x 2 = 112 < 192, compressed: P 32, Q 24; [8, 3, 3]: 8 x 9,
+// 17 x 4 = 68 < 72: P 16, Q 18; [5]: a vector (5 x 1, 6 x 1 x 2 >= 5): 5 floats with P;
+// [10, 7] without a recorded shape: a vector of 70. Batched: 192 + 72 + 5 + 70 = 339 floats,
+// side 19 (18^2 = 324 < 339), P = Q = 19 x 2.
+TEST(Catalogue, PowerSgdSizesFollowTheShapes) {
+  pb::Model m;
+  for (auto [numel, shape] : {std::pair<int, std::vector<int64_t>>{192, {16, 12}}, {72, {8, 3, 3}}, {5, {5}},
+                              {70, {}}}) {
+    pb::Tensor* t = m.add_tensors();
+    t->set_numel(numel);
+    for (int64_t d : shape) t->add_shape(d);
+  }
+  const LowRankSizes per_tensor = PowerSgdGroupSizes(m, 0, 3, 2, false);
+  EXPECT_EQ(per_tensor.first_floats, 32 + 16 + 5 + 70);
+  EXPECT_EQ(per_tensor.second_floats, 24 + 18);
+  const LowRankSizes batched = PowerSgdGroupSizes(m, 0, 3, 2, true);
+  EXPECT_EQ(batched.first_floats, 38);
+  EXPECT_EQ(batched.second_floats, 38);
+  EXPECT_EQ(PowerSgdSide(289), 17);
+  EXPECT_EQ(PowerSgdSide(290), 18);
+  EXPECT_EQ(PowerSgdSide(1), 1);
+  const SchemeInfo& s = *FindScheme("powersgd");
+  const CompressorInfo& fp32 = *FindCompressor("fp32");
+  EXPECT_EQ(CodecCompressor(s, fp32).name, "powersgd");
+  EXPECT_EQ(StepBytes(s, s.steps[0], fp32, 339, 0, {2, 1}, 0, &per_tensor), 4 * 123);
+  EXPECT_EQ(StepBytes(s, s.steps[1], fp32, 339, 0, {2, 1}, 0, &per_tensor), 4 * 42);
+  EXPECT_EQ(s.steps[0].op, pb::ALLREDUCE);
+  EXPECT_EQ(s.steps[1].op, pb::ALLREDUCE);
+  EXPECT_TRUE(FindScheme("powersgd_batched")->batched);
+  EXPECT_FALSE(s.batched);
 }
 
 // zen_sparse: Zen's steps on the group's expected non-zeros, whatever the plan's compressor.

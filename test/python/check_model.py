@@ -1,5 +1,5 @@
 """Checks the model `cupcake-profile export` printed (stdin) against the order record_job.py found
-with tensor hooks (argv[1]): the same tensors, names and sizes, in the same gradient-ready order,
+with tensor hooks (argv[1]): the same tensors, names, sizes and shapes, in the same gradient-ready order,
 times that are finite and >= 0, forward and update times recorded, and every gradient's density
 (its share of non-zeros, sampled each recorded iteration) in (0, 1]."""
 
@@ -7,14 +7,14 @@ import json
 import math
 import sys
 
-expected = [tuple(t) for t in json.load(open(sys.argv[1]))]
+expected = [(name, numel, tuple(shape)) for name, numel, shape in json.load(open(sys.argv[1]))]
 exported = json.load(sys.stdin)
 models = exported.get("models", [exported])
 model = [m for m in models if m.get("name") == "pycnn"]
 if len(model) != 1:
     sys.exit("FAIL: model 'pycnn' not in the export; got %s" % [m.get("name") for m in models])
 model = model[0]
-got = [(t["name"], t["numel"]) for t in model["tensors"]]
+got = [(t["name"], t["numel"], tuple(t.get("shape", []))) for t in model["tensors"]]
 if got != expected:
     sys.exit("FAIL: tensors; got %s, expected (tensor hooks' order) %s" % (got, expected))
 times = [t["backward_us"] for t in model["tensors"]]

@@ -139,7 +139,7 @@ def main():
         return
     work = sys.argv[1]
     rank, _ = cnn.mpi_rank_size()
-    order = [n for n, _ in json.load(open(os.path.join(work, "order.json")))]
+    order = [entry[0] for entry in json.load(open(os.path.join(work, "order.json")))]  # [name, numel, shape]
     other_model(work, order)
     gradient_twice(work)  # its steps (60 s timeout) also bring the ranks together for the next one
     withheld_gradient(work, order, rank)  # step 0 must finish within its 1.5 s timeout

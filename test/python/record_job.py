@@ -28,9 +28,9 @@ def main():
         h.remove()
     model.zero_grad(set_to_none=True)
     if rank == 0:
-        numel = {n: p.numel() for n, p in model.named_parameters()}
+        params = dict(model.named_parameters())
         with open(order_file, "w") as f:
-            json.dump([[n, numel[n]] for n in order], f)
+            json.dump([[n, params[n].numel(), list(params[n].shape)] for n in order], f)
 
     opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                                              model.named_parameters(), model_name=cnn.MODEL_NAME)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cupcake/proto/plan_io.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime::internal {
@@ -129,6 +130,50 @@ TEST(PlanLayout, ZenAndZenSparseGroups) {
   auto refused = PlanLayout(gpu, device);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("'zen_sparse' runs on host memory only"), std::string::npos);
+}
+
+// PowerSGD groups: the codec's config from the embedded model (a tensor without a recorded
+// shape as the vector {numel}), the plan's rank, one seed for every rank; no per-element state.
+// The plan check wants a rank and the shapes' sizes; an offloaded powersgd group is refused.
+TEST(PlanLayout, PowerSgdGroups) {
+  const pb::Plan plan = testing::PowerSgdPlan(testing::ShapedModel(), testing::Planned(), 2, "powersgd", 3);
+  ASSERT_TRUE(ValidatePlan(plan, "plan").ok()) << ValidatePlan(plan, "plan").ToString();
+  auto layout = PlanLayout(plan, HostContext(2, 1));
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  const GroupLayout& g = layout->groups[2];  // tensors 3..5: [] (numel 1), [8, 8], [20, 10]
+  EXPECT_EQ(g.scheme, SchemeKind::kPowerSgd);
+  EXPECT_EQ(g.powersgd.shapes, (std::vector<std::vector<int64_t>>{{1}, {8, 8}, {20, 10}}));
+  EXPECT_EQ(g.powersgd.rank, 3);
+  EXPECT_FALSE(g.powersgd.batched);
+  EXPECT_EQ(g.powersgd.world_size, 2);
+  EXPECT_EQ(g.powersgd.seed, testing::ExpectedGroupSeed(42, 2, 0, true));
+  EXPECT_EQ(g.state_floats(), 0);
+  EXPECT_FALSE(g.has_compressor());
+
+  pb::Plan no_rank = plan;
+  no_rank.mutable_compressor()->set_rank(0);
+  EXPECT_NE(ValidatePlan(no_rank, "plan.pb")
+                .message()
+                .find("plan.pb: groups[0].options.scheme: powersgd needs the plan's compressor.rank; got 0, expected "
+                      "rank >= 1"),
+            std::string::npos)
+      << ValidatePlan(no_rank, "plan.pb").message();
+  pb::Plan edited = plan;  // shapes edited after planning: P's size no longer matches
+  edited.mutable_model()->mutable_model()->mutable_tensors(0)->clear_shape();
+  EXPECT_NE(ValidatePlan(edited, "plan.pb").message().find("plan.pb: groups[0].steps[0].bytes: does not match the "
+                                                           "scheme; got 212, expected 788 (powersgd step 0)"),
+            std::string::npos)
+      << ValidatePlan(edited, "plan.pb").message();
+
+  pb::Plan offloaded = plan;
+  offloaded.set_device(pb::GPU);
+  LayoutContext device = HostContext(2);
+  device.device_memory = true;
+  auto refused = PlanLayout(offloaded, device);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("offload of a hierarchical, zen or powersgd group is not executed"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 TEST(PlanLayout, ReportsEveryProblemTogetherOnePerLine) {

@@ -43,6 +43,39 @@ struct Checks {
   }
 };
 
+// Runs `plan` in a Session over MPI on `model`'s gradients in `layout` for three iterations:
+// `fill(grads, it)` before each, `verify(grads, it)` on its averaged gradients after.
+template <typename Fill, typename Verify>
+void RunSessionSteps(MpiProcess& mpi, Checks& check, const pb::Plan& plan, const pb::Model& model,
+                     testing::Layout layout, const std::string& what, Fill fill, Verify verify) {
+  auto comm = mpi.World();
+  if (!comm.ok()) return check(false, comm.status().ToString());
+  auto session = Session::Create(plan, std::move(comm).value());
+  if (!session.ok()) return check(false, what + ": " + session.status().ToString());
+  testing::Gradients grads(model, layout);
+  check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
+  for (int it = 0; it < 3; ++it) {
+    fill(grads, it);
+    for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
+    Status s = (*session)->Synchronize();
+    check(s.ok(), what + ": synchronize: " + s.ToString());
+    verify(grads, it);
+  }
+}
+
+// The same with every rank's gradients FillGradients(rank, it), each step's result bit for bit
+// `reference.Step(it)`.
+template <typename Reference>
+void RunAgainstReference(MpiProcess& mpi, Checks& check, const pb::Plan& plan, const pb::Model& model,
+                         testing::Layout layout, const std::string& what, int rank, Reference& reference) {
+  RunSessionSteps(
+      mpi, check, plan, model, layout, what, [&](testing::Gradients& grads, int it) { FillGradients(grads, rank, it); },
+      [&](const testing::Gradients& grads, int it) {
+        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
+        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+      });
+}
+
 void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
   const pb::Model model = testing::SmallModel();
   for (std::string_view name : CompressorNames()) {
@@ -53,21 +86,8 @@ void MatchesReference(MpiProcess& mpi, Checks& check, int rank, int world) {
                                     : std::string(grouping) == "one_group" ? testing::OneGroup(model)
                                                                            : testing::Planned();
         const pb::Plan plan = testing::MakePlan(model, g, std::string(name), world);
-        auto comm = mpi.World();
-        if (!comm.ok()) return check(false, comm.status().ToString());
-        auto session = Session::Create(plan, std::move(comm).value());
-        if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-        testing::Gradients grads(model, layout);
-        check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
         testing::Reference reference(plan, world);
-        for (int it = 0; it < 3; ++it) {
-          FillGradients(grads, rank, it);
-          for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-          Status s = (*session)->Synchronize();
-          check(s.ok(), what + ": synchronize: " + s.ToString());
-          const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-          check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-        }
+        RunAgainstReference(mpi, check, plan, model, layout, what, rank, reference);
       }
     }
   }
@@ -104,21 +124,8 @@ void HierarchicalMatchesReference(MpiProcess& mpi, Checks& check, int rank, int 
           std::string(compressor) + "/" + scheme + "/" + testing::LayoutName(layout) + " on 2 hosts";
       const pb::Plan plan =
           testing::WithScheme(testing::MakePlan(model, testing::Planned(), compressor, world), scheme, devices);
-      auto comm = mpi.World();
-      if (!comm.ok()) return check(false, comm.status().ToString());
-      auto session = Session::Create(plan, std::move(comm).value());
-      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-      testing::Gradients grads(model, layout);
-      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
       testing::HierarchicalReference reference(plan, world, devices);
-      for (int it = 0; it < 3; ++it) {
-        FillGradients(grads, rank, it);
-        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-        Status s = (*session)->Synchronize();
-        check(s.ok(), what + ": synchronize: " + s.ToString());
-        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-      }
+      RunAgainstReference(mpi, check, plan, model, layout, what, rank, reference);
     }
   }
 }
@@ -131,21 +138,8 @@ void ZenMatchesFlat(MpiProcess& mpi, Checks& check, int rank, int world) {
     for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
       const std::string what = std::string(compressor) + "/zen/" + testing::LayoutName(layout);
       const pb::Plan flat = testing::MakePlan(model, testing::Planned(), compressor, world);
-      auto comm = mpi.World();
-      if (!comm.ok()) return check(false, comm.status().ToString());
-      auto session = Session::Create(testing::WithScheme(flat, "zen", 1), std::move(comm).value());
-      if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-      testing::Gradients grads(model, layout);
-      check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
       testing::Reference reference(flat, world);
-      for (int it = 0; it < 3; ++it) {
-        FillGradients(grads, rank, it);
-        for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-        Status s = (*session)->Synchronize();
-        check(s.ok(), what + ": synchronize: " + s.ToString());
-        const std::string diff = testing::FirstDifference(grads, reference.Step(it));
-        check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
-      }
+      RunAgainstReference(mpi, check, testing::WithScheme(flat, "zen", 1), model, layout, what, rank, reference);
     }
   }
 }
@@ -156,21 +150,40 @@ void ZenSparseIsExact(MpiProcess& mpi, Checks& check, int rank, int world) {
   const pb::Model model = testing::SparseModel();
   for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
     const std::string what = std::string("fp32/zen_sparse/") + testing::LayoutName(layout);
-    auto comm = mpi.World();
-    if (!comm.ok()) return check(false, comm.status().ToString());
-    auto session = Session::Create(
-        testing::WithScheme(testing::MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1),
-        std::move(comm).value());
-    if (!session.ok()) return check(false, what + ": " + session.status().ToString());
-    testing::Gradients grads(model, layout);
-    check(testing::RegisterAll(**session, model, grads).ok(), what + ": register");
-    for (int it = 0; it < 3; ++it) {
-      testing::FillSparseGradients(grads, rank, it);
-      for (int i = 0; i < model.tensors_size(); ++i) check((*session)->GradientReady(i).ok(), what + ": ready");
-      Status s = (*session)->Synchronize();
-      check(s.ok(), what + ": synchronize: " + s.ToString());
-      const std::string diff = testing::FirstDifference(grads, testing::SparseMean(model, world, it));
-      check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+    RunSessionSteps(
+        mpi, check, testing::WithScheme(testing::MakePlan(model, testing::Planned(), "fp32", world), "zen_sparse", 1),
+        model, layout, what, [&](testing::Gradients& grads, int it) { testing::FillSparseGradients(grads, rank, it); },
+        [&](const testing::Gradients& grads, int it) {
+          const std::string diff = testing::FirstDifference(grads, testing::SparseMean(model, world, it));
+          check(diff.empty(), what + ": iteration " + std::to_string(it) + ": " + diff);
+        });
+  }
+}
+
+// PowerSGD over MPI (runner_test.cc's PowerSgdRunner through a Session): within float rounding
+// of the restatement over three steps, and bitwise equal on every rank (rank 0's result
+// broadcast and compared).
+void PowerSgdMatchesTheRestatement(MpiProcess& mpi, Checks& check, int rank, int world) {
+  const pb::Model model = testing::ShapedModel();
+  for (const char* scheme : {"powersgd", "powersgd_batched"}) {
+    for (testing::Layout layout : {testing::Layout::kSeparate, testing::Layout::kFlat}) {
+      const std::string what = std::string(scheme) + "/" + testing::LayoutName(layout);
+      const pb::Plan plan = testing::PowerSgdPlan(model, testing::Planned(), world, scheme);
+      testing::PowerSgdReference reference(plan, world);
+      RunSessionSteps(
+          mpi, check, plan, model, layout, what,
+          [&](testing::Gradients& grads, int it) { FillGradients(grads, rank, it); },
+          [&](const testing::Gradients& grads, int it) {
+            const std::string far = testing::FirstFarFrom(grads, reference.Step(it));
+            check(far.empty(), what + ": iteration " + std::to_string(it) + ": " + far);
+            std::vector<std::vector<float>> root;
+            for (std::span<const float> g : grads) {
+              root.emplace_back(g.begin(), g.end());
+              MPI_Bcast(root.back().data(), static_cast<int>(g.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+            }
+            const std::string diff = testing::FirstDifference(grads, root);
+            check(diff.empty(), what + ": iteration " + std::to_string(it) + ": differs from rank 0: " + diff);
+          });
     }
   }
 }
@@ -407,6 +420,7 @@ int main(int argc, char** argv) {
   HierarchicalMatchesReference(**mpi, check, rank, world);
   ZenMatchesFlat(**mpi, check, rank, world);
   ZenSparseIsExact(**mpi, check, rank, world);
+  PowerSgdMatchesTheRestatement(**mpi, check, rank, world);
   Fp32IsTheMpiAverage(**mpi, check, rank, world);
   CApiOnTheJobsCommunicator(check, rank, world, dir);
   DifferentPlansFailEveryRank(**mpi, check, rank, world, dir);

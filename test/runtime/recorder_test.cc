@@ -154,6 +154,32 @@ TEST(Recorder, EscapesNamesAndRoundTripsIntegralTimes) {
   EXPECT_EQ(model->tensors(0).backward_us(), 42);
 }
 
+// A registered shape reaches the model file (PowerSGD's matrices); a tensor registered without
+// one records none; a shape whose product is not the numel is refused naming the tensor.
+TEST(Recorder, WritesRegisteredShapes) {
+  ScriptedClock clock;
+  RecorderOptions options;
+  options.clock = &clock;
+  auto r = Recorder::Create("conv", options);
+  ASSERT_TRUE(r.ok());
+  const int64_t conv[] = {8, 3, 3, 3};
+  ASSERT_TRUE((*r)->Register("weight", 216, conv).ok());
+  ASSERT_TRUE((*r)->Register("bias", 8).ok());
+  const int64_t wrong[] = {4, 5};
+  EXPECT_EQ((*r)->Register("fc", 21, wrong).message(),
+            "recorder: tensor 2 ('fc'): shape: wrong size; got [4, 5] (20 elements), expected numel 21");
+  Iteration(**r, clock, 0, {5, 7});
+  auto json = (*r)->ToJson();
+  ASSERT_TRUE(json.ok());
+  EXPECT_NE(json->find("\"backward_us\": 5.0, \"shape\": [8, 3, 3, 3]}"), std::string::npos) << *json;
+  auto model = profile::ParseModelJson(*json, "recorded");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  ASSERT_EQ(model->tensors_size(), 2);
+  EXPECT_EQ(std::vector<int64_t>(model->tensors(0).shape().begin(), model->tensors(0).shape().end()),
+            (std::vector<int64_t>{8, 3, 3, 3}));
+  EXPECT_TRUE(model->tensors(1).shape().empty());
+}
+
 TEST(Recorder, RejectsMisuseWithClearMessages) {
   ScriptedClock clock;
   RecorderOptions options;
@@ -516,7 +542,12 @@ TEST(RecorderMerge, FailsOnEveryRankWhenARankRecordedNothing) {
 TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
   cupcake_recorder* r = nullptr;
   ASSERT_EQ(cupcake_recorder_create("capi", &r), CUPCAKE_OK);
-  ASSERT_EQ(cupcake_recorder_register(r, "w", 8), CUPCAKE_OK);
+  const int64_t shape[] = {2, 4};
+  EXPECT_EQ(cupcake_recorder_register_shape(r, "w", 8, nullptr, 2), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_recorder_register_shape: shape: got 2 dimensions at NULL, expected dims >= 0 and a non-NULL "
+               "shape when dims > 0");
+  ASSERT_EQ(cupcake_recorder_register_shape(r, "w", 8, shape, 2), CUPCAKE_OK) << cupcake_last_error();
   ASSERT_EQ(cupcake_recorder_register(r, "b", 2), CUPCAKE_OK);
   for (int it = 0; it < 3; ++it) {
     ASSERT_EQ(cupcake_recorder_begin_forward(r), CUPCAKE_OK);
@@ -547,6 +578,8 @@ TEST(Recorder, CApiRecordsAndWritesOnASteadyClock) {
   EXPECT_TRUE(model->has_forward_us() && model->has_update_us());
   EXPECT_EQ(model->tensors(0).density(), 0.25);
   EXPECT_FALSE(model->tensors(1).has_density());
+  EXPECT_EQ(model->tensors(0).shape_size(), 2);
+  EXPECT_EQ(model->tensors(0).shape(1), 4);
   std::filesystem::remove(path);
   EXPECT_EQ(cupcake_recorder_begin_backward(nullptr), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),

@@ -139,5 +139,26 @@ TEST(ZenSparseRunner, GivesTheExactMeanOfTheRanksNonzeros) {
   }
 }
 
+// PowerSGD per tensor and batched: every rank's group bitwise equal, within float rounding of
+// the restatement over iterations (warm start and error feedback carried by the runner).
+TEST(PowerSgdRunner, MatchesTheRestatementAndIsBitwiseEqualOnEveryRank) {
+  for (const char* scheme : {"powersgd", "powersgd_batched"}) {
+    for (int world : {2, 3}) {
+      SCOPED_TRACE(std::string(scheme) + " W=" + std::to_string(world));
+      const pb::Plan plan = testing::PowerSgdPlan(testing::ShapedModel(), testing::Planned(), world, scheme);
+      const auto got = RunRanks(plan, world, 0, Dense);
+      testing::PowerSgdReference reference(plan, world);
+      for (int it = 0; it < kIterations; ++it) {
+        for (int r = 1; r < world; ++r)
+          ASSERT_EQ(testing::FirstDifference(std::vector<Floats>{got[it][r]}, {got[it][0]}), "") << "rank " << r;
+        const std::vector<std::vector<double>> want = reference.Step(it);
+        std::vector<double> joined;
+        for (const auto& t : want) joined.insert(joined.end(), t.begin(), t.end());
+        ASSERT_EQ(testing::FirstFarFrom(std::vector<Floats>{got[it][0]}, {joined}), "") << "iteration " << it;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cupcake::runtime::internal

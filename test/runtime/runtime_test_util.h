@@ -3,6 +3,7 @@
 // summed in rank order (allreduce) or laid side by side (allgather), then Decode.
 #pragma once
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -16,6 +17,8 @@
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/runtime/session.h"
+#include "cupcake/kernels/powersgd.h"
+#include "kernels/powersgd_reference.h"
 #include "kernels/scalar_reference.h"
 
 namespace cupcake::runtime::testing {
@@ -336,11 +339,109 @@ inline pb::Plan WithScheme(pb::Plan plan, const std::string& scheme_name, int de
   if (s == nullptr || info == nullptr) std::abort();
   plan.set_devices_per_node(devices_per_node);
   for (pb::Group& g : *plan.mutable_groups()) {
+    const LowRankSizes low_rank =
+        s->codec == Codec::kLowRank ? PowerSgdGroupSizes(plan.model().model(), g.first_tensor(), g.last_tensor(),
+                                                         plan.compressor().rank(), s->batched)
+                                    : LowRankSizes{};
     ApplyScheme(*s, *info, g.options().device(),
                 SchemeRatio(*s, plan.compressor().ratio(), plan.model().model(), g.first_tensor(), g.last_tensor()),
-                plan.compressor().zen_union(), {plan.world_size(), devices_per_node}, g);
+                plan.compressor().zen_union(), {plan.world_size(), devices_per_node}, g, &low_rank);
   }
   return plan;
+}
+
+// PowerSGD (the powersgd schemes): SmallModel's sizes with shapes recorded, but tensor 3 (a
+// tensor recorded before shapes: a vector). At rank 2 tensors 0 ([16, 12]), 2 ([8, 3, 3]) and
+// 5 ([20, 10]) are compressed, 1, 3 and 4 ([8, 8]: 32 x 2 >= 64) go as fp32.
+inline pb::Model ShapedModel() {
+  pb::Model model = SmallModel("shaped", {192, 5, 72, 1, 64, 200});
+  const std::vector<std::vector<int64_t>> shapes = {{16, 12}, {5}, {8, 3, 3}, {}, {8, 8}, {20, 10}};
+  for (int t = 0; t < model.tensors_size(); ++t)
+    for (int64_t d : shapes[static_cast<size_t>(t)]) model.mutable_tensors(t)->add_shape(d);
+  return model;
+}
+inline pb::Plan PowerSgdPlan(const pb::Model& model, const Grouping& grouping, int world, const std::string& scheme,
+                             int rank = 2) {
+  pb::Plan plan = MakePlan(model, grouping, "fp32", world);
+  plan.mutable_compressor()->set_rank(rank);
+  return WithScheme(plan, scheme, 1);
+}
+
+// The PowerSGD groups of `plan` restated (kernels/powersgd_reference.h, in double), every rank
+// filling its buffers with FillGradients(rank, iteration); Q starts from the codec's seeded
+// draw for the group's shared seed (ExpectedGroupSeed). The result is the same on every rank.
+class PowerSgdReference {
+ public:
+  PowerSgdReference(const pb::Plan& plan, int world) : plan_(plan), world_(world) {
+    const pb::Model& m = plan.model().model();
+    for (int k = 0; k < plan.groups_size(); ++k) {
+      const pb::Group& pg = plan.groups(k);
+      const SchemeInfo& s = *FindScheme(pg.options().scheme());
+      kernels::powersgd::Config c;
+      for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t) {
+        const pb::Tensor& tensor = m.tensors(t);
+        c.shapes.push_back(tensor.shape().empty() ? std::vector<int64_t>{tensor.numel()}
+                                                  : std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()));
+      }
+      c.rank = plan.compressor().rank();
+      c.batched = s.batched;
+      c.world_size = world;
+      c.seed = ExpectedGroupSeed(plan.compressor().seed(), k, 0, true);
+      const kernels::powersgd::Layout layout = kernels::powersgd::ResolveLayout(c).value();
+      const std::vector<float> q0 = kernels::powersgd::InitialQ(layout);
+      Group g;
+      g.plan = kernels::reference::powersgd::Plan(c.shapes, c.rank, c.batched, c.min_compression_rate);
+      kernels::reference::powersgd::Rank r;
+      r.e.assign(static_cast<size_t>(g.plan.padded), 0.0);
+      for (const auto& rm : g.plan.matrices)
+        for (const kernels::powersgd::Matrix& cm : layout.matrices)
+          if (cm.offset == rm.offset) r.q.emplace_back(q0.begin() + cm.q_offset, q0.begin() + cm.q_offset + cm.cols * cm.rank);
+      g.ranks.assign(static_cast<size_t>(world), r);
+      groups_.push_back(std::move(g));
+    }
+  }
+
+  // Every tensor's mean approximation after step `iteration`.
+  std::vector<std::vector<double>> Step(int iteration) {
+    const pb::Model& m = plan_.model().model();
+    std::vector<std::vector<double>> out;
+    for (int k = 0; k < plan_.groups_size(); ++k) {
+      const pb::Group& pg = plan_.groups(k);
+      std::vector<std::vector<float>> grads(static_cast<size_t>(world_));
+      for (int r = 0; r < world_; ++r)
+        for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t)
+          for (int64_t j = 0; j < m.tensors(t).numel(); ++j)
+            grads[static_cast<size_t>(r)].push_back(TestGradient(r, iteration, t, j));
+      Group& g = groups_[static_cast<size_t>(k)];
+      const std::vector<double> mean = kernels::reference::powersgd::Step(g.plan, g.ranks, grads);
+      int64_t at = 0;
+      for (int t = pg.first_tensor(); t <= pg.last_tensor(); ++t) {
+        out.emplace_back(mean.begin() + at, mean.begin() + at + m.tensors(t).numel());
+        at += m.tensors(t).numel();
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Group {
+    kernels::reference::powersgd::Group plan;
+    std::vector<kernels::reference::powersgd::Rank> ranks;
+  };
+  pb::Plan plan_;
+  int world_;
+  std::vector<Group> groups_;
+};
+
+// Within float rounding of the double restatement: |got - want| <= 1e-4 (1 + |want|).
+template <typename Grads>
+std::string FirstFarFrom(const Grads& got, const std::vector<std::vector<double>>& want) {
+  for (size_t t = 0; t < want.size(); ++t)
+    for (size_t j = 0; j < want[t].size(); ++j)
+      if (!(std::fabs(got[t][j] - want[t][j]) <= 1e-4 * (1 + std::fabs(want[t][j]))))
+        return "tensor " + std::to_string(t) + " element " + std::to_string(j) + ": got " + std::to_string(got[t][j]) +
+               ", expected " + std::to_string(want[t][j]);
+  return "";
 }
 
 // The hierarchical schemes restated for the tests (docs/MODEL.md, v2), every rank having filled

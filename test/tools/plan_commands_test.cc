@@ -428,6 +428,22 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
   auto ignored = ReadPlanFile(plan);
   ASSERT_TRUE(ignored.ok()) << ignored.status().ToString();
   EXPECT_EQ(ignored->compressor().zen_union(), 0);
+  // --rank: PowerSGD is a per-group option; resnet50's example model was recorded before shapes.
+  std::tie(code, err) = run({"search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_,
+                             "--compressor", "efsignsgd", "--rank", "2", "-o", plan});
+  EXPECT_EQ(code, tools::kExitOk);
+  EXPECT_EQ(err,
+            "warning: --rank: only --search-space options offers the powersgd schemes; ignored\n"
+            "note: --rank: 161 of model resnet50's 161 tensors record no shape (a model recorded before shapes "
+            "were); PowerSGD treats them as vectors and sends them uncompressed (record the model again to compress "
+            "them)\n");
+  std::tie(code, err) = run({"search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_,
+                             "--compressor", "efsignsgd", "--rank=-1", "-o", plan});
+  EXPECT_EQ(code, tools::kExitUsage);
+  EXPECT_EQ(err,
+            "cupcake-plan search: --rank: out of range; got -1, expected 1 <= rank <= 65536 (PowerSGD's rank), or "
+            "none\n"
+            "run 'cupcake-plan search --help' for its options\n");
   std::tie(code, err) = run({"search", "--ratoi", "0.5"});
   EXPECT_EQ(code, tools::kExitUsage);
   EXPECT_EQ(err,

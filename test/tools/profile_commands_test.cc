@@ -119,7 +119,7 @@ TEST_F(ProfileCommandsTest, BadInputNamesFileAndFieldAndLeavesTheDbUnchanged) {
       {R"({"format": "cupcake.profile.v1", "cluster": {"name": "v100-8x8-pcie-25g", "nodes": 8, "devices_per_node": 8},
           "curves": [{"kind": "encode", "compressor": "signsg", "device": "gpu", "points": [[8, 1], [4, 2]]}]})",
        "bad.json: curves[0].compressor: unknown compressor; got \"signsg\" (did you mean 'signsgd'?), expected one of "
-       "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen or nonzero\n"
+       "fp32, fp16, topk, randk, dgc, qsgd, signsgd, efsignsgd, signum, terngrad, onebit, zen, nonzero or powersgd\n"
        "bad.json: curves[0].points[1].size: sizes not sorted; got 4 after 8, expected increasing sizes"},
   };
   for (const Case& c : cases) {

@@ -138,6 +138,7 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
   if (info != nullptr && info->uses_ratio) params << "ratio " << c.ratio();
   if (info != nullptr && info->uses_seed) params << (params.str().empty() ? "" : ", ") << "seed " << c.seed();
   if (c.zen_union() > 0) params << (params.str().empty() ? "" : ", ") << "zen union " << c.zen_union();
+  if (c.rank() > 0) params << (params.str().empty() ? "" : ", ") << "powersgd rank " << c.rank();
   const pb::Predicted& p = plan.predicted();
   const double t = p.iteration_us();
 

@@ -110,12 +110,24 @@ Status RunLadderSearch(const SearchOptions& options, const pb::Model& model, con
   return Status::Ok();
 }
 
+// PowerSGD takes a tensor as a matrix by its recorded shape; a model recorded before shapes
+// were (or imported without them) has tensors it can only send uncompressed.
+void NoteShapeless(const pb::Model& model, std::ostream& err) {
+  int shapeless = 0;
+  for (const pb::Tensor& t : model.tensors()) shapeless += t.shape().empty() && t.numel() > 1 ? 1 : 0;
+  if (shapeless > 0)
+    err << "note: --rank: " << shapeless << " of model " << model.name() << "'s " << model.tensors_size()
+        << " tensors record no shape (a model recorded before shapes were); PowerSGD treats them as vectors and "
+           "sends them uncompressed (record the model again to compress them)\n";
+}
+
 }  // namespace
 
 Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& err) {
   CUPCAKE_ASSIGN_OR_RETURN(pb::Profile profile, profile::LoadProfileFile(options.profile));
   CUPCAKE_ASSIGN_OR_RETURN(pb::Model model,
                            internal::ResolveModel(options.model, options.model_name, profile, options.profile));
+  if (options.request.rank > 0) NoteShapeless(model, err);
   if (!options.ratios.empty()) return RunLadderSearch(options, model, profile, out, err);
   const auto start = std::chrono::steady_clock::now();
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));
@@ -158,6 +170,9 @@ int SearchMain(tools::Invocation& inv) {
       "a ladder instead of one plan: a plan per ratio, comma-separated (e.g. 0.1,0.01,0.001; topk, randk, dgc), "
       "each searched on its own, and the fp32 plan as the bottom rung; for a controller that adapts the ratio")(
       "seed", po::value(&options.request.seed)->default_value(0), "random seed (randk, qsgd, terngrad)")(
+      "rank", po::value(&options.request.rank)->default_value(0),
+      "PowerSGD's rank r >= 1 (--search-space options offers the powersgd schemes; the runtime keeps rank-r "
+      "factors of each matrix-shaped gradient); 0: not offered")(
       "zen-union", po::value(&options.request.zen_union)->default_value(0),
       "zen groups (--search-space options): the ranks' union of selected indices as a share of their W k "
       "pairs, as measured (the runtime's zen_union / (W k)); 0: independent selections")(
@@ -213,6 +228,8 @@ int SearchMain(tools::Invocation& inv) {
       inv.err << "warning: --ratio: does not apply to " << info->name
               << " (only topk, randk and dgc keep a fraction of the elements); ignored\n";
   }
+  if (options.request.rank > 0 && space != "options")
+    inv.err << "warning: --rank: only --search-space options offers the powersgd schemes; ignored\n";
   if (options.request.zen_union > 0) {
     const CompressorInfo* info = FindCompressor(options.request.compressor);
     const std::string why = info != nullptr ? SchemeCodecProblem(*FindScheme("zen"), *info) : "";

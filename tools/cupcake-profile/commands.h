@@ -98,6 +98,7 @@ struct KernelsOptions {
   int iters = 10;
   std::vector<std::string> compressors;  // empty: all
   std::vector<double> ratios = {kDefaultRatio};  // topk, randk, dgc, zen: a curve per ratio
+  int rank = 4;  // powersgd: the rank its curves are measured at
   std::string cluster;  // name of a new DB's cluster
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)

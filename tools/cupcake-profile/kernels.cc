@@ -39,6 +39,7 @@ StatusOr<profile::KernelSweepOptions> SweepOptionsOf(const KernelsOptions& optio
   sweep.iters = options.iters;
   sweep.force = options.force;
   sweep.compressors = options.compressors;
+  sweep.rank = options.rank;
   sweep.ratios = options.ratios;
   std::sort(sweep.ratios.begin(), sweep.ratios.end());
   sweep.ratios.erase(std::unique(sweep.ratios.begin(), sweep.ratios.end()), sweep.ratios.end());
@@ -192,8 +193,9 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
       "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
       "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
       "compressors", po::value(&compressors),
-      "comma-separated names, zen for Zen's steps and nonzero for the zen_sparse scheme's scan (cpu) (default: all; "
-      "zen when W >= 2; nonzero only when named)")(
+      "comma-separated names, zen for Zen's steps, nonzero for the zen_sparse scheme's scan (cpu) and powersgd for "
+      "PowerSGD's steps (default: all; zen when W >= 2; nonzero and powersgd only when named)")(
+      "rank", po::value(&options.rank)->default_value(4), "powersgd: the rank its curves are measured at")(
       "ratios", po::value(&ratios),
       "comma-separated ratios at which topk, randk, dgc, zen and nonzero are measured, a curve each (default 0.01)")(
       "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(

@@ -35,6 +35,7 @@ struct PlanRequest {
   std::string memory;  // empty: the compressor's default
   uint64_t seed = 0;
   double zen_union = 0;  // Zen groups' measured union share (CompressorSpec.zen_union); 0: independent
+  int rank = 0;  // PowerSGD's rank (CompressorSpec.rank); 0: the powersgd schemes are not offered
 };
 
 struct Problem {
@@ -54,6 +55,9 @@ struct Problem {
   double sparse_density = 0;
   double forward_us = 0;
   double update_us = 0;
+  // PowerSGD: per tensor its recorded shape (empty: not recorded, a vector), and the rank.
+  std::vector<std::vector<int64_t>> shapes;
+  int rank = 0;
 
   const CompressorInfo* compressor = nullptr;
   double ratio = kDefaultRatio;
@@ -75,6 +79,8 @@ struct Problem {
   int64_t GroupBytes(int first, int last) const { return bytes_prefix[last + 1] - bytes_prefix[first]; }
   int64_t GroupNonzeros(int first, int last) const { return nonzero_prefix[last + 1] - nonzero_prefix[first]; }
   int64_t PayloadOf(int64_t n) const { return PayloadBytes(*compressor, n, ratio); }
+  // The PowerSGD sizes of tensors [first, last] (PowerSgdSizes at `rank`).
+  LowRankSizes GroupLowRank(int first, int last, bool batched) const;
 };
 
 // The profile's curve with `key` (CurveKey), or nullptr.

@@ -23,8 +23,11 @@ struct KernelSweepOptions {
   pb::Device device = pb::CPU;
   std::vector<int64_t> elements;  // group sizes n (elements), ascending; copies use 4n bytes
   // Compressors and "zen" (Zen's steps around its exchanges, on the cpu or a CUDA device, W >=
-  // 2); empty: every compressor of the catalogue, and zen where it applies.
+  // 2), "nonzero" (zen_sparse's scan) and "powersgd" (PowerSGD's steps at `rank`); empty: every
+  // compressor of the catalogue, and zen where it applies.
   std::vector<std::string> compressors;
+  // powersgd: the rank its curves are measured at (docs/MODEL.md, "PowerSGD"), 1 <= rank <= 2^16.
+  int rank = 4;
   int world_size = 1;  // W: decode of allgather compressors sums W payloads; Zen's W ranks
   // topk, randk, dgc and zen: one curve per ratio, recorded in it (ascending, each in (0, 1]).
   std::vector<double> ratios = {kDefaultRatio};
@@ -34,6 +37,9 @@ struct KernelSweepOptions {
 };
 
 // Sweeps, in order, for each compressor (and ratio): encode over `elements`, then decode; for
+// powersgd, its encode (P = M Q and the rest before the first allreduce) and decode on one
+// floor(sqrt(n)) x floor(n / floor(sqrt(n))) matrix, each point at the step's multiply-adds plus
+// the matrix's elements (LowRankSizes::work, what the planner reads the curves at); for
 // zen, its work before the partitions are gathered ("encode zen") and after ("decode zen") as
 // rank 0 of W ranks whose topk payloads of n elements select indices independently; then copy
 // pack and unpack over 4n bytes. A point is timed as the median of `iters` calls after `warmup`

@@ -148,6 +148,10 @@ int cupcake_recorder_create(const char* model_name, cupcake_recorder** out);
  * CUPCAKE_FAILED_PRECONDITION when the build has no CUPTI or another CUPTI source exists. */
 int cupcake_recorder_create_cupti(const char* model_name, cupcake_recorder** out);
 int cupcake_recorder_register(cupcake_recorder* recorder, const char* name, int64_t numel);
+/* The same with the tensor's shape (`dims` dimensions at `shape`, their product `numel`), which
+ * the model records for PowerSGD (Recorder::Register). */
+int cupcake_recorder_register_shape(cupcake_recorder* recorder, const char* name, int64_t numel, const int64_t* shape,
+                                    int dims);
 int cupcake_recorder_begin_forward(cupcake_recorder* recorder);
 int cupcake_recorder_begin_backward(cupcake_recorder* recorder);
 int cupcake_recorder_end_iteration(cupcake_recorder* recorder);

@@ -75,8 +75,10 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   // Registers the next gradient (its index is the number registered before), before the first
-  // BeginBackward. Names are non-empty and distinct, numel >= 1.
-  Status Register(const std::string& name, int64_t numel);
+  // BeginBackward. Names are non-empty and distinct, numel >= 1. `shape` (optional: the
+  // tensor's dimensions, each >= 1, their product numel) goes into the model's Tensor.shape,
+  // which PowerSGD reads; empty: not recorded.
+  Status Register(const std::string& name, int64_t numel, std::span<const int64_t> shape = {});
   int registered() const;
 
   // Forward starts (optional, before BeginBackward): the reference time of forward_us.
@@ -138,6 +140,7 @@ class Recorder {
   ActivitySource* activity_;
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
+  std::vector<std::vector<int64_t>> shapes_;  // empty where not recorded
   std::vector<std::vector<double>> gaps_us_;  // [tensor][iteration], completed iterations only
   std::vector<double> current_us_;  // this iteration's gaps so far
   bool in_backward_ = false;

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cupcake/cupcake.pb.h"
 #include "cupcake/proto/status.h"
@@ -80,6 +81,11 @@ enum class Codec {
   // (embedding tables) sent without compression or error feedback. Its "ratio" is the group's
   // expected non-zero share (SchemeRatio), its payload 8 bytes per non-zero.
   kNonzeros,
+  // PowerSGD (cupcake/kernels/powersgd.h): each matrix-shaped tensor as rank-r factors P and Q,
+  // allreduced one after the other with an orthogonalization between, the other tensors as
+  // fp32 with P; error feedback; the rank is CompressorSpec.rank. Its step sizes come from the
+  // group's tensor shapes (PowerSgdSizes), not from its element count.
+  kLowRank,
 };
 
 // What a step's bytes per rank are (StepBytes).
@@ -88,6 +94,8 @@ enum class StepSize {
   kZenCounts,  // Zen: one int64 pair count per rank, 8 W (the alltoall's whole send buffer)
   kZenSizes,  // Zen: this rank's encoded partition size, one int64
   kZenPartition,  // Zen: one owner's expected encoded partition (ZenExpectedPartitionBytes)
+  kLowRankP,  // PowerSGD: 4 x (P's floats + the uncompressed tensors' floats)
+  kLowRankQ,  // PowerSGD: 4 x Q's floats
 };
 
 struct SchemeStep {
@@ -115,6 +123,9 @@ struct SchemeInfo {
   // pairs are the group's non-zero entries (naturally sparse gradients, any plan compressor).
   bool zen;
   std::string_view summary;
+  // Codec::kLowRank: the group as one square matrix (DDP's batched_powerSGD_hook) rather than
+  // one matrix per tensor.
+  bool batched;
 };
 
 // Every scheme, in the order the planner offers them.
@@ -141,6 +152,38 @@ struct RankLayout {
   int devices_per_node = 1;
 };
 
+// ---------------------------------------------------------------- PowerSGD (Codec::kLowRank)
+// The rules of DDP's powerSGD_hook (cupcake/kernels/powersgd.h applies them; defined here so
+// that the kernels, the plan checks and the planner share them).
+inline constexpr std::string_view kPowerSgdName = "powersgd";
+inline constexpr double kPowerSgdMinCompressionRate = 2.0;  // the hook's min_compression_rate
+inline constexpr int kMaxPowerSgdRank = 1 << 16;  // CompressorSpec.rank's bound (plans, --rank)
+struct LowRankMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t rank = 0;  // min(rows, cols, rank)
+  bool compressed = false;  // (rows + cols) rank min_rate < rows cols
+};
+// A tensor of `shape` (d0 x the product of the rest; empty: not recorded, a numel x 1 vector).
+LowRankMatrix PowerSgdMatrix(std::span<const int64_t> shape, int64_t numel, int rank, double min_rate);
+// The side of the batched square: the least s with s^2 >= n.
+int64_t PowerSgdSide(int64_t n);
+// Floats per rank of a PowerSGD group's two allreduces: P's (per compressed matrix rows x r)
+// plus the uncompressed tensors' floats, then Q's (cols x r); batched: side x min(rank, side)
+// each. `shapes`: the group's tensors' shapes (empty ones: vectors), `numels` their sizes.
+// `work` is what PowerSGD's kernel curves are read at (docs/MODEL.md, "PowerSGD"): the
+// multiply-adds of one of its matrix products, sum of rows x cols x rank over the compressed
+// matrices (batched: side^2 x rank), plus the group's n elements (its elementwise passes).
+struct LowRankSizes {
+  int64_t first_floats = 0;
+  int64_t second_floats = 0;
+  int64_t work = 0;
+};
+LowRankSizes PowerSgdSizes(std::span<const std::vector<int64_t>> shapes, std::span<const int64_t> numels, int rank,
+                           bool batched);
+// The same for tensors [first, last] of `model`.
+LowRankSizes PowerSgdGroupSizes(const pb::Model& model, int first, int last, int rank, bool batched);
+
 // m = ceil(n / devices_per_node): the shard's elements (n when the scheme is flat).
 int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node);
 // Bytes per rank a step sends (the size its comm curve is read at), by step.size:
@@ -148,15 +191,20 @@ int64_t ShardElements(const SchemeInfo& s, int64_t n, int devices_per_node);
 //     elements for an fp32 step, where a hierarchical scheme's unsharded input is the group
 //     padded to devices_per_node x m elements;
 //   kZenCounts: 8 W; kZenSizes: 8;
-//   kZenPartition: ZenExpectedPartitionBytes(n, k, W, zen_union), k = SelectedCount(n, ratio).
+//   kZenPartition: ZenExpectedPartitionBytes(n, k, W, zen_union), k = SelectedCount(n, ratio);
+//   kLowRankP, kLowRankQ: 4 x low_rank's first_floats, second_floats (0 without low_rank).
 int64_t StepBytes(const SchemeInfo& s, const SchemeStep& step, const CompressorInfo& plan_compressor, int64_t n,
-                  double ratio, const RankLayout& ranks, double zen_union);
+                  double ratio, const RankLayout& ranks, double zen_union, const LowRankSizes* low_rank = nullptr);
 // Naturally sparse gradients (Tensor.density): a tensor's expected non-zero count,
 // round(density x numel) clamped to [1, numel]; numel when its density is not recorded.
 int64_t ExpectedNonzeros(const pb::Tensor& t);
 // "" when t's density is absent or in (0, 1], else the problem for its `density` field
 // ("out of range; got 1.5, expected 0 < density <= 1 (...)"); the model and plan checks share it.
 std::string DensityProblem(const pb::Tensor& t);
+// "" when t's shape is empty (not recorded) or has dimensions >= 1 whose product is its numel,
+// else the problem for its `shape` field ("wrong size; got [3, 4] (12 elements), expected
+// numel 10"); the model and plan checks share it.
+std::string ShapeProblem(const pb::Tensor& t);
 // The ratio StepBytes and ApplyScheme take for a group of tensors [first, last] of `model`: the
 // plan's `ratio`, or for a Codec::kNonzeros scheme the group's expected non-zero share, the sum
 // of ExpectedNonzeros over its tensors divided by its elements.
@@ -175,7 +223,7 @@ int PayloadStep(const SchemeInfo& s);
 // zen_union) and one step per scheme step with its op, scope and bytes (StepBytes); the steps'
 // times are left to the caller.
 void ApplyScheme(const SchemeInfo& s, const CompressorInfo& plan_compressor, pb::Device device, double ratio,
-                 double zen_union, const RankLayout& ranks, pb::Group& g);
+                 double zen_union, const RankLayout& ranks, pb::Group& g, const LowRankSizes* low_rank = nullptr);
 
 // ---------------------------------------------------------------- Zen's encoded partition
 // One owner's partition on the wire (cupcake/kernels/zen.h, Encoding; defined here so that the
