@@ -51,10 +51,13 @@ def main():
               % (b["step"], b["ratio"], a["next_ratio"]), rank)
         check(b["step"] == a["step"] + 2, "windows at steps %d then %d" % (a["step"], b["step"]), rank)
     check(all(0 < d["gain_c"] <= d["gain_min"] <= 1 for d in decisions), "gains out of order: %r" % decisions, rank)
-    everyone = [None] * world
-    dist.all_gather_object(everyone, [{k: v for k, v in d.items() if k not in ("bytes_sent", "probe_ms")}
-                                      for d in decisions])
-    check(everyone[0] == everyone[1], "the ranks' decisions differ:\n%r\n%r" % (everyone[0], everyone[1]), rank)
+    # Every field that must agree (not bytes_sent or probe_ms: this rank's own), gathered as float64.
+    shared = torch.tensor([[d[k] for k in sorted(KEYS - {"bytes_sent", "probe_ms"})] for d in decisions],
+                          dtype=torch.float64)
+    everyone = [torch.empty_like(shared) for _ in range(world)]
+    dist.all_gather(everyone, shared)
+    check(torch.equal(everyone[0], everyone[1]), "the ranks' decisions differ:\n%r\n%r" % (everyone[0], everyone[1]),
+          rank)
     for name, p in model.named_parameters():
         copies = [torch.empty_like(p.detach()) for _ in range(world)]
         dist.all_gather(copies, p.detach())
@@ -68,6 +71,7 @@ def main():
         check(logged == decisions, "the log holds %d decisions, not the session's" % len(logged), rank)
         print("ok: gravac: %d windows, ratios sent %s, the same on both ranks"
               % (len(decisions), [d["ratio"] for d in decisions]))
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
