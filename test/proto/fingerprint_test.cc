@@ -37,6 +37,12 @@ TEST(ModelFingerprint, CoversNamesSizesDtypesAndOrderOnly) {
   EXPECT_NE(ModelFingerprint(half), fp);
 }
 
+// The value plans and DBs carry: pinned, so a change to the hash (which would make every stored
+// plan refuse its job) fails here. Worked out apart from the code, from docs/FORMATS.md's
+// definition (64-bit FNV-1a over "cupcake.model", the count, then per tensor its name, numel
+// and dtype; strings length-prefixed, integers 8 bytes little-endian), by a short Python script.
+TEST(ModelFingerprint, GoldenValue) { EXPECT_EQ(ModelFingerprint(TwoTensors()), "e4aa961bfeb1be6e"); }
+
 TEST(ProfileFingerprint, IgnoresCurveOrderAndMetadata) {
   pb::Profile p;
   p.mutable_cluster()->set_name("c");
