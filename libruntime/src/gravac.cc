@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <sstream>
 #include <string>
 
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/proto/names.h"
 
 namespace cupcake::runtime::internal {
 
@@ -19,12 +19,6 @@ constexpr int64_t kSampledFrom = 16 * kSample;
 // The compressors' k for a ratio (kernels::ResolveLayout): at least one element.
 int64_t Kept(double ratio, int64_t n) {
   return std::clamp(static_cast<int64_t>(std::floor(ratio * static_cast<double>(n))), int64_t{1}, n);
-}
-
-std::string Text(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
 }
 
 }  // namespace
@@ -204,7 +198,7 @@ Status CheckGravacOptions(const GravacOptions& o) {
   std::string problems;
   const auto bad = [&](const char* field, double got, const char* expected) {
     problems += (problems.empty() ? "" : "\n") + std::string("GravacOptions.") + field + ": out of range; got " +
-                Text(got) + ", expected " + expected;
+                FormatDouble(got) + ", expected " + expected;
   };
   if (o.window < 1) bad("window", o.window, ">= 1 (steps)");
   if (o.probe_every < 1) bad("probe_every", o.probe_every, ">= 1 (steps)");

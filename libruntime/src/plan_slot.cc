@@ -110,40 +110,38 @@ StateSpan CoveredElements(const GroupLayout& g, int rank) {
   return {std::min(g.numel, local * g.shard), std::min(g.numel, (local + 1) * g.shard)};
 }
 
-}  // namespace
-
-Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
-  std::fill(out.begin(), out.end(), 0.0f);
+// For every group that keeps `plane`: its state copied to the host, apply(value, model index)
+// for each element this rank covers, and, with `write_back`, the host copy written back.
+template <typename Apply>
+Status ForEachStateElement(const std::vector<Group>& groups, int rank, StatePlane plane, bool write_back,
+                           Apply apply) {
   std::vector<float> host;
-  for (const Group& g : groups_) {
+  for (const Group& g : groups) {
     const GroupLayout& gl = *g.layout;
     const int64_t at = PlaneOffset(gl, plane);
     if (at < 0) continue;
     kernels::Buffer* state = g.runner->state();
     host.resize(static_cast<size_t>(state->size_bytes() / 4));
     CUPCAKE_RETURN_IF_ERROR(state->CopyToHost(host.data(), state->size_bytes()));
-    const StateSpan covered = CoveredElements(gl, comm_.rank());
+    const StateSpan covered = CoveredElements(gl, rank);
     for (int64_t e = covered.begin; e < covered.end; ++e)
-      out[static_cast<size_t>(gl.offset + e)] = host[static_cast<size_t>(at + e - covered.begin)];
+      apply(host[static_cast<size_t>(at + e - covered.begin)], static_cast<size_t>(gl.offset + e));
+    if (write_back) CUPCAKE_RETURN_IF_ERROR(state->CopyFromHost(host.data(), state->size_bytes()));
   }
   return Status::Ok();
 }
 
+}  // namespace
+
+Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
+  std::fill(out.begin(), out.end(), 0.0f);
+  return ForEachStateElement(groups_, comm_.rank(), plane, /*write_back=*/false,
+                             [&](float& value, size_t e) { out[e] = value; });
+}
+
 Status PlanSlot::WriteState(StatePlane plane, std::span<const float> in) {
-  std::vector<float> host;
-  for (Group& g : groups_) {
-    const GroupLayout& gl = *g.layout;
-    const int64_t at = PlaneOffset(gl, plane);
-    if (at < 0) continue;
-    kernels::Buffer* state = g.runner->state();
-    host.resize(static_cast<size_t>(state->size_bytes() / 4));
-    CUPCAKE_RETURN_IF_ERROR(state->CopyToHost(host.data(), state->size_bytes()));
-    const StateSpan covered = CoveredElements(gl, comm_.rank());
-    for (int64_t e = covered.begin; e < covered.end; ++e)
-      host[static_cast<size_t>(at + e - covered.begin)] = in[static_cast<size_t>(gl.offset + e)];
-    CUPCAKE_RETURN_IF_ERROR(state->CopyFromHost(host.data(), state->size_bytes()));
-  }
-  return Status::Ok();
+  return ForEachStateElement(groups_, comm_.rank(), plane, /*write_back=*/true,
+                             [&](float& value, size_t e) { value = in[e]; });
 }
 
 }  // namespace cupcake::runtime::internal
