@@ -29,7 +29,7 @@ also reports the runtime's own count: the sum of its decisions' bytes_sent, each
 bytes on that rank (docs/ADAPTIVE.md); a last, unfinished window is not in it.
 
 Output (rank 0): one JSON line on stdout (the run's numbers) and, with --record FILE, the same
-object plus every step's time and every evaluation as JSON. torch.distributed (gloo) is
+object plus every step's time and every evaluation ([step, accuracy, held-out loss]) as JSON. torch.distributed (gloo) is
 initialized in every arm: MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500).
 Exit 0 after a run (reaching the target or not), 2 on bad flags, 1 on a bad data file.
 """
@@ -50,7 +50,6 @@ import digits
 from arms import DDP_ARMS, finish, percentile, wrap
 
 MODEL_NAME = "ttadigits"
-GRAVAC_MISSING = "unavailable: cupcake.torch has no GraVAC"
 
 
 class DigitsCnn(torch.nn.Module):
@@ -92,9 +91,11 @@ class Batches:
         idx = self.shard[b * self.batch:(b + 1) * self.batch]
         return self.x[idx], self.y[idx]
 
-    def accuracy(self, module):
+    def evaluate(self, module):
+        """(accuracy, mean cross-entropy loss) of module on the held-out samples."""
         with torch.no_grad():
-            return (module(self.eval_x).argmax(1) == self.eval_y).float().mean().item()
+            out = module(self.eval_x)
+            return (out.argmax(1) == self.eval_y).float().mean().item(), F.cross_entropy(out, self.eval_y).item()
 
 
 def tx_bytes(iface):
@@ -151,9 +152,8 @@ def parse_args():
 
 
 def make_optimizer(args, model):
-    """(model to call, optimizer) of the arm. GraVAC: the adaptive controller over a ladder, in
-    the interface cupcake.torch is getting (DistributedOptimizer(..., adapt=GraVAC(...)));
-    main() reports the arm unavailable before this while cupcake.torch has no GraVAC."""
+    """(model to call, optimizer) of the arm. GraVAC: cupcake.torch's adaptive controller over a
+    ladder (DistributedOptimizer(..., adapt=GraVAC(...)))."""
     sgd = lambda m: torch.optim.SGD(m.parameters(), lr=args.lr, momentum=0.9)  # noqa: E731
     adapt = None
     if args.arm == "gravac":
@@ -167,10 +167,11 @@ def make_optimizer(args, model):
 
 def train(args, data, model, opt):
     """Steps until rank 0's held-out accuracy reaches the target or --max-steps; returns this
-    rank's step times (s) and the evaluations [(step, accuracy)] (steps counted from 1)."""
+    rank's step times (s) and the evaluations [(step, accuracy, held-out loss)] (steps counted from
+    1), rank 0's."""
     module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     times, evals = [], []
-    verdict = torch.zeros(1, dtype=torch.float64)
+    verdict = torch.zeros(2, dtype=torch.float64)
     for step in range(1, args.max_steps + 1):
         x, y = data.get(step - 1)  # made before the clock starts: the data is not what is timed
         start = time.perf_counter()
@@ -179,10 +180,10 @@ def train(args, data, model, opt):
         opt.step()
         times.append(time.perf_counter() - start)
         if step % args.eval_every == 0 or step == args.max_steps:
-            verdict[0] = data.accuracy(module)
+            verdict[0], verdict[1] = data.evaluate(module)
             dist.broadcast(verdict, src=0)  # rank 0's accuracy decides on every rank
-            evals.append((step, verdict.item()))
-            if verdict.item() >= args.target:
+            evals.append((step, verdict[0].item(), verdict[1].item()))
+            if verdict[0].item() >= args.target:
                 break
     return times, evals
 
@@ -191,7 +192,7 @@ def report(args, size, model, times, evals, sent, decisions):
     """Rank 0's result object (see the module's doc); times: every step's slowest-rank time (s)."""
     params = sum(p.numel() for p in model.parameters())
     ms = [t * 1e3 for t in times]
-    reached = [(s, a) for s, a in evals if a >= args.target]
+    reached = [(s, a) for s, a, _ in evals if a >= args.target]
     to_target = reached[0][0] if reached else None
     result = {
         "name": args.name, "arm": args.arm, "seed": args.seed, "status": "ok", "plan": args.plan,
@@ -200,7 +201,7 @@ def report(args, size, model, times, evals, sent, decisions):
         "reached": to_target is not None, "steps_to_target": to_target,
         "time_to_target_s": round(sum(times[:to_target]), 4) if to_target else None,
         "steps": len(times), "train_s": round(sum(times), 4), "final_accuracy": round(evals[-1][1], 4),
-        "best_accuracy": round(max(a for _, a in evals), 4),
+        "best_accuracy": round(max(a for _, a, _ in evals), 4), "final_loss": round(evals[-1][2], 4),
         "step_median_ms": round(statistics.median(ms), 2), "step_p10_ms": round(percentile(ms, 0.1), 2),
         "step_p90_ms": round(percentile(ms, 0.9), 2),
         "bytes_sent_per_rank": sent, "bytes_source": ("%s tx_bytes" % args.bytes_iface) if sent else None,
@@ -219,15 +220,6 @@ def main():
     # it is stuck in C (a collective, a shutdown join), and mpirun then ends the job. A timeout
     # around mpirun alone left the ranks running on once mpirun was killed.
     signal.alarm(args.deadline_s)
-    if args.arm == "gravac":
-        import cupcake.torch
-        if not hasattr(cupcake.torch, "GraVAC"):
-            # The controller is being added to cupcake.torch on another branch; until it lands the
-            # harness runs the other arms and says why this one has no numbers.
-            if int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == 0:
-                print(json.dumps({"name": args.name, "arm": args.arm, "seed": args.seed, "status": GRAVAC_MISSING}),
-                      flush=True)
-            return 0
     try:
         d = digits.load(args.data)
         train_idx, held_out = digits.split(d)

@@ -2,11 +2,15 @@
 # Time to accuracy: how long each arm trains a CNN on the handwritten digits (python3-sklearn's
 # file, bench/python/digits.py) until its held-out accuracy reaches a target, data-parallel over
 # NP ranks (bench/python/tta.py: the model, the data, what is timed). Arms:
-#   ddp-fp32, ddp-fp16, ddp-powersgd   torch DDP over gloo, as ddp_compare.sh runs them (arms.py)
+#   ddp-fp32, ddp-fp16                 torch DDP over gloo, as ddp_compare.sh runs them (arms.py)
+#   ddp-powersgd-K for K in RANKS      DDP with torch's powerSGD_hook at rank K
 #   cupcake-fp32                       a plan searched with compressor fp32
 #   topk-R for R in RATIOS             a plan searched with compressor topk, --ratio R
-#   gravac                             the ladder (fp32 and topk at RATIOS) under cupcake.torch.GraVAC;
-#                                      reported "unavailable" while cupcake.torch has no GraVAC
+#   powersgd-K for K in RANKS          a plan whose groups are PowerSGD at rank K (the powersgd or
+#                                      powersgd_batched scheme, or fp32 where the planner finds
+#                                      compression does not pay): --compressor fp32 --search-space
+#                                      options --rank K --schemes powersgd,powersgd_batched
+#   gravac                             the ladder (fp32 and topk at RATIOS) under cupcake.torch.GraVAC
 # The plans come from a profile of this cluster measured first on the same ranks (comm and
 # kernels, --quick, extended to the model's size) and the model recorded there by the Cupcake arm
 # in record mode, as ddp_compare.sh makes its plans (common.sh). Each seed runs every arm in turn.
@@ -17,9 +21,10 @@
 #
 # Usage: bench/python/tta.sh [--np 2] [--seeds 1,2,3] [--target 0.95] [--max-steps 3000]
 #          [--eval-every 10] [--batch 32] [--width 32] [--hidden 2048] [--lr 0.02]
-#          [--ratios 0.1,0.01,0.001] [--gravac-window 10] [--arms A,B,...] [--data FILE]
+#          [--ratios 0.1,0.01,0.001] [--ranks 4] [--gravac-window 10] [--arms A,B,...] [--data FILE]
 #          [--run-timeout S] [--testbed] [--build DIR] [--out DIR]
 #   --target   held-out accuracy to reach; 0.95 is what DDP fp32 reaches on this model in ~130 steps
+#   --ranks    PowerSGD's ranks, comma-separated: an arm of each kind per rank
 #   --arms     run only these arms (names as above), e.g. for a smoke run
 #   --run-timeout  a run still going after S seconds (default 600 + MAX_STEPS: 1 s a step, 5-10x a
 #              step's time here) is killed and recorded as failed (exit non-zero), so a hung job
@@ -33,7 +38,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 np=2 seeds=1,2,3 target=0.95 max_steps=3000 eval_every=10 batch=32 width=32 hidden=2048 lr=0.02
-ratios=0.1,0.01,0.001 gravac_window=10 arms="" data="" testbed=0 build="$root/build" out="" run_timeout=""
+ratios=0.1,0.01,0.001 ranks=4 gravac_window=10 arms="" data="" testbed=0 build="$root/build" out="" run_timeout=""
 usage() { sed -n '/^# Usage:/,/^# Environment:/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 need() { [ $# -ge 2 ] || { echo "tta.sh: $1: expected a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -48,6 +53,7 @@ while [ $# -gt 0 ]; do
     --hidden) need "$@"; hidden="$2"; shift 2 ;;
     --lr) need "$@"; lr="$2"; shift 2 ;;
     --ratios) need "$@"; ratios="$2"; shift 2 ;;
+    --ranks) need "$@"; ranks="$2"; shift 2 ;;
     --gravac-window) need "$@"; gravac_window="$2"; shift 2 ;;
     --arms) need "$@"; arms="$2"; shift 2 ;;
     --run-timeout) need "$@"; run_timeout="$2"; shift 2 ;;
@@ -64,14 +70,18 @@ done
 bad() { echo "tta.sh: $1: $2" >&2; exit 2; }
 [[ "$seeds" =~ ^[0-9]+(,[0-9]+)*$ ]] || bad --seeds "expected comma-separated integers; got '$seeds'"
 [[ "$ratios" =~ ^[0-9.eE-]+(,[0-9.eE-]+)*$ ]] || bad --ratios "expected comma-separated ratios in (0, 1); got '$ratios'"
+[[ "$ranks" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || bad --ranks "expected comma-separated integers >= 1; got '$ranks'"
 for v in np max_steps eval_every batch width hidden gravac_window run_timeout; do
   [ "$v" = run_timeout ] && run_timeout="${run_timeout:-$((600 + max_steps))}"  # max_steps checked by now
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || bad "--${v//_/-}" "expected an integer >= 1; got '${!v}'"
 done
 awk -v t="$target" 'BEGIN { exit !(t + 0 == t && t > 0 && t <= 1) }' || bad --target "expected 0 < target <= 1; got '$target'"
 awk -v l="$lr" 'BEGIN { exit !(l + 0 == l && l > 0) }' || bad --lr "expected a number > 0; got '$lr'"
-all_arms=(ddp-fp32 ddp-fp16 ddp-powersgd cupcake-fp32)
+all_arms=(ddp-fp32 ddp-fp16)
+for k in ${ranks//,/ }; do all_arms+=("ddp-powersgd-$k"); done
+all_arms+=(cupcake-fp32)
 for r in ${ratios//,/ }; do all_arms+=("topk-$r"); done
+for k in ${ranks//,/ }; do all_arms+=("powersgd-$k"); done
 all_arms+=(gravac)
 if [ -n "$arms" ]; then
   run_arms=(${arms//,/ })
@@ -99,13 +109,16 @@ tta=("$python" "$root/bench/python/tta.py" --target "$target" --max-steps "$max_
      --batch "$batch" --width "$width" --hidden "$hidden" --lr "$lr" --data "$data" --gravac-window "$gravac_window")
 testbed_flag=""
 if [ "$testbed" = 1 ]; then tta+=(--bytes-iface eth0); testbed_flag=" --testbed"; fi
-command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max-steps $max_steps --eval-every $eval_every --batch $batch --width $width --hidden $hidden --lr $lr --ratios $ratios --gravac-window $gravac_window --run-timeout $run_timeout${arms:+ --arms $arms}$testbed_flag"
+command_line="bench/python/tta.sh --np $np --seeds $seeds --target $target --max-steps $max_steps --eval-every $eval_every --batch $batch --width $width --hidden $hidden --lr $lr --ratios $ratios --ranks $ranks --gravac-window $gravac_window --run-timeout $run_timeout${arms:+ --arms $arms}$testbed_flag"
 bench_header "$command_line"
 
 # 1. Profile this cluster, record the model (the Cupcake arm in record mode; compute records 20
 #    iterations, then the job ends: no evaluation before, so no target ends it sooner; argparse
-#    takes the last of a repeated flag), and plan: fp32, topk at each ratio, and the ladder.
-bench_profile "$db" "--compressors fp32,topk --ratios $ratios" -- "${tta[@]}" --arm cupcake --max-steps 40 \
+#    takes the last of a repeated flag), and plan: fp32, topk at each ratio, the ladder and
+#    PowerSGD at each rank. PowerSGD's kernel curves are timed at the largest rank and read at
+#    each group's work (docs/MODEL.md, "PowerSGD"), which covers the smaller ranks.
+max_rank=$(tr , '\n' <<<"$ranks" | sort -n | tail -1)
+bench_profile "$db" "--compressors fp32,topk,powersgd --ratios $ratios --rank $max_rank" -- "${tta[@]}" --arm cupcake --max-steps 40 \
   --eval-every 40 --target 1
 search() {  # NAME SEARCH_FLAGS...: plan NAME.pb, its groups and predicted time into the header
   local name="$1"; shift
@@ -118,6 +131,9 @@ search() {  # NAME SEARCH_FLAGS...: plan NAME.pb, its groups and predicted time 
   "$plan_tool" search --model-name ttadigits --profile "$db" --compressor topk --ratios "$ratios" -o "$out/ladder.pb" \
     >"$out/plan-ladder.txt"
   echo "# ladder: topk at $ratios and fp32 ($out/ladder.pb)"
+  for k in ${ranks//,/ }; do
+    search "powersgd-$k" --compressor fp32 --search-space options --rank "$k" --schemes powersgd,powersgd_batched
+  done
 } | tee -a "$out/header.txt"
 
 # 2. The runs: each seed, every arm in turn. A failed run is recorded and the others go on.
@@ -127,6 +143,7 @@ failed=0
 for seed in ${seeds//,/ }; do
   for arm in "${run_arms[@]}"; do
     case "$arm" in
+      ddp-powersgd-*) args=(--arm ddp-powersgd --powersgd-rank "${arm#ddp-powersgd-}") ;;
       ddp-*) args=(--arm "$arm") ;;
       gravac) args=(--arm gravac --plan "$out/ladder.pb" --decisions "$out/runs/gravac-seed$seed.decisions.jsonl") ;;
       *) args=(--arm cupcake --plan "$out/$arm.pb") ;;

@@ -11,6 +11,9 @@ Per arm: runs (ok / all), reached (runs that reached the target), and the median
 the seeds of: time to target (s, training only; over the runs that reached it), steps to target,
 final held-out accuracy, the median step time, and the bytes sent per rank (each run's largest
 rank; "-" where not measured). "vs ddp-fp32": ddp-fp32's median time to target over the arm's.
+A second table compares progress per step: the held-out loss at steps LOSS_STEPS, median [min-max]
+over the seeds, from the runs' evaluations (in --runs' records); "-" where some run of the arm had
+stopped before that step or has no evaluation there.
 """
 
 import argparse
@@ -18,6 +21,8 @@ import json
 import os
 import statistics
 import sys
+
+LOSS_STEPS = (10, 30, 60, 100)
 
 
 def spread(values, fmt):
@@ -45,6 +50,7 @@ def summarize(rows):
         others = sorted({r["status"] for r in runs if r.get("status") != "ok"})
         reached = [r for r in ok if r["reached"]]
         sent = [max(r["bytes_sent_per_rank"]) if r.get("bytes_sent_per_rank") else None for r in ok]
+        losses = [{e[0]: e[2] for e in r.get("evals", []) if len(e) > 2} for r in ok]
         out[name] = {
             "runs": len(runs), "ok": len(ok), "reached": len(reached), "other_status": others,
             "seeds": [r["seed"] for r in runs],
@@ -54,28 +60,41 @@ def summarize(rows):
             "step_median_ms": [r["step_median_ms"] for r in ok],
             "bytes_sent_per_rank": sent,
             "median_time_to_target_s": median_or_none([r["time_to_target_s"] for r in reached]),
+            # step -> every ok run's held-out loss there; only steps that every ok run evaluated
+            "heldout_loss": {str(step): [d[step] for d in losses] for step in LOSS_STEPS
+                             if losses and all(step in d for d in losses)},
         }
     return out
 
 
 def table(summary):
-    lines = ["%-13s %7s %7s %-22s %-16s %-22s %-22s %-24s %9s" % (
+    lines = ["%-16s %7s %7s %-22s %-16s %-22s %-22s %-24s %9s" % (
         "arm", "ok/runs", "reached", "time_to_target_s", "steps_to_target", "final_accuracy", "step_median_ms",
         "bytes_sent_per_rank", "vs_ddp32")]
     base = summary.get("ddp-fp32", {}).get("median_time_to_target_s")
     for name, s in summary.items():
         if s["ok"] == 0:
-            lines.append("%-13s %7s %7s %s" % (name, "0/%d" % s["runs"], "-", "; ".join(s["other_status"])))
+            lines.append("%-16s %7s %7s %s" % (name, "0/%d" % s["runs"], "-", "; ".join(s["other_status"])))
             continue
         mine = s["median_time_to_target_s"]
         vs = "%.2fx" % (base / mine) if base and mine else "-"
-        lines.append("%-13s %7s %7s %-22s %-16s %-22s %-22s %-24s %9s" % (
+        lines.append("%-16s %7s %7s %-22s %-16s %-22s %-22s %-24s %9s" % (
             name, "%d/%d" % (s["ok"], s["runs"]), "%d/%d" % (s["reached"], s["ok"]),
             spread(s["time_to_target_s"], "%.2f"), spread(s["steps_to_target"], "%d"),
             spread(s["final_accuracy"], "%.4f"), spread(s["step_median_ms"], "%.1f"),
             spread(s["bytes_sent_per_rank"], "%d"), vs))
         if s["other_status"]:
-            lines.append("%-13s also: %s" % ("", "; ".join(s["other_status"])))
+            lines.append("%-16s also: %s" % ("", "; ".join(s["other_status"])))
+    return lines
+
+
+def loss_table(summary):
+    """The held-out loss at LOSS_STEPS per arm with a run that is ok (see the module's doc)."""
+    lines = ["held-out loss at step  " + " ".join("%-24s" % s for s in LOSS_STEPS)]
+    for name, s in summary.items():
+        if s["ok"]:
+            cells = [spread(s["heldout_loss"].get(str(step), []), "%.4f") for step in LOSS_STEPS]
+            lines.append("%-22s " % name + " ".join("%-24s" % c for c in cells))
     return lines
 
 
@@ -102,7 +121,14 @@ def main():
     if not rows:
         print("tta_summary.py: %s: no runs" % args.results_jsonl, file=sys.stderr)
         return 1
-    summary = summarize(rows)
+    runs = []
+    for r in rows:
+        full = os.path.join(args.runs, "%s-seed%s.json" % (r["name"], r["seed"])) if args.runs else None
+        if r.get("status") == "ok" and full and os.path.exists(full):
+            with open(full) as f:
+                r = json.load(f)
+        runs.append(r)
+    summary = summarize(runs)
     lines = table(summary)
     ok = [r for r in rows if r.get("status") == "ok"]
     if ok:
@@ -111,14 +137,8 @@ def main():
                      "evaluation every %d steps, at most %d steps; time: training steps only, slowest rank)"
                      % (r["ranks"], r["batch_per_rank"], r["params"], r["gradient_mib"], r["lr"], r["target"],
                         r["eval_every"], r["max_steps"]))
+    lines += [""] + loss_table(summary)
     print("\n".join(lines))
-    runs = []
-    for r in rows:
-        full = os.path.join(args.runs, "%s-seed%s.json" % (r["name"], r["seed"])) if args.runs else None
-        if r.get("status") == "ok" and full and os.path.exists(full):
-            with open(full) as f:
-                r = json.load(f)
-        runs.append(r)
     header = open(args.header).read().splitlines() if args.header else []
     with open(args.results_json, "w") as f:
         json.dump({"header": header, "summary": summary, "table": lines, "runs": runs}, f, indent=1)

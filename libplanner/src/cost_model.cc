@@ -28,9 +28,10 @@ StatusOr<KernelCurve> RequireKernelCurve(const pb::Profile& profile, pb::CurveKi
   return std::move(*c);
 }
 
+// Whether the profile has an encode curve on `d`, of `compressor` (empty: of any codec).
 bool HasKernelCurves(const pb::Profile& profile, std::string_view compressor, pb::Device d) {
   for (const auto& c : profile.curves())
-    if (c.kind() == pb::ENCODE && c.compressor() == compressor && c.device() == d) return true;
+    if (c.kind() == pb::ENCODE && (compressor.empty() || c.compressor() == compressor) && c.device() == d) return true;
   return false;
 }
 
@@ -97,6 +98,9 @@ Status CheckRequest(const PlanRequest& request) {
   if (request.rank < 0 || request.rank > kMaxPowerSgdRank)
     return InvalidArgumentError("--rank: out of range; got " + std::to_string(request.rank) + ", expected 1 <= rank <= " +
                                 std::to_string(kMaxPowerSgdRank) + " (PowerSGD's rank), or none");
+  for (const std::string& name : request.schemes)
+    if (FindScheme(name) == nullptr)
+      return InvalidArgumentError("--schemes: unknown scheme; got \"" + name + "\", expected some of " + SchemeNames());
   auto memories = MemoryNames();
   if (!request.memory.empty() && std::find(memories.begin(), memories.end(), request.memory) == memories.end())
     return InvalidArgumentError("--memory: unknown memory '" + request.memory + "'" +
@@ -166,13 +170,13 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
     return InvalidArgumentError(os.str());
   }
 
-  // Device: as requested, else the one whose curves the profile has, gpu if both.
+  // Device: as requested, else the one whose curves the profile has, gpu if both. An fp32 plan
+  // runs no codec of its own, but its per-group options (fp16, PowerSGD) do: it follows the
+  // profile's codec curves of any kind.
   p.device = request.device;
   if (p.device == pb::DEVICE_UNSPECIFIED) {
-    p.device = pb::GPU;
-    if (p.compress && !HasKernelCurves(profile, request.compressor, pb::GPU) &&
-        HasKernelCurves(profile, request.compressor, pb::CPU))
-      p.device = pb::CPU;
+    const std::string_view codec = p.compress ? std::string_view(request.compressor) : std::string_view();
+    p.device = !HasKernelCurves(profile, codec, pb::GPU) && HasKernelCurves(profile, codec, pb::CPU) ? pb::CPU : pb::GPU;
   }
   if (p.compress) {
     CUPCAKE_ASSIGN_OR_RETURN(KernelCurve encode, RequireKernelCurve(profile, pb::ENCODE, p));

@@ -140,6 +140,11 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
   const std::string_view fusion_scheme = b.compress ? "flat" : "flat_fp32";
   for (const SchemeInfo& s : Schemes()) {
     if (std::string why = Duplicate(s, *b.compressor); !why.empty()) continue;
+    if (!request.schemes.empty() && s.name != fusion_scheme &&
+        std::find(request.schemes.begin(), request.schemes.end(), s.name) == request.schemes.end()) {
+      p.dropped.push_back(std::string(s.name) + ": not in --schemes");
+      continue;
+    }
     if (std::string why = SchemeCodecProblem(s, *b.compressor); !why.empty()) {
       p.dropped.push_back(why);
       continue;
@@ -178,6 +183,17 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
   }
   // MakeProblem resolved the plan's own option, so it is always offered.
   CUPCAKE_CHECK_GE(p.fusion_option, 0);
+  // A scheme asked for by name that cannot be offered is the user's to fix, not to drop quietly.
+  std::string refused;
+  for (const std::string& name : request.schemes) {
+    if (std::any_of(p.options.begin(), p.options.end(), [&](const Option& o) { return o.scheme->name == name; }))
+      continue;
+    for (const std::string& d : p.dropped)
+      if (d.rfind(name + " ", 0) == 0 || d.rfind(name + ":", 0) == 0) refused += "\n  " + d;
+    if (const SchemeInfo* s = FindScheme(name); s != nullptr && !Duplicate(*s, *b.compressor).empty())
+      refused += "\n  " + name + ": " + Duplicate(*s, *b.compressor);
+  }
+  if (!refused.empty()) return InvalidArgumentError("--schemes: not offered for this plan:" + refused);
   return p;
 }
 

@@ -1343,4 +1343,49 @@ TEST(OptionsPowerSgd, DroppedNamingWhyAndVectorsGoWhole) {
 }
 
 }  // namespace
-}  // namespace cupcake::planner
+// --schemes restricts the offer to the named schemes and the plan's own fusion option; a named
+// scheme that cannot be offered is an error naming why, and an unknown name is refused.
+TEST(OptionsPowerSgd, SchemesRestrictTheOffer) {
+  PowerSgdHand h = PowerSgdInstance();
+  h.request.schemes = {"powersgd"};
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->option_count(), 2);  // flat_fp32 (the fusion option) and powersgd
+  EXPECT_GE(FindOption(*p, "flat_fp32", pb::CPU), 0);
+  EXPECT_GE(FindOption(*p, "powersgd", pb::CPU), 0);
+  EXPECT_EQ(FindOption(*p, "powersgd_batched", pb::CPU), -1);
+  EXPECT_THAT(p->dropped, ::testing::Contains("powersgd_batched: not in --schemes"));
+  EXPECT_THAT(p->dropped, ::testing::Contains("flat_fp16: not in --schemes"));
+
+  h.request.schemes = {"powersgd", "hier_fp16"};
+  EXPECT_EQ(MakeOptionProblem(h.model, h.profile, h.request).status().message(),
+            "--schemes: not offered for this plan:\n  hier_fp16: one node or one device per node (nothing to split)");
+  h.request.schemes = {"powersgd"};
+  h.request.rank = 0;
+  EXPECT_EQ(MakeOptionProblem(h.model, h.profile, h.request).status().message(),
+            "--schemes: not offered for this plan:\n  powersgd: no PowerSGD rank given (--rank)");
+  h.request.schemes = {"flat"};  // the fp32 plan's flat is flat_fp32
+  EXPECT_EQ(MakeOptionProblem(h.model, h.profile, h.request).status().message(),
+            "--schemes: not offered for this plan:\n  flat: the compressor is fp32 (see flat_fp32)");
+  h.request.schemes = {"powersdg"};
+  EXPECT_EQ(MakeOptionProblem(h.model, h.profile, h.request).status().message(),
+            "--schemes: unknown scheme; got \"powersdg\", expected some of flat_fp32, flat_fp16, flat, hier_fp32, "
+            "hier_fp16, hier, zen, zen_sparse, powersgd, powersgd_batched");
+}
+
+// An fp32 plan runs no codec of its own; without --device it goes where the profile's codec
+// curves are (its options' PowerSGD or fp16 run there), gpu when the profile has gpu ones.
+TEST(OptionsPowerSgd, Fp32PlanFollowsTheProfilesCodecDevice) {
+  PowerSgdHand h = PowerSgdInstance();
+  h.request.device = pb::DEVICE_UNSPECIFIED;
+  auto p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->base.device, pb::CPU);
+  EXPECT_GE(FindOption(*p, "powersgd", pb::CPU), 0);
+  AddKernel(h.profile, pb::ENCODE, "fp16", pb::GPU, 1);
+  p = MakeOptionProblem(h.model, h.profile, h.request);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->base.device, pb::GPU);
+}
+
+}  // namespace

@@ -14,8 +14,8 @@ import tempfile
 import tta_summary
 
 
-def run(seed, name, t, steps, acc, step_ms, sent=None, reached=True):
-    return {"name": name, "arm": name, "seed": seed, "status": "ok", "reached": reached,
+def run(seed, name, t, steps, acc, step_ms, sent=None, reached=True, evals=()):
+    return {"evals": [list(e) for e in evals],"name": name, "arm": name, "seed": seed, "status": "ok", "reached": reached,
             "time_to_target_s": t if reached else None, "steps_to_target": steps if reached else None,
             "final_accuracy": acc, "step_median_ms": step_ms, "bytes_sent_per_rank": sent,
             "ranks": 2, "batch_per_rank": 32, "params": 10, "gradient_mib": 0.0, "lr": 0.02, "target": 0.95,
@@ -29,10 +29,18 @@ def expect_eq(what, got, expected):
 
 
 def main():
-    rows = [run(1, "ddp-fp32", 12.0, 130, 0.95, 100.0), run(1, "topk", 6.0, 200, 0.96, 30.0, [100, 300]),
+    # Evaluations [step, accuracy, held-out loss]: topk's seed 2 stopped before step 30; ddp's seed 1
+    # has no loss (an older record) at step 100.
+    ddp_evals = [(10, 0.5, 2.0), (30, 0.8, 1.0), (60, 0.9, 0.5)]
+    rows = [run(1, "ddp-fp32", 12.0, 130, 0.95, 100.0, evals=ddp_evals + [(100, 0.95)]),
+            run(1, "topk", 6.0, 200, 0.96, 30.0, [100, 300], evals=[(10, 0.4, 2.2), (30, 0.7, 1.4)]),
             {"name": "gravac", "seed": 1, "status": "unavailable: cupcake.torch has no GraVAC"},
-            run(2, "ddp-fp32", 10.0, 120, 0.96, 90.0), run(2, "topk", 0, 0, 0.90, 32.0, [200, 100], reached=False),
-            run(3, "ddp-fp32", 14.0, 140, 0.97, 110.0), run(3, "topk", 4.0, 190, 0.95, 31.0, [50, 60])]
+            run(2, "ddp-fp32", 10.0, 120, 0.96, 90.0, evals=[(10, 0.5, 1.8), (30, 0.8, 1.2), (60, 0.9, 0.7),
+                                                             (100, 0.95, 0.3)]),
+            run(2, "topk", 0, 0, 0.90, 32.0, [200, 100], reached=False, evals=[(10, 0.4, 2.4)]),
+            run(3, "ddp-fp32", 14.0, 140, 0.97, 110.0, evals=[(10, 0.5, 2.1), (30, 0.8, 0.9), (60, 0.9, 0.6),
+                                                              (100, 0.95, 0.2)]),
+            run(3, "topk", 4.0, 190, 0.95, 31.0, [50, 60], evals=[(10, 0.4, 2.3), (30, 0.7, 1.6)])]
     s = tta_summary.summarize(rows)
     expect_eq("arm order", list(s), ["ddp-fp32", "topk", "gravac"])
     expect_eq("ddp median time", s["ddp-fp32"]["median_time_to_target_s"], 12.0)
@@ -50,6 +58,14 @@ def main():
                                              "0.9500", "[0.9000-0.9600]", "31.0", "[30.0-32.0]", "200", "[60-300]",
                                              "2.40x"])
     expect_eq("gravac row", table[3].split(None, 3), ["gravac", "0/1", "-", "unavailable: cupcake.torch has no GraVAC"])
+    # Held-out loss: ddp at 10: 2.0, 1.8, 2.1 -> 2.0000 [1.8000-2.1000]; at 30: 1.0 [0.9-1.2]; at 60: 0.6
+    # [0.5-0.7]; at 100 seed 1 has no loss: "-". topk at 10: 2.2, 2.4, 2.3 -> 2.3; 30, 60, 100: "-".
+    losses = tta_summary.loss_table(s)
+    expect_eq("loss header", losses[0].split(), ["held-out", "loss", "at", "step", "10", "30", "60", "100"])
+    expect_eq("ddp losses", losses[1].split(), ["ddp-fp32", "2.0000", "[1.8000-2.1000]", "1.0000", "[0.9000-1.2000]",
+                                                "0.6000", "[0.5000-0.7000]", "-"])
+    expect_eq("topk losses", losses[2].split(), ["topk", "2.3000", "[2.2000-2.4000]", "-", "-", "-"])
+    expect_eq("loss rows (gravac has no ok run)", len(losses), 3)
 
     with tempfile.TemporaryDirectory() as tmp:
         good = os.path.join(tmp, "results.jsonl")

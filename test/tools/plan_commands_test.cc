@@ -444,6 +444,19 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
             "cupcake-plan search: --rank: out of range; got -1, expected 1 <= rank <= 65536 (PowerSGD's rank), or "
             "none\n"
             "run 'cupcake-plan search --help' for its options\n");
+  // --schemes: names checked before any search (exit 2); only the options search reads them.
+  std::tie(code, err) = run({"search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_,
+                             "--compressor", "fp32", "--search-space", "options", "--schemes", "powersgd,fp16", "-o",
+                             plan});
+  EXPECT_EQ(code, tools::kExitUsage);
+  EXPECT_EQ(err,
+            "cupcake-plan search: --schemes: unknown scheme; got \"fp16\", expected some of flat_fp32, flat_fp16, "
+            "flat, hier_fp32, hier_fp16, hier, zen, zen_sparse, powersgd, powersgd_batched\n"
+            "run 'cupcake-plan search --help' for its options\n");
+  std::tie(code, err) = run({"search", "--model", ExamplePath("models/resnet50.json"), "--profile", profile_,
+                             "--compressor", "efsignsgd", "--schemes", "flat_fp16", "-o", plan});
+  EXPECT_EQ(code, tools::kExitOk);
+  EXPECT_EQ(err, "warning: --schemes: only --search-space options chooses schemes; ignored\n");
   std::tie(code, err) = run({"search", "--ratoi", "0.5"});
   EXPECT_EQ(code, tools::kExitUsage);
   EXPECT_EQ(err,

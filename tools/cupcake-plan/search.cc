@@ -151,7 +151,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
 
 int SearchMain(tools::Invocation& inv) {
   SearchOptions options;
-  std::string device, algorithm, format, space, ratios;
+  std::string device, algorithm, format, space, ratios, schemes;
   double bucket_mib = 25;
   po::options_description flags("options");
   flags.add_options()("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")(
@@ -173,6 +173,10 @@ int SearchMain(tools::Invocation& inv) {
       "rank", po::value(&options.request.rank)->default_value(0),
       "PowerSGD's rank r >= 1 (--search-space options offers the powersgd schemes; the runtime keeps rank-r "
       "factors of each matrix-shaped gradient); 0: not offered")(
+      "schemes", po::value(&schemes),
+      "--search-space options: offer only these schemes, comma-separated (e.g. powersgd,powersgd_batched for "
+      "PowerSGD plans); the compressor's own fusion scheme (flat, or flat_fp32 for fp32) is always offered; "
+      "default: every scheme")(
       "zen-union", po::value(&options.request.zen_union)->default_value(0),
       "zen groups (--search-space options): the ranks' union of selected indices as a share of their W k "
       "pairs, as measured (the runtime's zen_union / (W k)); 0: independent selections")(
@@ -205,6 +209,12 @@ int SearchMain(tools::Invocation& inv) {
                                "--device: unknown device; got \"" + device + "\", expected one of " + DeviceNames());
     options.request.device = *d;
   }
+  if (vm.count("schemes") != 0) {
+    std::stringstream list(schemes);
+    for (std::string item; std::getline(list, item, ',');) options.request.schemes.push_back(item);
+    if (options.request.schemes.empty())
+      return tools::UsageError(inv, "--schemes: expected comma-separated scheme names; got \"\"");
+  }
   // Flag values the planner would refuse are usage errors (exit 2), as README says.
   if (Status s = planner::CheckRequest(options.request); !s.ok())
     return tools::UsageError(inv, s.message());
@@ -230,6 +240,8 @@ int SearchMain(tools::Invocation& inv) {
   }
   if (options.request.rank > 0 && space != "options")
     inv.err << "warning: --rank: only --search-space options offers the powersgd schemes; ignored\n";
+  if (!options.request.schemes.empty() && space != "options")
+    inv.err << "warning: --schemes: only --search-space options chooses schemes; ignored\n";
   if (options.request.zen_union > 0) {
     const CompressorInfo* info = FindCompressor(options.request.compressor);
     const std::string why = info != nullptr ? SchemeCodecProblem(*FindScheme("zen"), *info) : "";

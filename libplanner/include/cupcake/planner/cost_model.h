@@ -36,6 +36,9 @@ struct PlanRequest {
   uint64_t seed = 0;
   double zen_union = 0;  // Zen groups' measured union share (CompressorSpec.zen_union); 0: independent
   int rank = 0;  // PowerSGD's rank (CompressorSpec.rank); 0: the powersgd schemes are not offered
+  // The options search offers only these schemes (names of Schemes()), plus the plan's own
+  // fusion option (flat, or flat_fp32 for fp32), which it always offers; empty: every scheme.
+  std::vector<std::string> schemes;
 };
 
 struct Problem {
