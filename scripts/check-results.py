@@ -8,11 +8,16 @@ Usage: check-results.py [--root DIR]   (DIR: a tree with docs/RESULTS.md and ben
 The page's headlines are the table rows whose first cell is an id (`| R7 | ...`); this script
 has one function per id that recomputes the row's `value` and `spread` cells from results.json,
 a summary or a raw text file (for one check, plan files read out of an experiment's raw.tar.xz),
-and formats them as the page must state them. Exit 0 when every row matches and every id on
-either side has its counterpart; 1 listing each mismatch as
-  docs/RESULTS.md: R7 value: got '...'; expected '...' (recomputed from FILE: FIELDS)
+and formats them as the page must state them. Each row's last cell names its raw files (under
+bench/results/, with {a,b} alternatives and globs); each must exist. And the reference pages
+(REFERENCE_PAGES below) must carry no dates: dated changes go to docs/CHANGELOG.md.
+
+Exit 0 when every row matches, every id on either side has its counterpart, every raw file
+exists and no reference page has a date; 1 listing each problem, e.g.
+  docs/RESULTS.md: R7 value: got '...'; expected '...' (recomputed from FILES)
 2 on a usage error. Standard library only (CI runs it with /usr/bin/python3)."""
 
+import glob
 import json
 import os
 import re
@@ -294,17 +299,59 @@ CHECKS = {
 }
 
 
+# Reference pages carry no dates (dated changes: docs/CHANGELOG.md; experiments: their
+# bench/results/<experiment>/README.md). A date inside a path (results-2026-11-25/) is a name.
+REFERENCE_PAGES = ["ARCHITECTURE", "FORMATS", "MODEL", "PYTHON", "PROFILER", "TESTBED", "GETTING_STARTED",
+                   "HARDENING", "CHECKPOINT", "ADAPTIVE", "RESULTS"]
+DATE = re.compile(r"(?<![\w/.-])20\d\d-\d\d-\d\d")
+
+
 def page_rows(text):
-    """{id: (value, spread)} from the rows `| Rn | claim | value | spread | ... |`."""
+    """{id: (value, spread, raw files)} from the rows `| Rn | claim | value | spread | ... | raw |`."""
     rows = {}
     for line in text.splitlines():
         m = re.match(r"\|\s*(R\d+)\s*\|", line)
         if m:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) < 4:
-                raise ValueError(f"row {m.group(1)}: {len(cells)} cells, expected at least 4")
-            rows[m.group(1)] = (cells[2], cells[3])
+            if len(cells) < 5:
+                raise ValueError(f"row {m.group(1)}: {len(cells)} cells, expected at least 5")
+            rows[m.group(1)] = (cells[2], cells[3], cells[-1])
     return rows
+
+
+def expand(pattern):
+    """'a/{x,y}/b' -> ['a/x/b', 'a/y/b'] (one level of braces per group, as the page writes them)."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    return [q for alt in m.group(1).split(",") for q in expand(pattern[:m.start()] + alt + pattern[m.end():])]
+
+
+def missing_raw(root, cell):
+    """The paths of a row's raw-files cell (under bench/results/) that do not exist."""
+    missing = []
+    for item in re.split(r",\s+(?![^{]*\})", cell):
+        item = item.strip()
+        for path in expand(item):
+            if not glob.glob(os.path.join(root, "bench", "results", path)):
+                missing.append(path)
+    return missing
+
+
+def dated_lines(root):
+    problems = []
+    for name in REFERENCE_PAGES:
+        rel = f"docs/{name}.md"
+        try:
+            with open(os.path.join(root, rel)) as f:
+                for n, line in enumerate(f, 1):
+                    m = DATE.search(line)
+                    if m:
+                        problems.append(f"{rel}:{n}: a date ({m.group(0)}) on a reference page; "
+                                        "expected none (dated changes: docs/CHANGELOG.md)")
+        except FileNotFoundError:
+            pass
+    return problems
 
 
 def main(argv):
@@ -337,10 +384,13 @@ def main(argv):
                             f"{type(e).__name__}: {e}")
             continue
         sources = ", ".join(dict.fromkeys(src.used))
+        for path in missing_raw(root, rows[rid][2]):
+            problems.append(f"docs/RESULTS.md: {rid} raw files: bench/results/{path}: no such file")
         for field, got, expected in (("value", rows[rid][0], value), ("spread", rows[rid][1], spread)):
             if got != expected:
                 problems.append(f"docs/RESULTS.md: {rid} {field}: got '{got}'; expected '{expected}' "
                                 f"(recomputed from {sources})")
+    problems += dated_lines(root)
     for p in problems:
         print("check-results: " + p, file=sys.stderr)
     if problems:

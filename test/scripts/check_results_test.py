@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/check-results.py against doctored copies of the committed results: the tree as
-committed passes, and each change below (a measured time in a results.json, a number on the
-page, a row removed, a row the script does not know, a raw file's point) must fail naming the
-row. Usage: check_results_test.py SOURCE_DIR"""
+committed passes, and each change below (a measured time in a results.json, a number or spread
+on the page, a row removed, a row the script does not know, a raw file named that does not
+exist, a date on a reference page, a raw file's point) must fail naming what is wrong.
+Usage: check_results_test.py SOURCE_DIR"""
 
 import json
 import os
@@ -67,8 +68,14 @@ CASES = [
     ("a spread on the page", lambda r: edit(page(r), "gravac overlapping (within noise)", "gravac apart"),
      ["R15 spread"]),
     ("a row removed", lambda r: edit(page(r), "| R13 |", "| x13 |"), ["R13: row missing"]),
-    ("a row the script does not know", lambda r: edit(page(r), "| R13 |", "| R99 | a | b | c |\n| R13 |"),
+    ("a row the script does not know", lambda r: edit(page(r), "| R13 |", "| R99 | a | b | c | d |\n| R13 |"),
      ["R99: no check recomputes this row"]),
+    ("a raw file the page names that does not exist",
+     lambda r: edit(page(r), "| zen-2026-11-25/4x2hosts-1gbit.txt |", "| zen-2026-11-25/4x2hosts-1gbit.txt, zen-2026-11-25/none.txt |"),
+     ["R13 raw files: bench/results/zen-2026-11-25/none.txt: no such file"]),
+    ("a date on a reference page",
+     lambda r: open(os.path.join(r, "docs", "FORMATS.md"), "w").write("# Formats\n\nChanged on 2026-11-26.\n"),
+     ["docs/FORMATS.md:3: a date (2026-11-26) on a reference page"]),
     ("a point of a raw text file",
      lambda r: edit(os.path.join(r, "bench/results/busy-2026-11-26/allreduce-pinned.txt"),
                     "spin2: 0.029 10 8.05 8.01 10", "spin2: 0.029 10 8.05 8.01 0.05"),
