@@ -89,6 +89,17 @@ def plans_over_fp32(src, testbed):
     return ", ".join(parts), f"p10-p90 apart from fp32 buckets' in {apart_n} of {total}"
 
 
+def fp16_over_fp32(src):
+    ratios, apart_n = [], 0
+    for t in IDLE:
+        runs = src.json(f"{EVAL25}/{t}/results.json")
+        for model in ("resnet", "wide"):
+            fp32, plan = run(runs, model, "fp32_bucket", "fp32"), run(runs, model, "plan", "fp16")
+            ratios.append(fp32["measured_ms"] / plan["measured_ms"])
+            apart_n += apart(plan, fp32)
+    return span(ratios), f"p10-p90 apart from fp32 buckets' in {apart_n} of {len(ratios)}"
+
+
 def within_ten(src, base, testbeds):
     per = [src.json(f"{base}/{t}/results.json") for t in testbeds]
     counts = [within10(runs) for runs in per]
@@ -283,6 +294,7 @@ CHECKS = {
     "R2": lambda s: plans_over_fp32(s, "2hosts-200mbit"),
     "R3": lambda s: plans_over_fp32(s, "4hosts-1gbit"),
     "R4": lambda s: plans_over_fp32(s, "4hosts-200mbit"),
+    "R18": fp16_over_fp32,
     "R5": lambda s: within_ten(s, EVAL25, IDLE),
     "R6": fp32_bucket_error,
     "R7": lambda s: within_ten(s, EVAL25, BUSY),
