@@ -1,0 +1,415 @@
+#!/usr/bin/env python3
+"""Recomputes every headline number of docs/RESULTS.md from the committed results under
+bench/results, and fails when the page and the results disagree.
+
+Usage: check-results.py [--root DIR]   (DIR: a tree with docs/RESULTS.md and bench/results;
+                                         default: this repository)
+
+The page's headlines are the table rows whose first cell is an id (`| R7 | ...`); this script
+has one function per id that recomputes the row's `value` and `spread` cells from results.json,
+a summary or a raw text file (for one check, plan files read out of an experiment's raw.tar.xz),
+and formats them as the page must state them. Each row's last cell names its raw files (under
+bench/results/, with {a,b} alternatives and globs); each must exist. And the reference pages
+(REFERENCE_PAGES below) must carry no dates: dated changes go to docs/CHANGELOG.md.
+
+Exit 0 when every row matches, every id on either side has its counterpart, every raw file
+exists and no reference page has a date; 1 listing each problem, e.g.
+  docs/RESULTS.md: R7 value: got '...'; expected '...' (recomputed from FILES)
+2 on a usage error. Standard library only (CI runs it with /usr/bin/python3)."""
+
+import glob
+import json
+import os
+import re
+import sys
+import tarfile
+
+EVAL25 = "bench/results/evaluation-2026-11-25"
+EVAL26 = "bench/results/evaluation-2026-11-26"
+IDLE = ["2hosts-1gbit", "2hosts-200mbit", "4hosts-1gbit", "4hosts-200mbit"]
+BUSY = ["2hosts-1gbit-busy", "2hosts-200mbit-busy", "4hosts-1gbit-busy", "2x2-1gbit-busy"]
+
+
+class Source:
+    """Reads files under the root and remembers which, for the messages."""
+
+    def __init__(self, root):
+        self.root = root
+        self.used = []
+
+    def path(self, rel):
+        self.used.append(rel)
+        return os.path.join(self.root, rel)
+
+    def json(self, rel):
+        with open(self.path(rel)) as f:
+            return json.load(f)
+
+    def text(self, rel):
+        with open(self.path(rel)) as f:
+            return f.read()
+
+
+def within10(runs):
+    return sum(1 for r in runs if abs(r["measured_over_predicted"] - 1) <= 0.10)
+
+
+def run(runs, model, strategy, compressor):
+    found = [r for r in runs if (r["model"], r["strategy"], r["compressor"]) == (model, strategy, compressor)]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} runs of {model} {strategy} {compressor}, expected 1")
+    return found[0]
+
+
+def apart(fast, slow):
+    """True when the faster run's p90 is below the slower run's p10 (p10-p90 ranges apart)."""
+    return fast["measured_p90_ms"] < slow["measured_p10_ms"]
+
+
+def span(values, fmt="{:.2f}", unit="x"):
+    lo, hi = min(values), max(values)
+    a, b = fmt.format(lo), fmt.format(hi)
+    return (a if a == b else f"{a}-{b}") + unit
+
+
+# --- The evaluation on the testbed (bench/testbed/evaluate.sh, results.json per testbed) ---
+
+def plans_over_fp32(src, testbed):
+    runs = src.json(f"{EVAL25}/{testbed}/results.json")
+    parts, apart_n, total = [], 0, 0
+    for model in ("resnet", "wide"):
+        fp32 = run(runs, model, "fp32_bucket", "fp32")
+        ratios = []
+        for c in ("efsignsgd", "topk"):
+            plan = run(runs, model, "plan", c)
+            ratios.append(fp32["measured_ms"] / plan["measured_ms"])
+            apart_n += apart(plan, fp32)
+            total += 1
+        parts.append(f"{model} {span(ratios)}")
+    return ", ".join(parts), f"p10-p90 apart from fp32 buckets' in {apart_n} of {total}"
+
+
+def fp16_over_fp32(src):
+    ratios, apart_n = [], 0
+    for t in IDLE:
+        runs = src.json(f"{EVAL25}/{t}/results.json")
+        for model in ("resnet", "wide"):
+            fp32, plan = run(runs, model, "fp32_bucket", "fp32"), run(runs, model, "plan", "fp16")
+            ratios.append(fp32["measured_ms"] / plan["measured_ms"])
+            apart_n += apart(plan, fp32)
+    return span(ratios), f"p10-p90 apart from fp32 buckets' in {apart_n} of {len(ratios)}"
+
+
+def within_ten(src, base, testbeds):
+    per = [src.json(f"{base}/{t}/results.json") for t in testbeds]
+    counts = [within10(runs) for runs in per]
+    value = f"{sum(counts)} of {sum(len(runs) for runs in per)}"
+    if len(testbeds) > 1:
+        value += " (" + ", ".join(str(c) for c in counts) + ")"
+    return value, inside_spread([r for runs in per for r in runs])
+
+
+def inside_spread(runs):
+    inside = sum(r["measured_p10_ms"] <= r["predicted_ms"] <= r["measured_p90_ms"] for r in runs)
+    return f"prediction inside the measured p10-p90 in {inside} of {len(runs)}"
+
+
+def fp32_bucket_error(src):
+    errors, fp32 = {2: [], 4: []}, []
+    for t in IDLE:
+        for r in src.json(f"{EVAL25}/{t}/results.json"):
+            if r["strategy"] == "fp32_bucket":
+                errors[int(t[0])].append(abs(r["measured_over_predicted"] - 1) * 100)
+                fp32.append(r)
+    value = f"{max(errors[2]):.1f}% (2 hosts), {max(errors[4]):.1f}% (4 hosts)"
+    return value, inside_spread(fp32)
+
+
+def hierarchical(src):
+    """Plans with a hier* group at 2 x 2 ranks, pinned busy curves: how many within 10%."""
+    testbed = "2x2-1gbit-pinned"
+    runs = src.json(f"{EVAL26}/{testbed}/results.json")
+    schemes = {}
+    with tarfile.open(src.path(f"{EVAL26}/raw.tar.xz"), "r:xz") as tar:
+        for m in tar:
+            name = m.name
+            if name.startswith(f"{testbed}/plans/") and name.endswith(".json"):
+                plan = json.load(tar.extractfile(m))
+                key = os.path.basename(name)[:-len(".json")]
+                schemes[key] = {g["options"]["scheme"] for g in plan["groups"] if "options" in g}
+    hier = []
+    for key, s in sorted(schemes.items()):
+        if any(x.startswith("hier") for x in s):
+            hier.append(run(runs, *key.split("-")))
+    ratios = [r["measured_over_predicted"] for r in hier]
+    inside = sorted(r for r in ratios if abs(r - 1) <= 0.10)
+    outside = [r for r in ratios if abs(r - 1) > 0.10]
+    value = (f"{len(inside)} of {len(ratios)} within 10% ("
+             + ", ".join(f"{r:.2f}" for r in inside) + f"); the other {len(outside)} {span(outside)}")
+    return value, inside_spread(hier)
+
+
+def embed_over_fp32(src):
+    parts, apart_n, total = [], 0, 0
+    for rate in ("1gbit", "200mbit"):
+        runs = src.json(f"{EVAL26}/embed-2hosts-{rate}/results.json")
+        fp32 = run(runs, "embed", "fp32_bucket", "fp32")
+        options = [r for r in runs if r["strategy"] == "options"]
+        ratios = [fp32["measured_ms"] / r["measured_ms"] for r in options]
+        parts.append(f"{span(ratios, '{:.1f}')} at {rate}")
+        apart_n += sum(apart(r, fp32) for r in options)
+        total += len(options)
+    return ", ".join(parts), f"4 options plans per rate; p10-p90 apart from fp32 buckets' in {apart_n} of {total}"
+
+
+def embed_lossless_lead(src):
+    parts, spreads = [], []
+    for rate in ("1gbit", "200mbit"):
+        runs = src.json(f"{EVAL26}/embed-2hosts-{rate}/results.json")
+        options = run(runs, "embed", "options", "fp32")
+        # The fastest other strategy whose loss fell below fp32 buckets' start and is not an
+        # options plan (those are the same plan).
+        others = [r for r in runs if r["strategy"] not in ("options", "fp32_bucket") and r["loss_last"] < r["loss_first"]]
+        best = min(others, key=lambda r: r["measured_ms"])
+        parts.append(f"{best['measured_ms'] / options['measured_ms']:.2f}x at {rate} "
+                     f"(over {best['compressor']} {best['strategy']})")
+        spreads.append(("apart" if apart(options, best) else "overlapping (within noise)") + f" at {rate}")
+    return ", ".join(parts), "p10-p90 " + ", ".join(spreads)
+
+
+# --- Busy curves, pinned (raw text file) ---
+
+def pinned_busy(src):
+    rel = "bench/results/busy-2026-11-26/allreduce-pinned.txt"
+    lines = src.text(rel).splitlines()
+    sizes = [int(x) for x in next(l for l in lines if l.startswith("# sizes")).split(":")[1].split()]
+    rows = {}
+    for l in lines:
+        m = re.match(r"\s+(spin\d):\s+(.*)", l)
+        if m:
+            rows[m.group(1)] = [float(x) for x in m.group(2).split()]
+    def label(n):
+        return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 2**10} KiB" if n >= 2**10 else f"{n} B"
+    agree, misses = 0, []
+    considered = [i for i, s in enumerate(sizes) if s >= 128]
+    for i in considered:
+        v = [rows[k][i] for k in sorted(rows)]
+        ratio = max(v) / min(v)
+        if round(ratio, 2) <= 1.25:
+            agree += 1
+        else:
+            misses.append(f"{label(sizes[i])} {ratio:.3g}x")
+    value = f"{agree} of {len(considered)} sizes (128 B-{label(sizes[-1])}); not " + ", ".join(misses)
+    small = sorted(rows[k][i] for k in sorted(rows) for i, s in enumerate(sizes) if 128 <= s <= 65536)
+    return value, (f"{len(rows)} sweeps; 128 B-64 KiB: median {small[len(small) // 2]:.3g} ms, "
+                   f"range {small[0]:.3g}-{small[-1]:.3g} ms")
+
+
+# --- Zen against the allgather scheme (zen_time, raw text) ---
+
+def zen_eight_ranks(src):
+    rel = "bench/results/zen-2026-11-25/4x2hosts-1gbit.txt"
+    parts, spreads = [], []
+    for line in src.text(rel).splitlines():
+        f = line.split()
+        if len(f) == 12 and f[0] == "8" and f[1] == "0.100":
+            zen, zlo, zhi = float(f[7]), *map(float, f[8].split("-"))
+            ag, alo, ahi = float(f[9]), *map(float, f[10].split("-"))
+            parts.append(f"{f[2]} {ag / zen:.2f}x")
+            spreads.append(f"{f[2]} " + ("apart" if zhi < alo else "overlapping (within noise)"))
+    return ", ".join(parts), "p10-p90 " + ", ".join(spreads)
+
+
+# --- Python: cupcake.torch against DDP (ddp_compare.sh, table per run) ---
+
+def ddp_rounds(src, directory):
+    rows = {}
+    for line in src.text(f"bench/results/ddp-2026-11-25/{directory}/table.txt").splitlines():
+        f = line.split()
+        if len(f) == 7 and f[1].isdigit():
+            rows[(f[0], int(f[1]))] = (float(f[2]), float(f[3]), float(f[4]))
+    return rows
+
+
+def ddp_lead(src):
+    fp32, psgd, apart_n, total = [], [], 0, 0
+    for d in ("1gbit-lr05", "1gbit-lr01-200", "1gbit-lr02-200"):
+        rows = ddp_rounds(src, d)
+        for (arm, rnd), (med, p10, p90) in rows.items():
+            if arm in ("efsignsgd", "topk"):
+                for base, out in (("ddp-fp32", fp32), ("ddp-powersgd", psgd)):
+                    b = rows[(base, rnd)]
+                    out.append(b[0] / med)
+                    apart_n += p90 < b[1]
+                    total += 1
+    return (f"{span(fp32)} over DDP fp32, {span(psgd)} over the PowerSGD hook",
+            f"per round; p10-p90 apart in {apart_n} of {total}")
+
+
+# --- Time to accuracy (tta.sh, results.json summary per rate) ---
+
+def tta(src):
+    parts, spreads = [], []
+    for rate in ("1gbit", "200mbit"):
+        s = src.json(f"bench/results/tta-2026-11-26/{rate}/results.json")["summary"]
+        base = s["ddp-fp32"]["median_time_to_target_s"]
+        best = max(("topk-0.1", "topk-0.01"), key=lambda a: base / s[a]["median_time_to_target_s"])
+        g = base / s["gravac"]["median_time_to_target_s"]
+        t = base / s[best]["median_time_to_target_s"]
+        parts.append(f"{rate}: {best} {t:.2f}x, gravac {g:.2f}x")
+        ddp = s["ddp-fp32"]["time_to_target_s"]
+        def versus(arm):
+            t = s[arm]["time_to_target_s"]
+            return "apart" if max(t) < min(ddp) or min(t) > max(ddp) else "overlapping (within noise)"
+        spreads.append(f"{rate}: {best} {versus(best)}, gravac {versus('gravac')}")
+    return "; ".join(parts), "min-max over 3 seeds against DDP fp32's: " + "; ".join(spreads)
+
+
+# --- GPU (one H100, raw bench output) ---
+
+def gpu_runtime_topk(src):
+    rel = "bench/results/h100-2026-11-23/runtime_gpu_bench_topk.txt"
+    rows = {}
+    for line in src.text(rel).splitlines():
+        m = re.match(r"(runtime topk \w+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", line)
+        if m:
+            rows[m.group(1)] = (int(m.group(3)), int(m.group(5)))
+    planned, layer, one = rows["runtime topk planned"], rows["runtime topk layerwise"], rows["runtime topk one_group"]
+    value = f"planned {planned[0]} us, one group {one[0]} us, layer-wise {layer[0]} us"
+    return value, f"one run of 50 iterations (median; min {planned[1]}, {one[1]}, {layer[1]} us)"
+
+
+def gpu_topk_encode(src):
+    xs = []
+    for name in ("gpu_kernels_bench.txt", "gpu_kernels_bench_2.txt", "gpu_kernels_bench_3.txt"):
+        for line in src.text(f"bench/results/h100-2026-11-25/after/{name}").splitlines():
+            f = line.split()
+            if f[:3] == ["topk", "encode", "33554432"]:
+                xs.append(float(f[-1]))
+    return f"{span(xs)} a device copy at 32 Mi elements", f"{len(xs)} runs of 30 calls (median per run)"
+
+
+CHECKS = {
+    "R1": lambda s: plans_over_fp32(s, "2hosts-1gbit"),
+    "R2": lambda s: plans_over_fp32(s, "2hosts-200mbit"),
+    "R3": lambda s: plans_over_fp32(s, "4hosts-1gbit"),
+    "R4": lambda s: plans_over_fp32(s, "4hosts-200mbit"),
+    "R18": fp16_over_fp32,
+    "R5": lambda s: within_ten(s, EVAL25, IDLE),
+    "R6": fp32_bucket_error,
+    "R7": lambda s: within_ten(s, EVAL25, BUSY),
+    "R8": lambda s: within_ten(s, EVAL26, ["2x2-1gbit-pinned"]),
+    "R9": hierarchical,
+    "R10": embed_over_fp32,
+    "R11": embed_lossless_lead,
+    "R12": pinned_busy,
+    "R13": zen_eight_ranks,
+    "R14": ddp_lead,
+    "R15": tta,
+    "R16": gpu_runtime_topk,
+    "R17": gpu_topk_encode,
+}
+
+
+# Reference pages carry no dates (dated changes: docs/CHANGELOG.md; experiments: their
+# bench/results/<experiment>/README.md). A date inside a path (results-2026-11-25/) is a name.
+REFERENCE_PAGES = ["ARCHITECTURE", "FORMATS", "MODEL", "PYTHON", "PROFILER", "TESTBED", "GETTING_STARTED",
+                   "HARDENING", "CHECKPOINT", "ADAPTIVE", "RESULTS"]
+DATE = re.compile(r"(?<![\w/.-])20\d\d-\d\d-\d\d")
+
+
+def page_rows(text):
+    """{id: (value, spread, raw files)} from the rows `| Rn | claim | value | spread | ... | raw |`."""
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\|\s*(R\d+)\s*\|", line)
+        if m:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) < 5:
+                raise ValueError(f"row {m.group(1)}: {len(cells)} cells, expected at least 5")
+            rows[m.group(1)] = (cells[2], cells[3], cells[-1])
+    return rows
+
+
+def expand(pattern):
+    """'a/{x,y}/b' -> ['a/x/b', 'a/y/b'] (one level of braces per group, as the page writes them)."""
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    return [q for alt in m.group(1).split(",") for q in expand(pattern[:m.start()] + alt + pattern[m.end():])]
+
+
+def missing_raw(root, cell):
+    """The paths of a row's raw-files cell (under bench/results/) that do not exist."""
+    missing = []
+    for item in re.split(r",\s+(?![^{]*\})", cell):
+        item = item.strip()
+        for path in expand(item):
+            if not glob.glob(os.path.join(root, "bench", "results", path)):
+                missing.append(path)
+    return missing
+
+
+def dated_lines(root):
+    problems = []
+    for name in REFERENCE_PAGES:
+        rel = f"docs/{name}.md"
+        try:
+            with open(os.path.join(root, rel)) as f:
+                for n, line in enumerate(f, 1):
+                    m = DATE.search(line)
+                    if m:
+                        problems.append(f"{rel}:{n}: a date ({m.group(0)}) on a reference page; "
+                                        "expected none (dated changes: docs/CHANGELOG.md)")
+        except FileNotFoundError:
+            pass
+    return problems
+
+
+def main(argv):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = argv[1:]
+    if args[:1] == ["--root"] and len(args) == 2:
+        root = args[1]
+    elif args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    page = os.path.join(root, "docs", "RESULTS.md")
+    try:
+        with open(page) as f:
+            rows = page_rows(f.read())
+    except (OSError, ValueError) as e:
+        print(f"check-results: docs/RESULTS.md: {e}", file=sys.stderr)
+        return 1
+    problems = []
+    for rid in sorted(set(rows) - set(CHECKS), key=lambda r: int(r[1:])):
+        problems.append(f"docs/RESULTS.md: {rid}: no check recomputes this row (scripts/check-results.py CHECKS)")
+    for rid in sorted(CHECKS, key=lambda r: int(r[1:])):
+        if rid not in rows:
+            problems.append(f"docs/RESULTS.md: {rid}: row missing; expected a row '| {rid} | ... |'")
+            continue
+        src = Source(root)
+        try:
+            value, spread = CHECKS[rid](src)
+        except (OSError, KeyError, ValueError, IndexError, StopIteration, tarfile.TarError) as e:
+            problems.append(f"docs/RESULTS.md: {rid}: cannot recompute from {', '.join(dict.fromkeys(src.used))}: "
+                            f"{type(e).__name__}: {e}")
+            continue
+        sources = ", ".join(dict.fromkeys(src.used))
+        for path in missing_raw(root, rows[rid][2]):
+            problems.append(f"docs/RESULTS.md: {rid} raw files: bench/results/{path}: no such file")
+        for field, got, expected in (("value", rows[rid][0], value), ("spread", rows[rid][1], spread)):
+            if got != expected:
+                problems.append(f"docs/RESULTS.md: {rid} {field}: got '{got}'; expected '{expected}' "
+                                f"(recomputed from {sources})")
+    problems += dated_lines(root)
+    for p in problems:
+        print("check-results: " + p, file=sys.stderr)
+    if problems:
+        return 1
+    print(f"check-results: {len(CHECKS)} headline numbers of docs/RESULTS.md match bench/results")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
