@@ -4,6 +4,7 @@
 
 #include "cupcake/planner/options.h"
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
 
 namespace cupcake::planner {
@@ -158,7 +159,9 @@ void FillHeader(const pb::Model& model, const pb::Profile& profile, const Proble
   plan.mutable_model()->set_fingerprint(ModelFingerprint(model));
   plan.set_profile_fingerprint(ProfileFingerprint(profile));
   plan.set_profile_name(profile.cluster().name());
-  plan.set_profile_source(profile.cluster().source());
+  const std::string busy = BusyNote(profile.cluster());
+  plan.set_profile_source(busy.empty() ? profile.cluster().source()
+                                       : profile.cluster().source() + (profile.cluster().source().empty() ? "" : "; ") + busy);
   plan.set_world_size(problem.world_size);
   plan.set_device(problem.device);
   pb::CompressorSpec* spec = plan.mutable_compressor();

@@ -275,6 +275,32 @@ TEST_F(PlanCommandsTest, SearchErrorsNameTheirCause) {
   EXPECT_EQ(RunFails(o).message(), o.profile + ": no such file");
 }
 
+// A profile whose recorded load says the machine was busy when it was measured: search warns and
+// the plan's source says so (show prints it); a quiet load adds nothing.
+TEST_F(PlanCommandsTest, ABusyProfileIsNamedInTheWarningAndThePlansSource) {
+  auto sample = profile::ParseProfileJson(ReadExample("profiles/v100-8x8-pcie-25g.json"), profile_);
+  ASSERT_TRUE(sample.ok()) << sample.status().ToString();
+  pb::Profile busy = *sample;
+  (*busy.mutable_cluster()->mutable_meta())["comm.load"] = "3.10 on 2 cores";
+  (*busy.mutable_cluster()->mutable_meta())["kernels.load"] = "0.40 on 2 cores";
+  SearchOptions o = Search("efsignsgd", "busy.pb");
+  o.profile = dir_.File("busy.json");
+  Write("busy.json", profile::ProfileToJson(busy));
+  std::ostringstream out, err;
+  ASSERT_TRUE(RunSearch(o, out, err).ok());
+  EXPECT_EQ(err.str(), "warning: profile " + o.profile +
+                           ": measured busy (comm at load 3.10 on 2 cores): its times, and predictions from them, "
+                           "carry that load\n");
+  EXPECT_EQ(ReadPlanFile(o.output)->profile_source(),
+            "alpha-beta model with the constants of the Espresso paper's testbed; not a measurement; measured busy "
+            "(comm at load 3.10 on 2 cores): its times, and predictions from them, carry that load");
+  (*busy.mutable_cluster()->mutable_meta())["comm.load"] = "1.00 on 2 cores";
+  Write("busy.json", profile::ProfileToJson(busy));
+  RunOk(o);
+  EXPECT_EQ(ReadPlanFile(o.output)->profile_source(),
+            "alpha-beta model with the constants of the Espresso paper's testbed; not a measurement");
+}
+
 TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   const SearchOptions o = Search("efsignsgd", "plan.pb");
   RunOk(o);

@@ -1,6 +1,7 @@
 // cupcake-profile kernels: a quick CPU sweep into a new DB, a re-run that skips everything,
 // and the errors a user can cause.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "cupcake/profile/activity.h"
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/store.h"
+#include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
 #include "test_files.h"
 
@@ -105,6 +107,11 @@ TEST(KernelsCommand, SweepsIntoANewDbThenSkipsWhatIsThere) {
   EXPECT_EQ(p->cluster().devices_per_node(), 2);
   EXPECT_EQ(p->curves_size(), 6);
   EXPECT_TRUE(p->cluster().meta().contains("kernels.date"));
+  // The host's load when the sweep started, as plans read it (BusyNote).
+  ASSERT_TRUE(p->cluster().meta().contains("kernels.load"));
+  const std::optional<HostLoad> load = ParseHostLoad(p->cluster().meta().at("kernels.load"));
+  ASSERT_TRUE(load.has_value()) << p->cluster().meta().at("kernels.load");
+  EXPECT_EQ(load->cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 // Started as several ranks (here an in-process group of 3, as under mpirun): all sweep, rank 0

@@ -8,6 +8,7 @@
 #include "cupcake/planner/ladder.h"
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/catalogue.h"
+#include "cupcake/proto/host_load.h"
 #include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
@@ -128,6 +129,8 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
   CUPCAKE_ASSIGN_OR_RETURN(pb::Model model,
                            internal::ResolveModel(options.model, options.model_name, profile, options.profile));
   if (options.request.rank > 0) NoteShapeless(model, err);
+  if (const std::string busy = BusyNote(profile.cluster()); !busy.empty())
+    err << "warning: profile " << options.profile << ": " << busy << "\n";
   if (!options.ratios.empty()) return RunLadderSearch(options, model, profile, out, err);
   const auto start = std::chrono::steady_clock::now();
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));

@@ -7,6 +7,7 @@
 #include "cupcake/profile/comm_sweep.h"
 #include "cupcake/profile/sink.h"
 #include "cupcake/profile/store.h"
+#include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
 #include "profiling.h"
 
@@ -101,12 +102,13 @@ StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, in
                                                   const std::string& library) {
   std::string hosts;
   for (const auto& h : topo.hosts) hosts += (hosts.empty() ? "" : ",") + h;
-  const std::map<std::string, std::string> meta{{"world_size", std::to_string(world_size)},
-                                                {"hosts", hosts},
-                                                {"comm.library", library},
-                                                {"comm.backend", options.backend},
-                                                {"comm.command", options.command},
-                                                {"comm.date", UtcNow()}};
+  std::map<std::string, std::string> meta{{"world_size", std::to_string(world_size)},
+                                          {"hosts", hosts},
+                                          {"comm.library", library},
+                                          {"comm.backend", options.backend},
+                                          {"comm.command", options.command},
+                                          {"comm.date", UtcNow()}};
+  AddHostLoad(kCommLoadKey, meta);
   return profile::ProfileStore::OpenOrCreate(options.db, lock_ms, [&](profile::ProfileStore& s) {
     return EnsureCluster(s, options.cluster, static_cast<int>(topo.hosts.size()), topo.ranks_per_host, meta,
                          "mpirun -np")

@@ -10,6 +10,7 @@
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/profile_run.h"
+#include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
 #include "profiling.h"
 
@@ -160,6 +161,7 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   run.cluster = options.cluster;
   run.world_size = options.world_size;
   run.meta = {{"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
+  AddHostLoad(kKernelsLoadKey, run.meta);
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (options.progress) bar.emplace(*options.progress, "kernels");

@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
+#include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
 
 namespace cupcake::profile_cli {
@@ -99,6 +101,13 @@ std::string UtcNow() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+void AddHostLoad(std::string_view key, std::map<std::string, std::string>& meta) {
+  double load1 = 0;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (getloadavg(&load1, 1) == 1 && cores >= 1)
+    meta[std::string(key)] = FormatHostLoad({load1, static_cast<int>(cores)});
 }
 
 StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std::string& db, bool bytes,

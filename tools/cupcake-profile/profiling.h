@@ -44,6 +44,10 @@ bool StderrIsTerminal();
 
 // The UTC time now, "2024-05-01T12:34:56Z".
 std::string UtcNow();
+// Adds `key` = this host's load now (FormatHostLoad: the 1-minute load average and the cores
+// online) to `meta`, the record that lets plans say a profile was measured busy (BusyNote);
+// nothing when the system does not report a load.
+void AddHostLoad(std::string_view key, std::map<std::string, std::string>& meta);
 
 // `--max-bytes auto` / `--max-elements auto`: the largest model the DB holds, as the size of one
 // group of all its gradients (bytes, or elements), rounded up to a power of two, so that a plan
