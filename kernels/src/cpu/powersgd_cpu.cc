@@ -62,11 +62,19 @@ class CpuCodec final : public Codec {
     return Status::Ok();
   }
 
+  // Q = M^T P is computed as its transpose, Q^T = P^T M (rank x cols, row-major), then transposed
+  // into `second`: that product walks M's rows in order, one contiguous row per multiply-add
+  // pass, where the direct form reads M down its columns; with the reference BLAS the direct
+  // form took 2-3x the encode's product on a non-square matrix (bench/kernels/powersgd_bench).
   Status ComputeQImpl(float* first, const float* state, float* second, void*) override {
     for (const Matrix& m : layout().matrices) {
       Orthogonalize(first + m.p_offset, m.rows, m.rank);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I(m.cols), I(m.rank), I(m.rows), 1.0f, state + m.offset,
-                  I(m.cols), first + m.p_offset, I(m.rank), 0.0f, second + m.q_offset, I(m.rank));
+      qt_.resize(static_cast<size_t>(m.rank * m.cols));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I(m.rank), I(m.cols), I(m.rows), 1.0f, first + m.p_offset,
+                  I(m.rank), state + m.offset, I(m.cols), 0.0f, qt_.data(), I(m.cols));
+      float* q = second + m.q_offset;
+      for (int64_t j = 0; j < m.rank; ++j)
+        for (int64_t i = 0; i < m.cols; ++i) q[i * m.rank + j] = qt_[static_cast<size_t>(j * m.cols + i)];
     }
     return Status::Ok();
   }
@@ -93,6 +101,7 @@ class CpuCodec final : public Codec {
   }
 
   std::vector<float> square_;
+  std::vector<float> qt_;  // ComputeQ's Q^T, rank x cols of the matrix at hand
 };
 
 }  // namespace
