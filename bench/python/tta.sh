@@ -6,10 +6,10 @@
 #   ddp-powersgd-K for K in RANKS      DDP with torch's powerSGD_hook at rank K
 #   cupcake-fp32                       a plan searched with compressor fp32
 #   topk-R for R in RATIOS             a plan searched with compressor topk, --ratio R
-#   powersgd-K for K in RANKS          a plan whose groups are PowerSGD at rank K (the powersgd or
-#                                      powersgd_batched scheme, or fp32 where the planner finds
-#                                      compression does not pay): --compressor fp32 --search-space
-#                                      options --rank K --schemes powersgd,powersgd_batched
+#   powersgd-K for K in RANKS          a plan whose groups are PowerSGD at rank K per tensor (the
+#                                      powersgd scheme: powerSGD_hook's math), or fp32 where the
+#                                      planner finds compression does not pay: --compressor fp32
+#                                      --search-space options --rank K --schemes powersgd
 #   gravac                             the ladder (fp32 and topk at RATIOS) under cupcake.torch.GraVAC
 # The plans come from a profile of this cluster measured first on the same ranks (comm and
 # kernels, --quick, extended to the model's size) and the model recorded there by the Cupcake arm
@@ -132,7 +132,7 @@ search() {  # NAME SEARCH_FLAGS...: plan NAME.pb, its groups and predicted time 
     >"$out/plan-ladder.txt"
   echo "# ladder: topk at $ratios and fp32 ($out/ladder.pb)"
   for k in ${ranks//,/ }; do
-    search "powersgd-$k" --compressor fp32 --search-space options --rank "$k" --schemes powersgd,powersgd_batched
+    search "powersgd-$k" --compressor fp32 --search-space options --rank "$k" --schemes powersgd
   done
 } | tee -a "$out/header.txt"
 
