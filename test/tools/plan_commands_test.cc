@@ -301,6 +301,31 @@ TEST_F(PlanCommandsTest, ABusyProfileIsNamedInTheWarningAndThePlansSource) {
             "alpha-beta model with the constants of the Espresso paper's testbed; not a measurement");
 }
 
+// A PowerSGD plan (an fp32 plan whose options search may choose powersgd, --schemes powersgd):
+// its header says that those groups keep error feedback although the fp32 plan's memory is none.
+TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
+  const std::string model = Write("m.json", R"({"format": "cupcake.model.v1", "name": "m", "tensors": [
+      {"name": "w", "numel": 10000, "shape": [100, 100], "dtype": "float32", "backward_us": 100}]})");
+  // Allreduce 0.25 us per byte; PowerSGD's kernels 10 and 20 us: powersgd (about 540 us) beats
+  // flat_fp32 (about 10100 us), as OptionsPowerSgd works out by hand.
+  const std::string profile = Write("p.json", R"({"format": "cupcake.profile.v1",
+      "cluster": {"name": "hand", "nodes": 1, "devices_per_node": 2}, "curves": [
+      {"kind": "comm", "op": "allreduce", "scope": "global", "points": [[8, 2], [80000, 20000]]},
+      {"kind": "encode", "compressor": "powersgd", "device": "cpu", "points": [[1, 10], [1000000, 10]]},
+      {"kind": "decode", "compressor": "powersgd", "device": "cpu", "points": [[1, 20], [1000000, 20]]}]})");
+  SearchOptions o = Search("fp32", "powersgd.pb");
+  o.model = model;
+  o.profile = profile;
+  o.request.rank = 2;
+  o.request.schemes = {"powersgd"};
+  o.search.space = planner::SearchSpace::kOptions;
+  const std::string out = RunOk(o);
+  EXPECT_NE(out.find("\ncompressor  fp32 (powersgd rank 2), memory none (powersgd groups: residual), on cpu; chosen: "
+                     "1 x powersgd cpu\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   const SearchOptions o = Search("efsignsgd", "plan.pb");
   RunOk(o);

@@ -151,8 +151,14 @@ void PrintSummary(const pb::Plan& plan, std::ostream& out) {
     const SchemeInfo* s = FindScheme(g.options().scheme());
     return s != nullptr && s->codec != Codec::kCompressor;
   });
+  // PowerSGD groups keep their own error feedback whatever the plan compressor's memory is.
+  const bool low_rank = std::any_of(plan.groups().begin(), plan.groups().end(), [](const pb::Group& g) {
+    const SchemeInfo* s = FindScheme(g.options().scheme());
+    return s != nullptr && s->codec == Codec::kLowRank;
+  });
   out << "compressor  " << c.name() << (params.str().empty() ? "" : " (" + params.str() + ")") << ", memory "
-      << c.memory() << ", on " << Name(plan.device())
+      << c.memory() << (low_rank && c.memory() != "residual" ? " (powersgd groups: residual)" : "") << ", on "
+      << Name(plan.device())
       << (others ? "; chosen: " + OptionCounts(plan) : std::string()) << "\n";
   out << "groups      " << plan.groups_size() << "\n";
   out << "predicted   " << Ms(t) << " ms per iteration (backward " << Ms(p.backward_us()) << " ms; summed over groups: "
