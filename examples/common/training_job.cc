@@ -89,7 +89,6 @@ StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlag
   return ckpt;
 }
 
-}  // namespace
 
 // The LibTorch job as the shared loop's body: forward and backward through the module, each
 // gradient hook copying into its registered buffer, SGD with momentum as the update.

@@ -27,6 +27,7 @@
 // the two hand-offs per backward between the loop's thread and the device thread.
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -107,6 +108,11 @@ struct ReplayModel {
   double forward_us = 0, update_us = 0;
 };
 
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // The model file, validated by the profiler's reader; the replay adds that every gradient is
 // float32 (what the runtime registers), reporting every tensor that is not.
 StatusOr<ReplayModel> LoadReplayModel(const std::string& path) {
@@ -120,8 +126,8 @@ StatusOr<ReplayModel> LoadReplayModel(const std::string& path) {
     const pb::Tensor& t = m.tensors(i);
     if (t.dtype() != pb::FLOAT32) {
       problems += (problems.empty() ? "" : "\n") + path + ": tensors[" + std::to_string(i) +
-                  "].dtype: the replay plays float32 gradients only; got " + pb::DType_Name(t.dtype()) +
-                  ", expected FLOAT32";
+                  "].dtype: the replay plays float32 gradients only; got " + Lower(pb::DType_Name(t.dtype())) +
+                  ", expected float32";
       continue;
     }
     model.tensors.push_back({t.name(), t.numel(), model.numel, {t.shape().begin(), t.shape().end()}, t.backward_us()});
