@@ -8,7 +8,7 @@
 #   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
 #       [--models resnet,wide,embed | --replay MODEL.json[,MODEL.json] [--compute-scale S]]
 #       [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
-#       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick]
+#       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick] [--max-bytes B] [--max-elements E]
 #
 # --replay: instead of the LibTorch jobs, the replay job (examples/train_replay: a recorded
 # model's forward, backward and update played on an emulated accelerator, scaled by
@@ -38,8 +38,12 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16 ratio=0.01
 iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0 replay="" compute_scale="" models_given=0
+max_bytes_flag="" max_elements_flag=""
 
 usage() { sed -n '8,11p' "$0" | sed 's/^# *//' >&2; exit 2; }
+# --max-bytes, --max-elements: the comm sweep's largest size and the kernel sweep's largest
+# element count, in place of the defaults below (--quick's too); plans read larger groups off
+# extrapolated curves (each plan lists them in `extrapolations`).
 # The --ratio flag of a search for compressor $1: only for those that select a ratio of the elements.
 ratio_flag() { case "$1" in topk|randk|dgc) echo "--ratio $ratio" ;; esac; }
 while [ $# -gt 0 ]; do
@@ -58,14 +62,18 @@ while [ $# -gt 0 ]; do
     --record-iterations) record_iterations=${2:-}; shift 2 ;;
     --rounds) rounds=${2:-}; shift 2 ;;
     --quick) quick=1; shift ;;
+    --max-bytes) max_bytes_flag=${2:-}; shift 2 ;;
+    --max-elements) max_elements_flag=${2:-}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "evaluate: unknown flag $1" >&2; usage ;;
   esac
 done
 [ -n "$out" ] || { echo "evaluate: --out DIR is required" >&2; usage; }
 [ -n "$rate" ] || { echo "evaluate: --rate is required (none, or a tc rate such as 1gbit)" >&2; usage; }
-for n in iterations warmup record_iterations rounds; do
-  [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "evaluate: --${n//_/-}: got '${!n}', expected an integer" >&2; exit 2; }
+for n in iterations warmup record_iterations rounds max_bytes_flag max_elements_flag; do
+  [ -n "${!n}" ] || [[ "$n" != *_flag ]] || continue
+  f=${n%_flag}
+  [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "evaluate: --${f//_/-}: got '${!n}', expected an integer" >&2; exit 2; }
 done
 [ "$rounds" -ge 1 ] && [ "$iterations" -ge "$rounds" ] ||
   { echo "evaluate: --iterations $iterations, --rounds $rounds: expected 1 <= rounds <= iterations" >&2; exit 2; }
@@ -151,7 +159,7 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
   else
     what="--models $models"
   fi
-  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR $what --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')"
+  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR $what --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')${max_bytes_flag:+ --max-bytes $max_bytes_flag}${max_elements_flag:+ --max-elements $max_elements_flag}"
 } >"$out/machine.txt"
 
 # 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to
@@ -169,8 +177,8 @@ print(b, e)
 PY
 )
 fi
-if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes 4194304); ksweep=(--quick --max-elements 1048576)
-else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes "$max_bytes"); ksweep=(--max-elements "$max_elements"); fi
+if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes "${max_bytes_flag:-4194304}"); ksweep=(--quick --max-elements "${max_elements_flag:-1048576}")
+else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes "${max_bytes_flag:-$max_bytes}"); ksweep=(--max-elements "${max_elements_flag:-$max_elements}"); fi
 # Hierarchical schemes reduce-scatter inside a host; Zen exchanges by alltoall.
 ops=allreduce,allgather,alltoall; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
 log "profile: comm ($ops) across the testbed"

@@ -176,6 +176,74 @@ int WriteRecording(const LoopSetup& s) {
   return 0;
 }
 
+// The --timing file: every iteration's (slowest-rank) time, the losses, the agreement and the
+// body's own members.
+std::string TimingJson(const LoopSetup& s, int world_size, const std::optional<double>& loss_first,
+                       const std::optional<double>& loss_last, bool agree, const std::string& extra,
+                       const std::vector<double>& slowest) {
+  std::string out = "{\n  \"model\": " + JsonString(s.job) + ",\n  \"plan\": " + JsonString(s.flags->plan) +
+                    ",\n  \"world_size\": " + std::to_string(world_size) +
+                    ",\n  \"warmup\": " + std::to_string(s.flags->warmup) + ",\n  \"loss_first\": " +
+                    JsonLoss(loss_first) + ",\n  \"loss_last\": " + JsonLoss(loss_last) +
+                    ",\n  \"ranks_agree\": " + (agree ? "true" : "false") + (extra.empty() ? "" : ",\n  " + extra) +
+                    ",\n  \"iteration_us\": [";
+  for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
+  return out + "]\n}\n";
+}
+
+// After training: the timeline, the job's after-training step, the agreement, every
+// iteration's slowest-rank time, the body's report, and rank 0's files and lines.
+int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& iteration_us,
+                const IterationMarks& marks, const std::optional<double>& loss_first,
+                const std::optional<double>& loss_last) {
+  const LoopFlags& flags = *s.flags;
+  runtime::Session& session = *s.runtime->session;
+  std::string timeline;
+  if (!flags.timeline_path.empty()) {
+    auto groups = session.Timeline();
+    if (!groups.ok()) return Fail(s.job, "timeline", groups.status());
+    timeline = TimelineJson(s.job, marks, *groups);
+  }
+  if (s.after_training) {
+    if (Status a = s.after_training(); !a.ok()) return Fail(s.job, "after training", a);
+  }
+  auto agree = body.RanksAgree(*s.report);
+  if (!agree.ok()) return Fail(s.job, "ranks agree", agree.status());
+  // Each iteration's time is the slowest rank's.
+  std::vector<double> slowest(iteration_us.size());
+  if (Status a = s.report->Allreduce(iteration_us.data(), slowest.data(), static_cast<int64_t>(iteration_us.size()),
+                                     comm::DataType::kFloat64, comm::ReduceOp::kMax);
+      !a.ok()) {
+    return Fail(s.job, "timing", a);
+  }
+  auto extra = body.Report(*s.report);
+  if (!extra.ok()) return Fail(s.job, "report", extra.status());
+  if (s.rank == 0) {
+    if (!flags.timing_path.empty()) {
+      const std::string out = TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest);
+      if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w);
+    }
+    if (!timeline.empty()) {
+      if (Status w = WriteFileAtomic(flags.timeline_path, timeline); !w.ok()) return Fail(s.job, "--timeline", w);
+    }
+    for (const runtime::GravacDecision& d : session.decisions())
+      std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
+                  static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
+                  d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
+    // A restarted run (--checkpoint) may have fewer iterations than the warm-up.
+    std::vector<double> timed(slowest.begin() + std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size()),
+                              slowest.end());
+    std::sort(timed.begin(), timed.end());
+    std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(),
+                timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+  }
+  if (!*agree) {
+    if (s.rank == 0) std::fprintf(stderr, "%s: the ranks ended with different state\n", s.job.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, LoopFlags& f) {
@@ -286,59 +354,7 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
     }
   }
   if (recording) return WriteRecording(s);
-
-  runtime::Session& session = *s.runtime->session;
-  std::string timeline;
-  if (!flags.timeline_path.empty()) {
-    auto groups = session.Timeline();
-    if (!groups.ok()) return Fail(s.job, "timeline", groups.status());
-    timeline = TimelineJson(s.job, marks, *groups);
-  }
-  if (s.after_training) {
-    if (Status a = s.after_training(); !a.ok()) return Fail(s.job, "after training", a);
-  }
-  auto agree = body.RanksAgree(*s.report);
-  if (!agree.ok()) return Fail(s.job, "ranks agree", agree.status());
-  // Each iteration's time is the slowest rank's.
-  std::vector<double> slowest(iteration_us.size());
-  if (Status a = s.report->Allreduce(iteration_us.data(), slowest.data(), static_cast<int64_t>(iteration_us.size()),
-                                     comm::DataType::kFloat64, comm::ReduceOp::kMax);
-      !a.ok()) {
-    return Fail(s.job, "timing", a);
-  }
-  auto extra = body.Report(*s.report);
-  if (!extra.ok()) return Fail(s.job, "report", extra.status());
-  if (s.rank == 0) {
-    if (!flags.timing_path.empty()) {
-      std::string out = "{\n  \"model\": " + JsonString(s.job) + ",\n  \"plan\": " + JsonString(flags.plan) +
-                        ",\n  \"world_size\": " + std::to_string(session.world_size()) +
-                        ",\n  \"warmup\": " + std::to_string(flags.warmup) +
-                        ",\n  \"loss_first\": " + JsonLoss(loss_first) + ",\n  \"loss_last\": " + JsonLoss(loss_last) +
-                        ",\n  \"ranks_agree\": " + (*agree ? "true" : "false") +
-                        (extra->empty() ? "" : ",\n  " + *extra) + ",\n  \"iteration_us\": [";
-      for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
-      out += "]\n}\n";
-      if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w);
-    }
-    if (!timeline.empty()) {
-      if (Status w = WriteFileAtomic(flags.timeline_path, timeline); !w.ok()) return Fail(s.job, "--timeline", w);
-    }
-    for (const runtime::GravacDecision& d : session.decisions())
-      std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
-                  static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
-                  d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
-    // A restarted run (--checkpoint) may have fewer iterations than the warm-up.
-    std::vector<double> timed(slowest.begin() + std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size()),
-                              slowest.end());
-    std::sort(timed.begin(), timed.end());
-    std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(),
-                timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
-  }
-  if (!*agree) {
-    if (s.rank == 0) std::fprintf(stderr, "%s: the ranks ended with different state\n", s.job.c_str());
-    return 1;
-  }
-  return 0;
+  return WriteReport(s, body, iteration_us, marks, loss_first, loss_last);
 }
 
 }  // namespace cupcake::examples

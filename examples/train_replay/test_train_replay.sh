@@ -6,9 +6,10 @@
 # feedback) trains with the ranks agreeing; and ranks that fill their gradients with different
 # seeds (so each rank's idea of the exact average is wrong) fail the exact check with exit 1,
 # which shows the check can fail. Correctness only: no time is checked against a target.
-# Usage: test_train_replay.sh TRAIN_REPLAY CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC MODEL.json WORKDIR
+# Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed).
+# Usage: test_train_replay.sh TRAIN_REPLAY CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC MODEL.json WORKDIR EVALUATE_SH
 set -uo pipefail
-replay="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" model="$5" work="$6"
+replay="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" model="$5" work="$6" evaluate="$7"
 rm -rf "$work" && mkdir -p "$work"
 mpirun=("$mpiexec" --oversubscribe)
 if [ "$(id -u)" = 0 ]; then mpirun+=(--allow-run-as-root); fi
@@ -48,6 +49,28 @@ expect 1 "train_replay: --model: $work/zero.json: tensors[0].numel: must be posi
 printf '{"format": ' >"$work/trunc.json"
 expect 1 "train_replay: --model: $work/trunc.json:1:12: not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal" \
   --model "$work/trunc.json" --plan p.pb
+
+# evaluate.sh's usage errors: exit 2 and the message.
+expect_evaluate() {  # expect_evaluate 'MESSAGE' ARGS...
+  local text=$1; shift
+  CUPCAKE_BUILD_DIR="$(cd "$(dirname "$replay")/../.." && pwd)" "$evaluate" --rate 1gbit --out "$work/eval" "$@" \
+    >"$work/out.txt" 2>"$work/err.txt"
+  local rc=$? first
+  first=$(head -n 1 "$work/err.txt")
+  if [ "$rc" != 2 ] || [ "$first" != "$text" ]; then
+    fail "evaluate.sh $*: expected exit 2 and '$text'; got exit $rc and '$first'"
+  else
+    echo "ok: evaluate.sh $* -> exit 2: $first"
+  fi
+}
+expect_evaluate "evaluate: --compute-scale: got '0', expected a number in (0, 1000]" --replay "$model" --compute-scale 0
+expect_evaluate "evaluate: --compute-scale: needs --replay" --compute-scale 2
+expect_evaluate "evaluate: --models and --replay: expected one of them" --models resnet --replay "$model"
+expect_evaluate "evaluate: --replay: $work/trunc.json: not a readable model file with a \"name\"" --replay "$work/trunc.json"
+printf '{"format": "cupcake.model.v1", "name": "res-net", "tensors": []}\n' >"$work/dash.json"
+expect_evaluate "evaluate: --replay: $work/dash.json: name: got 'res-net', expected letters, digits, '_' or '.'" \
+  --replay "$work/dash.json"
+expect_evaluate "evaluate: --replay: two files name the model 'resnet50'" --replay "$model,$model"
 
 # 2. Record one iteration (so the recorded gaps are that iteration's, not medians, whose sum
 # is no ready time): the model's tensors, each ready no earlier than the file's cumulative time
