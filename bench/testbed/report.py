@@ -89,6 +89,7 @@ def collect(d):
             # The emulation's own cost (train_replay): the worst round's median lateness of a
             # sleep and of the hand-back from the device thread, the slowest rank's.
             r["replay_wake_late_median_us"] = max(run["replay"]["wake_late"]["median_us"] for run in runs)
+            r["replay_handoff_median_us"] = max(run["replay"]["handoff"]["median_us"] for run in runs)
             r["replay_handback_median_us"] = max(run["replay"]["handback"]["median_us"] for run in runs)
             r["exact_checked"] = all(run["replay"]["exact"] for run in runs)
         results.append(r)
@@ -135,11 +136,12 @@ def replay_lines(d, machine, results):
     scale = float(machine.get("compute_scale", "1"))
     recorded = {m["name"]: m for m in load(os.path.join(d, "logs", "recorded.json")).get("models", [])}
     lines = [f"Replay (compute scale {scale:g}): the model file's times x scale against record mode's "
-             "measurement of the replay (the plans' inputs); wake-up: the median lateness of a sleep and of the "
-             "hand-back from the device thread, the worst run's (slowest rank).", "",
+             "measurement of the replay (the plans' inputs); wake-up: the median lateness of a sleep, of the "
+             "hand-off of backward to the device thread and of the hand-back, per run the worse of its rounds "
+             "(slowest rank), as the range over the model's runs.", "",
              "| model | forward ms file / recorded | backward ms file / recorded | update ms file / recorded | "
-             "sleep late us (median, runs' range) | hand-back us (median, runs' range) |",
-             "|---|---|---|---|---|---|"]
+             "sleep late us | hand-off us | hand-back us |",
+             "|---|---|---|---|---|---|---|"]
     for f in machine["replay"].split(","):
         m = load(f)
         rec = recorded.get(m["name"], {})
@@ -151,7 +153,8 @@ def replay_lines(d, machine, results):
                  f"{sum(t['backward_us'] for t in m['tensors']) * scale / 1e3:.1f} / "
                  f"{sum(t['backward_us'] for t in rec.get('tensors', [])) / 1e3:.1f}",
                  f"{m.get('update_us', 0) * scale / 1e3:.1f} / {rec.get('update_us', 0) / 1e3:.1f}",
-                 span("replay_wake_late_median_us"), span("replay_handback_median_us")]
+                 span("replay_wake_late_median_us"), span("replay_handoff_median_us"),
+                 span("replay_handback_median_us")]
         lines.append(f"| {m['name']} | " + " | ".join(cells) + " |")
     return lines + [""]
 

@@ -353,7 +353,11 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
       if (Status between = body.BetweenIterations(it); !between.ok()) return Fail(s.job, "between iterations", between);
     }
   }
-  if (recording) return WriteRecording(s);
+  if (recording) {
+    // The body's own results (printed; record mode writes no timing file).
+    if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status());
+    return WriteRecording(s);
+  }
   return WriteReport(s, body, iteration_us, marks, loss_first, loss_last);
 }
 

@@ -16,7 +16,8 @@
 // Record mode does the same with a Recorder and, after each iteration, samples every
 // gradient's share of non-zeros from the registered buffers.
 //
-// After training, collectively: LoopBody::RanksAgree, every iteration's slowest-rank time
+// After record mode's iterations, collectively: LoopBody::Report (its text is not written),
+// then the recording. After training, collectively: LoopBody::RanksAgree, every iteration's slowest-rank time
 // (allreduce max), LoopBody::Report; rank 0 writes `--timing` (every iteration's time, the
 // losses, whether the ranks agree, the body's extra keys) and `--timeline` (the runtime's
 // groups in the last iteration beside the iteration's marks) and prints the median. The job
@@ -107,7 +108,7 @@ class LoopBody {
   virtual std::optional<double> EvalLoss() { return std::nullopt; }
   // Collective, after training: whether every rank holds bitwise the same state.
   virtual StatusOr<bool> RanksAgree(comm::Communicator& comm) = 0;
-  // Collective, after RanksAgree: the job's own results, as extra members of the timing file
+  // Collective, after RanksAgree (in record mode, after the last iteration): the job's own results, as extra members of the timing file
   // (`"key": value` pairs joined by ",\n  ", or ""), and on rank 0 its own printed lines.
   virtual StatusOr<std::string> Report(comm::Communicator& comm) {
     (void)comm;

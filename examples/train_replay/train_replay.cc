@@ -245,7 +245,7 @@ class ReplayBody final : public LoopBody {
   uint64_t digest_ = 0xcbf29ce484222325ull;
   int last_step_ = -1;
   bool exact_ = false;
-  std::string why_not_exact_;
+  std::string why_not_exact_ = "record mode";
 };
 
 std::pair<int64_t, std::string> ReplayBody::CheckExactAverage(int world) const {
