@@ -89,7 +89,6 @@ StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlag
   return ckpt;
 }
 
-
 // The LibTorch job as the shared loop's body: forward and backward through the module, each
 // gradient hook copying into its registered buffer, SGD with momentum as the update.
 class TorchBody final : public LoopBody {
@@ -148,9 +147,7 @@ class TorchBody final : public LoopBody {
     return Status::Ok();
   }
   std::optional<double> EvalLoss() override { return cupcake::examples::EvalLoss(job_, eval_); }
-  StatusOr<bool> RanksAgree(comm::Communicator& comm) override {
-    return cupcake::examples::RanksAgree(params_, comm);
-  }
+  StatusOr<bool> RanksAgree(comm::Communicator& comm) override { return cupcake::examples::RanksAgree(params_, comm); }
 
  private:
   TrainingJob& job_;
@@ -195,7 +192,8 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     return code;
   TorchBody body(job, flags, std::move(batches), std::move(eval), std::move(params));
   LoopSetup setup;
-  if (Status r = body.Register(runtime, setup.buffers); !r.ok()) return Fail(name, flags.recording() ? "record" : "plan", r);
+  if (Status r = body.Register(runtime, setup.buffers); !r.ok())
+    return Fail(name, flags.recording() ? "record" : "plan", r);
 
   // Declared after the session: destroyed before it (it holds the session's address).
   std::unique_ptr<comm::Communicator> ckpt_comm;

@@ -148,7 +148,8 @@ std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, i
   }
   if (Status u = body.Step(it); !u.ok()) return IterationError{"step", u};
   if (s.checkpoint != nullptr) {
-    if (Status c = s.checkpoint->Commit(static_cast<uint64_t>(it) + 1); !c.ok()) return IterationError{"--checkpoint", c};
+    if (Status c = s.checkpoint->Commit(static_cast<uint64_t>(it) + 1); !c.ok())
+      return IterationError{"--checkpoint", c};
     if (it + 1 == s.flags->crash_at) std::_Exit(3);
   }
   marks.end_us = s.clock->NowUs();
@@ -183,8 +184,8 @@ std::string TimingJson(const LoopSetup& s, int world_size, const std::optional<d
                        const std::vector<double>& slowest) {
   std::string out = "{\n  \"model\": " + JsonString(s.job) + ",\n  \"plan\": " + JsonString(s.flags->plan) +
                     ",\n  \"world_size\": " + std::to_string(world_size) +
-                    ",\n  \"warmup\": " + std::to_string(s.flags->warmup) + ",\n  \"loss_first\": " +
-                    JsonLoss(loss_first) + ",\n  \"loss_last\": " + JsonLoss(loss_last) +
+                    ",\n  \"warmup\": " + std::to_string(s.flags->warmup) +
+                    ",\n  \"loss_first\": " + JsonLoss(loss_first) + ",\n  \"loss_last\": " + JsonLoss(loss_last) +
                     ",\n  \"ranks_agree\": " + (agree ? "true" : "false") + (extra.empty() ? "" : ",\n  " + extra) +
                     ",\n  \"iteration_us\": [";
   for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
@@ -288,8 +289,8 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
     usage += "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]]";
   if (has("--weights")) usage += " [--weights FILE]";
   if (!job_flags.usage.empty()) usage += "\n           " + job_flags.usage;
-  usage += "\n       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] " + job + (job_flags.usage.empty() ? "" : " ...") +
-           "   (record mode)\n";
+  usage += "\n       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] " + job +
+           (job_flags.usage.empty() ? "" : " ...") + "   (record mode)\n";
   std::fprintf(stderr, "%s: %s\n%s", job.c_str(), problem.c_str(), usage.c_str());
   return 2;
 }

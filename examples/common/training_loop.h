@@ -102,13 +102,17 @@ class LoopBody {
   // registered buffers.
   virtual Status Step(int iteration) = 0;
   // Untimed, after iteration `iteration`'s end mark (and its record-mode density samples).
-  virtual Status BetweenIterations(int iteration) { (void)iteration; return Status::Ok(); }
+  virtual Status BetweenIterations(int iteration) {
+    (void)iteration;
+    return Status::Ok();
+  }
   // The loss on the job's evaluation batch (before training and after every epoch); nullopt
   // where the job has none (`epoch E` lines are then not printed, the timing file says null).
   virtual std::optional<double> EvalLoss() { return std::nullopt; }
   // Collective, after training: whether every rank holds bitwise the same state.
   virtual StatusOr<bool> RanksAgree(comm::Communicator& comm) = 0;
-  // Collective, after RanksAgree (in record mode, after the last iteration): the job's own results, as extra members of the timing file
+  // Collective, after RanksAgree (in record mode, after the last iteration): the job's own results, as extra members of
+  // the timing file
   // (`"key": value` pairs joined by ",\n  ", or ""), and on rank 0 its own printed lines.
   virtual StatusOr<std::string> Report(comm::Communicator& comm) {
     (void)comm;

@@ -23,8 +23,9 @@ double SteadyNowUs() {
 
 double SleepUntilUs(double deadline_us) {
   if (SteadyNowUs() >= deadline_us) return -1;
-  const auto deadline = std::chrono::steady_clock::time_point(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double, std::micro>(deadline_us)));
+  const auto deadline =
+      std::chrono::steady_clock::time_point(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double, std::micro>(deadline_us)));
   std::this_thread::sleep_until(deadline);
   return std::max(0.0, SteadyNowUs() - deadline_us);
 }

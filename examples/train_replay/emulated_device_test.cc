@@ -63,10 +63,12 @@ TEST(EmulatedDevice, StopsAtTheFirstFailedGradient) {
   EXPECT_EQ(order, (std::vector<int>{0, 1}));
   // The device is still usable for the next pass.
   order.clear();
-  EXPECT_TRUE(device.Backward(SteadyNowUs(), gaps_us, [&](int i) {
-                      order.push_back(i);
-                      return Status::Ok();
-                    })
+  EXPECT_TRUE(device
+                  .Backward(SteadyNowUs(), gaps_us,
+                            [&](int i) {
+                              order.push_back(i);
+                              return Status::Ok();
+                            })
                   .ok());
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
 }

@@ -64,8 +64,7 @@ std::optional<std::string> ParseReplayFlag(const std::string& arg, const char* v
   } else if (arg == "--seed") {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(value, &end, 10);
-    if (end == value || *end != '\0' || value[0] == '-')
-      return arg + ": got '" + value + "', expected an integer >= 0";
+    if (end == value || *end != '\0' || value[0] == '-') return arg + ": got '" + value + "', expected an integer >= 0";
     f.seed = v;
   } else {
     return std::nullopt;
@@ -87,9 +86,8 @@ uint8_t Base(uint64_t seed, int rank, int64_t element) {
                               kLevels);
 }
 int Shift(uint64_t seed, int64_t step, int tensor) {
-  return static_cast<int>((Mix(seed ^ (static_cast<uint64_t>(tensor) << 32)) % kLevels +
-                           static_cast<uint64_t>(step) * 13) %
-                          kLevels);
+  return static_cast<int>(
+      (Mix(seed ^ (static_cast<uint64_t>(tensor) << 32)) % kLevels + static_cast<uint64_t>(step) * 13) % kLevels);
 }
 float Value(int base, int shift) { return static_cast<float>((base + shift) % kLevels - 8); }
 
@@ -155,7 +153,11 @@ std::pair<bool, std::string> PlanIsExact(const std::string& plan_path) {
 class ReplayBody final : public LoopBody {
  public:
   ReplayBody(const ReplayModel& model, const ReplayFlags& flags, int rank, comm::Communicator& peers)
-      : model_(model), flags_(flags), rank_(rank), peers_(peers), flat_(static_cast<size_t>(model.numel)),
+      : model_(model),
+        flags_(flags),
+        rank_(rank),
+        peers_(peers),
+        flat_(static_cast<size_t>(model.numel)),
         base_(static_cast<size_t>(model.numel)) {
     for (int64_t j = 0; j < model.numel; ++j) base_[static_cast<size_t>(j)] = Base(flags.seed, rank, j);
     for (int k = 0; k < 2 * kLevels; ++k) table_[static_cast<size_t>(k)] = Value(k, 0);
@@ -279,33 +281,38 @@ StatusOr<std::string> ReplayBody::Report(comm::Communicator& comm) {
   if (exact_) std::tie(wrong, first) = CheckExactAverage(comm.size());
   CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(&wrong, &any_wrong, 1, comm::DataType::kInt64, comm::ReduceOp::kMax));
   if (wrong > 0)
-    std::fprintf(stderr, "%s: rank %d: %" PRId64 " of %" PRId64
-                         " elements of the last step differ from the exact average over the ranks; first: %s\n",
+    std::fprintf(stderr,
+                 "%s: rank %d: %" PRId64 " of %" PRId64
+                 " elements of the last step differ from the exact average over the ranks; first: %s\n",
                  model_.name.c_str(), rank_, wrong, model_.numel, first.c_str());
   if (any_wrong > 0)
-    return InternalError("the plan is exact, but the averaged gradients of the last step are not the exact average "
-                         "over the ranks on some rank (up to " + std::to_string(any_wrong) + " elements)");
+    return InternalError(
+        "the plan is exact, but the averaged gradients of the last step are not the exact average "
+        "over the ranks on some rank (up to " +
+        std::to_string(any_wrong) + " elements)");
   // The emulation's costs: the slowest rank's of each statistic.
   const WakeSummary late = Summarize(device_.late_us()), to = Summarize(device_.handoff_us()),
                     back = Summarize(device_.handback_us());
-  std::array<double, 9> mine = {late.median_us, late.p90_us, late.max_us, to.median_us, to.p90_us, to.max_us,
-                                back.median_us, back.p90_us, back.max_us};
+  std::array<double, 9> mine = {late.median_us, late.p90_us,    late.max_us, to.median_us, to.p90_us,
+                                to.max_us,      back.median_us, back.p90_us, back.max_us};
   std::array<double, 9> most{};
   CUPCAKE_RETURN_IF_ERROR(
       comm.Allreduce(mine.data(), most.data(), mine.size(), comm::DataType::kFloat64, comm::ReduceOp::kMax));
   auto stats = [&](size_t at, int64_t count) {
     char text[160];
-    std::snprintf(text, sizeof text, "{\"count\": %" PRId64 ", \"median_us\": %.1f, \"p90_us\": %.1f, \"max_us\": %.1f}",
-                  count, most[at], most[at + 1], most[at + 2]);
+    std::snprintf(text, sizeof text,
+                  "{\"count\": %" PRId64 ", \"median_us\": %.1f, \"p90_us\": %.1f, \"max_us\": %.1f}", count, most[at],
+                  most[at + 1], most[at + 2]);
     return std::string(text);
   };
   char scale[32];
   std::snprintf(scale, sizeof scale, "%g", flags_.compute_scale);
   if (rank_ == 0) {
-    std::printf("%s: replay at compute scale %s; plan exact: %s; sleeps woke late by median %.1f us (p90 %.1f, max "
-                "%.1f, %" PRId64 " sleeps); hand-off to the device thread %.1f us, back %.1f us (medians, slowest rank)\n",
-                model_.name.c_str(), scale, exact_ ? "yes, the average checked bitwise" : ("no: " + why_not_exact_).c_str(),
-                most[0], most[1], most[2], late.count, most[3], most[6]);
+    std::printf(
+        "%s: replay at compute scale %s; plan exact: %s; sleeps woke late by median %.1f us (p90 %.1f, max "
+        "%.1f, %" PRId64 " sleeps); hand-off to the device thread %.1f us, back %.1f us (medians, slowest rank)\n",
+        model_.name.c_str(), scale, exact_ ? "yes, the average checked bitwise" : ("no: " + why_not_exact_).c_str(),
+        most[0], most[1], most[2], late.count, most[3], most[6]);
   }
   return "\"replay\": {\"compute_scale\": " + std::string(scale) + ", \"exact\": " + (exact_ ? "true" : "false") +
          ", \"wake_late\": " + stats(0, late.count) + ", \"handoff\": " + stats(3, to.count) +
@@ -328,8 +335,8 @@ int Main(int argc, char** argv) {
   JobFlags job_flags;
   job_flags.parse = [&](const std::string& arg, const char* value) { return ParseReplayFlag(arg, value, replay); };
   // No parameters, batches or LibTorch threads: the update is the recorded time.
-  job_flags.unsupported = {"--lr", "--threads", "--batches", "--checkpoint", "--persist", "--persist-every",
-                           "--crash-at", "--weights"};
+  job_flags.unsupported = {"--lr",      "--threads",       "--batches",  "--checkpoint",
+                           "--persist", "--persist-every", "--crash-at", "--weights"};
   job_flags.usage = "--model MODEL.json [--compute-scale S] [--seed N]   (--model required)";
   std::string problem = ParseLoopFlags(argc, argv, job_flags, flags);
   if (problem.empty() && replay.model.empty()) problem = "--model: missing; expected a cupcake.model.v1 file";
