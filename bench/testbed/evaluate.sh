@@ -6,8 +6,16 @@
 # measured iteration time with the plan's prediction.
 #
 #   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
-#       [--models resnet,wide,embed] [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
-#       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick]
+#       [--models resnet,wide,embed | --replay MODEL.json[,MODEL.json] [--compute-scale S]]
+#       [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
+#       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick] [--max-bytes B] [--max-elements E]
+#
+# --replay: instead of the LibTorch jobs, the replay job (examples/train_replay: a recorded
+# model's forward, backward and update played on an emulated accelerator, scaled by
+# --compute-scale, with real buffers and the real runtime) for each model file; the model's
+# name is the file's "name". Record mode records the replayed times as the profile sees them
+# (the emulation's wake-up costs included), and the sweeps reach the largest model's size
+# (comm bytes, kernel elements; 32 MiB and 8 Mi at least) so that the plans interpolate.
 #
 # Strategies per model: fp32 in 25 MiB buckets (what DDP does), and per compressor layer-wise
 # (one group per tensor), one group, 25 MiB buckets, the plan (the optimal fusion search) and
@@ -29,9 +37,13 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16 ratio=0.01
-iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0
+iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0 replay="" compute_scale="" models_given=0
+max_bytes_flag="" max_elements_flag=""
 
-usage() { sed -n '8,10p' "$0" | sed 's/^# *//' >&2; exit 2; }
+usage() { sed -n '8,11p' "$0" | sed 's/^# *//' >&2; exit 2; }
+# --max-bytes, --max-elements: the comm sweep's largest size and the kernel sweep's largest
+# element count, in place of the defaults below (--quick's too); plans read larger groups off
+# extrapolated curves (each plan lists them in `extrapolations`).
 # The --ratio flag of a search for compressor $1: only for those that select a ratio of the elements.
 ratio_flag() { case "$1" in topk|randk|dgc) echo "--ratio $ratio" ;; esac; }
 while [ $# -gt 0 ]; do
@@ -40,7 +52,9 @@ while [ $# -gt 0 ]; do
     --ranks-per-host) rph=${2:-}; shift 2 ;;
     --rate) rate=${2:-}; shift 2 ;;
     --out) out=${2:-}; shift 2 ;;
-    --models) models=${2:-}; shift 2 ;;
+    --models) models=${2:-}; models_given=1; shift 2 ;;
+    --replay) replay=${2:-}; shift 2 ;;
+    --compute-scale) compute_scale=${2:-}; shift 2 ;;
     --compressors) compressors=${2:-}; shift 2 ;;
     --ratio) ratio=${2:-}; shift 2 ;;
     --iterations) iterations=${2:-}; shift 2 ;;
@@ -48,21 +62,57 @@ while [ $# -gt 0 ]; do
     --record-iterations) record_iterations=${2:-}; shift 2 ;;
     --rounds) rounds=${2:-}; shift 2 ;;
     --quick) quick=1; shift ;;
+    --max-bytes) max_bytes_flag=${2:-}; shift 2 ;;
+    --max-elements) max_elements_flag=${2:-}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "evaluate: unknown flag $1" >&2; usage ;;
   esac
 done
 [ -n "$out" ] || { echo "evaluate: --out DIR is required" >&2; usage; }
 [ -n "$rate" ] || { echo "evaluate: --rate is required (none, or a tc rate such as 1gbit)" >&2; usage; }
-for n in iterations warmup record_iterations rounds; do
-  [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "evaluate: --${n//_/-}: got '${!n}', expected an integer" >&2; exit 2; }
+for n in iterations warmup record_iterations rounds max_bytes_flag max_elements_flag; do
+  [ -n "${!n}" ] || [[ "$n" != *_flag ]] || continue
+  f=${n%_flag}
+  [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "evaluate: --${f//_/-}: got '${!n}', expected an integer" >&2; exit 2; }
 done
 [ "$rounds" -ge 1 ] && [ "$iterations" -ge "$rounds" ] ||
   { echo "evaluate: --iterations $iterations, --rounds $rounds: expected 1 <= rounds <= iterations" >&2; exit 2; }
-for m in ${models//,/ }; do
-  [ -x "$build/examples/train_$m/train_$m" ] ||
-    { echo "evaluate: --models: no job $build/examples/train_$m/train_$m (LibTorch examples built?)" >&2; exit 2; }
-done
+declare -A model_file=()  # --replay: model name -> its file
+if [ -n "$replay" ]; then
+  [ "$models_given" = 0 ] || { echo "evaluate: --models and --replay: expected one of them" >&2; exit 2; }
+  compute_scale=${compute_scale:-1}
+  [[ "$compute_scale" =~ ^[0-9]*\.?[0-9]+$ ]] && awk -v s="$compute_scale" 'BEGIN {exit !(s > 0 && s <= 1000)}' ||
+    { echo "evaluate: --compute-scale: got '$compute_scale', expected a number in (0, 1000]" >&2; exit 2; }
+  [ -x "$build/examples/train_replay/train_replay" ] ||
+    { echo "evaluate: --replay: no job $build/examples/train_replay/train_replay (built with MPI?)" >&2; exit 2; }
+  models=""
+  for f in ${replay//,/ }; do
+    # The model's name: the plans and runs are named MODEL-STRATEGY-COMPRESSOR (report.py splits at '-').
+    m=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "$f" 2>/dev/null) ||
+      { echo "evaluate: --replay: $f: not a readable model file with a \"name\"" >&2; exit 2; }
+    [[ "$m" =~ ^[A-Za-z0-9_.]+$ ]] ||
+      { echo "evaluate: --replay: $f: name: got '$m', expected letters, digits, '_' or '.'" >&2; exit 2; }
+    [ -z "${model_file[$m]:-}" ] || { echo "evaluate: --replay: two files name the model '$m'" >&2; exit 2; }
+    model_file[$m]=$(cd "$(dirname "$f")" && pwd)/$(basename "$f")
+    models+=${models:+,}$m
+  done
+else
+  [ -z "$compute_scale" ] || { echo "evaluate: --compute-scale: needs --replay" >&2; exit 2; }
+  for m in ${models//,/ }; do
+    [ -x "$build/examples/train_$m/train_$m" ] ||
+      { echo "evaluate: --models: no job $build/examples/train_$m/train_$m (LibTorch examples built?)" >&2; exit 2; }
+  done
+fi
+# The training command of model $1, in the array `job`; the flags its training runs add, in `train_flags`.
+job_of() {
+  if [ -n "$replay" ]; then
+    job=("$build/examples/train_replay/train_replay" --model "${model_file[$1]}" --compute-scale "$compute_scale")
+    train_flags=()  # no parameters: no learning rate
+  else
+    job=("$build/examples/train_$1/train_$1")
+    train_flags=(--lr 0.01)
+  fi
+}
 for tool in tools/cupcake-profile tools/cupcake-plan; do
   [ -x "$build/$tool" ] || { echo "evaluate: $build/$tool missing; build first (scripts/build.sh)" >&2; exit 1; }
 done
@@ -102,13 +152,33 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
   printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
   testbed status | grep '^tcp_cc='
-  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR --models $models --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')"
+  if [ -n "$replay" ]; then
+    echo "replay=$replay"
+    echo "compute_scale=$compute_scale"
+    what="--replay $replay --compute-scale $compute_scale"
+  else
+    what="--models $models"
+  fi
+  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR $what --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')${max_bytes_flag:+ --max-bytes $max_bytes_flag}${max_elements_flag:+ --max-elements $max_elements_flag}"
 } >"$out/machine.txt"
 
 # 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to
 # the largest model's gradients (wide: 25 MiB), so that the plans interpolate.
-if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes 4194304); ksweep=(--quick --max-elements 1048576)
-else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes 33554432); ksweep=(--max-elements 8388608); fi
+max_bytes=33554432 max_elements=8388608
+if [ -n "$replay" ]; then
+  # The largest replayed model's gradients, as a power of two at least the defaults.
+  read -r max_bytes max_elements < <(python3 - "$max_bytes" "$max_elements" "${model_file[@]}" <<'PY'
+import json, sys
+b, e = int(sys.argv[1]), int(sys.argv[2])
+n = max(sum(t["numel"] for t in json.load(open(f))["tensors"]) for f in sys.argv[3:])
+while e < n: e *= 2
+while b < 4 * n: b *= 2
+print(b, e)
+PY
+)
+fi
+if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes "${max_bytes_flag:-4194304}"); ksweep=(--quick --max-elements "${max_elements_flag:-1048576}")
+else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes "${max_bytes_flag:-$max_bytes}"); ksweep=(--max-elements "${max_elements_flag:-$max_elements}"); fi
 # Hierarchical schemes reduce-scatter inside a host; Zen exchanges by alltoall.
 ops=allreduce,allgather,alltoall; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
 log "profile: comm ($ops) across the testbed"
@@ -120,9 +190,10 @@ stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$o
 # 2. The models' forward, backward and update times and their gradients' densities, recorded on
 # the testbed.
 for m in ${models//,/ }; do
+  job_of "$m"
   log "record: $m ($record_iterations iterations on $world ranks)"
   stage "record-$m" "$profile_tool" compute --db "$db" --iterations "$record_iterations" -- \
-    "$repo/scripts/testbed.sh" run -- "$build/examples/train_$m/train_$m"
+    "$repo/scripts/testbed.sh" run -- "${job[@]}"
 done
 
 # 3. Compression kernels on this CPU, every rank sweeping at once, in step, as the jobs run them
@@ -188,9 +259,10 @@ for ((round = 1; round <= rounds; round++)); do
       name="$m-$s-$c"
       timeline=()
       [[ "$s" = plan || "$s" = options ]] && [ "$round" = "$rounds" ] && timeline=(--timeline "$out/runs/$name.timeline.json")
+      job_of "$m"
       log "train: $name, round $round of $rounds ($warmup + $timed iterations)"
-      stage "train-$name.r$round" testbed run -- "$build/examples/train_$m/train_$m" --plan "$out/plans/$name.pb" \
-        --epochs 1 --steps $((warmup + timed)) --warmup "$warmup" --lr 0.01 \
+      stage "train-$name.r$round" testbed run -- "${job[@]}" --plan "$out/plans/$name.pb" \
+        --epochs 1 --steps $((warmup + timed)) --warmup "$warmup" "${train_flags[@]}" \
         --timing "$out/runs/$name.r$round.json" "${timeline[@]}"
     done
   done

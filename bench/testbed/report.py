@@ -85,6 +85,13 @@ def collect(d):
             "loss_last": run["loss_last"],
         }
         r["measured_over_predicted"] = r["measured_ms"] / r["predicted_ms"]
+        if all("replay" in run for run in runs):
+            # The emulation's own cost (train_replay): the worst round's median lateness of a
+            # sleep and of the hand-back from the device thread, the slowest rank's.
+            r["replay_wake_late_median_us"] = max(run["replay"]["wake_late"]["median_us"] for run in runs)
+            r["replay_handoff_median_us"] = max(run["replay"]["handoff"]["median_us"] for run in runs)
+            r["replay_handback_median_us"] = max(run["replay"]["handback"]["median_us"] for run in runs)
+            r["exact_checked"] = all(run["replay"]["exact"] for run in runs)
         results.append(r)
     key = lambda r: (r["model"], r["compressor"] != "fp32", r["compressor"], STRATEGY_ORDER.index(r["strategy"]))
     return sorted(results, key=key)
@@ -111,6 +118,45 @@ def verdicts(results):
     within = sum(1 for r in results if abs(r["measured_over_predicted"] - 1) <= 0.10)
     lines.append(f"predicted within 10% of measured: {within} of {len(results)} runs")
     return lines
+
+
+def loss_text(r):
+    """The losses, or n/a for a job without one (the replay job)."""
+    if r["loss_first"] is None or r["loss_last"] is None:
+        return "n/a"
+    return f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}"
+
+
+def replay_lines(d, machine, results):
+    """With --replay: per model, the times the model file gives (scaled) against those record
+    mode measured on the replay (what the plans are priced with), and the emulation's wake-up
+    costs over the training runs."""
+    if "replay" not in machine:
+        return []
+    scale = float(machine.get("compute_scale", "1"))
+    recorded = {m["name"]: m for m in load(os.path.join(d, "logs", "recorded.json")).get("models", [])}
+    lines = [f"Replay (compute scale {scale:g}): the model file's times x scale against record mode's "
+             "measurement of the replay (the plans' inputs); wake-up: the median lateness of a sleep, of the "
+             "hand-off of backward to the device thread and of the hand-back, per run the worse of its rounds "
+             "(slowest rank), as the range over the model's runs.", "",
+             "| model | forward ms file / recorded | backward ms file / recorded | update ms file / recorded | "
+             "sleep late us | hand-off us | hand-back us |",
+             "|---|---|---|---|---|---|---|"]
+    for f in machine["replay"].split(","):
+        m = load(f)
+        rec = recorded.get(m["name"], {})
+        rows = [r for r in results if r["model"] == m["name"] and "replay_wake_late_median_us" in r]
+        def span(key):
+            vals = [r[key] for r in rows]
+            return f"{min(vals):.0f}-{max(vals):.0f}" if vals else "?"
+        cells = [f"{m.get('forward_us', 0) * scale / 1e3:.1f} / {rec.get('forward_us', 0) / 1e3:.1f}",
+                 f"{sum(t['backward_us'] for t in m['tensors']) * scale / 1e3:.1f} / "
+                 f"{sum(t['backward_us'] for t in rec.get('tensors', [])) / 1e3:.1f}",
+                 f"{m.get('update_us', 0) * scale / 1e3:.1f} / {rec.get('update_us', 0) / 1e3:.1f}",
+                 span("replay_wake_late_median_us"), span("replay_handoff_median_us"),
+                 span("replay_handback_median_us")]
+        lines.append(f"| {m['name']} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def esc(s):
@@ -268,9 +314,9 @@ def main():
         lines.append(
             f"| {r['model']} | {STRATEGY_TEXT[r['strategy']]} | {r['compressor']} | {r['groups']} | {r['predicted_ms']:.1f} | "
             f"{r['measured_ms']:.1f} ({r['measured_p10_ms']:.1f}-{r['measured_p90_ms']:.1f}) | "
-            f"{r['measured_over_predicted']:.2f} | {r['loss_first']:.3f} -> {r['loss_last']:.3f} | "
+            f"{r['measured_over_predicted']:.2f} | {loss_text(r)} | "
             f"{'yes' if r['ranks_agree'] else 'NO'} |")
-    lines += ["", *[f"- {s}" for s in summary], "",
+    lines += ["", *[f"- {s}" for s in summary], "", *replay_lines(d, machine, results),
               "The plans' terms, predicted / measured in ms (measured: rank 0's last iteration of the last "
               "round, from its timeline; backward and synchronized from the start of backward):", "",
               *phases(d), "", *[f"![{p}]({p})" for p in plots], ""]

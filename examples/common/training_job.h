@@ -1,6 +1,7 @@
-// The data-parallel training loop every LibTorch example shares: a job supplies its model, its
-// batches and its loss (TrainingJob); RunTrainingJob does the rest on the Cupcake runtime
-// (libruntime/README.md), the same way for every model:
+// The LibTorch examples' side of the shared training loop (training_loop.h, which the replay
+// job runs too): a job supplies its model, its batches and its loss (TrainingJob);
+// RunTrainingJob does the rest on the Cupcake runtime (libruntime/README.md), the same way for
+// every model:
 //
 //   record:  CUPCAKE_RECORD=model.json [CUPCAKE_RECORD_ITERATIONS=20] mpirun -np 4 JOB
 //            (what `cupcake-profile compute --db DB -- mpirun -np 4 JOB` sets up)

@@ -1,0 +1,365 @@
+#include "training_loop.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cupcake/proto/file_io.h"
+
+namespace cupcake::examples {
+namespace {
+
+// A flag's integer value in [lo, hi], or nullopt.
+std::optional<int> ParseInt(const char* text, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < lo || v > hi) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+// One shared flag; nullopt when `arg` is not one of them.
+std::optional<std::string> ParseSharedFlag(const std::string& arg, const char* value, LoopFlags& f) {
+  auto integer = [&](int& out, int lo, int hi) -> std::string {
+    auto v = ParseInt(value, lo, hi);
+    if (!v)
+      return arg + ": got '" + value + "', expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+             "]";
+    out = *v;
+    return "";
+  };
+  if (arg == "--plan") {
+    f.plan = value;
+  } else if (arg == "--epochs") {
+    return integer(f.epochs, 1, 1000000);
+  } else if (arg == "--steps") {
+    return integer(f.steps, 1, 1000000);
+  } else if (arg == "--warmup") {
+    return integer(f.warmup, 0, 1000000);
+  } else if (arg == "--threads") {
+    return integer(f.threads, 1, 1024);
+  } else if (arg == "--batches") {
+    return integer(f.batches, 1, 1024);
+  } else if (arg == "--adapt") {
+    return integer(f.adapt_window, 1, 1000000);
+  } else if (arg == "--lr") {
+    char* end = nullptr;
+    f.lr = std::strtod(value, &end);
+    if (end == value || *end != '\0' || !(f.lr > 0 && f.lr < 1e3))
+      return arg + ": got '" + value + "', expected a number in (0, 1000)";
+  } else if (arg == "--timing") {
+    f.timing_path = value;
+  } else if (arg == "--timeline") {
+    f.timeline_path = value;
+  } else if (arg == "--checkpoint") {
+    f.checkpoint = value;
+  } else if (arg == "--persist") {
+    f.persist_dir = value;
+  } else if (arg == "--persist-every") {
+    return integer(f.persist_every, 1, 1000000);
+  } else if (arg == "--crash-at") {
+    return integer(f.crash_at, 1, 1000000);
+  } else if (arg == "--weights") {
+    f.weights_path = value;
+  } else {
+    return std::nullopt;
+  }
+  return "";
+}
+
+std::string JsonNumber(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonLoss(const std::optional<double>& loss) { return loss ? JsonNumber(*loss) : "null"; }
+
+// What one training iteration's own marks were, on the session's clock.
+struct IterationMarks {
+  double forward_start_us = 0, backward_start_us = 0, backward_end_us = 0, synchronized_us = 0, end_us = 0;
+};
+
+std::string TimelineJson(const std::string& model, const IterationMarks& m,
+                         const std::vector<runtime::GroupTimeline>& groups) {
+  // Times relative to the start of backward, as a plan's group times are.
+  auto rel = [&](double t) { return JsonNumber(t - m.backward_start_us); };
+  std::string out = "{\n  \"model\": " + JsonString(model) + ",\n  \"origin\": \"backward start\",\n";
+  out += "  \"forward_start_us\": " + rel(m.forward_start_us) + ",\n  \"backward_end_us\": " + rel(m.backward_end_us) +
+         ",\n  \"synchronized_us\": " + rel(m.synchronized_us) + ",\n  \"iteration_end_us\": " + rel(m.end_us) +
+         ",\n  \"groups\": [";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& t = groups[g];
+    out += std::string(g == 0 ? "\n" : ",\n") + "    {\"encode_start_us\": " + rel(t.encode_start_us) +
+           ", \"encode_end_us\": " + rel(t.encode_end_us) + ", \"comm_start_us\": " + rel(t.comm_start_us) +
+           ", \"comm_end_us\": " + rel(t.comm_end_us) + ", \"decode_start_us\": " + rel(t.decode_start_us) +
+           ", \"decode_end_us\": " + rel(t.decode_end_us) +
+           (t.zen_union > 0 ? ", \"zen_union\": " + std::to_string(t.zen_union) : "") + "}";
+  }
+  return out + "\n  ]\n}\n";
+}
+
+// One iteration, marks included; the exit code's cause as (what, status) when it fails.
+struct IterationError {
+  std::string what;
+  Status status;
+};
+
+std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, int it, IterationMarks& marks) {
+  const bool recording = s.flags->recording();
+  runtime::Recorder* recorder = s.runtime->recorder.get();
+  runtime::Session* session = s.runtime->session.get();
+  const char* what = recording ? "record" : "plan";
+  marks.forward_start_us = s.clock->NowUs();
+  if (recording) {
+    if (Status b = recorder->BeginForward(); !b.ok()) return IterationError{"record", b};
+  }
+  if (Status f = body.Forward(it); !f.ok()) return IterationError{"forward", f};
+  marks.backward_start_us = s.clock->NowUs();
+  if (recording) {
+    if (Status b = recorder->BeginBackward(); !b.ok()) return IterationError{"record", b};
+  }
+  Status ready_status;  // the first failure of a GradientReady
+  Status b = body.Backward(it, [&](int i) {
+    Status r = recording ? recorder->GradientReady(i) : session->GradientReady(i);
+    if (!r.ok() && ready_status.ok()) ready_status = r;
+    return r;
+  });
+  marks.backward_end_us = s.clock->NowUs();
+  if (!ready_status.ok()) return IterationError{recording ? "record" : "gradient ready", ready_status};
+  if (!b.ok()) return IterationError{"backward", b};
+  if (!recording) {
+    if (Status sync = session->Synchronize(); !sync.ok()) return IterationError{"synchronize", sync};
+  }
+  marks.synchronized_us = s.clock->NowUs();
+  if (s.checkpoint != nullptr) {
+    // It reads what the update writes.
+    if (Status w = s.checkpoint->WaitForCopy(); !w.ok()) return IterationError{"--checkpoint", w};
+  }
+  if (Status u = body.Step(it); !u.ok()) return IterationError{"step", u};
+  if (s.checkpoint != nullptr) {
+    if (Status c = s.checkpoint->Commit(static_cast<uint64_t>(it) + 1); !c.ok())
+      return IterationError{"--checkpoint", c};
+    if (it + 1 == s.flags->crash_at) std::_Exit(3);
+  }
+  marks.end_us = s.clock->NowUs();
+  if (recording) {
+    if (Status end = recorder->EndIteration(); !end.ok()) return IterationError{what, end};
+    // Each gradient's share of non-zeros (an embedding table's is naturally sparse), after the
+    // iteration's times are taken.
+    for (size_t i = 0; i < s.buffers.size(); ++i) {
+      if (Status d = recorder->SampleDensity(static_cast<int>(i), s.buffers[i]); !d.ok())
+        return IterationError{what, d};
+    }
+  }
+  return std::nullopt;
+}
+
+int WriteRecording(const LoopSetup& s) {
+  runtime::Recorder& recorder = *s.runtime->recorder;
+  // Every rank recorded; merged, every rank holds the slowest rank's times, and rank 0 writes them.
+  if (Status m = recorder.MergeRanks(*s.report); !m.ok()) return Fail(s.job, "record", m);
+  if (s.rank == 0) {
+    if (Status w = recorder.Write(s.flags->record_path); !w.ok()) return Fail(s.job, "record", w);
+    std::printf("%s: recorded %d tensors over %d iterations into %s\n", s.job.c_str(), recorder.registered(),
+                recorder.completed_iterations(), s.flags->record_path.c_str());
+  }
+  return 0;
+}
+
+// The --timing file: every iteration's (slowest-rank) time, the losses, the agreement and the
+// body's own members.
+std::string TimingJson(const LoopSetup& s, int world_size, const std::optional<double>& loss_first,
+                       const std::optional<double>& loss_last, bool agree, const std::string& extra,
+                       const std::vector<double>& slowest) {
+  std::string out = "{\n  \"model\": " + JsonString(s.job) + ",\n  \"plan\": " + JsonString(s.flags->plan) +
+                    ",\n  \"world_size\": " + std::to_string(world_size) +
+                    ",\n  \"warmup\": " + std::to_string(s.flags->warmup) +
+                    ",\n  \"loss_first\": " + JsonLoss(loss_first) + ",\n  \"loss_last\": " + JsonLoss(loss_last) +
+                    ",\n  \"ranks_agree\": " + (agree ? "true" : "false") + (extra.empty() ? "" : ",\n  " + extra) +
+                    ",\n  \"iteration_us\": [";
+  for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
+  return out + "]\n}\n";
+}
+
+// After training: the timeline, the job's after-training step, the agreement, every
+// iteration's slowest-rank time, the body's report, and rank 0's files and lines.
+int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& iteration_us,
+                const IterationMarks& marks, const std::optional<double>& loss_first,
+                const std::optional<double>& loss_last) {
+  const LoopFlags& flags = *s.flags;
+  runtime::Session& session = *s.runtime->session;
+  std::string timeline;
+  if (!flags.timeline_path.empty()) {
+    auto groups = session.Timeline();
+    if (!groups.ok()) return Fail(s.job, "timeline", groups.status());
+    timeline = TimelineJson(s.job, marks, *groups);
+  }
+  if (s.after_training) {
+    if (Status a = s.after_training(); !a.ok()) return Fail(s.job, "after training", a);
+  }
+  auto agree = body.RanksAgree(*s.report);
+  if (!agree.ok()) return Fail(s.job, "ranks agree", agree.status());
+  // Each iteration's time is the slowest rank's.
+  std::vector<double> slowest(iteration_us.size());
+  if (Status a = s.report->Allreduce(iteration_us.data(), slowest.data(), static_cast<int64_t>(iteration_us.size()),
+                                     comm::DataType::kFloat64, comm::ReduceOp::kMax);
+      !a.ok()) {
+    return Fail(s.job, "timing", a);
+  }
+  auto extra = body.Report(*s.report);
+  if (!extra.ok()) return Fail(s.job, "report", extra.status());
+  if (s.rank == 0) {
+    if (!flags.timing_path.empty()) {
+      const std::string out = TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest);
+      if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w);
+    }
+    if (!timeline.empty()) {
+      if (Status w = WriteFileAtomic(flags.timeline_path, timeline); !w.ok()) return Fail(s.job, "--timeline", w);
+    }
+    for (const runtime::GravacDecision& d : session.decisions())
+      std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
+                  static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
+                  d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
+    // A restarted run (--checkpoint) may have fewer iterations than the warm-up.
+    std::vector<double> timed(slowest.begin() + std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size()),
+                              slowest.end());
+    std::sort(timed.begin(), timed.end());
+    std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(),
+                timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+  }
+  if (!*agree) {
+    if (s.rank == 0) std::fprintf(stderr, "%s: the ranks ended with different state\n", s.job.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, LoopFlags& f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) return arg + ": missing value";
+    const char* value = argv[++i];
+    if (std::find(job_flags.unsupported.begin(), job_flags.unsupported.end(), arg) != job_flags.unsupported.end())
+      return arg + ": not a flag of this job";
+    std::optional<std::string> problem = ParseSharedFlag(arg, value, f);
+    if (!problem && job_flags.parse) problem = job_flags.parse(arg, value);
+    if (!problem) return "unknown flag " + arg;
+    if (!problem->empty()) return *problem;
+  }
+  // The job's main reads the environment; the runtime never does.
+  if (const char* path = std::getenv("CUPCAKE_RECORD"); path != nullptr && *path != '\0') f.record_path = path;
+  if (const char* n = std::getenv("CUPCAKE_RECORD_ITERATIONS"); n != nullptr && *n != '\0') {
+    auto v = ParseInt(n, 1, 1000000);
+    if (!v) return std::string("CUPCAKE_RECORD_ITERATIONS: got '") + n + "', expected an integer in [1, 1000000]";
+    f.record_iterations = *v;
+  }
+  if (f.record_path.empty() == f.plan.empty())
+    return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
+  if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0))
+    return "--persist, --persist-every and --crash-at need --checkpoint NAME";
+  if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
+  if (f.warmup >= f.epochs * f.steps)
+    return "--warmup: must be below --epochs x --steps (" + std::to_string(f.epochs * f.steps) + ")";
+  return "";
+}
+
+int UsageError(const std::string& job, const std::string& problem, const JobFlags& job_flags) {
+  auto has = [&](const char* flag) {
+    return std::find(job_flags.unsupported.begin(), job_flags.unsupported.end(), flag) == job_flags.unsupported.end();
+  };
+  std::string usage = "usage: " + job + " --plan PLAN.pb [--epochs N] [--steps N] [--warmup N] [--timing FILE.json]\n" +
+                      "           [--timeline FILE.json] [--adapt WINDOW]";
+  if (has("--lr")) usage += " [--lr X]";
+  if (has("--threads")) usage += " [--threads N]";
+  if (has("--batches")) usage += " [--batches N]";
+  if (has("--checkpoint"))
+    usage += "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]]";
+  if (has("--weights")) usage += " [--weights FILE]";
+  if (!job_flags.usage.empty()) usage += "\n           " + job_flags.usage;
+  usage += "\n       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] " + job +
+           (job_flags.usage.empty() ? "" : " ...") + "   (record mode)\n";
+  std::fprintf(stderr, "%s: %s\n%s", job.c_str(), problem.c_str(), usage.c_str());
+  return 2;
+}
+
+int Fail(const std::string& job, const std::string& what, const Status& s) {
+  std::fprintf(stderr, "%s: %s: %s\n", job.c_str(), what.c_str(), s.message().c_str());
+  return 1;
+}
+
+int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_ptr<comm::Communicator> world,
+                    Clock* clock, bool record_timeline, LoopRuntime& out) {
+  if (flags.recording()) {
+    runtime::RecorderOptions options;
+    options.clock = clock;
+    auto r = runtime::Recorder::Create(job, options);
+    if (!r.ok()) return Fail(job, "record", r.status());
+    out.recorder = std::move(r).value();
+    return 0;
+  }
+  runtime::SessionOptions options;
+  options.clock = clock;
+  options.record_timeline = record_timeline;
+  auto s = runtime::Session::Create(flags.plan, std::move(world), options);
+  if (!s.ok()) return Fail(job, "plan", s.status());
+  out.session = std::move(s).value();
+  if (flags.adapt_window > 0) {
+    runtime::GravacOptions gravac;
+    gravac.window = flags.adapt_window;
+    if (Status a = out.session->EnableGravac(gravac); !a.ok()) return Fail(job, "--adapt", a);
+  }
+  return 0;
+}
+
+Status RegisterGradient(LoopRuntime& runtime, const std::string& name, std::span<float> buffer,
+                        std::span<const int64_t> shape) {
+  if (runtime.recorder != nullptr) return runtime.recorder->Register(name, static_cast<int64_t>(buffer.size()), shape);
+  return runtime.session->Register(name, buffer);
+}
+
+int RunLoop(const LoopSetup& s, LoopBody& body) {
+  const LoopFlags& flags = *s.flags;
+  const bool recording = flags.recording();
+  const int iterations = flags.iterations();
+  const int steps_per_epoch = flags.steps_per_epoch();
+  std::vector<double> iteration_us;
+  IterationMarks marks;
+  const std::optional<double> loss_first = body.EvalLoss();
+  std::optional<double> loss_last = loss_first;
+  if (s.rank == 0 && !recording && loss_first) std::printf("epoch 0 loss %.6f\n", *loss_first);
+  for (int it = s.start; it < iterations; ++it) {
+    if (auto error = RunIteration(s, body, it, marks)) return Fail(s.job, error->what, error->status);
+    iteration_us.push_back(marks.end_us - marks.forward_start_us);
+    if (!recording && (it + 1) % steps_per_epoch == 0) {
+      loss_last = body.EvalLoss();
+      if (s.rank == 0 && loss_last) {
+        std::printf("epoch %d loss %.6f\n", (it + 1) / steps_per_epoch, *loss_last);
+        std::fflush(stdout);
+      }
+    }
+    if (it + 1 < iterations) {
+      if (Status between = body.BetweenIterations(it); !between.ok()) return Fail(s.job, "between iterations", between);
+    }
+  }
+  if (recording) {
+    // The body's own results (printed; record mode writes no timing file).
+    if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status());
+    return WriteRecording(s);
+  }
+  return WriteReport(s, body, iteration_us, marks, loss_first, loss_last);
+}
+
+}  // namespace cupcake::examples

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# train_replay with 2 ranks on this machine (no testbed): bad input refused with messages that
+# name the file or flag (exit 2 for usage, 1 for a bad file); record mode writes the model's
+# tensors with gaps no shorter than the file's times the compute scale; an fp32 plan trains
+# with the ranks agreeing and the average checked against the exact one; a topk plan (error
+# feedback) trains with the ranks agreeing; and ranks that fill their gradients with different
+# seeds (so each rank's idea of the exact average is wrong) fail the exact check with exit 1,
+# which shows the check can fail. Correctness only: no time is checked against a target.
+# Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed).
+# Usage: test_train_replay.sh TRAIN_REPLAY CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC MODEL.json WORKDIR EVALUATE_SH
+set -uo pipefail
+replay="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" model="$5" work="$6" evaluate="$7"
+rm -rf "$work" && mkdir -p "$work"
+mpirun=("$mpiexec" --oversubscribe)
+if [ "$(id -u)" = 0 ]; then mpirun+=(--allow-run-as-root); fi
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+
+# 1. Bad input: exit code and the first line of stderr, pinned.
+expect() {  # expect CODE 'FIRST STDERR LINE' ARGS...
+  local code=$1 text=$2; shift 2
+  "$replay" "$@" >"$work/out.txt" 2>"$work/err.txt"
+  local rc=$? first
+  first=$(head -n 1 "$work/err.txt")
+  if [ "$rc" != "$code" ] || [ "$first" != "$text" ]; then
+    fail "train_replay $*: expected exit $code and '$text'; got exit $rc and '$first'"
+  else
+    echo "ok: train_replay $* -> exit $rc: $first"
+  fi
+}
+expect 2 "train_replay: --compute-scale: got '0', expected a number in (0, 1000]" \
+  --model "$model" --plan p.pb --compute-scale 0
+expect 2 "train_replay: --compute-scale: got 'fast', expected a number in (0, 1000]" \
+  --model "$model" --plan p.pb --compute-scale fast
+expect 2 "train_replay: --model: missing; expected a cupcake.model.v1 file" --plan p.pb
+expect 2 "train_replay: --lr: not a flag of this job" --model "$model" --plan p.pb --lr 0.1
+expect 2 "train_replay: --seed: got '-1', expected an integer >= 0" --model "$model" --plan p.pb --seed -1
+printf '{"format": "cupcake.model.v1", "name": "m", "tensors": [\n' >"$work/bad.json"
+printf '{"name": "a", "numel": 4, "dtype": "float16", "backward_us": 1.0},\n' >>"$work/bad.json"
+printf '{"name": "b", "numel": 3, "dtype": "bfloat16", "backward_us": 1.0}]}\n' >>"$work/bad.json"
+expect 1 "train_replay: --model: $work/bad.json: tensors[0].dtype: the replay plays float32 gradients only; got float16, expected float32" \
+  --model "$work/bad.json" --plan p.pb
+if ! grep -qx "$work/bad.json: tensors\[1\].dtype: the replay plays float32 gradients only; got bfloat16, expected float32" "$work/err.txt"; then
+  fail "bad.json: the second tensor's dtype is not reported: $(cat "$work/err.txt")"
+fi
+printf '{"format": "cupcake.model.v1", "name": "m", "tensors": [{"name": "a", "numel": 0, "dtype": "float32", "backward_us": 1.0}]}\n' >"$work/zero.json"
+expect 1 "train_replay: --model: $work/zero.json: tensors[0].numel: must be positive; got 0, expected > 0" \
+  --model "$work/zero.json" --plan p.pb
+printf '{"format": ' >"$work/trunc.json"
+expect 1 "train_replay: --model: $work/trunc.json:1:12: not valid JSON: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal" \
+  --model "$work/trunc.json" --plan p.pb
+
+# evaluate.sh's usage errors: exit 2 and the message.
+expect_evaluate() {  # expect_evaluate 'MESSAGE' ARGS...
+  local text=$1; shift
+  CUPCAKE_BUILD_DIR="$(cd "$(dirname "$replay")/../.." && pwd)" "$evaluate" --rate 1gbit --out "$work/eval" "$@" \
+    >"$work/out.txt" 2>"$work/err.txt"
+  local rc=$? first
+  first=$(head -n 1 "$work/err.txt")
+  if [ "$rc" != 2 ] || [ "$first" != "$text" ]; then
+    fail "evaluate.sh $*: expected exit 2 and '$text'; got exit $rc and '$first'"
+  else
+    echo "ok: evaluate.sh $* -> exit 2: $first"
+  fi
+}
+expect_evaluate "evaluate: --compute-scale: got '0', expected a number in (0, 1000]" --replay "$model" --compute-scale 0
+expect_evaluate "evaluate: --compute-scale: needs --replay" --compute-scale 2
+expect_evaluate "evaluate: --models and --replay: expected one of them" --models resnet --replay "$model"
+expect_evaluate "evaluate: --replay: $work/trunc.json: not a readable model file with a \"name\"" --replay "$work/trunc.json"
+printf '{"format": "cupcake.model.v1", "name": "res-net", "tensors": []}\n' >"$work/dash.json"
+expect_evaluate "evaluate: --replay: $work/dash.json: name: got 'res-net', expected letters, digits, '_' or '.'" \
+  --replay "$work/dash.json"
+expect_evaluate "evaluate: --replay: two files name the model 'resnet50'" --replay "$model,$model"
+
+# 2. Record one iteration (so the recorded gaps are that iteration's, not medians, whose sum
+# is no ready time): the model's tensors, each ready no earlier than the file's cumulative time
+# x scale (the emulation may be late, never early).
+scale=0.5
+db="$work/profile.db"
+"${mpirun[@]}" -np 2 "$profile_tool" comm --db "$db" --quick --ops allreduce,allgather >"$work/comm.log" 2>&1 ||
+  { fail "profile comm (log $work/comm.log)"; exit 1; }
+"$profile_tool" kernels --db "$db" --device cpu --quick --compressors fp32,topk >"$work/kernels.log" 2>&1 ||
+  { fail "profile kernels (log $work/kernels.log)"; exit 1; }
+"$profile_tool" compute --db "$db" --iterations 1 --model-file "$work/recorded.json" -- \
+  "${mpirun[@]}" -np 2 "$replay" --model "$model" --compute-scale "$scale" >"$work/record.log" 2>&1 ||
+  { fail "record (log $work/record.log)"; exit 1; }
+python3 - "$model" "$work/recorded.json" "$scale" <<'PY' || status=1
+import json, sys
+given, got, scale = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
+problems = []
+if got["name"] != given["name"]:
+    problems.append(f"name: got {got['name']!r}, expected {given['name']!r}")
+if [(t["name"], t["numel"]) for t in got["tensors"]] != [(t["name"], t["numel"]) for t in given["tensors"]]:
+    problems.append("tensors: the recorded names and sizes are not the model file's")
+else:
+    want = have = 0.0
+    for i, (a, b) in enumerate(zip(given["tensors"], got["tensors"])):
+        want += a["backward_us"] * scale
+        have += b["backward_us"]
+        if have < want - 0.01:
+            problems.append(f"tensors[{i}]: ready at {have:.2f} us from backward's start; expected at least {want:.2f}")
+            break
+print("\n".join(f"FAIL: record: {p}" for p in problems) or f"ok: record: {len(got['tensors'])} tensors, backward {have / 1e3:.1f} ms recorded for {want / 1e3:.1f} ms replayed")
+sys.exit(1 if problems else 0)
+PY
+
+# 3. Train: fp32 (exact) and topk (error feedback); every rank agrees.
+name=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "$model")
+for c in fp32 topk; do
+  ratio=(); [ "$c" = topk ] && ratio=(--ratio 0.01)
+  "$plan_tool" search --model-name "$name" --profile "$db" --compressor "$c" --device cpu "${ratio[@]}" \
+    -o "$work/$c.pb" >"$work/plan-$c.log" 2>&1 || { fail "plan $c (log $work/plan-$c.log)"; continue; }
+  "${mpirun[@]}" -np 2 "$replay" --model "$model" --compute-scale "$scale" --plan "$work/$c.pb" --epochs 1 \
+    --steps 6 --warmup 2 --timing "$work/$c.timing.json" >"$work/$c.log" 2>&1
+  rc=$?
+  python3 - "$work/$c.timing.json" "$c" "$rc" <<'PY' || status=1
+import json, sys
+c, rc = sys.argv[2], int(sys.argv[3])
+problems = [] if rc == 0 else [f"exit {rc}"]
+try:
+    t = json.load(open(sys.argv[1]))
+except OSError as e:
+    t = {}
+    problems.append(f"no timing file: {e}")
+if t:
+    if t["ranks_agree"] is not True:
+        problems.append("the ranks ended with different buffers")
+    if len(t["iteration_us"]) != 6 or not all(x > 0 for x in t["iteration_us"]):
+        problems.append(f"iteration_us: expected 6 positive times; got {t['iteration_us']}")
+    if t["replay"]["exact"] is not (c == "fp32"):
+        problems.append(f"replay.exact: got {t['replay']['exact']}, expected {c == 'fp32'}")
+    if t["replay"]["wake_late"]["count"] < 1 or t["replay"]["handoff"]["count"] != 6:
+        problems.append(f"replay: expected sleeps and one hand-off per iteration; got {t['replay']}")
+print("\n".join(f"FAIL: train {c}: {p}" for p in problems) or f"ok: train {c}: ranks agree, exact checked: {t['replay']['exact']}")
+sys.exit(1 if problems else 0)
+PY
+done
+
+# 4. The exact check can fail: ranks seeded differently each expect the average of their own
+# seed's content on every rank, which is not what the ranks summed.
+"${mpirun[@]}" -np 1 "$replay" --model "$model" --plan "$work/fp32.pb" --epochs 1 --steps 2 --seed 1 : \
+  -np 1 "$replay" --model "$model" --plan "$work/fp32.pb" --epochs 1 --steps 2 --seed 2 >"$work/seeds.log" 2>&1
+rc=$?
+if [ "$rc" = 0 ] || ! grep -q "elements of the last step differ from the exact average over the ranks" "$work/seeds.log"; then
+  fail "ranks with different seeds: expected a failed exact check; got exit $rc: $(tail -n 3 "$work/seeds.log")"
+else
+  echo "ok: ranks with different seeds fail the exact check (exit $rc)"
+fi
+exit $status
