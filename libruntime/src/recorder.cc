@@ -215,10 +215,19 @@ StatusOr<std::vector<double>> Recorder::MedianBackwardUs() const {
     return FailedPreconditionError(
         "recorder: model '" + model_name_ +
         "': no completed iteration; expected BeginBackward and every GradientReady at least once");
-  std::vector<double> medians;
-  medians.reserve(names_.size());
-  for (const auto& gaps : gaps_us_) medians.push_back(Median(gaps));
-  return medians;
+  // Per tensor the median of its ready time (the sum of the gaps up to it), then the gaps between
+  // those medians: their sum is the median iteration's backward. Medians of the gaps themselves
+  // would drop each iteration's jitter wherever it fell, and sum to less than any iteration.
+  std::vector<double> ready(static_cast<size_t>(completed_), 0.0), gaps;
+  gaps.reserve(names_.size());
+  double before = 0;
+  for (const auto& gaps_of_tensor : gaps_us_) {
+    for (size_t k = 0; k < ready.size(); ++k) ready[k] += gaps_of_tensor[k];
+    const double at = Median(ready);
+    gaps.push_back(std::max(0.0, at - before));
+    before = at;
+  }
+  return gaps;
 }
 
 namespace {

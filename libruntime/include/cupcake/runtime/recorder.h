@@ -103,7 +103,9 @@ class Recorder {
   // Per tensor: the density the model records, -1 where none (merged after MergeRanks).
   std::vector<double> Densities() const;
 
-  // The median gaps, one per registered tensor; FailedPrecondition before a completed iteration.
+  // The gaps, one per registered tensor, between the tensors' median ready times (measured from
+  // BeginBackward; their sum is the median iteration's backward); FailedPrecondition before a
+  // completed iteration.
   StatusOr<std::vector<double>> MedianBackwardUs() const;
 
   // A collective over `comm` (every rank calls it, in the same order as the job's other
