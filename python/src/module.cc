@@ -158,6 +158,8 @@ class PyStore final : public comm::KeyValueStore {
       if (what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos)
         return DeadlineExceededError(message);
       return UnavailableError(message);
+    } catch (const std::exception& e) {  // a value that is not bytes (py::cast_error)
+      return InvalidArgumentError(std::string("torch.distributed store: ") + call + " '" + key + "': " + e.what());
     }
   }
 
