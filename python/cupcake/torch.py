@@ -282,7 +282,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def close(self):
         """Ends the session (or recording) and removes the hooks; the optimizer stays usable as a
         local one. Between steps only: closing while gradients of a step are being exchanged (after
-        backward, before synchronize()) aborts the MPI job, as destroying a runtime Session does."""
+        backward, before synchronize()) aborts the group (under MPI: the job), as destroying a runtime Session does."""
         self._cupcake.close()
 
 
