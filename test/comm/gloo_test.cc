@@ -128,6 +128,20 @@ TEST(GlooCommunicator, APeerThatGivesUpEndsTheOthersCollectives) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // a bound, not a timing
 }
 
+// A rank whose communicator goes away (its process died: its sockets close) ends the others'
+// collectives with gloo's error, promptly, not at their timeout.
+TEST(GlooCommunicator, APeerThatDiesEndsTheOthersCollectives) {
+  const auto start = std::chrono::steady_clock::now();
+  RunRanks(3, [](Communicator& c) {
+    if (c.rank() == 2) return;  // RunRanks destroys its communicator
+    std::vector<float> x(1000, 1.0f);
+    Status s = c.Allreduce(x.data(), x.data(), 1000, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+    EXPECT_TRUE(s.message().starts_with("Allreduce: gloo: ")) << s.message();
+  }, Loopback(std::chrono::seconds(20)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // a bound, not a timing
+}
+
 // Rank 1 of 2 never comes: rank 0 gives up after its timeout, naming the key it waited for.
 TEST(GlooCommunicator, APeerThatNeverArrivesIsATimeoutNamingTheKeyAndTheWorld) {
   TempDir dir;
