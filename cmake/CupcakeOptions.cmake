@@ -1,4 +1,4 @@
-# Resolves CUPCAKE_WITH_{CUDA,NCCL,CUPTI,MPI} (ON, OFF or AUTO) into CUPCAKE_HAVE_* booleans.
+# Resolves CUPCAKE_WITH_{CUDA,NCCL,CUPTI,MPI,GLOO} (ON, OFF or AUTO) into CUPCAKE_HAVE_* booleans.
 # ON that cannot be satisfied is a configuration error that names the fix.
 
 function(cupcake_resolve option found fix)
@@ -71,4 +71,17 @@ endif()
 cupcake_resolve(CUPCAKE_WITH_MPI _mpi_found
   "install libopenmpi-dev and openmpi-bin (scripts/install-deps.sh), or -DCUPCAKE_WITH_MPI=OFF")
 
-message(STATUS "Cupcake: CUDA=${CUPCAKE_HAVE_CUDA} NCCL=${CUPCAKE_HAVE_NCCL} CUPTI=${CUPCAKE_HAVE_CUPTI} MPI=${CUPCAKE_HAVE_MPI}")
+# gloo: Debian's libgloo-dev (headers under gloo/, libgloo.so); its TCP transport only.
+set(_gloo_found OFF)
+string(TOUPPER "${CUPCAKE_WITH_GLOO}" _want_gloo)
+if(NOT _want_gloo STREQUAL "OFF")
+  find_path(GLOO_INCLUDE_DIR gloo/rendezvous/context.h)
+  find_library(GLOO_LIBRARY gloo)
+  if(GLOO_INCLUDE_DIR AND GLOO_LIBRARY)
+    set(_gloo_found ON)
+  endif()
+endif()
+cupcake_resolve(CUPCAKE_WITH_GLOO _gloo_found
+  "install libgloo-dev (scripts/install-deps.sh) or set GLOO_INCLUDE_DIR and GLOO_LIBRARY, or -DCUPCAKE_WITH_GLOO=OFF")
+
+message(STATUS "Cupcake: CUDA=${CUPCAKE_HAVE_CUDA} NCCL=${CUPCAKE_HAVE_NCCL} CUPTI=${CUPCAKE_HAVE_CUPTI} MPI=${CUPCAKE_HAVE_MPI} GLOO=${CUPCAKE_HAVE_GLOO}")

@@ -10,6 +10,7 @@ packages=(
   libsqlite3-dev sqlite3
   libblas-dev  # CBLAS (cblas.h, libblas.so) for PowerSGD's host matrix products
   libopenmpi-dev openmpi-bin
+  libgloo-dev  # the gloo communicator (host memory without MPI: torchrun jobs)
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   clang-14 libclang-rt-14-dev

@@ -1,9 +1,10 @@
 """A data-parallel PyTorch job on Cupcake (docs/PYTHON.md): a small CNN learning a fixed random
-teacher CNN's labels from synthetic 3x32x32 images, one MPI rank per process.
+teacher CNN's labels from synthetic 3x32x32 images, one rank per process (mpirun or torchrun).
 
   record:  cupcake-profile compute --db local.db -- mpirun -np 2 python3 train.py
            (CUPCAKE_RECORD set, no --plan: DistributedOptimizer records the model 'cnn' and exits)
   train:   mpirun -np 2 python3 train.py --plan cnn.pb [--epochs 5] [--steps 20]
+           or torchrun --nproc_per_node 2 train.py --plan cnn.pb (gloo, no MPI)
   fp32:    mpirun -np 2 python3 train.py --fp32      (no plan: torch DDP over gloo, uncompressed,
            the loss to compare with)
 Every rank starts from the same weights and draws its own batches; rank 0 prints the loss on a
@@ -66,7 +67,10 @@ class Data:
 
 
 def rank_and_size():
-    return int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")), int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    """From mpirun's variables, else torchrun's (RANK, WORLD_SIZE), else one rank."""
+    env = os.environ
+    return (int(env.get("OMPI_COMM_WORLD_RANK", env.get("RANK", "0"))),
+            int(env.get("OMPI_COMM_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
 
 
 def make_model(width, hidden=None):

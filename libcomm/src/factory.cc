@@ -1,8 +1,10 @@
 // The one file that picks backends by what the build has (`#if CUPCAKE_HAVE_*` lives only
-// here): MPI and NCCL.
+// here): MPI, NCCL and gloo.
+#include "cupcake/comm/gloo.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -11,6 +13,9 @@
 #endif
 #if CUPCAKE_HAVE_NCCL
 #include "nccl/nccl_communicator.h"
+#endif
+#if CUPCAKE_HAVE_GLOO
+#include "gloo/gloo_communicator.h"
 #endif
 
 namespace cupcake::comm {
@@ -25,6 +30,18 @@ namespace {
                                  ": this build has no NCCL; expected a build with the CUDA toolkit and NCCL found "
                                  "(CUPCAKE_WITH_NCCL=ON or AUTO)");
 }
+// The arguments of MakeGlooCommunicator, every problem reported together.
+Status CheckGlooArguments(const KeyValueStore* store, int rank, int size, const GlooOptions& options) {
+  std::string problems;
+  auto add = [&](const std::string& p) { problems += (problems.empty() ? "" : "\n") + ("gloo communicator: " + p); };
+  if (store == nullptr) add("store: null; expected a KeyValueStore shared by the ranks");
+  if (size < 1) add("size: out of range; got " + std::to_string(size) + ", expected >= 1");
+  if (rank < 0 || rank >= std::max(size, 1))
+    add("rank: out of range; got " + std::to_string(rank) + ", expected 0 <= rank < " + std::to_string(size));
+  if (options.timeout.count() <= 0)
+    add("timeout: out of range; got " + std::to_string(options.timeout.count()) + " ms, expected > 0");
+  return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
+}
 Status CheckMpiWait(const MpiWait& wait) {
   std::string problems;
   for (auto [name, v] : {std::pair<const char*, double>{"spin_us", wait.spin_us}, {"sleep_us", wait.sleep_us}}) {
@@ -38,6 +55,19 @@ Status CheckMpiWait(const MpiWait& wait) {
 
 bool BuiltWithMpi() { return CUPCAKE_HAVE_MPI != 0; }
 bool BuiltWithNccl() { return CUPCAKE_HAVE_NCCL != 0; }
+bool BuiltWithGloo() { return CUPCAKE_HAVE_GLOO != 0; }
+
+StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(std::shared_ptr<KeyValueStore> store, int rank, int size,
+                                                             const GlooOptions& options) {
+  CUPCAKE_RETURN_IF_ERROR(CheckGlooArguments(store.get(), rank, size, options));
+#if CUPCAKE_HAVE_GLOO
+  return internal::MakeGlooCommunicator(std::move(store), rank, size, options);
+#else
+  return FailedPreconditionError(
+      "gloo communicator: this build has no gloo; install libgloo-dev (scripts/install-deps.sh) and rebuild with "
+      "-DCUPCAKE_WITH_GLOO=ON");
+#endif
+}
 
 bool MpiInitialized() {
 #if CUPCAKE_HAVE_MPI

@@ -16,8 +16,9 @@ How it works (docs/PYTHON.md):
      on the framework's memory in place: no copies from then on (autograd accumulates into an
      existing `p.grad` in place; a `p.grad` replaced by the job, e.g. zero_grad(set_to_none=True),
      is copied in by the hook and pointed back at the buffer after synchronization).
-  3. With a plan: a runtime Session (MPI on CPU memory; NCCL on the current CUDA device for CUDA
-     parameters) registers the buffer's slices in that order, and each hook calls
+  3. With a plan: a runtime Session (MPI under mpirun, gloo under torchrun, on CPU memory; NCCL
+     on the current CUDA device for CUDA parameters, bootstrapped through either; cupcake.init)
+     registers the buffer's slices in that order, and each hook calls
      GradientReady(i), so groups are encoded and exchanged while backward goes on; step() calls
      synchronize() (every gradient averaged over ranks per the plan) and then the wrapped
      optimizer's step.
@@ -178,7 +179,8 @@ class GraVAC:
 def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_passes_per_step=1,
                          model_name=None, compressor="", timeout_s=60.0, exit_after_record=True, broadcast=True,
                          adapt=None):
-    """Wraps `optimizer` so that step() uses gradients averaged over the MPI ranks per `plan`.
+    """Wraps `optimizer` so that step() uses gradients averaged over the job's ranks per `plan`
+    (launched by mpirun or torchrun: cupcake.init).
 
     optimizer: a torch.optim.Optimizer; the result is an instance of a subclass of its class that
         shares its state (param_groups, state), so zero_grad, state_dict, load_state_dict, LR
@@ -280,7 +282,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def close(self):
         """Ends the session (or recording) and removes the hooks; the optimizer stays usable as a
         local one. Between steps only: closing while gradients of a step are being exchanged (after
-        backward, before synchronize()) aborts the MPI job, as destroying a runtime Session does."""
+        backward, before synchronize()) aborts the group (under MPI: the job), as destroying a runtime Session does."""
         self._cupcake.close()
 
 
@@ -312,7 +314,7 @@ class _State:
         if plan is None and not record_path:
             raise ValueError("DistributedOptimizer: no plan; expected plan='PLAN.pb' (cupcake-plan search), or %s "
                              "set for record mode (cupcake-profile compute --db DB -- CMD)" % _RECORD_ENV)
-        self.mpi = cupcake.mpi()
+        self.mpi = cupcake.launch()
         if plan is not None:
             self.mode = "train"
             self._open_session(str(plan), compressor, timeout_s)
@@ -660,7 +662,7 @@ class Checkpointer:
         if state is not None and state.adapt is not None:
             raise ValueError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
                              "without (GraVAC's controller is not in the snapshot yet)")
-        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.mpi(), name, persist_dir or "", int(persist_every),
+        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.launch(), name, persist_dir or "", int(persist_every),
                                                        bool(replicate)))
         self._session = state.session if state is not None else None
         if self._session is not None:

@@ -1,18 +1,20 @@
 // cupcake._runtime: the Python binding of libruntime (python/README in docs/PYTHON.md).
 //
-// A thin layer: MPI's process state (comm::InitMpi, or the job's own MPI when it initialized it
-// first), Session and Recorder, with every Status turned into a cupcake.Error carrying the
+// A thin layer: how the ranks were launched (Launch: MPI's process state, comm::InitMpi or the
+// job's own MPI when it initialized it first; or gloo over torch.distributed's store under
+// torchrun), Session and Recorder, with every Status turned into a cupcake.Error carrying the
 // runtime's message. Gradients are passed as raw addresses (a torch tensor's data_ptr()) and
 // element counts, so the module does not link LibTorch and works with any framework's float32
 // buffers; cupcake/torch.py does the PyTorch part. Blocking calls release the GIL.
 //
-// Ownership: Python holds each object; a Session or Recorder keeps a reference to the Mpi object
+// Ownership: Python holds each object; a Session or Recorder keeps a reference to the Launch object
 // it was made from (py::keep_alive), so MPI is finalized only after the last of them is gone.
 // Thread-safety: as the wrapped classes' (one thread at a time per object).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -21,8 +23,10 @@
 #include <vector>
 
 #include "cupcake/comm/communicator.h"
+#include "cupcake/comm/gloo.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/comm/nccl.h"
+#include "cupcake/comm/store.h"
 #include "cupcake/comm/topology.h"
 #include "cupcake/proto/activity.h"
 #include "cupcake/proto/ladder_io.h"
@@ -70,9 +74,18 @@ T Take(StatusOr<T> value) {
   return std::move(value).value();
 }
 
+// How the job's ranks were launched, and so where its host communicators come from.
+class Launch {
+ public:
+  virtual ~Launch() = default;
+  // Collective: a new host communicator over every rank, whose traffic never mixes with the
+  // job's or another of ours.
+  virtual std::unique_ptr<comm::Communicator> World() = 0;
+};
+
 // MPI for the job: initialized here (MPI_Init_thread, finalized by Close or destruction) unless
 // the job (mpi4py, another library) initialized it first, in which case it stays the job's.
-class Mpi {
+class Mpi final : public Launch {
  public:
   Mpi() {
     if (!comm::BuiltWithMpi())
@@ -80,7 +93,7 @@ class Mpi {
     if (!comm::MpiInitialized()) process_ = Take(comm::InitMpi(nullptr, nullptr));
   }
   // A new communicator on a duplicate of MPI_COMM_WORLD.
-  std::unique_ptr<comm::Communicator> World() {
+  std::unique_ptr<comm::Communicator> World() override {
     if (closed_) Raise(FailedPreconditionError("cupcake: MPI is finalized; expected a live Mpi object"));
     if (process_ != nullptr) return Take(process_->World());
     return Take(comm::MpiCommunicatorFromHandle(nullptr));
@@ -96,6 +109,98 @@ class Mpi {
  private:
   std::unique_ptr<comm::MpiProcess> process_;
   bool closed_ = false;
+};
+
+// A Python key-value store (torch.distributed's c10d Store: set, get, wait) as comm's
+// KeyValueStore. Called from whichever thread makes a communicator; each call takes the GIL.
+// Values are bytes.
+class PyStore final : public comm::KeyValueStore {
+ public:
+  explicit PyStore(py::object store) : store_(std::move(store)) {}
+  ~PyStore() override {
+    if (Py_IsInitialized() == 0) {
+      store_.release();  // the interpreter is gone: nothing left to release it to
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    store_ = py::object();
+  }
+  Status Set(const std::string& key, const std::string& value) override {
+    return Call("set", key, [&] { store_.attr("set")(key, py::bytes(value)); });
+  }
+  StatusOr<std::string> Get(const std::string& key) override {
+    std::string value;
+    CUPCAKE_RETURN_IF_ERROR(Call("get", key, [&] { value = store_.attr("get")(key).cast<std::string>(); }));
+    return value;
+  }
+  Status Wait(std::span<const std::string> keys, std::chrono::milliseconds timeout) override {
+    const std::string first = keys.empty() ? std::string() : keys.front();
+    return Call("wait", first, [&] {
+      py::list names;
+      for (const std::string& k : keys) names.append(k);
+      const py::object timedelta = py::module_::import("datetime").attr("timedelta");
+      store_.attr("wait")(names, timedelta(py::arg("milliseconds") = timeout.count()));
+    });
+  }
+
+ private:
+  // Runs `body` with the GIL; a Python exception becomes a Status naming the call and the key
+  // (torch's timeouts say "Timeout" in their message, and become DeadlineExceeded).
+  template <typename Body>
+  Status Call(const char* call, const std::string& key, Body body) {
+    py::gil_scoped_acquire gil;
+    try {
+      body();
+      return Status::Ok();
+    } catch (py::error_already_set& e) {
+      const std::string what = e.what();
+      const std::string message = std::string("torch.distributed store: ") + call + " '" + key + "': " + what;
+      if (what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos)
+        return DeadlineExceededError(message);
+      return UnavailableError(message);
+    } catch (const std::exception& e) {  // a value that is not bytes (py::cast_error)
+      return InvalidArgumentError(std::string("torch.distributed store: ") + call + " '" + key + "': " + e.what());
+    }
+  }
+
+  py::object store_;
+};
+
+// gloo for the job (torchrun): host communicators over gloo's TCP transport, the ranks meeting
+// through a store the job's ranks share (torch.distributed's). Each World() meets under a
+// prefix of its own ("world<n>/"), so every rank must make its communicators in the same order
+// (as MPI_Comm_dup). Close drops the store; communicators already made keep working.
+class Gloo final : public Launch {
+ public:
+  Gloo(py::object store, int rank, int size, const std::string& iface, const std::string& hostname,
+       double timeout_s)
+      : store_(std::make_shared<PyStore>(std::move(store))), rank_(rank), size_(size) {
+    if (!(timeout_s > 0 && timeout_s <= 86400))
+      Raise(InvalidArgumentError("cupcake: Gloo: timeout_s: out of range; got " + std::to_string(timeout_s) +
+                                 ", expected 0 < timeout_s <= 86400"));
+    options_.iface = iface;
+    options_.hostname = hostname;
+    options_.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  }
+  std::unique_ptr<comm::Communicator> World() override {
+    if (store_ == nullptr) Raise(FailedPreconditionError("cupcake: Gloo: closed; expected a live Gloo object"));
+    auto store = comm::PrefixStore(store_, "world" + std::to_string(worlds_++) + "/");
+    StatusOr<std::unique_ptr<comm::Communicator>> world = InternalError("not run");
+    {
+      py::gil_scoped_release release;  // the store's calls take it back; peers may be slow
+      world = comm::MakeGlooCommunicator(store, rank_, size_, options_);
+    }
+    return Take(std::move(world));
+  }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  void Close() { store_.reset(); }
+
+ private:
+  std::shared_ptr<comm::KeyValueStore> store_;
+  int rank_, size_;
+  comm::GlooOptions options_;
+  int worlds_ = 0;
 };
 
 // A host-memory communicator for the job's own collectives (the initial broadcast of parameters
@@ -176,17 +281,31 @@ runtime::SessionOptions ToOptions(const SessionArgs& args, void* job_stream) {
 // thread stops, the MPI duplicate is freed); every later call raises.
 class PySession {
  public:
-  // Host memory over MPI.
-  static std::unique_ptr<PySession> Create(const std::string& plan, Mpi& mpi, const SessionArgs& args) {
-    return std::make_unique<PySession>(Take(runtime::Session::Create(plan, mpi.World(), ToOptions(args, nullptr))));
+  // Host memory over the launch's communicator (MPI or gloo). Creation is collective; it runs
+  // without the GIL (a gloo split meets through a Python store, which takes it).
+  static std::unique_ptr<PySession> Create(const std::string& plan, Launch& launch, const SessionArgs& args) {
+    std::unique_ptr<comm::Communicator> world = launch.World();
+    StatusOr<std::unique_ptr<runtime::Session>> session = InternalError("not run");
+    {
+      py::gil_scoped_release release;
+      session = runtime::Session::Create(plan, std::move(world), ToOptions(args, nullptr));
+    }
+    return std::make_unique<PySession>(Take(std::move(session)));
   }
-  // Device memory over NCCL, bootstrapped through MPI, on the current CUDA device.
-  static std::unique_ptr<PySession> CreateNccl(const std::string& plan, Mpi& mpi, const SessionArgs& args,
+  // Device memory over NCCL, bootstrapped through the launch's host communicator (rank 0's
+  // ncclUniqueId broadcast over MPI or gloo), on the current CUDA device.
+  static std::unique_ptr<PySession> CreateNccl(const std::string& plan, Launch& launch, const SessionArgs& args,
                                                uintptr_t job_stream) {
-    std::unique_ptr<comm::Communicator> world = mpi.World();
-    auto nccl = Take(comm::MakeNcclCommunicator(world.get()));
-    return std::make_unique<PySession>(Take(runtime::Session::Create(
-        plan, std::move(nccl), ToOptions(args, reinterpret_cast<void*>(job_stream)))));  // NOLINT
+    std::unique_ptr<comm::Communicator> world = launch.World();
+    StatusOr<std::unique_ptr<runtime::Session>> session = InternalError("not run");
+    {
+      py::gil_scoped_release release;
+      auto nccl = comm::MakeNcclCommunicator(world.get());
+      session = nccl.ok() ? runtime::Session::Create(plan, std::move(nccl).value(),
+                                                     ToOptions(args, reinterpret_cast<void*>(job_stream)))  // NOLINT
+                          : StatusOr<std::unique_ptr<runtime::Session>>(nccl.status());
+    }
+    return std::make_unique<PySession>(Take(std::move(session)));
   }
   explicit PySession(std::unique_ptr<runtime::Session> session) : session_(std::move(session)) {}
 
@@ -248,10 +367,11 @@ void BindSession(py::module_& m) {
 
   py::class_<PySession>(m, "Session")
       .def(py::init(&PySession::Create), py::arg("plan"), py::arg("mpi"), py::arg("options") = SessionArgs{},
-           py::keep_alive<1, 3>(), "A session on host memory over MPI (a duplicate of MPI_COMM_WORLD).")
+           py::keep_alive<1, 3>(),
+           "A session on host memory over a new communicator of `mpi` (the Launch: Mpi or Gloo).")
       .def_static("create_nccl", &PySession::CreateNccl, py::arg("plan"), py::arg("mpi"),
                   py::arg("options") = SessionArgs{}, py::arg("job_stream") = 0, py::keep_alive<0, 2>(),
-                  "A session on the current CUDA device over NCCL, bootstrapped through MPI.")
+                  "A session on the current CUDA device over NCCL, bootstrapped through `mpi` (the Launch: Mpi or Gloo).")
       .def(
           "register",
           [](PySession& s, const std::string& name, uintptr_t address, int64_t numel) {
@@ -384,12 +504,12 @@ void BindRecorder(py::module_& m) {
       .def_property_readonly("completed_iterations", &Recorder::completed_iterations)
       .def(
           "merge_ranks",
-          [](Recorder& r, Mpi& mpi) {
+          [](Recorder& r, Launch& mpi) {
             std::unique_ptr<comm::Communicator> world = mpi.World();
             CheckWithoutGil([&] { return r.MergeRanks(*world); });
             return world->rank();
           },
-          py::arg("mpi"), "Merges over MPI_COMM_WORLD (collective); returns this rank.")
+          py::arg("mpi"), "Merges over a new communicator of `mpi` (the Launch; collective); returns this rank.")
       .def_property_readonly("merged_ranks", &Recorder::merged_ranks)
       .def("backward_us", [](const Recorder& r) { return Take(r.BackwardUs()); })
       .def_property_readonly("forward_us", &Recorder::ForwardUs)
@@ -399,12 +519,12 @@ void BindRecorder(py::module_& m) {
           "write", [](const Recorder& r, const std::string& path) { Check(r.Write(path)); }, py::arg("path"));
 }
 
-// A Checkpointer (runtime/checkpoint.h) over its own duplicate of MPI_COMM_WORLD. Entries are
+// A Checkpointer (runtime/checkpoint.h) over a new communicator of the launch's. Entries are
 // raw host addresses and byte counts (a tensor's data_ptr()), as sessions take gradients. An
 // attached session is held by reference (py::keep_alive) and checked open at each call.
 class PyCheckpointer {
  public:
-  PyCheckpointer(Mpi& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
+  PyCheckpointer(Launch& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
                  bool replicate)
       : comm_(mpi.World()) {
     runtime::CheckpointOptions options;
@@ -464,7 +584,7 @@ py::dict PointDict(const runtime::RestorePoint& p) {
 void BindCheckpointer(py::module_& m) {
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
-      .def(py::init<Mpi&, const std::string&, const std::string&, int, bool>(), py::arg("mpi"), py::arg("name"),
+      .def(py::init<Launch&, const std::string&, const std::string&, int, bool>(), py::arg("mpi"), py::arg("name"),
            py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::arg("replicate") = false,
            py::keep_alive<1, 2>())
       .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
@@ -530,17 +650,30 @@ PYBIND11_MODULE(_runtime, m) {
   static py::exception<ErrorTag> error(m, "Error", PyExc_RuntimeError);  // NOLINT: pybind11's idiom
   error_type = error.ptr();
 
-  py::class_<Mpi>(m, "Mpi")
-      .def(py::init<>(), "Initializes MPI (MPI_THREAD_MULTIPLE) unless the job already did.")
-      .def_property_readonly("owns_mpi", &Mpi::owns_mpi)
-      .def("close", &Mpi::Close, "Finalizes MPI when this object initialized it.")
+  py::class_<Launch>(m, "Launch", "How the ranks were launched: Mpi or Gloo; makes host communicators.")
       .def(
-          "world", [](Mpi& mpi) { return std::make_unique<PyCommunicator>(mpi.World()); }, py::keep_alive<0, 1>(),
-          "Collective: a new host communicator on a duplicate of MPI_COMM_WORLD.")
-      .def("world_rank_and_size", [](Mpi& mpi) {
-        auto world = mpi.World();
+          "world", [](Launch& launch) { return std::make_unique<PyCommunicator>(launch.World()); },
+          py::keep_alive<0, 1>(), "Collective: a new host communicator over every rank.")
+      .def("world_rank_and_size", [](Launch& launch) {
+        auto world = launch.World();
         return std::make_pair(world->rank(), world->size());
       });
+  py::class_<Mpi, Launch>(m, "Mpi")
+      .def(py::init<>(), "Initializes MPI (MPI_THREAD_MULTIPLE) unless the job already did.")
+      .def_property_readonly("owns_mpi", &Mpi::owns_mpi)
+      .def("close", &Mpi::Close, "Finalizes MPI when this object initialized it.");
+  py::class_<Gloo, Launch>(m, "Gloo")
+      .def(py::init<py::object, int, int, const std::string&, const std::string&, double>(), py::arg("store"),
+           py::arg("rank"), py::arg("size"), py::arg("iface") = "", py::arg("hostname") = "",
+           py::arg("timeout_s") = 60.0,
+           "gloo over TCP for ranks that meet through `store` (torch.distributed's Store: set, get, wait); "
+           "iface or hostname: where this rank listens (default: this host's name); timeout_s bounds every "
+           "set-up wait and collective.")
+      .def_property_readonly("rank", &Gloo::rank)
+      .def_property_readonly("size", &Gloo::size)
+      .def_property_readonly("owns_mpi", [](const Gloo&) { return false; })
+      .def("close", &Gloo::Close, "Drops the store; communicators already made keep working.");
+  m.def("built_with_gloo", &cupcake::comm::BuiltWithGloo);
   m.def("built_with_nccl", &cupcake::comm::BuiltWithNccl);
   m.def(
       "plan_ratios",

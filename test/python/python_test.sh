@@ -14,6 +14,10 @@
 #               uninterrupted run's bit for bit;
 #               then topk with replicas, killed at 7, rank 1's segments deleted: restored from rank 0's
 #               replica; then topk persisted every 4 steps, killed at 10, its segments deleted: restored from step 8
+#   launch      launch_job.py under mpirun and under torchrun_like.py (torchrun's variables, no MPI; Debian's
+#               torchrun itself fails at start): the same plans (fp32, fp32 layer-wise, topk) train to the
+#               same parameters on every rank, bit for bit; also with torch.distributed initialized by
+#               the job; and launch_check.py: the launch errors and choices in one process
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size)
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
@@ -122,6 +126,26 @@ case "$stage" in
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-persist" --steps 12 --name "$name" \
       --persist "$work/ckpt-persist" --persist-every 4 --compare "$work/ckpt-topk-ref" --expect-start 8 --remove
     ;;
+  launch)
+    torchrun=("$python" "$here/torchrun_like.py" --nproc_per_node 2 --timeout 100 --)
+    for plan in pycnn-fp32 pycnn-fp32-layerwise pycnn-topk; do
+      out="$work/launch-$plan"
+      rm -f "$out"-*.rank*
+      "${mpirun[@]}" "$python" "$here/launch_job.py" "$work/$plan.pb" "$out-mpi" mpi
+      "${torchrun[@]}" "$python" "$here/launch_job.py" "$work/$plan.pb" "$out-torchrun" gloo
+      runs=("$out-mpi.rank1" "$out-torchrun.rank0" "$out-torchrun.rank1")
+      if [ "$plan" = pycnn-fp32 ]; then
+        "${torchrun[@]}" "$python" "$here/launch_job.py" "$work/$plan.pb" "$out-dist" gloo --init-dist
+        runs+=("$out-dist.rank0" "$out-dist.rank1")
+      fi
+      for f in "${runs[@]}"; do
+        cmp "$out-mpi.rank0" "$f" || { echo "FAIL: $plan: $f differs from $out-mpi.rank0 (mpirun, rank 0)"; exit 1; }
+      done
+      echo "ok: $plan: the same parameters under mpirun and torchrun, every rank"
+    done
+    # The launch choices and errors, one process each (launch_check.py).
+    "$python" "$here/launch_check.py"
+    ;;
   errors)
     "${mpirun[@]}" "$python" "$here/errors_job.py" "$work"
     # One rank against a plan for 2: refused when the optimizer is made.
@@ -138,7 +162,7 @@ case "$stage" in
     grep -q '^epoch 2 loss [0-9.]* ' "$work/example.log" || { echo "FAIL: no 'epoch 2 loss' line"; exit 1; }
     ;;
   *)
-    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed, replicas, ladder, gravac, checkpoint, errors or example" >&2
+    echo "python_test.sh: unknown stage '$stage'; expected record, fp32, compressed, replicas, ladder, gravac, checkpoint, launch, errors or example" >&2
     exit 2
     ;;
 esac

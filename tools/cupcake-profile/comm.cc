@@ -1,8 +1,16 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
+#include "cupcake/comm/gloo.h"
 #include "cupcake/comm/nccl.h"
+#include "cupcake/comm/store.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/comm_sweep.h"
 #include "cupcake/profile/sink.h"
@@ -43,7 +51,8 @@ bool UnderMpiLauncher() {
 const char* kNoLauncher =
     "not started by an MPI launcher (none of OMPI_COMM_WORLD_SIZE, PMI_RANK, PMIX_RANK is set); run it under "
     "mpirun, one rank per device, e.g. `mpirun -np 4 cupcake-profile comm --db DB --quick` (as root add "
-    "--allow-run-as-root; more ranks than cores need --oversubscribe)";
+    "--allow-run-as-root; more ranks than cores need --oversubscribe), or under torchrun with --backend gloo "
+    "--store DIR";
 
 namespace {
 
@@ -80,8 +89,9 @@ StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options, int
     if (!op) return InvalidArgumentError("--ops: unknown collective; got '" + name + "', expected " + CommOpNames());
     sweep.ops.push_back(*op);
   }
-  if (options.backend != "mpi" && options.backend != "nccl")
-    return InvalidArgumentError("--backend: unknown backend; got '" + options.backend + "', expected mpi or nccl");
+  if (options.backend != "mpi" && options.backend != "nccl" && options.backend != "gloo")
+    return InvalidArgumentError("--backend: unknown backend; got '" + options.backend +
+                                "', expected mpi, nccl or gloo");
   if (options.warmup < 0)
     return InvalidArgumentError("--warmup: out of range; got " + std::to_string(options.warmup) + ", expected >= 0");
   if (options.iters < 1)
@@ -213,9 +223,60 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   return Status::Ok();
 }
 
+namespace {
+
+// An integer environment variable set by the launcher; nullopt when unset or not an integer.
+std::optional<int> EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > INT32_MAX) return std::nullopt;
+  return static_cast<int>(n);
+}
+
+// --backend gloo: the world is a gloo communicator whose ranks meet in the file store --store.
+// Its rank and size come from the MPI world under mpirun, else from torchrun's RANK and
+// WORLD_SIZE. The keys of one launch live under a prefix of their own: under mpirun rank 0's
+// host, process id and clock broadcast over MPI; under torchrun TORCHELASTIC_RUN_ID and
+// MASTER_PORT (two torchrun jobs sharing both and the directory at once would collide).
+StatusOr<std::unique_ptr<comm::Communicator>> GlooWorld(comm::Communicator* mpi_world, const std::string& dir) {
+  if (dir.empty())
+    return InvalidArgumentError("--store: missing; expected a directory the ranks share (--backend gloo)");
+  int rank = 0, size = 1;
+  std::string launch;
+  if (mpi_world != nullptr) {
+    rank = mpi_world->rank();
+    size = mpi_world->size();
+    char token[128] = {};
+    if (rank == 0)
+      std::snprintf(token, sizeof token, "mpi-%s-%d-%lld", mpi_world->host().c_str(), static_cast<int>(::getpid()),
+                    static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count()));
+    CUPCAKE_RETURN_IF_ERROR(mpi_world->Broadcast(token, sizeof token, 0));
+    launch = token;
+  } else {
+    const std::optional<int> r = EnvInt("RANK"), n = EnvInt("WORLD_SIZE");
+    if (!r || !n || *n < 1 || *r >= *n)
+      return FailedPreconditionError(
+          "--backend gloo: RANK and WORLD_SIZE: missing or out of range; expected a launch by torchrun (0 <= RANK < "
+          "WORLD_SIZE) or by mpirun");
+    rank = *r;
+    size = *n;
+    const char* run = std::getenv("TORCHELASTIC_RUN_ID");
+    const char* port = std::getenv("MASTER_PORT");
+    launch = std::string("torchrun-") + (run != nullptr ? run : "") + "-" + (port != nullptr ? port : "");
+  }
+  CUPCAKE_ASSIGN_OR_RETURN(std::shared_ptr<comm::KeyValueStore> store, comm::MakeFileStore(dir));
+  auto made = comm::MakeGlooCommunicator(comm::PrefixStore(store, launch + "/"), rank, size);
+  if (!made.ok()) return made.status().WithPrefix("--backend gloo");
+  return made;
+}
+
+}  // namespace
+
 int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem) {
   CommOptions options;
-  std::string ops, max_bytes;
+  std::string ops, max_bytes, store_dir;
   po::options_description flags("options");
   flags.add_options()("db", po::value(&options.db)->required(),
                       "the profile DB, written by rank 0 (created when missing)")(
@@ -234,7 +295,9 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
       "ops", po::value(&ops),
       "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")(
       "backend", po::value(&options.backend),
-      "mpi: MPI on host memory (default); nccl: NCCL on GPU memory, one GPU per rank")(
+      "mpi: MPI on host memory (default); nccl: NCCL on GPU memory, one GPU per rank; gloo: gloo on host memory "
+      "(the collectives of a job under torchrun), under torchrun or mpirun, with --store")(
+      "store", po::value(&store_dir), "--backend gloo: a directory the ranks share, where they meet")(
       "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
       "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::variables_map vm;
@@ -257,6 +320,18 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
   std::stringstream ss(ops);
   for (std::string name; std::getline(ss, name, ',');)
     if (!name.empty()) options.ops.push_back(name);
+  if (!store_dir.empty() && options.backend != "gloo")
+    return tools::UsageError(inv, "--store: only with --backend gloo; got --backend " + options.backend);
+  std::unique_ptr<comm::Communicator> gloo;
+  if (options.backend == "gloo") {
+    if (world == nullptr && !mpi_problem.empty()) return tools::UsageError(inv, mpi_problem);
+    auto made = GlooWorld(world, store_dir);
+    if (!made.ok())
+      return made.status().code() == StatusCode::kInvalidArgument ? tools::UsageError(inv, made.status().message())
+                                                                   : tools::Finish(inv, made.status());
+    gloo = std::move(made).value();
+    world = gloo.get();
+  }
   if (world == nullptr) return tools::UsageError(inv, mpi_problem.empty() ? kNoLauncher : mpi_problem);
   options.command = inv.tool + " " + inv.command;
   for (const auto& a : inv.args) options.command += " " + a;

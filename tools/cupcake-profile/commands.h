@@ -136,7 +136,7 @@ struct CommOptions {
   int rounds = 1;  // passes over all the points (CommSweepOptions::rounds)
   bool busy = false;  // each rank keeps a core busy beside the collectives (CommSweepOptions::busy)
   std::vector<std::string> ops;  // empty: all five
-  std::string backend = "mpi";  // mpi (host memory) or nccl (GPU memory, one GPU per rank)
+  std::string backend = "mpi";  // mpi, gloo (host memory) or nccl (GPU memory, one GPU per rank)
   std::string cluster;
   std::string command;  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // rank 0's progress bar there when set
