@@ -53,27 +53,28 @@ def check_vocabulary(tmp):
 
 
 def check_slice(tmp):
-    # a.txt: the 26 lowercase letters; b.txt (20 bytes, one unknown: 5%): 'A', tab, 'B', newline,
-    # 'C'..'R'. Stream of 46 symbols; blocks of 3 (seq_len 2): 15 blocks, the last symbol ('R')
-    # dropped; block 9 (the 10th: stream positions 27-29, tab 'B' newline) held out.
-    a = write(tmp, "a.txt", b"abcdefghijklmnopqrstuvwxyz")
+    # a.txt: the 26 lowercase letters 4 times, then 'a'..'m' (117 bytes); b.txt (20 bytes, one
+    # unknown: 5%): 'A', tab, 'B', newline, 'C'..'R'. Stream of 137 symbols; blocks of 3 (seq_len
+    # 2): 45 blocks, the last 2 symbols ('QR') dropped; block 39 (the 40th: stream positions
+    # 117-119, 'A' tab 'B') held out.
+    a = write(tmp, "a.txt", b"abcdefghijklmnopqrstuvwxyz" * 4 + b"abcdefghijklm")
     b = write(tmp, "b.txt", b"A\tB\nCDEFGHIJKLMNOPQR")
     c = text.load([a, b])
-    expect_eq("slice length", len(c), 46)
-    expect_eq("slice sizes", c.sizes, [26, 20])
+    expect_eq("slice length", len(c), 137)
+    expect_eq("slice sizes", c.sizes, [117, 20])
     expect_eq("slice unknown", c.unknown, [0, 1])
     expect_eq("'a' is 67", c.symbols[0], 67)   # 2 + 0x61 - 0x20
-    expect_eq("'A' tab 'B' newline", c.symbols[26:30], [35, 0, 36, 1])
+    expect_eq("'A' tab 'B' newline", c.symbols[117:121], [35, 0, 36, 1])
     train, held_out = text.split(c, 2)
-    expect_eq("held out", held_out, [[0, 36, 1]])
-    expect_eq("train blocks", len(train), 14)
+    expect_eq("held out", held_out, [[35, 0, 36]])
+    expect_eq("train blocks", len(train), 44)
     expect_eq("train block 0 ('abc')", train[0], [67, 68, 69])
-    expect_eq("train block 8 ('yzA')", train[8], [91, 92, 35])
-    expect_eq("train block 9 ('CDE', the stream's 11th)", train[9], [37, 38, 39])
-    expect_eq("train block 13 ('OPQ', the last)", train[13], [49, 50, 51])
+    expect_eq("train block 38 ('klm')", train[38], [77, 78, 79])
+    expect_eq("train block 39 (newline 'CD', the stream's 41st)", train[39], [1, 37, 38])
+    expect_eq("train block 43 ('NOP', the last)", train[43], [48, 49, 50])
     inputs, targets = text.pairs(held_out + train[:1])
-    expect_eq("inputs", inputs, [[0, 36], [67, 68]])
-    expect_eq("targets", targets, [[36, 1], [68, 69]])
+    expect_eq("inputs", inputs, [[35, 0], [67, 68]])
+    expect_eq("targets", targets, [[0, 36], [68, 69]])
     return a, b
 
 
@@ -92,9 +93,9 @@ def check_errors(tmp, a):
     expect_error("several bad files", "%s: no such file\n%s: empty; got 0 bytes, expected text" % (missing, empty),
                  text.load, [missing, a, empty])
     expect_error("no files", "text: no files; expected at least one path", text.load, [])
-    nine = write(tmp, "nine.txt", b"x" * 29)   # 9 blocks of 3
-    expect_error("too little text", "%s: too little text to split; got 29 symbols, 9 blocks of 3, expected >= 10 "
-                 "blocks" % nine, text.split, text.load([nine]), 2)
+    few = write(tmp, "few.txt", b"x" * 119)   # 39 blocks of 3
+    expect_error("too little text", "%s: too little text to split; got 119 symbols, 39 blocks of 3, expected >= 40 "
+                 "blocks" % few, text.split, text.load([few]), 2)
     expect_error("seq_len 0", "seq_len: out of range; got 0, expected >= 1", text.split, text.load([a]), 0)
 
 
@@ -112,9 +113,9 @@ def check_batches(a, b):
     expect_eq("batch x shape", tuple(x.shape), (2, 2))
     expect_eq("batch y shape", tuple(y.shape), (2, 2))
     expect_eq("batch dtype", x.dtype, torch.int64)
-    expect_eq("held-out x", ranks[0].eval_x.tolist(), [[0, 36]])
-    expect_eq("held-out y", ranks[0].eval_y.tolist(), [[36, 1]])
-    # 14 training blocks over 2 ranks of batch 2: 3 steps an epoch; the ranks' first two steps
+    expect_eq("held-out x", ranks[0].eval_x.tolist(), [[35, 0]])
+    expect_eq("held-out y", ranks[0].eval_y.tolist(), [[0, 36]])
+    # 44 training blocks over 2 ranks of batch 2: 11 steps an epoch; the ranks' first two steps
     # cover 8 distinct blocks, and y is x shifted by one (block = x[0], then y).
     seen = []
     for r in ranks:
@@ -124,11 +125,11 @@ def check_batches(a, b):
             seen += [tuple(row) + (yy[-1],) for row, yy in zip(x.tolist(), y.tolist())]
     expect_eq("distinct blocks in an epoch", len(set(seen)), 8)
     try:
-        tta.TextBatches(corpus, 2, 8, 1, 0, 2)
-        fail("batch 8 over 14 blocks and 2 ranks", "no error", "ValueError")
+        tta.TextBatches(corpus, 2, 23, 1, 0, 2)
+        fail("batch 23 over 44 blocks and 2 ranks", "no error", "ValueError")
     except ValueError as e:
         expect_eq("batch too large: message", str(e),
-                  "--batch: too large; got 8, expected <= 7 (14 training sequences over 2 ranks)")
+                  "--batch: too large; got 23, expected <= 22 (44 training sequences over 2 ranks)")
 
 
 def check_shipped():
@@ -141,9 +142,9 @@ def check_shipped():
     expect_eq("shipped sizes", c.sizes, [35149, 18092, 26530, 7652, 22955, 25755, 16726, 11358, 6111, 7048, 1499])
     expect_eq("shipped unknown", c.unknown, [0, 0, 9, 0, 0, 0, 0, 0, 30, 0, 0])
     train, held_out = text.split(c, 32)
-    # 178,875 symbols // 33 = 5420 blocks (15 left over); every 10th held out.
-    expect_eq("shipped held out", len(held_out), 542)
-    expect_eq("shipped train", len(train), 4878)
+    # 178,875 symbols // 33 = 5420 blocks (15 left over); every 40th held out: 135.
+    expect_eq("shipped held out", len(held_out), 135)
+    expect_eq("shipped train", len(train), 5285)
 
 
 def main():
