@@ -1,25 +1,42 @@
-"""One run of bench/python/tta.sh (time to accuracy), under mpirun: trains a CNN on the handwritten
-digits (bench/python/digits.py) data-parallel over the MPI ranks until the held-out accuracy
-reaches --target or --max-steps steps, and reports the training time it took.
+"""One run of bench/python/tta.sh (time to accuracy), under mpirun: trains a model data-parallel
+over the MPI ranks until its held-out evaluation reaches the target or --max-steps steps, and
+reports the training time it took.
 
-  tta.py --arm ddp-fp32|ddp-fp16|ddp-powersgd --seed S [flags]
+  tta.py --arm ddp-fp32|ddp-fp16|ddp-powersgd --seed S [--model cnn|lstm] [flags]
   tta.py --arm cupcake --plan PLAN.pb --seed S         (or CUPCAKE_RECORD set: record the model)
   tta.py --arm gravac --plan LADDER.pb --seed S [--decisions FILE.jsonl]
 
-The model: two 3x3 convolutions (1 -> W -> 2W channels), a 2x2 max-pool, then a wide fully
-connected layer (2W*16 -> --hidden) and the classifier; --width 32 --hidden 2048: 2,138,506
-parameters (8.2 MiB of float32 gradients), almost all in fc1, so the exchange, not the compute,
-is what a compressor can shorten. SGD with momentum 0.9, batch --batch per rank; every rank
-starts from the weights torch.manual_seed(S) gives and, each epoch, takes its own shard (rank r:
-every size-th sample from r) of a permutation of the training samples seeded with (S, epoch).
+--model cnn (the default; recorded as ttadigits): the handwritten digits (bench/python/digits.py);
+two 3x3 convolutions (1 -> W -> 2W channels), a 2x2 max-pool, then a wide fully connected layer
+(2W*16 -> --hidden) and the classifier; --width 32 --hidden 2048: 2,138,506 parameters (8.2 MiB
+of float32 gradients), almost all in fc1, so the exchange, not the compute, is what a compressor
+can shorten. Target: held-out accuracy at or above --target (0.95).
+
+--model lstm (recorded as ttatext): base-files' license texts (bench/python/text.py), sequences of
+--seq-len characters (32); an embedding (97 symbols -> --embed, 32), --layers LSTM layers (1) of
+--hidden units (384) and a linear decoder to the 97 symbols: 682,497 parameters (2.6 MiB of
+gradients; 94% in the LSTM's two weight matrices, 1536 x 32 and 1536 x 384), sized so that a step
+of 8 sequences per rank costs about 250 ms of one core here, so that at 200 Mbit/s (about 110 ms
+for 2.6 MiB each way) the exchange is a large part of a step. Target: the held-out cross-entropy
+(nats per character, over every position of the held-out blocks) at or below --target-loss;
+--target (next-character accuracy) is also accepted, one or the other. Each sequence starts from a
+zero state. The averaged gradient's norm is clipped to --clip (1.0) before the step: SGD at lr 1
+with norm clipping, as Zaremba et al. (2014) train their LSTM language models.
+
+Both: SGD with momentum 0.9, batch --batch per rank; every rank starts from the weights
+torch.manual_seed(S) gives and, each epoch, takes its own shard (rank r: every size-th sample
+from r) of a permutation of the training samples (digits, or text blocks) seeded with (S, epoch).
+Flags left out take the model's defaults (MODEL_DEFAULTS).
 
 Timing contract: a step (batch already made; zero_grad, forward, backward, step with its
 synchronization) is timed on every rank with time.perf_counter; its time is the slowest rank's
 (gathered after the run, never inside it). Every --eval-every steps every rank computes the
-held-out accuracy of its replica (the replicas are equal in every arm), outside the clock; rank
-0's value decides, broadcast over gloo, so every rank stops at the same step. Time to target:
-the sum of the step times up to the first evaluation at or above --target; evaluation, set-up
-(model, optimizer, plan load) and the gathering are excluded.
+held-out accuracy and loss of its replica (the replicas are equal in every arm), outside the
+clock; rank 0's values decide, broadcast over gloo, so every rank stops at the same step. Time to
+target: the sum of the step times up to the first evaluation that meets the target (accuracy at
+or above --target, loss at or below --target-loss); evaluation, set-up (model, optimizer, plan
+load) and the gathering are excluded. A step includes the clipping (and, for Cupcake arms, the
+synchronize() before it).
 
 Bytes sent: with --bytes-iface IFACE (the testbed's eth0: one rank per network namespace) each
 rank's transmitted bytes on IFACE from /proc/net/dev, from before the first step to after the
