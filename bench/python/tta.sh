@@ -27,11 +27,12 @@
 #          [--gravac-window 10] [--arms A,B,...] [--data FILE[,FILE...]] [--run-timeout S] [--testbed]
 #          [--build DIR] [--out DIR]
 #   --model    cnn: the digits CNN (batch 32, hidden 2048, lr 0.02, target accuracy 0.95); lstm: the
-#              character LSTM (batch 8, hidden 384, lr 1.0, clip 1.0, target loss 2.0); a flag left
+#              character LSTM (batch 8, hidden 384, lr 1.0, clip 1.0, target loss 1.8); a flag left
 #              out takes the model's default (tta.py's MODEL_DEFAULTS); --embed, --layers,
 #              --seq-len are the LSTM's
 #   --target   held-out accuracy to reach (>=); 0.95 is what DDP fp32 reaches on the CNN in ~130 steps
-#   --target-loss  held-out cross-entropy to reach (<=), nats per character for the LSTM
+#   --target-loss  held-out cross-entropy to reach (<=), nats per character for the LSTM; 1.8 is
+#              what DDP fp32 reaches on the LSTM in ~150-200 steps (docs/TTA.md)
 #   --ranks    PowerSGD's ranks, comma-separated: an arm of each kind per rank
 #   --arms     run only these arms (names as above), e.g. for a smoke run
 #   --run-timeout  a run still going after S seconds (default 600 + MAX_STEPS: 1 s a step, 5-10x a
