@@ -51,6 +51,7 @@ clip="" embed=32 layers=1 seq_len=32
 ratios=0.1,0.01,0.001 ranks=4 gravac_window=10 arms="" data="" testbed=0 build="$root/build" out="" run_timeout=""
 usage() { sed -n '/^# Usage:/,/^# Environment:/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 need() { [ $# -ge 2 ] || { echo "tta.sh: $1: expected a value" >&2; exit 2; }; }
+# shellcheck disable=SC2034  # batch, hidden, lr, clip are read as ${!v} below
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) need "$@"; np="$2"; shift 2 ;;
