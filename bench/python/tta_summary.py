@@ -9,7 +9,7 @@ times, evaluations), put into results.json in place of the line when present.
 
 Per arm: runs (ok / all), reached (runs that reached the target), and the median [min-max] over
 the seeds of: time to target (s, training only; over the runs that reached it), steps to target,
-final held-out accuracy, the median step time, and the bytes sent per rank (each run's largest
+final held-out accuracy and loss ("-" for a record without final_loss), the median step time, and the bytes sent per rank (each run's largest
 rank; "-" where not measured). "vs ddp-fp32": ddp-fp32's median time to target over the arm's.
 A second table compares progress per step: the held-out loss at steps LOSS_STEPS, median [min-max]
 over the seeds, from the runs' evaluations (in --runs' records); "-" where some run of the arm had
@@ -57,6 +57,7 @@ def summarize(rows):
             "time_to_target_s": [r["time_to_target_s"] for r in reached],
             "steps_to_target": [r["steps_to_target"] for r in reached],
             "final_accuracy": [r["final_accuracy"] for r in ok],
+            "final_loss": [r.get("final_loss") for r in ok],
             "step_median_ms": [r["step_median_ms"] for r in ok],
             "bytes_sent_per_rank": sent,
             "median_time_to_target_s": median_or_none([r["time_to_target_s"] for r in reached]),
@@ -68,9 +69,9 @@ def summarize(rows):
 
 
 def table(summary):
-    lines = ["%-16s %7s %7s %-22s %-16s %-22s %-22s %-24s %9s" % (
-        "arm", "ok/runs", "reached", "time_to_target_s", "steps_to_target", "final_accuracy", "step_median_ms",
-        "bytes_sent_per_rank", "vs_ddp32")]
+    lines = ["%-16s %7s %7s %-22s %-16s %-22s %-22s %-22s %-24s %9s" % (
+        "arm", "ok/runs", "reached", "time_to_target_s", "steps_to_target", "final_accuracy", "final_loss",
+        "step_median_ms", "bytes_sent_per_rank", "vs_ddp32")]
     base = summary.get("ddp-fp32", {}).get("median_time_to_target_s")
     for name, s in summary.items():
         if s["ok"] == 0:
@@ -78,14 +79,24 @@ def table(summary):
             continue
         mine = s["median_time_to_target_s"]
         vs = "%.2fx" % (base / mine) if base and mine else "-"
-        lines.append("%-16s %7s %7s %-22s %-16s %-22s %-22s %-24s %9s" % (
+        lines.append("%-16s %7s %7s %-22s %-16s %-22s %-22s %-22s %-24s %9s" % (
             name, "%d/%d" % (s["ok"], s["runs"]), "%d/%d" % (s["reached"], s["ok"]),
             spread(s["time_to_target_s"], "%.2f"), spread(s["steps_to_target"], "%d"),
-            spread(s["final_accuracy"], "%.4f"), spread(s["step_median_ms"], "%.1f"),
+            spread(s["final_accuracy"], "%.4f"), spread(s["final_loss"], "%.4f"), spread(s["step_median_ms"], "%.1f"),
             spread(s["bytes_sent_per_rank"], "%d"), vs))
         if s["other_status"]:
             lines.append("%-16s also: %s" % ("", "; ".join(s["other_status"])))
     return lines
+
+
+def footer(r):
+    """The line under the table: the job's shape and its target, with the target's direction (a
+    record without target_metric is the CNN's: held-out accuracy)."""
+    goal = "held-out loss <= %g" if r.get("target_metric") == "loss" else "held-out accuracy >= %g"
+    return ("(%s%d ranks, batch %d per rank, %d parameters = %.2f MiB of gradients, lr %g, target %s, "
+            "evaluation every %d steps, at most %d steps; time: training steps only, slowest rank)"
+            % ("%s, " % r["model"] if r.get("model") else "", r["ranks"], r["batch_per_rank"], r["params"],
+               r["gradient_mib"], r["lr"], goal % r["target"], r["eval_every"], r["max_steps"]))
 
 
 def loss_table(summary):
@@ -132,11 +143,7 @@ def main():
     lines = table(summary)
     ok = [r for r in rows if r.get("status") == "ok"]
     if ok:
-        r = ok[0]
-        lines.append("(%d ranks, batch %d per rank, %d parameters = %.2f MiB of gradients, lr %g, target %g, "
-                     "evaluation every %d steps, at most %d steps; time: training steps only, slowest rank)"
-                     % (r["ranks"], r["batch_per_rank"], r["params"], r["gradient_mib"], r["lr"], r["target"],
-                        r["eval_every"], r["max_steps"]))
+        lines.append(footer(ok[0]))
     lines += [""] + loss_table(summary)
     print("\n".join(lines))
     header = open(args.header).read().splitlines() if args.header else []

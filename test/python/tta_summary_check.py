@@ -15,7 +15,9 @@ import tta_summary
 
 
 def run(seed, name, t, steps, acc, step_ms, sent=None, reached=True, evals=()):
-    return {"evals": [list(e) for e in evals],"name": name, "arm": name, "seed": seed, "status": "ok", "reached": reached,
+    # final_loss: the last evaluation's loss, as tta.py records it (absent in an older record).
+    final_loss = {"final_loss": evals[-1][2]} if evals and len(evals[-1]) > 2 else {}
+    return {**final_loss, "evals": [list(e) for e in evals], "name": name, "arm": name, "seed": seed, "status": "ok", "reached": reached,
             "time_to_target_s": t if reached else None, "steps_to_target": steps if reached else None,
             "final_accuracy": acc, "step_median_ms": step_ms, "bytes_sent_per_rank": sent,
             "ranks": 2, "batch_per_rank": 32, "params": 10, "gradient_mib": 0.0, "lr": 0.02, "target": 0.95,
@@ -49,14 +51,23 @@ def main():
     expect_eq("topk bytes (largest rank per run)", s["topk"]["bytes_sent_per_rank"], [300, 200, 60])
     table = tta_summary.table(s)
     expect_eq("header", table[0].split(), ["arm", "ok/runs", "reached", "time_to_target_s", "steps_to_target",
-                                           "final_accuracy", "step_median_ms", "bytes_sent_per_rank", "vs_ddp32"])
+                                           "final_accuracy", "final_loss", "step_median_ms", "bytes_sent_per_rank",
+                                           "vs_ddp32"])
     # ddp: times 12, 10, 14 -> 12.00 [10.00-14.00]; ratio 12 / 12. topk: 6, 4 -> median 5; 12 / 5 = 2.40x;
     # steps 200, 190 -> 195 (%d of 195.0); accuracy 0.96, 0.90, 0.95 -> 0.9500; bytes 300, 200, 60 -> 200.
+    # Final loss: ddp's seed 1 has none (its last evaluation has no loss), seeds 2, 3: 0.3, 0.2 ->
+    # median 0.25; topk's last losses 1.4, 2.4, 1.6 -> 1.6000 [1.4000-2.4000].
     expect_eq("ddp row", table[1].split(), ["ddp-fp32", "3/3", "3/3", "12.00", "[10.00-14.00]", "130", "[120-140]",
-                                            "0.9600", "[0.9500-0.9700]", "100.0", "[90.0-110.0]", "-", "1.00x"])
+                                            "0.9600", "[0.9500-0.9700]", "0.2500", "[0.2000-0.3000]", "100.0",
+                                            "[90.0-110.0]", "-", "1.00x"])
     expect_eq("topk row", table[2].split(), ["topk", "3/3", "2/3", "5.00", "[4.00-6.00]", "195", "[190-200]",
-                                             "0.9500", "[0.9000-0.9600]", "31.0", "[30.0-32.0]", "200", "[60-300]",
-                                             "2.40x"])
+                                             "0.9500", "[0.9000-0.9600]", "1.6000", "[1.4000-2.4000]", "31.0",
+                                             "[30.0-32.0]", "200", "[60-300]", "2.40x"])
+    # The footer's target and its direction: a CNN record (no target_metric), an LSTM's.
+    expect_eq("cnn footer", tta_summary.footer(rows[0]).split(", ")[4], "target held-out accuracy >= 0.95")
+    lstm = dict(rows[0], model="lstm", target=1.75, target_metric="loss")
+    expect_eq("lstm footer", tta_summary.footer(lstm).split(", ")[:2], ["(lstm", "2 ranks"])
+    expect_eq("lstm footer target", tta_summary.footer(lstm).split(", ")[5], "target held-out loss <= 1.75")
     expect_eq("gravac row", table[3].split(None, 3), ["gravac", "0/1", "-", "unavailable: cupcake.torch has no GraVAC"])
     # Held-out loss: ddp at 10: 2.0, 1.8, 2.1 -> 2.0000 [1.8000-2.1000]; at 30: 1.0 [0.9-1.2]; at 60: 0.6
     # [0.5-0.7]; at 100 seed 1 has no loss: "-". topk at 10: 2.2, 2.4, 2.3 -> 2.3; 30, 60, 100: "-".
