@@ -265,6 +265,23 @@ def tta(src):
     return "; ".join(parts), "min-max over 3 seeds against DDP fp32's: " + "; ".join(spreads)
 
 
+def tta_powersgd(src):
+    """Cupcake's PowerSGD plans (powersgd-K) against DDP's hook at the same rank (ddp-powersgd-K):
+    the hook's median time to target over the plan's, per rate and rank."""
+    parts, spreads = [], []
+    for rate in ("1gbit", "200mbit"):
+        s = src.json(f"bench/results/tta-powersgd-2026-11-26/{rate}/results.json")["summary"]
+        ratios, apart = [], []
+        for k in (1, 2, 4):
+            hook, plan = s[f"ddp-powersgd-{k}"], s[f"powersgd-{k}"]
+            ratios.append(f"rank {k} {hook['median_time_to_target_s'] / plan['median_time_to_target_s']:.2f}x")
+            h, p = hook["time_to_target_s"], plan["time_to_target_s"]
+            apart.append(f"rank {k} " + ("apart" if max(p) < min(h) or min(p) > max(h) else "overlapping"))
+        parts.append(f"{rate}: " + ", ".join(ratios))
+        spreads.append(f"{rate}: " + ", ".join(apart))
+    return "; ".join(parts), "min-max over 3 seeds against the hook's: " + "; ".join(spreads)
+
+
 # --- GPU (one H100, raw bench output) ---
 
 def gpu_runtime_topk(src):
@@ -306,6 +323,7 @@ CHECKS = {
     "R13": zen_eight_ranks,
     "R14": ddp_lead,
     "R15": tta,
+    "R19": tta_powersgd,
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
