@@ -64,8 +64,8 @@ class CpuCodec final : public Codec {
 
   // Q = M^T P is computed as its transpose, Q^T = P^T M (rank x cols, row-major), then transposed
   // into `second`: that product walks M's rows in order, one contiguous row per multiply-add
-  // pass, where the direct form reads M down its columns; with the reference BLAS the direct
-  // form took 2-3x the encode's product on a non-square matrix (bench/kernels/powersgd_bench).
+  // pass, where the direct form reads M down its columns, which a BLAS without its own blocking
+  // (Debian's reference libblas) pays for on every element (bench/kernels/powersgd_bench).
   Status ComputeQImpl(float* first, const float* state, float* second, void*) override {
     for (const Matrix& m : layout().matrices) {
       Orthogonalize(first + m.p_offset, m.rows, m.rank);
