@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -229,9 +230,10 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
   return out;
 }
 
-constexpr int kCandidates = 4;  // per rank: two slots and two persisted files
+constexpr int kCandidates = 6;  // per rank: two slots, two outgoing slots and two persisted files
 constexpr int kReplicaCandidates = 2;  // per rank: the two slots of its predecessor's replicas
 constexpr int kIterationPlane = 2;
+constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
 
 struct Entry {
   std::string name;
@@ -242,7 +244,8 @@ struct Entry {
 };
 
 // One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
-// `owner`: this rank's own, or (replicas) its ring predecessor's. Not thread-safe: the training
+// `owner`: this rank's own, those it streams to its successor (outgoing), or (replicas) its ring
+// predecessor's. Not thread-safe: the training
 // thread and the copy thread take turns (Commit joins the copy before it touches the segment).
 class SlotSegment {
  public:
@@ -352,6 +355,16 @@ class SlotSegment {
     s.checksum = internal::Checksum(slot(target), static_cast<size_t>(payload_bytes));
     StoreState(s, internal::kSlotValid);
     return s.checksum;
+  }
+
+  // As FinishWrite, for bytes copied from a slot whose checksum is `checksum` (not recomputed; a
+  // restore recomputes it anyway).
+  void FinishCopy(int target, int64_t step, int64_t payload_bytes, uint64_t checksum) {
+    SlotHeader& s = header().slots[target];
+    s.step = step;
+    s.payload_bytes = static_cast<uint64_t>(payload_bytes);
+    s.checksum = checksum;
+    StoreState(s, internal::kSlotValid);
   }
 
   struct ValidSlot {
@@ -494,13 +507,17 @@ class Checkpointer::Impl {
         comm_(comm),
         own_(SegmentName(options.name, comm->rank()), comm->rank(), comm->size()),
         where_(own_.where()) {
-    if (options.replicate)
+    if (options.replicate) {
       replica_ =
           std::make_unique<SlotSegment>(ReplicaSegmentName(options.name, comm->rank()), Predecessor(), comm->size());
+      outgoing_ =
+          std::make_unique<SlotSegment>(OutgoingSegmentName(options.name, comm->rank()), comm->rank(), comm->size());
+    }
   }
 
   ~Impl() {
     if (copy_.joinable()) copy_.join();
+    if (send_.joinable()) send_.join();
   }
 
   Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
@@ -515,7 +532,7 @@ class Checkpointer::Impl {
   }
 
   void Clear() {
-    if (copy_.joinable()) copy_.join();
+    (void)WaitForCopy();
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane < 0; });
   }
 
@@ -580,6 +597,17 @@ class Checkpointer::Impl {
     if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
     history_started_ = true;
     last_step_ = step;
+    if (replica_ != nullptr) {
+      // This Commit's replica exchange, first on the network. A new stream (when every rank's last
+      // one has ended) starts from this rank's newest complete snapshot, which the copy below
+      // does not touch (it writes the other slot).
+      std::optional<SlotSegment::ValidSlot> source;
+      if (streams_done_) source = NewestOwnSlot();
+      // The gate closes here, before the job can start the next iteration's collectives, and
+      // opens when the exchange has ended.
+      if (options_.gate) options_.gate->BeginTransfer();
+      send_ = std::thread([this, source] { send_status_ = SendChunk(source); });
+    }
     copy_ =
         std::thread([this, step, payload, meta = std::string(metadata)] { copy_status_ = Copy(step, payload, meta); });
     return Status::Ok();
@@ -607,10 +635,12 @@ class Checkpointer::Impl {
     return Status::Ok();
   }
 
+  // Waits for the copy and the replica exchange; the first error of the two.
   Status WaitForCopy() {
     if (copy_.joinable()) copy_.join();
-    Status s = copy_status_;
-    copy_status_ = Status::Ok();
+    if (send_.joinable()) send_.join();
+    Status s = copy_status_.ok() ? send_status_ : copy_status_;
+    copy_status_ = send_status_ = Status::Ok();
     return s;
   }
 
@@ -757,6 +787,9 @@ class Checkpointer::Impl {
     }
     const int64_t step = loaded_.parsed.step;
     DropNewerThan(step);
+    stream_ = {};
+    incoming_ = {};
+    streams_done_ = true;
     history_started_ = true;
     last_step_ = local_step_ = agreed_step_ = step;
     loaded_ = {};
@@ -766,6 +799,7 @@ class Checkpointer::Impl {
  private:
   Status CheckIdle(const char* call) {
     if (copy_.joinable()) copy_.join();
+    if (send_.joinable()) send_.join();
     (void)call;
     return Status::Ok();
   }
@@ -816,50 +850,112 @@ class Checkpointer::Impl {
     const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
     Status status = Status::Ok();
     if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, checksum);
-    // Every rank's copy thread makes the exchange, also after a failed persist (no rank waits alone).
-    if (replica_ != nullptr) {
-      Status replicated = Replicate(step, payload, checksum);
-      if (status.ok()) status = replicated;
-    }
     local_step_ = step;
     return status;
   }
 
-  // Gemini's replica (docs/CHECKPOINT.md) in a ring, groups of two: this rank's snapshot goes to
-  // its successor, its predecessor's comes into the replica segment, double-buffered as the own
-  // segment is. One allgather of (bytes, checksum, step) and one alltoallv on the copy thread's
-  // communicator, right after the local copy: not yet in the plan's idle network gaps.
-  Status Replicate(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
+  // This rank's newest complete snapshot in its own segment, if it is the one its last copy
+  // made (a rank restored from a file or a replica has none until its next copy completes).
+  std::optional<SlotSegment::ValidSlot> NewestOwnSlot() {
+    if (local_step_ < 1) return std::nullopt;
+    std::vector<std::string> ignored;
+    std::optional<SlotSegment::ValidSlot> newest;
+    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(&ignored))
+      if (!newest || v.step > newest->step) newest = v;
+    if (!newest || newest->step != local_step_) return std::nullopt;
+    return newest;
+  }
+
+  // A new stream: `source` copied into the outgoing segment's older slot (the newer one holds the
+  // previous stream's snapshot, whose replica is complete), where it stays a restore candidate.
+  Status Freeze(const SlotSegment::ValidSlot& source) {
+    const int64_t bytes = static_cast<int64_t>(source.payload.size());
+    CUPCAKE_RETURN_IF_ERROR(outgoing_->Ensure(bytes));
+    const int slot = outgoing_->BeginWrite();
+    std::memcpy(outgoing_->slot(slot), source.payload.data(), source.payload.size());
+    outgoing_->FinishCopy(slot, source.step, bytes, source.checksum);
+    stream_ = {source.step, bytes, source.checksum, slot, 0};
+    return Status::Ok();
+  }
+
+  // One Commit's replica exchange (Gemini's replicas in the idle network gap after the
+  // iteration's collectives, docs/CHECKPOINT.md), on the exchange thread's communicator:
+  //   1. after every rank's stream has ended, this rank starts a new one from `source`;
+  //   2. one allgather of each rank's (step, bytes, checksum, offset, chunk);
+  //   3. one alltoallv: this rank's next chunk to its successor, its predecessor's into the
+  //      replica segment's slot that does not hold the newest complete replica (kSlotWriting from
+  //      the first chunk on, so a torn replica is never restored);
+  //   4. after the last chunk the slot's checksum is computed and compared with the sender's, and
+  //      the slot flips to valid.
+  // The whole exchange holds the gate (closed by Commit). Every rank makes both collectives at
+  // every Commit, also when its own stream is empty or a segment failed (it then sends nothing or
+  // receives into a scratch buffer), so no rank waits alone.
+  Status SendChunk(std::optional<SlotSegment::ValidSlot> source) {
+    struct EndTransfer {  // the gate was closed by Commit
+      NetworkGate* gate;
+      ~EndTransfer() {
+        if (gate != nullptr) gate->EndTransfer();
+      }
+    } end_transfer{options_.gate.get()};
+    Status status = Status::Ok();
+    if (streams_done_) {
+      stream_ = {};
+      if (source) status = Freeze(*source);
+    }
+    const int64_t left = stream_.bytes - stream_.offset;
+    const int64_t chunk = options_.replica_chunk_bytes > 0 ? std::min(left, options_.replica_chunk_bytes) : left;
     const int world = comm_->size();
-    const int64_t mine[3] = {static_cast<int64_t>(payload.size()), static_cast<int64_t>(checksum), step};
-    std::vector<int64_t> all(static_cast<size_t>(3 * world));
+    const int64_t mine[kStreamRow] = {stream_.step, stream_.bytes, static_cast<int64_t>(stream_.checksum),
+                                      stream_.offset, chunk};
+    std::vector<int64_t> rows(static_cast<size_t>(kStreamRow * world));
     const std::string where = replica_->where() + ": replica";
-    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where));
-    const int64_t* in = &all[static_cast<size_t>(3 * Predecessor())];
-    const Status ensured = replica_->Ensure(in[0]);
-    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
-    send[static_cast<size_t>(Successor())] = static_cast<int64_t>(payload.size());
-    recv[static_cast<size_t>(Predecessor())] = in[0];
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, rows.data(), sizeof(mine)).WithPrefix(where));
+    const int64_t* in = &rows[static_cast<size_t>(kStreamRow * Predecessor())];
+    const int64_t in_step = in[0], in_bytes = in[1], in_offset = in[3], in_chunk = in[4];
+    const uint64_t in_checksum = static_cast<uint64_t>(in[2]);
+    if (in_chunk > 0 && in_offset == 0) {  // the predecessor's new stream
+      incoming_ = {};
+      const Status ensured = replica_->Ensure(in_bytes);
+      if (ensured.ok())
+        incoming_ = {replica_->BeginWrite(), in_step, true};
+      else if (status.ok())
+        status = ensured;
+    }
     std::vector<std::byte> discard;
     std::byte* into = nullptr;
-    int target = -1;
-    if (ensured.ok()) {
-      target = replica_->BeginWrite();
-      into = replica_->slot(target);
-    } else {
-      discard.resize(static_cast<size_t>(in[0]));  // still takes part in the exchange
-      into = discard.data();
+    if (in_chunk > 0) {
+      if (incoming_.ok && incoming_.step == in_step) {
+        into = replica_->slot(incoming_.slot) + in_offset;
+      } else {
+        discard.resize(static_cast<size_t>(in_chunk));
+        into = discard.data();
+      }
     }
-    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(payload.data(), send, into, recv).WithPrefix(where));
-    CUPCAKE_RETURN_IF_ERROR(ensured);
-    const uint64_t got = replica_->FinishWrite(target, in[2], in[0]);
-    if (got != static_cast<uint64_t>(in[1])) {
-      replica_->DropNewerThan(in[2] - 1);
-      return DataLossError(where + ": checksum: rank " + std::to_string(Predecessor()) +
-                           "'s snapshot arrived changed; got " + Hex(got) + ", expected " +
-                           Hex(static_cast<uint64_t>(in[1])));
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    send[static_cast<size_t>(Successor())] = chunk;
+    recv[static_cast<size_t>(Predecessor())] = in_chunk;
+    const std::byte* from = chunk > 0 ? outgoing_->slot(stream_.slot) + stream_.offset : nullptr;
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(from, send, into, recv).WithPrefix(where));
+    stream_.offset += chunk;
+    if (in_chunk > 0 && in_offset + in_chunk == in_bytes && incoming_.ok && incoming_.step == in_step) {
+      const uint64_t got = replica_->FinishWrite(incoming_.slot, in_step, in_bytes);
+      incoming_ = {};
+      if (got != in_checksum) {
+        replica_->DropNewerThan(in_step - 1);
+        if (status.ok())
+          status = DataLossError(where + ": checksum: rank " + std::to_string(Predecessor()) +
+                                 "'s snapshot of step " + std::to_string(in_step) + " arrived changed; got " +
+                                 Hex(got) + ", expected " + Hex(in_checksum));
+      }
     }
-    return Status::Ok();
+    // Every rank computes the same: whether every stream has now been sent to its end.
+    bool done = true;
+    for (int r = 0; r < world; ++r) {
+      const int64_t* row = &rows[static_cast<size_t>(kStreamRow * r)];
+      done = done && row[3] + row[4] >= row[1];
+    }
+    streams_done_ = done;
+    return status;
   }
 
   // Writes the snapshot durably, then keeps this rank's two newest files (the agreement needs the
@@ -895,15 +991,18 @@ class Checkpointer::Impl {
     return unique;
   }
 
-  // The segment's valid slots that verify.
+  // The valid slots that verify of this rank's segment and (replicate) of its outgoing segment.
   void SlotCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
-    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(refused)) {
-      const std::string field = "slots[" + std::to_string(v.index) + "]";
-      Candidate c;
-      c.source = where_ + " " + field;
-      c.payload = v.payload;
-      if (Verify(&c, v.checksum, v.step, where_ + ": " + field + ".", comm_->rank(), refused))
-        out->push_back(std::move(c));
+    for (SlotSegment* segment : {&own_, outgoing_.get()}) {
+      if (segment == nullptr) continue;
+      for (const SlotSegment::ValidSlot& v : segment->ValidSlots(refused)) {
+        const std::string field = "slots[" + std::to_string(v.index) + "]";
+        Candidate c;
+        c.source = segment->where() + " " + field;
+        c.payload = v.payload;
+        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", comm_->rank(), refused))
+          out->push_back(std::move(c));
+      }
     }
   }
 
@@ -1013,6 +1112,7 @@ class Checkpointer::Impl {
   void DropNewerThan(int64_t step) {
     own_.DropNewerThan(step);
     if (replica_ != nullptr) replica_->DropNewerThan(step);
+    if (outgoing_ != nullptr) outgoing_->DropNewerThan(step);
     if (!options_.persist_dir.empty())
       for (const auto& [s, file] : PersistedFiles(options_.persist_dir, options_.name, comm_->rank()))
         if (s > step) ::unlink((options_.persist_dir + "/" + file).c_str());
@@ -1024,10 +1124,26 @@ class Checkpointer::Impl {
   SlotSegment own_;
   std::string where_;  // own_'s path, the prefix of messages
   std::unique_ptr<SlotSegment> replica_;  // options_.replicate: the predecessor's snapshots
-  std::unique_ptr<comm::Communicator> replica_comm_;  // the copy thread's (replicas)
+  std::unique_ptr<SlotSegment> outgoing_;  // options_.replicate: this rank's streamed snapshots
+  std::unique_ptr<comm::Communicator> replica_comm_;  // the exchange thread's (replicas)
   std::vector<Entry> entries_;
   std::thread copy_;
   Status copy_status_;  // written by copy_, read after joining it
+  // The replica exchange (SendChunk) and its state, written by send_ and read after joining it.
+  std::thread send_;
+  Status send_status_;
+  struct Stream {
+    int64_t step = 0, bytes = 0;
+    uint64_t checksum = 0;
+    int slot = -1;  // in outgoing_
+    int64_t offset = 0;  // bytes sent
+  } stream_;
+  struct Incoming {
+    int slot = -1;  // in replica_, kSlotWriting
+    int64_t step = 0;
+    bool ok = false;
+  } incoming_;
+  bool streams_done_ = true;  // every rank's stream sent to its end: the next Commit starts new ones
   std::atomic<int64_t> local_step_{0};
   int64_t last_step_ = 0, agreed_step_ = 0;
   // Whether this object's snapshots continue a history: a restore's, or its own first commit's.
@@ -1053,6 +1169,9 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
     if (::stat(options.persist_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       problem(options.persist_dir + ": persist_dir: not a directory; expected an existing directory");
   }
+  if (options.replica_chunk_bytes < 0)
+    problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
+            ", expected >= 0 (0: whole snapshots)");
   if (options.replicate && communicator != nullptr && communicator->size() < 2)
     problem("Checkpointer: replicate: needs a peer; got " + std::to_string(communicator->size()) +
             " rank, expected at least 2");
@@ -1095,8 +1214,13 @@ std::string Checkpointer::ReplicaSegmentName(const std::string& name, int rank) 
   return SegmentName(name, rank) + "-replica";
 }
 
+std::string Checkpointer::OutgoingSegmentName(const std::string& name, int rank) {
+  return SegmentName(name, rank) + "-outgoing";
+}
+
 Status Checkpointer::RemoveSegment(const std::string& name, int rank) {
-  for (const std::string& segment : {SegmentName(name, rank), ReplicaSegmentName(name, rank)})
+  for (const std::string& segment :
+       {SegmentName(name, rank), ReplicaSegmentName(name, rank), OutgoingSegmentName(name, rank)})
     if (::shm_unlink(segment.c_str()) != 0 && errno != ENOENT)
       return UnavailableError("/dev/shm" + segment + ": " + Errno("shm_unlink", errno));
   return Status::Ok();

@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -315,6 +317,8 @@ TEST_F(CheckpointTest, SnapshotOfOtherShapesIsRefusedOnEveryRank) {
 // Replicas (Gemini, groups of two in a ring): rank 1's host loses its memory (both of its
 // segments), and rank 1's snapshot comes back from rank 0's replica of it, bitwise, with rank 1's
 // own values (they differ from rank 0's). Without replicas the same loss leaves no common step.
+// Whole snapshots, one chunk per Commit: Commit(s) sends step s - 1 (the newest complete copy),
+// so after commits 1..3 the replicas hold 1 and 2 (step 3's would go at Commit(4)).
 TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
   CheckpointOptions options;
   options.replicate = true;
@@ -326,23 +330,57 @@ TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
   auto points = Restore();
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
-    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
-    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r)) << "rank " << r;
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
   }
   EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
   EXPECT_EQ(points[0]->source.substr(0, Segment(0).size()), Segment(0));
-  // Training goes on; the replicas are refilled (rank 1's new segments included).
-  Train(4, 5);
+  // Training goes on from step 3. Commit(3) streams rank 0's step 2 and nothing from rank 1
+  // (restored from the replica, it holds no copy of its own yet); Commit(4) every rank's 3,
+  // Commit(5) every rank's 4: a lost host now restores 4.
+  Train(3, 5);
   jobs_.clear();
   ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 0).ok());  // now rank 0's host
   Start(options);
   auto again = Restore();
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(again[static_cast<size_t>(r)].ok()) << again[static_cast<size_t>(r)].status().ToString();
-    EXPECT_EQ(again[static_cast<size_t>(r)]->step, 5);
-    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(5, r)) << "rank " << r;
+    EXPECT_EQ(again[static_cast<size_t>(r)]->step, 4);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
   }
   EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 1));
+}
+
+// Chunks of 500 bytes: a snapshot here is 1343 or 1344 bytes (the directory: 40 bytes, 16 per
+// entry and the names 'weights', 'stats', 'raw': 103; the metadata "m<step>": 2 or 3; the
+// entries: 1200 + 20 + 17), so 3 chunks, one per Commit. Commit 1: nothing complete to send;
+// Commits 2, 3, 4: step 1's chunks (complete at 4); Commits 5, 6, 7: step 4's; Commit 8: the
+// first chunk of step 7's. A lost host restores 4, the newest step whose replica is complete,
+// bitwise; every other rank holds 4 in its outgoing segment (its own slots hold 8 and 7).
+TEST_F(CheckpointTest, ReplicaAssembledFromChunksRestoresALostHost) {
+  CheckpointOptions options;
+  options.replicate = true;
+  options.replica_chunk_bytes = 500;
+  Start(options);
+  Train(1, 8);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
+    EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m4");
+  }
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+  const std::string outgoing = "/dev/shm" + Checkpointer::OutgoingSegmentName(name_, 0);
+  EXPECT_EQ(points[0]->source.substr(0, outgoing.size()), outgoing);
+  // The replica of step 7 was one chunk short: its slot is torn, refused, never restored.
+  bool torn = false;
+  for (const std::string& line : points[0]->refused)
+    torn = torn || line.find(Checkpointer::ReplicaSegmentName(name_, 0) + ": slots[") != std::string::npos;
+  EXPECT_TRUE(torn) << "rank 0 refused: " << points[0]->refused.size();
 }
 
 TEST_F(CheckpointTest, WithoutReplicasALostHostLeavesNoCommonStep) {
@@ -516,6 +554,159 @@ TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
       });
     }
     for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(options.name, r).ok());
+  }
+}
+
+// One rank's network as the test sees it: which collectives are in flight on the session's
+// communicator and on the checkpointer's (and every communicator split off them).
+struct NetworkTracker {
+  std::atomic<int> session{0}, checkpoint{0};
+  std::atomic<int64_t> overlaps{0}, checkpoint_calls{0};
+};
+
+// Forwards to `inner`, counting its collectives on `tracker` as the session's or the
+// checkpointer's; a collective that starts while one of the other side is in flight is an overlap.
+class TrackedCommunicator final : public comm::Communicator {
+ public:
+  TrackedCommunicator(std::unique_ptr<comm::Communicator> inner, NetworkTracker* tracker, bool checkpoint)
+      : inner_(std::move(inner)), tracker_(tracker), checkpoint_(checkpoint) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& host() const override { return inner_->host(); }
+  std::string library() const override { return inner_->library(); }
+  Status Barrier() override {
+    return Track([&] { return inner_->Barrier(); });
+  }
+  Status Broadcast(void* buf, int64_t bytes, int root) override {
+    return Track([&] { return inner_->Broadcast(buf, bytes, root); });
+  }
+  Status Allreduce(const void* send, void* recv, int64_t count, comm::DataType type, comm::ReduceOp op) override {
+    return Track([&] { return inner_->Allreduce(send, recv, count, type, op); });
+  }
+  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return Track([&] { return inner_->Allgather(send, recv, bytes_per_rank); });
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t count, comm::DataType type, comm::ReduceOp op) override {
+    return Track([&] { return inner_->ReduceScatter(send, recv, count, type, op); });
+  }
+  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return Track([&] { return inner_->Alltoall(send, recv, bytes_per_rank); });
+  }
+  Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                   std::span<const int64_t> recv_bytes) override {
+    return Track([&] { return inner_->Alltoallv(send, send_bytes, recv, recv_bytes); });
+  }
+  StatusOr<std::unique_ptr<comm::Communicator>> Split(int color, int key) override {
+    auto split = inner_->Split(color, key);
+    if (!split.ok() || *split == nullptr) return split;
+    return std::unique_ptr<comm::Communicator>(
+        std::make_unique<TrackedCommunicator>(std::move(split).value(), tracker_, checkpoint_));
+  }
+  void Abort(const std::string& reason) override { inner_->Abort(reason); }
+
+ private:
+  template <typename F>
+  Status Track(F&& call) {
+    std::atomic<int>& mine = checkpoint_ ? tracker_->checkpoint : tracker_->session;
+    std::atomic<int>& other = checkpoint_ ? tracker_->session : tracker_->checkpoint;
+    ++mine;
+    if (other.load() > 0) ++tracker_->overlaps;
+    if (checkpoint_) ++tracker_->checkpoint_calls;
+    Status s = call();
+    --mine;
+    return s;
+  }
+  std::unique_ptr<comm::Communicator> inner_;
+  NetworkTracker* tracker_;
+  bool checkpoint_;
+};
+
+// A topk session's residuals replicated in chunks between its collectives. The snapshot: a
+// 'weights' entry of 1e6 floats and the session's state (SmallModel: 435 elements). Its size:
+// the directory (40, 16 per entry, the names 'weights', 'session.error_feedback',
+// 'session.momentum', 'session.iteration': 166) + 4000000 + 2 x 1740 + 8 = 4003654 bytes: 3
+// chunks of at most 1.5e6 bytes. A run of 8 iterations commits 1..8: the replicas complete step
+// 1 at Commit 4 and step 4 at Commit 7 (as in ReplicaAssembledFromChunksRestoresALostHost).
+// Rank 1's host is lost: the restart restores step 4 (rank 1 from rank 0's replica) and runs
+// iterations 4..9; every rank's last gradients are bitwise the uninterrupted 10-iteration run's.
+// No collective of the checkpointer (agreement or replica exchange) ever runs while one of the
+// session's does, on either rank (count, not time); without the gate they do (checked by hand:
+// options.gate = nullptr and the session's communicator not gated make `overlaps` > 0).
+TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollectives) {
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
+  constexpr int kIterations = 10, kCrashAfter = 8;
+  std::vector<std::vector<std::vector<float>>> want(kWorld), got(kWorld);
+  std::vector<int64_t> transfers(kWorld, 0);
+  std::array<NetworkTracker, kWorld> trackers;
+  // run 0: uninterrupted, no checkpointer; run 1: checkpoints every iteration until the crash;
+  // run 2: rank 1's segments gone, restore, the rest.
+  for (int run = 0; run < 3; ++run) {
+    if (run == 2)
+      for (int r = 0; r < kWorld; ++r)
+        if (r == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
+    std::vector<std::shared_ptr<NetworkGate>> gates;
+    for (int r = 0; r < kWorld; ++r) gates.push_back(std::make_shared<NetworkGate>());
+    auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int r, std::unique_ptr<comm::Communicator> c) {
+      auto tracked = std::make_unique<TrackedCommunicator>(std::move(c), &trackers[static_cast<size_t>(r)], false);
+      return Session::Create(plan, GateCommunicator(gates[static_cast<size_t>(r)], std::move(tracked)));
+    });
+    OnEveryRank(kWorld, [&](int r) {
+      ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok()) << sessions[static_cast<size_t>(r)].status().ToString();
+      Session& s = **sessions[static_cast<size_t>(r)];
+      testing::Gradients grads(model, testing::Layout::kSeparate);
+      ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
+      std::vector<float> weights(1'000'000);
+      std::unique_ptr<comm::Communicator> comm =
+          std::make_unique<TrackedCommunicator>(ckpt_group.Rank(r), &trackers[static_cast<size_t>(r)], true);
+      CheckpointOptions options;
+      options.name = name_;
+      options.replicate = true;
+      options.replica_chunk_bytes = 1'500'000;
+      options.gate = gates[static_cast<size_t>(r)];
+      std::unique_ptr<Checkpointer> ckpt;
+      int first = 0, last = kIterations - 1;
+      if (run > 0) {
+        ckpt = Checkpointer::Create(options, comm.get()).value();
+        ASSERT_TRUE(ckpt->AddFloats("weights", weights).ok());
+        ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+        auto point = ckpt->Restore();
+        ASSERT_TRUE(point.ok()) << point.status().ToString();
+        if (run == 1) {
+          ASSERT_EQ(point->step, 0);
+          last = kCrashAfter - 1;
+        } else {
+          ASSERT_EQ(point->step, 4);
+          EXPECT_EQ(weights, std::vector<float>(weights.size(), 4.0f));
+          if (r == 1) EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+          first = 4;
+        }
+      }
+      for (int it = first; it <= last; ++it) {
+        testing::FillGradients(grads, r, it);
+        for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+        ASSERT_TRUE(s.Synchronize().ok());
+        if (ckpt == nullptr) continue;
+        ASSERT_TRUE(ckpt->WaitForCopy().ok());  // the job's contract before it writes `weights`
+        std::fill(weights.begin(), weights.end(), static_cast<float>(it + 1));
+        Status c = ckpt->Commit(it + 1);
+        ASSERT_TRUE(c.ok()) << c.ToString();
+      }
+      if (ckpt != nullptr) ASSERT_TRUE(ckpt->WaitForCopy().ok());
+      transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
+      std::vector<std::vector<float>> mine;
+      for (auto g : grads) mine.emplace_back(g.begin(), g.end());
+      if (run == 0) want[static_cast<size_t>(r)] = mine;
+      if (run == 2) EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+    });
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    // Run 1 committed 8 times, run 2 6 times: one exchange per Commit.
+    EXPECT_EQ(transfers[static_cast<size_t>(r)], 8 + 6);
+    EXPECT_GT(trackers[static_cast<size_t>(r)].checkpoint_calls.load(), 2 * (8 + 6));
+    EXPECT_EQ(trackers[static_cast<size_t>(r)].overlaps.load(), 0);
   }
 }
 

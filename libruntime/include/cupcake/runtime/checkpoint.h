@@ -38,9 +38,11 @@
 // Restore, Find and Apply are collective over the communicator passed in; Create is not.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +53,8 @@
 
 namespace cupcake::runtime {
 
+class NetworkGate;
+
 struct CheckpointOptions {
   // Names the segments (/dev/shm/cupcake-<name>-<rank>) and files (<name>-<rank>-<step>.ckpt):
   // letters, digits, '.', '_' and '-', at most 100 characters. A restarted job passes the same.
@@ -59,13 +63,60 @@ struct CheckpointOptions {
   std::string persist_dir;
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
-  // Gemini's replicas in a ring (groups of two): each copy thread also sends its snapshot to the
-  // next rank, which keeps it in /dev/shm/cupcake-<name>-<rank>-replica (two slots), and a
-  // restore on a rank whose host lost its memory takes its snapshot from there. The whole
-  // snapshot travels, right after the local copy (not yet in the plan's idle network gaps).
-  // Needs at least 2 ranks; every rank passes the same value.
+  // Gemini's replicas in a ring (groups of two): each rank streams a snapshot to the next rank,
+  // which keeps it in /dev/shm/cupcake-<name>-<rank>-replica (two slots), and a restore on a rank
+  // whose host lost its memory takes its snapshot from there (docs/CHECKPOINT.md, "Replicas").
+  // A stream freezes the rank's newest complete snapshot into
+  // /dev/shm/cupcake-<name>-<rank>-outgoing (two slots; a restore candidate like the own
+  // segment's) and sends it in chunks, one per Commit, right after the Commit's agreement: in the
+  // network's idle gap between the iteration's last collective and the next iteration's first.
+  // A replica is complete (a restore candidate) once its last chunk arrived and its checksum
+  // matches the sender's; then, when every rank's stream has ended, the next Commit starts new
+  // ones, all ranks on the same step. Needs at least 2 ranks; every rank passes the same values.
   bool replicate = false;
+  // The bytes per chunk (cupcake-plan show --profile prints the chunk that fits the plan's idle
+  // gap after Commit); 0: the whole snapshot in one chunk. >= 0.
+  int64_t replica_chunk_bytes = 0;
+  // Shared with the communicator of the job's Session (GateCommunicator), so that the session's
+  // collectives wait while a chunk is on the network and chunks never overlap them; nullptr:
+  // chunks are not coordinated with the session.
+  std::shared_ptr<NetworkGate> gate;
 };
+
+// NetworkGate: one rank's network shared by its training collectives and its checkpoint
+// transfers (Gemini's traffic scheduling, docs/CHECKPOINT.md). A transfer (a Commit's replica
+// exchange: the chunks' sizes, then the chunks) begins without waiting, in Commit, when the
+// session has no collective in flight (the job commits after Synchronize), and ends on the
+// exchange thread. A collective entering the gate waits until the transfer in flight, if any,
+// has ended. Transfers are collectives of their
+// own among the ranks' checkpointers, started at the same Commit on every rank, so no rank's
+// transfer waits for a training collective and the two cannot deadlock.
+// Thread-safety: every member from any thread.
+class NetworkGate {
+ public:
+  void BeginTransfer();
+  void EndTransfer();
+  void EnterCollective();
+  void LeaveCollective();
+  // Transfers started; collectives that waited for a transfer; transfers started while a
+  // collective was in flight (0 when the session's communicator is gated and commits follow
+  // the session's Synchronize).
+  int64_t transfers() const;
+  int64_t collectives_waited() const;
+  int64_t transfers_during_collectives() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  int transfers_in_flight_ = 0, collectives_in_flight_ = 0;
+  int64_t transfers_ = 0, waited_ = 0, overlapping_ = 0;
+};
+
+// `inner` (host memory) behind `gate`: each collective (and each communicator Split off it)
+// enters the gate first and leaves it when it returns. For the Session's communicator:
+// Session::Create(plan, GateCommunicator(gate, std::move(comm))). Abort passes straight through.
+std::unique_ptr<comm::Communicator> GateCommunicator(std::shared_ptr<NetworkGate> gate,
+                                                     std::unique_ptr<comm::Communicator> inner);
 
 // When a span is copied: kInBackground during the next iteration (the job leaves it alone until
 // WaitForCopy), kAtCommit inside Commit (for memory the next iteration writes before its
@@ -142,7 +193,10 @@ class Checkpointer {
   static std::string SegmentName(const std::string& name, int rank);
   // The segment in which rank `rank` keeps its predecessor's snapshots (replicate).
   static std::string ReplicaSegmentName(const std::string& name, int rank);
-  // Deletes rank `rank`'s segments, its own and its replicas (shm_unlink); Ok when there are none.
+  // The segment in which rank `rank` keeps the snapshots it streams to its successor (replicate).
+  static std::string OutgoingSegmentName(const std::string& name, int rank);
+  // Deletes rank `rank`'s segments, its own, its outgoing and its replicas (shm_unlink); Ok when
+  // there are none.
   static Status RemoveSegment(const std::string& name, int rank);
 
   class Impl;
