@@ -107,7 +107,7 @@ case "$stage" in
         --kill-at 7 --wait-before-kill >"$work/ckpt-replica-killed.log" 2>&1; then
       echo "FAIL: replica: the run killed at step 7 exited 0"; exit 1
     fi
-    rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica /dev/shm/cupcake-"$name"-1-outgoing
+    rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica-0 /dev/shm/cupcake-"$name"-1-outgoing
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
       --compare "$work/ckpt-topk-ref" --expect-start 6 --remove | tee "$work/ckpt-replica.log"
     grep -q "from rank 0's /dev/shm/cupcake-$name-0-replica" "$work/ckpt-replica.log" ||

@@ -18,6 +18,7 @@
 
 #include "c_api_internal.h"
 #include "checkpoint_format.h"
+#include "replica_placement.h"
 #include "cupcake/runtime/checkpoint.h"
 #include "runtime_test_util.h"
 
@@ -63,16 +64,18 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override {
     jobs_.clear();
-    for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    for (int r = 0; r < world_; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
     std::filesystem::remove_all(dir_);
   }
 
   // A (re)started job: a new group and new checkpointers, entries registered, values zeroed.
+  // The ranks run on `hosts_` (empty: kWorld ranks on one host).
   void Start(CheckpointOptions options = {}) {
     jobs_.clear();
-    group_ = std::make_unique<comm::InProcessGroup>(kWorld);
+    world_ = hosts_.empty() ? kWorld : static_cast<int>(hosts_.size());
+    group_ = std::make_unique<comm::InProcessGroup>(world_, hosts_);
     options.name = name_;
-    for (int r = 0; r < kWorld; ++r) {
+    for (int r = 0; r < world_; ++r) {
       jobs_.emplace_back();
       RankJob& job = jobs_.back();
       job.comm = group_->Rank(r);
@@ -86,7 +89,7 @@ class CheckpointTest : public ::testing::Test {
   }
   // Every step fills the values of that step and commits it (metadata "m<step>").
   void Train(int64_t first, int64_t last) {
-    OnEveryRank(kWorld, [&](int r) {
+    OnEveryRank(world_, [&](int r) {
       RankJob& job = jobs_[static_cast<size_t>(r)];
       for (int64_t s = first; s <= last; ++s) {
         ASSERT_TRUE(job.ckpt->WaitForCopy().ok());  // the job's contract before it writes
@@ -98,8 +101,8 @@ class CheckpointTest : public ::testing::Test {
     });
   }
   std::vector<StatusOr<RestorePoint>> Restore() {
-    std::vector<StatusOr<RestorePoint>> out(kWorld, InternalError("not run"));
-    OnEveryRank(kWorld, [&](int r) { out[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Restore(); });
+    std::vector<StatusOr<RestorePoint>> out(static_cast<size_t>(world_), InternalError("not run"));
+    OnEveryRank(world_, [&](int r) { out[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Restore(); });
     return out;
   }
   // Rank r's segment mapped, to tear or corrupt it as a crash or a bad page would.
@@ -126,6 +129,8 @@ class CheckpointTest : public ::testing::Test {
 
   std::string name_;
   std::filesystem::path dir_;
+  int world_ = kWorld;
+  std::vector<std::string> hosts_;
   std::unique_ptr<comm::InProcessGroup> group_;
   std::vector<RankJob> jobs_;
 };
@@ -333,7 +338,7 @@ TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
     EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
     EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
   }
-  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
   EXPECT_EQ(points[0]->source.substr(0, Segment(0).size()), Segment(0));
   // Training goes on from step 3. Commit(3) streams rank 0's step 2 and nothing from rank 1
   // (restored from the replica, it holds no copy of its own yet); Commit(4) every rank's 3,
@@ -348,7 +353,7 @@ TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
     EXPECT_EQ(again[static_cast<size_t>(r)]->step, 4);
     EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
   }
-  EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 1));
+  EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 1, 0));
 }
 
 // Chunks of 500 bytes: a snapshot here is 1343 or 1344 bytes (the directory: 40 bytes, 16 per
@@ -373,14 +378,120 @@ TEST_F(CheckpointTest, ReplicaAssembledFromChunksRestoresALostHost) {
     EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
     EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m4");
   }
-  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
   const std::string outgoing = "/dev/shm" + Checkpointer::OutgoingSegmentName(name_, 0);
   EXPECT_EQ(points[0]->source.substr(0, outgoing.size()), outgoing);
   // The replica of step 7 was one chunk short: its slot is torn, refused, never restored.
   bool torn = false;
   for (const std::string& line : points[0]->refused)
-    torn = torn || line.find(Checkpointer::ReplicaSegmentName(name_, 0) + ": slots[") != std::string::npos;
+    torn = torn || line.find(Checkpointer::ReplicaOfSegmentName(name_, 0, 1) + ": slots[") != std::string::npos;
   EXPECT_TRUE(torn) << "rank 0 refused: " << points[0]->refused.size();
+}
+
+// Gemini's group placement (replica_placement.h), worked by hand.
+TEST(ReplicaPlacement, GroupsOfHostsBackEachOtherUp) {
+  using Ranks = std::vector<std::vector<int>>;
+  // 4 hosts x 2 ranks, m = 2: groups {h0, h1}, {h2, h3}; local index l to local index l.
+  internal::ReplicaPlacement p = internal::PlaceReplicas({0, 0, 1, 1, 2, 2, 3, 3}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{2}, {3}, {0}, {1}, {6}, {7}, {4}, {5}}));
+  EXPECT_EQ(p.sources, (Ranks{{2}, {3}, {0}, {1}, {6}, {7}, {4}, {5}}));
+  // 6 hosts x 1 rank, m = 3: groups {0, 1, 2}, {3, 4, 5}, each host to both others of its group.
+  p = internal::PlaceReplicas({0, 1, 2, 3, 4, 5}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{1, 2}, {0, 2}, {0, 1}, {4, 5}, {3, 5}, {3, 4}}));
+  // 3 hosts, m = 2: the odd host joins the one group of 3, a ring of m - 1 = 1 successor.
+  p = internal::PlaceReplicas({0, 1, 2}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{1}, {2}, {0}}));
+  EXPECT_EQ(p.sources, (Ranks{{2}, {0}, {1}}));
+  // 4 hosts, m = 3: one group of 4 (4 / 3 = 1 group), a ring of 2 successors.
+  p = internal::PlaceReplicas({0, 1, 2, 3}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{1, 2}, {2, 3}, {0, 3}, {0, 1}}));
+  // 2 hosts, m = 3: fewer hosts than m, one group of both.
+  p = internal::PlaceReplicas({0, 0, 1, 1}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{2}, {3}, {0}, {1}}));
+}
+
+TEST(ReplicaPlacement, UnevenHostsAndOneHost) {
+  using Ranks = std::vector<std::vector<int>>;
+  // Host 0 has ranks 0, 1, 2, host 1 rank 3: local indices 0, 1, 2 map to 3's index 0 (l mod 1);
+  // rank 3 to host 0's index 0.
+  internal::ReplicaPlacement p = internal::PlaceReplicas({0, 0, 0, 1}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{3}, {3}, {3}, {0}}));
+  EXPECT_EQ(p.sources, (Ranks{{3}, {}, {}, {0, 1, 2}}));
+  // Ranks alternating between two hosts: each to the same local index on the other host.
+  p = internal::PlaceReplicas({0, 1, 0, 1}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{1}, {0}, {3}, {2}}));
+  // One host, m = 3: the next two ranks (mod 4); m = 2: the ring of successors.
+  p = internal::PlaceReplicas({0, 0, 0, 0}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{1, 2}, {2, 3}, {0, 3}, {0, 1}}));
+  p = internal::PlaceReplicas({0, 0}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{1}, {0}}));
+}
+
+// Two hosts of two ranks: each rank's replica goes to the other host (rank 0 -> 2, 1 -> 3), so a
+// lost host (ranks 0 and 1, with all their segments) restores from the other. The ring of ranks
+// (0 -> 1) would have lost rank 0's replica with its host.
+TEST_F(CheckpointTest, ReplicasGoToAnotherHost) {
+  hosts_ = {"a", "a", "b", "b"};
+  CheckpointOptions options;
+  options.replicate = true;
+  Start(options);
+  Train(1, 3);  // replicas of 1 (Commit 2) and 2 (Commit 3)
+  jobs_.clear();
+  for (int r : {0, 1}) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < world_; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  }
+  EXPECT_EQ(points[0]->source, "rank 2's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 2, 0));
+  EXPECT_EQ(points[1]->source, "rank 3's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 3, 1));
+}
+
+// Three hosts of two ranks. With m = 3 (one group) every rank's replicas are on both other
+// hosts: two lost hosts (ranks 0-3) restore from host c's ranks 4 and 5 (rank 0's holders are 2
+// and 4; 2 is lost, so 4 provides). With m = 2 (the three hosts a ring of one successor each:
+// a -> b -> c -> a) the same loss leaves ranks 0 and 1 (host a, held on b only) without a copy:
+// no common step, named. Each snapshot is two chunks of at most 700 bytes (about 1343 bytes):
+// the replicas of step 1 complete at Commit 3, of step 3 at Commit 5.
+TEST_F(CheckpointTest, GroupsOfThreeHostsSurviveTwoLostHosts) {
+  hosts_ = {"a", "a", "b", "b", "c", "c"};
+  for (int m : {3, 2}) {
+    SCOPED_TRACE("m = " + std::to_string(m));
+    CheckpointOptions options;
+    options.replicate = true;
+    options.replica_group_hosts = m;
+    options.replica_chunk_bytes = 700;
+    Start(options);
+    Train(1, 5);
+    jobs_.clear();
+    for (int r : {0, 1, 2, 3}) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    Start(options);
+    auto points = Restore();
+    if (m == 2) {
+      for (const auto& p : points) {
+        ASSERT_FALSE(p.ok());
+        EXPECT_NE(p.status().message().find("no step is held by every rank; got rank 0 holds none; rank 1 holds none; "
+                                            "rank 2 holds none; rank 3 holds none; rank 4 holds 5, 4, 3, 1"),
+                  std::string::npos)
+            << p.status().message();
+      }
+      continue;
+    }
+    for (int r = 0; r < world_; ++r) {
+      ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+      EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
+      EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r)) << "rank " << r;
+    }
+    for (int r : {0, 1, 2, 3}) {
+      const int provider = 4 + r % 2;  // host c's rank of the same local index
+      EXPECT_EQ(points[static_cast<size_t>(r)]->source, "rank " + std::to_string(provider) + "'s /dev/shm" +
+                                                            Checkpointer::ReplicaOfSegmentName(name_, provider, r));
+    }
+    jobs_.clear();
+    for (int r = 0; r < world_; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  }
 }
 
 TEST_F(CheckpointTest, WithoutReplicasALostHostLeavesNoCommonStep) {
@@ -679,7 +790,7 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
         } else {
           ASSERT_EQ(point->step, 4);
           EXPECT_EQ(weights, std::vector<float>(weights.size(), 4.0f));
-          if (r == 1) EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+          if (r == 1) EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
           first = 4;
         }
       }

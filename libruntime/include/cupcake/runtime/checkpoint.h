@@ -63,9 +63,11 @@ struct CheckpointOptions {
   std::string persist_dir;
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
-  // Gemini's replicas in a ring (groups of two): each rank streams a snapshot to the next rank,
-  // which keeps it in /dev/shm/cupcake-<name>-<rank>-replica (two slots), and a restore on a rank
-  // whose host lost its memory takes its snapshot from there (docs/CHECKPOINT.md, "Replicas").
+  // Gemini's replicas: the job's hosts (comm::DiscoverTopology) in groups of
+  // `replica_group_hosts` that back each other up; each rank streams a snapshot to a rank on each
+  // other host of its group (on one host: to the next ranks), which keeps it in
+  // /dev/shm/cupcake-<name>-<holder>-replica-<rank> (two slots), and a restore on a rank whose
+  // host lost its memory takes its snapshot from there (docs/CHECKPOINT.md, "Replicas").
   // A stream freezes the rank's newest complete snapshot into
   // /dev/shm/cupcake-<name>-<rank>-outgoing (two slots; a restore candidate like the own
   // segment's) and sends it in chunks, one per Commit, right after the Commit's agreement: in the
@@ -77,6 +79,8 @@ struct CheckpointOptions {
   // The bytes per chunk (cupcake-plan show --profile prints the chunk that fits the plan's idle
   // gap after Commit); 0: the whole snapshot in one chunk. >= 0.
   int64_t replica_chunk_bytes = 0;
+  // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
+  int replica_group_hosts = 2;
   // Shared with the communicator of the job's Session (GateCommunicator), so that the session's
   // collectives wait while a chunk is on the network and chunks never overlap them; nullptr:
   // chunks are not coordinated with the session.
@@ -191,8 +195,10 @@ class Checkpointer {
   // The shared-memory name of rank `rank`'s segment ("/cupcake-<name>-<rank>") and its path
   // under /dev/shm on Linux.
   static std::string SegmentName(const std::string& name, int rank);
-  // The segment in which rank `rank` keeps its predecessor's snapshots (replicate).
+  // The prefix of the segments in which rank `rank` keeps other ranks' snapshots (replicate).
   static std::string ReplicaSegmentName(const std::string& name, int rank);
+  // The segment in which rank `rank` keeps rank `source`'s snapshots: the prefix, "-<source>".
+  static std::string ReplicaOfSegmentName(const std::string& name, int rank, int source);
   // The segment in which rank `rank` keeps the snapshots it streams to its successor (replicate).
   static std::string OutgoingSegmentName(const std::string& name, int rank);
   // Deletes rank `rank`'s segments, its own, its outgoing and its replicas (shm_unlink); Ok when
