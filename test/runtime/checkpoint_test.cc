@@ -862,6 +862,50 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_checkpointer_create: Checkpointer: name: not a segment name; got 'a/b', expected 1 to 100 "
                "letters, digits, '.', '_' or '-'");
+  cupcake_checkpoint_options chunks = {};
+  chunks.replicate = 1;
+  chunks.replica_chunk_bytes = -1;
+  chunks.replica_group_hosts = 1;
+  comm::InProcessGroup two(2);
+  EXPECT_EQ(internal::CreateCCheckpointer(chunks, two.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_create: Checkpointer: replica_chunk_bytes: out of range; got -1, expected >= 0 "
+               "(0: whole snapshots)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
+               "and at least one that keeps its replicas)");
+}
+
+// The C API's replica options reach the Checkpointer: chunks of 500 bytes (3 per snapshot, as in
+// ReplicaAssembledFromChunksRestoresALostHost), 8 commits, rank 1's host lost: step 4 restored.
+TEST_F(CheckpointTest, CApiReplicatesInChunks) {
+  for (int run = 0; run < 2; ++run) {
+    if (run == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    comm::InProcessGroup group(kWorld);
+    OnEveryRank(kWorld, [&](int r) {
+      RankJob job;
+      cupcake_checkpoint_options o = {};
+      o.name = name_.c_str();
+      o.replicate = 1;
+      o.replica_chunk_bytes = 500;
+      cupcake_checkpointer* c = nullptr;
+      ASSERT_EQ(internal::CreateCCheckpointer(o, group.Rank(r), &c), CUPCAKE_OK) << cupcake_last_error();
+      ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
+      int64_t start = -1;
+      ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
+      if (run == 0) {
+        for (int64_t s = 1; s <= 8; ++s) {
+          ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
+          job.Fill(s, r);
+          ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
+        }
+      } else {
+        EXPECT_EQ(start, 4);
+        EXPECT_TRUE(job.Holds(4, r));
+      }
+      cupcake_checkpointer_destroy(c);
+    });
+  }
 }
 
 }  // namespace
