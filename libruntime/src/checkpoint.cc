@@ -1289,7 +1289,9 @@ std::string Checkpointer::OutgoingSegmentName(const std::string& name, int rank)
 }
 
 Status Checkpointer::RemoveSegment(const std::string& name, int rank) {
-  std::vector<std::string> segments = {SegmentName(name, rank), OutgoingSegmentName(name, rank)};
+  // The prefix itself: the one replica segment of older versions, the ring predecessor's.
+  std::vector<std::string> segments = {SegmentName(name, rank), OutgoingSegmentName(name, rank),
+                                       ReplicaSegmentName(name, rank)};
   // The replicas of any source: <replica prefix>-<digits>, listed from /dev/shm (Linux).
   const std::string prefix = ReplicaSegmentName(name, rank).substr(1) + "-";
   if (DIR* d = ::opendir("/dev/shm")) {
