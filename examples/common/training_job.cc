@@ -36,6 +36,11 @@ struct Flags {
   std::string persist_dir;  // --persist DIR
   int persist_every = 0;  // --persist-every N
   int crash_at = 0;  // --crash-at STEP: the process ends (_Exit(3)) right after commit(STEP), a crash for tests
+  // --replicate [--replica-chunk-bytes N] [--replica-group-hosts M]: replicas on other hosts,
+  // streamed in chunks between the session's collectives (a NetworkGate on its communicator).
+  bool replicate = false;
+  int replica_chunk_bytes = 0;
+  int replica_group_hosts = 2;
   std::string weights_path;  // --weights FILE: each rank writes its parameters' bytes to FILE-rank<r>
 };
 
@@ -43,7 +48,8 @@ int Usage(const std::string& job, const std::string& problem) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s --plan PLAN.pb [--epochs N] [--steps N] [--lr X] [--warmup N] [--timing FILE.json]\n"
                "           [--timeline FILE.json] [--threads N] [--batches N] [--adapt WINDOW]\n"
-               "           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]] [--weights FILE]\n"
+               "           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
+               "            [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]] [--weights FILE]\n"
                "       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] %s   (record mode)\n",
                job.c_str(), problem.c_str(), job.c_str(), job.c_str());
   return 2;
@@ -61,6 +67,10 @@ std::optional<int> ParseInt(const char* text, int lo, int hi) {
 std::string ParseFlags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--replicate") {  // the one flag without a value
+      f.replicate = true;
+      continue;
+    }
     if (i + 1 >= argc) return arg + ": missing value";
     const char* value = argv[++i];
     auto integer = [&](int& out, int lo, int hi) -> std::string {
@@ -101,6 +111,10 @@ std::string ParseFlags(int argc, char** argv, Flags& f) {
       f.persist_dir = value;
     } else if (arg == "--persist-every") {
       problem = integer(f.persist_every, 1, 1000000);
+    } else if (arg == "--replica-chunk-bytes") {
+      problem = integer(f.replica_chunk_bytes, 0, 1 << 30);
+    } else if (arg == "--replica-group-hosts") {
+      problem = integer(f.replica_group_hosts, 2, 1 << 20);
     } else if (arg == "--crash-at") {
       problem = integer(f.crash_at, 1, 1000000);
     } else if (arg == "--weights") {
@@ -119,8 +133,10 @@ std::string ParseFlags(int argc, char** argv, Flags& f) {
   }
   if (f.record_path.empty() == f.plan.empty())
     return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
-  if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0))
-    return "--persist, --persist-every and --crash-at need --checkpoint NAME";
+  if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0 || f.replicate))
+    return "--persist, --persist-every, --crash-at and --replicate need --checkpoint NAME";
+  if (!f.replicate && (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2))
+    return "--replica-chunk-bytes and --replica-group-hosts need --replicate";
   if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
   if (f.warmup >= f.epochs * f.steps)
     return "--warmup: must be below --epochs x --steps (" + std::to_string(f.epochs * f.steps) + ")";
@@ -220,11 +236,16 @@ std::string TimelineJson(const std::string& model, const IterationMarks& m,
 // session's error feedback. Parameters and buffers are written only in sgd.step().
 StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const Flags& flags, comm::Communicator* comm,
                                                                   const NamedParameters& params, torch::optim::SGD& sgd,
-                                                                  runtime::Session* session) {
+                                                                  runtime::Session* session,
+                                                                  std::shared_ptr<runtime::NetworkGate> gate) {
   runtime::CheckpointOptions options;
   options.name = flags.checkpoint;
   options.persist_dir = flags.persist_dir;
   options.persist_every = flags.persist_every;
+  options.replicate = flags.replicate;
+  options.replica_chunk_bytes = flags.replica_chunk_bytes;
+  options.replica_group_hosts = flags.replica_group_hosts;
+  options.gate = std::move(gate);
   CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Checkpointer> ckpt, runtime::Checkpointer::Create(options, comm));
   auto bytes = [](const torch::Tensor& t) {
     return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
@@ -266,6 +287,8 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   runtime::SteadyClock clock;
   std::unique_ptr<runtime::Recorder> recorder;
   std::unique_ptr<runtime::Session> session;
+  // --replicate: the session's collectives and the replica exchanges take turns on the network.
+  std::shared_ptr<runtime::NetworkGate> gate = flags.replicate ? std::make_shared<runtime::NetworkGate>() : nullptr;
   if (recording) {
     runtime::RecorderOptions options;
     options.clock = &clock;
@@ -276,7 +299,9 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     runtime::SessionOptions options;
     options.clock = &clock;
     options.record_timeline = !flags.timeline_path.empty();
-    auto s = runtime::Session::Create(flags.plan, std::move(world).value(), options);
+    std::unique_ptr<comm::Communicator> session_comm = std::move(world).value();
+    if (gate != nullptr) session_comm = runtime::GateCommunicator(gate, std::move(session_comm));
+    auto s = runtime::Session::Create(flags.plan, std::move(session_comm), options);
     if (!s.ok()) return Fail(name, "plan", s.status());
     session = std::move(s).value();
     if (flags.adapt_window > 0) {
@@ -319,13 +344,14 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     auto c = (*mpi)->World();
     if (!c.ok()) return Fail(name, "MPI", c.status());
     ckpt_comm = std::move(c).value();
-    auto made = MakeCheckpointer(flags, ckpt_comm.get(), params, sgd, session.get());
+    auto made = MakeCheckpointer(flags, ckpt_comm.get(), params, sgd, session.get(), gate);
     if (!made.ok()) return Fail(name, "--checkpoint", made.status());
     ckpt = std::move(made).value();
     auto point = ckpt->Restore();
     if (!point.ok()) return Fail(name, "--checkpoint", point.status());
     start = static_cast<int>(point->step);
     if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
+    if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());
   }
   const int iterations = recording ? flags.record_iterations : flags.epochs * flags.steps;
   const int steps_per_epoch = recording ? iterations : flags.steps;
