@@ -469,7 +469,7 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
   EXPECT_EQ(code, tools::kExitUsage);
   EXPECT_TRUE(
       err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
-                      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json]\n"))
+                      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]\n"))
       << err;
 }
 
