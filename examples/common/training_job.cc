@@ -467,6 +467,9 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     std::sort(timed.begin(), timed.end());
     std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", name.c_str(),
                 timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+    if (gate != nullptr)
+      std::printf("checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one\n",
+                  static_cast<long long>(gate->transfers()), static_cast<long long>(gate->collectives_waited()));
   }
   if (!*agree) {
     if (rank == 0) std::fprintf(stderr, "%s: the ranks ended with different parameters\n", name.c_str());
