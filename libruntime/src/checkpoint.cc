@@ -401,8 +401,10 @@ class SlotSegment {
     return out;
   }
 
-  // Empties the valid slots of steps after `step` (-1: all of them).
+  // Empties the valid slots of steps after `step` (-1: all of them), of an existing segment too.
   void DropNewerThan(int64_t step) {
+    std::vector<std::string> ignored;
+    OpenExisting(&ignored);
     if (base_ == nullptr) return;
     for (SlotHeader& s : header().slots)
       if (LoadState(s) == internal::kSlotValid && s.step > step) StoreState(s, internal::kSlotEmpty);
@@ -608,9 +610,7 @@ class Checkpointer::Impl {
       return InvalidArgumentError(where_ + ": step: the ranks commit different steps; got " + steps +
                                   ", expected the same step on every rank");
     agreed_step_ = agreed;
-    // 3. What the next iteration writes before its optimizer step, copied now.
-    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
-    // 4. The slot, then the copy on its own thread.
+    // 3. The slot (grown if the snapshot outgrew it).
     std::vector<std::string> names;
     int64_t payload = 0;
     for (const Entry& e : entries_) {
@@ -618,21 +618,27 @@ class Checkpointer::Impl {
       payload += static_cast<int64_t>(e.memory.size());
     }
     payload += internal::DirectoryBytes(names, metadata.size());
-    CUPCAKE_RETURN_IF_ERROR(own_.Ensure(payload));
-    if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
-    history_started_ = true;
-    last_step_ = step;
+    const Status ensured = own_.Ensure(payload);
+    if (ensured.ok() && !history_started_) {
+      DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
+      history_started_ = true;
+    }
     if (options_.replicate) {
-      // This Commit's replica exchange, first on the network. A new stream (when every rank's last
-      // one has ended) starts from this rank's newest complete snapshot, which the copy below
-      // does not touch (it writes the other slot).
+      // 4. This Commit's replica exchange, first on the network, on every rank whatever fails
+      // below (so no rank waits alone in it). A new stream (when every rank's last one has ended)
+      // starts from this rank's newest complete snapshot, which the copy below does not touch (it
+      // writes the other slot). The gate closes here, before the job can start the next
+      // iteration's collectives, and opens when the exchange has ended.
       std::optional<SlotSegment::ValidSlot> source;
-      if (streams_done_) source = NewestOwnSlot();
-      // The gate closes here, before the job can start the next iteration's collectives, and
-      // opens when the exchange has ended.
+      if (ensured.ok() && streams_done_) source = NewestOwnSlot();
       if (options_.gate) options_.gate->BeginTransfer();
       send_ = std::thread([this, source] { send_status_ = SendChunk(source); });
     }
+    CUPCAKE_RETURN_IF_ERROR(ensured);
+    // 5. What the next iteration writes before its optimizer step, copied now; then the copy on
+    // its own thread.
+    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
+    last_step_ = step;
     copy_ =
         std::thread([this, step, payload, meta = std::string(metadata)] { copy_status_ = Copy(step, payload, meta); });
     return Status::Ok();

@@ -5,11 +5,14 @@
 // Session, whose per-element compressor state (error-feedback memory and momentum, ReadState) is
 // this rank's own: in data parallelism everything else is the same on every rank, the residuals
 // are not. After each optimizer step the job calls Commit(step):
-//   1. waits for the previous snapshot's copy if it is still running (the only wait of a step);
+//   1. waits for the previous snapshot's copy and exchange if still running (the only wait of a
+//      step);
 //   2. a tiny collective (an allgather of two int64 per rank): the ranks commit the same step,
 //      and agreed_step() becomes the newest step every rank has completed;
-//   3. copies the spans marked kAtCommit (and the session's state) into memory it owns;
-//   4. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
+//   3. with `replicate`, starts this commit's replica exchange on a thread of its own (the next
+//      chunk of this rank's stream to the ranks that keep its replicas, options below);
+//   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
+//   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
 //      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
 //      and flips the slot's header to valid; every `persist_every` steps it also writes the
 //      snapshot to `persist_dir` (temporary file, fsync, rename, fsync of the directory).
@@ -19,10 +22,11 @@
 //
 // Restore() after a restart (same world, same name, same spans registered): every rank lists the
 // snapshots it holds (valid shared-memory slots whose checksum matches, then persisted files that
-// verify, and with `replicate` its predecessor's), the ranks agree on the newest step all of them
-// hold (themselves, or their successor for them, whose replica is then sent), and each rank copies
-// its snapshot of that step into the registered spans (and the session's state), after checking the
-// snapshot's rank, world size and every entry's name and size against the job. Find() and Apply()
+// verify, and with `replicate` the replicas it keeps for others), the ranks agree on the newest
+// step all of them hold (themselves, or a rank that keeps their replicas, which then sends it),
+// and each rank copies its snapshot of that step into the registered spans (and the session's
+// state), after checking the snapshot's rank, world size and every entry's name and size against
+// the job. Find() and Apply()
 // are its two halves, for a job that must see the snapshot's metadata (e.g. the shapes of an
 // optimizer's state) before it can register the spans to restore into.
 //
@@ -31,10 +35,10 @@
 // the job must not write the spans registered kInBackground; spans written during the step
 // itself (batch-norm statistics in forward) are registered kAtCommit.
 //
-// Ownership: owns its segment mapping, its background thread and the copies of kAtCommit spans;
+// Ownership: owns its segment mappings, its background threads and the copies of kAtCommit spans;
 // does not own the spans, the communicator or the session, which must outlive it. Segments
 // outlive the process on purpose; RemoveSegment deletes one.
-// Thread-safety: one thread at a time (the training loop); the copy thread is its own. Commit,
+// Thread-safety: one thread at a time (the training loop); the copy and exchange threads are its own. Commit,
 // Restore, Find and Apply are collective over the communicator passed in; Create is not.
 #pragma once
 
