@@ -779,8 +779,8 @@ class Checkpointer::Impl {
         comm_->Alltoallv(outbox.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
     if (!receive) return Status::Ok();
     Candidate c;
-    c.source = "rank " + std::to_string(provider) + "'s " + "/dev/shm" +
-               ReplicaOfSegmentName(options_.name, provider, rank);
+    c.source =
+        "rank " + std::to_string(provider) + "'s " + "/dev/shm" + ReplicaOfSegmentName(options_.name, provider, rank);
     c.file = std::move(arrived);
     c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.file.size()};  // NOLINT: bytes received
     std::vector<std::string> problems;
@@ -996,8 +996,7 @@ class Checkpointer::Impl {
       Incoming& incoming = incoming_[q];
       SlotSegment& segment = *replicas_[q];
       const bool ours = incoming.ok && incoming.step == in_step;
-      if (in_chunk > 0 && ours)
-        std::memcpy(segment.slot(incoming.slot) + in_offset, at, static_cast<size_t>(in_chunk));
+      if (in_chunk > 0 && ours) std::memcpy(segment.slot(incoming.slot) + in_offset, at, static_cast<size_t>(in_chunk));
       at += in_chunk;
       if (in_chunk == 0 || !ours || in_offset + in_chunk != in_bytes) continue;
       const uint64_t got = segment.FinishWrite(incoming.slot, in_step, in_bytes);

@@ -32,7 +32,8 @@ ReplicaPlacement PlaceReplicas(const std::vector<int>& host_of_rank, int group_h
         for (int k = 1; k <= std::min(group_hosts - 1, n - 1); ++k) {
           const std::vector<int>& to = ranks_of[static_cast<size_t>(first + (i + k) % n)];
           for (int r : ranks_of[static_cast<size_t>(first + i)])
-            p.holders[static_cast<size_t>(r)].push_back(to[static_cast<size_t>(local[static_cast<size_t>(r)]) % to.size()]);
+            p.holders[static_cast<size_t>(r)].push_back(
+                to[static_cast<size_t>(local[static_cast<size_t>(r)]) % to.size()]);
         }
     }
   }

@@ -18,8 +18,8 @@
 
 #include "c_api_internal.h"
 #include "checkpoint_format.h"
-#include "replica_placement.h"
 #include "cupcake/runtime/checkpoint.h"
+#include "replica_placement.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime {

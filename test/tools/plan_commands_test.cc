@@ -11,8 +11,8 @@
 #include "commands.h"
 #include "cupcake/planner/planner.h"
 #include "cupcake/planner/replica_schedule.h"
-#include "cupcake/profile/load.h"
 #include "cupcake/profile/json_io.h"
+#include "cupcake/profile/load.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/names.h"
@@ -467,9 +467,9 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
             "search --help' for its options\n");
   std::tie(code, err) = run({"show"});
   EXPECT_EQ(code, tools::kExitUsage);
-  EXPECT_TRUE(
-      err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
-                      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]\n"))
+  EXPECT_TRUE(err.starts_with(
+      "cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
+      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]\n"))
       << err;
 }
 
@@ -798,8 +798,9 @@ TEST_F(PlanCommandsTest, ShowScheduleErrorsNameTheirCause) {
     return std::pair{code, err.str().substr(0, err.str().find('\n'))};
   };
   using P = std::pair<int, std::string>;
-  EXPECT_EQ(run({"show", o.output, "--state-bytes", "100"}),
-            P(tools::kExitUsage, "cupcake-plan show: --state-bytes: sizes the replica schedule; expected --profile too"));
+  EXPECT_EQ(
+      run({"show", o.output, "--state-bytes", "100"}),
+      P(tools::kExitUsage, "cupcake-plan show: --state-bytes: sizes the replica schedule; expected --profile too"));
   EXPECT_EQ(run({"show", o.output, "--profile", profile_, "--state-bytes", "0"}),
             P(tools::kExitUsage, "cupcake-plan show: --state-bytes: out of range; got 0, expected > 0"));
   // A profile without the allreduce curve.

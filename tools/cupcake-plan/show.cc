@@ -66,8 +66,8 @@ void ScheduleText(const planner::ReplicaSchedule& s, const std::string& profile,
       << profile << "'s comm allreduce global curve"
       << (plans_profile ? "" : " (not the profile the plan was made with)") << ":\n";
   out << "            every gap: " << internal::Ms(s.idle_us) << " ms idle per iteration in " << s.gaps.size()
-      << " gaps, chunks of " << tools::HumanBytes(s.bytes_per_iteration)
-      << " per iteration, a full replica in " << Iterations(s.iterations) << " iterations\n";
+      << " gaps, chunks of " << tools::HumanBytes(s.bytes_per_iteration) << " per iteration, a full replica in "
+      << Iterations(s.iterations) << " iterations\n";
   out << "            the runtime (one chunk per commit, before the first collective): "
       << tools::HumanBytes(s.commit_chunk_bytes) << " (replica_chunk_bytes " << s.commit_chunk_bytes
       << "), a full replica in " << Iterations(s.commit_iterations) << " iterations\n";
@@ -95,8 +95,10 @@ nlohmann::ordered_json ScheduleJson(const planner::ReplicaSchedule& s, const std
   j["commit_iterations"] = s.commit_iterations;
   j["gaps"] = nlohmann::ordered_json::array();
   for (const planner::IdleGap& g : s.gaps)
-    j["gaps"].push_back(
-        {{"start_us", g.start_us}, {"end_us", g.end_us}, {"after_group", g.after_group}, {"chunk_bytes", g.chunk_bytes}});
+    j["gaps"].push_back({{"start_us", g.start_us},
+                         {"end_us", g.end_us},
+                         {"after_group", g.after_group},
+                         {"chunk_bytes", g.chunk_bytes}});
   return j;
 }
 
@@ -209,12 +211,13 @@ int ShowMain(tools::Invocation& inv) {
   po::positional_options_description positional;
   positional.add("plan", 1);
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, positional, "PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]", vm))
+  if (auto code = tools::ParseFlags(inv, flags, positional,
+                                    "PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]", vm))
     return *code;
   if (vm.count("rung") != 0) options.rung = rung;
   if (vm.count("state-bytes") != 0 && options.state_bytes <= 0)
-    return tools::UsageError(inv, "--state-bytes: out of range; got " + std::to_string(options.state_bytes) +
-                                      ", expected > 0");
+    return tools::UsageError(
+        inv, "--state-bytes: out of range; got " + std::to_string(options.state_bytes) + ", expected > 0");
   if (vm.count("state-bytes") != 0 && options.profile.empty())
     return tools::UsageError(inv, "--state-bytes: sizes the replica schedule; expected --profile too");
   auto f = tools::ParseOutputFormat("--format", format);
