@@ -69,11 +69,16 @@ StatusOr<bool> RanksAgree(const NamedParameters& params, comm::Communicator& com
 // session's error feedback. Parameters and buffers are written only in sgd.step().
 StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlags& flags, comm::Communicator* comm,
                                                                   const NamedParameters& params, torch::optim::SGD& sgd,
-                                                                  runtime::Session* session) {
+                                                                  runtime::Session* session,
+                                                                  std::shared_ptr<runtime::NetworkGate> gate) {
   runtime::CheckpointOptions options;
   options.name = flags.checkpoint;
   options.persist_dir = flags.persist_dir;
   options.persist_every = flags.persist_every;
+  options.replicate = flags.replicate;
+  options.replica_chunk_bytes = flags.replica_chunk_bytes;
+  options.replica_group_hosts = flags.replica_group_hosts;
+  options.gate = std::move(gate);
   CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Checkpointer> ckpt, runtime::Checkpointer::Create(options, comm));
   auto bytes = [](const torch::Tensor& t) {
     return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
@@ -203,13 +208,14 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     auto c = (*mpi)->World();
     if (!c.ok()) return Fail(name, "MPI", c.status());
     ckpt_comm = std::move(c).value();
-    auto made = MakeCheckpointer(flags, ckpt_comm.get(), body.params(), body.sgd(), runtime.session.get());
+    auto made = MakeCheckpointer(flags, ckpt_comm.get(), body.params(), body.sgd(), runtime.session.get(), runtime.gate);
     if (!made.ok()) return Fail(name, "--checkpoint", made.status());
     ckpt = std::move(made).value();
     auto point = ckpt->Restore();
     if (!point.ok()) return Fail(name, "--checkpoint", point.status());
     start = static_cast<int>(point->step);
     if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
+    if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());
   }
 
   setup.job = name;

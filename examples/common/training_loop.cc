@@ -60,6 +60,10 @@ std::optional<std::string> ParseSharedFlag(const std::string& arg, const char* v
     return integer(f.persist_every, 1, 1000000);
   } else if (arg == "--crash-at") {
     return integer(f.crash_at, 1, 1000000);
+  } else if (arg == "--replica-chunk-bytes") {
+    return integer(f.replica_chunk_bytes, 0, 1 << 30);
+  } else if (arg == "--replica-group-hosts") {
+    return integer(f.replica_group_hosts, 2, 1 << 20);
   } else if (arg == "--weights") {
     f.weights_path = value;
   } else {
@@ -237,6 +241,9 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
     std::sort(timed.begin(), timed.end());
     std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(),
                 timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+    if (const runtime::NetworkGate* gate = s.runtime->gate.get(); gate != nullptr)
+      std::printf("checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one\n",
+                  static_cast<long long>(gate->transfers()), static_cast<long long>(gate->collectives_waited()));
   }
   if (!*agree) {
     if (s.rank == 0) std::fprintf(stderr, "%s: the ranks ended with different state\n", s.job.c_str());
@@ -250,10 +257,14 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
 std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, LoopFlags& f) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (i + 1 >= argc) return arg + ": missing value";
-    const char* value = argv[++i];
     if (std::find(job_flags.unsupported.begin(), job_flags.unsupported.end(), arg) != job_flags.unsupported.end())
       return arg + ": not a flag of this job";
+    if (arg == "--replicate") {  // the one flag without a value
+      f.replicate = true;
+      continue;
+    }
+    if (i + 1 >= argc) return arg + ": missing value";
+    const char* value = argv[++i];
     std::optional<std::string> problem = ParseSharedFlag(arg, value, f);
     if (!problem && job_flags.parse) problem = job_flags.parse(arg, value);
     if (!problem) return "unknown flag " + arg;
@@ -268,8 +279,10 @@ std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, Loo
   }
   if (f.record_path.empty() == f.plan.empty())
     return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
-  if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0))
-    return "--persist, --persist-every and --crash-at need --checkpoint NAME";
+  if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0 || f.replicate))
+    return "--persist, --persist-every, --crash-at and --replicate need --checkpoint NAME";
+  if (!f.replicate && (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2))
+    return "--replica-chunk-bytes and --replica-group-hosts need --replicate";
   if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
   if (f.warmup >= f.epochs * f.steps)
     return "--warmup: must be below --epochs x --steps (" + std::to_string(f.epochs * f.steps) + ")";
@@ -286,7 +299,8 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
   if (has("--threads")) usage += " [--threads N]";
   if (has("--batches")) usage += " [--batches N]";
   if (has("--checkpoint"))
-    usage += "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]]";
+    usage += "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
+             "            [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]]";
   if (has("--weights")) usage += " [--weights FILE]";
   if (!job_flags.usage.empty()) usage += "\n           " + job_flags.usage;
   usage += "\n       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] " + job +
@@ -313,6 +327,10 @@ int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_
   runtime::SessionOptions options;
   options.clock = clock;
   options.record_timeline = record_timeline;
+  if (flags.replicate) {
+    out.gate = std::make_shared<runtime::NetworkGate>();
+    world = runtime::GateCommunicator(out.gate, std::move(world));
+  }
   auto s = runtime::Session::Create(flags.plan, std::move(world), options);
   if (!s.ok()) return Fail(job, "plan", s.status());
   out.session = std::move(s).value();

@@ -57,6 +57,11 @@ struct LoopFlags {
   std::string persist_dir;  // --persist DIR
   int persist_every = 0;  // --persist-every N
   int crash_at = 0;  // --crash-at STEP: the process ends (_Exit(3)) right after commit(STEP), a crash for tests
+  // --replicate [--replica-chunk-bytes N] [--replica-group-hosts M]: replicas on other hosts,
+  // streamed in chunks between the session's collectives (a NetworkGate on its communicator).
+  bool replicate = false;
+  int replica_chunk_bytes = 0;
+  int replica_group_hosts = 2;
   std::string weights_path;  // --weights FILE: each rank writes its parameters' bytes to FILE-rank<r>
 
   bool recording() const { return !record_path.empty(); }
@@ -124,6 +129,8 @@ class LoopBody {
 struct LoopRuntime {
   std::unique_ptr<runtime::Recorder> recorder;
   std::unique_ptr<runtime::Session> session;
+  // --replicate: the session's collectives and the replica exchanges take turns on the network.
+  std::shared_ptr<runtime::NetworkGate> gate;
 };
 
 // Makes the Recorder (record mode) or the Session over `world` (GraVAC on with --adapt); the

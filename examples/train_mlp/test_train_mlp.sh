@@ -4,7 +4,8 @@
 # efsignsgd and topk, train 3 epochs x 10 steps with each plan and check the loss fell; then a
 # topk ladder with --adapt 5 (GraVAC): the loss falls and every window printed its decision; then
 # --checkpoint (docs/CHECKPOINT.md): topk with error feedback, a run that crashes right after
-# commit(13) and its restart end with weights bitwise equal to an uninterrupted run's.
+# commit(13) and its restart end with weights bitwise equal to an uninterrupted run's; the same
+# with --replicate after rank 1's segments are deleted (its host lost).
 # Usage: test_train_mlp.sh TRAIN_MLP CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC WORKDIR
 set -euo pipefail
 train="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" work="$5"
@@ -64,5 +65,28 @@ elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-resumed.bin-rank0" ||
   status=1
 else
   echo "ok: --checkpoint: restarted at step $restored, weights bitwise equal to the uninterrupted run's"
+fi
+
+# --replicate: rank 1's host loses its memory after the crash (all its segments); its snapshot
+# comes back from rank 0's replica. Commit(s) sends step s-1 whole, between the collectives
+# (gated), so the newest complete replica at the crash after commit(13) is 12, or 11 when the
+# exchange of 12 was cut short.
+"${ckpt[@]}" --checkpoint "$tag-rep" --replicate --crash-at 13 >"$work/ckpt-rep-crash.log" 2>&1 && {
+  echo "FAIL: --replicate: the run that crashes at step 13 exited 0"; status=1; }
+rm -f /dev/shm/cupcake-"$tag"-rep-1 /dev/shm/cupcake-"$tag"-rep-1-*
+"${ckpt[@]}" --checkpoint "$tag-rep" --replicate --weights "$work/ckpt-rep.bin" | tee "$work/ckpt-rep.log"
+restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-rep.log")"
+if [ "$restored" != 11 ] && [ "$restored" != 12 ]; then
+  echo "FAIL: --replicate: expected a restart from step 11 or 12; got '$restored'"
+  status=1
+elif ! grep -q "^checkpoint: rank 1 restored from rank 0's /dev/shm/cupcake-$tag-rep-0-replica-1" "$work/ckpt-rep.log"; then
+  echo "FAIL: --replicate: rank 1 did not restore from rank 0's replica"
+  status=1
+elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-rep.bin-rank0" ||
+     ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-rep.bin-rank1"; then
+  echo "FAIL: --replicate: the weights after a restart at step $restored differ from the uninterrupted run's"
+  status=1
+else
+  echo "ok: --replicate: rank 1's host lost, restarted at step $restored from rank 0's replica, weights bitwise equal"
 fi
 exit $status

@@ -67,6 +67,8 @@ int CreateCCheckpointer(const cupcake_checkpoint_options& o, std::unique_ptr<com
   if (o.persist_dir != nullptr) options.persist_dir = o.persist_dir;
   options.persist_every = o.persist_every;
   options.replicate = o.replicate != 0;
+  options.replica_chunk_bytes = o.replica_chunk_bytes;
+  if (o.replica_group_hosts != 0) options.replica_group_hosts = o.replica_group_hosts;
   auto made = Checkpointer::Create(options, comm.get());
   if (!made.ok()) return Report(made.status().WithPrefix("cupcake_checkpointer_create"));
   *out = new cupcake_checkpointer{std::move(comm), std::move(made).value()};

@@ -16,12 +16,15 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
 
 #include "checkpoint_format.h"
+#include "cupcake/comm/topology.h"
 #include "cupcake/proto/file_io.h"
+#include "replica_placement.h"
 
 namespace cupcake::runtime {
 namespace internal {
@@ -229,9 +232,10 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
   return out;
 }
 
-constexpr int kCandidates = 4;  // per rank: two slots and two persisted files
-constexpr int kReplicaCandidates = 2;  // per rank: the two slots of its predecessor's replicas
+constexpr int kCandidates = 6;  // per rank: two slots, two outgoing slots and two persisted files
+constexpr int kReplicaCandidates = 2;  // per source a rank keeps replicas of: its two slots
 constexpr int kIterationPlane = 2;
+constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
 
 struct Entry {
   std::string name;
@@ -242,7 +246,8 @@ struct Entry {
 };
 
 // One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
-// `owner`: this rank's own, or (replicas) its ring predecessor's. Not thread-safe: the training
+// `owner`: this rank's own, those it streams to its successor (outgoing), or (replicas) its ring
+// predecessor's. Not thread-safe: the training
 // thread and the copy thread take turns (Commit joins the copy before it touches the segment).
 class SlotSegment {
  public:
@@ -354,6 +359,16 @@ class SlotSegment {
     return s.checksum;
   }
 
+  // As FinishWrite, for bytes copied from a slot whose checksum is `checksum` (not recomputed; a
+  // restore recomputes it anyway).
+  void FinishCopy(int target, int64_t step, int64_t payload_bytes, uint64_t checksum) {
+    SlotHeader& s = header().slots[target];
+    s.step = step;
+    s.payload_bytes = static_cast<uint64_t>(payload_bytes);
+    s.checksum = checksum;
+    StoreState(s, internal::kSlotValid);
+  }
+
   struct ValidSlot {
     int index = 0;
     int64_t step = 0;
@@ -386,8 +401,10 @@ class SlotSegment {
     return out;
   }
 
-  // Empties the valid slots of steps after `step` (-1: all of them).
+  // Empties the valid slots of steps after `step` (-1: all of them), of an existing segment too.
   void DropNewerThan(int64_t step) {
+    std::vector<std::string> ignored;
+    OpenExisting(&ignored);
     if (base_ == nullptr) return;
     for (SlotHeader& s : header().slots)
       if (LoadState(s) == internal::kSlotValid && s.step > step) StoreState(s, internal::kSlotEmpty);
@@ -420,21 +437,39 @@ class SlotSegment {
 
 }  // namespace
 
-constexpr int kRow = 1 + kCandidates + kReplicaCandidates;
-
-// What the ranks announced at a restore: per rank [ok, own steps x kCandidates, steps of its
-// predecessor's snapshots x kReplicaCandidates], -1 where none.
+// What the ranks announced at a restore: per rank [ok, own steps x kCandidates, then for each of
+// its sources (placement.sources, in order, padded to the most any rank has) its steps x
+// kReplicaCandidates], -1 where none.
 struct Holdings {
-  explicit Holdings(int ranks) : world(ranks), rows(static_cast<size_t>(kRow * ranks)) {}
-  const int64_t* row(int r) const { return &rows[static_cast<size_t>(kRow * r)]; }
+  Holdings(const internal::ReplicaPlacement* p, int ranks) : placement(p), world(ranks) {
+    size_t most = 0;
+    if (p != nullptr)
+      for (const std::vector<int>& s : p->sources) most = std::max(most, s.size());
+    row_size = 1 + kCandidates + kReplicaCandidates * static_cast<int>(most);
+    rows.assign(static_cast<size_t>(row_size * ranks), -1);
+  }
+  const int64_t* row(int r) const { return &rows[static_cast<size_t>(row_size * r)]; }
   bool Own(int r, int64_t step) const {
     return std::find(row(r) + 1, row(r) + 1 + kCandidates, step) != row(r) + 1 + kCandidates;
   }
-  bool Replica(int r, int64_t step) const {
-    return std::find(row(r) + 1 + kCandidates, row(r) + kRow, step) != row(r) + kRow;
+  // Rank `holder` holds `source`'s snapshot of `step`.
+  bool Replica(int holder, int source, int64_t step) const {
+    if (placement == nullptr) return false;
+    const std::vector<int>& from = placement->sources[static_cast<size_t>(holder)];
+    const auto at = std::find(from.begin(), from.end(), source);
+    if (at == from.end()) return false;
+    const int64_t* steps = row(holder) + 1 + kCandidates + kReplicaCandidates * (at - from.begin());
+    return std::find(steps, steps + kReplicaCandidates, step) != steps + kReplicaCandidates;
   }
-  // Rank r can restore `step`: it holds it, or its successor holds it for r.
-  bool Restorable(int r, int64_t step) const { return Own(r, step) || Replica((r + 1) % world, step); }
+  // The rank that sends r its replica of `step`: the first of r's holders that has it; -1: none.
+  int Provider(int r, int64_t step) const {
+    if (placement == nullptr) return -1;
+    for (int h : placement->holders[static_cast<size_t>(r)])
+      if (Replica(h, r, step)) return h;
+    return -1;
+  }
+  // Rank r can restore `step`: it holds it, or one of its holders holds it for r.
+  bool Restorable(int r, int64_t step) const { return Own(r, step) || Provider(r, step) >= 0; }
   int64_t NewestCommon() const {
     int64_t best = 0;
     for (int64_t step : rows) {
@@ -447,26 +482,33 @@ struct Holdings {
   }
   bool Any() const {
     for (int r = 0; r < world; ++r)
-      for (int c = 1; c < kRow; ++c)
+      for (int c = 1; c < row_size; ++c)
         if (row(r)[c] >= 1) return true;
     return false;
   }
-  // "rank 0 holds 3, 2; rank 1 holds none (its successor 3)".
+  // "rank 0 holds 3, 2 (and rank 1's 3); rank 1 holds none".
   std::string Describe() const {
     std::string out;
     for (int r = 0; r < world; ++r) {
-      std::string own, theirs;
-      for (int c = 1; c < kRow; ++c) {
-        if (row(r)[c] < 1) continue;
-        std::string& list = c <= kCandidates ? own : theirs;
-        list += (list.empty() ? "" : ", ") + std::to_string(row(r)[c]);
-      }
+      std::string own;
+      for (int c = 1; c <= kCandidates; ++c)
+        if (row(r)[c] >= 1) own += (own.empty() ? "" : ", ") + std::to_string(row(r)[c]);
       out += (r ? "; rank " : "rank ") + std::to_string(r) + " holds " + (own.empty() ? "none" : own);
-      if (!theirs.empty()) out += " (and rank " + std::to_string((r + world - 1) % world) + "'s " + theirs + ")";
+      if (placement == nullptr) continue;
+      const std::vector<int>& from = placement->sources[static_cast<size_t>(r)];
+      for (size_t i = 0; i < from.size(); ++i) {
+        std::string theirs;
+        const int64_t* steps = row(r) + 1 + kCandidates + kReplicaCandidates * static_cast<int>(i);
+        for (int c = 0; c < kReplicaCandidates; ++c)
+          if (steps[c] >= 1) theirs += (theirs.empty() ? "" : ", ") + std::to_string(steps[c]);
+        if (!theirs.empty()) out += " (and rank " + std::to_string(from[i]) + "'s " + theirs + ")";
+      }
     }
     return out;
   }
+  const internal::ReplicaPlacement* placement;  // nullptr: no replicas
   int world;
+  int row_size = 0;
   std::vector<int64_t> rows;
 };
 
@@ -494,13 +536,15 @@ class Checkpointer::Impl {
         comm_(comm),
         own_(SegmentName(options.name, comm->rank()), comm->rank(), comm->size()),
         where_(own_.where()) {
-    if (options.replicate)
-      replica_ =
-          std::make_unique<SlotSegment>(ReplicaSegmentName(options.name, comm->rank()), Predecessor(), comm->size());
+    if (options.replicate) {
+      outgoing_ =
+          std::make_unique<SlotSegment>(OutgoingSegmentName(options.name, comm->rank()), comm->rank(), comm->size());
+    }
   }
 
   ~Impl() {
     if (copy_.joinable()) copy_.join();
+    if (send_.joinable()) send_.join();
   }
 
   Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
@@ -515,7 +559,7 @@ class Checkpointer::Impl {
   }
 
   void Clear() {
-    if (copy_.joinable()) copy_.join();
+    (void)WaitForCopy();
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane < 0; });
   }
 
@@ -566,9 +610,7 @@ class Checkpointer::Impl {
       return InvalidArgumentError(where_ + ": step: the ranks commit different steps; got " + steps +
                                   ", expected the same step on every rank");
     agreed_step_ = agreed;
-    // 3. What the next iteration writes before its optimizer step, copied now.
-    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
-    // 4. The slot, then the copy on its own thread.
+    // 3. The slot (grown if the snapshot outgrew it).
     std::vector<std::string> names;
     int64_t payload = 0;
     for (const Entry& e : entries_) {
@@ -576,9 +618,26 @@ class Checkpointer::Impl {
       payload += static_cast<int64_t>(e.memory.size());
     }
     payload += internal::DirectoryBytes(names, metadata.size());
-    CUPCAKE_RETURN_IF_ERROR(own_.Ensure(payload));
-    if (!history_started_) DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
-    history_started_ = true;
+    const Status ensured = own_.Ensure(payload);
+    if (ensured.ok() && !history_started_) {
+      DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
+      history_started_ = true;
+    }
+    if (options_.replicate) {
+      // 4. This Commit's replica exchange, first on the network, on every rank whatever fails
+      // below (so no rank waits alone in it). A new stream (when every rank's last one has ended)
+      // starts from this rank's newest complete snapshot, which the copy below does not touch (it
+      // writes the other slot). The gate closes here, before the job can start the next
+      // iteration's collectives, and opens when the exchange has ended.
+      std::optional<SlotSegment::ValidSlot> source;
+      if (ensured.ok() && streams_done_) source = NewestOwnSlot();
+      if (options_.gate) options_.gate->BeginTransfer();
+      send_ = std::thread([this, source] { send_status_ = SendChunk(source); });
+    }
+    CUPCAKE_RETURN_IF_ERROR(ensured);
+    // 5. What the next iteration writes before its optimizer step, copied now; then the copy on
+    // its own thread.
+    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
     last_step_ = step;
     copy_ =
         std::thread([this, step, payload, meta = std::string(metadata)] { copy_status_ = Copy(step, payload, meta); });
@@ -607,10 +666,12 @@ class Checkpointer::Impl {
     return Status::Ok();
   }
 
+  // Waits for the copy and the replica exchange; the first error of the two.
   Status WaitForCopy() {
     if (copy_.joinable()) copy_.join();
-    Status s = copy_status_;
-    copy_status_ = Status::Ok();
+    if (send_.joinable()) send_.join();
+    Status s = copy_status_.ok() ? send_status_ : copy_status_;
+    copy_status_ = send_status_ = Status::Ok();
     return s;
   }
 
@@ -622,27 +683,34 @@ class Checkpointer::Impl {
     const Status replica_comm = EnsureReplicaComm();  // collective: every rank makes it
     if (local.ok()) local = replica_comm;
     RestorePoint point;
-    std::vector<Candidate> candidates, replicas;
+    std::vector<Candidate> candidates;
+    std::map<int, std::vector<Candidate>> replicas;  // by source rank
     if (local.ok()) {
       candidates = ListCandidates(&point.refused);
       replicas = ReplicaCandidates(&point.refused);
     }
     // 1. Every rank announces whether it could look, its own steps and the steps of its
-    //    predecessor's snapshots it holds (-1: none).
-    std::array<int64_t, kRow> mine;
-    mine.fill(-1);
+    //    sources' snapshots it holds (-1: none).
+    Holdings held(options_.replicate ? &placement_ : nullptr, comm_->size());
+    std::vector<int64_t> mine(static_cast<size_t>(held.row_size), -1);
     mine[0] = local.ok() ? 1 : 0;
     for (size_t c = 0; c < candidates.size() && c < kCandidates; ++c) mine[1 + c] = candidates[c].step;
-    for (size_t c = 0; c < replicas.size() && c < kReplicaCandidates; ++c) mine[1 + kCandidates + c] = replicas[c].step;
-    Holdings held(comm_->size());
-    CUPCAKE_RETURN_IF_ERROR(
-        comm_->Allgather(mine.data(), held.rows.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    if (options_.replicate) {
+      const std::vector<int>& from = placement_.sources[static_cast<size_t>(comm_->rank())];
+      for (size_t i = 0; i < from.size(); ++i) {
+        const std::vector<Candidate>& of = replicas[from[i]];
+        for (size_t c = 0; c < of.size() && c < kReplicaCandidates; ++c)
+          mine[1 + kCandidates + kReplicaCandidates * i + c] = of[c].step;
+      }
+    }
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine.data(), held.rows.data(), static_cast<int64_t>(mine.size() * 8))
+                                .WithPrefix(where_ + ": restore"));
     CUPCAKE_RETURN_IF_ERROR(local);
     for (int r = 0; r < comm_->size(); ++r)
       if (held.row(r)[0] == 0)
         return FailedPreconditionError(where_ + ": restore: failed on rank " + std::to_string(r) +
                                        " (see its message)");
-    // 2. The newest step every rank holds: itself, or its successor for it.
+    // 2. The newest step every rank holds: itself, or one of its holders for it.
     const int64_t best = held.NewestCommon();
     if (best == 0 && held.Any()) {
       std::string refused;
@@ -654,7 +722,7 @@ class Checkpointer::Impl {
     point.step = best;
     loaded_ = {};
     if (best == 0) return point;
-    // 3. This rank's copy of `best`: its slot, else its file, else its successor's replica.
+    // 3. This rank's copy of `best`: its slot, else its file, else a holder's replica.
     CUPCAKE_RETURN_IF_ERROR(Load(best, held, candidates, replicas));
     point.metadata = loaded_.parsed.metadata;
     point.source = loaded_.source;
@@ -662,12 +730,12 @@ class Checkpointer::Impl {
     return point;
   }
 
-  // Step 3 of Find. Ranks without their own copy of `step` get it from their successor's replica:
-  // one allgather of what each rank sends its predecessor (bytes, checksum) and one alltoallv, in
-  // which every rank takes part. A replica that arrives changed fails this rank's Apply, so that
-  // every rank fails together there.
+  // Step 3 of Find. Ranks without their own copy of `step` get it from their provider (the first
+  // of their holders that has it, Holdings::Provider): one alltoall of what each rank sends each
+  // other (bytes, checksum) and one alltoallv, in which every rank takes part. A replica that
+  // arrives changed fails this rank's Apply, so that every rank fails together there.
   Status Load(int64_t step, const Holdings& held, std::vector<Candidate>& candidates,
-              std::vector<Candidate>& replicas) {
+              std::map<int, std::vector<Candidate>>& replicas) {
     const int rank = comm_->rank(), world = comm_->size();
     if (held.Own(rank, step)) {
       for (Candidate& c : candidates)
@@ -687,33 +755,37 @@ class Checkpointer::Impl {
     bool anyone_needs = false;
     for (int r = 0; r < world; ++r) anyone_needs = anyone_needs || !held.Own(r, step);
     if (!anyone_needs) return Status::Ok();
-    std::span<const std::byte> offer;
-    uint64_t offer_checksum = 0;
-    if (!held.Own(Predecessor(), step))
-      for (const Candidate& c : replicas)
-        if (c.step == step) {
-          offer = c.payload;
-          offer_checksum = internal::Checksum(c.payload.data(), c.payload.size());
-        }
-    const int64_t mine[2] = {static_cast<int64_t>(offer.size()), static_cast<int64_t>(offer_checksum)};
-    std::vector<int64_t> offers(static_cast<size_t>(2 * world));
-    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, offers.data(), sizeof(mine)).WithPrefix(where_ + ": restore"));
+    // What this rank sends: its replica of `step` of every rank it provides for.
+    std::vector<int64_t> offers(static_cast<size_t>(2 * world), 0), offered(static_cast<size_t>(2 * world), 0);
     std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
-    send[static_cast<size_t>(Predecessor())] = mine[0];
+    std::string outbox;
+    for (int q = 0; q < world; ++q) {
+      if (held.Own(q, step) || held.Provider(q, step) != rank) continue;
+      for (const Candidate& c : replicas[q])
+        if (c.step == step) {
+          offers[static_cast<size_t>(2 * q)] = static_cast<int64_t>(c.payload.size());
+          offers[static_cast<size_t>(2 * q + 1)] =
+              static_cast<int64_t>(internal::Checksum(c.payload.data(), c.payload.size()));
+          send[static_cast<size_t>(q)] = static_cast<int64_t>(c.payload.size());
+          outbox.append(reinterpret_cast<const char*>(c.payload.data()), c.payload.size());  // NOLINT: bytes
+        }
+    }
+    CUPCAKE_RETURN_IF_ERROR(comm_->Alltoall(offers.data(), offered.data(), 16).WithPrefix(where_ + ": restore"));
     const bool receive = !held.Own(rank, step);
-    if (receive) recv[static_cast<size_t>(Successor())] = offers[static_cast<size_t>(2 * Successor())];
-    std::string arrived(static_cast<size_t>(recv[static_cast<size_t>(Successor())]), '\0');
+    const int provider = receive ? held.Provider(rank, step) : -1;
+    if (receive) recv[static_cast<size_t>(provider)] = offered[static_cast<size_t>(2 * provider)];
+    std::string arrived(static_cast<size_t>(receive ? recv[static_cast<size_t>(provider)] : 0), '\0');
     CUPCAKE_RETURN_IF_ERROR(
-        comm_->Alltoallv(offer.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
+        comm_->Alltoallv(outbox.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
     if (!receive) return Status::Ok();
     Candidate c;
     c.source =
-        "rank " + std::to_string(Successor()) + "'s " + "/dev/shm" + ReplicaSegmentName(options_.name, Successor());
+        "rank " + std::to_string(provider) + "'s " + "/dev/shm" + ReplicaOfSegmentName(options_.name, provider, rank);
     c.file = std::move(arrived);
     c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.file.size()};  // NOLINT: bytes received
     std::vector<std::string> problems;
-    if (!Verify(&c, static_cast<uint64_t>(offers[static_cast<size_t>(2 * Successor() + 1)]), step, c.source + ": ",
-                rank, &problems)) {
+    if (!Verify(&c, static_cast<uint64_t>(offered[static_cast<size_t>(2 * provider + 1)]), step, c.source + ": ", rank,
+                &problems)) {
       loaded_.error = DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
       return Status::Ok();
     }
@@ -757,6 +829,9 @@ class Checkpointer::Impl {
     }
     const int64_t step = loaded_.parsed.step;
     DropNewerThan(step);
+    stream_ = {};
+    incoming_ = {};
+    streams_done_ = true;
     history_started_ = true;
     last_step_ = local_step_ = agreed_step_ = step;
     loaded_ = {};
@@ -766,18 +841,23 @@ class Checkpointer::Impl {
  private:
   Status CheckIdle(const char* call) {
     if (copy_.joinable()) copy_.join();
+    if (send_.joinable()) send_.join();
     (void)call;
     return Status::Ok();
   }
 
-  int Predecessor() const { return (comm_->rank() + comm_->size() - 1) % comm_->size(); }
-  int Successor() const { return (comm_->rank() + 1) % comm_->size(); }
-
-  // The copy thread's own communicator for the replicas (collectives from one thread at a time):
-  // split off at the first Commit or Find, which every rank makes.
+  // The placement of the replicas (the job's hosts, replica_placement.h), their segments and the
+  // exchange thread's own communicator (collectives from one thread at a time): made at the first
+  // Commit or Find, which every rank makes.
   Status EnsureReplicaComm() {
-    if (replica_ == nullptr || replica_comm_ != nullptr) return Status::Ok();
-    CUPCAKE_ASSIGN_OR_RETURN(replica_comm_, comm_->Split(0, comm_->rank()));
+    if (!options_.replicate || replica_comm_ != nullptr) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(comm::Topology topology, comm::DiscoverTopology(*comm_));
+    placement_ = internal::PlaceReplicas(topology.host_of_rank, options_.replica_group_hosts);
+    const int rank = comm_->rank();
+    for (int source : placement_.sources[static_cast<size_t>(rank)])
+      replicas_[source] =
+          std::make_unique<SlotSegment>(ReplicaOfSegmentName(options_.name, rank, source), source, comm_->size());
+    CUPCAKE_ASSIGN_OR_RETURN(replica_comm_, comm_->Split(0, rank));
     return Status::Ok();
   }
 
@@ -816,50 +896,127 @@ class Checkpointer::Impl {
     const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
     Status status = Status::Ok();
     if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, checksum);
-    // Every rank's copy thread makes the exchange, also after a failed persist (no rank waits alone).
-    if (replica_ != nullptr) {
-      Status replicated = Replicate(step, payload, checksum);
-      if (status.ok()) status = replicated;
-    }
     local_step_ = step;
     return status;
   }
 
-  // Gemini's replica (docs/CHECKPOINT.md) in a ring, groups of two: this rank's snapshot goes to
-  // its successor, its predecessor's comes into the replica segment, double-buffered as the own
-  // segment is. One allgather of (bytes, checksum, step) and one alltoallv on the copy thread's
-  // communicator, right after the local copy: not yet in the plan's idle network gaps.
-  Status Replicate(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
-    const int world = comm_->size();
-    const int64_t mine[3] = {static_cast<int64_t>(payload.size()), static_cast<int64_t>(checksum), step};
-    std::vector<int64_t> all(static_cast<size_t>(3 * world));
-    const std::string where = replica_->where() + ": replica";
-    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where));
-    const int64_t* in = &all[static_cast<size_t>(3 * Predecessor())];
-    const Status ensured = replica_->Ensure(in[0]);
-    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
-    send[static_cast<size_t>(Successor())] = static_cast<int64_t>(payload.size());
-    recv[static_cast<size_t>(Predecessor())] = in[0];
-    std::vector<std::byte> discard;
-    std::byte* into = nullptr;
-    int target = -1;
-    if (ensured.ok()) {
-      target = replica_->BeginWrite();
-      into = replica_->slot(target);
-    } else {
-      discard.resize(static_cast<size_t>(in[0]));  // still takes part in the exchange
-      into = discard.data();
-    }
-    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(payload.data(), send, into, recv).WithPrefix(where));
-    CUPCAKE_RETURN_IF_ERROR(ensured);
-    const uint64_t got = replica_->FinishWrite(target, in[2], in[0]);
-    if (got != static_cast<uint64_t>(in[1])) {
-      replica_->DropNewerThan(in[2] - 1);
-      return DataLossError(where + ": checksum: rank " + std::to_string(Predecessor()) +
-                           "'s snapshot arrived changed; got " + Hex(got) + ", expected " +
-                           Hex(static_cast<uint64_t>(in[1])));
-    }
+  // This rank's newest complete snapshot in its own segment, if it is the one its last copy
+  // made (a rank restored from a file or a replica has none until its next copy completes).
+  std::optional<SlotSegment::ValidSlot> NewestOwnSlot() {
+    if (local_step_ < 1) return std::nullopt;
+    std::vector<std::string> ignored;
+    std::optional<SlotSegment::ValidSlot> newest;
+    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(&ignored))
+      if (!newest || v.step > newest->step) newest = v;
+    if (!newest || newest->step != local_step_) return std::nullopt;
+    return newest;
+  }
+
+  // A new stream: `source` copied into the outgoing segment's older slot (the newer one holds the
+  // previous stream's snapshot, whose replica is complete), where it stays a restore candidate.
+  Status Freeze(const SlotSegment::ValidSlot& source) {
+    const int64_t bytes = static_cast<int64_t>(source.payload.size());
+    CUPCAKE_RETURN_IF_ERROR(outgoing_->Ensure(bytes));
+    const int slot = outgoing_->BeginWrite();
+    std::memcpy(outgoing_->slot(slot), source.payload.data(), source.payload.size());
+    outgoing_->FinishCopy(slot, source.step, bytes, source.checksum);
+    stream_ = {source.step, bytes, source.checksum, slot, 0};
     return Status::Ok();
+  }
+
+  // One Commit's replica exchange (Gemini's replicas in the idle network gap after the
+  // iteration's collectives, docs/CHECKPOINT.md), on the exchange thread's communicator:
+  //   1. after every rank's stream has ended, this rank starts a new one from `source`;
+  //   2. one allgather of each rank's (step, bytes, checksum, offset, chunk);
+  //   3. one alltoallv through two bounded buffers (a copy of the chunk per holder; the sources'
+  //      chunks side by side): this rank's next chunk to each of its holders (the placement),
+  //      each source's chunk into its replica segment's slot that does not hold the newest
+  //      complete replica (kSlotWriting from the first chunk on, so a torn replica is never
+  //      restored);
+  //   4. after a source's last chunk the slot's checksum is computed and compared with the
+  //      sender's, and the slot flips to valid.
+  // The whole exchange holds the gate (closed by Commit). Every rank makes both collectives at
+  // every Commit, also when its own stream is empty or a segment failed (it then sends nothing or
+  // drops what it receives), so no rank waits alone.
+  Status SendChunk(std::optional<SlotSegment::ValidSlot> source) {
+    struct EndTransfer {  // the gate was closed by Commit
+      NetworkGate* gate;
+      ~EndTransfer() {
+        if (gate != nullptr) gate->EndTransfer();
+      }
+    } end_transfer{options_.gate.get()};
+    Status status = Status::Ok();
+    if (streams_done_) {
+      stream_ = {};
+      if (source) status = Freeze(*source);
+    }
+    const int64_t left = stream_.bytes - stream_.offset;
+    const int64_t chunk = options_.replica_chunk_bytes > 0 ? std::min(left, options_.replica_chunk_bytes) : left;
+    const int world = comm_->size();
+    const int64_t mine[kStreamRow] = {stream_.step, stream_.bytes, static_cast<int64_t>(stream_.checksum),
+                                      stream_.offset, chunk};
+    std::vector<int64_t> rows(static_cast<size_t>(kStreamRow * world));
+    const std::string where = where_ + ": replica";
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, rows.data(), sizeof(mine)).WithPrefix(where));
+    const int rank = comm_->rank();
+    // 3. The bounded buffers: the chunk once per holder, the sources' chunks side by side.
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    const std::vector<int>& holders = placement_.holders[static_cast<size_t>(rank)];
+    const std::vector<int>& sources = placement_.sources[static_cast<size_t>(rank)];
+    outbox_.resize(static_cast<size_t>(chunk) * holders.size());
+    for (size_t i = 0; i < holders.size() && chunk > 0; ++i) {
+      send[static_cast<size_t>(holders[i])] = chunk;
+      std::memcpy(outbox_.data() + i * static_cast<size_t>(chunk), outgoing_->slot(stream_.slot) + stream_.offset,
+                  static_cast<size_t>(chunk));
+    }
+    int64_t inbox_bytes = 0;
+    for (int q : sources) {
+      const int64_t* in = &rows[static_cast<size_t>(kStreamRow * q)];
+      recv[static_cast<size_t>(q)] = in[4];
+      inbox_bytes += in[4];
+      if (in[4] > 0 && in[3] == 0) {  // q's new stream
+        SlotSegment& segment = *replicas_[q];
+        incoming_[q] = {};
+        const Status ensured = segment.Ensure(in[1]);
+        if (ensured.ok())
+          incoming_[q] = {segment.BeginWrite(), in[0], true};
+        else if (status.ok())
+          status = ensured;
+      }
+    }
+    inbox_.resize(static_cast<size_t>(inbox_bytes));
+    CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(outbox_.data(), send, inbox_.data(), recv).WithPrefix(where));
+    stream_.offset += chunk;
+    // 4. Each source's chunk into its replica slot; a complete replica checked and made valid.
+    const std::byte* at = inbox_.data();
+    for (int q : sources) {
+      const int64_t* in = &rows[static_cast<size_t>(kStreamRow * q)];
+      const int64_t in_step = in[0], in_bytes = in[1], in_offset = in[3], in_chunk = in[4];
+      const uint64_t in_checksum = static_cast<uint64_t>(in[2]);
+      Incoming& incoming = incoming_[q];
+      SlotSegment& segment = *replicas_[q];
+      const bool ours = incoming.ok && incoming.step == in_step;
+      if (in_chunk > 0 && ours) std::memcpy(segment.slot(incoming.slot) + in_offset, at, static_cast<size_t>(in_chunk));
+      at += in_chunk;
+      if (in_chunk == 0 || !ours || in_offset + in_chunk != in_bytes) continue;
+      const uint64_t got = segment.FinishWrite(incoming.slot, in_step, in_bytes);
+      incoming = {};
+      if (got != in_checksum) {
+        segment.DropNewerThan(in_step - 1);
+        if (status.ok())
+          status = DataLossError(segment.where() + ": checksum: rank " + std::to_string(q) + "'s snapshot of step " +
+                                 std::to_string(in_step) + " arrived changed; got " + Hex(got) + ", expected " +
+                                 Hex(in_checksum));
+      }
+    }
+    // Every rank computes the same: whether every stream has now been sent to its end.
+    bool done = true;
+    for (int r = 0; r < world; ++r) {
+      const int64_t* row = &rows[static_cast<size_t>(kStreamRow * r)];
+      done = done && row[3] + row[4] >= row[1];
+    }
+    streams_done_ = done;
+    return status;
   }
 
   // Writes the snapshot durably, then keeps this rank's two newest files (the agreement needs the
@@ -895,15 +1052,18 @@ class Checkpointer::Impl {
     return unique;
   }
 
-  // The segment's valid slots that verify.
+  // The valid slots that verify of this rank's segment and (replicate) of its outgoing segment.
   void SlotCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
-    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(refused)) {
-      const std::string field = "slots[" + std::to_string(v.index) + "]";
-      Candidate c;
-      c.source = where_ + " " + field;
-      c.payload = v.payload;
-      if (Verify(&c, v.checksum, v.step, where_ + ": " + field + ".", comm_->rank(), refused))
-        out->push_back(std::move(c));
+    for (SlotSegment* segment : {&own_, outgoing_.get()}) {
+      if (segment == nullptr) continue;
+      for (const SlotSegment::ValidSlot& v : segment->ValidSlots(refused)) {
+        const std::string field = "slots[" + std::to_string(v.index) + "]";
+        Candidate c;
+        c.source = segment->where() + " " + field;
+        c.payload = v.payload;
+        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", comm_->rank(), refused))
+          out->push_back(std::move(c));
+      }
     }
   }
 
@@ -944,19 +1104,22 @@ class Checkpointer::Impl {
     }
   }
 
-  // The predecessor's snapshots this rank holds (replicate), verified as its own would be.
-  std::vector<Candidate> ReplicaCandidates(std::vector<std::string>* refused) {
-    std::vector<Candidate> out;
-    if (replica_ == nullptr) return out;
-    for (const SlotSegment::ValidSlot& v : replica_->ValidSlots(refused)) {
-      const std::string field = "slots[" + std::to_string(v.index) + "]";
-      Candidate c;
-      c.source = replica_->where() + " " + field;
-      c.payload = v.payload;
-      if (Verify(&c, v.checksum, v.step, replica_->where() + ": " + field + ".", Predecessor(), refused))
-        out.push_back(std::move(c));
+  // The snapshots this rank holds of its sources (replicate), by source, newest first, verified
+  // as the source's own would be.
+  std::map<int, std::vector<Candidate>> ReplicaCandidates(std::vector<std::string>* refused) {
+    std::map<int, std::vector<Candidate>> out;
+    for (const auto& [source, segment] : replicas_) {
+      std::vector<Candidate>& of = out[source];
+      for (const SlotSegment::ValidSlot& v : segment->ValidSlots(refused)) {
+        const std::string field = "slots[" + std::to_string(v.index) + "]";
+        Candidate c;
+        c.source = segment->where() + " " + field;
+        c.payload = v.payload;
+        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", source, refused))
+          of.push_back(std::move(c));
+      }
+      std::sort(of.begin(), of.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
     }
-    std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
     return out;
   }
 
@@ -1012,7 +1175,8 @@ class Checkpointer::Impl {
   // (a first commit without a restore starts a new history).
   void DropNewerThan(int64_t step) {
     own_.DropNewerThan(step);
-    if (replica_ != nullptr) replica_->DropNewerThan(step);
+    for (const auto& [source, segment] : replicas_) segment->DropNewerThan(step);
+    if (outgoing_ != nullptr) outgoing_->DropNewerThan(step);
     if (!options_.persist_dir.empty())
       for (const auto& [s, file] : PersistedFiles(options_.persist_dir, options_.name, comm_->rank()))
         if (s > step) ::unlink((options_.persist_dir + "/" + file).c_str());
@@ -1023,11 +1187,31 @@ class Checkpointer::Impl {
   Session* session_ = nullptr;
   SlotSegment own_;
   std::string where_;  // own_'s path, the prefix of messages
-  std::unique_ptr<SlotSegment> replica_;  // options_.replicate: the predecessor's snapshots
-  std::unique_ptr<comm::Communicator> replica_comm_;  // the copy thread's (replicas)
+  // options_.replicate: the placement, and by source rank the segments of its snapshots.
+  internal::ReplicaPlacement placement_;
+  std::map<int, std::unique_ptr<SlotSegment>> replicas_;
+  std::unique_ptr<SlotSegment> outgoing_;  // options_.replicate: this rank's streamed snapshots
+  std::unique_ptr<comm::Communicator> replica_comm_;  // the exchange thread's (replicas)
   std::vector<Entry> entries_;
   std::thread copy_;
   Status copy_status_;  // written by copy_, read after joining it
+  // The replica exchange (SendChunk) and its state, written by send_ and read after joining it.
+  std::thread send_;
+  Status send_status_;
+  struct Stream {
+    int64_t step = 0, bytes = 0;
+    uint64_t checksum = 0;
+    int slot = -1;  // in outgoing_
+    int64_t offset = 0;  // bytes sent
+  } stream_;
+  struct Incoming {
+    int slot = -1;  // in its source's replica segment, kSlotWriting
+    int64_t step = 0;
+    bool ok = false;
+  };
+  std::map<int, Incoming> incoming_;  // by source rank
+  std::vector<std::byte> outbox_, inbox_;  // the exchange's buffers: a chunk per holder, per source
+  bool streams_done_ = true;  // every rank's stream sent to its end: the next Commit starts new ones
   std::atomic<int64_t> local_step_{0};
   int64_t last_step_ = 0, agreed_step_ = 0;
   // Whether this object's snapshots continue a history: a restore's, or its own first commit's.
@@ -1053,6 +1237,12 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
     if (::stat(options.persist_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       problem(options.persist_dir + ": persist_dir: not a directory; expected an existing directory");
   }
+  if (options.replica_chunk_bytes < 0)
+    problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
+            ", expected >= 0 (0: whole snapshots)");
+  if (options.replica_group_hosts < 2)
+    problem("Checkpointer: replica_group_hosts: out of range; got " + std::to_string(options.replica_group_hosts) +
+            ", expected >= 2 (a host and at least one that keeps its replicas)");
   if (options.replicate && communicator != nullptr && communicator->size() < 2)
     problem("Checkpointer: replicate: needs a peer; got " + std::to_string(communicator->size()) +
             " rank, expected at least 2");
@@ -1095,8 +1285,30 @@ std::string Checkpointer::ReplicaSegmentName(const std::string& name, int rank) 
   return SegmentName(name, rank) + "-replica";
 }
 
+std::string Checkpointer::ReplicaOfSegmentName(const std::string& name, int rank, int source) {
+  return ReplicaSegmentName(name, rank) + "-" + std::to_string(source);
+}
+
+std::string Checkpointer::OutgoingSegmentName(const std::string& name, int rank) {
+  return SegmentName(name, rank) + "-outgoing";
+}
+
 Status Checkpointer::RemoveSegment(const std::string& name, int rank) {
-  for (const std::string& segment : {SegmentName(name, rank), ReplicaSegmentName(name, rank)})
+  // The prefix itself: the one replica segment of older versions, the ring predecessor's.
+  std::vector<std::string> segments = {SegmentName(name, rank), OutgoingSegmentName(name, rank),
+                                       ReplicaSegmentName(name, rank)};
+  // The replicas of any source: <replica prefix>-<digits>, listed from /dev/shm (Linux).
+  const std::string prefix = ReplicaSegmentName(name, rank).substr(1) + "-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string f = e->d_name;
+      if (f.size() > prefix.size() && f.compare(0, prefix.size(), prefix) == 0 &&
+          std::all_of(f.begin() + static_cast<std::ptrdiff_t>(prefix.size()), f.end(), ::isdigit))
+        segments.push_back("/" + f);
+    }
+    ::closedir(d);
+  }
+  for (const std::string& segment : segments)
     if (::shm_unlink(segment.c_str()) != 0 && errno != ENOENT)
       return UnavailableError("/dev/shm" + segment + ": " + Errno("shm_unlink", errno));
   return Status::Ok();

@@ -103,16 +103,17 @@ case "$stage" in
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" \
         --compare "$work/ckpt-$variant-ref" --expect-start "$starts" --remove
     done
-    # Replicas: rank 1's host loses its memory after the kill (its own and its replica segment);
-    # its snapshot of step 7 comes back from rank 0's replica.
+    # Replicas: rank 1's host loses its memory after the kill (its own, outgoing and replica
+    # segments). Commit(7) sent step 6, the newest complete copy (step 7's goes at Commit(8)), so
+    # rank 1's snapshot of step 6 comes back from rank 0's replica.
     name="$tag-replica"
     if "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
         --kill-at 7 --wait-before-kill >"$work/ckpt-replica-killed.log" 2>&1; then
       echo "FAIL: replica: the run killed at step 7 exited 0"; exit 1
     fi
-    rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica
+    rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica-0 /dev/shm/cupcake-"$name"-1-outgoing
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
-      --compare "$work/ckpt-topk-ref" --expect-start 7 --remove | tee "$work/ckpt-replica.log"
+      --compare "$work/ckpt-topk-ref" --expect-start 6 --remove | tee "$work/ckpt-replica.log"
     grep -q "from rank 0's /dev/shm/cupcake-$name-0-replica" "$work/ckpt-replica.log" ||
       { echo "FAIL: replica: rank 1 did not restore from rank 0's replica"; exit 1; }
     # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted).

@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "c_api_internal.h"
 #include "checkpoint_format.h"
 #include "cupcake/runtime/checkpoint.h"
+#include "replica_placement.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime {
@@ -61,16 +64,18 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override {
     jobs_.clear();
-    for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    for (int r = 0; r < world_; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
     std::filesystem::remove_all(dir_);
   }
 
   // A (re)started job: a new group and new checkpointers, entries registered, values zeroed.
+  // The ranks run on `hosts_` (empty: kWorld ranks on one host).
   void Start(CheckpointOptions options = {}) {
     jobs_.clear();
-    group_ = std::make_unique<comm::InProcessGroup>(kWorld);
+    world_ = hosts_.empty() ? kWorld : static_cast<int>(hosts_.size());
+    group_ = std::make_unique<comm::InProcessGroup>(world_, hosts_);
     options.name = name_;
-    for (int r = 0; r < kWorld; ++r) {
+    for (int r = 0; r < world_; ++r) {
       jobs_.emplace_back();
       RankJob& job = jobs_.back();
       job.comm = group_->Rank(r);
@@ -84,7 +89,7 @@ class CheckpointTest : public ::testing::Test {
   }
   // Every step fills the values of that step and commits it (metadata "m<step>").
   void Train(int64_t first, int64_t last) {
-    OnEveryRank(kWorld, [&](int r) {
+    OnEveryRank(world_, [&](int r) {
       RankJob& job = jobs_[static_cast<size_t>(r)];
       for (int64_t s = first; s <= last; ++s) {
         ASSERT_TRUE(job.ckpt->WaitForCopy().ok());  // the job's contract before it writes
@@ -96,8 +101,8 @@ class CheckpointTest : public ::testing::Test {
     });
   }
   std::vector<StatusOr<RestorePoint>> Restore() {
-    std::vector<StatusOr<RestorePoint>> out(kWorld, InternalError("not run"));
-    OnEveryRank(kWorld, [&](int r) { out[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Restore(); });
+    std::vector<StatusOr<RestorePoint>> out(static_cast<size_t>(world_), InternalError("not run"));
+    OnEveryRank(world_, [&](int r) { out[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Restore(); });
     return out;
   }
   // Rank r's segment mapped, to tear or corrupt it as a crash or a bad page would.
@@ -124,6 +129,8 @@ class CheckpointTest : public ::testing::Test {
 
   std::string name_;
   std::filesystem::path dir_;
+  int world_ = kWorld;
+  std::vector<std::string> hosts_;
   std::unique_ptr<comm::InProcessGroup> group_;
   std::vector<RankJob> jobs_;
 };
@@ -315,6 +322,8 @@ TEST_F(CheckpointTest, SnapshotOfOtherShapesIsRefusedOnEveryRank) {
 // Replicas (Gemini, groups of two in a ring): rank 1's host loses its memory (both of its
 // segments), and rank 1's snapshot comes back from rank 0's replica of it, bitwise, with rank 1's
 // own values (they differ from rank 0's). Without replicas the same loss leaves no common step.
+// Whole snapshots, one chunk per Commit: Commit(s) sends step s - 1 (the newest complete copy),
+// so after commits 1..3 the replicas hold 1 and 2 (step 3's would go at Commit(4)).
 TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
   CheckpointOptions options;
   options.replicate = true;
@@ -326,23 +335,163 @@ TEST_F(CheckpointTest, ReplicaOnThePeerRestoresALostHost) {
   auto points = Restore();
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
-    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
-    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r)) << "rank " << r;
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
   }
-  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 0));
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
   EXPECT_EQ(points[0]->source.substr(0, Segment(0).size()), Segment(0));
-  // Training goes on; the replicas are refilled (rank 1's new segments included).
-  Train(4, 5);
+  // Training goes on from step 3. Commit(3) streams rank 0's step 2 and nothing from rank 1
+  // (restored from the replica, it holds no copy of its own yet); Commit(4) every rank's 3,
+  // Commit(5) every rank's 4: a lost host now restores 4.
+  Train(3, 5);
   jobs_.clear();
   ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 0).ok());  // now rank 0's host
   Start(options);
   auto again = Restore();
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(again[static_cast<size_t>(r)].ok()) << again[static_cast<size_t>(r)].status().ToString();
-    EXPECT_EQ(again[static_cast<size_t>(r)]->step, 5);
-    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(5, r)) << "rank " << r;
+    EXPECT_EQ(again[static_cast<size_t>(r)]->step, 4);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
   }
-  EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaSegmentName(name_, 1));
+  EXPECT_EQ(again[0]->source, "rank 1's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 1, 0));
+}
+
+// Chunks of 500 bytes: a snapshot here is 1343 or 1344 bytes (the directory: 40 bytes, 16 per
+// entry and the names 'weights', 'stats', 'raw': 103; the metadata "m<step>": 2 or 3; the
+// entries: 1200 + 20 + 17), so 3 chunks, one per Commit. Commit 1: nothing complete to send;
+// Commits 2, 3, 4: step 1's chunks (complete at 4); Commits 5, 6, 7: step 4's; Commit 8: the
+// first chunk of step 7's. A lost host restores 4, the newest step whose replica is complete,
+// bitwise; every other rank holds 4 in its outgoing segment (its own slots hold 8 and 7).
+TEST_F(CheckpointTest, ReplicaAssembledFromChunksRestoresALostHost) {
+  CheckpointOptions options;
+  options.replicate = true;
+  options.replica_chunk_bytes = 500;
+  Start(options);
+  Train(1, 8);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
+    EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m4");
+  }
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+  const std::string outgoing = "/dev/shm" + Checkpointer::OutgoingSegmentName(name_, 0);
+  EXPECT_EQ(points[0]->source.substr(0, outgoing.size()), outgoing);
+  // The replica of step 7 was one chunk short: its slot is torn, refused, never restored.
+  bool torn = false;
+  for (const std::string& line : points[0]->refused)
+    torn = torn || line.find(Checkpointer::ReplicaOfSegmentName(name_, 0, 1) + ": slots[") != std::string::npos;
+  EXPECT_TRUE(torn) << "rank 0 refused: " << points[0]->refused.size();
+}
+
+// Gemini's group placement (replica_placement.h), worked by hand.
+TEST(ReplicaPlacement, GroupsOfHostsBackEachOtherUp) {
+  using Ranks = std::vector<std::vector<int>>;
+  // 4 hosts x 2 ranks, m = 2: groups {h0, h1}, {h2, h3}; local index l to local index l.
+  internal::ReplicaPlacement p = internal::PlaceReplicas({0, 0, 1, 1, 2, 2, 3, 3}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{2}, {3}, {0}, {1}, {6}, {7}, {4}, {5}}));
+  EXPECT_EQ(p.sources, (Ranks{{2}, {3}, {0}, {1}, {6}, {7}, {4}, {5}}));
+  // 6 hosts x 1 rank, m = 3: groups {0, 1, 2}, {3, 4, 5}, each host to both others of its group.
+  p = internal::PlaceReplicas({0, 1, 2, 3, 4, 5}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{1, 2}, {0, 2}, {0, 1}, {4, 5}, {3, 5}, {3, 4}}));
+  // 3 hosts, m = 2: the odd host joins the one group of 3, a ring of m - 1 = 1 successor.
+  p = internal::PlaceReplicas({0, 1, 2}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{1}, {2}, {0}}));
+  EXPECT_EQ(p.sources, (Ranks{{2}, {0}, {1}}));
+  // 4 hosts, m = 3: one group of 4 (4 / 3 = 1 group), a ring of 2 successors.
+  p = internal::PlaceReplicas({0, 1, 2, 3}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{1, 2}, {2, 3}, {0, 3}, {0, 1}}));
+  // 2 hosts, m = 3: fewer hosts than m, one group of both.
+  p = internal::PlaceReplicas({0, 0, 1, 1}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{2}, {3}, {0}, {1}}));
+}
+
+TEST(ReplicaPlacement, UnevenHostsAndOneHost) {
+  using Ranks = std::vector<std::vector<int>>;
+  // Host 0 has ranks 0, 1, 2, host 1 rank 3: local indices 0, 1, 2 map to 3's index 0 (l mod 1);
+  // rank 3 to host 0's index 0.
+  internal::ReplicaPlacement p = internal::PlaceReplicas({0, 0, 0, 1}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{3}, {3}, {3}, {0}}));
+  EXPECT_EQ(p.sources, (Ranks{{3}, {}, {}, {0, 1, 2}}));
+  // Ranks alternating between two hosts: each to the same local index on the other host.
+  p = internal::PlaceReplicas({0, 1, 0, 1}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{1}, {0}, {3}, {2}}));
+  // One host, m = 3: the next two ranks (mod 4); m = 2: the ring of successors.
+  p = internal::PlaceReplicas({0, 0, 0, 0}, 3);
+  EXPECT_EQ(p.holders, (Ranks{{1, 2}, {2, 3}, {0, 3}, {0, 1}}));
+  p = internal::PlaceReplicas({0, 0}, 2);
+  EXPECT_EQ(p.holders, (Ranks{{1}, {0}}));
+}
+
+// Two hosts of two ranks: each rank's replica goes to the other host (rank 0 -> 2, 1 -> 3), so a
+// lost host (ranks 0 and 1, with all their segments) restores from the other. The ring of ranks
+// (0 -> 1) would have lost rank 0's replica with its host.
+TEST_F(CheckpointTest, ReplicasGoToAnotherHost) {
+  hosts_ = {"a", "a", "b", "b"};
+  CheckpointOptions options;
+  options.replicate = true;
+  Start(options);
+  Train(1, 3);  // replicas of 1 (Commit 2) and 2 (Commit 3)
+  jobs_.clear();
+  for (int r : {0, 1}) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  Start(options);
+  auto points = Restore();
+  for (int r = 0; r < world_; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  }
+  EXPECT_EQ(points[0]->source, "rank 2's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 2, 0));
+  EXPECT_EQ(points[1]->source, "rank 3's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 3, 1));
+}
+
+// Three hosts of two ranks. With m = 3 (one group) every rank's replicas are on both other
+// hosts: two lost hosts (ranks 0-3) restore from host c's ranks 4 and 5 (rank 0's holders are 2
+// and 4; 2 is lost, so 4 provides). With m = 2 (the three hosts a ring of one successor each:
+// a -> b -> c -> a) the same loss leaves ranks 0 and 1 (host a, held on b only) without a copy:
+// no common step, named. Each snapshot is two chunks of at most 700 bytes (about 1343 bytes):
+// the replicas of step 1 complete at Commit 3, of step 3 at Commit 5.
+TEST_F(CheckpointTest, GroupsOfThreeHostsSurviveTwoLostHosts) {
+  hosts_ = {"a", "a", "b", "b", "c", "c"};
+  for (int m : {3, 2}) {
+    SCOPED_TRACE("m = " + std::to_string(m));
+    CheckpointOptions options;
+    options.replicate = true;
+    options.replica_group_hosts = m;
+    options.replica_chunk_bytes = 700;
+    Start(options);
+    Train(1, 5);
+    jobs_.clear();
+    for (int r : {0, 1, 2, 3}) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    Start(options);
+    auto points = Restore();
+    if (m == 2) {
+      for (const auto& p : points) {
+        ASSERT_FALSE(p.ok());
+        EXPECT_NE(p.status().message().find("no step is held by every rank; got rank 0 holds none; rank 1 holds none; "
+                                            "rank 2 holds none; rank 3 holds none; rank 4 holds 5, 4, 3, 1"),
+                  std::string::npos)
+            << p.status().message();
+      }
+      continue;
+    }
+    for (int r = 0; r < world_; ++r) {
+      ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+      EXPECT_EQ(points[static_cast<size_t>(r)]->step, 3);
+      EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(3, r)) << "rank " << r;
+    }
+    for (int r : {0, 1, 2, 3}) {
+      const int provider = 4 + r % 2;  // host c's rank of the same local index
+      EXPECT_EQ(points[static_cast<size_t>(r)]->source, "rank " + std::to_string(provider) + "'s /dev/shm" +
+                                                            Checkpointer::ReplicaOfSegmentName(name_, provider, r));
+    }
+    jobs_.clear();
+    for (int r = 0; r < world_; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  }
 }
 
 TEST_F(CheckpointTest, WithoutReplicasALostHostLeavesNoCommonStep) {
@@ -519,6 +668,159 @@ TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
   }
 }
 
+// One rank's network as the test sees it: which collectives are in flight on the session's
+// communicator and on the checkpointer's (and every communicator split off them).
+struct NetworkTracker {
+  std::atomic<int> session{0}, checkpoint{0};
+  std::atomic<int64_t> overlaps{0}, checkpoint_calls{0};
+};
+
+// Forwards to `inner`, counting its collectives on `tracker` as the session's or the
+// checkpointer's; a collective that starts while one of the other side is in flight is an overlap.
+class TrackedCommunicator final : public comm::Communicator {
+ public:
+  TrackedCommunicator(std::unique_ptr<comm::Communicator> inner, NetworkTracker* tracker, bool checkpoint)
+      : inner_(std::move(inner)), tracker_(tracker), checkpoint_(checkpoint) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::string& host() const override { return inner_->host(); }
+  std::string library() const override { return inner_->library(); }
+  Status Barrier() override {
+    return Track([&] { return inner_->Barrier(); });
+  }
+  Status Broadcast(void* buf, int64_t bytes, int root) override {
+    return Track([&] { return inner_->Broadcast(buf, bytes, root); });
+  }
+  Status Allreduce(const void* send, void* recv, int64_t count, comm::DataType type, comm::ReduceOp op) override {
+    return Track([&] { return inner_->Allreduce(send, recv, count, type, op); });
+  }
+  Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return Track([&] { return inner_->Allgather(send, recv, bytes_per_rank); });
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t count, comm::DataType type, comm::ReduceOp op) override {
+    return Track([&] { return inner_->ReduceScatter(send, recv, count, type, op); });
+  }
+  Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
+    return Track([&] { return inner_->Alltoall(send, recv, bytes_per_rank); });
+  }
+  Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
+                   std::span<const int64_t> recv_bytes) override {
+    return Track([&] { return inner_->Alltoallv(send, send_bytes, recv, recv_bytes); });
+  }
+  StatusOr<std::unique_ptr<comm::Communicator>> Split(int color, int key) override {
+    auto split = inner_->Split(color, key);
+    if (!split.ok() || *split == nullptr) return split;
+    return std::unique_ptr<comm::Communicator>(
+        std::make_unique<TrackedCommunicator>(std::move(split).value(), tracker_, checkpoint_));
+  }
+  void Abort(const std::string& reason) override { inner_->Abort(reason); }
+
+ private:
+  template <typename F>
+  Status Track(F&& call) {
+    std::atomic<int>& mine = checkpoint_ ? tracker_->checkpoint : tracker_->session;
+    std::atomic<int>& other = checkpoint_ ? tracker_->session : tracker_->checkpoint;
+    ++mine;
+    if (other.load() > 0) ++tracker_->overlaps;
+    if (checkpoint_) ++tracker_->checkpoint_calls;
+    Status s = call();
+    --mine;
+    return s;
+  }
+  std::unique_ptr<comm::Communicator> inner_;
+  NetworkTracker* tracker_;
+  bool checkpoint_;
+};
+
+// A topk session's residuals replicated in chunks between its collectives. The snapshot: a
+// 'weights' entry of 1e6 floats and the session's state (SmallModel: 435 elements). Its size:
+// the directory (40, 16 per entry, the names 'weights', 'session.error_feedback',
+// 'session.momentum', 'session.iteration': 166) + 4000000 + 2 x 1740 + 8 = 4003654 bytes: 3
+// chunks of at most 1.5e6 bytes. A run of 8 iterations commits 1..8: the replicas complete step
+// 1 at Commit 4 and step 4 at Commit 7 (as in ReplicaAssembledFromChunksRestoresALostHost).
+// Rank 1's host is lost: the restart restores step 4 (rank 1 from rank 0's replica) and runs
+// iterations 4..9; every rank's last gradients are bitwise the uninterrupted 10-iteration run's.
+// No collective of the checkpointer (agreement or replica exchange) ever runs while one of the
+// session's does, on either rank (count, not time); without the gate they do (checked by hand:
+// options.gate = nullptr and the session's communicator not gated make `overlaps` > 0).
+TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollectives) {
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
+  constexpr int kIterations = 10, kCrashAfter = 8;
+  std::vector<std::vector<std::vector<float>>> want(kWorld), got(kWorld);
+  std::vector<int64_t> transfers(kWorld, 0);
+  std::array<NetworkTracker, kWorld> trackers;
+  // run 0: uninterrupted, no checkpointer; run 1: checkpoints every iteration until the crash;
+  // run 2: rank 1's segments gone, restore, the rest.
+  for (int run = 0; run < 3; ++run) {
+    if (run == 2)
+      for (int r = 0; r < kWorld; ++r)
+        if (r == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+    comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
+    std::vector<std::shared_ptr<NetworkGate>> gates;
+    for (int r = 0; r < kWorld; ++r) gates.push_back(std::make_shared<NetworkGate>());
+    auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int r, std::unique_ptr<comm::Communicator> c) {
+      auto tracked = std::make_unique<TrackedCommunicator>(std::move(c), &trackers[static_cast<size_t>(r)], false);
+      return Session::Create(plan, GateCommunicator(gates[static_cast<size_t>(r)], std::move(tracked)));
+    });
+    OnEveryRank(kWorld, [&](int r) {
+      ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok()) << sessions[static_cast<size_t>(r)].status().ToString();
+      Session& s = **sessions[static_cast<size_t>(r)];
+      testing::Gradients grads(model, testing::Layout::kSeparate);
+      ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
+      std::vector<float> weights(1'000'000);
+      std::unique_ptr<comm::Communicator> comm =
+          std::make_unique<TrackedCommunicator>(ckpt_group.Rank(r), &trackers[static_cast<size_t>(r)], true);
+      CheckpointOptions options;
+      options.name = name_;
+      options.replicate = true;
+      options.replica_chunk_bytes = 1'500'000;
+      options.gate = gates[static_cast<size_t>(r)];
+      std::unique_ptr<Checkpointer> ckpt;
+      int first = 0, last = kIterations - 1;
+      if (run > 0) {
+        ckpt = Checkpointer::Create(options, comm.get()).value();
+        ASSERT_TRUE(ckpt->AddFloats("weights", weights).ok());
+        ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+        auto point = ckpt->Restore();
+        ASSERT_TRUE(point.ok()) << point.status().ToString();
+        if (run == 1) {
+          ASSERT_EQ(point->step, 0);
+          last = kCrashAfter - 1;
+        } else {
+          ASSERT_EQ(point->step, 4);
+          EXPECT_EQ(weights, std::vector<float>(weights.size(), 4.0f));
+          if (r == 1) EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+          first = 4;
+        }
+      }
+      for (int it = first; it <= last; ++it) {
+        testing::FillGradients(grads, r, it);
+        for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+        ASSERT_TRUE(s.Synchronize().ok());
+        if (ckpt == nullptr) continue;
+        ASSERT_TRUE(ckpt->WaitForCopy().ok());  // the job's contract before it writes `weights`
+        std::fill(weights.begin(), weights.end(), static_cast<float>(it + 1));
+        Status c = ckpt->Commit(it + 1);
+        ASSERT_TRUE(c.ok()) << c.ToString();
+      }
+      if (ckpt != nullptr) ASSERT_TRUE(ckpt->WaitForCopy().ok());
+      transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
+      std::vector<std::vector<float>> mine;
+      for (auto g : grads) mine.emplace_back(g.begin(), g.end());
+      if (run == 0) want[static_cast<size_t>(r)] = mine;
+      if (run == 2) EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+    });
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    // Run 1 committed 8 times, run 2 6 times: one exchange per Commit.
+    EXPECT_EQ(transfers[static_cast<size_t>(r)], 8 + 6);
+    EXPECT_GT(trackers[static_cast<size_t>(r)].checkpoint_calls.load(), 2 * (8 + 6));
+    EXPECT_EQ(trackers[static_cast<size_t>(r)].overlaps.load(), 0);
+  }
+}
+
 // The C API over in-process ranks: commit, restart, restore bitwise; a NULL handle and a bad name
 // are errors with messages.
 TEST_F(CheckpointTest, CApiCommitsAndRestores) {
@@ -560,6 +862,50 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_checkpointer_create: Checkpointer: name: not a segment name; got 'a/b', expected 1 to 100 "
                "letters, digits, '.', '_' or '-'");
+  cupcake_checkpoint_options chunks = {};
+  chunks.replicate = 1;
+  chunks.replica_chunk_bytes = -1;
+  chunks.replica_group_hosts = 1;
+  comm::InProcessGroup two(2);
+  EXPECT_EQ(internal::CreateCCheckpointer(chunks, two.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_create: Checkpointer: replica_chunk_bytes: out of range; got -1, expected >= 0 "
+               "(0: whole snapshots)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
+               "and at least one that keeps its replicas)");
+}
+
+// The C API's replica options reach the Checkpointer: chunks of 500 bytes (3 per snapshot, as in
+// ReplicaAssembledFromChunksRestoresALostHost), 8 commits, rank 1's host lost: step 4 restored.
+TEST_F(CheckpointTest, CApiReplicatesInChunks) {
+  for (int run = 0; run < 2; ++run) {
+    if (run == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    comm::InProcessGroup group(kWorld);
+    OnEveryRank(kWorld, [&](int r) {
+      RankJob job;
+      cupcake_checkpoint_options o = {};
+      o.name = name_.c_str();
+      o.replicate = 1;
+      o.replica_chunk_bytes = 500;
+      cupcake_checkpointer* c = nullptr;
+      ASSERT_EQ(internal::CreateCCheckpointer(o, group.Rank(r), &c), CUPCAKE_OK) << cupcake_last_error();
+      ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
+      ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
+      int64_t start = -1;
+      ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
+      if (run == 0) {
+        for (int64_t s = 1; s <= 8; ++s) {
+          ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
+          job.Fill(s, r);
+          ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
+        }
+      } else {
+        EXPECT_EQ(start, 4);
+        EXPECT_TRUE(job.Holds(4, r));
+      }
+      cupcake_checkpointer_destroy(c);
+    });
+  }
 }
 
 }  // namespace

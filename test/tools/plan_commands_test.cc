@@ -10,9 +10,12 @@
 
 #include "commands.h"
 #include "cupcake/planner/planner.h"
+#include "cupcake/planner/replica_schedule.h"
 #include "cupcake/profile/json_io.h"
+#include "cupcake/profile/load.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
 #include "test_files.h"
 
@@ -515,9 +518,9 @@ TEST_F(PlanCommandsTest, CommandLineMessages) {
             "search --help' for its options\n");
   std::tie(code, err) = run({"show"});
   EXPECT_EQ(code, tools::kExitUsage);
-  EXPECT_TRUE(
-      err.starts_with("cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
-                      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json]\n"))
+  EXPECT_TRUE(err.starts_with(
+      "cupcake-plan show: PLAN: missing; expected the plan file (.pb)\n"
+      "usage: cupcake-plan show PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]\n"))
       << err;
 }
 
@@ -767,6 +770,104 @@ TEST_F(PlanCommandsTest, LadderSearchShowSimulateTraceAndDiff) {
             o.output + " is a ladder and " + dir_.File("plan.pb") +
                 " a single plan; expected two plans or two ladders (show --rung RATIO picks a rung)");
   EXPECT_EQ(ReadPlanFile(o.output).status().code(), StatusCode::kInvalidArgument);
+}
+
+// show --profile: the replica schedule (docs/CHECKPOINT.md). The gaps restated from the plan's
+// groups; each chunk checked against the definition on the profile's allreduce curve (W = 8 x 8:
+// a transfer of x bytes is the allreduce of x W / (2 (W - 1)) bytes): it fits its gap and one
+// byte more does not, or it is the whole state.
+TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
+  const SearchOptions o = Search("topk", "plan.pb");
+  RunOk(o);
+  const pb::Plan plan = *ReadPlanFile(o.output);
+  ShowOptions show{o.output, tools::OutputFormat::kJson};
+  show.profile = profile_;
+  std::ostringstream json;
+  ASSERT_TRUE(RunShow(show, json).ok());
+  const auto j = nlohmann::json::parse(json.str());
+  ASSERT_TRUE(j.contains("replica_schedule")) << json.str();
+  const auto& s = j["replica_schedule"];
+  int64_t elements = 0;
+  for (const auto& t : plan.model().model().tensors()) elements += t.numel();
+  EXPECT_EQ(s["state_bytes"], 4 * elements);
+  // Gaps: before the first block, between blocks that do not touch, after the last.
+  const double forward = plan.model().model().forward_us();
+  std::vector<std::pair<double, double>> want;
+  double until = 0;
+  for (const pb::Group& g : plan.groups()) {
+    if (forward + g.comm_start_us() > until) want.emplace_back(until, forward + g.comm_start_us());
+    until = forward + g.comm_end_us();
+  }
+  if (plan.predicted().iteration_us() > until) want.emplace_back(until, plan.predicted().iteration_us());
+  ASSERT_EQ(s["gaps"].size(), want.size());
+  const pb::Profile profile = *profile::LoadProfileFile(profile_);
+  const pb::Curve* allreduce = nullptr;
+  for (const pb::Curve& c : profile.curves())
+    if (c.kind() == pb::COMM && c.comm_op() == pb::ALLREDUCE && c.scope() == pb::GLOBAL && !c.busy() &&
+        c.dtype() != pb::FLOAT16)
+      allreduce = &c;
+  ASSERT_NE(allreduce, nullptr);
+  const planner::Curve curve(*allreduce);
+  const double w = plan.world_size();
+  auto transfer_us = [&](double x) { return curve.At(x * w / (2 * (w - 1))); };
+  int64_t per_iteration = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE("gap " + std::to_string(i));
+    const auto& g = s["gaps"][i];
+    EXPECT_DOUBLE_EQ(g["start_us"].get<double>(), want[i].first);
+    EXPECT_DOUBLE_EQ(g["end_us"].get<double>(), want[i].second);
+    const int64_t chunk = g["chunk_bytes"];
+    const double idle = want[i].second - want[i].first;
+    if (chunk > 0) EXPECT_LE(transfer_us(static_cast<double>(chunk)), idle * (1 + 1e-12));
+    if (chunk < 4 * elements) EXPECT_GT(transfer_us(static_cast<double>(chunk + 1)), idle * (1 - 1e-12));
+    per_iteration += chunk;
+  }
+  EXPECT_EQ(s["bytes_per_iteration"], per_iteration);
+  ASSERT_GT(per_iteration, 0);
+  EXPECT_EQ(s["iterations"], (4 * elements + per_iteration - 1) / per_iteration);
+  EXPECT_EQ(s["commit_chunk_bytes"], s["gaps"][0]["chunk_bytes"]);  // the first block starts after 0
+  // The text names the profile and the iterations.
+  show.format = tools::OutputFormat::kText;
+  std::ostringstream text;
+  ASSERT_TRUE(RunShow(show, text).ok());
+  EXPECT_NE(text.str().find("\nreplica     a replica of "), std::string::npos) << text.str();
+  EXPECT_NE(text.str().find("a full replica in " + std::to_string(s["iterations"].get<int64_t>()) + " iterations\n"),
+            std::string::npos)
+      << text.str();
+  // Without --profile: no schedule.
+  std::ostringstream plain;
+  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, plain).ok());
+  EXPECT_EQ(plain.str().find("replica"), std::string::npos);
+}
+
+TEST_F(PlanCommandsTest, ShowScheduleErrorsNameTheirCause) {
+  const SearchOptions o = Search("topk", "plan.pb");
+  RunOk(o);
+  auto run = [&](std::vector<std::string> args) {
+    std::ostringstream out, err;
+    const int code = tools::Dispatch(kTool, Commands(), args, out, err);
+    return std::pair{code, err.str().substr(0, err.str().find('\n'))};
+  };
+  using P = std::pair<int, std::string>;
+  EXPECT_EQ(
+      run({"show", o.output, "--state-bytes", "100"}),
+      P(tools::kExitUsage, "cupcake-plan show: --state-bytes: sizes the replica schedule; expected --profile too"));
+  EXPECT_EQ(run({"show", o.output, "--profile", profile_, "--state-bytes", "0"}),
+            P(tools::kExitUsage, "cupcake-plan show: --state-bytes: out of range; got 0, expected > 0"));
+  // A profile without the allreduce curve.
+  const pb::Profile profile = *profile::LoadProfileFile(profile_);
+  pb::Profile bare = profile;
+  bare.clear_curves();
+  for (const pb::Curve& c : profile.curves())
+    if (CurveKey(c) != "comm allreduce global") *bare.add_curves() = c;
+  ASSERT_LT(bare.curves_size(), profile.curves_size());
+  const std::string path = Write("bare.json", profile::ProfileToJson(bare));
+  ShowOptions show{o.output, tools::OutputFormat::kText};
+  show.profile = path;
+  std::ostringstream out;
+  const Status s = RunShow(show, out);
+  EXPECT_EQ(s.message(), path + ": profile " + profile.cluster().name() +
+                             ": curves: no \"comm allreduce global\" curve; expected one to price replica chunks");
 }
 
 TEST_F(PlanCommandsTest, LadderFlagsAreUsageErrors) {

@@ -47,6 +47,10 @@ struct ShowOptions {
   std::string plan;
   tools::OutputFormat format = tools::OutputFormat::kText;
   std::optional<double> rung;  // a ladder's rung; unset: the whole ladder
+  // With a profile: the replica schedule (planner::ScheduleReplica) priced by its allreduce curve,
+  // for a replica of `state_bytes` (0: the residual's size, 4 bytes per parameter).
+  std::string profile;
+  int64_t state_bytes = 0;
 };
 Status RunShow(const ShowOptions& options, std::ostream& out);
 int ShowMain(tools::Invocation& inv);

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cupcake/planner/replica_schedule.h"
+#include "cupcake/profile/load.h"
+#include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
@@ -45,6 +48,58 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
   // The tensor and option columns read left to right.
   internal::PrintTable(
       rows, [&](size_t c) { return c == 1 || (options && c == 2); }, out);
+}
+
+// The residual's size: 4 bytes (a float of error-feedback memory) per parameter.
+int64_t ResidualBytes(const pb::Plan& plan) {
+  int64_t elements = 0;
+  for (const pb::Tensor& t : plan.model().model().tensors()) elements += t.numel();
+  return 4 * elements;
+}
+
+std::string Iterations(int64_t n) { return n > 0 ? std::to_string(n) : "never (no gap fits a transfer)"; }
+
+// The replica schedule's summary and its gaps (docs/CHECKPOINT.md, "Idle gaps").
+void ScheduleText(const planner::ReplicaSchedule& s, const std::string& profile, bool plans_profile,
+                  std::ostream& out) {
+  out << "replica     a replica of " << tools::HumanBytes(s.state_bytes) << " in the idle network gaps, priced by "
+      << profile << "'s comm allreduce global curve"
+      << (plans_profile ? "" : " (not the profile the plan was made with)") << ":\n";
+  out << "            every gap: " << internal::Ms(s.idle_us) << " ms idle per iteration in " << s.gaps.size()
+      << " gaps, chunks of " << tools::HumanBytes(s.bytes_per_iteration) << " per iteration, a full replica in "
+      << Iterations(s.iterations) << " iterations\n";
+  out << "            the runtime (one chunk per commit, before the first collective): "
+      << tools::HumanBytes(s.commit_chunk_bytes) << " (replica_chunk_bytes " << s.commit_chunk_bytes
+      << "), a full replica in " << Iterations(s.commit_iterations) << " iterations\n";
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"gap", "after group", "ms", "idle ms", "chunk", "chunk bytes"});
+  for (size_t i = 0; i < s.gaps.size(); ++i) {
+    const planner::IdleGap& g = s.gaps[i];
+    rows.push_back({std::to_string(i), g.after_group < 0 ? "-" : std::to_string(g.after_group),
+                    Span(g.start_us, g.end_us), internal::Ms(g.end_us - g.start_us), tools::HumanBytes(g.chunk_bytes),
+                    std::to_string(g.chunk_bytes)});
+  }
+  out << "idle gaps (times in ms from the start of forward):\n";
+  internal::PrintTable(
+      rows, [](size_t) { return false; }, out);
+}
+
+nlohmann::ordered_json ScheduleJson(const planner::ReplicaSchedule& s, const std::string& profile) {
+  nlohmann::ordered_json j;
+  j["profile"] = profile;
+  j["state_bytes"] = s.state_bytes;
+  j["idle_us"] = s.idle_us;
+  j["bytes_per_iteration"] = s.bytes_per_iteration;
+  j["iterations"] = s.iterations;
+  j["commit_chunk_bytes"] = s.commit_chunk_bytes;
+  j["commit_iterations"] = s.commit_iterations;
+  j["gaps"] = nlohmann::ordered_json::array();
+  for (const planner::IdleGap& g : s.gaps)
+    j["gaps"].push_back({{"start_us", g.start_us},
+                         {"end_us", g.end_us},
+                         {"after_group", g.after_group},
+                         {"chunk_bytes", g.chunk_bytes}});
+  return j;
 }
 
 void LadderText(const std::string& path, const pb::Ladder& ladder, std::ostream& out) {
@@ -102,12 +157,29 @@ nlohmann::ordered_json SummaryFirst(const std::string& proto_json) {
 
 Status RunShow(const ShowOptions& options, std::ostream& out) {
   CUPCAKE_ASSIGN_OR_RETURN(Plans plans, ReadPlansFile(options.plan));
+  if (!options.profile.empty() && !plans.single && !options.rung)
+    return InvalidArgumentError("--profile: " + options.plan +
+                                ": a ladder; expected a plan, or --rung RATIO to schedule one rung's replica");
   if (plans.single || options.rung) {
     CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, internal::SelectPlan(plans, options.plan, options.rung));
-    if (options.format == tools::OutputFormat::kJson)
-      out << SummaryFirst(PlanToJson(plan)).dump(1) << "\n";
-    else
+    std::optional<planner::ReplicaSchedule> schedule;
+    bool plans_profile = true;
+    if (!options.profile.empty()) {
+      CUPCAKE_ASSIGN_OR_RETURN(pb::Profile profile, profile::LoadProfileFile(options.profile));
+      StatusOr<planner::Curve> transfer = planner::TransferCurve(profile, plan.world_size());
+      if (!transfer.ok()) return transfer.status().WithPrefix(options.profile);
+      plans_profile = ProfileFingerprint(profile) == plan.profile_fingerprint();
+      schedule = planner::ScheduleReplica(plan, *transfer,
+                                          options.state_bytes > 0 ? options.state_bytes : ResidualBytes(plan));
+    }
+    if (options.format == tools::OutputFormat::kJson) {
+      nlohmann::ordered_json j = SummaryFirst(PlanToJson(plan));
+      if (schedule) j["replica_schedule"] = ScheduleJson(*schedule, options.profile);
+      out << j.dump(1) << "\n";
+    } else {
       Text(options.plan, plan, out);
+      if (schedule) ScheduleText(*schedule, options.profile, plans_profile, out);
+    }
     return Status::Ok();
   }
   if (options.format == tools::OutputFormat::kJson) {
@@ -128,15 +200,26 @@ int ShowMain(tools::Invocation& inv) {
   std::string format;
   po::options_description flags("options");
   flags.add_options()("plan", po::value(&options.plan)->required(), "the plan file (.pb)")(
-      "format", po::value(&format)->default_value("text"), "text (summary and groups) or json (every field)");
+      "format", po::value(&format)->default_value("text"), "text (summary and groups) or json (every field)")(
+      "profile", po::value(&options.profile),
+      "also print the replica schedule: the plan's idle network gaps and the checkpoint chunks that fit them, "
+      "priced by this profile's allreduce curve (docs/CHECKPOINT.md)")(
+      "state-bytes", po::value(&options.state_bytes),
+      "with --profile: the replica's size in bytes (default: the residual's, 4 per parameter)");
   double rung = 0;
   internal::AddRungFlag(flags, &rung);
   po::positional_options_description positional;
   positional.add("plan", 1);
   po::variables_map vm;
-  if (auto code = tools::ParseFlags(inv, flags, positional, "PLAN.pb [--rung RATIO] [--format text|json]", vm))
+  if (auto code = tools::ParseFlags(inv, flags, positional,
+                                    "PLAN.pb [--rung RATIO] [--format text|json] [--profile P [--state-bytes N]]", vm))
     return *code;
   if (vm.count("rung") != 0) options.rung = rung;
+  if (vm.count("state-bytes") != 0 && options.state_bytes <= 0)
+    return tools::UsageError(
+        inv, "--state-bytes: out of range; got " + std::to_string(options.state_bytes) + ", expected > 0");
+  if (vm.count("state-bytes") != 0 && options.profile.empty())
+    return tools::UsageError(inv, "--state-bytes: sizes the replica schedule; expected --profile too");
   auto f = tools::ParseOutputFormat("--format", format);
   if (!f.ok()) return tools::UsageError(inv, f.status().message());
   options.format = *f;

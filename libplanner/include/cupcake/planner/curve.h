@@ -41,6 +41,8 @@ class Curve {
   bool empty() const { return sizes_.empty(); }
   // The largest measured size (0 for the zero curve): beyond it, At() extrapolates.
   double last_size() const { return sizes_.empty() ? 0.0 : sizes_.back(); }
+  // The measured sizes, increasing: At() is linear between two of them (and beyond the last).
+  const std::vector<double>& sizes() const { return sizes_; }
 
  private:
   friend class CurveCursor;

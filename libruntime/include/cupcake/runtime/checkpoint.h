@@ -5,11 +5,14 @@
 // Session, whose per-element compressor state (error-feedback memory and momentum, ReadState) is
 // this rank's own: in data parallelism everything else is the same on every rank, the residuals
 // are not. After each optimizer step the job calls Commit(step):
-//   1. waits for the previous snapshot's copy if it is still running (the only wait of a step);
+//   1. waits for the previous snapshot's copy and exchange if still running (the only wait of a
+//      step);
 //   2. a tiny collective (an allgather of two int64 per rank): the ranks commit the same step,
 //      and agreed_step() becomes the newest step every rank has completed;
-//   3. copies the spans marked kAtCommit (and the session's state) into memory it owns;
-//   4. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
+//   3. with `replicate`, starts this commit's replica exchange on a thread of its own (the next
+//      chunk of this rank's stream to the ranks that keep its replicas, options below);
+//   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
+//   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
 //      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
 //      and flips the slot's header to valid; every `persist_every` steps it also writes the
 //      snapshot to `persist_dir` (temporary file, fsync, rename, fsync of the directory).
@@ -19,10 +22,11 @@
 //
 // Restore() after a restart (same world, same name, same spans registered): every rank lists the
 // snapshots it holds (valid shared-memory slots whose checksum matches, then persisted files that
-// verify, and with `replicate` its predecessor's), the ranks agree on the newest step all of them
-// hold (themselves, or their successor for them, whose replica is then sent), and each rank copies
-// its snapshot of that step into the registered spans (and the session's state), after checking the
-// snapshot's rank, world size and every entry's name and size against the job. Find() and Apply()
+// verify, and with `replicate` the replicas it keeps for others), the ranks agree on the newest
+// step all of them hold (themselves, or a rank that keeps their replicas, which then sends it),
+// and each rank copies its snapshot of that step into the registered spans (and the session's
+// state), after checking the snapshot's rank, world size and every entry's name and size against
+// the job. Find() and Apply()
 // are its two halves, for a job that must see the snapshot's metadata (e.g. the shapes of an
 // optimizer's state) before it can register the spans to restore into.
 //
@@ -31,16 +35,18 @@
 // the job must not write the spans registered kInBackground; spans written during the step
 // itself (batch-norm statistics in forward) are registered kAtCommit.
 //
-// Ownership: owns its segment mapping, its background thread and the copies of kAtCommit spans;
+// Ownership: owns its segment mappings, its background threads and the copies of kAtCommit spans;
 // does not own the spans, the communicator or the session, which must outlive it. Segments
 // outlive the process on purpose; RemoveSegment deletes one.
-// Thread-safety: one thread at a time (the training loop); the copy thread is its own. Commit,
+// Thread-safety: one thread at a time (the training loop); the copy and exchange threads are its own. Commit,
 // Restore, Find and Apply are collective over the communicator passed in; Create is not.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +57,8 @@
 
 namespace cupcake::runtime {
 
+class NetworkGate;
+
 struct CheckpointOptions {
   // Names the segments (/dev/shm/cupcake-<name>-<rank>) and files (<name>-<rank>-<step>.ckpt):
   // letters, digits, '.', '_' and '-', at most 100 characters. A restarted job passes the same.
@@ -59,13 +67,64 @@ struct CheckpointOptions {
   std::string persist_dir;
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
-  // Gemini's replicas in a ring (groups of two): each copy thread also sends its snapshot to the
-  // next rank, which keeps it in /dev/shm/cupcake-<name>-<rank>-replica (two slots), and a
-  // restore on a rank whose host lost its memory takes its snapshot from there. The whole
-  // snapshot travels, right after the local copy (not yet in the plan's idle network gaps).
-  // Needs at least 2 ranks; every rank passes the same value.
+  // Gemini's replicas: the job's hosts (comm::DiscoverTopology) in groups of
+  // `replica_group_hosts` that back each other up; each rank streams a snapshot to a rank on each
+  // other host of its group (on one host: to the next ranks), which keeps it in
+  // /dev/shm/cupcake-<name>-<holder>-replica-<rank> (two slots), and a restore on a rank whose
+  // host lost its memory takes its snapshot from there (docs/CHECKPOINT.md, "Replicas").
+  // A stream freezes the rank's newest complete snapshot into
+  // /dev/shm/cupcake-<name>-<rank>-outgoing (two slots; a restore candidate like the own
+  // segment's) and sends it in chunks, one per Commit, right after the Commit's agreement: in the
+  // network's idle gap between the iteration's last collective and the next iteration's first.
+  // A replica is complete (a restore candidate) once its last chunk arrived and its checksum
+  // matches the sender's; then, when every rank's stream has ended, the next Commit starts new
+  // ones, all ranks on the same step. Needs at least 2 ranks; every rank passes the same values.
   bool replicate = false;
+  // The bytes per chunk (cupcake-plan show --profile prints the chunk that fits the plan's idle
+  // gap after Commit); 0: the whole snapshot in one chunk. >= 0.
+  int64_t replica_chunk_bytes = 0;
+  // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
+  int replica_group_hosts = 2;
+  // Shared with the communicator of the job's Session (GateCommunicator), so that the session's
+  // collectives wait while a chunk is on the network and chunks never overlap them; nullptr:
+  // chunks are not coordinated with the session.
+  std::shared_ptr<NetworkGate> gate;
 };
+
+// NetworkGate: one rank's network shared by its training collectives and its checkpoint
+// transfers (Gemini's traffic scheduling, docs/CHECKPOINT.md). A transfer (a Commit's replica
+// exchange: the chunks' sizes, then the chunks) begins without waiting, in Commit, when the
+// session has no collective in flight (the job commits after Synchronize), and ends on the
+// exchange thread. A collective entering the gate waits until the transfer in flight, if any,
+// has ended. Transfers are collectives of their
+// own among the ranks' checkpointers, started at the same Commit on every rank, so no rank's
+// transfer waits for a training collective and the two cannot deadlock.
+// Thread-safety: every member from any thread.
+class NetworkGate {
+ public:
+  void BeginTransfer();
+  void EndTransfer();
+  void EnterCollective();
+  void LeaveCollective();
+  // Transfers started; collectives that waited for a transfer; transfers started while a
+  // collective was in flight (0 when the session's communicator is gated and commits follow
+  // the session's Synchronize).
+  int64_t transfers() const;
+  int64_t collectives_waited() const;
+  int64_t transfers_during_collectives() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  int transfers_in_flight_ = 0, collectives_in_flight_ = 0;
+  int64_t transfers_ = 0, waited_ = 0, overlapping_ = 0;
+};
+
+// `inner` (host memory) behind `gate`: each collective (and each communicator Split off it)
+// enters the gate first and leaves it when it returns. For the Session's communicator:
+// Session::Create(plan, GateCommunicator(gate, std::move(comm))). Abort passes straight through.
+std::unique_ptr<comm::Communicator> GateCommunicator(std::shared_ptr<NetworkGate> gate,
+                                                     std::unique_ptr<comm::Communicator> inner);
 
 // When a span is copied: kInBackground during the next iteration (the job leaves it alone until
 // WaitForCopy), kAtCommit inside Commit (for memory the next iteration writes before its
@@ -140,9 +199,14 @@ class Checkpointer {
   // The shared-memory name of rank `rank`'s segment ("/cupcake-<name>-<rank>") and its path
   // under /dev/shm on Linux.
   static std::string SegmentName(const std::string& name, int rank);
-  // The segment in which rank `rank` keeps its predecessor's snapshots (replicate).
+  // The prefix of the segments in which rank `rank` keeps other ranks' snapshots (replicate).
   static std::string ReplicaSegmentName(const std::string& name, int rank);
-  // Deletes rank `rank`'s segments, its own and its replicas (shm_unlink); Ok when there are none.
+  // The segment in which rank `rank` keeps rank `source`'s snapshots: the prefix, "-<source>".
+  static std::string ReplicaOfSegmentName(const std::string& name, int rank, int source);
+  // The segment in which rank `rank` keeps the snapshots it streams to its successor (replicate).
+  static std::string OutgoingSegmentName(const std::string& name, int rank);
+  // Deletes rank `rank`'s segments, its own, its outgoing and its replicas (shm_unlink); Ok when
+  // there are none.
   static Status RemoveSegment(const std::string& name, int rank);
 
   class Impl;

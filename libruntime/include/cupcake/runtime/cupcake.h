@@ -184,7 +184,9 @@ typedef struct cupcake_checkpoint_options {
   const char* persist_dir;  /* NULL or "": no persisted snapshots */
   int persist_every;  /* persist every this many steps; 0: never */
   const void* mpi_comm;  /* points to the job's MPI_Comm (duplicated); NULL: MPI_COMM_WORLD */
-  int replicate;  /* non-zero: each rank also keeps the previous rank's snapshots (a ring; >= 2 ranks) */
+  int replicate;  /* non-zero: each rank's snapshots also go to ranks on other hosts (>= 2 ranks) */
+  int64_t replica_chunk_bytes;  /* replicas sent in chunks of this size, one per commit; 0: whole */
+  int replica_group_hosts;  /* hosts per group that back each other up (Gemini's m); 0: 2 */
 } cupcake_checkpoint_options;
 int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupcake_checkpointer** out);
 /* The next entry: `bytes` bytes of host memory at `data`. at_commit non-zero: copied inside
