@@ -643,8 +643,9 @@ class Checkpointer:
     DistributedOptimizer its session's error-feedback memory and momentum (this rank's own).
     It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
     `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
-    segment survives). replicate=True: each rank also keeps the previous rank's snapshot (Gemini's
-    replicas, a ring), so a rank whose host lost its memory restores from its successor's copy.
+    segment survives). replicate=True: each rank's snapshot is also kept by a rank on another host
+    (Gemini's replicas: hosts in groups that back each other up; one host alone: the next rank),
+    so a rank whose host lost its memory restores from that copy (docs/CHECKPOINT.md).
     restore() puts back the newest step every rank holds, bit for bit.
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this

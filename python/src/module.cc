@@ -634,7 +634,9 @@ void BindCheckpointer(py::module_& m) {
       .def_property_readonly("closed", &PyCheckpointer::closed)
       .def_static("segment_name", &runtime::Checkpointer::SegmentName, py::arg("name"), py::arg("rank"))
       .def_static("replica_segment_name", &runtime::Checkpointer::ReplicaSegmentName, py::arg("name"),
-                  py::arg("rank"))
+                  py::arg("rank"),
+                  "The prefix of the segments in which rank `rank` keeps other ranks' snapshots (replicate=True); "
+                  "each is the prefix followed by the source rank.")
       .def_static(
           "remove_segment",
           [](const std::string& name, int rank) { Check(runtime::Checkpointer::RemoveSegment(name, rank)); },
