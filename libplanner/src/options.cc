@@ -108,6 +108,13 @@ std::string Duplicate(const SchemeInfo& s, const CompressorInfo& compressor) {
 
 }  // namespace
 
+std::vector<std::string> OptionProblem::DroppedReasons(const std::string& scheme) const {
+  std::vector<std::string> out;
+  for (const std::string& d : dropped)
+    if (d.rfind(scheme + " ", 0) == 0 || d.rfind(scheme + ":", 0) == 0) out.push_back(d);
+  return out;
+}
+
 std::string Option::Name() const {
   return std::string(scheme->name) + " " + std::string(cupcake::Name(device)) + (offload ? " (offloaded)" : "");
 }
@@ -188,8 +195,7 @@ StatusOr<OptionProblem> MakeOptionProblem(const pb::Model& model, const pb::Prof
   for (const std::string& name : request.schemes) {
     if (std::any_of(p.options.begin(), p.options.end(), [&](const Option& o) { return o.scheme->name == name; }))
       continue;
-    for (const std::string& d : p.dropped)
-      if (d.rfind(name + " ", 0) == 0 || d.rfind(name + ":", 0) == 0) refused += "\n  " + d;
+    for (const std::string& d : p.DroppedReasons(name)) refused += "\n  " + d;
     if (const SchemeInfo* s = FindScheme(name); s != nullptr && !Duplicate(*s, *b.compressor).empty())
       refused += "\n  " + name + ": " + Duplicate(*s, *b.compressor);
   }

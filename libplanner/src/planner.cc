@@ -324,8 +324,7 @@ StatusOr<Timeline> Simulate(const pb::Plan& plan, const pb::Model& model, const 
     const int o = FindOption(problem, scheme, g.options().device());
     if (o < 0) {
       std::string why;
-      for (const std::string& d : problem.dropped)
-        if (d.rfind(scheme + " ", 0) == 0 || d.rfind(scheme + ":", 0) == 0) why += "; " + d;
+      for (const std::string& d : problem.DroppedReasons(scheme)) why += "; " + d;
       return FailedPreconditionError("profile " + profile.cluster().name() + ": groups[" + std::to_string(k) +
                                      "]: option " + scheme + " on " + std::string(Name(g.options().device())) +
                                      " cannot be priced on this profile" + why);

@@ -72,6 +72,8 @@ struct OptionProblem {
   int size() const { return base.size(); }
   RankLayout ranks() const { return {base.world_size, devices_per_node}; }
   int option_count() const { return static_cast<int>(options.size()); }
+  // The entries of `dropped` that name `scheme` (on any device): why it is not offered.
+  std::vector<std::string> DroppedReasons(const std::string& scheme) const;
 };
 
 // Resolves the options of Schemes() on the plan's device (and, for a GPU plan, offloaded to the
