@@ -216,7 +216,7 @@ def zen_eight_ranks(src):
             zen, zlo, zhi = float(f[7]), *map(float, f[8].split("-"))
             ag, alo, ahi = float(f[9]), *map(float, f[10].split("-"))
             parts.append(f"{f[2]} {ag / zen:.2f}x")
-            spreads.append(f"{f[2]} " + ("apart" if zhi < alo else "overlapping (within noise)"))
+            spreads.append(f"{f[2]} " + ("apart" if zhi < alo or ahi < zlo else "overlapping (within noise)"))
     return ", ".join(parts), "p10-p90 " + ", ".join(spreads)
 
 
