@@ -54,6 +54,33 @@ struct RankJob {
   }
 };
 
+// One rank's job through the C API: the checkpointer of `o` over `comm`, RankJob's three entries,
+// restore. Run 0 starts fresh (step 0) and commits steps 1..`steps`; a later run resumes at
+// `resumed` holding that step's values.
+void RunCJob(const cupcake_checkpoint_options& o, std::unique_ptr<comm::Communicator> comm, int r, int run,
+             int64_t steps, int64_t resumed) {
+  RankJob job;
+  cupcake_checkpointer* c = nullptr;
+  ASSERT_EQ(internal::CreateCCheckpointer(o, std::move(comm), &c), CUPCAKE_OK) << cupcake_last_error();
+  ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
+  int64_t start = -1;
+  ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
+  if (run == 0) {
+    EXPECT_EQ(start, 0);
+    for (int64_t s = 1; s <= steps; ++s) {
+      ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
+      job.Fill(s, r);
+      ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
+    }
+  } else {
+    EXPECT_EQ(start, resumed);
+    EXPECT_TRUE(job.Holds(resumed, r));
+  }
+  cupcake_checkpointer_destroy(c);
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -827,28 +854,9 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
   for (int run = 0; run < 2; ++run) {
     comm::InProcessGroup group(kWorld);
     OnEveryRank(kWorld, [&](int r) {
-      RankJob job;
       cupcake_checkpoint_options o = {};
       o.name = name_.c_str();
-      cupcake_checkpointer* c = nullptr;
-      ASSERT_EQ(internal::CreateCCheckpointer(o, group.Rank(r), &c), CUPCAKE_OK) << cupcake_last_error();
-      ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
-      ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
-      ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
-      int64_t start = -1;
-      ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
-      if (run == 0) {
-        EXPECT_EQ(start, 0);
-        for (int64_t s = 1; s <= 3; ++s) {
-          ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
-          job.Fill(s, r);
-          ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
-        }
-      } else {
-        EXPECT_EQ(start, 3);
-        EXPECT_TRUE(job.Holds(3, r));
-      }
-      cupcake_checkpointer_destroy(c);
+      RunCJob(o, group.Rank(r), r, run, 3, 3);
     });
   }
   EXPECT_EQ(cupcake_checkpointer_commit(nullptr, 1), CUPCAKE_INVALID_ARGUMENT);
@@ -881,29 +889,11 @@ TEST_F(CheckpointTest, CApiReplicatesInChunks) {
     if (run == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
     comm::InProcessGroup group(kWorld);
     OnEveryRank(kWorld, [&](int r) {
-      RankJob job;
       cupcake_checkpoint_options o = {};
       o.name = name_.c_str();
       o.replicate = 1;
       o.replica_chunk_bytes = 500;
-      cupcake_checkpointer* c = nullptr;
-      ASSERT_EQ(internal::CreateCCheckpointer(o, group.Rank(r), &c), CUPCAKE_OK) << cupcake_last_error();
-      ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
-      ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
-      ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
-      int64_t start = -1;
-      ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
-      if (run == 0) {
-        for (int64_t s = 1; s <= 8; ++s) {
-          ASSERT_EQ(cupcake_checkpointer_wait(c), CUPCAKE_OK);
-          job.Fill(s, r);
-          ASSERT_EQ(cupcake_checkpointer_commit(c, s), CUPCAKE_OK) << cupcake_last_error();
-        }
-      } else {
-        EXPECT_EQ(start, 4);
-        EXPECT_TRUE(job.Holds(4, r));
-      }
-      cupcake_checkpointer_destroy(c);
+      RunCJob(o, group.Rank(r), r, run, 8, 4);
     });
   }
 }
