@@ -240,6 +240,17 @@ Status InsertPoints(sqlite3* db, const std::string& path, int64_t curve_id, cons
   return Status::Ok();
 }
 
+Status WriteClusterMeta(sqlite3* db, const std::string& path, const std::map<std::string, std::string>& entries) {
+  Statement meta(db, path);
+  CUPCAKE_RETURN_IF_ERROR(meta.Prepare("INSERT OR REPLACE INTO cluster_meta (key, value) VALUES (?1, ?2)"));
+  for (const auto& [k, v] : entries) {
+    CUPCAKE_RETURN_IF_ERROR(meta.Reset());
+    meta.Bind(1, k).Bind(2, v);
+    CUPCAKE_RETURN_IF_ERROR(meta.Run());
+  }
+  return Status::Ok();
+}
+
 Status WriteCluster(sqlite3* db, const std::string& path, const pb::Cluster& c, bool clear_meta) {
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(st.Prepare(
@@ -250,15 +261,7 @@ Status WriteCluster(sqlite3* db, const std::string& path, const pb::Cluster& c, 
   st.BindOpt(6, c.has_network(), c.network()).BindOpt(7, c.has_source(), c.source());
   CUPCAKE_RETURN_IF_ERROR(st.Run());
   if (clear_meta) CUPCAKE_RETURN_IF_ERROR(internal::Exec(db, path, "DELETE FROM cluster_meta"));
-  Statement meta(db, path);
-  CUPCAKE_RETURN_IF_ERROR(meta.Prepare("INSERT OR REPLACE INTO cluster_meta (key, value) VALUES (?1, ?2)"));
-  std::map<std::string, std::string> sorted(c.meta().begin(), c.meta().end());
-  for (const auto& [k, v] : sorted) {
-    CUPCAKE_RETURN_IF_ERROR(meta.Reset());
-    meta.Bind(1, k).Bind(2, v);
-    CUPCAKE_RETURN_IF_ERROR(meta.Run());
-  }
-  return Status::Ok();
+  return WriteClusterMeta(db, path, std::map<std::string, std::string>(c.meta().begin(), c.meta().end()));
 }
 
 StatusOr<std::optional<pb::Cluster>> ReadCluster(sqlite3* db, const std::string& path) {
@@ -868,6 +871,15 @@ Status ProfileStore::AddPoint(const pb::Curve& key_and_metadata, int64_t size, d
                                                 : "INSERT INTO points (curve_id, size, us) VALUES (?1, ?2, ?3)"));
   write.Bind(1, curve_id).Bind(2, size).Bind(3, us);
   CUPCAKE_RETURN_IF_ERROR(write.Run());
+  return tx.Commit();
+}
+
+Status ProfileStore::SetClusterMeta(const std::map<std::string, std::string>& entries) {
+  Transaction tx(db_, path_);
+  CUPCAKE_RETURN_IF_ERROR(BeginWrite(tx, path_, busy_timeout_ms_));
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<pb::Cluster> cluster, ReadCluster(db_, path_));
+  if (!cluster) return NoProfileYet(path_);
+  CUPCAKE_RETURN_IF_ERROR(WriteClusterMeta(db_, path_, entries));
   return tx.Commit();
 }
 

@@ -190,6 +190,25 @@ TEST_F(ProfileStoreTest, SameClusterMergesNewCurvesAndRefusesPresentOnes) {
   EXPECT_TRUE(MessageDifferencer::Equals(Load(store), more));
 }
 
+// The profiler records what it measured after a sweep (comm.load) into the cluster's meta: the
+// entries given are set, the others keep their values; a DB without a profile refuses.
+TEST_F(ProfileStoreTest, SetClusterMetaSetsEntriesAndKeepsTheOthers) {
+  ProfileStore store = OpenStore();
+  EXPECT_EQ(store.SetClusterMeta({{"comm.load", "x"}}).code(), StatusCode::kFailedPrecondition);
+  pb::Profile profile = SmallProfile("a");
+  (*profile.mutable_cluster()->mutable_meta())["comm.date"] = "d";
+  (*profile.mutable_cluster()->mutable_meta())["comm.load"] = "old";
+  ASSERT_TRUE(store.ImportProfile(profile, false).ok());
+  ASSERT_TRUE(store.SetClusterMeta({{"comm.load", "other work 0.10 of 2 cores"}, {"kernels.load", "k"}}).ok());
+  ProfileStore reopened = OpenStore(false);
+  const pb::Profile loaded = Load(reopened);
+  const auto& meta = loaded.cluster().meta();
+  EXPECT_EQ(meta.size(), profile.cluster().meta().size() + 1);  // kernels.load added
+  EXPECT_EQ(meta.at("comm.date"), "d");
+  EXPECT_EQ(meta.at("comm.load"), "other work 0.10 of 2 cores");
+  EXPECT_EQ(meta.at("kernels.load"), "k");
+}
+
 TEST_F(ProfileStoreTest, ModelsNeedAProfileAndAreNotSilentlyReplaced) {
   ProfileStore store = OpenStore();
   Status s = store.ImportModel(ExampleModel("ncf"), false);

@@ -284,20 +284,20 @@ TEST_F(PlanCommandsTest, ABusyProfileIsNamedInTheWarningAndThePlansSource) {
   auto sample = profile::ParseProfileJson(ReadExample("profiles/v100-8x8-pcie-25g.json"), profile_);
   ASSERT_TRUE(sample.ok()) << sample.status().ToString();
   pb::Profile busy = *sample;
-  (*busy.mutable_cluster()->mutable_meta())["comm.load"] = "3.10 on 2 cores";
-  (*busy.mutable_cluster()->mutable_meta())["kernels.load"] = "0.40 on 2 cores";
+  (*busy.mutable_cluster()->mutable_meta())["comm.load"] = "other work 1.60 of 2 cores";
+  (*busy.mutable_cluster()->mutable_meta())["kernels.load"] = "other work 0.20 of 2 cores";
   SearchOptions o = Search("efsignsgd", "busy.pb");
   o.profile = dir_.File("busy.json");
   Write("busy.json", profile::ProfileToJson(busy));
   std::ostringstream out, err;
   ASSERT_TRUE(RunSearch(o, out, err).ok());
   EXPECT_EQ(err.str(), "warning: profile " + o.profile +
-                           ": measured busy (comm at load 3.10 on 2 cores): its times, and predictions from them, "
-                           "carry that load\n");
+                           ": measured busy (comm: other work 1.60 of 2 cores): its times, and predictions from "
+                           "them, carry that load\n");
   EXPECT_EQ(ReadPlanFile(o.output)->profile_source(),
             "alpha-beta model with the constants of the Espresso paper's testbed; not a measurement; measured busy "
-            "(comm at load 3.10 on 2 cores): its times, and predictions from them, carry that load");
-  (*busy.mutable_cluster()->mutable_meta())["comm.load"] = "1.00 on 2 cores";
+            "(comm: other work 1.60 of 2 cores): its times, and predictions from them, carry that load");
+  (*busy.mutable_cluster()->mutable_meta())["comm.load"] = "other work 0.50 of 2 cores";
   Write("busy.json", profile::ProfileToJson(busy));
   RunOk(o);
   EXPECT_EQ(ReadPlanFile(o.output)->profile_source(),

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "commands.h"
+#include "profiling.h"
 #include "cupcake/profile/activity.h"
 #include "cupcake/profile/kernel_sweep.h"
 #include "cupcake/profile/store.h"
@@ -30,6 +31,30 @@ KernelsOptions Tiny(const std::string& db) {
   o.compressors = {"fp32", "topk"};
   o.world_size = 2;
   return o;
+}
+
+CpuSample Sample(const char* machine, int pid, double busy_s, double own_s, double wall_s) {
+  CpuSample s;
+  std::strncpy(s.machine, machine, sizeof s.machine - 1);
+  s.pid = pid;
+  s.busy_s = busy_s;
+  s.own_s = own_s;
+  s.wall_s = wall_s;
+  s.valid = 1;
+  s.cores = 2;
+  return s;
+}
+
+// The other work is the busiest machine's busy time less its ranks' own, per second of the
+// longest wall time: machine a (two ranks, two processes) 10 - (4 + 3.5) = 2.5 s over 5.0 s;
+// machine b 3 - 2.9 = 0.1 s over 5 s. Ranks that are threads of one process count its time once;
+// a machine whose ranks used more than its busy time (clock granularity) counts as 0.
+TEST(OtherWork, IsTheBusiestMachinesTimeLessTheSweepsOwn) {
+  EXPECT_DOUBLE_EQ(OtherWorkCores({Sample("a", 1, 10, 4, 4.9), Sample("a", 2, 9.8, 3.5, 5.0),
+                                   Sample("b", 1, 3, 2.9, 5)}),
+                   0.5);
+  EXPECT_DOUBLE_EQ(OtherWorkCores({Sample("a", 7, 6, 4, 4), Sample("a", 7, 6, 4, 4)}), 0.5);
+  EXPECT_DOUBLE_EQ(OtherWorkCores({Sample("a", 1, 4, 4.5, 4)}), 0);
 }
 
 // --max-elements auto: the largest model in the DB as one group, rounded up to a power of two
@@ -107,10 +132,11 @@ TEST(KernelsCommand, SweepsIntoANewDbThenSkipsWhatIsThere) {
   EXPECT_EQ(p->cluster().devices_per_node(), 2);
   EXPECT_EQ(p->curves_size(), 6);
   EXPECT_TRUE(p->cluster().meta().contains("kernels.date"));
-  // The host's load when the sweep started, as plans read it (BusyNote).
+  // The other work on the machine during the sweep, as plans read it (BusyNote).
   ASSERT_TRUE(p->cluster().meta().contains("kernels.load"));
   const std::optional<HostLoad> load = ParseHostLoad(p->cluster().meta().at("kernels.load"));
   ASSERT_TRUE(load.has_value()) << p->cluster().meta().at("kernels.load");
+  EXPECT_FALSE(load->load_average) << p->cluster().meta().at("kernels.load");
   EXPECT_EQ(load->cores, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 

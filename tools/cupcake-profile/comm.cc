@@ -118,7 +118,6 @@ StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, in
                                           {"comm.backend", options.backend},
                                           {"comm.command", options.command},
                                           {"comm.date", UtcNow()}};
-  AddHostLoad(kCommLoadKey, meta);
   return profile::ProfileStore::OpenOrCreate(options.db, lock_ms, [&](profile::ProfileStore& s) {
     return EnsureCluster(s, options.cluster, static_cast<int>(topo.hosts.size()), topo.ranks_per_host, meta,
                          "mpirun -np")
@@ -208,11 +207,14 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (rank == 0 && options.progress) bar.emplace(*options.progress, "comm");
+  const CpuMeter cpu;
   auto report =
       profile::SweepComm(world, *sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
   if (bar) bar->Finish();
   if (!report.ok()) return report.status().message().empty() ? report.status() : report.status().WithPrefix("comm");
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<HostLoad> other, MeasureOtherWork(cpu, &world));
   if (rank != 0) return report->wrong > 0 ? Status(StatusCode::kDataLoss, "") : Status::Ok();
+  if (Status s = RecordOtherWork(*store, kCommLoadKey, other); !s.ok()) return s.WithPrefix("comm: cluster meta");
 
   // 7. Report.
   PrintReport(*report, options, *sweep, world.size(), nodes, library, out);

@@ -161,16 +161,21 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   run.cluster = options.cluster;
   run.world_size = options.world_size;
   run.meta = {{"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
-  AddHostLoad(kKernelsLoadKey, run.meta);
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (options.progress) bar.emplace(*options.progress, "kernels");
   const auto t0 = std::chrono::steady_clock::now();
+  const CpuMeter cpu;
   auto result =
       profile::ProfileKernels(run, gpu.device, gpu.cupti, clock, bar ? bar->Fn() : profile::ProgressFn(), peers);
   if (bar) bar->Finish();
   if (!result.ok()) return result.status();
+  CUPCAKE_ASSIGN_OR_RETURN(std::optional<HostLoad> other, MeasureOtherWork(cpu, peers));
   if (rank != 0) return Status::Ok();
+  {
+    CUPCAKE_ASSIGN_OR_RETURN(profile::ProfileStore store, profile::ProfileStore::Open(run.db, /*create=*/false, *lock));
+    if (Status s = RecordOtherWork(store, kKernelsLoadKey, other); !s.ok()) return s.WithPrefix("kernels: cluster meta");
+  }
   PrintResult(options, run.sweep, gpu, *result,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), out);
   return Status::Ok();

@@ -2,6 +2,7 @@
 
 #include "cupcake/tools/cli.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <map>
 
 #include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
@@ -103,11 +106,93 @@ std::string UtcNow() {
   return buf;
 }
 
-void AddHostLoad(std::string_view key, std::map<std::string, std::string>& meta) {
-  double load1 = 0;
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (getloadavg(&load1, 1) == 1 && cores >= 1)
-    meta[std::string(key)] = FormatHostLoad({load1, static_cast<int>(cores)});
+namespace {
+
+// This machine's busy CPU seconds over every core since boot (/proc/stat's first line: user,
+// nice, system, idle, iowait, irq, softirq, steal; ticks of sysconf(_SC_CLK_TCK)).
+std::optional<double> MachineBusyS() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return std::nullopt;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle, &iowait,
+                            &irq, &softirq, &steal);
+  std::fclose(f);
+  const long tick = sysconf(_SC_CLK_TCK);
+  if (n < 3 || tick <= 0) return std::nullopt;
+  return static_cast<double>(user + nice + system + (n >= 8 ? steal : 0)) / static_cast<double>(tick);
+}
+
+double OwnS() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+CpuSample SampleNow() {
+  CpuSample s;
+  const std::optional<double> busy = MachineBusyS();
+  std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r");
+  const bool id = f != nullptr && std::fgets(s.machine, sizeof s.machine, f) != nullptr;
+  if (f != nullptr) std::fclose(f);
+  s.busy_s = busy.value_or(0);
+  s.own_s = OwnS();
+  s.wall_s = NowS();
+  s.cores = static_cast<int32_t>(sysconf(_SC_NPROCESSORS_ONLN));
+  s.pid = static_cast<int32_t>(getpid());
+  s.valid = busy.has_value() && id && s.cores >= 1 ? 1 : 0;
+  return s;
+}
+
+}  // namespace
+
+CpuMeter::CpuMeter() : start_(SampleNow()) {}
+
+CpuSample CpuMeter::Take() const {
+  CpuSample s = SampleNow();
+  s.valid = s.valid && start_.valid && std::string_view(s.machine) == start_.machine;
+  s.busy_s -= start_.busy_s;
+  s.own_s -= start_.own_s;
+  s.wall_s -= start_.wall_s;
+  return s;
+}
+
+double OtherWorkCores(const std::vector<CpuSample>& samples) {
+  struct Machine {
+    double busy_s = 0, wall_s = 0;
+    std::map<int32_t, double> own_s;  // per process
+  };
+  std::map<std::string, Machine> machines;
+  for (const CpuSample& s : samples) {
+    Machine& m = machines[std::string(s.machine, strnlen(s.machine, sizeof s.machine))];
+    m.busy_s = std::max(m.busy_s, s.busy_s);
+    m.wall_s = std::max(m.wall_s, s.wall_s);
+    m.own_s[s.pid] = std::max(m.own_s[s.pid], s.own_s);
+  }
+  double cores = 0;
+  for (const auto& [id, m] : machines) {
+    double own_s = 0;
+    for (const auto& [pid, s] : m.own_s) own_s += s;
+    if (m.wall_s > 0) cores = std::max(cores, (m.busy_s - own_s) / m.wall_s);
+  }
+  return cores;
+}
+
+StatusOr<std::optional<HostLoad>> MeasureOtherWork(const CpuMeter& meter, comm::Communicator* world) {
+  const CpuSample mine = meter.Take();
+  std::vector<CpuSample> all(world != nullptr ? static_cast<size_t>(world->size()) : 1, mine);
+  if (world != nullptr) CUPCAKE_RETURN_IF_ERROR(world->Allgather(&mine, all.data(), sizeof(CpuSample)));
+  int cores = 0;
+  for (const CpuSample& s : all) {
+    if (!s.valid) return std::optional<HostLoad>();
+    cores = std::max(cores, static_cast<int>(s.cores));
+  }
+  return std::optional<HostLoad>(HostLoad{OtherWorkCores(all), cores});
+}
+
+Status RecordOtherWork(profile::ProfileStore& store, std::string_view key, const std::optional<HostLoad>& load) {
+  if (!load) return Status::Ok();
+  return store.SetClusterMeta({{std::string(key), FormatHostLoad(*load)}});
 }
 
 StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std::string& db, bool bytes,

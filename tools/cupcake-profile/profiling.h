@@ -7,8 +7,10 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cupcake/comm/communicator.h"
+#include "cupcake/proto/host_load.h"
 #include "cupcake/profile/profile_run.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/profile/sweep.h"
@@ -44,10 +46,38 @@ bool StderrIsTerminal();
 
 // The UTC time now, "2024-05-01T12:34:56Z".
 std::string UtcNow();
-// Adds `key` = this host's load now (FormatHostLoad: the 1-minute load average and the cores
-// online) to `meta`, the record that lets plans say a profile was measured busy (BusyNote);
-// nothing when the system does not report a load.
-void AddHostLoad(std::string_view key, std::map<std::string, std::string>& meta);
+
+// CPU time while a sweep runs, for the other work a profile records (FormatHostLoad), from
+// construction to Take(): this machine's busy time (/proc/stat, every core: user, nice, system
+// and steal; irq and softirq are left out, since the sweep's own network traffic is counted
+// there) and this process's own time (getrusage, every thread). `machine` tells machines apart:
+// the kernel's boot id, which the testbed's network namespaces of one host share.
+struct CpuSample {
+  char machine[40] = {};
+  double busy_s = 0, own_s = 0, wall_s = 0;
+  int32_t valid = 0;  // 0: this process could not measure (no /proc/stat or boot id)
+  int32_t cores = 0;  // online
+  int32_t pid = 0;  // ranks in one process (threads) count its own time once
+};
+class CpuMeter {
+ public:
+  CpuMeter();
+  CpuSample Take() const;
+
+ private:
+  CpuSample start_;
+};
+// The other work, in cores, on the busiest machine: per machine, its busy time (the most any of
+// its ranks saw) less the own time of all its processes, over the wall time (the longest); at
+// least 0. Samples must be valid.
+double OtherWorkCores(const std::vector<CpuSample>& samples);
+// Collective over `world` (null: this process alone): the other work since `meter` started as
+// the profile records it (the busiest machine's cores), or nullopt where some rank could not
+// measure.
+StatusOr<std::optional<HostLoad>> MeasureOtherWork(const CpuMeter& meter, comm::Communicator* world);
+// Rank 0, after its sweep: sets `key` = FormatHostLoad(load) in the DB's cluster meta; nothing
+// for nullopt.
+Status RecordOtherWork(profile::ProfileStore& store, std::string_view key, const std::optional<HostLoad>& load);
 
 // `--max-bytes auto` / `--max-elements auto`: the largest model the DB holds, as the size of one
 // group of all its gradients (bytes, or elements), rounded up to a power of two, so that a plan

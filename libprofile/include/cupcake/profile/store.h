@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,9 @@ class ProfileStore {
   // points are ignored. AlreadyExists when the curve has a point at `size`, unless `replace`,
   // which overwrites it; FailedPrecondition when the DB holds no profile (cluster) yet.
   Status AddPoint(const pb::Curve& key_and_metadata, int64_t size, double us, bool replace = false);
+  // Sets entries of the cluster's meta (others keep their values), in one transaction.
+  // FailedPrecondition when the DB holds no profile (cluster) yet.
+  Status SetClusterMeta(const std::map<std::string, std::string>& entries);
   // Updates the metadata (method, warmup, iters, wrong) of an existing curve where given, in
   // one transaction. NotFound when the DB has no such curve.
   Status UpdateCurveMetadata(const pb::Curve& key_and_metadata);
