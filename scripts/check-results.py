@@ -248,38 +248,56 @@ def ddp_lead(src):
 
 # --- Time to accuracy (tta.sh, results.json summary per rate) ---
 
-def tta(src):
+def overlap(arm, base):
+    """Whether two arms' min-max over the seeds are apart."""
+    return "apart" if max(arm) < min(base) or min(arm) > max(base) else "overlapping"
+
+
+def tta(src, directory="tta-2026-11-26", static=("topk-0.1", "topk-0.01")):
+    """The faster static topk arm and GraVAC against DDP fp32: DDP's median time to target over
+    the arm's, per rate."""
     parts, spreads = [], []
     for rate in ("1gbit", "200mbit"):
-        s = src.json(f"bench/results/tta-2026-11-26/{rate}/results.json")["summary"]
+        s = src.json(f"bench/results/{directory}/{rate}/results.json")["summary"]
         base = s["ddp-fp32"]["median_time_to_target_s"]
-        best = max(("topk-0.1", "topk-0.01"), key=lambda a: base / s[a]["median_time_to_target_s"])
+        best = max(static, key=lambda a: base / s[a]["median_time_to_target_s"])
         g = base / s["gravac"]["median_time_to_target_s"]
         t = base / s[best]["median_time_to_target_s"]
         parts.append(f"{rate}: {best} {t:.2f}x, gravac {g:.2f}x")
         ddp = s["ddp-fp32"]["time_to_target_s"]
         def versus(arm):
-            t = s[arm]["time_to_target_s"]
-            return "apart" if max(t) < min(ddp) or min(t) > max(ddp) else "overlapping (within noise)"
+            apart = overlap(s[arm]["time_to_target_s"], ddp)
+            return apart if apart == "apart" else "overlapping (within noise)"
         spreads.append(f"{rate}: {best} {versus(best)}, gravac {versus('gravac')}")
     return "; ".join(parts), "min-max over 3 seeds against DDP fp32's: " + "; ".join(spreads)
 
 
-def tta_powersgd(src):
+def tta_powersgd(src, directory="tta-powersgd-2026-11-26", ranks=(1, 2, 4)):
     """Cupcake's PowerSGD plans (powersgd-K) against DDP's hook at the same rank (ddp-powersgd-K):
     the hook's median time to target over the plan's, per rate and rank."""
     parts, spreads = [], []
     for rate in ("1gbit", "200mbit"):
-        s = src.json(f"bench/results/tta-powersgd-2026-11-26/{rate}/results.json")["summary"]
+        s = src.json(f"bench/results/{directory}/{rate}/results.json")["summary"]
         ratios, apart = [], []
-        for k in (1, 2, 4):
+        for k in ranks:
             hook, plan = s[f"ddp-powersgd-{k}"], s[f"powersgd-{k}"]
             ratios.append(f"rank {k} {hook['median_time_to_target_s'] / plan['median_time_to_target_s']:.2f}x")
-            h, p = hook["time_to_target_s"], plan["time_to_target_s"]
-            apart.append(f"rank {k} " + ("apart" if max(p) < min(h) or min(p) > max(h) else "overlapping"))
+            apart.append(f"rank {k} {overlap(plan['time_to_target_s'], hook['time_to_target_s'])}")
         parts.append(f"{rate}: " + ", ".join(ratios))
         spreads.append(f"{rate}: " + ", ".join(apart))
     return "; ".join(parts), "min-max over 3 seeds against the hook's: " + "; ".join(spreads)
+
+
+def tta_fastest(src, directory):
+    """The arm with the shortest median time to target, against DDP fp32, per rate."""
+    parts, spreads = [], []
+    for rate in ("1gbit", "200mbit"):
+        s = src.json(f"bench/results/{directory}/{rate}/results.json")["summary"]
+        base = s["ddp-fp32"]["median_time_to_target_s"]
+        best = min((a for a in s if s[a].get("median_time_to_target_s")), key=lambda a: s[a]["median_time_to_target_s"])
+        parts.append(f"{rate}: {best} {base / s[best]['median_time_to_target_s']:.2f}x")
+        spreads.append(f"{rate}: {overlap(s[best]['time_to_target_s'], s['ddp-fp32']['time_to_target_s'])}")
+    return "; ".join(parts), "min-max over 3 seeds against DDP fp32's: " + "; ".join(spreads)
 
 
 # --- GPU (one H100, raw bench output) ---
@@ -306,6 +324,8 @@ def gpu_topk_encode(src):
     return f"{span(xs)} a device copy at 32 Mi elements", f"{len(xs)} runs of 30 calls (median per run)"
 
 
+QUIET_TTA = "tta-quiet-2026-11-27"
+
 CHECKS = {
     "R1": lambda s: plans_over_fp32(s, "2hosts-1gbit"),
     "R2": lambda s: plans_over_fp32(s, "2hosts-200mbit"),
@@ -324,6 +344,9 @@ CHECKS = {
     "R14": ddp_lead,
     "R15": tta,
     "R19": tta_powersgd,
+    "R20": lambda s: tta_powersgd(s, QUIET_TTA, ranks=(2, 4)),
+    "R21": lambda s: tta_fastest(s, QUIET_TTA),
+    "R22": lambda s: tta(s, QUIET_TTA, static=("topk-0.1", "topk-0.01", "topk-0.001")),
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
