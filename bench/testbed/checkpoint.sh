@@ -20,7 +20,8 @@
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/../.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd) me=checkpoint
+. "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate=1gbit out="" model=wide ratio=0.01 iterations=30 warmup=5 rounds=3
 usage() { sed -n '15,16p' "$0" | sed 's/^# *//' >&2; exit 2; }
@@ -49,27 +50,11 @@ mkdir -p "$out/runs" "$out/logs"
 out=$(cd "$out" && pwd)
 db=$out/profile.db
 tag="cpbench$$"
-testbed() { "$repo/scripts/testbed.sh" "$@"; }
-log() { echo "checkpoint: $(date -u +%H:%M:%S) $*"; }
-stage() {
-  local name=$1; shift
-  if ! "$@" >"$out/logs/$name.log" 2>&1; then
-    echo "checkpoint: FAILED: $name (log: $out/logs/$name.log)" >&2
-    tail -n 20 "$out/logs/$name.log" >&2
-    exit 1
-  fi
-}
-"$repo/scripts/testbed.sh" probe || exit $?
+testbed probe || exit $?
 trap 'testbed down >/dev/null 2>&1 || true; rm -f /dev/shm/cupcake-$tag-*' EXIT
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
-  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)"
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  echo "cores=$(nproc)"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
-  testbed status | grep '^tcp_cc=' || true
+  machine_header "$hosts" "$rph" "$rate"
   echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate --model $model --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds"
 } >"$out/machine.txt"
 
@@ -104,21 +89,20 @@ for ((round = 1; round <= rounds; round++)); do
     rm -f /dev/shm/cupcake-"$tag"-*
   done
 done
-echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
+machine_footer
 
-python3 - "$out" "${arms[@]}" <<'PY'
+PYTHONPATH="$repo/bench/testbed${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "${arms[@]}" <<'PY'
 import json, statistics, sys, glob, os
+from report import percentile  # the evaluation's percentiles (bench/testbed/report.py)
 out, arms = sys.argv[1], sys.argv[2:]
-def pct(v, q):
-    v = sorted(v); i = q * (len(v) - 1); lo = int(i); hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (i - lo)
 rows = []
 for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
     arm, rnd = os.path.basename(path)[:-5].split(".r")
     t = json.load(open(path))
     ms = [x / 1e3 for x in t["iteration_us"][t["warmup"]:]]
     rows.append({"arm": arm, "round": int(rnd), "iterations": len(ms), "median_ms": statistics.median(ms),
-                 "mean_ms": statistics.mean(ms), "p10_ms": pct(ms, 0.1), "p90_ms": pct(ms, 0.9),
+                 "mean_ms": statistics.mean(ms), "p10_ms": percentile(sorted(ms), 0.1),
+                 "p90_ms": percentile(sorted(ms), 0.9),
                  "ranks_agree": t["ranks_agree"]})
 summary = {}
 for arm in arms:

@@ -34,7 +34,8 @@
 # The testbed is its own (CUPCAKE_TESTBED_DIR/PREFIX/NET below) and is taken down at exit.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/../.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd) me=evaluate
+. "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16 ratio=0.01
 iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0 replay="" compute_scale="" models_given=0
@@ -122,36 +123,18 @@ plan_tool=$build/tools/cupcake-plan
 export CUPCAKE_TESTBED_DIR=${CUPCAKE_TESTBED_DIR:-/run/cupcake-evaluate}
 export CUPCAKE_TESTBED_PREFIX=${CUPCAKE_TESTBED_PREFIX:-cceval}
 export CUPCAKE_TESTBED_NET=${CUPCAKE_TESTBED_NET:-10.78.0}
-testbed() { "$repo/scripts/testbed.sh" "$@"; }
-set +e; testbed probe; probe=$?; set -e
-[ "$probe" = 0 ] || exit "$probe"
+testbed probe || exit $?
 
 mkdir -p "$out/plans" "$out/runs" "$out/logs"
 out=$(cd "$out" && pwd)
 db=$out/profile.db
 world=$((hosts * rph))
-log() { echo "evaluate: $(date -u +%H:%M:%S) $*"; }
-# Runs a stage with its output in logs/NAME.log; on failure names the log and shows its tail.
-stage() {
-  local name=$1; shift
-  if ! "$@" >"$out/logs/$name.log" 2>&1; then
-    echo "evaluate: FAILED: $name (log: $out/logs/$name.log)" >&2
-    tail -n 20 "$out/logs/$name.log" >&2
-    exit 1
-  fi
-}
 
 trap 'testbed down >/dev/null 2>&1 || true' EXIT
 log "testbed: $hosts hosts x $rph ranks, rate $rate"
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
-  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)"
-  echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  echo "cores=$(nproc)"
-  echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
-  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$hosts" "$rph" "$rate"
-  testbed status | grep '^tcp_cc='
+  machine_header "$hosts" "$rph" "$rate"
   if [ -n "$replay" ]; then
     echo "replay=$replay"
     echo "compute_scale=$compute_scale"
@@ -267,7 +250,7 @@ for ((round = 1; round <= rounds; round++)); do
     done
   done
 done
-echo "load_after=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
+machine_footer
 
 # 6. The report.
 log "report: $out/results.json, $out/README.md, plots"

@@ -196,7 +196,7 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
       code != 0)
     return code;
   TorchBody body(job, flags, std::move(batches), std::move(eval), std::move(params));
-  LoopSetup setup;
+  LoopSetup setup(name, flags, rank, clock, runtime, **report);
   if (Status r = body.Register(runtime, setup.buffers); !r.ok())
     return Fail(name, flags.recording() ? "record" : "plan", r);
 
@@ -218,12 +218,6 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());
   }
 
-  setup.job = name;
-  setup.flags = &flags;
-  setup.rank = rank;
-  setup.clock = &clock;
-  setup.runtime = &runtime;
-  setup.report = report->get();
   setup.checkpoint = ckpt.get();
   setup.start = start;
   if (!flags.weights_path.empty()) {

@@ -29,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cupcake/comm/communicator.h"
@@ -142,14 +143,27 @@ int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_
 Status RegisterGradient(LoopRuntime& runtime, const std::string& name, std::span<float> buffer,
                         std::span<const int64_t> shape);
 
+// What RunLoop runs. The constructor takes the fields every job has, so a job cannot leave one
+// out (a new one is a compile error in every job until it passes it); the fields after those
+// are each job's own. Nothing pointed to is owned; it must outlive RunLoop.
 struct LoopSetup {
+  LoopSetup(std::string job_name, const LoopFlags& loop_flags, int job_rank, Clock& job_clock,
+            LoopRuntime& loop_runtime, comm::Communicator& report_comm)
+      : job(std::move(job_name)),
+        flags(&loop_flags),
+        rank(job_rank),
+        clock(&job_clock),
+        runtime(&loop_runtime),
+        report(&report_comm) {}
+
   std::string job;  // the name in messages and the timing file's "model"
-  const LoopFlags* flags = nullptr;
-  int rank = 0;
-  Clock* clock = nullptr;
-  LoopRuntime* runtime = nullptr;
+  const LoopFlags* flags;
+  int rank;
+  Clock* clock;
+  LoopRuntime* runtime;
+  comm::Communicator* report;  // the job's own collectives after training
+
   std::vector<std::span<float>> buffers;  // the registered gradients, in gradient-ready order
-  comm::Communicator* report = nullptr;  // the job's own collectives after training
   runtime::Checkpointer* checkpoint = nullptr;  // may be null
   int start = 0;  // the first iteration (a restored checkpoint's step)
   // Called on every rank after training and the agreement check, before the timing file (the

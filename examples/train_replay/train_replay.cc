@@ -353,7 +353,7 @@ int Main(int argc, char** argv) {
       code != 0)
     return code;
   ReplayBody body(*model, replay, rank, **report);
-  LoopSetup setup;
+  LoopSetup setup(name, flags, rank, clock, runtime, **report);
   for (size_t i = 0; i < model->tensors.size(); ++i) {
     setup.buffers.push_back(body.buffer(i));
     if (Status r = RegisterGradient(runtime, model->tensors[i].name, body.buffer(i), model->tensors[i].shape); !r.ok())
@@ -363,12 +363,6 @@ int Main(int argc, char** argv) {
     auto [exact, why_not] = PlanIsExact(flags.plan);
     body.set_exact(exact, why_not);
   }
-  setup.job = name;
-  setup.flags = &flags;
-  setup.rank = rank;
-  setup.clock = &clock;
-  setup.runtime = &runtime;
-  setup.report = report->get();
   if (Status b = (*report)->Barrier(); !b.ok()) return Fail(name, "MPI", b);  // every rank's first content written
   return RunLoop(setup, body);
 }

@@ -10,10 +10,10 @@ Exits 1 on the first failed check, naming it.
 
 import gzip
 import os
-import sys
 import tempfile
 
 import digits
+from expect import expect_eq, expect_raises, fail
 
 
 def row(label, fill=0, first=None):
@@ -24,23 +24,9 @@ def row(label, fill=0, first=None):
     return ",".join(str(v) for v in pixels + [label])
 
 
-def fail(what, got, expected):
-    print("FAIL: %s; got %r, expected %r" % (what, got, expected))
-    sys.exit(1)
-
-
-def expect_eq(what, got, expected):
-    if got != expected:
-        fail(what, got, expected)
-
-
 def expect_error(what, path, expected_message, **kwargs):
-    try:
-        digits.load(path, **kwargs)
-    except digits.DigitsError as e:
-        expect_eq(what + ": message", str(e), expected_message)
-        return
-    fail(what, "no error", "DigitsError")
+    """digits.load(path, **kwargs) refuses the file with exactly this message."""
+    expect_raises(what, lambda: digits.load(path, **kwargs), digits.DigitsError, equals=expected_message)
 
 
 def write(directory, name, text, compress=True):

@@ -18,16 +18,7 @@ import torch
 import cnn
 import cupcake
 import cupcake.torch
-
-
-def expect_error(what, fn, pattern, error_type=cupcake.Error):
-    try:
-        fn()
-    except error_type as e:
-        if not re.search(pattern, str(e)):
-            sys.exit("FAIL: %s: message\n  %s\ndoes not match\n  %s" % (what, e, pattern))
-        return e
-    sys.exit("FAIL: %s: no %s raised" % (what, error_type.__name__))
+from expect import expect_raises
 
 
 def train_step(model, opt, step, use_head2=True):
@@ -47,7 +38,7 @@ def other_model(work, order):
     pattern = (re.escape("%s: tensor %d: the job's gradient is not the plan's; got 'conv2.weight' with 864 elements "
                          "(the job's gradient %d), expected 'conv2.weight' with 1152 elements (the plan's model pycnn)"
                          % (plan, i, i)))
-    e = expect_error("another model's plan", lambda: train_step(model, opt, 0), pattern)
+    e = expect_raises("another model's plan", lambda: train_step(model, opt, 0), cupcake.Error, pattern=pattern)
     inside = [f for f in traceback.extract_tb(e.__traceback__) if f.filename.endswith(os.path.join("cupcake", "torch.py"))]
     if len(inside) != 1:
         sys.exit("FAIL: another model's plan: the traceback shows %d frames of cupcake/torch.py, expected 1 (the "
@@ -67,7 +58,8 @@ def withheld_gradient(work, order, rank):
     missing = ", ".join("%d ('%s')" % (order.index(n), n) for n in ("head2.bias", "head2.weight"))
     pattern = (re.escape("Synchronize: gradients never became ready; got no GradientReady within 1.5 s for 2 of 10 "
                          "tensors: %s (iteration 1, rank %d on " % (missing, rank)))
-    e = expect_error("withheld gradient", lambda: train_step(model, opt, 1, use_head2=False), pattern)
+    e = expect_raises("withheld gradient", lambda: train_step(model, opt, 1, use_head2=False), cupcake.Error,
+                      pattern=pattern)
     if e.code != "DEADLINE_EXCEEDED":
         sys.exit("FAIL: withheld gradient: code %r, expected 'DEADLINE_EXCEEDED'" % e.code)
     opt.close()
@@ -82,7 +74,8 @@ def gradient_twice(work):
     torch.nn.functional.cross_entropy(model(x), y).backward()
     pattern = re.escape("DistributedOptimizer: parameter 'head2.bias': gradient computed 2 times since the last "
                         "step(); expected 1 (backward_passes_per_step)")
-    expect_error("two backward passes", lambda: torch.nn.functional.cross_entropy(model(x), y).backward(), pattern)
+    expect_raises("two backward passes", lambda: torch.nn.functional.cross_entropy(model(x), y).backward(),
+                  cupcake.Error, pattern=pattern)
     opt.synchronize()  # the first pass's collective is under way; closing mid-step would abort the job
     opt.close()
 
@@ -92,16 +85,17 @@ def no_plan():
     model = cnn.make_model()
     pattern = re.escape("DistributedOptimizer: no plan; expected plan='PLAN.pb' (cupcake-plan search), or "
                         "CUPCAKE_RECORD set for record mode (cupcake-profile compute --db DB -- CMD)")
-    expect_error("no plan", lambda: cupcake.torch.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters()), pattern, ValueError)
+    expect_raises("no plan", lambda: cupcake.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters()), ValueError, pattern=pattern)
 
 
 def world_size(work):
     plan = os.path.join(work, "pycnn-fp32.pb")
     model = cnn.make_model()
     pattern = re.escape("%s: world_size: does not match the job; got 2, expected 1 (ranks in the communicator)" % plan)
-    expect_error("world size", lambda: cupcake.torch.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(), plan=plan), pattern)
+    expect_raises("world size", lambda: cupcake.torch.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(), plan=plan), cupcake.Error,
+        pattern=pattern)
     print("ok: errors: a plan for 2 ranks refused by 1")
 
 
@@ -127,9 +121,9 @@ def kernel_time_without_a_gpu():
         recorder.begin_backward()
         recorder.gradient_ready(0)
 
-    expect_error("kernel time without a GPU", one_iteration,
-                 r"^(recorder: BeginBackward: kernel time: cupti: |"
-                 r"recorder: GradientReady\(0\): kernel time; iteration 0 abandoned: cuda: )")
+    expect_raises("kernel time without a GPU", one_iteration, cupcake.Error,
+                  pattern=r"^(recorder: BeginBackward: kernel time: cupti: |"
+                          r"recorder: GradientReady\(0\): kernel time; iteration 0 abandoned: cuda: )")
 
 
 def main():

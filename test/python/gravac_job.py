@@ -12,14 +12,10 @@ import torch.distributed as dist
 
 import cnn
 import cupcake.torch
+from expect import check
 
 KEYS = {"step", "steps", "ratio", "ratio_min", "ratio_c", "gain_min", "gain_c", "predicted_ms", "measured_ms",
         "bytes_sent", "probe_ms", "next_ratio"}
-
-
-def check(cond, message, rank):
-    if not cond:
-        sys.exit("FAIL: rank %d: %s" % (rank, message))
 
 
 def main():

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 import cnn
 import cupcake.torch
+from expect import check
 
 
 def gathered(t):
@@ -19,11 +20,6 @@ def gathered(t):
     out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(out, t)
     return out
-
-
-def check(cond, message, rank):
-    if not cond:
-        sys.exit("FAIL: rank %d: %s" % (rank, message))
 
 
 def step(model, opt, rank, it):

@@ -2,15 +2,10 @@
 the earlier ready_timeout_s still works for one release, as seconds, with a DeprecationWarning.
 Needs neither MPI nor torch: no session is made."""
 
-import sys
 import warnings
 
 import cupcake
-
-
-def check(ok, what):
-    if not ok:
-        sys.exit("FAIL: " + what)
+from expect import check
 
 
 o = cupcake.SessionOptions()

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 import cnn
 import cupcake.torch
+from expect import check
 
 STEPS = 4
 
@@ -40,11 +41,6 @@ def seeded_per_rank(rank):
     opt.step()  # momentum buffers of this rank's own gradient
     opt.zero_grad()
     return model, opt
-
-
-def check(cond, message, rank):
-    if not cond:
-        sys.exit("FAIL: rank %d: %s" % (rank, message))
 
 
 def main():

@@ -11,29 +11,15 @@ Exits 1 on the first failed check, naming it.
 """
 
 import os
-import sys
 import tempfile
 
 import text
-
-
-def fail(what, got, expected):
-    print("FAIL: %s; got %r, expected %r" % (what, got, expected))
-    sys.exit(1)
-
-
-def expect_eq(what, got, expected):
-    if got != expected:
-        fail(what, got, expected)
+from expect import expect_eq, expect_raises, fail
 
 
 def expect_error(what, expected_message, fn, *args):
-    try:
-        fn(*args)
-    except text.TextError as e:
-        expect_eq(what + ": message", str(e), expected_message)
-        return
-    fail(what, "no error", "TextError")
+    """fn(*args) raises text.TextError with exactly this message."""
+    expect_raises(what, lambda: fn(*args), text.TextError, equals=expected_message)
 
 
 def write(directory, name, data):

@@ -16,21 +16,13 @@ import subprocess
 import sys
 import tempfile
 
+from expect import expect_eq, fail
+
 TTA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "python", "tta.py")
 SMALL = ["--model", "lstm", "--arm", "ddp-fp32", "--embed", "8", "--hidden", "16", "--seq-len", "16", "--batch", "4",
          "--eval-every", "2"]
 # embedding 97*8 = 776; LSTM 4*16*8 + 4*16*16 + 2*4*16 = 512 + 1024 + 128 = 1664; decoder 16*97 + 97 = 1649.
 SMALL_PARAMS = 776 + 1664 + 1649
-
-
-def fail(what, got, expected):
-    print("FAIL: %s; got %r, expected %r" % (what, got, expected))
-    sys.exit(1)
-
-
-def expect_eq(what, got, expected):
-    if got != expected:
-        fail(what, got, expected)
 
 
 def free_port():

@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 import tta_summary
+from expect import expect_eq
 
 
 def run(seed, name, t, steps, acc, step_ms, sent=None, reached=True, evals=()):
@@ -22,12 +23,6 @@ def run(seed, name, t, steps, acc, step_ms, sent=None, reached=True, evals=()):
             "final_accuracy": acc, "step_median_ms": step_ms, "bytes_sent_per_rank": sent,
             "ranks": 2, "batch_per_rank": 32, "params": 10, "gradient_mib": 0.0, "lr": 0.02, "target": 0.95,
             "eval_every": 10, "max_steps": 100}
-
-
-def expect_eq(what, got, expected):
-    if got != expected:
-        print("FAIL: %s; got %r, expected %r" % (what, got, expected))
-        sys.exit(1)
 
 
 def main():

@@ -782,7 +782,9 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
   for (int run = 0; run < 3; ++run) {
     if (run == 2)
       for (int r = 0; r < kWorld; ++r)
-        if (r == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+        if (r == 1) {
+          ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+        }
     comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
     std::vector<std::shared_ptr<NetworkGate>> gates;
     for (int r = 0; r < kWorld; ++r) gates.push_back(std::make_shared<NetworkGate>());
@@ -817,7 +819,9 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
         } else {
           ASSERT_EQ(point->step, 4);
           EXPECT_EQ(weights, std::vector<float>(weights.size(), 4.0f));
-          if (r == 1) EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+          if (r == 1) {
+            EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+          }
           first = 4;
         }
       }
@@ -831,12 +835,16 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
         Status c = ckpt->Commit(it + 1);
         ASSERT_TRUE(c.ok()) << c.ToString();
       }
-      if (ckpt != nullptr) ASSERT_TRUE(ckpt->WaitForCopy().ok());
+      if (ckpt != nullptr) {
+        ASSERT_TRUE(ckpt->WaitForCopy().ok());
+      }
       transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
       std::vector<std::vector<float>> mine;
       for (auto g : grads) mine.emplace_back(g.begin(), g.end());
       if (run == 0) want[static_cast<size_t>(r)] = mine;
-      if (run == 2) EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+      if (run == 2) {
+        EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
+      }
     });
   }
   for (int r = 0; r < kWorld; ++r) {
@@ -886,7 +894,9 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
 // ReplicaAssembledFromChunksRestoresALostHost), 8 commits, rank 1's host lost: step 4 restored.
 TEST_F(CheckpointTest, CApiReplicatesInChunks) {
   for (int run = 0; run < 2; ++run) {
-    if (run == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    if (run == 1) {
+      ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    }
     comm::InProcessGroup group(kWorld);
     OnEveryRank(kWorld, [&](int r) {
       cupcake_checkpoint_options o = {};

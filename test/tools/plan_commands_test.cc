@@ -334,7 +334,7 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   RunOk(o);
   const pb::Plan plan = *ReadPlanFile(o.output);
   std::ostringstream out;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, out).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, out).ok());
   const std::string text = out.str();
   EXPECT_TRUE(text.starts_with("plan        " + o.output + " (cupcake.plan.v1)\nmodel       resnet50: ")) << text;
   EXPECT_NE(
@@ -373,7 +373,7 @@ TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   EXPECT_FALSE(std::getline(rows, line)) << "extra line: " << line;
 
   std::ostringstream json;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kJson}, json).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kJson}, json).ok());
   // The proto3 JSON mapping, summary first and the model (its tensor list) last, with 64-bit
   // integers as numbers (the mapping's strings); it still parses back into the same plan.
   pb::Plan parsed;
@@ -435,7 +435,7 @@ TEST_F(PlanCommandsTest, SearchWarnsOnceAboutExtrapolatedCurvesAndShowPrintsThem
                 "; measure larger sizes (cupcake-profile comm --max-bytes auto, kernels --max-elements auto) and the "
                 "plan's ratio (kernels --ratios) to plan on measured times\n");
   std::ostringstream text;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, text).ok());
   EXPECT_NE(text.str().find("\nextrapolated " + curves + " (times beyond a curve's last point are extrapolated)\n"),
             std::string::npos)
       << text.str();
@@ -451,7 +451,7 @@ TEST_F(PlanCommandsTest, ShowPrintsALegendAndNoExtrapolationsForOldPlans) {
   const SearchOptions o = Search("efsignsgd", "plan.pb");
   RunOk(o);  // the sample profile covers resnet50's groups: no warning
   std::ostringstream out;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, out).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, out).ok());
   EXPECT_EQ(out.str().find("\nextrapolated "), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("\nlegend      backward: the sum of the tensors' backward times (encodes share the "
                            "compute stream, so backward ends later); states: prefix labels the search expanded "
@@ -532,7 +532,7 @@ TEST_F(PlanCommandsTest, ShowRefusesATruncatedPlan) {
     const std::string cut = dir_.File("cut.pb");
     ASSERT_TRUE(WriteFileAtomic(cut, bytes.substr(0, len)).ok());
     std::ostringstream out;
-    Status s = RunShow({cut, tools::OutputFormat::kText}, out);
+    Status s = RunShow({.plan = cut, .format = tools::OutputFormat::kText}, out);
     EXPECT_FALSE(s.ok()) << len;
     EXPECT_EQ(out.str(), "");
     if (len == 0) {
@@ -550,7 +550,7 @@ TEST_F(PlanCommandsTest, SimulateReproducesThePlansPrediction) {
   const SearchOptions o = Search("topk", "plan.pb");
   RunOk(o);
   const pb::Plan plan = *ReadPlanFile(o.output);
-  SimulateOptions so{o.output, o.model, "", profile_, tools::OutputFormat::kText};
+  SimulateOptions so{.plan = o.output, .model = o.model, .profile = profile_};
   std::ostringstream out;
   ASSERT_TRUE(RunSimulate(so, out).ok());
   const std::string text = out.str();
@@ -589,7 +589,7 @@ TEST_F(PlanCommandsTest, SimulateRefusesAModelThePlanWasNotMadeFor) {
   const pb::Plan plan = *ReadPlanFile(o.output);
   auto vgg = profile::ParseModelJson(ReadExample("models/vgg16.json"), "vgg16");
   ASSERT_TRUE(vgg.ok());
-  SimulateOptions so{o.output, ExamplePath("models/vgg16.json"), "", profile_, tools::OutputFormat::kText};
+  SimulateOptions so{.plan = o.output, .model = ExamplePath("models/vgg16.json"), .profile = profile_};
   std::ostringstream out;
   EXPECT_EQ(RunSimulate(so, out).message(), "model vgg16: model fingerprint differs; got " + ModelFingerprint(*vgg) +
                                                 ", expected " + plan.model().fingerprint() +
@@ -603,7 +603,7 @@ TEST_F(PlanCommandsTest, TraceWritesTheTimelineAtomically) {
   const pb::Plan plan = *ReadPlanFile(o.output);
   std::ostringstream out;
   const std::string trace = dir_.File("trace.json");
-  ASSERT_TRUE(RunTrace({o.output, trace}, out).ok());
+  ASSERT_TRUE(RunTrace({.plan = o.output, .output = trace}, out).ok());
   EXPECT_EQ(out.str(), "");
   const auto j = nlohmann::json::parse(*ReadFile(trace));
   int comm = 0;
@@ -616,9 +616,10 @@ TEST_F(PlanCommandsTest, TraceWritesTheTimelineAtomically) {
   }
   EXPECT_EQ(comm, plan.groups_size());
   std::ostringstream to_stdout;
-  ASSERT_TRUE(RunTrace({o.output, "-"}, to_stdout).ok());
+  ASSERT_TRUE(RunTrace({.plan = o.output, .output = "-"}, to_stdout).ok());
   EXPECT_EQ(to_stdout.str(), *ReadFile(trace));
-  EXPECT_EQ(RunTrace({dir_.File("nope.pb"), trace}, out).message(), dir_.File("nope.pb") + ": no such file");
+  EXPECT_EQ(RunTrace({.plan = dir_.File("nope.pb"), .output = trace}, out).message(),
+            dir_.File("nope.pb") + ": no such file");
 }
 
 TEST_F(PlanCommandsTest, DiffSaysWhetherPlansDiffer) {
@@ -684,7 +685,7 @@ TEST_F(PlanCommandsTest, OptionsSearchCanChooseZenAndShowNamesIt) {
   for (const auto& g : plan->groups()) zen += g.options().scheme() == "zen";
   EXPECT_GT(zen, 0);
   std::ostringstream text;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, text).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, text).ok());
   EXPECT_NE(text.str().find(" zen gpu "), std::string::npos) << text.str();
   EXPECT_EQ(text.str().find("zen union"), std::string::npos) << text.str();
   // A measured union share is kept in the plan and shown with the compressor's parameters.
@@ -694,7 +695,7 @@ TEST_F(PlanCommandsTest, OptionsSearchCanChooseZenAndShowNamesIt) {
   ASSERT_TRUE(measured.ok()) << measured.status().ToString();
   EXPECT_EQ(measured->compressor().zen_union(), 0.5);
   std::ostringstream shown;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, shown).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, shown).ok());
   EXPECT_NE(shown.str().find("compressor  topk (ratio 0.01, zen union 0.5)"), std::string::npos) << shown.str();
 }
 
@@ -726,13 +727,13 @@ TEST_F(PlanCommandsTest, LadderSearchShowSimulateTraceAndDiff) {
     EXPECT_NE(out.find(cells), std::string::npos) << cells << "\n" << out;
   }
   std::ostringstream shown;
-  ASSERT_TRUE(RunShow({o.output}, shown).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output}, shown).ok());
   EXPECT_TRUE(shown.str().starts_with("ladder      " + o.output + " (cupcake.ladder.v1): 4 rungs")) << shown.str();
   EXPECT_NE(shown.str().find("\n      1 fp32 "), std::string::npos) << shown.str();
   EXPECT_NE(shown.str().find("\n  0.001 topk "), std::string::npos) << shown.str();
 
   std::ostringstream json;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kJson}, json).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kJson}, json).ok());
   const auto j = nlohmann::json::parse(json.str());
   ASSERT_EQ(j["rungs"].size(), 4u);
   EXPECT_EQ(j["rungs"][2]["ratio"], 0.01);
@@ -740,11 +741,11 @@ TEST_F(PlanCommandsTest, LadderSearchShowSimulateTraceAndDiff) {
   EXPECT_EQ(j["rungs"][0]["plan"]["compressor"]["name"], "fp32");
 
   std::ostringstream one;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText, 0.01}, one).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText, .rung = 0.01}, one).ok());
   EXPECT_NE(one.str().find("\ncompressor  topk (ratio 0.01), memory residual"), std::string::npos) << one.str();
 
   std::ostringstream sink;
-  SimulateOptions sim{o.output, o.model, "", profile_};
+  SimulateOptions sim{.plan = o.output, .model = o.model, .profile = profile_};
   EXPECT_EQ(RunSimulate(sim, sink).message(),
             o.output + ": a ladder of 4 plans; expected --rung RATIO, one of 1 (fp32), 0.1, 0.01, 0.001");
   sim.rung = 0.1;
@@ -780,7 +781,7 @@ TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
   const SearchOptions o = Search("topk", "plan.pb");
   RunOk(o);
   const pb::Plan plan = *ReadPlanFile(o.output);
-  ShowOptions show{o.output, tools::OutputFormat::kJson};
+  ShowOptions show{.plan = o.output, .format = tools::OutputFormat::kJson};
   show.profile = profile_;
   std::ostringstream json;
   ASSERT_TRUE(RunShow(show, json).ok());
@@ -818,8 +819,12 @@ TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
     EXPECT_DOUBLE_EQ(g["end_us"].get<double>(), want[i].second);
     const int64_t chunk = g["chunk_bytes"];
     const double idle = want[i].second - want[i].first;
-    if (chunk > 0) EXPECT_LE(transfer_us(static_cast<double>(chunk)), idle * (1 + 1e-12));
-    if (chunk < 4 * elements) EXPECT_GT(transfer_us(static_cast<double>(chunk + 1)), idle * (1 - 1e-12));
+    if (chunk > 0) {
+      EXPECT_LE(transfer_us(static_cast<double>(chunk)), idle * (1 + 1e-12));
+    }
+    if (chunk < 4 * elements) {
+      EXPECT_GT(transfer_us(static_cast<double>(chunk + 1)), idle * (1 - 1e-12));
+    }
     per_iteration += chunk;
   }
   EXPECT_EQ(s["bytes_per_iteration"], per_iteration);
@@ -836,7 +841,7 @@ TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
       << text.str();
   // Without --profile: no schedule.
   std::ostringstream plain;
-  ASSERT_TRUE(RunShow({o.output, tools::OutputFormat::kText}, plain).ok());
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, plain).ok());
   EXPECT_EQ(plain.str().find("replica"), std::string::npos);
 }
 
@@ -862,7 +867,7 @@ TEST_F(PlanCommandsTest, ShowScheduleErrorsNameTheirCause) {
     if (CurveKey(c) != "comm allreduce global") *bare.add_curves() = c;
   ASSERT_LT(bare.curves_size(), profile.curves_size());
   const std::string path = Write("bare.json", profile::ProfileToJson(bare));
-  ShowOptions show{o.output, tools::OutputFormat::kText};
+  ShowOptions show{.plan = o.output, .format = tools::OutputFormat::kText};
   show.profile = path;
   std::ostringstream out;
   const Status s = RunShow(show, out);
@@ -919,7 +924,7 @@ TEST_F(PlanCommandsTest, SummaryAndDiffSayWhatEachGroupRuns) {
 
   RunOk(Search("efsignsgd", "fusion.pb"));
   std::ostringstream fusion;
-  ASSERT_TRUE(RunShow({dir_.File("fusion.pb")}, fusion).ok());
+  ASSERT_TRUE(RunShow({.plan = dir_.File("fusion.pb")}, fusion).ok());
   EXPECT_NE(fusion.str().find("\ncompressor  efsignsgd, memory residual, on gpu\n"), std::string::npos)
       << fusion.str();
 

@@ -22,18 +22,21 @@ inline const tools::ToolInfo kTool{"cupcake-plan", "Plans gradient fusion and co
 // The subcommand table, in --help order.
 std::vector<tools::Command> Commands();
 
+// Every member of an XOptions struct has a default member initializer, so a caller may set only
+// some of them (`ShowOptions{.plan = p, .profile = db}`) without -Wmissing-field-initializers.
+
 // search (--model M.json | --model-name NAME) --profile P --compressor C [...] -o plan.pb
 struct SearchOptions {
-  std::string model;  // a cupcake.model.v1 JSON file
-  std::string model_name;  // or: a model the profile (DB or JSON) carries; exactly one of the two
-  std::string profile;  // a profile DB or a cupcake.profile.v1 JSON file
-  planner::PlanRequest request;
+  std::string model{};  // a cupcake.model.v1 JSON file
+  std::string model_name{};  // or: a model the profile (DB or JSON) carries; exactly one of the two
+  std::string profile{};  // a profile DB or a cupcake.profile.v1 JSON file
+  planner::PlanRequest request{};
   // Non-empty: a ladder (the fp32 rung and one plan per ratio, planner::MakeLadder) instead of
   // one plan at request.ratio.
-  std::vector<double> ratios;
-  planner::SearchOptions search;
+  std::vector<double> ratios{};
+  planner::SearchOptions search{};
   bool require_optimal = false;
-  std::string output;  // the plan (.pb), written atomically
+  std::string output{};  // the plan (.pb), written atomically
   tools::OutputFormat format = tools::OutputFormat::kText;
 };
 // Searches, writes the plan (or ladder) and prints its summary to `out`; the warning that a
@@ -44,12 +47,12 @@ int SearchMain(tools::Invocation& inv);
 
 // show PLAN [--rung RATIO] [--format text|json]
 struct ShowOptions {
-  std::string plan;
+  std::string plan{};
   tools::OutputFormat format = tools::OutputFormat::kText;
-  std::optional<double> rung;  // a ladder's rung; unset: the whole ladder
+  std::optional<double> rung{};  // a ladder's rung; unset: the whole ladder
   // With a profile: the replica schedule (planner::ScheduleReplica) priced by its allreduce curve,
   // for a replica of `state_bytes` (0: the residual's size, 4 bytes per parameter).
-  std::string profile;
+  std::string profile{};
   int64_t state_bytes = 0;
 };
 Status RunShow(const ShowOptions& options, std::ostream& out);
@@ -57,28 +60,28 @@ int ShowMain(tools::Invocation& inv);
 
 // simulate --plan PLAN (--model M.json | --model-name NAME) --profile P [--format text|json]
 struct SimulateOptions {
-  std::string plan;
-  std::string model;
-  std::string model_name;
-  std::string profile;
+  std::string plan{};
+  std::string model{};
+  std::string model_name{};
+  std::string profile{};
   tools::OutputFormat format = tools::OutputFormat::kText;
-  std::optional<double> rung;  // required for a ladder
+  std::optional<double> rung{};  // required for a ladder
 };
 Status RunSimulate(const SimulateOptions& options, std::ostream& out);
 int SimulateMain(tools::Invocation& inv);
 
 // trace PLAN [-o trace.json]
 struct TraceOptions {
-  std::string plan;
+  std::string plan{};
   std::string output = "-";  // "-": `out`
-  std::optional<double> rung;  // required for a ladder
+  std::optional<double> rung{};  // required for a ladder
 };
 Status RunTrace(const TraceOptions& options, std::ostream& out);
 int TraceMain(tools::Invocation& inv);
 
 // diff A B [--tolerance PCT] [--format text|json]: two plans, or two ladders rung by rung
 struct DiffOptions {
-  std::string a, b;
+  std::string a{}, b{};
   double tolerance_pct = 0;
   tools::OutputFormat format = tools::OutputFormat::kText;
 };

@@ -31,10 +31,13 @@ inline const tools::ToolInfo kTool{"cupcake-profile",
 // nullptr, and `mpi_problem` says why it is missing when MPI failed to start.
 std::vector<tools::Command> Commands(comm::Communicator* world = nullptr, std::string mpi_problem = "");
 
+// Every member of an XOptions struct has a default member initializer, so a caller may set only
+// some of them (`ExportOptions{.db = db, .model = name}`) without -Wmissing-field-initializers.
+
 // import --db DB FILE.json [--replace]
 struct ImportOptions {
-  std::string db;
-  std::string file;
+  std::string db{};
+  std::string file{};
   bool replace = false;
   double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
 };
@@ -49,10 +52,10 @@ int ImportMain(tools::Invocation& inv);
 inline constexpr std::string_view kRecordEnv = "CUPCAKE_RECORD";
 inline constexpr std::string_view kRecordIterationsEnv = "CUPCAKE_RECORD_ITERATIONS";
 struct ComputeOptions {
-  std::string db;
-  std::vector<std::string> command;  // the training command and its arguments
+  std::string db{};
+  std::vector<std::string> command{};  // the training command and its arguments
   int iterations = 20;
-  std::string model_file;  // empty: a temporary file, removed afterwards
+  std::string model_file{};  // empty: a temporary file, removed afterwards
   bool replace = false;
   double lock_timeout_s = 10;
 };
@@ -65,8 +68,8 @@ int ComputeMain(tools::Invocation& inv);
 
 // export --db DB [--model NAME] [-o FILE]
 struct ExportOptions {
-  std::string db;
-  std::string model;  // empty: the whole profile
+  std::string db{};
+  std::string model{};  // empty: the whole profile
   std::string output = "-";  // "-": `out`
 };
 Status RunExport(const ExportOptions& options, std::ostream& out);
@@ -74,7 +77,7 @@ int ExportMain(tools::Invocation& inv);
 
 // inspect --db DB [--format text|json] [--plot FILE.svg]
 struct InspectOptions {
-  std::string db;  // a profile DB, or a profile JSON file
+  std::string db{};  // a profile DB, or a profile JSON file
   tools::OutputFormat format = tools::OutputFormat::kText;
   std::string plot{};  // non-empty: write the curves as an SVG or PNG (by its ending) there, atomically,
                        // instead of the summary
@@ -85,7 +88,7 @@ int InspectMain(tools::Invocation& inv);
 
 // kernels --db DB [--device cpu|gpu] [--quick] [--force] [--world-size W] ...
 struct KernelsOptions {
-  std::string db;
+  std::string db{};
   std::string device = "cpu";
   bool quick = false;
   bool force = false;
@@ -96,15 +99,15 @@ struct KernelsOptions {
   int step = 1;  // every step-th power of two (--quick: 2)
   int warmup = 2;
   int iters = 10;
-  std::vector<std::string> compressors;  // empty: all
+  std::vector<std::string> compressors{};  // empty: all
   std::vector<double> ratios = {kDefaultRatio};  // topk, randk, dgc, zen: a curve per ratio
   int rank = 4;  // powersgd: the rank its curves are measured at
-  std::string cluster;  // name of a new DB's cluster
-  std::string command;  // recorded in the cluster's meta
+  std::string cluster{};  // name of a new DB's cluster
+  std::string command{};  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // a progress bar there when set (a terminal)
   double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
   std::string
-      kernel_db;  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
+      kernel_db{};  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
   // The job's ranks when started by an MPI launcher with several (main's world): they sweep in
   // step (profile::SweepKernels' peers), rank 0 writes the DB and prints. Not owned.
   comm::Communicator* peers = nullptr;
@@ -124,7 +127,7 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world = nullptr, con
 
 // comm --db DB [--quick] [--force] [--min-bytes B] [--max-bytes B] ... (under mpirun)
 struct CommOptions {
-  std::string db;
+  std::string db{};
   bool quick = false;
   bool force = false;
   int64_t min_bytes = 4;
@@ -135,10 +138,10 @@ struct CommOptions {
   int iters = 20;
   int rounds = 1;  // passes over all the points (CommSweepOptions::rounds)
   bool busy = false;  // each rank keeps a core busy beside the collectives (CommSweepOptions::busy)
-  std::vector<std::string> ops;  // empty: all five
+  std::vector<std::string> ops{};  // empty: all five
   std::string backend = "mpi";  // mpi, gloo (host memory) or nccl (GPU memory, one GPU per rank)
-  std::string cluster;
-  std::string command;  // recorded in the cluster's meta
+  std::string cluster{};
+  std::string command{};  // recorded in the cluster's meta
   std::ostream* progress = nullptr;  // rank 0's progress bar there when set
   double lock_timeout_s = 10;  // --lock-timeout: rank 0 waits this long for another writer
 };
