@@ -1392,7 +1392,7 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
   }
   if (options.replica_chunk_bytes < 0)
     problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
-            ", expected >= 0 (0: whole snapshots)");
+            ", expected >= 0 (0: whole replicas)");
   if (options.replica_group_hosts < 2)
     problem("Checkpointer: replica_group_hosts: out of range; got " + std::to_string(options.replica_group_hosts) +
             ", expected >= 2 (a host and at least one that keeps its replicas)");

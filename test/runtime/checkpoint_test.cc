@@ -959,7 +959,7 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
   EXPECT_EQ(internal::CreateCCheckpointer(chunks, two.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_checkpointer_create: Checkpointer: replica_chunk_bytes: out of range; got -1, expected >= 0 "
-               "(0: whole snapshots)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
+               "(0: whole replicas)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
                "and at least one that keeps its replicas)");
 }
 
