@@ -909,32 +909,34 @@ class Checkpointer::Impl {
     const int provider = held.Provider(rank, step), donor = held.Donor(rank, step);
     const int64_t* from_provider = &offered[static_cast<size_t>(3 * provider)];
     const int64_t* from_donor = &offered[static_cast<size_t>(3 * donor)];
+    loaded_.error = Rebuild(step, provider, donor,
+                            {arrived.data() + at[static_cast<size_t>(provider)], static_cast<size_t>(from_provider[0])},
+                            static_cast<uint64_t>(from_provider[1]),
+                            {arrived.data() + at[static_cast<size_t>(donor)] + from_donor[0],
+                             static_cast<size_t>(from_donor[2])});
+    return Status::Ok();
+  }
+
+  // This rank's snapshot of `step` into loaded_, rebuilt from `replica` (sent by `provider`,
+  // whose checksum it must match) and the shared entries' bytes `shared` (sent by `donor`); the
+  // problem otherwise (for Apply to report on every rank).
+  Status Rebuild(int64_t step, int provider, int donor, std::span<const std::byte> replica, uint64_t checksum,
+                 std::span<const std::byte> shared) {
+    const int rank = comm_->rank();
     Candidate c;
     c.source =
         "rank " + std::to_string(provider) + "'s " + "/dev/shm" + ReplicaOfSegmentName(options_.name, provider, rank);
-    c.payload = {arrived.data() + at[static_cast<size_t>(provider)], static_cast<size_t>(from_provider[0])};
-    const std::span<const std::byte> shared_in(arrived.data() + at[static_cast<size_t>(donor)] + from_donor[0],
-                                               static_cast<size_t>(from_donor[2]));
+    c.payload = replica;
     std::vector<std::string> problems;
-    if (!Verify(&c, static_cast<uint64_t>(from_provider[1]), step, c.source + ": ", rank, &problems,
-                /*rank_part=*/true)) {
-      loaded_.error = DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
-      return Status::Ok();
-    }
-    if (!shared_in.empty()) c.source += ", its shared entries from rank " + std::to_string(donor);
-    StatusOr<std::vector<std::byte>> rebuilt = internal::RebuildSnapshot(c.payload, c.parsed, shared_in, c.source);
-    if (!rebuilt.ok()) {
-      loaded_.error = rebuilt.status();
-      return Status::Ok();
-    }
-    StatusOr<internal::ParsedSnapshot> parsed = internal::ParseSnapshot(*rebuilt, c.source);
-    if (!parsed.ok()) {
-      loaded_.error = parsed.status();
-      return Status::Ok();
-    }
-    loaded_.parsed = std::move(parsed).value();
+    if (!Verify(&c, checksum, step, c.source + ": ", rank, &problems, /*rank_part=*/true))
+      return DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
+    if (!shared.empty()) c.source += ", its shared entries from rank " + std::to_string(donor);
+    CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> rebuilt,
+                             internal::RebuildSnapshot(c.payload, c.parsed, shared, c.source));
+    CUPCAKE_ASSIGN_OR_RETURN(internal::ParsedSnapshot parsed, internal::ParseSnapshot(rebuilt, c.source));
+    loaded_.parsed = std::move(parsed);
     loaded_.source = c.source;
-    loaded_.rebuilt = std::move(rebuilt).value();
+    loaded_.rebuilt = std::move(rebuilt);  // the parsed offsets stay valid: the bytes do not move
     loaded_.payload = loaded_.rebuilt;
     loaded_.found = true;
     return Status::Ok();
