@@ -66,7 +66,9 @@ StatusOr<bool> RanksAgree(const NamedParameters& params, comm::Communicator& com
 // The checkpointer of --checkpoint: every parameter and its SGD momentum buffer (made here, zero,
 // so that a restart has memory to restore into before the first step; the first step's momentum is
 // then 0 * 0.9 + g = g, the clone LibTorch would make, but for the sign of zeros), and the
-// session's error feedback. Parameters and buffers are written only in sgd.step().
+// session's error feedback. Parameters and buffers are written only in sgd.step(). Both are the
+// same on every rank (the session averages the gradients; RanksAgree checks it), so they are
+// registered kShared: replicas carry the session's state only.
 StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlags& flags, comm::Communicator* comm,
                                                                   const NamedParameters& params, torch::optim::SGD& sgd,
                                                                   runtime::Session* session,
@@ -86,8 +88,10 @@ StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlag
   for (const auto& [pname, p] : params) {
     auto state = std::make_unique<torch::optim::SGDParamState>();
     state->momentum_buffer(torch::zeros_like(p));
-    CUPCAKE_RETURN_IF_ERROR(ckpt->Add("param." + pname, bytes(p)));
-    CUPCAKE_RETURN_IF_ERROR(ckpt->Add("momentum." + pname, bytes(state->momentum_buffer())));
+    CUPCAKE_RETURN_IF_ERROR(ckpt->Add("param." + pname, bytes(p), runtime::Capture::kInBackground,
+                                      runtime::Scope::kShared));
+    CUPCAKE_RETURN_IF_ERROR(ckpt->Add("momentum." + pname, bytes(state->momentum_buffer()),
+                                      runtime::Capture::kInBackground, runtime::Scope::kShared));
     sgd.state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(state);
   }
   CUPCAKE_RETURN_IF_ERROR(ckpt->AttachSession(session));

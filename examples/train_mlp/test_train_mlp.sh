@@ -5,7 +5,8 @@
 # topk ladder with --adapt 5 (GraVAC): the loss falls and every window printed its decision; then
 # --checkpoint (docs/CHECKPOINT.md): topk with error feedback, a run that crashes right after
 # commit(13) and its restart end with weights bitwise equal to an uninterrupted run's; the same
-# with --replicate after rank 1's segments are deleted (its host lost).
+# with --replicate after rank 1's segments are deleted (its host lost): rank 1 rebuilds its
+# snapshot from rank 0's replica of its residuals and rank 0's parameters and momentum.
 # Usage: test_train_mlp.sh TRAIN_MLP CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC WORKDIR
 set -euo pipefail
 train="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" work="$5"
@@ -79,8 +80,9 @@ restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-rep.log")"
 if [ "$restored" != 11 ] && [ "$restored" != 12 ]; then
   echo "FAIL: --replicate: expected a restart from step 11 or 12; got '$restored'"
   status=1
-elif ! grep -q "^checkpoint: rank 1 restored from rank 0's /dev/shm/cupcake-$tag-rep-0-replica-1" "$work/ckpt-rep.log"; then
-  echo "FAIL: --replicate: rank 1 did not restore from rank 0's replica"
+elif ! grep -q "^checkpoint: rank 1 restored from rank 0's /dev/shm/cupcake-$tag-rep-0-replica-1, its shared entries from rank 0\$" \
+    "$work/ckpt-rep.log"; then
+  echo "FAIL: --replicate: rank 1 did not restore from rank 0's replica (its residuals) and rank 0's shared state"
   status=1
 elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-rep.bin-rank0" ||
      ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-rep.bin-rank1"; then

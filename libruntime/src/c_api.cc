@@ -420,15 +420,23 @@ int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupca
 }
 
 int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* name, void* data, int64_t bytes,
-                             int at_commit) {
+                             int flags) {
   if (checkpointer == nullptr) return NullCheckpointer("cupcake_checkpointer_add");
   if (name == nullptr || (data == nullptr && bytes != 0) || bytes < 0)
     return Report(cupcake::InvalidArgumentError(
         "cupcake_checkpointer_add: bad arguments; got name " + std::string(name == nullptr ? "NULL" : name) + ", " +
         std::to_string(bytes) + " bytes, expected a name and bytes >= 0 of host memory at data"));
+  constexpr int kKnown = CUPCAKE_CHECKPOINT_AT_COMMIT | CUPCAKE_CHECKPOINT_SHARED;
+  if ((flags & ~kKnown) != 0)
+    return Report(cupcake::InvalidArgumentError("cupcake_checkpointer_add: flags: unknown bits; got " +
+                                                std::to_string(flags) + " for '" + name +
+                                                "', expected CUPCAKE_CHECKPOINT_AT_COMMIT (1) and "
+                                                "CUPCAKE_CHECKPOINT_SHARED (2) or'ed"));
   return Report(checkpointer->checkpointer->Add(
       name, std::span<std::byte>(static_cast<std::byte*>(data), static_cast<size_t>(bytes)),
-      at_commit != 0 ? cupcake::runtime::Capture::kAtCommit : cupcake::runtime::Capture::kInBackground));
+      (flags & CUPCAKE_CHECKPOINT_AT_COMMIT) != 0 ? cupcake::runtime::Capture::kAtCommit
+                                                  : cupcake::runtime::Capture::kInBackground,
+      (flags & CUPCAKE_CHECKPOINT_SHARED) != 0 ? cupcake::runtime::Scope::kShared : cupcake::runtime::Scope::kRank));
 }
 
 int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session) {

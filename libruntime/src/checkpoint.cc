@@ -33,6 +33,12 @@ namespace {
 inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL, kPrime2 = 0xC2B2AE3D27D4EB4FULL;
 inline uint64_t Mix(uint64_t lane, uint64_t word) { return Rotl(lane + word * kPrime2, 31) * kPrime1; }
+
+std::string Hex(uint64_t v) {
+  std::ostringstream os;
+  os << "0x" << std::hex << v;
+  return os.str();
+}
 }  // namespace
 
 uint64_t Checksum(const std::byte* data, size_t bytes) {
@@ -94,50 +100,142 @@ class Reader {
 };
 }  // namespace
 
-StatusOr<ParsedSnapshot> ParseSnapshot(std::span<const std::byte> payload, const std::string& source) {
-  Reader r(payload, source);
-  char magic[8];
-  CUPCAKE_RETURN_IF_ERROR(r.Read(&magic, "magic"));
-  if (std::memcmp(magic, kSnapshotMagic, 8) != 0)
-    return DataLossError(source + ": magic: not a Cupcake snapshot; got '" + std::string(magic, 8) +
-                         "', expected 'CUPCKSN1'");
-  ParsedSnapshot s;
+namespace {
+// The fields from the magic (`magic`, named `what` in the message) to the metadata's end, and the
+// entries' sizes, into `s`; s.data_offset is where the entries' bytes begin.
+Status ParseDirectory(Reader& r, const char (&magic)[8], const char* what, const std::string& source,
+                      ParsedSnapshot* s) {
+  char got[8];
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&got, "magic"));
+  if (std::memcmp(got, magic, 8) != 0)
+    return DataLossError(source + ": magic: not a Cupcake " + what + "; got '" + std::string(got, 8) +
+                         "', expected '" + std::string(magic, 8) + "'");
   uint64_t metadata_bytes = 0;
   uint32_t count = 0, zero = 0;
-  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.step, "step"));
-  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.rank, "rank"));
-  CUPCAKE_RETURN_IF_ERROR(r.Read(&s.world_size, "world_size"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s->step, "step"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s->rank, "rank"));
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&s->world_size, "world_size"));
   CUPCAKE_RETURN_IF_ERROR(r.Read(&metadata_bytes, "metadata_bytes"));
   CUPCAKE_RETURN_IF_ERROR(r.Read(&count, "entry_count"));
   CUPCAKE_RETURN_IF_ERROR(r.Read(&zero, "entry_count"));
-  std::vector<uint64_t> sizes(count);
   for (uint32_t e = 0; e < count; ++e) {
     const std::string field = "entries[" + std::to_string(e) + "]";
-    uint32_t name_bytes = 0;
+    uint32_t name_bytes = 0, flags = 0;
     uint64_t size_bytes = 0;
     CUPCAKE_RETURN_IF_ERROR(r.Read(&name_bytes, (field + ".name").c_str()));
-    CUPCAKE_RETURN_IF_ERROR(r.Read(&zero, (field + ".name").c_str()));
+    CUPCAKE_RETURN_IF_ERROR(r.Read(&flags, (field + ".flags").c_str()));
     CUPCAKE_RETURN_IF_ERROR(r.Read(&size_bytes, (field + ".size_bytes").c_str()));
     SnapshotEntry entry;
     CUPCAKE_RETURN_IF_ERROR(r.ReadString(name_bytes, &entry.name, field + ".name"));
-    sizes[e] = size_bytes;
-    s.entries.push_back(std::move(entry));
+    if (size_bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return DataLossError(source + ": " + field + ".size_bytes: out of range; got " + std::to_string(size_bytes));
+    entry.size_bytes = static_cast<int64_t>(size_bytes);
+    entry.shared = (flags & kEntryShared) != 0;
+    s->entries.push_back(std::move(entry));
   }
-  CUPCAKE_RETURN_IF_ERROR(r.ReadString(metadata_bytes, &s.metadata, "metadata"));
-  uint64_t at = r.at();
-  for (uint32_t e = 0; e < count; ++e) {
-    if (sizes[e] > payload.size() - at)
+  CUPCAKE_RETURN_IF_ERROR(r.ReadString(metadata_bytes, &s->metadata, "metadata"));
+  s->data_offset = static_cast<int64_t>(r.at());
+  return Status::Ok();
+}
+
+// Lays the entries' bytes out from s->data_offset in entry order (a replica: only those that are
+// not shared), each within the `payload_bytes`; returns where the last ends.
+StatusOr<int64_t> PlaceEntries(ParsedSnapshot* s, bool rank_part, int64_t payload_bytes, const std::string& source) {
+  int64_t at = s->data_offset;
+  for (size_t e = 0; e < s->entries.size(); ++e) {
+    SnapshotEntry& entry = s->entries[e];
+    if (rank_part && entry.shared) {
+      entry.offset = -1;
+      continue;
+    }
+    if (entry.size_bytes > payload_bytes - at)
       return DataLossError(source + ": entries[" + std::to_string(e) + "].size_bytes: beyond the payload; got " +
-                           std::to_string(sizes[e]) + ", expected <= " + std::to_string(payload.size() - at) +
+                           std::to_string(entry.size_bytes) + ", expected <= " + std::to_string(payload_bytes - at) +
                            " (bytes left)");
-    s.entries[e].offset = static_cast<int64_t>(at);
-    s.entries[e].size_bytes = static_cast<int64_t>(sizes[e]);
-    at += sizes[e];
+    entry.offset = at;
+    at += entry.size_bytes;
   }
-  if (at != payload.size())
-    return DataLossError(source + ": payload_bytes: does not match the entries; got " + std::to_string(payload.size()) +
+  return at;
+}
+}  // namespace
+
+StatusOr<ParsedSnapshot> ParseSnapshot(std::span<const std::byte> payload, const std::string& source) {
+  Reader r(payload, source);
+  ParsedSnapshot s;
+  CUPCAKE_RETURN_IF_ERROR(ParseDirectory(r, kSnapshotMagic, "snapshot", source, &s));
+  const int64_t size = static_cast<int64_t>(payload.size());
+  CUPCAKE_ASSIGN_OR_RETURN(const int64_t at, PlaceEntries(&s, false, size, source));
+  if (at != size)
+    return DataLossError(source + ": payload_bytes: does not match the entries; got " + std::to_string(size) +
                          ", expected " + std::to_string(at));
   return s;
+}
+
+StatusOr<ParsedSnapshot> ParseRankPart(std::span<const std::byte> payload, const std::string& source) {
+  Reader r(payload, source);
+  ParsedSnapshot s;
+  CUPCAKE_RETURN_IF_ERROR(ParseDirectory(r, kRankPartMagic, "replica", source, &s));
+  const int64_t size = static_cast<int64_t>(payload.size());
+  CUPCAKE_ASSIGN_OR_RETURN(const int64_t at, PlaceEntries(&s, true, size, source));
+  if (at + 8 != size)
+    return DataLossError(source + ": payload_bytes: does not match the entries; got " + std::to_string(size) +
+                         ", expected " + std::to_string(at + 8) + " (the entries and the snapshot's checksum)");
+  std::memcpy(&s.snapshot_checksum, payload.data() + at, 8);
+  return s;
+}
+
+std::vector<std::byte> MakeRankPart(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed,
+                                    uint64_t checksum) {
+  int64_t bytes = parsed.data_offset + 8;
+  for (const SnapshotEntry& e : parsed.entries)
+    if (!e.shared) bytes += e.size_bytes;
+  std::vector<std::byte> out(static_cast<size_t>(bytes));
+  std::memcpy(out.data(), kRankPartMagic, 8);
+  std::memcpy(out.data() + 8, snapshot.data() + 8, static_cast<size_t>(parsed.data_offset - 8));
+  std::byte* at = out.data() + parsed.data_offset;
+  for (const SnapshotEntry& e : parsed.entries) {
+    if (e.shared) continue;
+    std::memcpy(at, snapshot.data() + e.offset, static_cast<size_t>(e.size_bytes));
+    at += e.size_bytes;
+  }
+  std::memcpy(at, &checksum, 8);
+  return out;
+}
+
+std::vector<std::byte> SharedBytes(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed) {
+  std::vector<std::byte> out;
+  for (const SnapshotEntry& e : parsed.entries)
+    if (e.shared) out.insert(out.end(), snapshot.begin() + e.offset, snapshot.begin() + e.offset + e.size_bytes);
+  return out;
+}
+
+StatusOr<std::vector<std::byte>> RebuildSnapshot(std::span<const std::byte> rank_part, const ParsedSnapshot& parsed,
+                                                 std::span<const std::byte> shared, const std::string& source) {
+  int64_t shared_bytes = 0, bytes = parsed.data_offset;
+  for (const SnapshotEntry& e : parsed.entries) {
+    bytes += e.size_bytes;
+    if (e.shared) shared_bytes += e.size_bytes;
+  }
+  if (static_cast<int64_t>(shared.size()) != shared_bytes)
+    return DataLossError(source + ": shared entries: not this snapshot's; got " + std::to_string(shared.size()) +
+                         " bytes, expected " + std::to_string(shared_bytes));
+  std::vector<std::byte> out(static_cast<size_t>(bytes));
+  std::memcpy(out.data(), kSnapshotMagic, 8);
+  std::memcpy(out.data() + 8, rank_part.data() + 8, static_cast<size_t>(parsed.data_offset - 8));
+  std::byte* at = out.data() + parsed.data_offset;
+  const std::byte* next_shared = shared.data();
+  for (const SnapshotEntry& e : parsed.entries) {
+    const std::byte* from = e.shared ? next_shared : rank_part.data() + e.offset;
+    std::memcpy(at, from, static_cast<size_t>(e.size_bytes));
+    if (e.shared) next_shared += e.size_bytes;
+    at += e.size_bytes;
+  }
+  const uint64_t got = Checksum(out.data(), out.size());
+  if (got != parsed.snapshot_checksum)
+    return DataLossError(source + ": checksum: the snapshot rebuilt with another rank's shared entries is not this "
+                         "rank's; got " + Hex(got) + ", expected " + Hex(parsed.snapshot_checksum) +
+                         " (the entries registered Scope::kShared differ between the ranks)");
+  return out;
 }
 
 }  // namespace internal
@@ -148,11 +246,7 @@ using internal::kHeaderBytes;
 using internal::SegmentHeader;
 using internal::SlotHeader;
 
-std::string Hex(uint64_t v) {
-  std::ostringstream os;
-  os << "0x" << std::hex << v;
-  return os.str();
-}
+using internal::Hex;
 
 uint64_t LoadState(SlotHeader& slot) { return std::atomic_ref<uint64_t>(slot.state).load(std::memory_order_acquire); }
 void StoreState(SlotHeader& slot, uint64_t state) {
@@ -241,6 +335,7 @@ struct Entry {
   std::string name;
   std::span<std::byte> memory;
   Capture capture = Capture::kInBackground;
+  Scope scope = Scope::kRank;
   std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
   int session_plane = -1;  // 0: error feedback, 1: momentum, 2: iteration (memory is `staged`)
 };
@@ -468,8 +563,20 @@ struct Holdings {
       if (Replica(h, r, step)) return h;
     return -1;
   }
-  // Rank r can restore `step`: it holds it, or one of its holders holds it for r.
-  bool Restorable(int r, int64_t step) const { return Own(r, step) || Provider(r, step) >= 0; }
+  // The rank that sends r the shared entries of `step` when r rebuilds it from a replica: its
+  // provider if that holds `step` itself, else the first rank after r that does; -1: none.
+  int Donor(int r, int64_t step) const {
+    const int provider = Provider(r, step);
+    if (provider >= 0 && Own(provider, step)) return provider;
+    for (int i = 1; i < world; ++i)
+      if (Own((r + i) % world, step)) return (r + i) % world;
+    return -1;
+  }
+  // Rank r can restore `step`: it holds it, or one of its holders holds its replica and another
+  // rank the shared entries.
+  bool Restorable(int r, int64_t step) const {
+    return Own(r, step) || (Provider(r, step) >= 0 && Donor(r, step) >= 0);
+  }
   int64_t NewestCommon() const {
     int64_t best = 0;
     for (int64_t step : rows) {
@@ -526,6 +633,7 @@ class Checkpointer::Impl {
     Status error;  // a replica that arrived changed: Apply fails
     std::string source;
     std::string file;
+    std::vector<std::byte> rebuilt;  // a snapshot rebuilt from a replica and a donor's shared entries
     std::span<const std::byte> payload;
     internal::ParsedSnapshot parsed;
   };
@@ -547,12 +655,12 @@ class Checkpointer::Impl {
     if (send_.joinable()) send_.join();
   }
 
-  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
+  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture, Scope scope) {
     CUPCAKE_RETURN_IF_ERROR(CheckIdle("Add"));
     for (const Entry& e : entries_)
       if (e.name == name)
         return InvalidArgumentError(where_ + ": entries: '" + name + "' registered twice; expected unique names");
-    Entry e{name, bytes, capture, {}, -1};
+    Entry e{name, bytes, capture, scope, {}, -1};
     if (capture == Capture::kAtCommit) e.staged.resize(bytes.size());
     entries_.push_back(std::move(e));
     return Status::Ok();
@@ -572,7 +680,7 @@ class Checkpointer::Impl {
     const char* names[3] = {"session.error_feedback", "session.momentum", "session.iteration"};
     for (int plane = 0; plane < 3; ++plane) {
       const size_t bytes = plane < 2 ? state.size() * sizeof(float) : sizeof(uint64_t);
-      Entry e{names[plane], {}, Capture::kAtCommit, std::vector<std::byte>(bytes), plane};
+      Entry e{names[plane], {}, Capture::kAtCommit, Scope::kRank, std::vector<std::byte>(bytes), plane};
       e.memory = e.staged;
       entries_.push_back(std::move(e));
     }
@@ -651,9 +759,10 @@ class Checkpointer::Impl {
         const uint64_t iteration = session_->iteration();
         std::memcpy(e.staged.data(), &iteration, sizeof(iteration));
       } else if (e.session_plane >= 0) {
-        CUPCAKE_ASSIGN_OR_RETURN(
-            std::vector<float> state,
-            session_->ReadState(e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
+        const CompressorState which = e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum;
+        // A plane no plan keeps is zeros on every rank: shared, so replicas leave it out.
+        e.scope = session_->KeepsState(which) ? Scope::kRank : Scope::kShared;
+        CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session_->ReadState(which));
         if (state.size() * sizeof(float) != e.staged.size())
           return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
                                          std::to_string(state.size()) + " floats, expected " +
@@ -730,10 +839,13 @@ class Checkpointer::Impl {
     return point;
   }
 
-  // Step 3 of Find. Ranks without their own copy of `step` get it from their provider (the first
-  // of their holders that has it, Holdings::Provider): one alltoall of what each rank sends each
-  // other (bytes, checksum) and one alltoallv, in which every rank takes part. A replica that
-  // arrives changed fails this rank's Apply, so that every rank fails together there.
+  // Step 3 of Find. A rank without its own copy of `step` rebuilds it from its replica, sent by
+  // its provider (the first of its holders that has it, Holdings::Provider), and the shared
+  // entries of `step`, sent by its donor (Holdings::Donor) from the donor's own snapshot: one
+  // alltoall of what each rank sends each other (replica bytes and checksum, shared bytes) and
+  // one alltoallv, in which every rank takes part. The rebuilt snapshot must match the checksum
+  // of the lost rank's own (kept in the replica). A replica that arrives changed, or a rebuilt
+  // snapshot that does not match, fails this rank's Apply, so that every rank fails together there.
   Status Load(int64_t step, const Holdings& held, std::vector<Candidate>& candidates,
               std::map<int, std::vector<Candidate>>& replicas) {
     const int rank = comm_->rank(), world = comm_->size();
@@ -755,44 +867,77 @@ class Checkpointer::Impl {
     bool anyone_needs = false;
     for (int r = 0; r < world; ++r) anyone_needs = anyone_needs || !held.Own(r, step);
     if (!anyone_needs) return Status::Ok();
-    // What this rank sends: its replica of `step` of every rank it provides for.
-    std::vector<int64_t> offers(static_cast<size_t>(2 * world), 0), offered(static_cast<size_t>(2 * world), 0);
+    // What this rank sends each rank q that has no copy: q's replica if it is q's provider, then
+    // the shared entries of its own snapshot of `step` (loaded above) if it is q's donor.
+    // offers: per rank, the replica's bytes and checksum and the shared entries' bytes.
+    std::vector<int64_t> offers(static_cast<size_t>(3 * world), 0), offered(static_cast<size_t>(3 * world), 0);
     std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
-    std::string outbox;
+    std::vector<std::byte> outbox, shared;
+    bool shared_made = false;
     for (int q = 0; q < world; ++q) {
-      if (held.Own(q, step) || held.Provider(q, step) != rank) continue;
-      for (const Candidate& c : replicas[q])
-        if (c.step == step) {
-          offers[static_cast<size_t>(2 * q)] = static_cast<int64_t>(c.payload.size());
-          offers[static_cast<size_t>(2 * q + 1)] =
-              static_cast<int64_t>(internal::Checksum(c.payload.data(), c.payload.size()));
-          send[static_cast<size_t>(q)] = static_cast<int64_t>(c.payload.size());
-          outbox.append(reinterpret_cast<const char*>(c.payload.data()), c.payload.size());  // NOLINT: bytes
-        }
+      if (held.Own(q, step)) continue;
+      int64_t* offer = &offers[static_cast<size_t>(3 * q)];
+      if (held.Provider(q, step) == rank)
+        for (const Candidate& c : replicas[q])
+          if (c.step == step) {
+            offer[0] = static_cast<int64_t>(c.payload.size());
+            offer[1] = static_cast<int64_t>(internal::Checksum(c.payload.data(), c.payload.size()));
+            outbox.insert(outbox.end(), c.payload.begin(), c.payload.end());
+            break;
+          }
+      if (held.Donor(q, step) == rank && loaded_.found) {
+        if (!shared_made) shared = internal::SharedBytes(loaded_.payload, loaded_.parsed);
+        shared_made = true;
+        offer[2] = static_cast<int64_t>(shared.size());
+        outbox.insert(outbox.end(), shared.begin(), shared.end());
+      }
+      send[static_cast<size_t>(q)] = offer[0] + offer[2];
     }
-    CUPCAKE_RETURN_IF_ERROR(comm_->Alltoall(offers.data(), offered.data(), 16).WithPrefix(where_ + ": restore"));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Alltoall(offers.data(), offered.data(), 24).WithPrefix(where_ + ": restore"));
     const bool receive = !held.Own(rank, step);
-    const int provider = receive ? held.Provider(rank, step) : -1;
-    if (receive) recv[static_cast<size_t>(provider)] = offered[static_cast<size_t>(2 * provider)];
-    std::string arrived(static_cast<size_t>(receive ? recv[static_cast<size_t>(provider)] : 0), '\0');
+    int64_t arriving = 0;
+    std::vector<int64_t> at(static_cast<size_t>(world), 0);  // where each rank's block begins
+    for (int q = 0; q < world && receive; ++q) {
+      at[static_cast<size_t>(q)] = arriving;
+      recv[static_cast<size_t>(q)] = offered[static_cast<size_t>(3 * q)] + offered[static_cast<size_t>(3 * q + 2)];
+      arriving += recv[static_cast<size_t>(q)];
+    }
+    std::vector<std::byte> arrived(static_cast<size_t>(arriving));
     CUPCAKE_RETURN_IF_ERROR(
         comm_->Alltoallv(outbox.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
     if (!receive) return Status::Ok();
+    const int provider = held.Provider(rank, step), donor = held.Donor(rank, step);
+    const int64_t* from_provider = &offered[static_cast<size_t>(3 * provider)];
+    const int64_t* from_donor = &offered[static_cast<size_t>(3 * donor)];
+    loaded_.error = Rebuild(step, provider, donor,
+                            {arrived.data() + at[static_cast<size_t>(provider)], static_cast<size_t>(from_provider[0])},
+                            static_cast<uint64_t>(from_provider[1]),
+                            {arrived.data() + at[static_cast<size_t>(donor)] + from_donor[0],
+                             static_cast<size_t>(from_donor[2])});
+    return Status::Ok();
+  }
+
+  // This rank's snapshot of `step` into loaded_, rebuilt from `replica` (sent by `provider`,
+  // whose checksum it must match) and the shared entries' bytes `shared` (sent by `donor`); the
+  // problem otherwise (for Apply to report on every rank).
+  Status Rebuild(int64_t step, int provider, int donor, std::span<const std::byte> replica, uint64_t checksum,
+                 std::span<const std::byte> shared) {
+    const int rank = comm_->rank();
     Candidate c;
     c.source =
         "rank " + std::to_string(provider) + "'s " + "/dev/shm" + ReplicaOfSegmentName(options_.name, provider, rank);
-    c.file = std::move(arrived);
-    c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.file.size()};  // NOLINT: bytes received
+    c.payload = replica;
     std::vector<std::string> problems;
-    if (!Verify(&c, static_cast<uint64_t>(offered[static_cast<size_t>(2 * provider + 1)]), step, c.source + ": ", rank,
-                &problems)) {
-      loaded_.error = DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
-      return Status::Ok();
-    }
-    loaded_.parsed = std::move(c.parsed);
+    if (!Verify(&c, checksum, step, c.source + ": ", rank, &problems, /*rank_part=*/true))
+      return DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
+    if (!shared.empty()) c.source += ", its shared entries from rank " + std::to_string(donor);
+    CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> rebuilt,
+                             internal::RebuildSnapshot(c.payload, c.parsed, shared, c.source));
+    CUPCAKE_ASSIGN_OR_RETURN(internal::ParsedSnapshot parsed, internal::ParseSnapshot(rebuilt, c.source));
+    loaded_.parsed = std::move(parsed);
     loaded_.source = c.source;
-    loaded_.file = std::move(c.file);
-    loaded_.payload = {reinterpret_cast<const std::byte*>(loaded_.file.data()), loaded_.file.size()};  // NOLINT
+    loaded_.rebuilt = std::move(rebuilt);  // the parsed offsets stay valid: the bytes do not move
+    loaded_.payload = loaded_.rebuilt;
     loaded_.found = true;
     return Status::Ok();
   }
@@ -883,9 +1028,10 @@ class Checkpointer::Impl {
     put(&zero, 4);
     for (const Entry& e : entries_) {
       const uint32_t name_bytes = static_cast<uint32_t>(e.name.size());
+      const uint32_t flags = e.scope == Scope::kShared ? internal::kEntryShared : 0;
       const uint64_t size = e.memory.size();
       put(&name_bytes, 4);
-      put(&zero, 4);
+      put(&flags, 4);
       put(&size, 8);
       put(e.name.data(), e.name.size());
     }
@@ -913,14 +1059,20 @@ class Checkpointer::Impl {
   }
 
   // A new stream: `source` copied into the outgoing segment's older slot (the newer one holds the
-  // previous stream's snapshot, whose replica is complete), where it stays a restore candidate.
+  // previous stream's snapshot, whose replica is complete), where it stays a restore candidate
+  // (this rank's own and the shared entries of that step, for a restore of a lost host); what
+  // streams is its replica, the snapshot without its shared entries' bytes (checkpoint_format.h).
   Status Freeze(const SlotSegment::ValidSlot& source) {
     const int64_t bytes = static_cast<int64_t>(source.payload.size());
+    CUPCAKE_ASSIGN_OR_RETURN(const internal::ParsedSnapshot parsed,
+                             internal::ParseSnapshot(source.payload, own_.where()));
     CUPCAKE_RETURN_IF_ERROR(outgoing_->Ensure(bytes));
     const int slot = outgoing_->BeginWrite();
     std::memcpy(outgoing_->slot(slot), source.payload.data(), source.payload.size());
     outgoing_->FinishCopy(slot, source.step, bytes, source.checksum);
-    stream_ = {source.step, bytes, source.checksum, slot, 0};
+    rank_part_ = internal::MakeRankPart(source.payload, parsed, source.checksum);
+    stream_ = {source.step, static_cast<int64_t>(rank_part_.size()),
+               internal::Checksum(rank_part_.data(), rank_part_.size()), 0};
     return Status::Ok();
   }
 
@@ -948,6 +1100,7 @@ class Checkpointer::Impl {
     Status status = Status::Ok();
     if (streams_done_) {
       stream_ = {};
+      rank_part_.clear();
       if (source) status = Freeze(*source);
     }
     const int64_t left = stream_.bytes - stream_.offset;
@@ -966,7 +1119,7 @@ class Checkpointer::Impl {
     outbox_.resize(static_cast<size_t>(chunk) * holders.size());
     for (size_t i = 0; i < holders.size() && chunk > 0; ++i) {
       send[static_cast<size_t>(holders[i])] = chunk;
-      std::memcpy(outbox_.data() + i * static_cast<size_t>(chunk), outgoing_->slot(stream_.slot) + stream_.offset,
+      std::memcpy(outbox_.data() + i * static_cast<size_t>(chunk), rank_part_.data() + stream_.offset,
                   static_cast<size_t>(chunk));
     }
     int64_t inbox_bytes = 0;
@@ -1115,7 +1268,8 @@ class Checkpointer::Impl {
         Candidate c;
         c.source = segment->where() + " " + field;
         c.payload = v.payload;
-        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", source, refused))
+        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", source, refused,
+                   /*rank_part=*/true))
           of.push_back(std::move(c));
       }
       std::sort(of.begin(), of.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
@@ -1126,14 +1280,15 @@ class Checkpointer::Impl {
   // The checksum (`field` prefixes its name: "<segment>: slots[1]." or "<file>: trailer."), the
   // structure, the step and the owner of a candidate.
   bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field, int rank,
-              std::vector<std::string>* refused) {
+              std::vector<std::string>* refused, bool rank_part = false) {
     const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
     if (got != stored) {
       refused->push_back(field + "checksum: does not match the contents; got " + Hex(got) + ", expected " +
                          Hex(stored) + " (stored)");
       return false;
     }
-    StatusOr<internal::ParsedSnapshot> parsed = internal::ParseSnapshot(c->payload, c->source);
+    StatusOr<internal::ParsedSnapshot> parsed =
+        rank_part ? internal::ParseRankPart(c->payload, c->source) : internal::ParseSnapshot(c->payload, c->source);
     if (!parsed.ok()) {
       refused->push_back(parsed.status().message());
       return false;
@@ -1198,12 +1353,12 @@ class Checkpointer::Impl {
   // The replica exchange (SendChunk) and its state, written by send_ and read after joining it.
   std::thread send_;
   Status send_status_;
-  struct Stream {
+  struct Stream {  // of rank_part_
     int64_t step = 0, bytes = 0;
     uint64_t checksum = 0;
-    int slot = -1;  // in outgoing_
     int64_t offset = 0;  // bytes sent
   } stream_;
+  std::vector<std::byte> rank_part_;  // the stream's replica (Freeze)
   struct Incoming {
     int slot = -1;  // in its source's replica segment, kSlotWriting
     int64_t step = 0;
@@ -1239,7 +1394,7 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
   }
   if (options.replica_chunk_bytes < 0)
     problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
-            ", expected >= 0 (0: whole snapshots)");
+            ", expected >= 0 (0: whole replicas)");
   if (options.replica_group_hosts < 2)
     problem("Checkpointer: replica_group_hosts: out of range; got " + std::to_string(options.replica_group_hosts) +
             ", expected >= 2 (a host and at least one that keeps its replicas)");
@@ -1257,11 +1412,11 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
 Checkpointer::Checkpointer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Checkpointer::~Checkpointer() = default;
 
-Status Checkpointer::Add(const std::string& name, std::span<std::byte> bytes, Capture capture) {
-  return impl_->Add(name, bytes, capture);
+Status Checkpointer::Add(const std::string& name, std::span<std::byte> bytes, Capture capture, Scope scope) {
+  return impl_->Add(name, bytes, capture, scope);
 }
-Status Checkpointer::AddFloats(const std::string& name, std::span<float> values, Capture capture) {
-  return impl_->Add(name, std::as_writable_bytes(values), capture);
+Status Checkpointer::AddFloats(const std::string& name, std::span<float> values, Capture capture, Scope scope) {
+  return impl_->Add(name, std::as_writable_bytes(values), capture, scope);
 }
 void Checkpointer::Clear() { impl_->Clear(); }
 Status Checkpointer::AttachSession(Session* session) { return impl_->AttachSession(session); }

@@ -296,6 +296,12 @@ class Session::Impl {
   int world_size() const { return comm_->size(); }
   int64_t fusion_bytes() const { return active().layout().fusion_bytes(); }
   uint64_t iteration() const { return iteration_; }
+  bool KeepsState(CompressorState which) const {
+    for (const auto& slot : slots_)
+      for (const internal::GroupLayout& group : slot->layout().groups)
+        if (internal::PlaneOffset(group, PlaneOf(which)) >= 0) return true;
+    return false;
+  }
   // Checkpoints: a restarted session draws the random choices the lost one would have.
   Status SetIteration(uint64_t iteration) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
@@ -619,6 +625,7 @@ const std::vector<GravacDecision>& Session::decisions() const { return impl_->de
 const std::vector<std::string>& Session::warnings() const { return impl_->warnings(); }
 int Session::plan_count() const { return impl_->plan_count(); }
 int Session::active_plan() const { return impl_->active_plan(); }
+bool Session::KeepsState(CompressorState which) const { return impl_->KeepsState(which); }
 StatusOr<std::vector<float>> Session::ReadState(CompressorState which) const { return impl_->ReadState(which); }
 Status Session::WriteState(std::span<const float> values, CompressorState which) {
   return impl_->WriteState(values, which);

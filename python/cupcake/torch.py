@@ -643,9 +643,17 @@ class Checkpointer:
     DistributedOptimizer its session's error-feedback memory and momentum (this rank's own).
     It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
     `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
-    segment survives). replicate=True: each rank's snapshot is also kept by a rank on another host
-    (Gemini's replicas: hosts in groups that back each other up; one host alone: the next rank),
-    so a rank whose host lost its memory restores from that copy (docs/CHECKPOINT.md).
+    segment survives). replicate=True: each rank's own state is also kept by a rank on another host
+    (Gemini's replicas: hosts in groups of `replica_group_hosts` (>= 2) that back each other up;
+    one host alone: the next rank), sent in chunks of `replica_chunk_bytes` (>= 0; 0: whole), one
+    per commit (cupcake-plan show --profile prints the chunk that fits the plan's idle gap), so a
+    rank whose host lost its memory restores from that copy and another rank's shared state
+    (docs/CHECKPOINT.md). shared_state: whether the parameters and the optimizer's state are the
+    same on every rank at every commit (data parallelism), so that replicas leave them out; None:
+    True with a DistributedOptimizer (it averages the gradients), else False (each rank's own, as
+    for a job whose ranks train apart). Buffers (batch-norm statistics, computed from each rank's
+    batches) and the session's state are always this rank's own. A restore from a replica checks
+    the rebuilt snapshot against the lost rank's checksum, so shared state that differed fails it.
     restore() puts back the newest step every rank holds, bit for bit.
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
@@ -655,7 +663,8 @@ class Checkpointer:
     so a DistributedOptimizer with adapt=GraVAC(...) is refused.
     """
 
-    def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False):
+    def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False,
+                 replica_chunk_bytes=0, replica_group_hosts=2, shared_state=None):
         self.model = model
         self.optimizer = optimizer
         self.name = name
@@ -663,15 +672,24 @@ class Checkpointer:
         if state is not None and state.adapt is not None:
             raise ValueError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
                              "without (GraVAC's controller is not in the snapshot yet)")
+        if isinstance(replica_chunk_bytes, bool) or not isinstance(replica_chunk_bytes, int) or replica_chunk_bytes < 0:
+            raise ValueError("Checkpointer: replica_chunk_bytes: out of range; got %r, expected an int >= 0 (0: "
+                             "whole replicas)" % (replica_chunk_bytes,))
+        if isinstance(replica_group_hosts, bool) or not isinstance(replica_group_hosts, int) or replica_group_hosts < 2:
+            raise ValueError("Checkpointer: replica_group_hosts: out of range; got %r, expected an int >= 2 (a host "
+                             "and at least one that keeps its replicas)" % (replica_group_hosts,))
+        if shared_state not in (None, True, False):
+            raise ValueError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
+        self._shared = state is not None if shared_state is None else shared_state
         self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.launch(), name, persist_dir or "", int(persist_every),
-                                                       bool(replicate)))
+                                                       bool(replicate), replica_chunk_bytes, replica_group_hosts))
         self._session = state.session if state is not None else None
         if self._session is not None:
             self._cpp.attach_session(self._session)
         self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)
         self.refused = []  # the snapshots the last restore() refused on this rank, one line each (torn, corrupt)
         self._states = {}  # add_state's objects (LR schedulers): their state_dict() in the metadata
-        self._registered = None  # (name, address, bytes, at_commit) per entry, as registered
+        self._registered = None  # (name, address, bytes, at_commit, shared) per entry, as registered
         self._tensors = []  # the registered tensors, kept alive while the copy may read them
         original = optimizer.step
         cpp = self._cpp
@@ -743,16 +761,20 @@ class Checkpointer:
             cupcake.Checkpointer.remove_segment(name, r)
 
     def _entries(self):
+        """(name, tensor, at_commit, shared) per entry: parameters and optimizer state are shared
+        with shared_state; buffers, written in forward from each rank's batch, are copied at commit
+        and always this rank's own."""
         out = []
         for key, t in self.model.state_dict(keep_vars=True).items():
             if t is not None:
-                out.append(("model." + key, t, not isinstance(t, torch.nn.Parameter)))
+                parameter = isinstance(t, torch.nn.Parameter)
+                out.append(("model." + key, t, not parameter, parameter and self._shared))
         for i, p in enumerate(self._parameters()):
             state = self.optimizer.state.get(p, {})
             for key in sorted(state, key=str):
                 if torch.is_tensor(state[key]):
-                    out.append(("optimizer.%d.%s" % (i, key), state[key], False))
-        for name, t, _ in out:
+                    out.append(("optimizer.%d.%s" % (i, key), state[key], False, self._shared))
+        for name, t, _, _ in out:
             if t.device.type != "cpu" or not t.is_contiguous():
                 raise ValueError("Checkpointer: '%s': got a %s%s tensor, expected a contiguous CPU tensor (GPU "
                                  "tensors: not built yet)" % (name, t.device, "" if t.is_contiguous() else " strided"))
@@ -760,14 +782,14 @@ class Checkpointer:
 
     def _register(self):
         entries = self._entries()
-        signature = [(n, t.data_ptr(), t.numel() * t.element_size(), c) for n, t, c in entries]
+        signature = [(n, t.data_ptr(), t.numel() * t.element_size(), c, s) for n, t, c, s in entries]
         if signature == self._registered:
             return
         self._cpp.clear()
-        for n, address, nbytes, at_commit in signature:
-            self._cpp.add(n, address, nbytes, at_commit)
+        for n, address, nbytes, at_commit, shared in signature:
+            self._cpp.add(n, address, nbytes, at_commit, shared)
         self._registered = signature
-        self._tensors = [t for _, t, _ in entries]
+        self._tensors = [t for _, t, _, _ in entries]
 
     def _parameters(self):
         return [p for g in self.optimizer.param_groups for p in g["params"]]

@@ -525,13 +525,15 @@ void BindRecorder(py::module_& m) {
 class PyCheckpointer {
  public:
   PyCheckpointer(Launch& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
-                 bool replicate)
+                 bool replicate, int64_t replica_chunk_bytes, int replica_group_hosts)
       : comm_(mpi.World()) {
     runtime::CheckpointOptions options;
     options.name = name;
     options.persist_dir = persist_dir;
     options.persist_every = persist_every;
     options.replicate = replicate;
+    options.replica_chunk_bytes = replica_chunk_bytes;
+    options.replica_group_hosts = replica_group_hosts;
     ckpt_ = Take(runtime::Checkpointer::Create(options, comm_.get()));
   }
   runtime::Checkpointer& Get() {
@@ -542,11 +544,12 @@ class PyCheckpointer {
                                   "(attach_session(None) to go on without its state)"));
     return *ckpt_;
   }
-  void Add(const std::string& name, uintptr_t address, int64_t nbytes, bool at_commit) {
+  void Add(const std::string& name, uintptr_t address, int64_t nbytes, bool at_commit, bool shared) {
     if (nbytes < 0) Raise(InvalidArgumentError("Checkpointer.add: nbytes: negative; got " + std::to_string(nbytes)));
     auto* bytes = reinterpret_cast<std::byte*>(address);  // NOLINT: a tensor's data_ptr()
     Check(Get().Add(name, std::span<std::byte>(bytes, static_cast<size_t>(nbytes)),
-                    at_commit ? runtime::Capture::kAtCommit : runtime::Capture::kInBackground));
+                    at_commit ? runtime::Capture::kAtCommit : runtime::Capture::kInBackground,
+                    shared ? runtime::Scope::kShared : runtime::Scope::kRank));
   }
   void Attach(PySession* session) {
     runtime::Checkpointer& c = Get();
@@ -584,13 +587,14 @@ py::dict PointDict(const runtime::RestorePoint& p) {
 void BindCheckpointer(py::module_& m) {
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
-      .def(py::init<Launch&, const std::string&, const std::string&, int, bool>(), py::arg("mpi"), py::arg("name"),
-           py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::arg("replicate") = false,
-           py::keep_alive<1, 2>())
+      .def(py::init<Launch&, const std::string&, const std::string&, int, bool, int64_t, int>(), py::arg("mpi"),
+           py::arg("name"), py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::arg("replicate") = false,
+           py::arg("replica_chunk_bytes") = 0, py::arg("replica_group_hosts") = 2, py::keep_alive<1, 2>())
       .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
-           py::arg("at_commit") = false,
+           py::arg("at_commit") = false, py::arg("shared") = false,
            "Registers the next entry: `nbytes` bytes of host memory at `address`; at_commit: copied inside "
-           "commit() (memory the next iteration writes before its optimizer step), else in the background.")
+           "commit() (memory the next iteration writes before its optimizer step), else in the background; "
+           "shared: the same bytes on every rank (Scope::kShared: replicas leave it out), else this rank's own.")
       .def("clear", [](PyCheckpointer& c) { c.Get().Clear(); })
       .def("attach_session", &PyCheckpointer::Attach, py::arg("session").none(true), py::keep_alive<1, 2>(),
            "Includes the session's error-feedback memory and momentum in every snapshot.")

@@ -7,13 +7,16 @@ for --steps steps, committing a snapshot after every optimizer step, and
                   bit and exits 1 naming the first that differs (the test's verdict);
   --expect-start  the step restore() must return (a set: "6,7"), else exit 1;
   --wrong-model   builds the model with 4 channels instead of 8: restore() must raise cupcake.Error naming
-                  the first entry whose size differs (and write nothing), else exit 1.
+                  the first entry whose size differs (and write nothing), else exit 1;
+  --replica-chunk-bytes N, --replica-group-hosts M  the Checkpointer's options of those names;
+  --bad-options   checks that out-of-range replica_chunk_bytes and replica_group_hosts raise ValueError
+                  naming the argument, then exits (0: as expected).
 PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedback is part of the
 snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas; and a
 StepLR scheduler made after the Checkpointer, its state added with add_state).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K [--wait-before-kill]]
-       [--persist DIR --persist-every P] [--replicate]
-       [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model]"""
+       [--persist DIR --persist-every P] [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]
+       [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model] [--bad-options]"""
 
 import argparse
 import os
@@ -41,6 +44,9 @@ def main():
     p.add_argument("--wrong-model", action="store_true")
     p.add_argument("--wait-before-kill", action="store_true")
     p.add_argument("--replicate", action="store_true")
+    p.add_argument("--replica-chunk-bytes", type=int, default=0)
+    p.add_argument("--replica-group-hosts", type=int, default=2)
+    p.add_argument("--bad-options", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = cupcake.torch.rank()
@@ -50,11 +56,15 @@ def main():
     else:
         opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
                                                  model.named_parameters(), plan=a.plan)
+    if a.bad_options:
+        check_bad_options(model, opt, a.name)
+        return
     ckpt = None
     start = 0
     if not a.no_ckpt:
         ckpt = cupcake.torch.Checkpointer(model, opt, name=a.name, persist_dir=a.persist, persist_every=a.persist_every,
-                                          replicate=a.replicate)
+                                          replicate=a.replicate, replica_chunk_bytes=a.replica_chunk_bytes,
+                                          replica_group_hosts=a.replica_group_hosts)
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5) if a.plan == "-" else None
     if ckpt is not None and scheduler is not None:
         ckpt.add_state("scheduler", scheduler)
@@ -114,6 +124,31 @@ def main():
             cupcake.torch.Checkpointer.remove(a.name)
     if a.plan != "-":
         opt.close()
+
+
+def check_bad_options(model, opt, name):
+    """replica_chunk_bytes and replica_group_hosts out of range: ValueError naming the argument."""
+    cases = [
+        ({"replica_chunk_bytes": -1}, "Checkpointer: replica_chunk_bytes: out of range; got -1, expected an int >= 0 "
+                                      "(0: whole replicas)"),
+        ({"replica_chunk_bytes": 1.5}, "Checkpointer: replica_chunk_bytes: out of range; got 1.5, expected an int "
+                                       ">= 0 (0: whole replicas)"),
+        ({"replica_group_hosts": 1}, "Checkpointer: replica_group_hosts: out of range; got 1, expected an int >= 2 "
+                                     "(a host and at least one that keeps its replicas)"),
+        ({"replica_group_hosts": True}, "Checkpointer: replica_group_hosts: out of range; got True, expected an int "
+                                        ">= 2 (a host and at least one that keeps its replicas)"),
+        ({"shared_state": "yes"}, "Checkpointer: shared_state: got 'yes', expected None, True or False"),
+    ]
+    for kwargs, want in cases:
+        try:
+            cupcake.torch.Checkpointer(model, opt, name=name, replicate=True, **kwargs)
+        except ValueError as e:
+            if str(e) != want:
+                sys.exit("FAIL: Checkpointer(%s): got '%s', expected '%s'" % (kwargs, e, want))
+            continue
+        sys.exit("FAIL: Checkpointer(%s) did not raise ValueError" % (kwargs,))
+    if cupcake.torch.rank() == 0:
+        print("ok: %d out-of-range Checkpointer options refused naming the argument" % len(cases), flush=True)
 
 
 if __name__ == "__main__":

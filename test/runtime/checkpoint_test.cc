@@ -32,22 +32,27 @@ constexpr int kWorld = 2;
 float Value(int64_t step, int rank, int64_t j) { return static_cast<float>(step * 1000 + rank * 100) + 0.25f * j; }
 
 // One rank's job: a weight vector (copied in the background), a statistic written during the
-// step (copied at commit) and a few raw bytes.
+// step (copied at commit) and a few raw bytes. With `data_parallel` the weights and the raw bytes
+// are rank 0's on every rank (as parameters are in data parallelism); the statistic is always
+// the rank's own.
 struct RankJob {
   std::unique_ptr<comm::Communicator> comm;
   std::unique_ptr<Checkpointer> ckpt;
   std::vector<float> weights = std::vector<float>(300);
   std::vector<float> stats = std::vector<float>(5);
   std::vector<std::byte> raw = std::vector<std::byte>(17);
+  bool data_parallel = false;
 
   void Fill(int64_t step, int rank) {
-    for (size_t j = 0; j < weights.size(); ++j) weights[j] = Value(step, rank, static_cast<int64_t>(j));
+    const int shared_rank = data_parallel ? 0 : rank;
+    for (size_t j = 0; j < weights.size(); ++j) weights[j] = Value(step, shared_rank, static_cast<int64_t>(j));
     for (size_t j = 0; j < stats.size(); ++j) stats[j] = -Value(step, rank, static_cast<int64_t>(j));
-    for (size_t j = 0; j < raw.size(); ++j) raw[j] = static_cast<std::byte>(step * 7 + rank * 3 + j);
+    for (size_t j = 0; j < raw.size(); ++j) raw[j] = static_cast<std::byte>(step * 7 + shared_rank * 3 + j);
   }
   // The job holds step `step`'s values exactly.
   bool Holds(int64_t step, int rank) const {
     RankJob want;
+    want.data_parallel = data_parallel;
     want.Fill(step, rank);
     return std::memcmp(weights.data(), want.weights.data(), weights.size() * 4) == 0 &&
            std::memcmp(stats.data(), want.stats.data(), stats.size() * 4) == 0 && raw == want.raw;
@@ -56,15 +61,18 @@ struct RankJob {
 
 // One rank's job through the C API: the checkpointer of `o` over `comm`, RankJob's three entries,
 // restore. Run 0 starts fresh (step 0) and commits steps 1..`steps`; a later run resumes at
-// `resumed` holding that step's values.
+// `resumed` holding that step's values. `data_parallel`: the weights and raw bytes are the same
+// on every rank and added with CUPCAKE_CHECKPOINT_SHARED.
 void RunCJob(const cupcake_checkpoint_options& o, std::unique_ptr<comm::Communicator> comm, int r, int run,
-             int64_t steps, int64_t resumed) {
+             int64_t steps, int64_t resumed, bool data_parallel = false) {
   RankJob job;
+  job.data_parallel = data_parallel;
+  const int shared = data_parallel ? CUPCAKE_CHECKPOINT_SHARED : 0;
   cupcake_checkpointer* c = nullptr;
   ASSERT_EQ(internal::CreateCCheckpointer(o, std::move(comm), &c), CUPCAKE_OK) << cupcake_last_error();
-  ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, 0), CUPCAKE_OK);
-  ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, 1), CUPCAKE_OK);
-  ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, 0), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_checkpointer_add(c, "weights", job.weights.data(), 1200, shared), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_checkpointer_add(c, "stats", job.stats.data(), 20, CUPCAKE_CHECKPOINT_AT_COMMIT), CUPCAKE_OK);
+  ASSERT_EQ(cupcake_checkpointer_add(c, "raw", job.raw.data(), 17, shared), CUPCAKE_OK);
   int64_t start = -1;
   ASSERT_EQ(cupcake_checkpointer_restore(c, &start), CUPCAKE_OK) << cupcake_last_error();
   if (run == 0) {
@@ -96,8 +104,9 @@ class CheckpointTest : public ::testing::Test {
   }
 
   // A (re)started job: a new group and new checkpointers, entries registered, values zeroed.
-  // The ranks run on `hosts_` (empty: kWorld ranks on one host).
-  void Start(CheckpointOptions options = {}) {
+  // The ranks run on `hosts_` (empty: kWorld ranks on one host). `shared`: the weights and the
+  // raw bytes are registered Scope::kShared and filled data-parallel (RankJob).
+  void Start(CheckpointOptions options = {}, Scope shared = Scope::kRank) {
     jobs_.clear();
     world_ = hosts_.empty() ? kWorld : static_cast<int>(hosts_.size());
     group_ = std::make_unique<comm::InProcessGroup>(world_, hosts_);
@@ -109,9 +118,10 @@ class CheckpointTest : public ::testing::Test {
       auto made = Checkpointer::Create(options, job.comm.get());
       ASSERT_TRUE(made.ok()) << made.status().ToString();
       job.ckpt = std::move(made).value();
-      ASSERT_TRUE(job.ckpt->AddFloats("weights", job.weights).ok());
+      job.data_parallel = shared == Scope::kShared;
+      ASSERT_TRUE(job.ckpt->AddFloats("weights", job.weights, Capture::kInBackground, shared).ok());
       ASSERT_TRUE(job.ckpt->AddFloats("stats", job.stats, Capture::kAtCommit).ok());
-      ASSERT_TRUE(job.ckpt->Add("raw", job.raw).ok());
+      ASSERT_TRUE(job.ckpt->Add("raw", job.raw, Capture::kInBackground, shared).ok());
     }
   }
   // Every step fills the values of that step and commits it (metadata "m<step>").
@@ -143,8 +153,9 @@ class CheckpointTest : public ::testing::Test {
     int Newest() { return header().slots[0].step > header().slots[1].step ? 0 : 1; }
     ~Mapped() { ::munmap(base, bytes); }
   };
-  std::unique_ptr<Mapped> Map(int rank) {
-    const int fd = ::shm_open(Checkpointer::SegmentName(name_, rank).c_str(), O_RDWR, 0600);
+  std::unique_ptr<Mapped> Map(int rank) { return MapSegment(Checkpointer::SegmentName(name_, rank)); }
+  std::unique_ptr<Mapped> MapSegment(const std::string& shm_name) {
+    const int fd = ::shm_open(shm_name.c_str(), O_RDWR, 0600);
     EXPECT_GE(fd, 0);
     auto m = std::make_unique<Mapped>();
     m->bytes = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
@@ -413,6 +424,65 @@ TEST_F(CheckpointTest, ReplicaAssembledFromChunksRestoresALostHost) {
   for (const std::string& line : points[0]->refused)
     torn = torn || line.find(Checkpointer::ReplicaOfSegmentName(name_, 0, 1) + ": slots[") != std::string::npos;
   EXPECT_TRUE(torn) << "rank 0 refused: " << points[0]->refused.size();
+}
+
+// Data parallelism: 'weights' and 'raw' are the same on every rank and registered kShared,
+// 'stats' is each rank's own. A replica carries the snapshot's directory (40 bytes, 16 per entry
+// and the names 'weights', 'stats', 'raw'), its metadata "m2", 'stats' (20 bytes) and the
+// snapshot's checksum (8): 133 bytes, where the whole snapshot is 1342. Rank 1's host lost after
+// commits 1..3 (replicas of 1 and 2): it rebuilds step 2 from rank 0's replica and rank 0's
+// 'weights' and 'raw', bitwise its own.
+TEST_F(CheckpointTest, ReplicaCarriesOnlyTheRankSpecificEntries) {
+  CheckpointOptions options;
+  options.replicate = true;
+  Start(options, Scope::kShared);
+  Train(1, 3);
+  {
+    auto replica = MapSegment(Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+    const internal::SlotHeader& newest = replica->header().slots[replica->Newest()];
+    EXPECT_EQ(newest.state, internal::kSlotValid);
+    EXPECT_EQ(newest.step, 2);
+    EXPECT_EQ(newest.payload_bytes, 40u + (16 + 7) + (16 + 5) + (16 + 3) + 2 + 20 + 8);
+  }
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m2");
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  }
+  EXPECT_EQ(points[1]->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1) +
+                                   ", its shared entries from rank 0");
+}
+
+// Entries registered kShared that differ between the ranks (each rank's own weights): a lost
+// host's snapshot rebuilt with rank 0's shared entries does not match its own checksum, so every
+// rank fails and nothing is written.
+TEST_F(CheckpointTest, SharedEntriesThatDifferFailTheRebuiltChecksum) {
+  CheckpointOptions options;
+  options.replicate = true;
+  Start(options, Scope::kShared);
+  for (RankJob& job : jobs_) job.data_parallel = false;
+  Train(1, 3);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  ASSERT_FALSE(points[1].ok());
+  EXPECT_EQ(points[1].status().message().find("rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1) +
+                                              ", its shared entries from rank 0: checksum: the snapshot rebuilt "
+                                              "with another rank's shared entries is not this rank's; got 0x"),
+            0u)
+      << points[1].status().message();
+  EXPECT_NE(points[1].status().message().find("(the entries registered Scope::kShared differ between the ranks)"),
+            std::string::npos);
+  ASSERT_FALSE(points[0].ok());
+  EXPECT_EQ(points[0].status().message(),
+            Segment(0) + ": restore: another rank could not restore step 2 (see its message); nothing restored");
+  for (const RankJob& job : jobs_) EXPECT_EQ(job.weights, std::vector<float>(300, 0.0f));
 }
 
 // Gemini's group placement (replica_placement.h), worked by hand.
@@ -760,13 +830,16 @@ class TrackedCommunicator final : public comm::Communicator {
 };
 
 // A topk session's residuals replicated in chunks between its collectives. The snapshot: a
-// 'weights' entry of 1e6 floats and the session's state (SmallModel: 435 elements). Its size:
-// the directory (40, 16 per entry, the names 'weights', 'session.error_feedback',
-// 'session.momentum', 'session.iteration': 166) + 4000000 + 2 x 1740 + 8 = 4003654 bytes: 3
-// chunks of at most 1.5e6 bytes. A run of 8 iterations commits 1..8: the replicas complete step
-// 1 at Commit 4 and step 4 at Commit 7 (as in ReplicaAssembledFromChunksRestoresALostHost).
-// Rank 1's host is lost: the restart restores step 4 (rank 1 from rank 0's replica) and runs
-// iterations 4..9; every rank's last gradients are bitwise the uninterrupted 10-iteration run's.
+// 'weights' entry of 1e6 floats, the same on every rank (kShared), and the session's state
+// (SmallModel: 435 elements), whose momentum topk does not keep (zeros: shared too). The
+// snapshot is 4003654 bytes: the directory (40, 16 per entry, the names 'weights',
+// 'session.error_feedback', 'session.momentum', 'session.iteration': 166) + 4000000 + 2 x 1740
+// + 8. Its replica is 1922 bytes: the directory, the residual (1740), the iteration (8) and the
+// snapshot's checksum (8): 3 chunks of at most 700 bytes. A run of 8 iterations commits 1..8:
+// the replicas complete step 1 at Commit 4 and step 4 at Commit 7 (as in
+// ReplicaAssembledFromChunksRestoresALostHost). Rank 1's host is lost: the restart restores step
+// 4 (rank 1 from rank 0's replica and rank 0's weights) and runs iterations 4..9; every rank's
+// last gradients are bitwise the uninterrupted 10-iteration run's.
 // No collective of the checkpointer (agreement or replica exchange) ever runs while one of the
 // session's does, on either rank (count, not time); without the gate they do (checked by hand:
 // options.gate = nullptr and the session's communicator not gated make `overlaps` > 0).
@@ -780,11 +853,14 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
   // run 0: uninterrupted, no checkpointer; run 1: checkpoints every iteration until the crash;
   // run 2: rank 1's segments gone, restore, the rest.
   for (int run = 0; run < 3; ++run) {
-    if (run == 2)
-      for (int r = 0; r < kWorld; ++r)
-        if (r == 1) {
-          ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
-        }
+    if (run == 2) {
+      auto replica = MapSegment(Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+      const internal::SlotHeader& newest = replica->header().slots[replica->Newest()];
+      EXPECT_EQ(newest.state, internal::kSlotValid);
+      EXPECT_EQ(newest.step, 4);
+      EXPECT_EQ(newest.payload_bytes, 166u + 1740 + 8 + 8);
+      ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    }
     comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
     std::vector<std::shared_ptr<NetworkGate>> gates;
     for (int r = 0; r < kWorld; ++r) gates.push_back(std::make_shared<NetworkGate>());
@@ -803,13 +879,13 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
       CheckpointOptions options;
       options.name = name_;
       options.replicate = true;
-      options.replica_chunk_bytes = 1'500'000;
+      options.replica_chunk_bytes = 700;
       options.gate = gates[static_cast<size_t>(r)];
       std::unique_ptr<Checkpointer> ckpt;
       int first = 0, last = kIterations - 1;
       if (run > 0) {
         ckpt = Checkpointer::Create(options, comm.get()).value();
-        ASSERT_TRUE(ckpt->AddFloats("weights", weights).ok());
+        ASSERT_TRUE(ckpt->AddFloats("weights", weights, Capture::kInBackground, Scope::kShared).ok());
         ASSERT_TRUE(ckpt->AttachSession(&s).ok());
         auto point = ckpt->Restore();
         ASSERT_TRUE(point.ok()) << point.status().ToString();
@@ -820,7 +896,8 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
           ASSERT_EQ(point->step, 4);
           EXPECT_EQ(weights, std::vector<float>(weights.size(), 4.0f));
           if (r == 1) {
-            EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+            EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1) +
+                                         ", its shared entries from rank 0");
           }
           first = 4;
         }
@@ -886,8 +963,35 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
   EXPECT_EQ(internal::CreateCCheckpointer(chunks, two.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_checkpointer_create: Checkpointer: replica_chunk_bytes: out of range; got -1, expected >= 0 "
-               "(0: whole snapshots)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
+               "(0: whole replicas)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
                "and at least one that keeps its replicas)");
+}
+
+// CUPCAKE_CHECKPOINT_SHARED reaches the Checkpointer: a data-parallel job's lost host (rank 1's,
+// after 3 commits) rebuilds step 2 from rank 0's replica of its 'stats' and rank 0's shared
+// entries. Flags other than the two are refused naming the entry.
+TEST_F(CheckpointTest, CApiSharedEntriesComeFromAPeer) {
+  for (int run = 0; run < 2; ++run) {
+    if (run == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    comm::InProcessGroup group(kWorld);
+    OnEveryRank(kWorld, [&](int r) {
+      cupcake_checkpoint_options o = {};
+      o.name = name_.c_str();
+      o.replicate = 1;
+      RunCJob(o, group.Rank(r), r, run, 3, 2, /*data_parallel=*/true);
+    });
+  }
+  comm::InProcessGroup one(1);
+  cupcake_checkpoint_options o = {};
+  o.name = name_.c_str();
+  cupcake_checkpointer* c = nullptr;
+  ASSERT_EQ(internal::CreateCCheckpointer(o, one.Rank(0), &c), CUPCAKE_OK);
+  float x = 0;
+  EXPECT_EQ(cupcake_checkpointer_add(c, "x", &x, 4, 4), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_add: flags: unknown bits; got 4 for 'x', expected CUPCAKE_CHECKPOINT_AT_COMMIT "
+               "(1) and CUPCAKE_CHECKPOINT_SHARED (2) or'ed");
+  cupcake_checkpointer_destroy(c);
 }
 
 // The C API's replica options reach the Checkpointer: chunks of 500 bytes (3 per snapshot, as in

@@ -5,7 +5,8 @@
 # has printed its first epoch's loss, every process of host 1 (its two ranks and its MPI daemon)
 # is killed with SIGKILL and host 1's memory is wiped (all segments of ranks 2 and 3); mpirun
 # then ends the job. The restart on the same testbed must restore ranks 2 and 3 from host 0's
-# replicas (ranks 0 and 1: placement on the other host), and every rank's final parameters must
+# replicas of their own state (ranks 0 and 1: placement on the other host) and the parameters and
+# momentum those ranks hold themselves (shared), and every rank's final parameters must
 # be byte for byte those of an uninterrupted run. Exit 77 (skip) only where the machine refuses
 # the testbed or the LibTorch job is not built.
 # Usage: checkpoint_host_test.sh SOURCE_DIR BUILD_DIR
@@ -67,8 +68,9 @@ restored=$(awk '/^checkpoint: restored step/ {print $4}' "$work/resumed.log")
 status=0
 [ -n "$restored" ] && [ "$restored" -ge 1 ] || { echo "FAIL: no step restored" >&2; status=1; }
 for r in 2 3; do
-  grep -q "^checkpoint: rank $r restored from rank $((r - 2))'s /dev/shm/cupcake-$tag-$((r - 2))-replica-$r" \
-    "$work/resumed.log" || { echo "FAIL: rank $r did not restore from rank $((r - 2))'s replica" >&2; status=1; }
+  from="rank $((r - 2))'s /dev/shm/cupcake-$tag-$((r - 2))-replica-$r, its shared entries from rank $((r - 2))"
+  grep -q "^checkpoint: rank $r restored from $from\$" "$work/resumed.log" ||
+    { echo "FAIL: rank $r did not restore from rank $((r - 2))'s replica and shared state" >&2; status=1; }
 done
 for r in 0 1 2 3; do
   cmp "$work/ref.bin-rank$r" "$work/resumed.bin-rank$r" ||

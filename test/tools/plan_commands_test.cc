@@ -790,7 +790,9 @@ TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
   const auto& s = j["replica_schedule"];
   int64_t elements = 0;
   for (const auto& t : plan.model().model().tensors()) elements += t.numel();
-  EXPECT_EQ(s["state_bytes"], 4 * elements);
+  // topk keeps a residual, no momentum: a float per parameter and the 8-byte iteration counter.
+  const int64_t state = 4 * elements + 8;
+  EXPECT_EQ(s["state_bytes"], state);
   // Gaps: before the first block, between blocks that do not touch, after the last.
   const double forward = plan.model().model().forward_us();
   std::vector<std::pair<double, double>> want;
@@ -822,14 +824,14 @@ TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
     if (chunk > 0) {
       EXPECT_LE(transfer_us(static_cast<double>(chunk)), idle * (1 + 1e-12));
     }
-    if (chunk < 4 * elements) {
+    if (chunk < state) {
       EXPECT_GT(transfer_us(static_cast<double>(chunk + 1)), idle * (1 - 1e-12));
     }
     per_iteration += chunk;
   }
   EXPECT_EQ(s["bytes_per_iteration"], per_iteration);
   ASSERT_GT(per_iteration, 0);
-  EXPECT_EQ(s["iterations"], (4 * elements + per_iteration - 1) / per_iteration);
+  EXPECT_EQ(s["iterations"], (state + per_iteration - 1) / per_iteration);
   EXPECT_EQ(s["commit_chunk_bytes"], s["gaps"][0]["chunk_bytes"]);  // the first block starts after 0
   // The text names the profile and the iterations.
   show.format = tools::OutputFormat::kText;
@@ -843,6 +845,31 @@ TEST_F(PlanCommandsTest, ShowPrintsTheReplicaSchedule) {
   std::ostringstream plain;
   ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText}, plain).ok());
   EXPECT_EQ(plain.str().find("replica"), std::string::npos);
+}
+
+// The replica's default size is the plan's per-rank state (docs/CHECKPOINT.md): dgc keeps error
+// feedback and momentum (8 bytes per parameter), fp32 neither (the iteration counter's 8 bytes
+// alone); --state-bytes overrides it.
+TEST_F(PlanCommandsTest, ShowSizesTheReplicaFromThePerRankState) {
+  int64_t elements = 0;
+  for (const auto& [compressor, per_parameter] : std::vector<std::pair<std::string, int64_t>>{{"dgc", 8}, {"fp32", 0}}) {
+    SCOPED_TRACE(compressor);
+    const SearchOptions o = Search(compressor, compressor + ".pb");
+    RunOk(o);
+    const pb::Plan plan = *ReadPlanFile(o.output);
+    elements = 0;
+    for (const auto& t : plan.model().model().tensors()) elements += t.numel();
+    ShowOptions show{o.output, tools::OutputFormat::kJson};
+    show.profile = profile_;
+    std::ostringstream json;
+    ASSERT_TRUE(RunShow(show, json).ok());
+    EXPECT_EQ(nlohmann::json::parse(json.str())["replica_schedule"]["state_bytes"], per_parameter * elements + 8);
+    show.state_bytes = 12345;
+    std::ostringstream given;
+    ASSERT_TRUE(RunShow(show, given).ok());
+    EXPECT_EQ(nlohmann::json::parse(given.str())["replica_schedule"]["state_bytes"], 12345);
+  }
+  EXPECT_GT(elements, 0);
 }
 
 TEST_F(PlanCommandsTest, ShowScheduleErrorsNameTheirCause) {

@@ -51,7 +51,8 @@ struct ShowOptions {
   tools::OutputFormat format = tools::OutputFormat::kText;
   std::optional<double> rung{};  // a ladder's rung; unset: the whole ladder
   // With a profile: the replica schedule (planner::ScheduleReplica) priced by its allreduce curve,
-  // for a replica of `state_bytes` (0: the residual's size, 4 bytes per parameter).
+  // for a replica of `state_bytes` (0: the plan's per-rank state: 4 bytes per parameter for each
+  // of error feedback and momentum that its compressor keeps, and 8 for the iteration counter).
   std::string profile{};
   int64_t state_bytes = 0;
 };

@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "cupcake/planner/replica_schedule.h"
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/profile/load.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/ladder_io.h"
@@ -50,11 +51,25 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
       rows, [&](size_t c) { return c == 1 || (options && c == 2); }, out);
 }
 
-// The residual's size: 4 bytes (a float of error-feedback memory) per parameter.
-int64_t ResidualBytes(const pb::Plan& plan) {
+// What a replica carries for a session of `plan` (docs/CHECKPOINT.md, "Replicas"): the state
+// each rank holds alone, a float per parameter for each per-element plane some group keeps (the
+// runtime's Session::KeepsState) and the 8-byte iteration counter. Error-feedback memory: a
+// compressed group whose memory is residual or dgc; momentum: a compressed group whose memory is
+// dgc or whose compressor is signum. Groups of other schemes (fp32 and fp16 options, PowerSGD,
+// whose state is its runner's own and not in snapshots) keep none that a snapshot holds. The
+// job's own per-rank entries are not in the plan.
+int64_t PerRankStateBytes(const pb::Plan& plan) {
+  const std::string& memory = plan.compressor().memory();
+  bool error_feedback = false, momentum = false;
+  for (const pb::Group& g : plan.groups()) {
+    const SchemeInfo* scheme = FindScheme(g.options().scheme());
+    if (scheme != nullptr && scheme->codec != Codec::kCompressor) continue;
+    error_feedback = error_feedback || memory == "residual" || memory == "dgc";
+    momentum = momentum || memory == "dgc" || plan.compressor().name() == "signum";
+  }
   int64_t elements = 0;
   for (const pb::Tensor& t : plan.model().model().tensors()) elements += t.numel();
-  return 4 * elements;
+  return 4 * elements * ((error_feedback ? 1 : 0) + (momentum ? 1 : 0)) + 8;
 }
 
 std::string Iterations(int64_t n) { return n > 0 ? std::to_string(n) : "never (no gap fits a transfer)"; }
@@ -170,7 +185,7 @@ Status RunShow(const ShowOptions& options, std::ostream& out) {
       if (!transfer.ok()) return transfer.status().WithPrefix(options.profile);
       plans_profile = ProfileFingerprint(profile) == plan.profile_fingerprint();
       schedule = planner::ScheduleReplica(plan, *transfer,
-                                          options.state_bytes > 0 ? options.state_bytes : ResidualBytes(plan));
+                                          options.state_bytes > 0 ? options.state_bytes : PerRankStateBytes(plan));
     }
     if (options.format == tools::OutputFormat::kJson) {
       nlohmann::ordered_json j = SummaryFirst(PlanToJson(plan));
@@ -205,7 +220,8 @@ int ShowMain(tools::Invocation& inv) {
       "also print the replica schedule: the plan's idle network gaps and the checkpoint chunks that fit them, "
       "priced by this profile's allreduce curve (docs/CHECKPOINT.md)")(
       "state-bytes", po::value(&options.state_bytes),
-      "with --profile: the replica's size in bytes (default: the residual's, 4 per parameter)");
+      "with --profile: the replica's size in bytes (default: the plan's per-rank state, 4 per parameter for "
+      "error feedback and 4 for momentum where its compressor keeps them, and the 8-byte iteration counter)");
   double rung = 0;
   internal::AddRungFlag(flags, &rung);
   po::positional_options_description positional;

@@ -10,7 +10,8 @@
 //   2. a tiny collective (an allgather of two int64 per rank): the ranks commit the same step,
 //      and agreed_step() becomes the newest step every rank has completed;
 //   3. with `replicate`, starts this commit's replica exchange on a thread of its own (the next
-//      chunk of this rank's stream to the ranks that keep its replicas, options below);
+//      chunk of this rank's stream, its own state, to the ranks that keep its replicas, options
+//      below);
 //   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
 //   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
 //      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
@@ -23,10 +24,11 @@
 // Restore() after a restart (same world, same name, same spans registered): every rank lists the
 // snapshots it holds (valid shared-memory slots whose checksum matches, then persisted files that
 // verify, and with `replicate` the replicas it keeps for others), the ranks agree on the newest
-// step all of them hold (themselves, or a rank that keeps their replicas, which then sends it),
-// and each rank copies its snapshot of that step into the registered spans (and the session's
-// state), after checking the snapshot's rank, world size and every entry's name and size against
-// the job. Find() and Apply()
+// step all of them hold (themselves, or a rank that keeps their replica, which then sends it, with
+// the shared entries from a rank that holds that step itself), and each rank copies its snapshot
+// of that step into the registered spans (and the session's state), after checking the
+// snapshot's rank, world size and every entry's name and size against the job (a snapshot
+// rebuilt from a replica must also match the lost rank's own checksum). Find() and Apply()
 // are its two halves, for a job that must see the snapshot's metadata (e.g. the shapes of an
 // optimizer's state) before it can register the spans to restore into.
 //
@@ -68,20 +70,23 @@ struct CheckpointOptions {
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
   // Gemini's replicas: the job's hosts (comm::DiscoverTopology) in groups of
-  // `replica_group_hosts` that back each other up; each rank streams a snapshot to a rank on each
-  // other host of its group (on one host: to the next ranks), which keeps it in
-  // /dev/shm/cupcake-<name>-<holder>-replica-<rank> (two slots), and a restore on a rank whose
-  // host lost its memory takes its snapshot from there (docs/CHECKPOINT.md, "Replicas").
+  // `replica_group_hosts` that back each other up; each rank streams its own state (its snapshot
+  // without the Scope::kShared entries: the kRank entries and the session's state, with the
+  // snapshot's directory, metadata and checksum) to a rank on each other host of its group (on
+  // one host: to the next ranks), which keeps it in /dev/shm/cupcake-<name>-<holder>-replica-<rank>
+  // (two slots); a restore on a rank whose host lost its memory rebuilds its snapshot from there
+  // and another rank's shared entries of the same step (docs/CHECKPOINT.md, "Replicas").
   // A stream freezes the rank's newest complete snapshot into
   // /dev/shm/cupcake-<name>-<rank>-outgoing (two slots; a restore candidate like the own
-  // segment's) and sends it in chunks, one per Commit, right after the Commit's agreement: in the
+  // segment's, and where a lost rank's shared entries come from) and sends its replica in chunks,
+  // one per Commit, right after the Commit's agreement: in the
   // network's idle gap between the iteration's last collective and the next iteration's first.
   // A replica is complete (a restore candidate) once its last chunk arrived and its checksum
   // matches the sender's; then, when every rank's stream has ended, the next Commit starts new
   // ones, all ranks on the same step. Needs at least 2 ranks; every rank passes the same values.
   bool replicate = false;
   // The bytes per chunk (cupcake-plan show --profile prints the chunk that fits the plan's idle
-  // gap after Commit); 0: the whole snapshot in one chunk. >= 0.
+  // gap after Commit); 0: the whole replica in one chunk. >= 0.
   int64_t replica_chunk_bytes = 0;
   // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
   int replica_group_hosts = 2;
@@ -131,6 +136,13 @@ std::unique_ptr<comm::Communicator> GateCommunicator(std::shared_ptr<NetworkGate
 // optimizer step).
 enum class Capture { kInBackground, kAtCommit };
 
+// Whose a span is: kRank, this rank's own; kShared, the same bytes on every rank at every commit
+// (data parallelism: parameters and optimizer state). Replicas carry only the kRank entries (and
+// the session's state); a rank whose host lost its memory takes the kShared ones from another
+// rank's snapshot of the same step, and the snapshot rebuilt must match its own checksum, so
+// entries registered kShared that differ between ranks fail that restore (never a silent mix).
+enum class Scope { kRank, kShared };
+
 // What a restore found: the newest step every rank holds (0: none, a fresh job), this rank's
 // metadata of it, where it came from, and the snapshots refused on the way (one line each, e.g.
 // a torn or corrupt slot: `/dev/shm/cupcake-job-0: slots[1].checksum: does not match the
@@ -158,13 +170,17 @@ class Checkpointer {
   // Registers the next entry: `name` (unique) and its memory, which must stay valid while
   // registered. Between commits; Clear() drops every entry (to register them anew when the job's
   // memory moved). A restore matches entries by position, name and size.
-  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture = Capture::kInBackground);
-  Status AddFloats(const std::string& name, std::span<float> values, Capture capture = Capture::kInBackground);
+  Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture = Capture::kInBackground,
+             Scope scope = Scope::kRank);
+  Status AddFloats(const std::string& name, std::span<float> values, Capture capture = Capture::kInBackground,
+                   Scope scope = Scope::kRank);
   void Clear();
   // Snapshots include `session`'s error-feedback memory and momentum (ReadState at Commit, so
   // captured at commit) and its iteration counter as entries "session.error_feedback",
   // "session.momentum" and "session.iteration"; a restore writes them back (WriteState,
-  // SetIteration: random choices then continue as in the lost run). Not owned; nullptr detaches.
+  // SetIteration: random choices then continue as in the lost run). They are kRank, except a
+  // plane no plan of the session keeps (Session::KeepsState: zeros on every rank), which is
+  // kShared. Not owned; nullptr detaches.
   Status AttachSession(Session* session);
 
   // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.

@@ -173,7 +173,8 @@ void cupcake_recorder_destroy(cupcake_recorder* recorder);
  * after a restart from the newest step every rank holds; optionally persisted to a directory.
  *   cupcake_checkpoint_options o = {0};  o.name = "job";
  *   cupcake_checkpointer* c;  cupcake_checkpointer_create(&o, &c);
- *   cupcake_checkpointer_add(c, "weights", w, bytes, 0);  ...  (the same entries after a restart)
+ *   cupcake_checkpointer_add(c, "weights", w, bytes, CUPCAKE_CHECKPOINT_SHARED);  ...  (the same
+ *                                                        entries after a restart)
  *   cupcake_checkpointer_attach_session(c, s);           (optional: its error feedback)
  *   cupcake_checkpointer_restore(c, &start);             (collective; 0: a fresh job)
  *   each step, after the optimizer step: cupcake_checkpointer_commit(c, step);  (collective)
@@ -184,15 +185,24 @@ typedef struct cupcake_checkpoint_options {
   const char* persist_dir;  /* NULL or "": no persisted snapshots */
   int persist_every;  /* persist every this many steps; 0: never */
   const void* mpi_comm;  /* points to the job's MPI_Comm (duplicated); NULL: MPI_COMM_WORLD */
-  int replicate;  /* non-zero: each rank's snapshots also go to ranks on other hosts (>= 2 ranks) */
+  int replicate;  /* non-zero: each rank's own entries also go to ranks on other hosts (>= 2 ranks) */
   int64_t replica_chunk_bytes;  /* replicas sent in chunks of this size, one per commit; 0: whole */
   int replica_group_hosts;  /* hosts per group that back each other up (Gemini's m); 0: 2 */
 } cupcake_checkpoint_options;
 int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupcake_checkpointer** out);
-/* The next entry: `bytes` bytes of host memory at `data`. at_commit non-zero: copied inside
- * commit (memory written before the next optimizer step), else in the background. */
+/* cupcake_checkpointer_add's flags, or'ed. */
+typedef enum {
+  /* Copied inside commit (memory written before the next optimizer step), else in the background. */
+  CUPCAKE_CHECKPOINT_AT_COMMIT = 1,
+  /* The same bytes on every rank at every commit (data parallelism: parameters, optimizer state):
+   * replicas leave it out, and a rank whose host lost its memory takes it from another rank, the
+   * snapshot then verified against its own checksum (Scope::kShared). Else this rank's own. */
+  CUPCAKE_CHECKPOINT_SHARED = 2
+} cupcake_checkpoint_flag;
+/* The next entry: `bytes` bytes of host memory at `data`; `flags`: cupcake_checkpoint_flag values
+ * or'ed (0: copied in the background, this rank's own). */
 int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* name, void* data, int64_t bytes,
-                             int at_commit);
+                             int flags);
 /* Includes the session's error-feedback memory and momentum (NULL: detaches). */
 int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session);
 int cupcake_checkpointer_commit(cupcake_checkpointer* checkpointer, int64_t step);

@@ -232,6 +232,9 @@ class Session {
   // tensor, 0 where a group keeps none), for checkpoints; Write sets it (the same layout, the
   // same size). Between steps only; on GPU memory a synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
+  // Whether any of the session's plans keeps that state in any group; false: ReadState gives
+  // zeros, on every rank.
+  bool KeepsState(CompressorState which) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
 
   // Hands the choice of plan to GraVAC: the session's plans must be a ladder (plan 0 fp32, then
