@@ -972,7 +972,9 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
 // entries. Flags other than the two are refused naming the entry.
 TEST_F(CheckpointTest, CApiSharedEntriesComeFromAPeer) {
   for (int run = 0; run < 2; ++run) {
-    if (run == 1) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    if (run == 1) {
+      ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+    }
     comm::InProcessGroup group(kWorld);
     OnEveryRank(kWorld, [&](int r) {
       cupcake_checkpoint_options o = {};
