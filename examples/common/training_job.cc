@@ -120,13 +120,14 @@ class TorchBody final : public LoopBody {
     int64_t total = 0;
     for (const auto& p : params_) total += p.second.numel();
     flat_ = torch::zeros({total});
+    std::vector<LoopGradient> gradients;
     for (size_t i = 0, at = 0; i < params_.size(); at += static_cast<size_t>(params_[i].second.numel()), ++i) {
       const auto& [pname, tensor] = params_[i];
       buffers_.push_back(flat_.narrow(0, static_cast<int64_t>(at), tensor.numel()));
       spans.emplace_back(buffers_[i].data_ptr<float>(), static_cast<size_t>(tensor.numel()));
-      const std::vector<int64_t> shape = tensor.sizes().vec();
-      CUPCAKE_RETURN_IF_ERROR(RegisterGradient(runtime, pname, spans.back(), shape));
+      gradients.push_back({pname, spans.back(), tensor.sizes().vec()});
     }
+    CUPCAKE_RETURN_IF_ERROR(RegisterGradients(runtime, gradients));
     for (size_t i = 0; i < params_.size(); ++i) {
       params_[i].second.register_hook([this, i](torch::Tensor g) {
         buffers_[i].copy_(g.reshape({-1}));
@@ -176,17 +177,17 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   const std::string name = job.name();
   // MPI's process state is made here and passed down; sessions are destroyed before it.
   auto mpi = comm::InitMpi(&argc, &argv);
-  if (!mpi.ok()) return Fail(name, "MPI", mpi.status());
+  if (!mpi.ok()) return Fail(name, "MPI", mpi.status(), 0);  // MPI's own failure: every rank prints it
   auto world = (*mpi)->World();
-  if (!world.ok()) return Fail(name, "MPI", world.status());
+  if (!world.ok()) return Fail(name, "MPI", world.status(), 0);
   auto report = (*mpi)->World();  // the job's own collectives, after training
-  if (!report.ok()) return Fail(name, "MPI", report.status());
+  if (!report.ok()) return Fail(name, "MPI", report.status(), 0);
   const int rank = (*world)->rank();
 
   LoopFlags flags;
   const JobFlags job_flags;  // the LibTorch jobs take every shared flag and none of their own
   if (std::string problem = ParseLoopFlags(argc, argv, job_flags, flags); !problem.empty())
-    return UsageError(name, problem, job_flags);
+    return UsageError(name, problem, job_flags, rank);
   torch::set_num_threads(flags.threads);
 
   std::vector<Batch> batches;
@@ -202,7 +203,7 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   TorchBody body(job, flags, std::move(batches), std::move(eval), std::move(params));
   LoopSetup setup(name, flags, rank, clock, runtime, **report);
   if (Status r = body.Register(runtime, setup.buffers); !r.ok())
-    return Fail(name, flags.recording() ? "record" : "plan", r);
+    return Fail(name, flags.recording() ? "record" : "plan", r, rank);
 
   // Declared after the session: destroyed before it (it holds the session's address).
   std::unique_ptr<comm::Communicator> ckpt_comm;
@@ -210,13 +211,13 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   int start = 0;
   if (!flags.checkpoint.empty()) {
     auto c = (*mpi)->World();
-    if (!c.ok()) return Fail(name, "MPI", c.status());
+    if (!c.ok()) return Fail(name, "MPI", c.status(), rank);
     ckpt_comm = std::move(c).value();
     auto made = MakeCheckpointer(flags, ckpt_comm.get(), body.params(), body.sgd(), runtime.session.get(), runtime.gate);
-    if (!made.ok()) return Fail(name, "--checkpoint", made.status());
+    if (!made.ok()) return Fail(name, "--checkpoint", made.status(), rank);
     ckpt = std::move(made).value();
     auto point = ckpt->Restore();
-    if (!point.ok()) return Fail(name, "--checkpoint", point.status());
+    if (!point.ok()) return Fail(name, "--checkpoint", point.status(), rank);
     start = static_cast<int>(point->step);
     if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
     if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());

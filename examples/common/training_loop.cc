@@ -172,9 +172,9 @@ std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, i
 int WriteRecording(const LoopSetup& s) {
   runtime::Recorder& recorder = *s.runtime->recorder;
   // Every rank recorded; merged, every rank holds the slowest rank's times, and rank 0 writes them.
-  if (Status m = recorder.MergeRanks(*s.report); !m.ok()) return Fail(s.job, "record", m);
+  if (Status m = recorder.MergeRanks(*s.report); !m.ok()) return Fail(s.job, "record", m, s.rank);
   if (s.rank == 0) {
-    if (Status w = recorder.Write(s.flags->record_path); !w.ok()) return Fail(s.job, "record", w);
+    if (Status w = recorder.Write(s.flags->record_path); !w.ok()) return Fail(s.job, "record", w, s.rank);
     std::printf("%s: recorded %d tensors over %d iterations into %s\n", s.job.c_str(), recorder.registered(),
                 recorder.completed_iterations(), s.flags->record_path.c_str());
   }
@@ -206,30 +206,31 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
   std::string timeline;
   if (!flags.timeline_path.empty()) {
     auto groups = session.Timeline();
-    if (!groups.ok()) return Fail(s.job, "timeline", groups.status());
+    if (!groups.ok()) return Fail(s.job, "timeline", groups.status(), s.rank);
     timeline = TimelineJson(s.job, marks, *groups);
   }
   if (s.after_training) {
-    if (Status a = s.after_training(); !a.ok()) return Fail(s.job, "after training", a);
+    if (Status a = s.after_training(); !a.ok()) return Fail(s.job, "after training", a, s.rank);
   }
   auto agree = body.RanksAgree(*s.report);
-  if (!agree.ok()) return Fail(s.job, "ranks agree", agree.status());
+  if (!agree.ok()) return Fail(s.job, "ranks agree", agree.status(), s.rank);
   // Each iteration's time is the slowest rank's.
   std::vector<double> slowest(iteration_us.size());
   if (Status a = s.report->Allreduce(iteration_us.data(), slowest.data(), static_cast<int64_t>(iteration_us.size()),
                                      comm::DataType::kFloat64, comm::ReduceOp::kMax);
       !a.ok()) {
-    return Fail(s.job, "timing", a);
+    return Fail(s.job, "timing", a, s.rank);
   }
   auto extra = body.Report(*s.report);
-  if (!extra.ok()) return Fail(s.job, "report", extra.status());
+  if (!extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
   if (s.rank == 0) {
     if (!flags.timing_path.empty()) {
       const std::string out = TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest);
-      if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w);
+      if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w, s.rank);
     }
     if (!timeline.empty()) {
-      if (Status w = WriteFileAtomic(flags.timeline_path, timeline); !w.ok()) return Fail(s.job, "--timeline", w);
+      if (Status w = WriteFileAtomic(flags.timeline_path, timeline); !w.ok())
+        return Fail(s.job, "--timeline", w, s.rank);
     }
     for (const runtime::GravacDecision& d : session.decisions())
       std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
@@ -289,7 +290,8 @@ std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, Loo
   return "";
 }
 
-int UsageError(const std::string& job, const std::string& problem, const JobFlags& job_flags) {
+int UsageError(const std::string& job, const std::string& problem, const JobFlags& job_flags, int rank) {
+  if (rank != 0) return 2;
   auto has = [&](const char* flag) {
     return std::find(job_flags.unsupported.begin(), job_flags.unsupported.end(), flag) == job_flags.unsupported.end();
   };
@@ -309,18 +311,19 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
   return 2;
 }
 
-int Fail(const std::string& job, const std::string& what, const Status& s) {
-  std::fprintf(stderr, "%s: %s: %s\n", job.c_str(), what.c_str(), s.message().c_str());
+int Fail(const std::string& job, const std::string& what, const Status& s, int rank) {
+  if (s.PrintedBy(rank)) std::fprintf(stderr, "%s: %s: %s\n", job.c_str(), what.c_str(), s.message().c_str());
   return 1;
 }
 
 int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_ptr<comm::Communicator> world,
                     Clock* clock, bool record_timeline, LoopRuntime& out) {
+  const int rank = world->rank();
   if (flags.recording()) {
     runtime::RecorderOptions options;
     options.clock = clock;
     auto r = runtime::Recorder::Create(job, options);
-    if (!r.ok()) return Fail(job, "record", r.status());
+    if (!r.ok()) return Fail(job, "record", r.status(), rank);
     out.recorder = std::move(r).value();
     return 0;
   }
@@ -332,20 +335,26 @@ int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_
     world = runtime::GateCommunicator(out.gate, std::move(world));
   }
   auto s = runtime::Session::Create(flags.plan, std::move(world), options);
-  if (!s.ok()) return Fail(job, "plan", s.status());
+  if (!s.ok()) return Fail(job, "plan", s.status(), rank);
   out.session = std::move(s).value();
   if (flags.adapt_window > 0) {
     runtime::GravacOptions gravac;
     gravac.window = flags.adapt_window;
-    if (Status a = out.session->EnableGravac(gravac); !a.ok()) return Fail(job, "--adapt", a);
+    if (Status a = out.session->EnableGravac(gravac); !a.ok()) return Fail(job, "--adapt", a, rank);
   }
   return 0;
 }
 
-Status RegisterGradient(LoopRuntime& runtime, const std::string& name, std::span<float> buffer,
-                        std::span<const int64_t> shape) {
-  if (runtime.recorder != nullptr) return runtime.recorder->Register(name, static_cast<int64_t>(buffer.size()), shape);
-  return runtime.session->Register(name, buffer);
+Status RegisterGradients(LoopRuntime& runtime, const std::vector<LoopGradient>& gradients) {
+  if (runtime.recorder != nullptr) {
+    for (const LoopGradient& g : gradients)
+      CUPCAKE_RETURN_IF_ERROR(runtime.recorder->Register(g.name, static_cast<int64_t>(g.buffer.size()), g.shape));
+    return Status::Ok();
+  }
+  std::vector<runtime::GradientBuffer> buffers;
+  for (const LoopGradient& g : gradients)
+    buffers.push_back({g.name, g.buffer.data(), static_cast<int64_t>(g.buffer.size())});
+  return runtime.session->RegisterAll(buffers);
 }
 
 int RunLoop(const LoopSetup& s, LoopBody& body) {
@@ -359,7 +368,7 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
   std::optional<double> loss_last = loss_first;
   if (s.rank == 0 && !recording && loss_first) std::printf("epoch 0 loss %.6f\n", *loss_first);
   for (int it = s.start; it < iterations; ++it) {
-    if (auto error = RunIteration(s, body, it, marks)) return Fail(s.job, error->what, error->status);
+    if (auto error = RunIteration(s, body, it, marks)) return Fail(s.job, error->what, error->status, s.rank);
     iteration_us.push_back(marks.end_us - marks.forward_start_us);
     if (!recording && (it + 1) % steps_per_epoch == 0) {
       loss_last = body.EvalLoss();
@@ -369,12 +378,13 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
       }
     }
     if (it + 1 < iterations) {
-      if (Status between = body.BetweenIterations(it); !between.ok()) return Fail(s.job, "between iterations", between);
+      if (Status between = body.BetweenIterations(it); !between.ok())
+        return Fail(s.job, "between iterations", between, s.rank);
     }
   }
   if (recording) {
     // The body's own results (printed; record mode writes no timing file).
-    if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status());
+    if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
     return WriteRecording(s);
   }
   return WriteReport(s, body, iteration_us, marks, loss_first, loss_last);

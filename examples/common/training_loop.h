@@ -87,10 +87,12 @@ struct JobFlags {
 // Parses argv (after MPI took its own arguments) and the record-mode environment into `flags`;
 // the problem, or "" when the command line is good.
 std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, LoopFlags& flags);
-// Prints `job: problem` and the usage to stderr; returns 2 (main's exit code for usage errors).
-int UsageError(const std::string& job, const std::string& problem, const JobFlags& job_flags);
-// Prints `job: what: message` to stderr; returns 1.
-int Fail(const std::string& job, const std::string& what, const Status& status);
+// Prints `job: problem` and the usage to stderr on rank 0 of the job (every rank parses the
+// same command line: printed once per job); returns 2 (main's exit code for usage errors).
+int UsageError(const std::string& job, const std::string& problem, const JobFlags& job_flags, int rank);
+// Prints `job: what: message` to stderr unless another rank of the job reports it (a failure
+// every rank finds alike, e.g. a plan for another world size: Status::PrintedBy(rank)); returns 1.
+int Fail(const std::string& job, const std::string& what, const Status& status, int rank);
 
 // The job's model as the loop sees it, one iteration at a time. Every call comes from the
 // loop's thread, except that Backward may make gradients ready from another thread (one thread
@@ -138,10 +140,17 @@ struct LoopRuntime {
 // exit code after printing the problem, or 0.
 int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_ptr<comm::Communicator> world,
                     Clock* clock, bool record_timeline, LoopRuntime& out);
-// Registers the next gradient, in gradient-ready order: its name, its buffer (host memory the
-// job keeps while the runtime lives) and shape (record mode writes it into the model).
-Status RegisterGradient(LoopRuntime& runtime, const std::string& name, std::span<float> buffer,
-                        std::span<const int64_t> shape);
+// One gradient of the job: its name, its buffer (host memory the job keeps while the runtime
+// lives) and shape (record mode writes it into the model).
+struct LoopGradient {
+  std::string name;
+  std::span<float> buffer;
+  std::vector<int64_t> shape;
+};
+// Registers every gradient, in gradient-ready order: one by one with the Recorder; with the
+// Session collectively (Session::RegisterAll: a plan for another model fails every rank alike,
+// reported by one rank).
+Status RegisterGradients(LoopRuntime& runtime, const std::vector<LoopGradient>& gradients);
 
 // What RunLoop runs. The constructor takes the fields every job has, so a job cannot leave one
 // out (a new one is a compile error in every job until it passes it); the fields after those

@@ -21,9 +21,13 @@ int main(int argc, char** argv) {
   if (!world.ok()) return std::fprintf(stderr, "%s\n", world.status().ToString().c_str()), 1;
   const int rank = (*world)->rank(), size = (*world)->size();
 
-  // Collective: every rank loads the plan and the ranks check they run the same one.
+  // Collective: every rank loads the plan and the ranks check they run the same one. A failure
+  // every rank finds alike (a plan for another world size) is printed by one rank (PrintedBy).
   auto session = runtime::Session::Create(argv[1], std::move(world).value());
-  if (!session.ok()) return std::fprintf(stderr, "%s\n", session.status().ToString().c_str()), 1;
+  if (!session.ok()) {
+    if (session.status().PrintedBy(rank)) std::fprintf(stderr, "%s\n", session.status().ToString().c_str());
+    return 1;
+  }
   runtime::Session& s = **session;
 
   // The model's gradients in gradient-ready order (the plan's model: examples/quickstart/model.json).

@@ -6,7 +6,8 @@
 # feedback) trains with the ranks agreeing; and ranks that fill their gradients with different
 # seeds (so each rank's idea of the exact average is wrong) fail the exact check with exit 1,
 # which shows the check can fail. Correctness only: no time is checked against a target.
-# Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed).
+# Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed),
+# and errors every rank finds alike printed once per job.
 # Usage: test_train_replay.sh TRAIN_REPLAY CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC MODEL.json WORKDIR EVALUATE_SH
 set -uo pipefail
 replay="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" model="$5" work="$6" evaluate="$7"
@@ -146,4 +147,23 @@ if [ "$rc" = 0 ] || ! grep -q "elements of the last step differ from the exact a
 else
   echo "ok: ranks with different seeds fail the exact check (exit $rc)"
 fi
+
+# 5. Errors every rank finds alike are printed once per job (rank 0's) and the job exits
+# non-zero: a bad flag (every rank parses the same command line), the fp32 plan (for 2 ranks)
+# run by 3 ranks (the ranks agree on it at Create), and a model whose tensor 1 is not the plan's
+# (the ranks agree on it when registering their gradients).
+once="$(dirname "${BASH_SOURCE[0]}")/../../test/expect_once.sh"
+sh "$once" "train_replay: --seed: got '-1', expected an integer >= 0" \
+  "${mpirun[@]}" -np 2 "$replay" --model "$model" --plan "$work/fp32.pb" --seed -1 || status=1
+sh "$once" "$work/fp32.pb: world_size: does not match the job; got 2, expected 3 (ranks in the communicator)" \
+  "${mpirun[@]}" -np 3 "$replay" --model "$model" --plan "$work/fp32.pb" --epochs 1 --steps 2 || status=1
+python3 - "$model" "$work/other-model.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["tensors"][1]["numel"] += 1
+json.dump(m, open(sys.argv[2], "w"))
+PY
+sh "$once" "$work/fp32.pb: tensor 1: the job's gradient is not the plan's" \
+  "${mpirun[@]}" -np 2 "$replay" --model "$work/other-model.json" --plan "$work/fp32.pb" --epochs 1 --steps 2 ||
+  status=1
 exit $status

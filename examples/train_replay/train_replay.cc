@@ -323,11 +323,11 @@ int Main(int argc, char** argv) {
   const std::string job = "train_replay";
   // MPI's process state is made here and passed down; sessions are destroyed before it.
   auto mpi = comm::InitMpi(&argc, &argv);
-  if (!mpi.ok()) return Fail(job, "MPI", mpi.status());
+  if (!mpi.ok()) return Fail(job, "MPI", mpi.status(), 0);  // MPI's own failure: every rank prints it
   auto world = (*mpi)->World();
-  if (!world.ok()) return Fail(job, "MPI", world.status());
+  if (!world.ok()) return Fail(job, "MPI", world.status(), 0);
   auto report = (*mpi)->World();  // the job's own collectives: barriers between iterations, the checks
-  if (!report.ok()) return Fail(job, "MPI", report.status());
+  if (!report.ok()) return Fail(job, "MPI", report.status(), 0);
   const int rank = (*world)->rank();
 
   LoopFlags flags;
@@ -341,10 +341,10 @@ int Main(int argc, char** argv) {
   job_flags.usage = "--model MODEL.json [--compute-scale S] [--seed N]   (--model required)";
   std::string problem = ParseLoopFlags(argc, argv, job_flags, flags);
   if (problem.empty() && replay.model.empty()) problem = "--model: missing; expected a cupcake.model.v1 file";
-  if (!problem.empty()) return UsageError(job, problem, job_flags);
+  if (!problem.empty()) return UsageError(job, problem, job_flags, rank);
 
   auto model = LoadReplayModel(replay.model);
-  if (!model.ok()) return Fail(job, "--model", model.status());
+  if (!model.ok()) return Fail(job, "--model", model.status(), rank);
   const std::string name = model->name;
 
   runtime::SteadyClock clock;
@@ -354,16 +354,19 @@ int Main(int argc, char** argv) {
     return code;
   ReplayBody body(*model, replay, rank, **report);
   LoopSetup setup(name, flags, rank, clock, runtime, **report);
+  std::vector<LoopGradient> gradients;
   for (size_t i = 0; i < model->tensors.size(); ++i) {
     setup.buffers.push_back(body.buffer(i));
-    if (Status r = RegisterGradient(runtime, model->tensors[i].name, body.buffer(i), model->tensors[i].shape); !r.ok())
-      return Fail(name, flags.recording() ? "record" : "plan", r);
+    gradients.push_back({model->tensors[i].name, body.buffer(i), model->tensors[i].shape});
   }
+  if (Status r = RegisterGradients(runtime, gradients); !r.ok())
+    return Fail(name, flags.recording() ? "record" : "plan", r, rank);
   if (!flags.recording()) {
     auto [exact, why_not] = PlanIsExact(flags.plan);
     body.set_exact(exact, why_not);
   }
-  if (Status b = (*report)->Barrier(); !b.ok()) return Fail(name, "MPI", b);  // every rank's first content written
+  if (Status b = (*report)->Barrier(); !b.ok())
+    return Fail(name, "MPI", b, rank);  // every rank's first content written
   return RunLoop(setup, body);
 }
 

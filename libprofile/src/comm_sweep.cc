@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cupcake/profile/profile_run.h"
 #include "cupcake/proto/names.h"
 
 namespace cupcake::profile {
@@ -401,9 +402,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
             StorePoint(world, comm, p, options, us[i], wrong[i], curve_wrong, sink, report, stored));
         // Every rank learns whether rank 0 could store the point, so none waits in a
         // collective rank 0 will never join.
-        int ok = stored.ok() ? 1 : 0;
-        CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
-        if (!ok) return root ? stored : Status(StatusCode::kUnavailable, "");
+        CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(world, stored));
       }
       if (root && progress)
         progress(static_cast<int64_t>(round) * static_cast<int64_t>(plan.size()) + static_cast<int64_t>(i) + 1,

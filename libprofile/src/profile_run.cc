@@ -13,9 +13,6 @@ std::string CountOf(int64_t count, const std::string& noun) {
   return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
 }
 
-// A failure rank 0 reports for every rank: the others keep its code, not its message.
-Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
-
 // What rank 0's DB says about the world, known to every rank after OpenMainStore.
 struct MainStore {
   std::optional<ProfileStore> store;  // rank 0 only
@@ -111,16 +108,19 @@ StatusOr<pb::Cluster> EnsureCluster(ProfileStore& store, const std::string& name
 }
 
 Status ShareRootStatus(comm::Communicator& world, const Status& root_status) {
-  int ok = root_status.ok() ? 1 : 0;
-  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(&ok, sizeof ok, 0));
-  if (ok) return Status::Ok();
-  return world.rank() == 0 ? root_status : Status(StatusCode::kUnavailable, "");
+  // The code (0: OK), then the message's length and bytes.
+  int64_t head[2] = {static_cast<int64_t>(root_status.code()), static_cast<int64_t>(root_status.message().size())};
+  CUPCAKE_RETURN_IF_ERROR(world.Broadcast(head, sizeof head, 0));
+  if (head[0] == 0) return Status::Ok();
+  std::string message = root_status.message();
+  message.resize(static_cast<size_t>(head[1]));
+  if (head[1] > 0) CUPCAKE_RETURN_IF_ERROR(world.Broadcast(message.data(), head[1], 0));
+  return Quiet(Status(static_cast<StatusCode>(head[0]), std::move(message)));
 }
 
 StatusOr<ProfileKernelsResult> ProfileKernels(const ProfileKernelsOptions& options, KernelDevice* device,
                                               ActivitySource* activity, Clock& clock, const ProgressFn& progress,
                                               comm::Communicator* peers) {
-  const int rank = peers != nullptr ? peers->rank() : 0;
   std::map<std::string, std::string> meta = options.meta;
   if (device != nullptr) meta["kernels.gpu"] = device->Describe();
   if (peers != nullptr) meta["kernels.ranks"] = std::to_string(peers->size()) + " in step, the slowest rank's median";
@@ -131,7 +131,7 @@ StatusOr<ProfileKernelsResult> ProfileKernels(const ProfileKernelsOptions& optio
   // Every rank finds the same bad options; rank 0 alone reports them (step 2).
   if (peers != nullptr) {
     if (Status v = ValidateKernelSweepOptions(sweep, /*zen_device=*/true); !v.ok())
-      return Quiet(v.WithPrefix("kernels"), rank);
+      return Quiet(v.WithPrefix("kernels"));
   }
   std::optional<ProfileStore> kernel_store;
   std::optional<StoreSink> kernel_sink;

@@ -1,6 +1,7 @@
 #include "plan_agreement.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -47,6 +48,20 @@ StatusOr<std::vector<Record>> Exchange(comm::Communicator& comm, const Record& m
   return all;
 }
 
+// What a failed rank sends in place of a fingerprint: its failure's digest (FNV-1a, 64 bits, over
+// the code and the message), so the ranks can tell a failure every rank found alike.
+std::string FailureDigest(const Status& local) {
+  uint64_t h = 1469598103934665603ull;
+  const std::string text = std::to_string(static_cast<int>(local.code())) + ":" + local.message();
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("failed:") + hex;
+}
+
 // "rank 3", "ranks 0-2, 5": runs of consecutive ranks as ranges. `ranks` ascending.
 std::string Ranks(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
@@ -66,7 +81,7 @@ Status AgreeOnPlan(comm::Communicator& comm, const PlanVote& vote) {
   Record mine;
   mine.rank = comm.rank();
   mine.ok = vote.local.ok() ? 1 : 0;
-  CopyField(mine.fingerprint, vote.local.ok() ? vote.fingerprint : std::string());
+  CopyField(mine.fingerprint, vote.local.ok() ? vote.fingerprint : FailureDigest(vote.local));
   CopyField(mine.origin, vote.origin);
   auto exchanged = Exchange(comm, mine);
   if (!exchanged.ok()) {
@@ -74,8 +89,14 @@ Status AgreeOnPlan(comm::Communicator& comm, const PlanVote& vote) {
     return Status(exchanged.status().code(),
                   vote.origin + ": agreeing on the plan with the other ranks: " + exchanged.status().message());
   }
-  if (!vote.local.ok()) return vote.local;
   const std::vector<Record>& all = *exchanged;
+  // This rank's own failure: reported by the lowest rank that failed alike (itself, when none).
+  if (!vote.local.ok()) {
+    const auto alike = std::find_if(all.begin(), all.end(), [&](const Record& r) {
+      return r.ok == 0 && ReadField(r.fingerprint) == ReadField(mine.fingerprint);
+    });
+    return vote.local.ReportedBy(alike != all.end() ? alike->rank : mine.rank);
+  }
 
   // One entry per plan (fingerprint), in order of its lowest rank, shown with that
   // rank's file (ranks may read one plan from different paths); ranks that failed apart.
@@ -86,24 +107,29 @@ Status AgreeOnPlan(comm::Communicator& comm, const PlanVote& vote) {
   };
   std::vector<Plan> plans;
   std::string failed;
+  int first_ok = -1;
   for (const Record& r : all) {
     const std::string origin = ReadField(r.origin);
     if (r.ok == 0) {
       failed += (failed.empty() ? "" : "; ") + Ranks({r.rank}) + " (" + origin + ")";
       continue;
     }
+    if (first_ok < 0) first_ok = r.rank;
     const std::string fingerprint = ReadField(r.fingerprint);
     auto it = std::find_if(plans.begin(), plans.end(), [&](const Plan& p) { return p.fingerprint == fingerprint; });
     if (it == plans.end()) it = plans.insert(plans.end(), Plan{fingerprint, origin, {}});
     it->ranks.push_back(r.rank);
   }
+  // Every rank whose checks passed finds the same: the lowest of them says which ranks stopped.
   if (!failed.empty())
     return FailedPreconditionError(vote.origin + ": other ranks could not use their plan: " + failed +
-                                   "; every rank stops (each of those ranks reports why)");
+                                   "; every rank stops (each of those ranks reports why)")
+        .ReportedBy(first_ok);
   if (plans.size() == 1) return Status::Ok();
   std::string text;
   for (const Plan& p : plans) text += "\n  " + Ranks(p.ranks) + ": plan " + p.fingerprint + " (" + p.origin + ")";
-  return InvalidArgumentError(vote.origin + ": the ranks run different plans; expected one plan on every rank:" + text);
+  return InvalidArgumentError(vote.origin + ": the ranks run different plans; expected one plan on every rank:" + text)
+      .ReportedBy(0);
 }
 
 }  // namespace cupcake::runtime::internal

@@ -244,6 +244,32 @@ class Session::Impl {
     return Status::Ok();
   }
 
+  // A raw buffer's arguments checked, then Register.
+  Status RegisterBuffer(const char* call, const GradientBuffer& g, comm::MemoryKind memory) {
+    if (g.numel < 0 || (g.data == nullptr && g.numel > 0))
+      return InvalidArgumentError(std::string(call) + ": gradient " + std::to_string(registered_) + " ('" + g.name +
+                                  "'): bad arguments; got numel " + std::to_string(g.numel) + ", expected a " +
+                                  (memory == comm::MemoryKind::kDevice ? "device " : "") + "buffer and numel >= 0");
+    return Register(call, g.name, std::span<float>(g.data, static_cast<size_t>(g.numel)), memory);
+  }
+
+  Status RegisterAll(std::span<const GradientBuffer> gradients) {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    Status local;
+    if (registered_ > 0)
+      local = FailedPreconditionError("RegisterAll: " + std::to_string(registered_) +
+                                      " gradients registered before; expected none (RegisterAll registers them all)");
+    const char* call = on_device() ? "RegisterDevice" : "Register";
+    for (size_t i = 0; local.ok() && i < gradients.size(); ++i)
+      local = RegisterBuffer(call, gradients[i], comm_->memory());
+    if (local.ok() && registered_ < tensor_count())
+      local = InvalidArgumentError(origin_ + ": tensors: the job has fewer gradients than the plan; got " +
+                                   std::to_string(registered_) + ", expected " + std::to_string(tensor_count()) +
+                                   " (the plan's tensors from index " + std::to_string(registered_) +
+                                   " on are missing from the job; the plan's model " + model_name_ + ")");
+    return Fail(internal::AgreeOnPlan(*comm_, {origin_, "", local}));
+  }
+
   Status GradientReady(int i) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckRegistered("GradientReady"));
@@ -487,7 +513,7 @@ class Session::Impl {
   }
   Status CheckNotFailed() const {
     if (failed_.ok()) return Status::Ok();
-    return FailedPreconditionError("session failed earlier: " + failed_.message());
+    return FailedPreconditionError("session failed earlier: " + failed_.message()).ReportedBy(failed_.reporter());
   }
   Status CheckRegistered(const char* call) const {
     if (registered_ == tensor_count()) return Status::Ok();
@@ -591,13 +617,9 @@ Status Session::Register(const std::string& name, std::span<float> gradient) {
   return impl_->Register("Register", name, gradient, comm::MemoryKind::kHost);
 }
 Status Session::RegisterDevice(const std::string& name, float* device_gradient, int64_t numel) {
-  if (numel < 0 || (device_gradient == nullptr && numel > 0))
-    return InvalidArgumentError("RegisterDevice: gradient " + std::to_string(impl_->registered()) + " ('" + name +
-                                "'): bad arguments; got numel " + std::to_string(numel) +
-                                ", expected a device buffer and numel >= 0");
-  return impl_->Register("RegisterDevice", name, std::span<float>(device_gradient, static_cast<size_t>(numel)),
-                         comm::MemoryKind::kDevice);
+  return impl_->RegisterBuffer("RegisterDevice", {name, device_gradient, numel}, comm::MemoryKind::kDevice);
 }
+Status Session::RegisterAll(std::span<const GradientBuffer> gradients) { return impl_->RegisterAll(gradients); }
 int Session::registered() const { return impl_->registered(); }
 int Session::tensor_count() const { return impl_->tensor_count(); }
 int Session::group_count() const { return impl_->group_count(); }

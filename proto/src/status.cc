@@ -19,7 +19,13 @@ const char* StatusCodeName(StatusCode code) {
 
 Status Status::WithPrefix(const std::string& prefix) const {
   if (ok()) return *this;
-  return Status(code_, prefix + ": " + message_);
+  return Status(code_, prefix + ": " + message_).ReportedBy(reporter_);
+}
+
+Status Status::ReportedBy(int rank) const {
+  Status copy = *this;
+  if (!ok()) copy.reporter_ = rank;
+  return copy;
 }
 
 std::string Status::ToString() const {

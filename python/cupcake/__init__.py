@@ -29,7 +29,7 @@ from ._runtime import open_kernel_time_source as _open_kernel_time_source  # noq
 from ._runtime import Checkpointer  # noqa: E402,F401  (docs/CHECKPOINT.md)
 
 __all__ = ["Communicator", "Error", "Recorder", "Session", "SessionOptions", "Launch", "Mpi", "Gloo", "mpi", "init",
-           "launch", "world", "layout", "track", "built_with_gloo", "built_with_nccl", "plan_ratios",
+           "launch", "world", "layout", "known_rank", "track", "built_with_gloo", "built_with_nccl", "plan_ratios",
            "kernel_time_source"]
 
 BACKEND_ENV = "CUPCAKE_BACKEND"
@@ -141,6 +141,21 @@ def layout():
         with contextlib.closing(world()) as w:
             _layout = (w.rank, w.size, w.local_rank, w.local_size)
     return _layout
+
+
+def known_rank():
+    """This process's rank when known without a collective (for printing an error once per
+    job): layout()'s once made, the gloo launch's, else the launcher's variables (mpirun's
+    OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK; torchrun's RANK); None when none says."""
+    if _layout is not None:
+        return _layout[0]
+    if _launch is not None and not isinstance(_launch, Mpi):
+        return _launch.rank
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def kernel_time_source():

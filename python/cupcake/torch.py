@@ -32,7 +32,10 @@ How it works (docs/PYTHON.md):
 
 Errors of the runtime raise cupcake.Error (a RuntimeError) with the runtime's message: a plan for
 another model names the first tensor that differs; a gradient missing at synchronize() after
-`timeout_s` names the missing tensors.
+`timeout_s` names the missing tensors. An error every rank raises alike (agreed between the
+ranks: a plan for another model or world size, ranks with different plans) carries `reporter`,
+the rank that prints it: while this module is imported, sys.excepthook prints such an uncaught
+error on that rank only, so a job shows it once (every rank still raises it, and exits 1).
 """
 
 import atexit
@@ -53,6 +56,22 @@ __all__ = ["DistributedOptimizer", "Error", "broadcast_parameters", "broadcast_o
            "local_rank", "local_size"]
 
 Error = cupcake.Error
+
+def _print_once(kind, value, tb):
+    """sys.excepthook while cupcake.torch is imported: an uncaught cupcake.Error that every rank
+    of the job raised alike (its `reporter` is set: a plan for another model, ranks that run
+    different plans) is printed by the rank `reporter` alone; the other ranks print nothing and
+    exit 1 all the same. Everything else goes to the hook that was there before."""
+    reporter = getattr(value, "reporter", None) if isinstance(value, Error) else None
+    rank = cupcake.known_rank() if reporter is not None else None
+    if rank is not None and rank != reporter:
+        return
+    _previous_excepthook(kind, value, tb)
+
+
+_previous_excepthook = sys.excepthook
+sys.excepthook = _print_once
+
 
 def _raised_here(fn):
     """The runtime's errors surface at the caller's frame: their message says what went wrong and
@@ -442,16 +461,9 @@ class _State:
             self._register_in_order()
 
     def _register_in_order(self):
-        for k in self.order:
-            name, view = self.named[k][0], self.views[k]
-            if self.device.type == "cuda":
-                self.session.register_device(name, view.data_ptr(), view.numel())
-            else:
-                self.session.register(name, view.data_ptr(), view.numel())
-        if self.session.registered != self.session.tensor_count:
-            raise Error("DistributedOptimizer: the job has %d gradients, the plan %d; expected the model the plan "
-                        "was made for (missing from the job: the plan's tensors from index %d on)"
-                        % (self.session.registered, self.session.tensor_count, self.session.registered))
+        # Collective: a plan for another model fails on every rank alike, printed once per job.
+        self.session.register_all([(self.named[k][0], self.views[k].data_ptr(), self.views[k].numel())
+                                   for k in self.order])
 
     # 3. Synchronization.
     def synchronize(self):

@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -41,13 +42,16 @@ namespace cupcake::python {
 namespace {
 
 // The Python exception every runtime error becomes (cupcake.Error, a RuntimeError); its `code`
-// is the Status code's name. Set once when the module is imported.
+// is the Status code's name, its `reporter` the rank that prints it when every rank of the job
+// raises it alike (Status::reporter), else None. Set once when the module is imported.
 struct ErrorTag {};
 PyObject* error_type = nullptr;
 
 [[noreturn]] void Raise(const Status& status) {
   py::object error = py::reinterpret_borrow<py::object>(error_type)(status.message());
   error.attr("code") = py::str(std::string(StatusCodeName(status.code())));
+  error.attr("reporter") =
+      status.reporter() == Status::kAnyRank ? py::object(py::none()) : py::object(py::int_(status.reporter()));
   PyErr_SetObject(error_type, error.ptr());
   throw py::error_already_set();
 }
@@ -369,9 +373,10 @@ void BindSession(py::module_& m) {
       .def(py::init(&PySession::Create), py::arg("plan"), py::arg("mpi"), py::arg("options") = SessionArgs{},
            py::keep_alive<1, 3>(),
            "A session on host memory over a new communicator of `mpi` (the Launch: Mpi or Gloo).")
-      .def_static("create_nccl", &PySession::CreateNccl, py::arg("plan"), py::arg("mpi"),
-                  py::arg("options") = SessionArgs{}, py::arg("job_stream") = 0, py::keep_alive<0, 2>(),
-                  "A session on the current CUDA device over NCCL, bootstrapped through `mpi` (the Launch: Mpi or Gloo).")
+      .def_static(
+          "create_nccl", &PySession::CreateNccl, py::arg("plan"), py::arg("mpi"), py::arg("options") = SessionArgs{},
+          py::arg("job_stream") = 0, py::keep_alive<0, 2>(),
+          "A session on the current CUDA device over NCCL, bootstrapped through `mpi` (the Launch: Mpi or Gloo).")
       .def(
           "register",
           [](PySession& s, const std::string& name, uintptr_t address, int64_t numel) {
@@ -385,6 +390,19 @@ void BindSession(py::module_& m) {
             Check(s.Get().RegisterDevice(name, FloatPointer(address), numel));
           },
           py::arg("name"), py::arg("address"), py::arg("numel"))
+      .def(
+          "register_all",
+          [](PySession& s, const std::vector<std::tuple<std::string, uintptr_t, int64_t>>& gradients) {
+            std::vector<runtime::GradientBuffer> buffers;
+            for (const auto& [name, address, numel] : gradients)
+              buffers.push_back({name, FloatPointer(address), numel});
+            runtime::Session& session = s.Get();
+            CheckWithoutGil([&] { return session.RegisterAll(buffers); });
+          },
+          py::arg("gradients"),
+          "Collective: registers every gradient, (name, address, numel) in plan order (host or device memory, as "
+          "the session's), then agrees with the other ranks: a failure every rank finds alike is raised on every "
+          "rank, with Error.reporter the rank that prints it.")
       .def(
           "gradient_ready",
           [](PySession& s, int i) {
@@ -655,6 +673,7 @@ PYBIND11_MODULE(_runtime, m) {
   m.doc() = "Cupcake's runtime (libruntime): sessions that execute a plan, record mode, MPI.";
   static py::exception<ErrorTag> error(m, "Error", PyExc_RuntimeError);  // NOLINT: pybind11's idiom
   error_type = error.ptr();
+  error.attr("reporter") = py::none();  // an Error raised in Python: printed by the rank that raises it
 
   py::class_<Launch>(m, "Launch", "How the ranks were launched: Mpi or Gloo; makes host communicators.")
       .def(

@@ -3,9 +3,11 @@ Under mpirun with 2 ranks: a plan for another model (the first tensor that diffe
 gradient withheld on every rank (synchronize() names the missing tensors after the timeout), a
 gradient computed twice before step(), no plan and no CUPCAKE_RECORD, record mode's kernel time
 where there is no GPU (this suite runs on Debian's CPU-only torch). With --world-size, one
-process against a plan for 2 ranks. The expected indices come from the gradient-ready order the
-record stage found with tensor hooks (WORK/order.json), not from the package.
-Usage: errors_job.py WORK | errors_job.py --world-size WORK"""
+process against a plan for 2 ranks. With --uncaught, a plan for another model left uncaught: the
+job dies, and python_test.sh checks that its output holds the error once. The expected indices
+come from the gradient-ready order the record stage found with tensor hooks (WORK/order.json),
+not from the package.
+Usage: errors_job.py WORK | errors_job.py --world-size WORK | errors_job.py --uncaught WORK"""
 
 import json
 import os
@@ -46,7 +48,18 @@ def other_model(work, order):
     if not isinstance(e, RuntimeError) or e.code != "INVALID_ARGUMENT":
         sys.exit("FAIL: another model's plan: got %s with code %r, expected a RuntimeError with code "
                  "'INVALID_ARGUMENT'" % (type(e).__name__, getattr(e, "code", None)))
+    # Every rank found it alike (the ranks agreed on it): raised on every rank, printed by rank 0.
+    if e.reporter != 0:
+        sys.exit("FAIL: another model's plan: reporter %r, expected 0 (every rank raises it alike)" % (e.reporter,))
     opt.close()
+
+
+def uncaught_other_model(work):
+    """A plan for another model, not caught: the job dies, printing the error once (rank 0)."""
+    model = cnn.make_model(channels=6)
+    opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+                                             plan=os.path.join(work, "pycnn-fp32.pb"))
+    train_step(model, opt, 0)
 
 
 def withheld_gradient(work, order, rank):
@@ -62,6 +75,8 @@ def withheld_gradient(work, order, rank):
                       pattern=pattern)
     if e.code != "DEADLINE_EXCEEDED":
         sys.exit("FAIL: withheld gradient: code %r, expected 'DEADLINE_EXCEEDED'" % e.code)
+    if e.reporter is not None:  # this rank's own finding (it names the rank): printed by each rank
+        sys.exit("FAIL: withheld gradient: reporter %r, expected None" % (e.reporter,))
     opt.close()
 
 
@@ -131,6 +146,9 @@ def main():
     if sys.argv[1] == "--world-size":
         world_size(sys.argv[2])
         return
+    if sys.argv[1] == "--uncaught":
+        uncaught_other_model(sys.argv[2])
+        sys.exit("FAIL: another model's plan: no error raised")
     work = sys.argv[1]
     rank, _ = cnn.mpi_rank_size()
     order = [entry[0] for entry in json.load(open(os.path.join(work, "order.json")))]  # [name, numel, shape]

@@ -3,6 +3,7 @@
 // missing-gradient timeout on a fake clock, accumulation steps and a peer that gives up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <filesystem>
@@ -390,6 +391,7 @@ TEST(SessionAgreement, RanksWithDifferentPlansAllFailNamingEachPlan) {
                                         "  ranks 0, 2: plan " +
                                         PlanFingerprint(a) + " (a0.pb)\n  rank 1: plan " + PlanFingerprint(b) +
                                         " (b.pb)");
+    EXPECT_EQ(s.status().reporter(), 0) << r;  // the same on every rank: rank 0 prints it
   }
 }
 
@@ -423,6 +425,100 @@ TEST(SessionAgreement, SamePlanFromOtherFilesAgreesAndAnInvalidPlanStopsEveryRan
             "ranks reports why)");
   EXPECT_EQ(made[1].status().message().rfind("rank1.pb: groups[0].payload_bytes: ", 0), 0u)
       << made[1].status().message();
+  // Rank 1 alone found its problem: it prints it; rank 0, whose plan passed, prints the pointer.
+  EXPECT_EQ(made[1].status().reporter(), 1);
+  EXPECT_EQ(made[0].status().reporter(), 0);
+}
+
+// Sessions of one plan for 2 ranks, on an in-process group of 2.
+std::vector<std::unique_ptr<Session>> TwoSessions(InProcessGroup& group, const pb::Plan& plan) {
+  auto made = testing::CreateOnEveryRank(
+      group, 2, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (auto& m : made) {
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    if (m.ok()) sessions.push_back(std::move(m).value());
+  }
+  return sessions;
+}
+
+// RegisterAll is collective: the ranks agree on their gradients as on their plan. Ranks that all
+// hold another model fail alike, rank 0 reporting it, and their sessions stay failed.
+TEST(SessionAgreement, RegisterAllFailsEveryRankAlikeForAnotherModel) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
+  InProcessGroup group(2);
+  std::vector<std::unique_ptr<Session>> sessions = TwoSessions(group, plan);
+  ASSERT_EQ(sessions.size(), 2u);
+  std::vector<std::vector<float>> a(2, std::vector<float>(4)), b(2, std::vector<float>(5));
+  std::vector<Status> got(2);
+  OnEveryRank(2, [&](int r) {
+    const auto i = static_cast<size_t>(r);
+    const GradientBuffer grads[] = {{"t0", a[i].data(), 4}, {"t1", b[i].data(), 5}};
+    got[i] = sessions[i]->RegisterAll(grads);
+  });
+  const std::string want =
+      "plan: tensor 1: the job's gradient is not the plan's; got 't1' with 5 elements (the job's gradient 1), "
+      "expected 't1' with 4 elements (the plan's model tiny)";
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), StatusCode::kInvalidArgument) << r;
+    EXPECT_EQ(got[r].message(), want) << r;
+    EXPECT_EQ(got[r].reporter(), 0) << r;
+    const Status later = sessions[r]->GradientReady(0);
+    EXPECT_EQ(later.message(), "session failed earlier: " + want) << r;
+    EXPECT_EQ(later.reporter(), 0) << r;
+  }
+}
+
+// One rank's own problem (fewer gradients than the plan) is its own to report; the other rank,
+// whose gradients passed, fails naming it instead of going on to a step.
+TEST(SessionAgreement, RegisterAllStopsEveryRankWhenOneCannotRegister) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
+  InProcessGroup group(2);
+  std::vector<std::unique_ptr<Session>> sessions = TwoSessions(group, plan);
+  ASSERT_EQ(sessions.size(), 2u);
+  std::vector<std::vector<float>> a(2, std::vector<float>(4)), b(2, std::vector<float>(4));
+  std::vector<Status> got(2);
+  OnEveryRank(2, [&](int r) {
+    const auto i = static_cast<size_t>(r);
+    const GradientBuffer grads[] = {{"t0", a[i].data(), 4}, {"t1", b[i].data(), 4}};
+    got[i] = sessions[i]->RegisterAll(std::span<const GradientBuffer>(grads, r == 1 ? 1 : 2));
+  });
+  EXPECT_EQ(got[1].message(),
+            "plan: tensors: the job has fewer gradients than the plan; got 1, expected 2 (the plan's tensors from "
+            "index 1 on are missing from the job; the plan's model tiny)");
+  EXPECT_EQ(got[1].reporter(), 1);
+  EXPECT_EQ(got[0].code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(got[0].message(),
+            "plan: other ranks could not use their plan: rank 1 (plan); every rank stops (each of those ranks "
+            "reports why)");
+  EXPECT_EQ(got[0].reporter(), 0);
+}
+
+// Gradients that match: every rank registers them at once, and a step averages them.
+TEST(SessionAgreement, RegisterAllRegistersEveryGradient) {
+  const pb::Model model = SmallModel("tiny", {4, 4});
+  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
+  InProcessGroup group(2);
+  std::vector<std::unique_ptr<Session>> sessions = TwoSessions(group, plan);
+  ASSERT_EQ(sessions.size(), 2u);
+  std::vector<std::vector<float>> a(2, std::vector<float>(4)), b(2, std::vector<float>(4));
+  OnEveryRank(2, [&](int r) {
+    const auto i = static_cast<size_t>(r);
+    const GradientBuffer grads[] = {{"t0", a[i].data(), 4}, {"t1", b[i].data(), 4}};
+    std::fill(a[i].begin(), a[i].end(), static_cast<float>(r + 1));
+    std::fill(b[i].begin(), b[i].end(), static_cast<float>(10 * (r + 1)));
+    EXPECT_TRUE(sessions[i]->RegisterAll(grads).ok());
+    EXPECT_EQ(sessions[i]->registered(), 2);
+    EXPECT_TRUE(sessions[i]->GradientReady(0).ok());
+    EXPECT_TRUE(sessions[i]->GradientReady(1).ok());
+    EXPECT_TRUE(sessions[i]->Synchronize().ok());
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(a[r], std::vector<float>(4, 1.5f)) << r;  // (1 + 2) / 2
+    EXPECT_EQ(b[r], std::vector<float>(4, 15.0f)) << r;  // (10 + 20) / 2
+  }
 }
 
 // ---------------------------------------------------------------- validation messages
@@ -445,6 +541,7 @@ TEST(SessionValidation, RejectsPlanForOtherWorldSizeCompressorAndModel) {
                   ": compressor.name: does not match the job; got 'topk', expected 'fp16'\n" + path +
                   ": model.fingerprint: plan for another model; got " + ModelFingerprint(SmallModel()) +
                   " (model resnet), expected " + options.model_fingerprint + " (the job's model)");
+    EXPECT_EQ(s.status().reporter(), 0);  // every rank found it alike: rank 0 prints it
   }
   std::filesystem::remove(path);
 }

@@ -99,10 +99,14 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
                               const po::positional_options_description& positional, const std::string& synopsis,
                               po::variables_map& vm) {
   flags.add_options()("help,h", "show this help");
+  // Every rank of a job parses the same command line: rank 0 alone says what it found.
+  std::ostream nowhere(nullptr);
+  std::ostream& out = inv.rank == 0 ? inv.out : nowhere;
+  std::ostream& err = inv.rank == 0 ? inv.err : nowhere;
   try {
     po::store(po::command_line_parser(inv.args).options(flags).positional(positional).run(), vm);
     if (vm.count("help")) {
-      inv.out << CommandUsage(inv, flags, synopsis);
+      out << CommandUsage(inv, flags, synopsis);
       return kExitOk;
     }
     po::notify(vm);
@@ -120,8 +124,8 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
     std::vector<std::string> names;
     for (const auto& o : flags.options()) names.push_back("--" + o->long_name());
     std::vector<std::string_view> views(names.begin(), names.end());
-    inv.err << inv.tool << " " << inv.command << ": unknown option; got '" << got << "'" << DidYouMean(got, views)
-            << "; run '" << inv.tool << " " << inv.command << " --help' for its options\n";
+    err << inv.tool << " " << inv.command << ": unknown option; got '" << got << "'" << DidYouMean(got, views)
+        << "; run '" << inv.tool << " " << inv.command << " --help' for its options\n";
     return kExitUsage;
   } catch (const po::required_option& e) {
     // The positional arguments are named by their usage (PLAN.pb), not by the flag behind them.
@@ -129,21 +133,22 @@ std::optional<int> ParseFlags(Invocation& inv, po::options_description& flags,
     if (name.starts_with("--")) name = name.substr(2);
     if (const std::optional<std::string> upper = PositionalName(positional, name)) {
       const auto* option = flags.find_nothrow(name, false);
-      inv.err << inv.tool << " " << inv.command << ": " << *upper << ": missing; expected "
-              << (option ? option->description() : "an argument") << "\n"
-              << CommandUsage(inv, flags, synopsis);
+      err << inv.tool << " " << inv.command << ": " << *upper << ": missing; expected "
+          << (option ? option->description() : "an argument") << "\n"
+          << CommandUsage(inv, flags, synopsis);
       return kExitUsage;
     }
-    inv.err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
+    err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
     return kExitUsage;
   } catch (const po::error& e) {
-    inv.err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
+    err << inv.tool << " " << inv.command << ": " << e.what() << "\n" << CommandUsage(inv, flags, synopsis);
     return kExitUsage;
   }
   return std::nullopt;
 }
 
 int UsageError(Invocation& inv, const std::string& message) {
+  if (inv.rank != 0) return kExitUsage;
   inv.err << inv.tool << " " << inv.command << ": " << message << "\n"
           << "run '" << inv.tool << " " << inv.command << " --help' for its options\n";
   return kExitUsage;
@@ -151,7 +156,7 @@ int UsageError(Invocation& inv, const std::string& message) {
 
 int Finish(Invocation& inv, const Status& status) {
   if (status.ok()) return kExitOk;
-  inv.err << status.message() << "\n";
+  if (status.PrintedBy(inv.rank)) inv.err << status.message() << "\n";
   return kExitFailure;
 }
 

@@ -1,16 +1,9 @@
-#include <unistd.h>
-
-#include <chrono>
-#include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <sstream>
 
 #include "commands.h"
-#include "cupcake/comm/gloo.h"
 #include "cupcake/comm/nccl.h"
-#include "cupcake/comm/store.h"
 #include "cupcake/profile/clock.h"
 #include "cupcake/profile/comm_sweep.h"
 #include "cupcake/profile/sink.h"
@@ -40,21 +33,12 @@ Status SameBackend(profile::ProfileStore& store, const std::string& backend, boo
                                  ", expected the same (or another DB, or --force to re-measure)");
 }
 
-}  // namespace
-
-bool UnderMpiLauncher() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(var) != nullptr) return true;
-  return false;
-}
-
-const char* kNoLauncher =
+// comm with no world to run on.
+constexpr const char* kNoLauncher =
     "not started by an MPI launcher (none of OMPI_COMM_WORLD_SIZE, PMI_RANK, PMIX_RANK is set); run it under "
     "mpirun, one rank per device, e.g. `mpirun -np 4 cupcake-profile comm --db DB --quick` (as root add "
     "--allow-run-as-root; more ranks than cores need --oversubscribe), or under torchrun with --backend gloo "
     "--store DIR";
-
-namespace {
 
 // Step 1: every rank runs with the same flags, before anything is validated or written.
 Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
@@ -125,6 +109,13 @@ StatusOr<profile::ProfileStore> OpenDbWithCluster(const CommOptions& options, in
   });
 }
 
+// Step 7: points with wrong results (the report is every rank's; rank 0 prints it).
+Status WrongPoints(const profile::SweepReport& report) {
+  return DataLossError("comm: " + std::to_string(report.wrong) +
+                       " points had wrong results and were not stored (see WRONG above; their curves' `wrong` "
+                       "counts them)");
+}
+
 // Step 7 (rank 0): the table of what was measured.
 void PrintReport(const profile::SweepReport& report, const CommOptions& options, const profile::CommSweepOptions& sweep,
                  int world_size, int nodes, const std::string& library, std::ostream& out) {
@@ -151,21 +142,21 @@ void PrintReport(const profile::SweepReport& report, const CommOptions& options,
 
 Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out) {
   const int rank = world.rank();
-  CUPCAKE_RETURN_IF_ERROR(Quiet(AgreeOnFlags(world, options), rank));
+  CUPCAKE_RETURN_IF_ERROR(Quiet(AgreeOnFlags(world, options)));
   // --max-bytes auto: rank 0 reads the DB's largest model, every rank learns the size.
   int64_t max_bytes = options.max_bytes;
   if (options.max_bytes_auto) {
     CUPCAKE_ASSIGN_OR_RETURN(max_bytes, LargestModelSizeFromRoot(&world, options.db, /*bytes=*/true, "--max-bytes"));
   }
   auto sweep = SweepOptions(options, max_bytes);
-  if (!sweep.ok()) return Quiet(sweep.status(), rank);
+  if (!sweep.ok()) return Quiet(sweep.status());
   auto lock_ms = LockTimeoutMs(options.lock_timeout_s);
-  if (!lock_ms.ok()) return Quiet(lock_ms.status(), rank);
+  if (!lock_ms.ok()) return Quiet(lock_ms.status());
   CUPCAKE_ASSIGN_OR_RETURN(profile::Topology topo, profile::DiscoverTopology(world));
   if (topo.ranks_per_host == 0)
-    return Quiet(FailedPreconditionError("comm: hosts run different numbers of ranks; expected the same number on "
-                                         "every host (docs/FORMATS.md: nodes x devices_per_node)"),
-                 rank);
+    return Quiet(
+        FailedPreconditionError("comm: hosts run different numbers of ranks; expected the same number on "
+                                "every host (docs/FORMATS.md: nodes x devices_per_node)"));
   const int nodes = static_cast<int>(topo.hosts.size());
 
   // 3. Rank 0 checks an existing DB: it must be a profile DB measured with this backend.
@@ -211,70 +202,16 @@ Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostre
   auto report =
       profile::SweepComm(world, *sweep, clock, sink ? &*sink : nullptr, bar ? bar->Fn() : profile::ProgressFn());
   if (bar) bar->Finish();
-  if (!report.ok()) return report.status().message().empty() ? report.status() : report.status().WithPrefix("comm");
+  if (!report.ok()) return report.status().WithPrefix("comm");
   CUPCAKE_ASSIGN_OR_RETURN(std::optional<HostLoad> other, MeasureOtherWork(cpu, &world));
-  if (rank != 0) return report->wrong > 0 ? Status(StatusCode::kDataLoss, "") : Status::Ok();
+  if (rank != 0) return report->wrong > 0 ? Quiet(WrongPoints(*report)) : Status::Ok();
   if (Status s = RecordOtherWork(*store, kCommLoadKey, other); !s.ok()) return s.WithPrefix("comm: cluster meta");
 
   // 7. Report.
   PrintReport(*report, options, *sweep, world.size(), nodes, library, out);
-  if (report->wrong > 0)
-    return DataLossError("comm: " + std::to_string(report->wrong) +
-                         " points had wrong results and were not stored (see WRONG above; their curves' `wrong` "
-                         "counts them)");
+  if (report->wrong > 0) return Quiet(WrongPoints(*report));
   return Status::Ok();
 }
-
-namespace {
-
-// An integer environment variable set by the launcher; nullopt when unset or not an integer.
-std::optional<int> EnvInt(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > INT32_MAX) return std::nullopt;
-  return static_cast<int>(n);
-}
-
-// --backend gloo: the world is a gloo communicator whose ranks meet in the file store --store.
-// Its rank and size come from the MPI world under mpirun, else from torchrun's RANK and
-// WORLD_SIZE. The keys of one launch live under a prefix of their own: under mpirun rank 0's
-// host, process id and clock broadcast over MPI; under torchrun TORCHELASTIC_RUN_ID and
-// MASTER_PORT (two torchrun jobs sharing both and the directory at once would collide).
-StatusOr<std::unique_ptr<comm::Communicator>> GlooWorld(comm::Communicator* mpi_world, const std::string& dir) {
-  if (dir.empty())
-    return InvalidArgumentError("--store: missing; expected a directory the ranks share (--backend gloo)");
-  int rank = 0, size = 1;
-  std::string launch;
-  if (mpi_world != nullptr) {
-    rank = mpi_world->rank();
-    size = mpi_world->size();
-    char token[128] = {};
-    if (rank == 0)
-      std::snprintf(token, sizeof token, "mpi-%s-%d-%lld", mpi_world->host().c_str(), static_cast<int>(::getpid()),
-                    static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count()));
-    CUPCAKE_RETURN_IF_ERROR(mpi_world->Broadcast(token, sizeof token, 0));
-    launch = token;
-  } else {
-    const std::optional<int> r = EnvInt("RANK"), n = EnvInt("WORLD_SIZE");
-    if (!r || !n || *n < 1 || *r >= *n)
-      return FailedPreconditionError(
-          "--backend gloo: RANK and WORLD_SIZE: missing or out of range; expected a launch by torchrun (0 <= RANK < "
-          "WORLD_SIZE) or by mpirun");
-    rank = *r;
-    size = *n;
-    const char* run = std::getenv("TORCHELASTIC_RUN_ID");
-    const char* port = std::getenv("MASTER_PORT");
-    launch = std::string("torchrun-") + (run != nullptr ? run : "") + "-" + (port != nullptr ? port : "");
-  }
-  CUPCAKE_ASSIGN_OR_RETURN(std::shared_ptr<comm::KeyValueStore> store, comm::MakeFileStore(dir));
-  auto made = comm::MakeGlooCommunicator(comm::PrefixStore(store, launch + "/"), rank, size);
-  if (!made.ok()) return made.status().WithPrefix("--backend gloo");
-  return made;
-}
-
-}  // namespace
 
 int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem) {
   CommOptions options;
@@ -299,8 +236,8 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
       "backend", po::value(&options.backend),
       "mpi: MPI on host memory (default); nccl: NCCL on GPU memory, one GPU per rank; gloo: gloo on host memory "
       "(the collectives of a job under torchrun), under torchrun or mpirun, with --store")(
-      "store", po::value(&store_dir), "--backend gloo: a directory the ranks share, where they meet")(
-      "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
+      "store", po::value(&store_dir), kStoreHelp)("cluster", po::value(&options.cluster),
+                                                  "the cluster's name when the DB is new (default: local)")(
       "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp);
   po::variables_map vm;
   if (auto code = tools::ParseFlags(inv, flags, {},
@@ -322,28 +259,14 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
   std::stringstream ss(ops);
   for (std::string name; std::getline(ss, name, ',');)
     if (!name.empty()) options.ops.push_back(name);
-  if (!store_dir.empty() && options.backend != "gloo")
-    return tools::UsageError(inv, "--store: only with --backend gloo; got --backend " + options.backend);
-  std::unique_ptr<comm::Communicator> gloo;
-  if (options.backend == "gloo") {
-    if (world == nullptr && !mpi_problem.empty()) return tools::UsageError(inv, mpi_problem);
-    auto made = GlooWorld(world, store_dir);
-    if (!made.ok())
-      return made.status().code() == StatusCode::kInvalidArgument ? tools::UsageError(inv, made.status().message())
-                                                                   : tools::Finish(inv, made.status());
-    gloo = std::move(made).value();
-    world = gloo.get();
-  }
-  if (world == nullptr) return tools::UsageError(inv, mpi_problem.empty() ? kNoLauncher : mpi_problem);
+  JobWorld job;
+  if (auto code = OpenJobWorld(inv, world, mpi_problem, options.backend, store_dir, job)) return *code;
+  world = job.world;
+  if (world == nullptr) return tools::UsageError(inv, kNoLauncher);
   options.command = inv.tool + " " + inv.command;
   for (const auto& a : inv.args) options.command += " " + a;
   if (world->rank() == 0 && StderrIsTerminal()) options.progress = &inv.err;
-  Status status = RunComm(*world, options, inv.out);
-  if (!status.ok() && status.message().empty()) return tools::kExitFailure;
-  const std::string where = "rank " + std::to_string(world->rank()) + " on " + world->host();
-  if (!status.ok() && world->rank() != 0 && status.message().find(where) == std::string::npos)
-    status = status.WithPrefix(where);
-  return tools::Finish(inv, status);
+  return FinishJob(inv, world, RunComm(*world, options, inv.out));
 }
 
 }  // namespace cupcake::profile_cli

@@ -27,8 +27,8 @@ namespace cupcake::profile_cli {
 inline const tools::ToolInfo kTool{"cupcake-profile",
                                    "Measures and stores a cluster's cost curves and models in an SQLite profile."};
 
-// The commands; `world` is MPI_COMM_WORLD when main initialized MPI (comm under mpirun), else
-// nullptr, and `mpi_problem` says why it is missing when MPI failed to start.
+// The commands; `world` is MPI_COMM_WORLD when main initialized MPI (comm or kernels under
+// mpirun), else nullptr, and `mpi_problem` says why it is missing when MPI failed to start.
 std::vector<tools::Command> Commands(comm::Communicator* world = nullptr, std::string mpi_problem = "");
 
 // Every member of an XOptions struct has a default member initializer, so a caller may set only
@@ -108,8 +108,9 @@ struct KernelsOptions {
   double lock_timeout_s = 10;  // --lock-timeout: wait this long for another writer
   std::string
       kernel_db{};  // --device gpu: the DB of kernel-only (CUPTI) curves; empty: <db>.kernel.db; "none": not measured
-  // The job's ranks when started by an MPI launcher with several (main's world): they sweep in
-  // step (profile::SweepKernels' peers), rank 0 writes the DB and prints. Not owned.
+  // The job's ranks when started with several (main's MPI world, or the gloo world of
+  // --backend gloo): they sweep in step (profile::SweepKernels' peers), rank 0 writes the DB and
+  // prints. Not owned.
   comm::Communicator* peers = nullptr;
   // Tests: --device gpu sweeps these (fakes) instead of opening CUDA and CUPTI. Not owned.
   profile::KernelDevice* device_for_test = nullptr;
@@ -119,9 +120,10 @@ struct KernelsOptions {
 // the DB, point by point; points present are skipped unless --force. --device gpu times with
 // CUDA events into the DB (method "event") and, with CUPTI, kernel-only time into the kernel DB
 // (method "kernel"), and adds the d2h/h2d copies; it fails before touching a DB when this
-// build has no CUDA or the machine no device. Under an MPI launcher with several ranks (cpu
-// only) every rank runs it: each point is timed by all ranks at once, the slowest rank's median
-// stored by rank 0 (docs/PROFILER.md).
+// build has no CUDA or the machine no device. With `peers` (several ranks under mpirun, or
+// under torchrun with --backend gloo; cpu only) every rank runs it: each point is timed by all
+// ranks at once, the slowest rank's median stored by rank 0 (docs/PROFILER.md); a failure every
+// rank finds alike is returned by every rank, reported by rank 0 (Status::reporter).
 Status RunKernels(const KernelsOptions& options, std::ostream& out);
 int KernelsMain(tools::Invocation& inv, comm::Communicator* world = nullptr, const std::string& mpi_problem = "");
 
@@ -146,8 +148,9 @@ struct CommOptions {
   double lock_timeout_s = 10;  // --lock-timeout: rank 0 waits this long for another writer
 };
 // Collective over `world`: checks that every rank has the same options, then sweeps the
-// collectives (libprofile's SweepComm); rank 0 writes the DB and prints the table. On ranks
-// other than 0 a failure rank 0 reports has an empty message.
+// collectives (libprofile's SweepComm); rank 0 writes the DB and prints the table. A failure
+// every rank finds alike (flags, rank 0's DB) is returned by every rank, reported by rank 0
+// (Status::reporter).
 Status RunComm(comm::Communicator& world, const CommOptions& options, std::ostream& out);
 int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::string& mpi_problem);
 // Whether an MPI launcher started this process (its environment variables are set).

@@ -130,14 +130,12 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   const int rank = peers != nullptr ? peers->rank() : 0;
   auto device = ParseDevice(options.device);
   if (!device)
-    return Quiet(InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu"),
-                 rank);
+    return Quiet(InvalidArgumentError("--device: unknown device; got '" + options.device + "', expected cpu or gpu"));
   if (peers != nullptr && *device != pb::CPU)
-    return Quiet(InvalidArgumentError("--device: " + options.device + " under an MPI launcher with " +
+    return Quiet(InvalidArgumentError("--device: " + options.device + " under a launcher with " +
                                       std::to_string(peers->size()) +
                                       " ranks; expected cpu (ranks sweep in step on the host; a GPU is swept by "
-                                      "one process)"),
-                 rank);
+                                      "one process)"));
   // --max-elements auto: rank 0 reads the DB's largest model, every rank learns the size.
   int64_t max_elements = options.max_elements;
   if (options.max_elements_auto) {
@@ -146,10 +144,10 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   }
   profile::ProfileKernelsOptions run;
   auto sweep = SweepOptionsOf(options, *device, max_elements);
-  if (!sweep.ok()) return Quiet(sweep.status(), rank);
+  if (!sweep.ok()) return Quiet(sweep.status());
   run.sweep = std::move(sweep).value();
   auto lock = LockTimeoutMs(options.lock_timeout_s);
-  if (!lock.ok()) return Quiet(lock.status(), rank);
+  if (!lock.ok()) return Quiet(lock.status());
   run.lock_timeout_ms = *lock;
   GpuWiring gpu;
   if (*device == pb::GPU) {
@@ -186,6 +184,7 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
   std::string max_elements;
   std::string compressors;
   std::string ratios;
+  std::string backend, store_dir;
   po::options_description flags("options");
   flags.add_options()("db", po::value(&options.db)->required(), "the profile DB (created when missing)")(
       "device", po::value(&options.device)->default_value("cpu"), "cpu or gpu")(
@@ -207,7 +206,10 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
       "comma-separated ratios at which topk, randk, dgc, zen and nonzero are measured, a curve each (default 0.01)")(
       "cluster", po::value(&options.cluster), "the cluster's name when the DB is new (default: local)")(
       "kernel-db", po::value(&options.kernel_db),
-      "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)");
+      "--device gpu: DB for the kernel-only (CUPTI) curves (default: DB with .kernel.db; none: skip)")(
+      "backend", po::value(&backend)->default_value("mpi"),
+      "how the ranks of a launch sweep in step: mpi (under mpirun; default) or gloo (under torchrun or mpirun, "
+      "with --store)")("store", po::value(&store_dir), kStoreHelp);
   po::variables_map vm;
   if (auto code =
           tools::ParseFlags(inv, flags, {}, "--db DB [--device cpu|gpu] [--quick] [--force] [--world-size W]", vm))
@@ -238,18 +240,19 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
       options.ratios.push_back(r);
     }
   }
-  if (!mpi_problem.empty()) return tools::Finish(inv, FailedPreconditionError("kernels: " + mpi_problem));
-  if (world != nullptr && world->size() > 1) options.peers = world;
-  const int rank = options.peers != nullptr ? world->rank() : 0;
+  if (backend != "mpi" && backend != "gloo")
+    return tools::UsageError(inv, "--backend: unknown backend; got '" + backend + "', expected mpi or gloo");
+  JobWorld job;
+  if (auto code = OpenJobWorld(inv, world, mpi_problem, backend, store_dir, job)) return *code;
+  if (job.world != nullptr && job.world->size() > 1) options.peers = job.world;
   options.command = inv.tool + " " + inv.command;
   for (const auto& a : inv.args) options.command += " " + a;
-  if (rank == 0 && StderrIsTerminal()) options.progress = &inv.err;
-  Status status = RunKernels(options, inv.out);
-  if (!status.ok() && status.message().empty()) return tools::kExitFailure;  // rank 0 says why
-  if (!status.ok() && rank != 0) status = status.WithPrefix("rank " + std::to_string(rank) + " on " + world->host());
+  if (inv.rank == 0 && StderrIsTerminal()) options.progress = &inv.err;
+  const Status status = RunKernels(options, inv.out);
+  // A bad flag value (every rank finds it alike, or rank 0 in the DB) is a usage error.
   if (!status.ok() && status.code() == StatusCode::kInvalidArgument && status.message().rfind("--", 0) == 0)
     return tools::UsageError(inv, status.message());
-  return tools::Finish(inv, status);
+  return FinishJob(inv, options.peers, status);
 }
 
 }  // namespace cupcake::profile_cli

@@ -9,13 +9,18 @@
 #include <bit>
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <tuple>
+#include <utility>
 
+#include "cupcake/comm/gloo.h"
+#include "cupcake/comm/store.h"
 #include "cupcake/proto/host_load.h"
 #include "cupcake/proto/names.h"
 
@@ -210,6 +215,107 @@ StatusOr<int64_t> LargestModelSizeFromRoot(comm::Communicator* world, const std:
   CUPCAKE_RETURN_IF_ERROR(ShareRootStatus(*world, found));
   CUPCAKE_RETURN_IF_ERROR(world->Broadcast(&size, sizeof size, 0));
   return size;
+}
+
+namespace {
+
+// An integer environment variable set by the launcher; nullopt when unset or not an integer.
+std::optional<int> EnvInt(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > INT32_MAX) return std::nullopt;
+  return static_cast<int>(n);
+}
+
+// torchrun's RANK and WORLD_SIZE (0 <= RANK < WORLD_SIZE); nullopt when either is missing or
+// out of range.
+std::optional<std::pair<int, int>> TorchrunRankSize() {
+  const std::optional<int> r = EnvInt("RANK"), n = EnvInt("WORLD_SIZE");
+  if (!r || !n || *n < 1 || *r >= *n) return std::nullopt;
+  return std::make_pair(*r, *n);
+}
+
+// --backend gloo: the world is a gloo communicator whose ranks meet in the file store --store.
+// Its rank and size come from the MPI world under mpirun, else from torchrun's RANK and
+// WORLD_SIZE. The keys of one launch live under a prefix of their own: under mpirun rank 0's
+// host, process id and clock broadcast over MPI; under torchrun TORCHELASTIC_RUN_ID and
+// MASTER_PORT (two torchrun jobs sharing both and the directory at once would collide).
+StatusOr<std::unique_ptr<comm::Communicator>> GlooWorld(comm::Communicator* mpi_world, const std::string& dir) {
+  if (dir.empty())
+    return InvalidArgumentError("--store: missing; expected a directory the ranks share (--backend gloo)");
+  int rank = 0, size = 1;
+  std::string launch;
+  if (mpi_world != nullptr) {
+    rank = mpi_world->rank();
+    size = mpi_world->size();
+    char token[128] = {};
+    if (rank == 0)
+      std::snprintf(token, sizeof token, "mpi-%s-%d-%lld", mpi_world->host().c_str(), static_cast<int>(::getpid()),
+                    static_cast<long long>(std::chrono::system_clock::now().time_since_epoch().count()));
+    CUPCAKE_RETURN_IF_ERROR(mpi_world->Broadcast(token, sizeof token, 0));
+    launch = token;
+  } else {
+    const std::optional<std::pair<int, int>> torchrun = TorchrunRankSize();
+    if (!torchrun)
+      return FailedPreconditionError(
+          "--backend gloo: RANK and WORLD_SIZE: missing or out of range; expected a launch by torchrun (0 <= RANK < "
+          "WORLD_SIZE) or by mpirun");
+    std::tie(rank, size) = *torchrun;
+    const char* run = std::getenv("TORCHELASTIC_RUN_ID");
+    const char* port = std::getenv("MASTER_PORT");
+    launch = std::string("torchrun-") + (run != nullptr ? run : "") + "-" + (port != nullptr ? port : "");
+  }
+  CUPCAKE_ASSIGN_OR_RETURN(std::shared_ptr<comm::KeyValueStore> store, comm::MakeFileStore(dir));
+  auto made = comm::MakeGlooCommunicator(comm::PrefixStore(store, launch + "/"), rank, size);
+  if (!made.ok()) return made.status().WithPrefix("--backend gloo");
+  return made;
+}
+
+}  // namespace
+
+bool UnderMpiLauncher() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+int LaunchRank(comm::Communicator* mpi_world) {
+  if (mpi_world != nullptr) return mpi_world->rank();
+  if (UnderMpiLauncher()) return 0;  // MPI did not start: every rank says why
+  const std::optional<std::pair<int, int>> torchrun = TorchrunRankSize();
+  return torchrun ? torchrun->first : 0;
+}
+
+std::optional<int> OpenJobWorld(tools::Invocation& inv, comm::Communicator* mpi_world, const std::string& mpi_problem,
+                                const std::string& backend, const std::string& store_dir, JobWorld& out) {
+  if (!mpi_problem.empty()) {
+    inv.rank = 0;  // no world: each rank reports for itself
+    return tools::Finish(inv, FailedPreconditionError(inv.command + ": " + mpi_problem));
+  }
+  if (backend != "gloo") {
+    if (!store_dir.empty())
+      return tools::UsageError(inv, "--store: only with --backend gloo; got --backend " + backend);
+    out.world = mpi_world;
+  } else {
+    auto made = GlooWorld(mpi_world, store_dir);
+    if (!made.ok())
+      return made.status().code() == StatusCode::kInvalidArgument ? tools::UsageError(inv, made.status().message())
+                                                                  : tools::Finish(inv, made.status());
+    out.gloo = std::move(made).value();
+    out.world = out.gloo.get();
+  }
+  inv.rank = out.world != nullptr ? out.world->rank() : 0;
+  return std::nullopt;
+}
+
+int FinishJob(tools::Invocation& inv, const comm::Communicator* world, Status status) {
+  if (world != nullptr && world->rank() != 0 && status.PrintedBy(world->rank())) {
+    const std::string where = "rank " + std::to_string(world->rank()) + " on " + world->host();
+    if (status.message().find(where) == std::string::npos) status = status.WithPrefix(where);
+  }
+  return tools::Finish(inv, status);
 }
 
 }  // namespace cupcake::profile_cli

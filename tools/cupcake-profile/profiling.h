@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "cupcake/profile/profile_run.h"
 #include "cupcake/profile/store.h"
 #include "cupcake/profile/sweep.h"
+#include "cupcake/tools/cli.h"
 
 namespace cupcake::profile_cli {
 
@@ -96,8 +98,27 @@ StatusOr<std::optional<int64_t>> ParseSizeOrAuto(std::string_view flag, const st
 using profile::EnsureCluster;
 using profile::ShareRootStatus;
 
-// Commands run by several ranks (comm, kernels under mpirun):
-// A failure rank 0 reports for everyone: other ranks exit 1 without repeating it.
-inline Status Quiet(const Status& s, int rank) { return rank == 0 ? s : Status(s.code(), ""); }
+// How comm and kernels find the job's ranks (one code path for both, docs/PROFILER.md):
+//   --backend mpi (comm: also nccl): main's MPI world under an MPI launcher, else none;
+//   --backend gloo --store DIR: a gloo world whose ranks meet in the file store DIR, their
+//   rank and size from MPI under mpirun, else from torchrun's RANK and WORLD_SIZE.
+struct JobWorld {
+  comm::Communicator* world = nullptr;  // nullptr: no launcher (one process)
+  std::unique_ptr<comm::Communicator> gloo;  // owns `world` under --backend gloo
+};
+inline constexpr const char* kStoreHelp = "--backend gloo: a directory the ranks share, where they meet";
+// Makes `out` for `backend` (already checked to be one the command knows) and `store_dir`
+// (--store), from main's MPI world `mpi_world` (nullptr when not under an MPI launcher) and
+// `mpi_problem` (why MPI did not start there). Returns nullopt to go on, or the exit code after
+// printing why not: 2 for --store without --backend gloo and --backend gloo without --store,
+// 1 when MPI did not start or the gloo ranks did not meet.
+std::optional<int> OpenJobWorld(tools::Invocation& inv, comm::Communicator* mpi_world, const std::string& mpi_problem,
+                                const std::string& backend, const std::string& store_dir, JobWorld& out);
+// This process's rank before the world is made (tools::Invocation::rank, so that usage errors
+// are printed once per job): main's MPI world's, else torchrun's RANK, else 0.
+int LaunchRank(comm::Communicator* mpi_world);
+// The exit code of a command run by `world`'s ranks (nullptr: one process), tools::Finish's:
+// a failure this rank prints, when it is not rank 0, is prefixed "rank R on HOST".
+int FinishJob(tools::Invocation& inv, const comm::Communicator* world, Status status);
 
 }  // namespace cupcake::profile_cli

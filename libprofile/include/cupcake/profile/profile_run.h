@@ -26,7 +26,7 @@ StatusOr<pb::Cluster> EnsureCluster(ProfileStore& store, const std::string& name
                                     const std::map<std::string, std::string>& meta, const std::string& flag_hint);
 
 // Rank 0's result, known to all ranks (collective over `world`): Ok everywhere, or rank 0's
-// status on rank 0 and Unavailable with an empty message on the others (rank 0 reports it).
+// status (code and message) on every rank, reported by rank 0 (Quiet: Status::reporter).
 Status ShareRootStatus(comm::Communicator& world, const Status& root_status);
 
 // A kernels run: what to sweep and where the points go.
@@ -62,7 +62,7 @@ struct ProfileKernelsResult {
 // points are copies of rank 0's, kept in memory and dropped.
 // `peers` (optional, host sweeps only): the ranks of one job; collective, every rank calls it with
 // the same options. A failure every rank finds alike (the DB did not open, bad sweep options) is
-// reported by rank 0; the others return its code with an empty message.
+// reported by rank 0 (Quiet): every rank returns it, the others do not print it.
 // Errors: the stores' (naming the DB); bad sweep options and sweep failures prefixed "kernels: ".
 StatusOr<ProfileKernelsResult> ProfileKernels(const ProfileKernelsOptions& options, KernelDevice* device,
                                               ActivitySource* activity, Clock& clock,

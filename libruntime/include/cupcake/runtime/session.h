@@ -131,6 +131,14 @@ struct GroupTimeline {
 // dgc's accumulator v) or the momentum (dgc's u, signum's m).
 enum class CompressorState { kErrorFeedback, kMomentum };
 
+// One gradient for Session::RegisterAll: its name and float32 buffer of `numel` elements (host
+// memory, or CUDA device memory of the current device for a session on GPU memory).
+struct GradientBuffer {
+  std::string name;
+  float* data = nullptr;
+  int64_t numel = 0;
+};
+
 class Session {
  public:
   // Loads `plan_path` (validated by ReadPlanFile) and checks it against the communicator
@@ -173,6 +181,15 @@ class Session {
   // `RegisterDevice: gradient 0 ('fc.bias'): device memory for a session on host memory; expected
   // Register (the communicator works on host memory)`.
   Status RegisterDevice(const std::string& name, float* device_gradient, int64_t numel);
+  // Collective: registers every gradient of the job at once, in plan order, each checked as
+  // Register (RegisterDevice on GPU memory) checks it, and their count: `<plan>: tensors: the
+  // job has fewer gradients than the plan; got 8, expected 10 (...)`. Then the ranks agree on the
+  // outcome as Create does on the plan: no rank goes on to a step another rank cannot take, a
+  // rank whose gradients passed fails naming those that did not, and a failure every rank finds
+  // alike (a plan for another model) is reported by the lowest of them (Status::reporter), so a
+  // job prints it once. After a failure the session is failed. Call it once, with no gradient
+  // registered before, on every rank.
+  Status RegisterAll(std::span<const GradientBuffer> gradients);
   int registered() const;
   int tensor_count() const;
   int group_count() const;

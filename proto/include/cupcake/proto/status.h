@@ -34,14 +34,30 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
   const std::string& message() const { return message_; }
-  // Returns a copy whose message is "<prefix>: <message>".
+  // Returns a copy whose message is "<prefix>: <message>" (the same reporter).
   Status WithPrefix(const std::string& prefix) const;
   std::string ToString() const;
+
+  // Which rank of a job prints this failure. kAnyRank (the default): the rank that returns it.
+  // A rank r >= 0: the failure is the same on every rank of the job that returns it (each rank
+  // checked the same input alike, or the ranks agreed on it), so rank r prints it and the others
+  // exit non-zero without repeating it (their message is the same, or a shorter one naming r).
+  static constexpr int kAnyRank = -1;
+  int reporter() const { return reporter_; }
+  // A copy whose reporter is `rank`.
+  Status ReportedBy(int rank) const;
+  // Whether the rank `rank` of a job prints this failure: not OK, and its reporter is `rank` or any rank.
+  bool PrintedBy(int rank) const { return !ok() && (reporter_ == kAnyRank || reporter_ == rank); }
 
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  int reporter_ = kAnyRank;
 };
+
+// A failure every rank of a job finds alike (the same flags checked the same way): rank 0
+// reports it, the others keep its code and message and stay quiet (Status::reporter).
+inline Status Quiet(const Status& s) { return s.ReportedBy(0); }
 
 inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }

@@ -29,6 +29,11 @@ struct Invocation {
   std::vector<std::string> args;
   std::ostream& out;
   std::ostream& err;
+  // This process's rank in a job of several processes running the command alike (under mpirun
+  // or torchrun; 0 otherwise). What every rank finds alike, it prints on rank 0 only: --help,
+  // usage errors (every rank parses the same command line) and failures reported by rank 0
+  // (Status::reporter); the other ranks return the same exit code, silently.
+  int rank = 0;
 };
 
 struct Command {
@@ -53,16 +58,19 @@ std::string ToolUsage(const ToolInfo& tool, const std::vector<Command>& commands
 
 // Parses inv.args against `flags` (a --help/-h flag is added) and `positional`.
 // Returns nullopt to go on, or the exit code to return now: 0 after printing the command's
-// help to out for --help, 2 after printing the problem and the usage to err.
+// help to out for --help, 2 after printing the problem and the usage to err (both on rank 0
+// only: Invocation::rank).
 // `synopsis` is the usage line after the command name, e.g. "--db DB FILE.json [--replace]".
 std::optional<int> ParseFlags(Invocation& inv, boost::program_options::options_description& flags,
                               const boost::program_options::positional_options_description& positional,
                               const std::string& synopsis, boost::program_options::variables_map& vm);
 
-// A usage error found after parsing (a bad flag value): prints it and the hint, returns 2.
+// A usage error found after parsing (a bad flag value): prints it and the hint (on rank 0 only:
+// every rank parses the same command line), returns 2.
 int UsageError(Invocation& inv, const std::string& message);
 
-// 0 for OK; otherwise prints the status's message (one line per problem) to err and returns 1.
+// 0 for OK; otherwise prints the status's message (one line per problem) to err, unless another
+// rank of the job reports it (Status::PrintedBy(inv.rank)), and returns 1.
 int Finish(Invocation& inv, const Status& status);
 
 enum class OutputFormat { kText, kJson };
