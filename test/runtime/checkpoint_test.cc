@@ -103,6 +103,20 @@ class CheckpointTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
+  // RunCJob on every rank twice with `o`: a fresh job committing `steps`, then, with rank 1's
+  // host memory gone when `lose_rank1` (a replaced machine), one that resumes at `resumed`.
+  void RunCJobTwice(cupcake_checkpoint_options o, int64_t steps, int64_t resumed, bool lose_rank1,
+                    bool data_parallel = false) {
+    o.name = name_.c_str();
+    for (int run = 0; run < 2; ++run) {
+      if (run == 1 && lose_rank1) {
+        ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+      }
+      comm::InProcessGroup group(kWorld);
+      OnEveryRank(kWorld, [&](int r) { RunCJob(o, group.Rank(r), r, run, steps, resumed, data_parallel); });
+    }
+  }
+
   // A (re)started job: a new group and new checkpointers, entries registered, values zeroed.
   // The ranks run on `hosts_` (empty: kWorld ranks on one host). `shared`: the weights and the
   // raw bytes are registered Scope::kShared and filled data-parallel (RankJob).
@@ -936,14 +950,7 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
 // The C API over in-process ranks: commit, restart, restore bitwise; a NULL handle and a bad name
 // are errors with messages.
 TEST_F(CheckpointTest, CApiCommitsAndRestores) {
-  for (int run = 0; run < 2; ++run) {
-    comm::InProcessGroup group(kWorld);
-    OnEveryRank(kWorld, [&](int r) {
-      cupcake_checkpoint_options o = {};
-      o.name = name_.c_str();
-      RunCJob(o, group.Rank(r), r, run, 3, 3);
-    });
-  }
+  RunCJobTwice({}, 3, 3, /*lose_rank1=*/false);
   EXPECT_EQ(cupcake_checkpointer_commit(nullptr, 1), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_checkpointer_commit: checkpointer is NULL; expected one from cupcake_checkpointer_create");
@@ -971,18 +978,9 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
 // after 3 commits) rebuilds step 2 from rank 0's replica of its 'stats' and rank 0's shared
 // entries. Flags other than the two are refused naming the entry.
 TEST_F(CheckpointTest, CApiSharedEntriesComeFromAPeer) {
-  for (int run = 0; run < 2; ++run) {
-    if (run == 1) {
-      ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
-    }
-    comm::InProcessGroup group(kWorld);
-    OnEveryRank(kWorld, [&](int r) {
-      cupcake_checkpoint_options o = {};
-      o.name = name_.c_str();
-      o.replicate = 1;
-      RunCJob(o, group.Rank(r), r, run, 3, 2, /*data_parallel=*/true);
-    });
-  }
+  cupcake_checkpoint_options replicated = {};
+  replicated.replicate = 1;
+  RunCJobTwice(replicated, 3, 2, /*lose_rank1=*/true, /*data_parallel=*/true);
   comm::InProcessGroup one(1);
   cupcake_checkpoint_options o = {};
   o.name = name_.c_str();
@@ -999,19 +997,10 @@ TEST_F(CheckpointTest, CApiSharedEntriesComeFromAPeer) {
 // The C API's replica options reach the Checkpointer: chunks of 500 bytes (3 per snapshot, as in
 // ReplicaAssembledFromChunksRestoresALostHost), 8 commits, rank 1's host lost: step 4 restored.
 TEST_F(CheckpointTest, CApiReplicatesInChunks) {
-  for (int run = 0; run < 2; ++run) {
-    if (run == 1) {
-      ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
-    }
-    comm::InProcessGroup group(kWorld);
-    OnEveryRank(kWorld, [&](int r) {
-      cupcake_checkpoint_options o = {};
-      o.name = name_.c_str();
-      o.replicate = 1;
-      o.replica_chunk_bytes = 500;
-      RunCJob(o, group.Rank(r), r, run, 8, 4);
-    });
-  }
+  cupcake_checkpoint_options o = {};
+  o.replicate = 1;
+  o.replica_chunk_bytes = 500;
+  RunCJobTwice(o, 8, 4, /*lose_rank1=*/true);
 }
 
 }  // namespace
