@@ -85,22 +85,15 @@ db="$work/profile.db"
 "$profile_tool" compute --db "$db" --iterations 1 --model-file "$work/recorded.json" -- \
   "${mpirun[@]}" -np 2 "$replay" --model "$model" --compute-scale "$scale" >"$work/record.log" 2>&1 ||
   { fail "record (log $work/record.log)"; exit 1; }
-python3 - "$model" "$work/recorded.json" "$scale" <<'PY' || status=1
+PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")" python3 - "$model" "$work/recorded.json" "$scale" <<'PY' || status=1
 import json, sys
+from recorded_check import recorded_problems
 given, got, scale = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
 problems = []
 if got["name"] != given["name"]:
     problems.append(f"name: got {got['name']!r}, expected {given['name']!r}")
-if [(t["name"], t["numel"]) for t in got["tensors"]] != [(t["name"], t["numel"]) for t in given["tensors"]]:
-    problems.append("tensors: the recorded names and sizes are not the model file's")
-else:
-    want = have = 0.0
-    for i, (a, b) in enumerate(zip(given["tensors"], got["tensors"])):
-        want += a["backward_us"] * scale
-        have += b["backward_us"]
-        if have < want - 0.01:
-            problems.append(f"tensors[{i}]: ready at {have:.2f} us from backward's start; expected at least {want:.2f}")
-            break
+found, want, have = recorded_problems(given, got, scale, "tensors")
+problems += found
 print("\n".join(f"FAIL: record: {p}" for p in problems) or f"ok: record: {len(got['tensors'])} tensors, backward {have / 1e3:.1f} ms recorded for {want / 1e3:.1f} ms replayed")
 sys.exit(1 if problems else 0)
 PY

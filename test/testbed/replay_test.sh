@@ -20,8 +20,9 @@ CUPCAKE_BUILD_DIR=$build CUPCAKE_TESTBED_DIR=/run/cupcake-replay-test CUPCAKE_TE
   --record-iterations 1 --rounds 1 --quick
 rc=$?
 [ "$rc" = 0 ] || exit "$rc"
-python3 - "$out" "$model" "$scale" <<'PY'
+PYTHONPATH="$src/examples/train_replay" python3 - "$out" "$model" "$scale" <<'PY'
 import json, os, sys
+from recorded_check import recorded_problems
 out, model_file, scale = sys.argv[1], sys.argv[2], float(sys.argv[3])
 given = json.load(open(model_file))
 m = given["name"]
@@ -61,16 +62,8 @@ recorded = {x["name"]: x for x in json.load(open(os.path.join(out, "logs", "reco
 rec = recorded.get(m)
 if rec is None:
     problems.append(f"recorded.json: no model {m!r}")
-elif [(t["name"], t["numel"]) for t in rec["tensors"]] != [(t["name"], t["numel"]) for t in given["tensors"]]:
-    problems.append("recorded.json: the recorded tensors are not the model file's")
 else:
-    want_us = have_us = 0.0
-    for i, (a, b) in enumerate(zip(given["tensors"], rec["tensors"])):
-        want_us += a["backward_us"] * scale
-        have_us += b["backward_us"]
-        if have_us < want_us - 0.01:
-            problems.append(f"recorded.json: tensors[{i}] ready at {have_us:.2f} us; expected at least {want_us:.2f}")
-            break
+    problems += recorded_problems(given, rec, scale, "recorded.json")[0]
 readme = open(os.path.join(out, "README.md")).read()
 if "Replay (compute scale 0.5)" not in readme:
     problems.append("README.md: no replay section")
