@@ -442,14 +442,19 @@ std::vector<std::unique_ptr<Session>> TwoSessions(InProcessGroup& group, const p
   return sessions;
 }
 
-// RegisterAll is collective: the ranks agree on their gradients as on their plan. Ranks that all
-// hold another model fail alike, rank 0 reporting it, and their sessions stay failed.
-TEST(SessionAgreement, RegisterAllFailsEveryRankAlikeForAnotherModel) {
+// Two ranks' sessions of one fp32 plan for the model "tiny" (two tensors of 4), for RegisterAll.
+class SessionRegisterAll : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(sessions.size(), 2u); }
   const pb::Model model = SmallModel("tiny", {4, 4});
   const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
-  InProcessGroup group(2);
+  InProcessGroup group{2};
   std::vector<std::unique_ptr<Session>> sessions = TwoSessions(group, plan);
-  ASSERT_EQ(sessions.size(), 2u);
+};
+
+// RegisterAll is collective: the ranks agree on their gradients as on their plan. Ranks that all
+// hold another model fail alike, rank 0 reporting it, and their sessions stay failed.
+TEST_F(SessionRegisterAll, FailsEveryRankAlikeForAnotherModel) {
   std::vector<std::vector<float>> a(2, std::vector<float>(4)), b(2, std::vector<float>(5));
   std::vector<Status> got(2);
   OnEveryRank(2, [&](int r) {
@@ -472,12 +477,7 @@ TEST(SessionAgreement, RegisterAllFailsEveryRankAlikeForAnotherModel) {
 
 // One rank's own problem (fewer gradients than the plan) is its own to report; the other rank,
 // whose gradients passed, fails naming it instead of going on to a step.
-TEST(SessionAgreement, RegisterAllStopsEveryRankWhenOneCannotRegister) {
-  const pb::Model model = SmallModel("tiny", {4, 4});
-  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
-  InProcessGroup group(2);
-  std::vector<std::unique_ptr<Session>> sessions = TwoSessions(group, plan);
-  ASSERT_EQ(sessions.size(), 2u);
+TEST_F(SessionRegisterAll, StopsEveryRankWhenOneCannotRegister) {
   std::vector<std::vector<float>> a(2, std::vector<float>(4)), b(2, std::vector<float>(4));
   std::vector<Status> got(2);
   OnEveryRank(2, [&](int r) {
@@ -497,12 +497,7 @@ TEST(SessionAgreement, RegisterAllStopsEveryRankWhenOneCannotRegister) {
 }
 
 // Gradients that match: every rank registers them at once, and a step averages them.
-TEST(SessionAgreement, RegisterAllRegistersEveryGradient) {
-  const pb::Model model = SmallModel("tiny", {4, 4});
-  const pb::Plan plan = MakePlan(model, testing::OneGroup(model), "fp32", 2);
-  InProcessGroup group(2);
-  std::vector<std::unique_ptr<Session>> sessions = TwoSessions(group, plan);
-  ASSERT_EQ(sessions.size(), 2u);
+TEST_F(SessionRegisterAll, RegistersEveryGradient) {
   std::vector<std::vector<float>> a(2, std::vector<float>(4)), b(2, std::vector<float>(4));
   OnEveryRank(2, [&](int r) {
     const auto i = static_cast<size_t>(r);
