@@ -18,16 +18,9 @@ status=0
 fail() { echo "FAIL: $*"; status=1; }
 
 # 1. Bad input: exit code and the first line of stderr, pinned.
-expect() {  # expect CODE 'FIRST STDERR LINE' ARGS...
-  local code=$1 text=$2; shift 2
-  "$replay" "$@" >"$work/out.txt" 2>"$work/err.txt"
-  local rc=$? first
-  first=$(head -n 1 "$work/err.txt")
-  if [ "$rc" != "$code" ] || [ "$first" != "$text" ]; then
-    fail "train_replay $*: expected exit $code and '$text'; got exit $rc and '$first'"
-  else
-    echo "ok: train_replay $* -> exit $rc: $first"
-  fi
+expect_exit="$(dirname "${BASH_SOURCE[0]}")/../../test/expect_exit.sh"
+expect() {  # expect CODE 'FIRST STDERR LINE' ARGS...: train_replay ARGS; its stderr in $work/err.txt
+  sh "$expect_exit" "$1" "$2" "$work/err.txt" "$replay" "${@:3}" || status=1
 }
 expect 2 "train_replay: --compute-scale: got '0', expected a number in (0, 1000]" \
   --model "$model" --plan p.pb --compute-scale 0
@@ -53,16 +46,8 @@ expect 1 "train_replay: --model: $work/trunc.json:1:12: not valid JSON: syntax e
 
 # evaluate.sh's usage errors: exit 2 and the message.
 expect_evaluate() {  # expect_evaluate 'MESSAGE' ARGS...
-  local text=$1; shift
-  CUPCAKE_BUILD_DIR="$(cd "$(dirname "$replay")/../.." && pwd)" "$evaluate" --rate 1gbit --out "$work/eval" "$@" \
-    >"$work/out.txt" 2>"$work/err.txt"
-  local rc=$? first
-  first=$(head -n 1 "$work/err.txt")
-  if [ "$rc" != 2 ] || [ "$first" != "$text" ]; then
-    fail "evaluate.sh $*: expected exit 2 and '$text'; got exit $rc and '$first'"
-  else
-    echo "ok: evaluate.sh $* -> exit 2: $first"
-  fi
+  CUPCAKE_BUILD_DIR="$(cd "$(dirname "$replay")/../.." && pwd)" sh "$expect_exit" 2 "$1" "$work/err.txt" \
+    "$evaluate" --rate 1gbit --out "$work/eval" "${@:2}" || status=1
 }
 expect_evaluate "evaluate: --compute-scale: got '0', expected a number in (0, 1000]" --replay "$model" --compute-scale 0
 expect_evaluate "evaluate: --compute-scale: needs --replay" --compute-scale 2

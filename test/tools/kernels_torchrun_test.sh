@@ -50,30 +50,17 @@ sys.exit(1 if problems else 0)
 PY
 
 # 2. The flags' errors: exit code and the first line of stderr.
-expect() {  # expect CODE 'FIRST STDERR LINE' ARGS...
-  local code=$1 text=$2; shift 2
-  "$tool" kernels --db "$work/flags.db" "$@" >/dev/null 2>"$work/err.txt"
-  local rc=$? first
-  first=$(head -n 1 "$work/err.txt")
-  if [ "$rc" != "$code" ] || [ "$first" != "$text" ]; then
-    fail "kernels $*: expected exit $code and '$text'; got exit $rc and '$first'"
-  else
-    echo "ok: kernels $* -> exit $rc: $first"
-  fi
+expect_exit="$(dirname "$expect_once")/expect_exit.sh"
+expect() {  # expect CODE 'FIRST STDERR LINE' ARGS...: cupcake-profile kernels ARGS
+  sh "$expect_exit" "$1" "$2" "$work/err.txt" "$tool" kernels --db "$work/flags.db" "${@:3}" || status=1
 }
 expect 2 "cupcake-profile kernels: --store: only with --backend gloo; got --backend mpi" --store "$work/store"
 expect 2 "cupcake-profile kernels: --store: missing; expected a directory the ranks share (--backend gloo)" \
   --backend gloo
 expect 2 "cupcake-profile kernels: --backend: unknown backend; got 'nccl', expected mpi or gloo" --backend nccl
-env -u RANK -u WORLD_SIZE "$tool" kernels --db "$work/flags.db" --backend gloo --store "$work/store" \
-  >/dev/null 2>"$work/err.txt"
-rc=$?
-want="--backend gloo: RANK and WORLD_SIZE: missing or out of range; expected a launch by torchrun (0 <= RANK < WORLD_SIZE) or by mpirun"
-if [ "$rc" != 1 ] || [ "$(head -n 1 "$work/err.txt")" != "$want" ]; then
-  fail "kernels --backend gloo without a launcher: expected exit 1 and '$want'; got exit $rc and '$(head -n 1 "$work/err.txt")'"
-else
-  echo "ok: kernels --backend gloo without a launcher -> exit 1"
-fi
+sh "$expect_exit" 1 "--backend gloo: RANK and WORLD_SIZE: missing or out of range; expected a launch by torchrun (0 <= RANK < WORLD_SIZE) or by mpirun" \
+  "$work/err.txt" env -u RANK -u WORLD_SIZE "$tool" kernels --db "$work/flags.db" --backend gloo --store "$work/store" ||
+  status=1
 [ -e "$work/flags.db" ] && fail "a refused command created $work/flags.db"
 sh "$expect_once" "--device: gpu under a launcher with 2 ranks; expected cpu" \
   "${torchrun[@]}" "$tool" kernels --db "$work/flags.db" --backend gloo --store "$work/store" --device gpu ||
