@@ -12,13 +12,14 @@ out="${2:-gpu-results}"
 mkdir -p "$out"
 nccl=$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)
 cupti=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
+cublas=$(find / -xdev -name 'libcublas.so.13' 2>/dev/null | head -1)
 export CUPCAKE_REQUIRE_GPU=1
-export LD_LIBRARY_PATH="$pack/lib:$(dirname "${nccl:-/none/x}"):$(dirname "${cupti:-/none/x}"):/usr/local/cuda/lib64:$pack/lib-fallback"
-{ nvidia-smi; echo "nccl: $nccl"; echo "cupti: $cupti"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH";
+export LD_LIBRARY_PATH="$pack/lib:$(dirname "${nccl:-/none/x}"):$(dirname "${cupti:-/none/x}"):$(dirname "${cublas:-/none/x}"):/usr/local/cuda/lib64:$pack/lib-fallback"
+{ nvidia-smi; echo "nccl: $nccl"; echo "cupti: $cupti"; echo "cublas: $cublas"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH";
   ldd "$pack"/bin/* | grep "not found"; } > "$out/env.txt" 2>&1
 # Also the suites whose cases take another path where a GPU is present (the session's and the C
 # API's device checks, the recorder's CUPTI kernel time, the kernels command's GPU refusal).
-for t in kernels_compressor_test kernels_cuda_test kernels_zen_cuda_test comm_zen_device_test runtime_gpu_test profile_gpu_test profile_nccl_test comm_nccl_test \
+for t in kernels_compressor_test kernels_cuda_test kernels_zen_cuda_test kernels_powersgd_test comm_zen_device_test runtime_gpu_test profile_gpu_test profile_nccl_test comm_nccl_test \
          runtime_session_test runtime_recorder_test tools_profile_kernels_test; do
   timeout 300 "$pack/bin/$t" > "$out/$t.txt" 2>&1
   echo "$t: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$out/$t.txt" | tr '\n' ' '))"

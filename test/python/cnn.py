@@ -1,6 +1,7 @@
 """The model the Python tests train: a small CNN on synthetic data (docs/PYTHON.md). Every rank
 builds the same initial weights; each rank draws its own batches of noisy class prototypes, so the
-loss can fall."""
+loss can fall. Model and batches live on CUPCAKE_TEST_DEVICE (default cpu; cuda on a GPU machine):
+the same numbers drawn on the host, then moved."""
 
 import os
 
@@ -8,6 +9,7 @@ import torch
 
 MODEL_NAME = "pycnn"
 BATCH = 16
+DEVICE = torch.device(os.environ.get("CUPCAKE_TEST_DEVICE", "cpu"))
 
 
 class Cnn(torch.nn.Module):
@@ -32,7 +34,7 @@ class Cnn(torch.nn.Module):
 
 def make_model(seed=42, **kwargs):
     torch.manual_seed(seed)
-    return Cnn(**kwargs)
+    return Cnn(**kwargs).to(DEVICE)
 
 
 _prototypes = torch.randn(10, 3, 16, 16, generator=torch.Generator().manual_seed(7))
@@ -43,7 +45,7 @@ def batch(rank, step):
     noise per pixel, labelled y (balanced classes; the loss starts near ln 10)."""
     g = torch.Generator().manual_seed(1000003 * (rank + 1) + step)
     y = torch.randint(0, 10, (BATCH,), generator=g)
-    return _prototypes[y] + torch.randn(BATCH, 3, 16, 16, generator=g), y
+    return (_prototypes[y] + torch.randn(BATCH, 3, 16, 16, generator=g)).to(DEVICE), y.to(DEVICE)
 
 
 def eval_loss(model):
@@ -54,8 +56,11 @@ def eval_loss(model):
 
 
 def mpi_rank_size():
-    """This process's rank and world size from Open MPI's environment (1 rank without mpirun)."""
-    return int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")), int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    """This process's rank and world size from Open MPI's environment, else torchrun's (1 rank
+    without a launcher)."""
+    env = os.environ
+    return (int(env.get("OMPI_COMM_WORLD_RANK", env.get("RANK", "0"))),
+            int(env.get("OMPI_COMM_WORLD_SIZE", env.get("WORLD_SIZE", "1"))))
 
 
 def init_gloo(store_file):
