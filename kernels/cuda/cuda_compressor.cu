@@ -472,18 +472,26 @@ __device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, F4* v) {
   }
 }
 
-// Sign bits (signsgd, efsignsgd, signum, onebit): each thread decodes one byte of every rank's
-// bits, 8 elements (two 16-byte stores), with the ranks' scales in shared memory per block,
-// loaded kRankChunk ranks at a time. Loops are uniform per block (they hold __syncthreads). The
-// 8 elements per thread were the fastest of the widths tried (docs/KERNELS.md).
+// Sign bits (signsgd, efsignsgd, signum, onebit): each warp decodes 32 bytes of every rank's
+// bits (256 elements), each lane 8 elements as two runs of 4 (one 16-byte store each) placed so
+// that each of the warp's two stores covers 512 contiguous bytes: lane t takes elements 4t .. 4t+3
+// and 128 + 4t .. 131 + 4t of the warp's run, the nibbles (t & 1) of bytes t / 2 and 16 + t / 2.
+// (With a lane's 8 elements adjacent, each store would half-fill 32 sectors, doubling the L2
+// write requests: docs/KERNELS.md.) The ranks' scales sit in shared memory per block, loaded
+// kRankChunk ranks at a time. Loops are uniform
+// per block (they hold __syncthreads). The ranks are summed in rank order, as on the CPU.
 template <Dense D>
 __global__ void __launch_bounds__(kThreads) SignDecodeKernel(const u8* p, int64_t n, int world, int64_t payload_bytes,
                                                              float* out) {
   __shared__ float sa[kRankChunk], sb[kRankChunk];
   const float wf = static_cast<float>(world);
   const int64_t nb = (n + 7) / 8;
+  const int lane = threadIdx.x & 31;
+  const int shift = 4 * (lane & 1);
   for (int64_t base = blockIdx.x * int64_t{kThreads}; base < nb; base += int64_t{gridDim.x} * kThreads) {
-    const int64_t b = base + threadIdx.x;  // this thread's byte: elements 8b .. 8b+7
+    const int64_t first = base + (threadIdx.x & ~31);  // the warp's first byte
+    const int64_t b0 = first + lane / 2, b1 = b0 + 16;
+    const int64_t e0 = 8 * first + 4 * lane, e1 = e0 + 128;  // this lane's two runs of 4 elements
     float acc[8];
     for (int r0 = 0; r0 < world; r0 += kRankChunk) {
       const int chunk = world - r0 < kRankChunk ? world - r0 : kRankChunk;
@@ -491,9 +499,10 @@ __global__ void __launch_bounds__(kThreads) SignDecodeKernel(const u8* p, int64_
       for (int c = threadIdx.x; c < chunk; c += kThreads)
         RankScales<D>(p + (r0 + c) * payload_bytes, n, wf, &sa[c], &sb[c]);
       __syncthreads();
-      if (b >= nb) continue;
+      if (b0 >= nb) continue;
       for (int c = 0; c < chunk; ++c) {
-        const uint32_t bits = p[(r0 + c) * payload_bytes + b];
+        const u8* pr = p + (r0 + c) * payload_bytes;
+        const uint32_t bits = ((pr[b0] >> shift) & 15u) | (b1 < nb ? ((pr[b1] >> shift) & 15u) << 4 : 0u);
         const float pos = sa[c], neg = sb[c];
         for (int e = 0; e < 8; ++e) {
           const float v = (bits >> e) & 1u ? neg : pos;
@@ -501,9 +510,8 @@ __global__ void __launch_bounds__(kThreads) SignDecodeKernel(const u8* p, int64_
         }
       }
     }
-    if (b >= nb) continue;
-    Store4(out, 8 * b, n, F4{{acc[0], acc[1], acc[2], acc[3]}});
-    if (8 * b + kVec < n) Store4(out, 8 * b + kVec, n, F4{{acc[4], acc[5], acc[6], acc[7]}});
+    if (e0 < n) Store4(out, e0, n, F4{{acc[0], acc[1], acc[2], acc[3]}});
+    if (e1 < n) Store4(out, e1, n, F4{{acc[4], acc[5], acc[6], acc[7]}});
   }
 }
 
