@@ -325,6 +325,7 @@ def gpu_topk_encode(src):
 
 
 QUIET_TTA = "tta-quiet-2026-11-27"
+QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
 
 CHECKS = {
     "R1": lambda s: plans_over_fp32(s, "2hosts-1gbit"),
@@ -347,6 +348,8 @@ CHECKS = {
     "R20": lambda s: tta_powersgd(s, QUIET_TTA, ranks=(2, 4)),
     "R21": lambda s: tta_fastest(s, QUIET_TTA),
     "R22": lambda s: tta(s, QUIET_TTA, static=("topk-0.1", "topk-0.01", "topk-0.001")),
+    "R23": lambda s: tta_powersgd(s, QUIET_LSTM, ranks=(2, 4)),
+    "R24": lambda s: tta_fastest(s, QUIET_LSTM),
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
