@@ -30,28 +30,29 @@ struct cupcake_recorder {
 
 namespace {
 
-// The C boundary's only state: the last error, per thread, as errno is.
-thread_local std::string last_error;
+// The C boundary's only state: the last failure (its message and reporter), per thread, as
+// errno is; OK before the first.
+thread_local cupcake::Status last_error;
 
 int Report(const cupcake::Status& s) {
   if (s.ok()) return CUPCAKE_OK;
-  last_error = s.message();
+  last_error = s;
   return static_cast<int>(s.code());
 }
 
 int NullSession(const char* call) {
-  last_error = std::string(call) + ": session is NULL; expected one from cupcake_session_create_with_options";
-  return CUPCAKE_INVALID_ARGUMENT;
+  return Report(cupcake::InvalidArgumentError(
+      std::string(call) + ": session is NULL; expected one from cupcake_session_create_with_options"));
 }
 
 int NullRecorder(const char* call) {
-  last_error = std::string(call) + ": recorder is NULL; expected one from cupcake_recorder_create";
-  return CUPCAKE_INVALID_ARGUMENT;
+  return Report(cupcake::InvalidArgumentError(std::string(call) +
+                                              ": recorder is NULL; expected one from cupcake_recorder_create"));
 }
 
 int NullCheckpointer(const char* call) {
-  last_error = std::string(call) + ": checkpointer is NULL; expected one from cupcake_checkpointer_create";
-  return CUPCAKE_INVALID_ARGUMENT;
+  return Report(cupcake::InvalidArgumentError(std::string(call) +
+                                              ": checkpointer is NULL; expected one from cupcake_checkpointer_create"));
 }
 
 }  // namespace
@@ -472,6 +473,10 @@ int cupcake_checkpointer_remove_segment(const char* name, int rank) {
 
 void cupcake_checkpointer_destroy(cupcake_checkpointer* checkpointer) { delete checkpointer; }
 
-const char* cupcake_last_error(void) { return last_error.c_str(); }
+const char* cupcake_last_error(void) { return last_error.message().c_str(); }
+
+int cupcake_last_error_reporter(void) { return last_error.reporter(); }
+
+int cupcake_last_error_printed_by(int rank) { return last_error.PrintedBy(rank) ? 1 : 0; }
 
 }  // extern "C"

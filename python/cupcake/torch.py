@@ -35,7 +35,9 @@ another model names the first tensor that differs; a gradient missing at synchro
 `timeout_s` names the missing tensors. An error every rank raises alike (agreed between the
 ranks: a plan for another model or world size, ranks with different plans) carries `reporter`,
 the rank that prints it: while this module is imported, sys.excepthook prints such an uncaught
-error on that rank only, so a job shows it once (every rank still raises it, and exits 1).
+error on that rank only, so a job shows it once (every rank still raises it, and exits 1). Misuse
+raises UsageError, a ValueError with `reporter` 0: every rank runs the same script with the same
+arguments and makes the same mistake, after joining the job (cupcake.launch()), so rank 0 prints it.
 """
 
 import atexit
@@ -52,17 +54,27 @@ import torch
 
 import cupcake
 
-__all__ = ["DistributedOptimizer", "Error", "broadcast_parameters", "broadcast_optimizer_state", "rank", "size",
-           "local_rank", "local_size"]
+__all__ = ["DistributedOptimizer", "Error", "UsageError", "broadcast_parameters", "broadcast_optimizer_state", "rank",
+           "size", "local_rank", "local_size"]
 
 Error = cupcake.Error
+
+
+class UsageError(ValueError):
+    """Misuse of this module's API (no plan and no CUPCAKE_RECORD, a parameter that is not float32,
+    a name twice, an option out of range). Every rank runs the same script with the same
+    arguments, so every rank raises it alike; it is raised after the rank joined the job
+    (cupcake.launch()), so that no rank leaves before the others reach it. `reporter`, 0, is the
+    rank that prints it when it is not caught, as for a cupcake.Error the ranks agree on."""
+    reporter = 0
+
 
 def _print_once(kind, value, tb):
     """sys.excepthook while cupcake.torch is imported: an uncaught cupcake.Error that every rank
     of the job raised alike (its `reporter` is set: a plan for another model, ranks that run
-    different plans) is printed by the rank `reporter` alone; the other ranks print nothing and
-    exit 1 all the same. Everything else goes to the hook that was there before."""
-    reporter = getattr(value, "reporter", None) if isinstance(value, Error) else None
+    different plans) or UsageError is printed by the rank `reporter` alone; the other ranks print
+    nothing and exit 1 all the same. Everything else goes to the hook that was there before."""
+    reporter = getattr(value, "reporter", None) if isinstance(value, (Error, UsageError)) else None
     rank = cupcake.known_rank() if reporter is not None else None
     if rank is not None and rank != reporter:
         return
@@ -74,13 +86,13 @@ sys.excepthook = _print_once
 
 
 def _raised_here(fn):
-    """The runtime's errors surface at the caller's frame: their message says what went wrong and
-    where (plan, tensor, rank), the package's internal frames add nothing to read."""
+    """The runtime's errors and UsageError surface at the caller's frame: their message says what
+    went wrong and where (plan, tensor, rank), the package's internal frames add nothing to read."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except Error as e:
+        except (Error, UsageError) as e:
             raise e.with_traceback(None)
     return call
 
@@ -170,7 +182,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 
 def _check_root(call, root_rank):
     if not 0 <= root_rank < size():
-        raise ValueError("%s: root_rank: out of range; got %r, expected 0 <= root_rank < %d" % (call, root_rank, size()))
+        raise UsageError("%s: root_rank: out of range; got %r, expected 0 <= root_rank < %d" % (call, root_rank, size()))
 
 
 class GraVAC:
@@ -221,15 +233,16 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
     adapt: GraVAC(...) to let the ratio adapt over a ladder's rungs (plan: a ladder file from
         `cupcake-plan search --ratios`); the decisions are then in `decisions`.
     """
+    cupcake.launch()  # join the job before the checks (UsageError says why)
     if getattr(optimizer, "_cupcake", None) is not None:
-        raise ValueError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
+        raise UsageError("DistributedOptimizer: the optimizer is already a DistributedOptimizer")
     if adapt is not None and not isinstance(adapt, GraVAC):
-        raise ValueError("DistributedOptimizer: adapt: got %r, expected None or cupcake.torch.GraVAC(...)" % (adapt,))
+        raise UsageError("DistributedOptimizer: adapt: got %r, expected None or cupcake.torch.GraVAC(...)" % (adapt,))
     if adapt is not None and plan is None:
-        raise ValueError("DistributedOptimizer: adapt: needs a plan; expected plan='LADDER.pb' (cupcake-plan search "
+        raise UsageError("DistributedOptimizer: adapt: needs a plan; expected plan='LADDER.pb' (cupcake-plan search "
                          "--ratios)")
     if backward_passes_per_step < 1:
-        raise ValueError("DistributedOptimizer: backward_passes_per_step: out of range; got %r, expected >= 1"
+        raise UsageError("DistributedOptimizer: backward_passes_per_step: out of range; got %r, expected >= 1"
                          % (backward_passes_per_step,))
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
@@ -262,7 +275,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     @_raised_here
     def step(self, closure=None):
         if closure is not None:
-            raise ValueError("DistributedOptimizer.step: closures are not supported; call backward, then step()")
+            raise UsageError("DistributedOptimizer.step: closures are not supported; call backward, then step()")
         state = self._cupcake
         state.before_step()
         result = super(self.__class__, self).step()
@@ -331,7 +344,7 @@ class _State:
         self.device = self.named[0][1].device
         record_path = os.environ.get(_RECORD_ENV, "")
         if plan is None and not record_path:
-            raise ValueError("DistributedOptimizer: no plan; expected plan='PLAN.pb' (cupcake-plan search), or %s "
+            raise UsageError("DistributedOptimizer: no plan; expected plan='PLAN.pb' (cupcake-plan search), or %s "
                              "set for record mode (cupcake-profile compute --db DB -- CMD)" % _RECORD_ENV)
         self.mpi = cupcake.launch()
         if plan is not None:
@@ -344,22 +357,22 @@ class _State:
 
     def _check_parameters(self):
         if not self.named:
-            raise ValueError("DistributedOptimizer: named_parameters: no parameter that requires a gradient")
+            raise UsageError("DistributedOptimizer: named_parameters: no parameter that requires a gradient")
         seen = set()
         device = self.named[0][1].device
         for name, p in self.named:
             if name in seen:
-                raise ValueError("DistributedOptimizer: named_parameters: '%s' appears twice; expected distinct names"
+                raise UsageError("DistributedOptimizer: named_parameters: '%s' appears twice; expected distinct names"
                                  % name)
             seen.add(name)
             if p.dtype != torch.float32:
-                raise ValueError("DistributedOptimizer: parameter '%s': got dtype %s, expected torch.float32"
+                raise UsageError("DistributedOptimizer: parameter '%s': got dtype %s, expected torch.float32"
                                  % (name, p.dtype))
             if p.device != device:
-                raise ValueError("DistributedOptimizer: parameter '%s': got device %s, expected %s (every "
+                raise UsageError("DistributedOptimizer: parameter '%s': got device %s, expected %s (every "
                                  "parameter on one device)" % (name, p.device, device))
             if p.device.type not in ("cpu", "cuda"):
-                raise ValueError("DistributedOptimizer: parameter '%s': got device %s, expected cpu or cuda"
+                raise UsageError("DistributedOptimizer: parameter '%s': got device %s, expected cpu or cuda"
                                  % (name, p.device))
 
     def _open_session(self, plan, compressor, timeout_s):
@@ -386,7 +399,7 @@ class _State:
             raise Error("DistributedOptimizer.use_ratio: no session (closed, or record mode)")
         matches = [i for i, r in enumerate(self.ratios) if abs(r - ratio) <= 1e-9 * max(r, ratio)]
         if not matches:
-            raise ValueError("DistributedOptimizer.use_ratio: ratio: not a rung of the plan; got %r, expected one of %s"
+            raise UsageError("DistributedOptimizer.use_ratio: ratio: not a rung of the plan; got %r, expected one of %s"
                              % (ratio, ", ".join("%g" % r for r in self.ratios)))
         with self._on_device():
             self.session.switch_plan(matches[0])
@@ -540,7 +553,7 @@ class _Record:
         except ValueError:
             self.iterations = 0
         if self.iterations < 1:
-            raise ValueError("DistributedOptimizer: %s: got '%s', expected an integer >= 1"
+            raise UsageError("DistributedOptimizer: %s: got '%s', expected an integer >= 1"
                              % (_RECORD_ITERATIONS_ENV, text))
         if model_name is None:
             model_name = os.path.splitext(os.path.basename(sys.argv[0] or ""))[0] or "model"
@@ -680,20 +693,21 @@ class Checkpointer:
         self.model = model
         self.optimizer = optimizer
         self.name = name
+        launched = cupcake.launch()  # join the job before the checks (UsageError says why)
         state = getattr(optimizer, "_cupcake", None)
         if state is not None and state.adapt is not None:
-            raise ValueError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
+            raise UsageError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
                              "without (GraVAC's controller is not in the snapshot yet)")
         if isinstance(replica_chunk_bytes, bool) or not isinstance(replica_chunk_bytes, int) or replica_chunk_bytes < 0:
-            raise ValueError("Checkpointer: replica_chunk_bytes: out of range; got %r, expected an int >= 0 (0: "
+            raise UsageError("Checkpointer: replica_chunk_bytes: out of range; got %r, expected an int >= 0 (0: "
                              "whole replicas)" % (replica_chunk_bytes,))
         if isinstance(replica_group_hosts, bool) or not isinstance(replica_group_hosts, int) or replica_group_hosts < 2:
-            raise ValueError("Checkpointer: replica_group_hosts: out of range; got %r, expected an int >= 2 (a host "
+            raise UsageError("Checkpointer: replica_group_hosts: out of range; got %r, expected an int >= 2 (a host "
                              "and at least one that keeps its replicas)" % (replica_group_hosts,))
         if shared_state not in (None, True, False):
-            raise ValueError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
+            raise UsageError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
         self._shared = state is not None if shared_state is None else shared_state
-        self._cpp = cupcake.track(cupcake.Checkpointer(cupcake.launch(), name, persist_dir or "", int(persist_every),
+        self._cpp = cupcake.track(cupcake.Checkpointer(launched, name, persist_dir or "", int(persist_every),
                                                        bool(replicate), replica_chunk_bytes, replica_group_hosts))
         self._session = state.session if state is not None else None
         if self._session is not None:
@@ -749,7 +763,7 @@ class Checkpointer:
         """Includes obj.state_dict() (numbers, strings, lists, tuples, dicts: e.g. an LR scheduler's) in
         every snapshot under `name`; restore() calls obj.load_state_dict with it. Before restore()."""
         if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
-            raise ValueError("Checkpointer.add_state: '%s': got %s, expected an object with state_dict() and "
+            raise UsageError("Checkpointer.add_state: '%s': got %s, expected an object with state_dict() and "
                              "load_state_dict()" % (name, type(obj).__name__))
         self._states[str(name)] = obj
 
@@ -788,7 +802,7 @@ class Checkpointer:
                     out.append(("optimizer.%d.%s" % (i, key), state[key], False, self._shared))
         for name, t, _, _ in out:
             if t.device.type != "cpu" or not t.is_contiguous():
-                raise ValueError("Checkpointer: '%s': got a %s%s tensor, expected a contiguous CPU tensor (GPU "
+                raise UsageError("Checkpointer: '%s': got a %s%s tensor, expected a contiguous CPU tensor (GPU "
                                  "tensors: not built yet)" % (name, t.device, "" if t.is_contiguous() else " strided"))
         return out
 
@@ -852,7 +866,7 @@ def _encode(v):
         return {"__dict__": [[_encode(k), _encode(x)] for k, x in v.items()]}
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    raise ValueError("Checkpointer: value %r of type %s: not serializable; expected numbers, strings, None, "
+    raise UsageError("Checkpointer: value %r of type %s: not serializable; expected numbers, strings, None, "
                      "tuples, lists, dicts (or, in the optimizer's state, tensors)" % (v, type(v).__name__))
 
 

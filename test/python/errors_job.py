@@ -3,11 +3,13 @@ Under mpirun with 2 ranks: a plan for another model (the first tensor that diffe
 gradient withheld on every rank (synchronize() names the missing tensors after the timeout), a
 gradient computed twice before step(), no plan and no CUPCAKE_RECORD, record mode's kernel time
 where there is no GPU (this suite runs on Debian's CPU-only torch). With --world-size, one
-process against a plan for 2 ranks. With --uncaught, a plan for another model left uncaught: the
-job dies, and python_test.sh checks that its output holds the error once. The expected indices
-come from the gradient-ready order the record stage found with tensor hooks (WORK/order.json),
-not from the package.
-Usage: errors_job.py WORK | errors_job.py --world-size WORK | errors_job.py --uncaught WORK"""
+process against a plan for 2 ranks. With --uncaught, a plan for another model left uncaught, and
+with --uncaught-misuse, no plan and no CUPCAKE_RECORD (a cupcake.torch.UsageError) left uncaught:
+the job dies, and python_test.sh checks that its output holds the error once. The expected
+indices come from the gradient-ready order the record stage found with tensor hooks
+(WORK/order.json), not from the package.
+Usage: errors_job.py WORK | errors_job.py --world-size WORK | errors_job.py --uncaught WORK |
+       errors_job.py --uncaught-misuse WORK"""
 
 import json
 import os
@@ -100,8 +102,19 @@ def no_plan():
     model = cnn.make_model()
     pattern = re.escape("DistributedOptimizer: no plan; expected plan='PLAN.pb' (cupcake-plan search), or "
                         "CUPCAKE_RECORD set for record mode (cupcake-profile compute --db DB -- CMD)")
-    expect_raises("no plan", lambda: cupcake.torch.DistributedOptimizer(
+    e = expect_raises("no plan", lambda: cupcake.torch.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters()), ValueError, pattern=pattern)
+    # Every rank makes the same mistake: a UsageError (still a ValueError), printed by rank 0.
+    if not isinstance(e, cupcake.torch.UsageError) or e.reporter != 0:
+        sys.exit("FAIL: no plan: got %s with reporter %r, expected cupcake.torch.UsageError with reporter 0"
+                 % (type(e).__name__, getattr(e, "reporter", None)))
+
+
+def uncaught_no_plan():
+    """No plan and no CUPCAKE_RECORD, not caught: the job dies, printing the error once (rank 0)."""
+    os.environ.pop("CUPCAKE_RECORD", None)
+    model = cnn.make_model()
+    cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters())
 
 
 def world_size(work):
@@ -149,6 +162,9 @@ def main():
     if sys.argv[1] == "--uncaught":
         uncaught_other_model(sys.argv[2])
         sys.exit("FAIL: another model's plan: no error raised")
+    if sys.argv[1] == "--uncaught-misuse":
+        uncaught_no_plan()
+        sys.exit("FAIL: no plan: no error raised")
     work = sys.argv[1]
     rank, _ = cnn.mpi_rank_size()
     order = [entry[0] for entry in json.load(open(os.path.join(work, "order.json")))]  # [name, numel, shape]

@@ -21,7 +21,8 @@
 #               same parameters on every rank, bit for bit; also with torch.distributed initialized by
 #               the job; and launch_check.py: the launch errors and choices in one process
 #   errors      errors_job.py (another model's plan, a withheld gradient, no plan, world size), and
-#               another model's plan uncaught under mpirun and torchrun_like.py: printed once per job
+#               another model's plan and no plan (a UsageError) uncaught under mpirun and
+#               torchrun_like.py: printed once per job
 #   example     the README's record, plan, train with examples/python/train.py (a few steps)
 # Usage: python_test.sh STAGE WORK PYTHON MPIEXEC CUPCAKE_PROFILE CUPCAKE_PLAN
 # Exit 77 (ctest: skipped) only when PYTHON cannot import torch (python3-torch absent).
@@ -170,9 +171,10 @@ case "$stage" in
     "${mpirun[@]}" "$python" "$here/errors_job.py" "$work"
     # One rank against a plan for 2: refused when the optimizer is made.
     "$python" "$here/errors_job.py" --world-size "$work"
-    # A plan for another model, uncaught: every rank fails alike and the job's output (every
-    # rank's, and the launcher's) holds the error once, with one traceback; the job exits non-zero.
-    # Under mpirun, and under torchrun_like.py (gloo) where the package has gloo.
+    # Uncaught, an error every rank raises alike: a plan for another model (cupcake.Error, the
+    # ranks agree on it) and no plan (a UsageError, the same misuse on every rank). The job's
+    # output (every rank's, and the launcher's) holds the error once, with one traceback; the job
+    # exits non-zero. Under mpirun, and under torchrun_like.py (gloo) where the package has gloo.
     launchers=(mpirun)
     if "$python" -c "import sys, cupcake; sys.exit(0 if cupcake.built_with_gloo() else 1)"; then
       launchers+=(torchrun)
@@ -180,18 +182,21 @@ case "$stage" in
     for launcher in "${launchers[@]}"; do
       run=("${mpirun[@]}")
       if [ "$launcher" = torchrun ]; then run=("$python" "$here/torchrun_like.py" --nproc_per_node 2 --timeout 100 --); fi
-      log="$work/uncaught-$launcher.log"
-      if "${run[@]}" "$python" "$here/errors_job.py" --uncaught "$work" >"$log" 2>&1; then
-        echo "FAIL: uncaught ($launcher): the job exited 0"; cat "$log"; exit 1
-      fi
-      errors=$(grep -c "the job's gradient is not the plan's" "$log" || true)
-      tracebacks=$(grep -c "^Traceback" "$log" || true)
-      if [ "$errors" != 1 ] || [ "$tracebacks" != 1 ]; then
-        echo "FAIL: uncaught ($launcher): expected the error once with one traceback; got it $errors times with" \
-          "$tracebacks tracebacks in:"
-        cat "$log"; exit 1
-      fi
-      echo "ok: uncaught ($launcher): another model's plan printed once, the job exited non-zero"
+      for case in "uncaught:the job's gradient is not the plan's" "uncaught-misuse:DistributedOptimizer: no plan;"; do
+        flag="${case%%:*}" text="${case#*:}"
+        log="$work/$flag-$launcher.log"
+        if "${run[@]}" "$python" "$here/errors_job.py" "--$flag" "$work" >"$log" 2>&1; then
+          echo "FAIL: $flag ($launcher): the job exited 0"; cat "$log"; exit 1
+        fi
+        errors=$(grep -cF "$text" "$log" || true)
+        tracebacks=$(grep -c "^Traceback" "$log" || true)
+        if [ "$errors" != 1 ] || [ "$tracebacks" != 1 ]; then
+          echo "FAIL: $flag ($launcher): expected '$text' once with one traceback; got it $errors times with" \
+            "$tracebacks tracebacks in:"
+          cat "$log"; exit 1
+        fi
+        echo "ok: $flag ($launcher): '$text' printed once, the job exited non-zero"
+      done
     done
     ;;
   example)

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "c_api_internal.h"
 #include "cupcake/kernels/compressor.h"
@@ -148,6 +150,45 @@ TEST_F(CApi, NullSessionIsAnError) {
   EXPECT_EQ(cupcake_session_register(nullptr, "t0", nullptr, 0), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_session_register: session is NULL; expected one from cupcake_session_create_with_options");
+  // This rank's own failure: printed by the rank that got it, whichever that is.
+  EXPECT_EQ(cupcake_last_error_reporter(), CUPCAKE_ANY_RANK);
+  EXPECT_EQ(cupcake_last_error_printed_by(0), 1);
+  EXPECT_EQ(cupcake_last_error_printed_by(1), 1);
+}
+
+// An error every rank gets alike (a plan for another world size, found by each rank and agreed
+// on) is printed by rank 0 only: each rank's thread holds its own last error, reporter 0.
+TEST_F(CApi, AnErrorEveryRankGetsAlikeIsPrintedByOneRank) {
+  InProcessGroup group(2);
+  std::vector<std::unique_ptr<comm::Communicator>> comms;
+  for (int r = 0; r < 2; ++r) comms.push_back(group.Rank(r));
+  int code[2] = {}, reporter[2] = {}, printed_by_self[2] = {}, printed_by_other[2] = {};
+  std::string message[2];
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      cupcake_session* s = nullptr;
+      code[r] = internal::CreateCSession(path_.c_str(), std::move(comms[static_cast<size_t>(r)]), {}, &s);
+      message[r] = cupcake_last_error();
+      reporter[r] = cupcake_last_error_reporter();
+      printed_by_self[r] = cupcake_last_error_printed_by(r);
+      printed_by_other[r] = cupcake_last_error_printed_by(1 - r);
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(code[r], CUPCAKE_INVALID_ARGUMENT) << r;
+    EXPECT_EQ(message[r], path_ + ": world_size: does not match the job; got 1, expected 2 (ranks in the communicator)")
+        << r;
+    EXPECT_EQ(reporter[r], 0) << r;
+  }
+  EXPECT_EQ(printed_by_self[0], 1);
+  EXPECT_EQ(printed_by_other[0], 0);  // rank 0's view: rank 1 stays quiet
+  EXPECT_EQ(printed_by_self[1], 0);
+  EXPECT_EQ(printed_by_other[1], 1);
+  // Before any failure on a thread there is nothing to print.
+  int fresh = -2;
+  std::thread([&] { fresh = cupcake_last_error_printed_by(0); }).join();
+  EXPECT_EQ(fresh, 0);
 }
 
 // NULL options are the defaults: MPI on MPI_COMM_WORLD, which needs MPI initialized.

@@ -245,14 +245,27 @@ void CApiOnTheJobsCommunicator(Checks& check, int rank, int world, const std::st
   }
   cupcake_session_destroy(s);
 
-  // A plan for another world size is refused with its message.
-  const std::string other = dir + "/other-rank" + std::to_string(rank) + ".pb";
-  check(WritePlanFile(other, testing::MakePlan(model, testing::Planned(), "fp16", world + 1)).ok(), "write plan");
+  // A plan for another world size, one file read by every rank, is refused with its message.
+  const std::string other = dir + "/other-world-size.pb";
+  if (rank == 0)
+    check(WritePlanFile(other, testing::MakePlan(model, testing::Planned(), "fp16", world + 1)).ok(), "write plan");
+  MPI_Barrier(MPI_COMM_WORLD);
   check(cupcake_session_create_with_options(other.c_str(), nullptr, &s) == CUPCAKE_INVALID_ARGUMENT,
         "other world size accepted");
   const std::string want = other + ": world_size: does not match the job; got " + std::to_string(world + 1) +
                            ", expected " + std::to_string(world) + " (ranks in the communicator)";
   check(cupcake_last_error() == want, std::string("message: ") + cupcake_last_error());
+  // Every rank found it alike (the same file, the same message): rank 0 prints it, the others
+  // stay quiet.
+  check(cupcake_last_error_reporter() == 0,
+        "other world size: reporter " + std::to_string(cupcake_last_error_reporter()) + ", expected 0");
+  check(cupcake_last_error_printed_by(rank) == (rank == 0 ? 1 : 0),
+        "other world size: printed by rank " + std::to_string(rank) + ": " +
+            std::to_string(cupcake_last_error_printed_by(rank)) + ", expected " + (rank == 0 ? "1" : "0"));
+  // A rank's own failure: every rank that gets it prints it.
+  check(cupcake_session_synchronize(nullptr) == CUPCAKE_INVALID_ARGUMENT, "synchronize(NULL) accepted");
+  check(cupcake_last_error_reporter() == CUPCAKE_ANY_RANK && cupcake_last_error_printed_by(rank) == 1,
+        "synchronize(NULL): expected reporter CUPCAKE_ANY_RANK, printed by rank " + std::to_string(rank));
 }
 
 // Ranks given different plans (rank 0 one, the others another) fail at Create, every rank with

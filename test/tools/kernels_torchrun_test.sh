@@ -6,7 +6,9 @@
 #      cluster meta of a 2-rank sweep;
 #   2. the flags' errors: --store without --backend gloo and --backend gloo without --store
 #      (exit 2), an unknown --backend (exit 2), --backend gloo with no launcher (exit 1), and under
-#      torchrun a flag every rank refuses alike, printed once (test/expect_once.sh).
+#      torchrun a flag every rank refuses alike, printed once (test/expect_once.sh);
+#   3. under torchrun without --backend gloo (each worker would sweep alone and write the DB): a
+#      usage error naming the flag, printed once, exit 2, no DB.
 # Usage: kernels_torchrun_test.sh CUPCAKE_PROFILE PYTHON TORCHRUN_LIKE EXPECT_ONCE WORKDIR
 set -uo pipefail
 tool="$1" python="$2" torchrun_like="$3" expect_once="$4" work="$5"
@@ -67,4 +69,9 @@ sh "$expect_once" "--device: gpu under a launcher with 2 ranks; expected cpu" \
   status=1
 sh "$expect_once" "--ratios: not a number; got 'x'" \
   "${torchrun[@]}" "$tool" kernels --db "$work/flags.db" --backend gloo --store "$work/store" --ratios x || status=1
+
+# 3. No --backend under torchrun.
+sh "$expect_once" --exit 2 "cupcake-profile kernels: --backend mpi: no MPI launcher, but torchrun's WORLD_SIZE is 2; expected --backend gloo --store DIR under torchrun, or a launch by mpirun" \
+  "${torchrun[@]}" "$tool" kernels --db "$work/alone.db" --quick --compressors fp16 || status=1
+[ -e "$work/alone.db" ] && fail "kernels under torchrun without --backend gloo created $work/alone.db"
 exit $status

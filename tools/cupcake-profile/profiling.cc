@@ -297,6 +297,13 @@ std::optional<int> OpenJobWorld(tools::Invocation& inv, comm::Communicator* mpi_
   if (backend != "gloo") {
     if (!store_dir.empty())
       return tools::UsageError(inv, "--store: only with --backend gloo; got --backend " + backend);
+    // Under torchrun with no MPI launcher each worker would be a world of one: every one would
+    // sweep alone and write the DB.
+    const std::optional<std::pair<int, int>> torchrun = TorchrunRankSize();
+    if (mpi_world == nullptr && torchrun && torchrun->second > 1)
+      return tools::UsageError(inv, "--backend " + backend + ": no MPI launcher, but torchrun's WORLD_SIZE is " +
+                                        std::to_string(torchrun->second) +
+                                        "; expected --backend gloo --store DIR under torchrun, or a launch by mpirun");
     out.world = mpi_world;
   } else {
     auto made = GlooWorld(mpi_world, store_dir);

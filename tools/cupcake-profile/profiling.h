@@ -110,8 +110,9 @@ inline constexpr const char* kStoreHelp = "--backend gloo: a directory the ranks
 // Makes `out` for `backend` (already checked to be one the command knows) and `store_dir`
 // (--store), from main's MPI world `mpi_world` (nullptr when not under an MPI launcher) and
 // `mpi_problem` (why MPI did not start there). Returns nullopt to go on, or the exit code after
-// printing why not: 2 for --store without --backend gloo and --backend gloo without --store,
-// 1 when MPI did not start or the gloo ranks did not meet.
+// printing why not: 2 for --store without --backend gloo, --backend gloo without --store, and
+// another backend under torchrun with several workers and no MPI launcher (each would be a
+// world of one); 1 when MPI did not start or the gloo ranks did not meet.
 std::optional<int> OpenJobWorld(tools::Invocation& inv, comm::Communicator* mpi_world, const std::string& mpi_problem,
                                 const std::string& backend, const std::string& store_dir, JobWorld& out);
 // This process's rank before the world is made (tools::Invocation::rank, so that usage errors

@@ -1,6 +1,8 @@
 /* The C API of the Cupcake runtime: a Session (cupcake/runtime/session.h) behind an opaque
  * handle, for jobs and bindings that are not C++. Every function returns 0 on success and a
- * non-zero cupcake_status otherwise; cupcake_last_error() then says what went wrong.
+ * non-zero cupcake_status otherwise; cupcake_last_error() then says what went wrong, and
+ * cupcake_last_error_printed_by(rank) whether this rank prints it (an error every rank gets alike
+ * is printed by one rank).
  *
  * Use (MPI: initialize with MPI_Init_thread, at least MPI_THREAD_SERIALIZED):
  *   cupcake_session_options o = {0};  (defaults: MPI on MPI_COMM_WORLD, nothing checked, 60 s)
@@ -217,6 +219,21 @@ void cupcake_checkpointer_destroy(cupcake_checkpointer* checkpointer);
 
 /* The message of the last failed call on this thread ("" if none); valid until the next call. */
 const char* cupcake_last_error(void);
+/* Which rank of the job prints the last failed call's error on this thread (C++:
+ * Status::reporter), so that a job shows it once. CUPCAKE_ANY_RANK: this rank's own failure (a
+ * NULL argument, a gradient of the wrong size), printed by the rank that got it; also when no
+ * call has failed. A rank r >= 0: every rank got this error, having checked the same input alike
+ * or agreed on it (a plan for another world size, ranks with different plans, from
+ * cupcake_session_create_with_options): rank r prints it and the others stay quiet; since every
+ * rank failed alike, they can all end with MPI_Finalize rather than abort the job. */
+#define CUPCAKE_ANY_RANK (-1)
+int cupcake_last_error_reporter(void);
+/* Non-zero when rank `rank` prints the last failed call's error on this thread: a call failed,
+ * and its reporter is `rank` or CUPCAKE_ANY_RANK (C++: Status::PrintedBy). The idiom:
+ *   if (cupcake_session_create_with_options(path, &o, &s)) {
+ *     if (cupcake_last_error_printed_by(rank)) fprintf(stderr, "%s\n", cupcake_last_error());
+ *     ...  } */
+int cupcake_last_error_printed_by(int rank);
 
 /* Deprecated aliases, kept for one release (libruntime/README.md lists them). They behave as
  * before; their errors still start with their own names. */
