@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
 
 namespace cupcake::runtime::internal {
@@ -35,9 +37,127 @@ void GainProbe::Observe(std::span<const float> gradient, const float* memory, in
   cost_us_ += clock_->NowUs() - start_us;
 }
 
+void GainProbe::SetTensors(const std::vector<std::vector<int64_t>>& shapes, const std::vector<int64_t>& numels,
+                           int max_rank) {
+  max_rank_ = max_rank;
+  tensors_.clear();
+  int64_t q = 0, rows = 0, cols = 0, numel = 0;
+  for (size_t t = 0; t < numels.size(); ++t) {
+    const LowRankMatrix m = PowerSgdMatrix(shapes[t], numels[t], max_rank, kPowerSgdMinCompressionRate);
+    tensors_.push_back({shapes[t], numels[t], q});
+    q += m.cols * max_rank;
+    rows = std::max(rows, m.rows);
+    cols = std::max(cols, m.cols);
+    numel = std::max(numel, numels[t]);
+  }
+  // Q's first value: N(0, 1) draws keyed by the seed, as PowerSGD starts (any full-rank start
+  // converges; the gains are summed over the ranks, so they need not draw alike).
+  std::mt19937_64 rng(seed_);
+  std::normal_distribution<double> normal;
+  q_.resize(static_cast<size_t>(q));
+  for (double& v : q_) v = normal(rng);
+  p_.assign(static_cast<size_t>(rows * max_rank), 0.0);
+  qn_.assign(static_cast<size_t>(cols * max_rank), 0.0);
+  x_.assign(static_cast<size_t>(numel), 0.0);
+  group_first_.reserve(numels.size());
+}
+
+void GainProbe::SetRanks(int rank_min, int rank_c, std::span<const int> group_first_tensor) {
+  rank_min_ = rank_min;
+  rank_c_ = rank_c;
+  group_first_.assign(group_first_tensor.begin(), group_first_tensor.end());
+}
+
+double GainProbe::PowerStep(int tensor, int64_t rows, int64_t cols, int r, int rc, double* first) {
+  // x_ holds the tensor's g_ef (rows x cols, row-major); P = x Q into p_ (rows x r).
+  const double* x = x_.data();
+  double* q = q_.data() + tensors_[static_cast<size_t>(tensor)].q_offset;  // cols x max_rank_
+  double* p = p_.data();
+  double* qn = qn_.data();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int c = 0; c < r; ++c) {
+      double sum = 0;
+      for (int64_t j = 0; j < cols; ++j) sum += x[i * cols + j] * q[j * max_rank_ + c];
+      p[i * r + c] = sum;
+    }
+  // PowerSGD's Gram-Schmidt (cupcake/kernels/powersgd.h): each column in order divided by its
+  // norm, its projection taken from every later column; a zero column stays zero.
+  for (int c = 0; c < r; ++c) {
+    double norm = 0;
+    for (int64_t i = 0; i < rows; ++i) norm += p[i * r + c] * p[i * r + c];
+    norm = std::sqrt(norm);
+    if (norm == 0) continue;
+    for (int64_t i = 0; i < rows; ++i) p[i * r + c] /= norm;
+    for (int d = c + 1; d < r; ++d) {
+      double dot = 0;
+      for (int64_t i = 0; i < rows; ++i) dot += p[i * r + c] * p[i * r + d];
+      for (int64_t i = 0; i < rows; ++i) p[i * r + d] -= dot * p[i * r + c];
+    }
+  }
+  // Q = x^T P (cols x r), kept as the next warm start; ||P Q^T||^2 = ||Q||^2 (P orthonormal),
+  // and the first rc columns of P span the rank-rc approximation of P P^T x.
+  std::fill(qn, qn + cols * r, 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const double v = x[i * cols + j];
+      for (int c = 0; c < r; ++c) qn[j * r + c] += v * p[i * r + c];
+    }
+  double all = 0;
+  *first = 0;
+  for (int c = 0; c < r; ++c) {
+    double energy = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double v = qn[j * r + c];
+      energy += v * v;
+      q[j * max_rank_ + c] = v;
+    }
+    all += energy;
+    if (c < rc) *first += energy;
+  }
+  return all;
+}
+
+bool GainProbe::ObserveLowRank(std::span<const float> gradient, const float* memory, int group, GainSums& step) {
+  const int64_t n = static_cast<int64_t>(gradient.size());
+  int t = group_first_[static_cast<size_t>(group)];
+  for (int64_t at = 0; at < n; ++t) {
+    const Tensor& tensor = tensors_[static_cast<size_t>(t)];
+    double sq = 0;
+    for (int64_t j = 0; j < tensor.numel; ++j) {
+      const double v = static_cast<double>(gradient[static_cast<size_t>(at + j)]) + (memory ? memory[at + j] : 0.0f);
+      x_[static_cast<size_t>(j)] = v;
+      sq += v * v;
+    }
+    if (!std::isfinite(sq)) return false;
+    const LowRankMatrix m = PowerSgdMatrix(tensor.shape, tensor.numel, rank_min_, kPowerSgdMinCompressionRate);
+    const LowRankMatrix c = PowerSgdMatrix(tensor.shape, tensor.numel, rank_c_, kPowerSgdMinCompressionRate);
+    step.input += sq;
+    double first = 0;
+    if (m.compressed) {
+      step.min += PowerStep(t, m.rows, m.cols, static_cast<int>(m.rank), static_cast<int>(c.rank), &first);
+      step.cand += first;
+    } else {
+      // Sent whole at r_min; the candidate compresses that (a lower rank may compress it).
+      step.min += sq;
+      step.cand +=
+          c.compressed ? PowerStep(t, c.rows, c.cols, static_cast<int>(c.rank), static_cast<int>(c.rank), &first) : sq;
+    }
+    at += tensor.numel;
+  }
+  return true;
+}
+
 void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memory, int group, uint64_t iteration) {
   const int64_t n = static_cast<int64_t>(gradient.size());
   if (n == 0) return;
+  if (selection_ == Selection::kLowRank) {
+    GainSums step;
+    if (ObserveLowRank(gradient, memory, group, step))
+      sums_ += step;
+    else
+      ++skipped_;
+    return;
+  }
   const auto g_ef = [&](int64_t i) {
     return memory == nullptr ? gradient[static_cast<size_t>(i)] : gradient[static_cast<size_t>(i)] + memory[i];
   };

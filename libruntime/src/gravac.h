@@ -27,8 +27,9 @@ struct GainSums {
 };
 
 // How the ladder's compressor selects: the largest magnitudes (topk; dgc, whose selection of
-// its accumulator is approximated by that of g + v) or shared random indices (randk).
-enum class Selection { kMagnitude, kRandom };
+// its accumulator is approximated by that of g + v), shared random indices (randk), or a
+// low-rank approximation per matrix (a ladder of PowerSGD ranks).
+enum class Selection { kMagnitude, kRandom, kLowRank };
 
 class GainProbe {
  public:
@@ -40,10 +41,18 @@ class GainProbe {
     ratio_min_ = ratio_min;
     ratio_c_ = ratio_c;
   }
+  // kLowRank, once: the model's tensors in element order (shape as recorded, empty for a vector;
+  // numel) and the highest rank it will probe. Allocates the warm-start Q and the scratch.
+  void SetTensors(const std::vector<std::vector<int64_t>>& shapes, const std::vector<int64_t>& numels, int max_rank);
+  // kLowRank, per window: cf_min's and the candidate's PowerSGD rank, and the first tensor of
+  // each group of the active plan (the groups Observe is given).
+  void SetRanks(int rank_min, int rank_c, std::span<const int> group_first_tensor);
   // One group's g_ef = gradient + memory (memory: nullptr for none): adds ||g_ef||^2, the part
   // r_min of the group keeps (k = max(1, floor(r n)), as the compressors) and the part r_c
   // keeps of that. A group whose g_ef is not finite is left out of this step (counted).
-  // `group` and `iteration` key the random selection.
+  // `group` and `iteration` key the random selection. kLowRank: per tensor of the group, the
+  // energy of its rank-r_min PowerSGD approximation (ObserveLowRank) and of the rank-r_c one
+  // of that.
   void Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
   // The sums since the last Take, and zero; `cost_us` gets the time Observe took since then.
   GainSums Take(double* cost_us);
@@ -51,6 +60,18 @@ class GainProbe {
 
  private:
   void ObserveGroup(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
+  // False when the group's g_ef is not finite (then `step` is partial and dropped).
+  bool ObserveLowRank(std::span<const float> gradient, const float* memory, int group, GainSums& step);
+  // One power iteration (PowerSGD's, warm-started from the tensor's Q) on x_, the tensor's g_ef
+  // as a rows x cols matrix, at rank r: returns ||P P^T x||^2 and, in `first`, the energy of the
+  // rank-rc approximation of that (its first rc columns). Updates the tensor's Q.
+  double PowerStep(int tensor, int64_t rows, int64_t cols, int r, int rc, double* first);
+
+  struct Tensor {
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+    int64_t q_offset = 0;  // into q_ (cols x max_rank floats)
+  };
 
   Selection selection_;
   uint64_t seed_;
@@ -58,6 +79,12 @@ class GainProbe {
   double cost_us_ = 0;
   double ratio_min_ = 1, ratio_c_ = 1;
   std::vector<float> scratch_;  // squares of g_ef
+  // kLowRank
+  std::vector<Tensor> tensors_;
+  std::vector<int> group_first_;  // reserved for one group per tensor
+  std::vector<double> q_;  // every tensor's warm-start Q (cols x max_rank_)
+  std::vector<double> p_, qn_, x_;  // scratch: P, x^T P, the tensor's g_ef
+  int max_rank_ = 0, rank_min_ = 1, rank_c_ = 1;
   GainSums sums_;
   int64_t skipped_ = 0;
 };

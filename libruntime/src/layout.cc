@@ -5,6 +5,7 @@
 #include "cupcake/kernels/zen.h"
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
+#include "cupcake/proto/ladder_io.h"
 #include "cupcake/proto/names.h"
 #include "cupcake/runtime/session.h"
 
@@ -53,7 +54,8 @@ void CheckPlanAgainstJob(const pb::Plan& plan, const LayoutContext& c, Problems&
       problems.Add("model.model.tensors[" + std::to_string(i) + "].dtype",
                    "not supported by the runtime; got " + std::string(Name(t.dtype())) + ", expected float32 (tensor " +
                        Quoted(t.name()) + ")");
-    out.tensors.push_back(TensorLayout{t.name(), t.numel(), offset, 0});
+    out.tensors.push_back(
+        TensorLayout{t.name(), t.numel(), offset, 0, std::vector<int64_t>(t.shape().begin(), t.shape().end())});
     offset += t.numel();
   }
   out.total_elements = offset;
@@ -208,11 +210,13 @@ void AddGroup(const pb::Plan& plan, int k, const LayoutContext& c, Problems& pro
   // Payload sizes and collectives were checked against the catalogue by ValidatePlan.
   out.groups.push_back(MakeGroup(plan, k, scheme, offloaded, devices_per_node, config, *codec, c));
   if (out.groups.back().scheme == SchemeKind::kPowerSgd) {
-    if (auto l = kernels::powersgd::ResolveLayout(out.groups.back().powersgd); !l.ok()) {
+    auto l = kernels::powersgd::ResolveLayout(out.groups.back().powersgd);
+    if (!l.ok()) {
       problems.Add(f, l.status().message());
       out.groups.pop_back();
       return;
     }
+    out.groups.back().powersgd_floats = l->first_floats() + l->second_floats();
   }
   if (out.groups.back().scheme == SchemeKind::kHierarchical) out.hierarchical_devices = devices_per_node;
 }
@@ -251,7 +255,10 @@ bool SessionLayout::has_offloaded() const {
 }
 int64_t SessionLayout::payload_bytes() const {
   int64_t bytes = 0;
-  for (const GroupLayout& g : groups) bytes += g.in_place ? 4 * g.numel : g.codec.payload_bytes;
+  for (const GroupLayout& g : groups)
+    bytes += g.scheme == SchemeKind::kPowerSgd ? 4 * g.powersgd_floats
+             : g.in_place                      ? 4 * g.numel
+                                               : g.codec.payload_bytes;
   return bytes;
 }
 
@@ -269,7 +276,8 @@ StatusOr<SessionLayout> PlanLayout(const pb::Plan& plan, const LayoutContext& co
   out.model_fingerprint = plan.model().fingerprint();
   out.plan_fingerprint = PlanFingerprint(plan);
   out.compressor = plan.compressor().name();
-  out.ratio = out.compressor == "fp32" ? 1 : plan.compressor().ratio();
+  out.ratio = IsPowerSgdRung(plan) ? PowerSgdRungRatio(plan) : out.compressor == "fp32" ? 1 : plan.compressor().ratio();
+  out.powersgd_rank = plan.compressor().rank();
   out.seed = plan.compressor().seed();
   out.predicted_iteration_us = plan.predicted().iteration_us();
   // Backward starts at 0 in the plan's timeline and tensor 0 is ready first (docs/MODEL.md).

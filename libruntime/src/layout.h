@@ -42,6 +42,7 @@ struct TensorLayout {
   int64_t numel = 0;
   int64_t offset = 0;  // of its first element in model element order
   int group = 0;
+  std::vector<int64_t> shape;  // as recorded; empty: not recorded (PowerSGD: a vector)
 };
 
 struct GroupLayout {
@@ -71,8 +72,10 @@ struct GroupLayout {
   int64_t nonzero_capacity = 0;  // zen_sparse: pairs reserved (twice the plan's expected count)
   // powersgd: the codec's config (the group's tensor shapes, a tensor without a recorded shape
   // as the vector {numel}; the plan's rank; batched; the seed shared by the ranks). Its state
-  // (error feedback, Q) lives in the runner, not in the per-element state planes.
+  // (error feedback, Q) lives in the runner; the error feedback over the group's elements is the
+  // error-feedback plane (PlaneOffset 0), Q is not per element.
   kernels::powersgd::Config powersgd;
+  int64_t powersgd_floats = 0;  // powersgd: the floats its two allreduces carry (first + second)
   // Set by PlaceBuffers: the registered buffers are not one span, so a fusion buffer is packed.
   bool fused = false;
 
@@ -89,7 +92,10 @@ struct SessionLayout {
   std::string model_fingerprint;  // the plan's
   std::string plan_fingerprint;  // PlanFingerprint: what the ranks agree on
   std::string compressor;  // the plan's compressor name
-  double ratio = 1;  // the compressor's ratio (1: fp32)
+  // The compressor's ratio (1: fp32); a PowerSGD rung's (an fp32 plan with a rank), the share of
+  // the dense bytes it sends (PowerSgdRungRatio, as its ladder rung's ratio).
+  double ratio = 1;
+  int powersgd_rank = 0;  // the plan's compressor.rank
   uint64_t seed = 0;  // the compressor's seed
   double predicted_iteration_us = 0;
   // From tensor 0's gradient ready (the step's first GradientReady) to the last decode's end.
@@ -103,7 +109,8 @@ struct SessionLayout {
   bool has_zen_on_device() const;
   bool has_offloaded() const;
   int64_t fusion_bytes() const;  // after PlaceBuffers
-  // Bytes this rank's collectives send per step (payloads; lossless groups' floats).
+  // Bytes this rank's collectives send per step (payloads; lossless groups' floats; PowerSGD's
+  // two allreduces).
   int64_t payload_bytes() const;
 };
 

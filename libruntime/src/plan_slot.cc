@@ -5,6 +5,8 @@
 namespace cupcake::runtime::internal {
 
 int64_t PlaneOffset(const GroupLayout& group, StatePlane plane) {
+  // PowerSGD's runner state is e (the group's elements first) then Q (powersgd_runner.cc).
+  if (group.scheme == SchemeKind::kPowerSgd) return plane == StatePlane::kErrorFeedback ? 0 : -1;
   if (group.state_floats() == 0) return -1;
   const kernels::CompressorLayout& c = group.codec;
   const int64_t n = group.state_elements();
@@ -142,6 +144,11 @@ Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
 Status PlanSlot::WriteState(StatePlane plane, std::span<const float> in) {
   return ForEachStateElement(groups_, comm_.rank(), plane, /*write_back=*/true,
                              [&](float& value, size_t e) { value = in[e]; });
+}
+
+Status PlanSlot::RestartWarmStart() {
+  for (Group& g : groups_) CUPCAKE_RETURN_IF_ERROR(g.runner->RestartWarmStart());
+  return Status::Ok();
 }
 
 }  // namespace cupcake::runtime::internal

@@ -15,7 +15,8 @@
 namespace cupcake::runtime::internal {
 
 // Which per-element state of a group's compressor (kernels/compressor.h): the error-feedback
-// memory (residual e, dgc's accumulator v) or the momentum (dgc's u, signum's m).
+// memory (residual e, dgc's accumulator v, PowerSGD's e over the group's elements) or the
+// momentum (dgc's u, signum's m).
 enum class StatePlane { kErrorFeedback, kMomentum };
 
 class PlanSlot {
@@ -47,6 +48,8 @@ class PlanSlot {
   // those elements. Host or device memory; not during a step.
   Status ReadState(StatePlane plane, std::span<float> out) const;
   Status WriteState(StatePlane plane, std::span<const float> in);
+  // Every group's SchemeRunner::RestartWarmStart (a plan becoming active). Not during a step.
+  Status RestartWarmStart();
 
  private:
   PlanSlot(SessionLayout layout, comm::Communicator& comm);

@@ -5,7 +5,14 @@
 // step (warm start), writes P Q^T and the uncompressed means into the group and updates the
 // memory. Every rank decodes the same summed buffers, so the group is bitwise equal across
 // ranks. On GPU memory the codec's work between the allreduces runs on the communicator's
-// stream, after the first allreduce and before the second.
+// stream, after the first allreduce and before the second. The state's first n floats are the
+// group's error feedback in element order (the session's StatePlane::kErrorFeedback, carried
+// across plan switches and in snapshots); Q is not per element and restarts from its seeded draw
+// when the plan becomes active (RestartWarmStart).
+#include <algorithm>
+#include <vector>
+
+#include "gravac.h"
 #include "runner.h"
 
 namespace cupcake::runtime::internal {
@@ -27,8 +34,10 @@ class PowerSgdRunner final : public SchemeRunner {
     return kernels::Synchronize(backend);
   }
 
-  Status Encode(const Work& work, const StepContext&, void* stream) override {
+  Status Encode(const Work& work, const StepContext& step, void* stream) override {
     CUPCAKE_RETURN_IF_ERROR(PackIfPacked(work, layout_.index, stream));
+    // GraVAC (host memory): the gradient with this group's error feedback, e = the state's first n.
+    if (step.gain != nullptr) step.gain->Observe(work.span(), state_.as<float>(), layout_.index, step.iteration);
     if (Status s = codec_->EncodeP(work.span(), Floats(state_), Floats(first_), stream); !s.ok())
       return s.WithPrefix(StepWhere("GradientReady", layout_.index, "encode"));
     return Status::Ok();
@@ -50,6 +59,18 @@ class PowerSgdRunner final : public SchemeRunner {
     if (Status s = codec_->Decode(Floats(first_), Floats(second_), Floats(state_), work.span(), stream); !s.ok())
       return s.WithPrefix(StepWhere("Synchronize", layout_.index, "decode"));
     return UnpackIfPacked(work, layout_.index, stream);
+  }
+
+  kernels::Buffer* state() override { return &state_; }
+
+  Status RestartWarmStart() override {
+    const kernels::powersgd::Layout& l = codec_->layout();
+    std::vector<float> host(static_cast<size_t>(l.state_floats()));
+    CUPCAKE_RETURN_IF_ERROR(state_.CopyToHost(host.data(), state_.size_bytes()));
+    std::fill(host.begin() + l.n, host.begin() + l.matrix_floats, 0.0f);
+    const std::vector<float> q = kernels::powersgd::InitialQ(l);
+    std::copy(q.begin(), q.end(), host.begin() + l.matrix_floats);
+    return state_.CopyFromHost(host.data(), state_.size_bytes());
   }
 
   bool Graphable(bool) const override { return false; }

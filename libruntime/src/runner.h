@@ -80,8 +80,13 @@ class SchemeRunner {
   // The union's size of the last zen exchange; 0 for other schemes.
   virtual int64_t zen_union() const { return 0; }
   // Error-feedback state: state_floats() floats (layout.state_floats()), host or device memory
-  // as the compressor's; nullptr when none.
+  // as the compressor's (PowerSGD: its codec's state, e then Q); nullptr when none.
   virtual kernels::Buffer* state() { return nullptr; }
+  // A plan becoming active (Session's switch): state that is not per element and so not carried
+  // over from the plan before starts anew, the same on every rank. PowerSGD: Q back to its seeded
+  // first draw, the memory beyond the group's elements (batched padding) to 0; the others: none.
+  // Between steps.
+  virtual Status RestartWarmStart() { return Status::Ok(); }
   virtual OffloadBuffers* offload() { return nullptr; }
 };
 

@@ -59,6 +59,7 @@ struct Adaptive {
   internal::GravacController controller;
   internal::GainProbe probe;
   std::vector<double> exchanged;  // every rank's fields, allocated once
+  std::vector<int> group_first;  // PowerSGD rungs: the active plan's groups' first tensors
   std::vector<GravacDecision> decisions;
   uint64_t first_step = 0;
   int steps = 0;
@@ -176,11 +177,22 @@ class Session::Impl {
       rungs.push_back({slot->layout().ratio, slot->layout().predicted_iteration_us});
       for (const internal::GroupLayout& g : slot->layout().groups) max_numel = std::max(max_numel, g.numel);
     }
-    const std::string& compressor = slots_[1]->layout().compressor;
-    const internal::Selection selection =
-        compressor == "randk" ? internal::Selection::kRandom : internal::Selection::kMagnitude;
-    gravac_ = std::make_unique<Adaptive>(std::move(rungs), options, selection, max_numel, slots_[1]->layout().seed,
+    const internal::SessionLayout& first = slots_[1]->layout();
+    const internal::Selection selection = first.powersgd_rank > 0       ? internal::Selection::kLowRank
+                                          : first.compressor == "randk" ? internal::Selection::kRandom
+                                                                        : internal::Selection::kMagnitude;
+    gravac_ = std::make_unique<Adaptive>(std::move(rungs), options, selection, max_numel, first.seed,
                                          slot_options_.clock, comm_->size());
+    if (selection == internal::Selection::kLowRank) {
+      std::vector<std::vector<int64_t>> shapes;
+      std::vector<int64_t> numels;
+      for (const internal::TensorLayout& t : first.tensors) {
+        shapes.push_back(t.shape);
+        numels.push_back(t.numel);
+      }
+      gravac_->probe.SetTensors(shapes, numels, first.powersgd_rank);
+      gravac_->group_first.reserve(numels.size());
+    }
     CUPCAKE_RETURN_IF_ERROR(Activate(gravac_->controller.sent(), "EnableGravac"));
     StartWindow();
     return Status::Ok();
@@ -358,13 +370,17 @@ class Session::Impl {
   bool on_device() const { return comm_->memory() == comm::MemoryKind::kDevice; }
 
   // Makes plan `index` active; per-element state carries over: element e's residual (and
-  // momentum) in the old plan's groups becomes element e's in the new one's.
+  // momentum) in the old plan's groups becomes element e's in the new one's. State that is not
+  // per element (PowerSGD's Q) restarts in the new plan (SchemeRunner::RestartWarmStart), so a
+  // rung runs after a switch as a fresh session of its plan given the carried state would.
   Status Activate(int index, const char* call) {
     if (index == active_) return Status::Ok();
     std::vector<float> values(static_cast<size_t>(active().layout().total_elements));
+    PlanSlot& next = *slots_[static_cast<size_t>(index)];
+    CUPCAKE_RETURN_IF_ERROR(Fail(next.RestartWarmStart().WithPrefix(call)));
     for (StatePlane plane : {StatePlane::kErrorFeedback, StatePlane::kMomentum}) {
       CUPCAKE_RETURN_IF_ERROR(Fail(active().ReadState(plane, values).WithPrefix(call)));
-      CUPCAKE_RETURN_IF_ERROR(Fail(slots_[static_cast<size_t>(index)]->WriteState(plane, values).WithPrefix(call)));
+      CUPCAKE_RETURN_IF_ERROR(Fail(next.WriteState(plane, values).WithPrefix(call)));
     }
     active_ = index;
     spans_.clear();  // the self-check starts over on the new plan, with a warm-up window
@@ -372,42 +388,64 @@ class Session::Impl {
     return Status::Ok();
   }
 
-  // The plans as GraVAC needs them (EnableGravac's contract).
+  // The plans as GraVAC needs them (EnableGravac's contract): plan 0 fp32, then either one
+  // ratio-selecting compressor at decreasing ratios or PowerSGD rungs at decreasing ranks.
   Status CheckLadder() const {
     if (on_device())
       return FailedPreconditionError("not built for sessions on GPU memory yet; expected a session on host memory");
-    if (plan_count() < 2 || slots_[0]->layout().compressor != "fp32")
+    if (plan_count() < 2 || slots_[0]->layout().compressor != "fp32" || slots_[0]->layout().powersgd_rank != 0)
       return FailedPreconditionError("the session's plans are not a ladder; got " + std::to_string(plan_count()) +
                                      " plans, plan 0 " + slots_[0]->layout().compressor +
                                      ", expected plan 0 fp32 and at least one compressed rung (a ladder file)");
-    const std::string& compressor = slots_[1]->layout().compressor;
+    const internal::SessionLayout& first = slots_[1]->layout();
+    const bool by_rank = first.compressor == "fp32" && first.powersgd_rank > 0;
     for (int p = 1; p < plan_count(); ++p) {
       const internal::SessionLayout& l = slots_[static_cast<size_t>(p)]->layout();
+      const internal::SessionLayout& above = slots_[static_cast<size_t>(p - 1)]->layout();
       const std::string where = origins_[static_cast<size_t>(p)] + ": ";
-      if (l.compressor != compressor || (compressor != "topk" && compressor != "randk" && compressor != "dgc"))
+      if (by_rank) {
+        if (l.compressor != "fp32" || l.powersgd_rank < 1)
+          return FailedPreconditionError(where + "compressor: not a rung of the ladder; got " + l.compressor +
+                                         " at rank " + std::to_string(l.powersgd_rank) +
+                                         ", expected fp32 with a PowerSGD rank (PowerSGD rungs)");
+        if (p > 1 && !(l.powersgd_rank < above.powersgd_rank))
+          return FailedPreconditionError(where + "compressor.rank: the rungs are out of order; got " +
+                                         std::to_string(l.powersgd_rank) + " after " +
+                                         std::to_string(above.powersgd_rank) + ", expected decreasing ranks");
+        continue;
+      }
+      if (l.compressor != first.compressor ||
+          (first.compressor != "topk" && first.compressor != "randk" && first.compressor != "dgc"))
         return FailedPreconditionError(where + "compressor: not a rung of the ladder; got " + l.compressor +
-                                       ", expected " + (p > 1 ? compressor : std::string("topk, randk or dgc")) +
-                                       " (one ratio-selecting compressor for every compressed rung)");
-      if (p > 1 && !(l.ratio < slots_[static_cast<size_t>(p - 1)]->layout().ratio))
+                                       ", expected " + (p > 1 ? first.compressor : std::string("topk, randk or dgc")) +
+                                       " (one ratio-selecting compressor for every compressed rung, or PowerSGD "
+                                       "ranks)");
+      if (p > 1 && !(l.ratio < above.ratio))
         return FailedPreconditionError(where + "compressor.ratio: the rungs are out of order; got " +
-                                       std::to_string(l.ratio) + " after " +
-                                       std::to_string(slots_[static_cast<size_t>(p - 1)]->layout().ratio) +
+                                       std::to_string(l.ratio) + " after " + std::to_string(above.ratio) +
                                        ", expected decreasing ratios");
     }
     for (int p = 0; p < plan_count(); ++p)
       for (const internal::GroupLayout& g : slots_[static_cast<size_t>(p)]->layout().groups)
-        if (g.scheme != internal::SchemeKind::kFlat)
+        if (g.scheme != internal::SchemeKind::kFlat && !(by_rank && g.scheme == internal::SchemeKind::kPowerSgd))
           return FailedPreconditionError(origins_[static_cast<size_t>(p)] + ": groups[" + std::to_string(g.index) +
                                          "]: scheme " + internal::SchemeKindName(g.scheme) +
-                                         " has no gain probe; expected flat groups only");
+                                         " has no gain probe; expected flat groups only" +
+                                         (by_rank ? " (and powersgd ones)" : ""));
     return Status::Ok();
   }
 
   void StartWindow() {
     Adaptive& a = *gravac_;
     const internal::GravacController& c = a.controller;
-    a.probe.SetRatios(slots_[static_cast<size_t>(c.min_rung())]->layout().ratio,
-                      slots_[static_cast<size_t>(c.cand_rung())]->layout().ratio);
+    const internal::SessionLayout& min = slots_[static_cast<size_t>(c.min_rung())]->layout();
+    const internal::SessionLayout& cand = slots_[static_cast<size_t>(c.cand_rung())]->layout();
+    a.probe.SetRatios(min.ratio, cand.ratio);
+    if (min.powersgd_rank > 0) {
+      a.group_first.clear();  // reserved for one group per tensor
+      for (const internal::GroupLayout& g : active().layout().groups) a.group_first.push_back(g.first);
+      a.probe.SetRanks(min.powersgd_rank, cand.powersgd_rank, a.group_first);
+    }
     a.first_step = iteration_;
     a.steps = 0;
     a.bytes = 0;

@@ -3,6 +3,8 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 
 #include "cupcake/proto/catalogue.h"
@@ -43,27 +45,71 @@ void CheckAgainst(const pb::Ladder& ladder, int i, const std::string& origin, st
         "another device; got " + std::string(Name(plan.device())) + ", expected " + std::string(Name(first.device())) +
             " as in rungs[0]");
   const std::string& name = plan.compressor().name();
+  const bool by_rank = IsPowerSgdRung(ladder.rungs(1).plan());
   const CompressorInfo* info = FindCompressor(name);
-  if (info == nullptr || !info->uses_ratio)
+  if (by_rank) {
+    const int32_t rank = plan.compressor().rank();
+    const int32_t above = ladder.rungs(i - 1).plan().compressor().rank();
+    if (!IsPowerSgdRung(plan))
+      Add(text, origin, f + ".plan.compressor",
+          "not a PowerSGD rung; got \"" + name + "\" at rank " + std::to_string(rank) +
+              ", expected fp32 with a PowerSGD rank as in rungs[1]");
+    else if (i > 1 && !(rank < above))
+      Add(text, origin, f + ".plan.compressor.rank",
+          "not below the rung before; got " + std::to_string(rank) + ", expected < " + std::to_string(above));
+  } else if (info == nullptr || !info->uses_ratio) {
     Add(text, origin, f + ".plan.compressor.name",
-        "keeps no fraction of the elements; got \"" + name + "\", expected topk, randk or dgc");
-  else if (i > 1 && name != ladder.rungs(1).plan().compressor().name())
+        "keeps no fraction of the elements; got \"" + name +
+            "\", expected topk, randk or dgc, or fp32 with a PowerSGD rank");
+  } else if (i > 1 && name != ladder.rungs(1).plan().compressor().name()) {
     Add(text, origin, f + ".plan.compressor.name",
         "another compressor; got \"" + name + "\", expected \"" + ladder.rungs(1).plan().compressor().name() +
             "\" as in rungs[1]");
+  }
   const double previous = ladder.rungs(i - 1).ratio();
   if (!(rung.ratio() > 0 && rung.ratio() < 1))
     Add(text, origin, f + ".ratio", "out of range; got " + FormatDouble(rung.ratio()) + ", expected 0 < ratio < 1");
   else if (!(rung.ratio() < previous))
     Add(text, origin, f + ".ratio",
         "not below the rung before; got " + FormatDouble(rung.ratio()) + ", expected < " + FormatDouble(previous));
-  if (plan.compressor().ratio() != rung.ratio())
+  if (by_rank) {
+    if (IsPowerSgdRung(plan) && rung.ratio() != PowerSgdRungRatio(plan))
+      Add(text, origin, f + ".ratio",
+          "not the share of the dense gradient's bytes the plan sends; got " + FormatDouble(rung.ratio()) +
+              ", expected " + FormatDouble(PowerSgdRungRatio(plan)));
+  } else if (plan.compressor().ratio() != rung.ratio()) {
     Add(text, origin, f + ".plan.compressor.ratio",
         "not the rung's ratio; got " + FormatDouble(plan.compressor().ratio()) + ", expected " +
             FormatDouble(rung.ratio()));
+  }
 }
 
 }  // namespace
+
+bool IsPowerSgdRung(const pb::Plan& plan) { return plan.compressor().name() == "fp32" && plan.compressor().rank() > 0; }
+
+int64_t SentBytes(const pb::Plan& plan) {
+  int64_t bytes = 0;
+  for (const pb::Group& g : plan.groups()) {
+    const SchemeInfo* s = g.options().scheme().empty() ? nullptr : FindScheme(g.options().scheme());
+    if (s == nullptr || s->codec != Codec::kLowRank) {
+      bytes += g.payload_bytes();
+      continue;
+    }
+    const LowRankSizes z = PowerSgdGroupSizes(plan.model().model(), g.first_tensor(), g.last_tensor(),
+                                              plan.compressor().rank(), s->batched);
+    bytes += 4 * (z.first_floats + z.second_floats);
+  }
+  return bytes;
+}
+
+double PowerSgdRungRatio(const pb::Plan& plan) {
+  int64_t dense = 0;
+  for (const pb::Tensor& t : plan.model().model().tensors()) dense += 4 * t.numel();
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", static_cast<double>(SentBytes(plan)) / static_cast<double>(dense));
+  return std::strtod(text, nullptr);
+}
 
 Status ValidateLadder(const pb::Ladder& ladder, const std::string& origin) {
   std::string text;
@@ -82,6 +128,9 @@ Status ValidateLadder(const pb::Ladder& ladder, const std::string& origin) {
   if (bottom.plan().compressor().name() != "fp32")
     Add(text, origin, "rungs[0].plan.compressor.name",
         "not the dense rung; got \"" + bottom.plan().compressor().name() + "\", expected \"fp32\"");
+  if (bottom.plan().compressor().rank() != 0)
+    Add(text, origin, "rungs[0].plan.compressor.rank",
+        "not the dense rung; got " + std::to_string(bottom.plan().compressor().rank()) + ", expected 0 (no PowerSGD)");
   if (bottom.ratio() != 1)
     Add(text, origin, "rungs[0].ratio", "not the dense rung; got " + FormatDouble(bottom.ratio()) + ", expected 1");
   for (int i = 1; i < ladder.rungs_size(); ++i) CheckAgainst(ladder, i, origin, text);
@@ -116,7 +165,9 @@ std::string RungRatios(const pb::Ladder& ladder) {
   std::string text;
   for (const pb::Rung& r : ladder.rungs())
     text += (text.empty() ? "" : ", ") + FormatDouble(r.ratio()) +
-            (r.plan().compressor().name() == "fp32" ? " (fp32)" : "");
+            (IsPowerSgdRung(r.plan())                 ? " (rank " + std::to_string(r.plan().compressor().rank()) + ")"
+             : r.plan().compressor().name() == "fp32" ? " (fp32)"
+                                                      : "");
   return text;
 }
 

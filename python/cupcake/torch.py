@@ -231,7 +231,8 @@ def DistributedOptimizer(optimizer, named_parameters, plan=None, *, backward_pas
         that the replicas start equal, as DDP's do. Buffers (batch-norm statistics) are not
         parameters: broadcast_parameters(model.state_dict()) covers them.
     adapt: GraVAC(...) to let the ratio adapt over a ladder's rungs (plan: a ladder file from
-        `cupcake-plan search --ratios`); the decisions are then in `decisions`.
+        `cupcake-plan search --ratios`, or of PowerSGD ranks from `--ranks`); the decisions are then
+        in `decisions`.
     """
     cupcake.launch()  # join the job before the checks (UsageError says why)
     if getattr(optimizer, "_cupcake", None) is not None:
@@ -284,15 +285,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def ratios(self):
-        """The plan's rungs by their ratio, in order: a ladder's (the fp32 rung's 1 first), or a
-        single plan's one."""
+        """The plan's rungs by their ratio, in order: a ladder's (the fp32 rung's 1 first; a PowerSGD
+        rung's is the share of the dense bytes it sends), or a single plan's one."""
         return list(self._cupcake.ratios)
 
     @_raised_here
     def use_ratio(self, ratio):
         """Collective, between steps (every rank, the same ratio): the ladder's rung of `ratio`
-        runs from the next step, with each element's error feedback carried over. The job chooses
-        the schedule (e.g. dense for a warm-up, then compressed)."""
+        runs from the next step, with each element's error feedback carried over (a PowerSGD rung
+        restarts its warm-start Q). The job chooses the schedule (e.g. dense for a warm-up, then
+        compressed)."""
         self._cupcake.use_ratio(ratio)
 
     @property

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cupcake/profile/load.h"
@@ -94,6 +95,98 @@ TEST_F(LadderTest, RefusesWhatNoLadderCanHold) {
   }
   EXPECT_EQ(MakeLadder(model_, profile_, request, {0.1, 0.01, 0.1}, search).status().message(),
             "--ratios: 0.1 appears twice; expected distinct ratios");
+}
+
+// A ladder of PowerSGD ranks over one [100, 100] tensor (backward 100 us) on one node of 2 CPUs:
+// allreduce 0.25 us per byte, "encode powersgd cpu" 10 us and "decode powersgd cpu" 20 us, as
+// OptionsPowerSgd works out by hand (powersgd about 540 us against flat_fp32's 10100 us).
+class RankLadderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pb::Tensor* t = model_.add_tensors();
+    model_.set_name("square");
+    t->set_name("w");
+    t->set_numel(10000);
+    t->set_dtype(pb::FLOAT32);
+    t->set_backward_us(100);
+    t->add_shape(100);
+    t->add_shape(100);
+    profile_.mutable_cluster()->set_name("hand-powersgd");
+    profile_.mutable_cluster()->set_nodes(1);
+    profile_.mutable_cluster()->set_devices_per_node(2);
+    *profile_.add_curves() = testing::MakeCommCurve(pb::ALLREDUCE, pb::GLOBAL, {{8, 2}, {80000, 20000}});
+    for (auto [kind, us] : {std::pair{pb::ENCODE, 10.0}, std::pair{pb::DECODE, 20.0}}) {
+      pb::Curve c = testing::MakeCurve(kind, {{1, us}});
+      c.set_compressor("powersgd");
+      c.set_device(pb::CPU);
+      *profile_.add_curves() = c;
+    }
+    request_.compressor = "fp32";
+    request_.device = pb::CPU;
+    request_.schemes = {"powersgd"};
+    search_.space = SearchSpace::kOptions;
+  }
+  pb::Model model_;
+  pb::Profile profile_;
+  PlanRequest request_;
+  SearchOptions search_;
+};
+
+// The rungs: the dense fp32 plan, then ranks 4, 2, 1 whatever the order given, each byte for byte
+// the plan its own search at that rank makes, each rung's ratio the bytes it sends over the dense
+// 40000: P and Q of 100 x r floats each, 4 x 200 r bytes, so 0.08, 0.04 and 0.02.
+TEST_F(RankLadderTest, OnePlanPerRankAndTheDensePlanAtTheBottom) {
+  auto ladder = MakeRankLadder(model_, profile_, request_, {1, 4, 2}, search_);
+  ASSERT_TRUE(ladder.ok()) << ladder.status().ToString();
+  EXPECT_TRUE(ValidateLadder(*ladder, "ladder").ok()) << ValidateLadder(*ladder, "ladder").ToString();
+  ASSERT_EQ(ladder->rungs_size(), 4);
+  EXPECT_EQ(RungRatios(*ladder), "1 (fp32), 0.08 (rank 4), 0.04 (rank 2), 0.02 (rank 1)");
+  const pb::Plan& bottom = ladder->rungs(0).plan();
+  EXPECT_EQ(ladder->rungs(0).ratio(), 1);
+  EXPECT_EQ(bottom.compressor().name(), "fp32");
+  EXPECT_EQ(bottom.compressor().rank(), 0);
+  for (const pb::Group& g : bottom.groups()) EXPECT_EQ(g.options().scheme(), "flat_fp32");
+  const int ranks[] = {4, 2, 1};
+  const double ratios[] = {0.08, 0.04, 0.02};
+  for (int i = 1; i < 4; ++i) {
+    const pb::Rung& r = ladder->rungs(i);
+    EXPECT_EQ(r.ratio(), ratios[i - 1]) << "rung " << i;
+    EXPECT_EQ(r.plan().compressor().rank(), ranks[i - 1]);
+    ASSERT_EQ(r.plan().groups_size(), 1);
+    EXPECT_EQ(r.plan().groups(0).options().scheme(), "powersgd");
+    PlanRequest alone = request_;
+    alone.rank = ranks[i - 1];
+    auto plan = MakePlan(model_, profile_, alone, search_);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(SerializePlan(r.plan()), SerializePlan(*plan)) << "rung " << i;
+  }
+}
+
+TEST_F(RankLadderTest, RefusesWhatNoRankLadderCanHold) {
+  auto message = [&](PlanRequest request, std::vector<int> ranks, SearchSpace space = SearchSpace::kOptions) {
+    SearchOptions search = search_;
+    search.space = space;
+    return MakeRankLadder(model_, profile_, request, std::move(ranks), search).status().message();
+  };
+  PlanRequest topk = request_;
+  topk.compressor = "topk";
+  EXPECT_EQ(message(topk, {2}),
+            "--ranks: PowerSGD plans are fp32 plans whose groups may run PowerSGD; got --compressor topk, expected "
+            "--compressor fp32");
+  EXPECT_EQ(message(request_, {2}, SearchSpace::kFusion),
+            "--ranks: only --search-space options offers the powersgd schemes; expected --search-space options");
+  PlanRequest ranked = request_;
+  ranked.rank = 2;
+  EXPECT_EQ(message(ranked, {2}), "--ranks: give --rank (one plan) or --ranks (a ladder), not both");
+  EXPECT_EQ(message(request_, {}), "--ranks: empty; expected at least one PowerSGD rank >= 1");
+  EXPECT_EQ(message(request_, {2, 0}),
+            "--ranks: out of range; got 0, expected 1 <= rank <= 65536 (the fp32 rung is always added)");
+  EXPECT_EQ(message(request_, {2, 1, 2}), "--ranks: 2 appears twice; expected distinct ranks");
+  // At rank 40 the [100, 100] matrix is not compressed ((100 + 100) x 40 x 2 >= 10000): PowerSGD
+  // would send it whole and slower, so the search keeps flat_fp32.
+  EXPECT_EQ(message(request_, {40, 2}),
+            "--ranks: rank 40's plan runs no group with PowerSGD: it does not pay on this profile; expected at "
+            "least one powersgd group (leave the rank out)");
 }
 
 }  // namespace

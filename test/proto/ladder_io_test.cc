@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/fingerprint.h"
@@ -37,6 +39,44 @@ pb::Ladder TinyLadder() {
     pb::Rung* r = ladder.add_rungs();
     r->set_ratio(ratio == 0 ? 1 : ratio);
     *r->mutable_plan() = TinyPlanAt(ratio);
+  }
+  return ladder;
+}
+
+// TinyPlan as a PowerSGD rung: fp32 at `rank`, both groups on the powersgd scheme, the tensors
+// shaped fc.bias [10], fc.weight [10, 100], conv1.weight [5, 100].
+pb::Plan TinyPowerSgdPlan(int rank) {
+  pb::Plan plan = TinyPlanAt(0);
+  pb::Model* m = plan.mutable_model()->mutable_model();
+  const std::vector<std::vector<int64_t>> shapes = {{10}, {10, 100}, {5, 100}};
+  for (int t = 0; t < 3; ++t)
+    for (int64_t d : shapes[static_cast<size_t>(t)]) m->mutable_tensors(t)->add_shape(d);
+  plan.mutable_model()->set_fingerprint(ModelFingerprint(*m));
+  plan.mutable_compressor()->set_rank(rank);
+  plan.set_devices_per_node(1);
+  for (pb::Group& g : *plan.mutable_groups()) {
+    const LowRankSizes sizes = PowerSgdGroupSizes(*m, g.first_tensor(), g.last_tensor(), rank, false);
+    ApplyScheme(*FindScheme("powersgd"), *FindCompressor("fp32"), pb::GPU, 0, 0, {8, 1}, g, &sizes);
+    for (pb::Step& st : *g.mutable_steps()) {
+      st.set_start_us(g.comm_start_us());
+      st.set_end_us(g.comm_start_us());
+    }
+  }
+  return plan;
+}
+
+// The fp32 rung and PowerSGD rungs at `ranks` with the given ratios.
+pb::Ladder TinyRankLadder(std::vector<std::pair<int, double>> ranks) {
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  pb::Rung* dense = ladder.add_rungs();
+  dense->set_ratio(1);
+  *dense->mutable_plan() = TinyPlanAt(0);
+  *dense->mutable_plan()->mutable_model() = TinyPowerSgdPlan(1).model();
+  for (auto [rank, ratio] : ranks) {
+    pb::Rung* r = ladder.add_rungs();
+    r->set_ratio(ratio);
+    *r->mutable_plan() = TinyPowerSgdPlan(rank);
   }
   return ladder;
 }
@@ -139,6 +179,34 @@ TEST(ValidateLadder, NamesEachProblem) {
   model.mutable_rungs(1)->mutable_plan()->mutable_model()->set_fingerprint(ModelFingerprint(*m));
   EXPECT_EQ(Message(model), "l.pb: rungs[1].plan.model.fingerprint: another model; got " + ModelFingerprint(*m) +
                                 ", expected " + ModelFingerprint(TinyPlanAt(0).model().model()) + " as in rungs[0]");
+}
+
+// PowerSGD rungs' ratios by hand, of the 1510 dense floats (the rule: a d0 x c matrix at rank
+// r = min(d0, c, rank) is compressed when (d0 + c) r 2 < d0 c, sending d0 r + c r floats):
+//   rank 4: fc.bias 10 whole, fc.weight 40 + 400, conv1.weight whole (840 >= 500): 950 -> 0.629
+//   rank 2: 10, 20 + 200, 10 + 200: 440 -> 0.291
+TEST(ValidateLadder, PowerSgdRungsCarryTheShareOfTheBytesTheySend) {
+  const pb::Ladder ladder = TinyRankLadder({{4, 0.629}, {2, 0.291}});
+  EXPECT_EQ(Message(ladder), "OK");
+  EXPECT_EQ(PowerSgdRungRatio(ladder.rungs(1).plan()), 0.629);
+  EXPECT_EQ(SentBytes(ladder.rungs(2).plan()), 4 * 440);
+  EXPECT_EQ(RungRatios(ladder), "1 (fp32), 0.629 (rank 4), 0.291 (rank 2)");
+  EXPECT_EQ((*FindRung(ladder, 0.291, "l.pb"))->plan().compressor().rank(), 2);
+
+  EXPECT_EQ(Message(TinyRankLadder({{4, 0.629}, {2, 0.3}})),
+            "l.pb: rungs[2].ratio: not the share of the dense gradient's bytes the plan sends; got 0.3, expected "
+            "0.291");
+  EXPECT_EQ(Message(TinyRankLadder({{2, 0.291}, {4, 0.629}})),
+            "l.pb: rungs[2].plan.compressor.rank: not below the rung before; got 4, expected < 2\n"
+            "l.pb: rungs[2].ratio: not below the rung before; got 0.629, expected < 0.291");
+  pb::Ladder mixed = TinyRankLadder({{4, 0.629}});
+  pb::Rung* topk = mixed.add_rungs();
+  topk->set_ratio(0.01);
+  *topk->mutable_plan() = TinyPlanAt(0.01);
+  *topk->mutable_plan()->mutable_model() = mixed.rungs(1).plan().model();
+  EXPECT_EQ(Message(mixed),
+            "l.pb: rungs[2].plan.compressor: not a PowerSGD rung; got \"topk\" at rank 0, expected fp32 with a "
+            "PowerSGD rank as in rungs[1]");
 }
 
 TEST_F(LadderIoTest, RefusesATruncatedLadder) {

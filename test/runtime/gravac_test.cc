@@ -163,6 +163,35 @@ TEST(GainProbe, KeepsTheLargestMagnitudesOfTheGradientWithItsMemory) {
   EXPECT_EQ(probe.Take(&cost).input, 0);  // Take zeroes
 }
 
+// PowerSGD rungs (rank 2 as cf_min, rank 1 as the candidate) on one group: a 10 x 10 matrix whose
+// g_ef = gradient + memory is diag(3, 1, 0, ...), and a 5-vector (1, 2, 0, 0, 0) that PowerSGD
+// sends whole ((5 + 1) x 1 x 2 >= 5). By Eckart-Young the best rank-2 part of the matrix keeps all
+// of its energy 10 and the best rank-1 part 9; the warm-started power iteration reaches both
+// (rank 2 at once: P spans the matrix's columns; rank 1 at a rate of (1/3)^2 a step). The
+// vector counts whole in all three sums: 15, 15, 14.
+TEST(GainProbe, LowRankKeepsTheEnergyOfTheBestApproximations) {
+  ManualClock clock;
+  GainProbe probe(Selection::kLowRank, 105, 7, &clock);
+  probe.SetTensors({{10, 10}, {5}}, {100, 5}, 2);
+  const std::vector<int> first_tensor = {0};
+  probe.SetRanks(2, 1, first_tensor);
+  Floats g(105, 0.0f), memory(105, 0.5f);
+  for (size_t i = 0; i < 105; ++i) g[i] = -0.5f;
+  g[0] += 3;
+  g[11] += 1;
+  g[100] += 1;
+  g[101] += 2;
+  double cost = 0;
+  for (int step = 0; step < 12; ++step) probe.Observe(g, memory.data(), 0, 0);
+  (void)probe.Take(&cost);
+  probe.Observe(g, memory.data(), 0, 0);
+  const GainSums s = probe.Take(&cost);
+  EXPECT_NEAR(s.input, 15, 1e-9);
+  EXPECT_NEAR(s.min, 15, 1e-9);
+  EXPECT_NEAR(s.cand, 14, 1e-6);
+  EXPECT_EQ(probe.skipped(), 0);
+}
+
 // Large groups take the sampled path (a threshold from 2048 sampled squares, candidates above it);
 // the sums must equal a full sort's, also when the sample misjudges the group and every square
 // is taken again.
@@ -354,6 +383,62 @@ TEST(GravacSession, RanksDecideAlikeAndSwitchesCarryResiduals) {
     EXPECT_LE(d.gain_min, 1);
     EXPECT_LE(d.gain_c, d.gain_min);
     EXPECT_GT(d.bytes_sent, 0);
+  }
+}
+
+// A ladder of PowerSGD ranks (rank 2 in the planned groups, rank 1 layer by layer): the ranks
+// decide alike, the decisions name the rungs' ratios (the share of the dense bytes each sends)
+// and count the bytes PowerSGD sends,
+// and a twin job that switches by hand at the decided steps gets bitwise the same averages and
+// memories (the controller's switches carry PowerSGD's error feedback and restart Q as
+// SwitchPlan does). With epsilon 0.01 every window after the first sends a PowerSGD rung.
+TEST(GravacSession, DecidesOverPowerSgdRanks) {
+  const int world = 2;
+  const pb::Model m = testing::ShapedModel();
+  const std::vector<pb::Plan> plans = {testing::MakePlan(m, testing::OneGroup(m), "fp32", world),
+                                       testing::PowerSgdPlan(m, testing::Planned(), world, "powersgd", 2),
+                                       testing::PowerSgdPlan(m, testing::LayerWise(m), world, "powersgd", 1)};
+  // 220 and 97 of the 534 floats (runtime_plans_test works out rank 2's; rank 1 sends t0 16 + 12,
+  // t1 5, t2 8 + 9, t3 1, t4 8 + 8, t5 20 + 10).
+  const std::vector<double> ratios = {1, 0.412, 0.182};
+  comm::InProcessGroup adaptive_group(world), twin_group(world);
+  Job adaptive = MakeJob(adaptive_group, plans, world);
+  Job twin = MakeJob(twin_group, plans, world);
+  OnEveryRank(world, [&](int r) {
+    const Status s = adaptive.sessions[static_cast<size_t>(r)]->EnableGravac(Options(2, 0.01, 0.0));
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  });
+  std::vector<double> sent;
+  size_t seen = 0;
+  for (int it = 0; it < 12; ++it) {
+    EXPECT_EQ(Step(adaptive, it), Step(twin, it)) << "step " << it;
+    const std::vector<GravacDecision>& d0 = adaptive.sessions[0]->decisions();
+    for (int r = 1; r < world; ++r) {
+      const std::vector<GravacDecision>& dr = adaptive.sessions[static_cast<size_t>(r)]->decisions();
+      ASSERT_EQ(dr.size(), d0.size());
+      for (size_t i = 0; i < d0.size(); ++i) ExpectSameDecisions(d0[i], dr[i]);
+    }
+    if (d0.size() == seen) continue;
+    seen = d0.size();
+    const GravacDecision& d = d0.back();
+    const int next = static_cast<int>(std::find(ratios.begin(), ratios.end(), d.next_ratio) - ratios.begin());
+    ASSERT_LT(next, 3) << d.next_ratio;
+    EXPECT_EQ(adaptive.sessions[0]->active_plan(), next);
+    sent.push_back(d.next_ratio);
+    OnEveryRank(world, [&](int r) { EXPECT_TRUE(twin.sessions[static_cast<size_t>(r)]->SwitchPlan(next).ok()); });
+  }
+  ASSERT_EQ(sent.size(), 6u);
+  for (double ratio : sent) EXPECT_LT(ratio, 1);
+  for (int r = 0; r < world; ++r)
+    EXPECT_EQ(adaptive.sessions[static_cast<size_t>(r)]->ReadState().value(),
+              twin.sessions[static_cast<size_t>(r)]->ReadState().value());
+  for (const GravacDecision& d : adaptive.sessions[0]->decisions()) {
+    EXPECT_GT(d.gain_min, 0);
+    EXPECT_LE(d.gain_min, 1 + 1e-12);
+    EXPECT_LE(d.gain_c, d.gain_min * (1 + 1e-12));
+    EXPECT_EQ(d.ratio_min, 0.412);
+    // A window of 2 steps of the sent rung's floats: 534 dense, 220 at rank 2, 97 at rank 1.
+    EXPECT_EQ(d.bytes_sent, 2 * 4 * (d.ratio == 1 ? 534 : d.ratio == 0.412 ? 220 : 97)) << d.ratio;
   }
 }
 

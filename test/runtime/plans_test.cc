@@ -246,6 +246,110 @@ TEST(SeveralPlans, ALadderFileGivesOnePlanPerRung) {
   std::filesystem::remove(path);
 }
 
+// The averaged gradients of rank r's buffers, copied.
+std::vector<Floats> Copied(const testing::Gradients& grads) {
+  std::vector<Floats> out;
+  for (std::span<float> t : grads) out.emplace_back(t.begin(), t.end());
+  return out;
+}
+
+// A ladder of PowerSGD ranks (cupcake-plan search --ranks) over the shaped model: the fp32 rung,
+// rank 2 in the planned groups and rank 1 batched in one group (other groups, other matrices).
+// 1. The fp32 rung, then rank 2 from a zero memory: what the PowerSGD restatement gives (the
+//    rung trains as PowerSGD does), bitwise equal on both ranks.
+// 2. Switches to rank 1 and back to rank 2: each step after a switch is bitwise what a fresh
+//    session of that rung's plan gives when WriteState hands it the memory read before the
+//    switch (error feedback carried element by element, Q restarted from its seeded draw; rank
+//    2's own Q from steps 1-2 is not reused), and the memory carries element by element.
+TEST(SeveralPlans, PowerSgdRanksAsRungs) {
+  const pb::Model model = testing::ShapedModel();
+  pb::Ladder ladder;
+  ladder.set_format("cupcake.ladder.v1");
+  const pb::Plan plans[] = {MakePlan(model, testing::Planned(), "fp32", kWorld),
+                            testing::PowerSgdPlan(model, testing::Planned(), kWorld, "powersgd", 2),
+                            testing::PowerSgdPlan(model, testing::OneGroup(model), kWorld, "powersgd_batched", 1)};
+  // Hand sizes (docs/MODEL.md, "PowerSGD"), of 534 floats: rank 2 sends t0 16x12 as 32 + 24,
+  // t2 8x9 as 16 + 18, t5 20x10 as 40 + 20 and t1, t3, t4 whole (5 + 1 + 64): 220 -> 0.412;
+  // batched rank 1: side ceil(sqrt(534)) = 24, 24 + 24 -> 0.0899.
+  const double ratios[] = {1, 0.412, 0.0899};
+  for (int i = 0; i < 3; ++i) {
+    pb::Rung* rung = ladder.add_rungs();
+    rung->set_ratio(ratios[i]);
+    *rung->mutable_plan() = plans[i];
+  }
+  ASSERT_TRUE(ValidateLadder(ladder, "ranks.pb").ok()) << ValidateLadder(ladder, "ranks.pb").ToString();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cupcake_rank_ladder_" + std::to_string(::getpid()) + ".pb")).string();
+  ASSERT_TRUE(WriteLadderFile(path, ladder).ok());
+  comm::InProcessGroup group(kWorld);
+  auto made = testing::CreateOnEveryRank(
+      group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(path, std::move(c)); });
+  std::filesystem::remove(path);
+  std::vector<Rank> ranks(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(made[static_cast<size_t>(r)].ok()) << made[static_cast<size_t>(r)].status().ToString();
+    ranks[static_cast<size_t>(r)].session = std::move(made[static_cast<size_t>(r)]).value();
+    ranks[static_cast<size_t>(r)].grads = testing::Gradients(model, testing::Layout::kSeparate);
+    ASSERT_TRUE(
+        testing::RegisterAll(*ranks[static_cast<size_t>(r)].session, model, ranks[static_cast<size_t>(r)].grads).ok());
+  }
+  ASSERT_EQ(ranks[0].session->plan_count(), 3);
+  EXPECT_TRUE(ranks[0].session->KeepsState(CompressorState::kErrorFeedback));
+  auto switch_to = [&](int index) {
+    OnEveryRank(kWorld, [&](int r) { ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->SwitchPlan(index).ok()); });
+  };
+  auto same_on_every_rank = [&](int it) {
+    for (int r = 1; r < kWorld; ++r)
+      EXPECT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, Copied(ranks[0].grads)), "")
+          << "rank " << r << " step " << it;
+  };
+  auto states = [&] {
+    std::vector<Floats> out;
+    for (Rank& rank : ranks) out.push_back(rank.session->ReadState().value());
+    return out;
+  };
+
+  // 1.
+  Step(ranks, 0);
+  switch_to(1);
+  testing::PowerSgdReference rank2(plans[1], kWorld);
+  for (int it = 1; it <= 2; ++it) {
+    const auto want = rank2.Step(it);
+    Step(ranks, it);
+    same_on_every_rank(it);
+    EXPECT_EQ(testing::FirstFarFrom(ranks[0].grads, want), "") << "step " << it;
+  }
+
+  // 2. Rung 2 (rank 1) at step 3, rung 1 (rank 2) at step 4.
+  int it = 3;
+  for (int rung : {2, 1}) {
+    const std::vector<Floats> before = states();
+    bool memory = false;
+    for (float v : before[0]) memory = memory || v != 0.0f;
+    EXPECT_TRUE(memory) << "PowerSGD's error feedback reads as zero before step " << it;
+    switch_to(rung);
+    EXPECT_EQ(states(), before) << "the memory did not carry to rung " << rung;
+    comm::InProcessGroup fresh_group(kWorld);
+    std::vector<Rank> fresh = MakeRanks(fresh_group, plans[rung], kWorld);
+    ASSERT_EQ(fresh.size(), static_cast<size_t>(kWorld));
+    for (int r = 0; r < kWorld; ++r)
+      ASSERT_TRUE(fresh[static_cast<size_t>(r)].session->WriteState(before[static_cast<size_t>(r)]).ok());
+    Step(ranks, it);
+    Step(fresh, it);
+    same_on_every_rank(it);
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_EQ(
+          testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, Copied(fresh[static_cast<size_t>(r)].grads)),
+          "")
+          << "rung " << rung << " rank " << r << " step " << it;
+      EXPECT_EQ(ranks[static_cast<size_t>(r)].session->ReadState().value(),
+                fresh[static_cast<size_t>(r)].session->ReadState().value())
+          << "rung " << rung << " rank " << r;
+    }
+    ++it;
+  }
+}
+
 TEST(SeveralPlans, SwitchInTheMiddleOfAStepIsRefused) {
   const pb::Model model = SmallModel();
   comm::InProcessGroup group(kWorld);

@@ -329,6 +329,60 @@ TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
       << out;
 }
 
+// A ladder of PowerSGD ranks through the commands (search --ranks, on the hand model and profile
+// above): the fp32 rung and one rung per rank, each rung's ratio the bytes it sends over the
+// dense gradient's (100 x r floats of P and of Q of the [100, 100] tensor's 10000: 0.02 r); show
+// lists them, simulate takes --rung, diff compares rung by rung.
+TEST_F(PlanCommandsTest, RankLadderSearchShowSimulateAndDiff) {
+  const std::string model = Write("m.json", R"({"format": "cupcake.model.v1", "name": "m", "tensors": [
+      {"name": "w", "numel": 10000, "shape": [100, 100], "dtype": "float32", "backward_us": 100}]})");
+  const std::string profile = Write("p.json", R"({"format": "cupcake.profile.v1",
+      "cluster": {"name": "hand", "nodes": 1, "devices_per_node": 2}, "curves": [
+      {"kind": "comm", "op": "allreduce", "scope": "global", "points": [[8, 2], [80000, 20000]]},
+      {"kind": "encode", "compressor": "powersgd", "device": "cpu", "points": [[1, 10], [1000000, 10]]},
+      {"kind": "decode", "compressor": "powersgd", "device": "cpu", "points": [[1, 20], [1000000, 20]]}]})");
+  SearchOptions o = Search("fp32", "ranks.pb");
+  o.model = model;
+  o.profile = profile;
+  o.ranks = {1, 4, 2};
+  o.request.schemes = {"powersgd"};
+  o.search.space = planner::SearchSpace::kOptions;
+  const std::string out = RunOk(o);
+  EXPECT_TRUE(out.starts_with("wrote ladder " + o.output + " (4 rungs, each searched on its own)\n")) << out;
+  auto plans = ReadPlansFile(o.output);
+  ASSERT_TRUE(plans.ok()) << plans.status().ToString();
+  ASSERT_EQ(plans->ladder.rungs_size(), 4);
+  EXPECT_EQ(RungRatios(plans->ladder), "1 (fp32), 0.08 (rank 4), 0.04 (rank 2), 0.02 (rank 1)");
+
+  std::ostringstream shown;
+  ASSERT_TRUE(RunShow({.plan = o.output}, shown).ok());
+  EXPECT_NE(shown.str().find("\n      1 fp32 "), std::string::npos) << shown.str();
+  EXPECT_NE(shown.str().find("\n   0.08 fp32, powersgd rank 4 "), std::string::npos) << shown.str();
+  EXPECT_NE(shown.str().find("\n   0.02 fp32, powersgd rank 1 "), std::string::npos) << shown.str();
+  std::ostringstream one;
+  ASSERT_TRUE(RunShow({.plan = o.output, .format = tools::OutputFormat::kText, .rung = 0.04}, one).ok());
+  EXPECT_NE(one.str().find("\ncompressor  fp32 (powersgd rank 2)"), std::string::npos) << one.str();
+
+  std::ostringstream sink;
+  SimulateOptions sim{.plan = o.output, .model = model, .profile = profile};
+  EXPECT_EQ(RunSimulate(sim, sink).message(),
+            o.output +
+                ": a ladder of 4 plans; expected --rung RATIO, one of 1 (fp32), 0.08 (rank 4), 0.04 (rank 2), "
+                "0.02 (rank 1)");
+  sim.rung = 0.02;
+  ASSERT_TRUE(RunSimulate(sim, sink).ok());
+
+  SearchOptions other = o;
+  other.output = dir_.File("other.pb");
+  other.ranks = {4, 2};
+  RunOk(other);
+  std::ostringstream diff;
+  auto d = RunDiff({o.output, other.output, 0, tools::OutputFormat::kText}, diff);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(*d);
+  EXPECT_EQ(diff.str(), "rung 0.02: only in A\n");
+}
+
 TEST_F(PlanCommandsTest, ShowPrintsTheSummaryAndOneRowPerGroup) {
   const SearchOptions o = Search("efsignsgd", "plan.pb");
   RunOk(o);
@@ -927,6 +981,22 @@ TEST_F(PlanCommandsTest, LadderFlagsAreUsageErrors) {
               "fp32 rung is always added)"));
   EXPECT_EQ(run({"--compressor", "topk", "--ratios", "0.1", "--ratio", "0.2"}),
             P(tools::kExitUsage, "cupcake-plan search: give --ratio (one plan) or --ratios (a ladder), not both"));
+  EXPECT_EQ(run({"--compressor", "fp32", "--search-space", "options", "--ranks", "4,x"}),
+            P(tools::kExitUsage,
+              "cupcake-plan search: --ranks: not a whole number; got \"x\" in \"4,x\", expected comma-separated "
+              "PowerSGD ranks such as 4,2,1"));
+  EXPECT_EQ(run({"--compressor", "fp32", "--search-space", "options", "--ranks", "4", "--ratios", "0.1"}),
+            P(tools::kExitUsage,
+              "cupcake-plan search: give --ratios (a ladder of ratios) or --ranks (a ladder of PowerSGD ranks), not "
+              "both"));
+  EXPECT_EQ(run({"--compressor", "topk", "--search-space", "options", "--ranks", "4"}),
+            P(tools::kExitUsage,
+              "cupcake-plan search: --ranks: PowerSGD plans are fp32 plans whose groups may run PowerSGD; got "
+              "--compressor topk, expected --compressor fp32"));
+  EXPECT_EQ(run({"--compressor", "fp32", "--ranks", "4"}),
+            P(tools::kExitUsage,
+              "cupcake-plan search: --ranks: only --search-space options offers the powersgd schemes; expected "
+              "--search-space options"));
 }
 
 }  // namespace

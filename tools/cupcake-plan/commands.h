@@ -34,6 +34,9 @@ struct SearchOptions {
   // Non-empty: a ladder (the fp32 rung and one plan per ratio, planner::MakeLadder) instead of
   // one plan at request.ratio.
   std::vector<double> ratios{};
+  // Non-empty: a ladder of PowerSGD ranks (the fp32 rung and one plan per rank,
+  // planner::MakeRankLadder) instead of one plan at request.rank.
+  std::vector<int> ranks{};
   planner::SearchOptions search{};
   bool require_optimal = false;
   std::string output{};  // the plan (.pb), written atomically

@@ -87,8 +87,10 @@ StatusOr<pb::Plan> SelectPlan(const Plans& plans, const std::string& path, std::
 }
 
 void AddRungFlag(boost::program_options::options_description& flags, double* rung) {
-  flags.add_options()("rung", boost::program_options::value(rung),
-                      "a ladder's rung: its ratio (1 for the fp32 rung), as `show LADDER` lists them");
+  flags.add_options()(
+      "rung", boost::program_options::value(rung),
+      "a ladder's rung: its ratio (1 for the fp32 rung; a PowerSGD rung's is the bytes it sends over the dense "
+      "gradient's), as `show LADDER` lists them");
 }
 
 void PrintTable(const std::vector<std::vector<std::string>>& rows, const std::function<bool(size_t)>& left,
@@ -117,7 +119,10 @@ void PrintLadder(const pb::Ladder& ladder, std::ostream& out) {
     const pb::Plan& p = r.plan();
     char speedup[32];
     std::snprintf(speedup, sizeof speedup, "%.2fx", dense / p.predicted().iteration_us());
-    rows.push_back({FormatDouble(r.ratio()), p.compressor().name(), std::to_string(p.groups_size()),
+    const std::string compressor =
+        IsPowerSgdRung(p) ? p.compressor().name() + ", powersgd rank " + std::to_string(p.compressor().rank())
+                          : p.compressor().name();
+    rows.push_back({FormatDouble(r.ratio()), compressor, std::to_string(p.groups_size()),
                     Ms(p.predicted().iteration_us()), speedup, p.search().optimal() ? "optimal" : "not proven",
                     p.search().search_space().empty() ? "-" : OptionsSummary(p)});
   }

@@ -1,7 +1,8 @@
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "commands.h"
@@ -29,6 +30,7 @@ nlohmann::ordered_json Json(const pb::Plan& plan, std::optional<double> search_s
   j["world_size"] = plan.world_size();
   j["compressor"] = plan.compressor().name();
   j["ratio"] = plan.compressor().ratio();
+  if (plan.compressor().rank() > 0) j["rank"] = plan.compressor().rank();
   j["memory"] = plan.compressor().memory();
   j["device"] = std::string(Name(plan.device()));
   j["groups"] = plan.groups_size();
@@ -86,10 +88,15 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 Status RunLadderSearch(const SearchOptions& options, const pb::Model& model, const pb::Profile& profile,
                        std::ostream& out, std::ostream& err) {
   const auto start = std::chrono::steady_clock::now();
-  CUPCAKE_ASSIGN_OR_RETURN(pb::Ladder ladder,
-                           planner::MakeLadder(model, profile, options.request, options.ratios, options.search));
+  CUPCAKE_ASSIGN_OR_RETURN(
+      pb::Ladder ladder, options.ranks.empty()
+                             ? planner::MakeLadder(model, profile, options.request, options.ratios, options.search)
+                             : planner::MakeRankLadder(model, profile, options.request, options.ranks, options.search));
   const double search_s = Seconds(start);
-  auto which = [](const pb::Rung& r) { return "rung " + FormatDouble(r.ratio()) + ": "; };
+  auto which = [](const pb::Rung& r) {
+    return "rung " + FormatDouble(r.ratio()) +
+           (IsPowerSgdRung(r.plan()) ? " (rank " + std::to_string(r.plan().compressor().rank()) + ")" : "") + ": ";
+  };
   for (const pb::Rung& r : ladder.rungs()) CUPCAKE_RETURN_IF_ERROR(CheckOptimal(options, r.plan(), which(r), err));
   CUPCAKE_RETURN_IF_ERROR(WriteLadderFile(options.output, ladder));
   for (const pb::Rung& r : ladder.rungs())
@@ -128,10 +135,10 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
   CUPCAKE_ASSIGN_OR_RETURN(pb::Profile profile, profile::LoadProfileFile(options.profile));
   CUPCAKE_ASSIGN_OR_RETURN(pb::Model model,
                            internal::ResolveModel(options.model, options.model_name, profile, options.profile));
-  if (options.request.rank > 0) NoteShapeless(model, err);
+  if (options.request.rank > 0 || !options.ranks.empty()) NoteShapeless(model, err);
   if (const std::string busy = BusyNote(profile.cluster()); !busy.empty())
     err << "warning: profile " << options.profile << ": " << busy << "\n";
-  if (!options.ratios.empty()) return RunLadderSearch(options, model, profile, out, err);
+  if (!options.ratios.empty() || !options.ranks.empty()) return RunLadderSearch(options, model, profile, out, err);
   const auto start = std::chrono::steady_clock::now();
   CUPCAKE_ASSIGN_OR_RETURN(pb::Plan plan, planner::MakePlan(model, profile, options.request, options.search));
   const double search_s = Seconds(start);
@@ -154,7 +161,7 @@ Status RunSearch(const SearchOptions& options, std::ostream& out, std::ostream& 
 
 int SearchMain(tools::Invocation& inv) {
   SearchOptions options;
-  std::string device, algorithm, format, space, ratios, schemes;
+  std::string device, algorithm, format, space, ratios, ranks, schemes;
   double bucket_mib = 25;
   po::options_description flags("options");
   flags.add_options()("model", po::value(&options.model), "the model: a cupcake.model.v1 JSON file")(
@@ -176,6 +183,10 @@ int SearchMain(tools::Invocation& inv) {
       "rank", po::value(&options.request.rank)->default_value(0),
       "PowerSGD's rank r >= 1 (--search-space options offers the powersgd schemes; the runtime keeps rank-r "
       "factors of each matrix-shaped gradient); 0: not offered")(
+      "ranks", po::value(&ranks),
+      "a ladder of PowerSGD ranks instead of one plan (with --compressor fp32 --search-space options, e.g. "
+      "--schemes powersgd --ranks 4,2,1): a plan per rank, comma-separated, each searched on its own, and the "
+      "fp32 plan as the bottom rung; each rung's ratio is the bytes its plan sends over the dense gradient's")(
       "schemes", po::value(&schemes),
       "--search-space options: offer only these schemes, comma-separated (e.g. powersgd,powersgd_batched for "
       "PowerSGD plans); the compressor's own fusion scheme (flat, or flat_fp32 for fp32) is always offered; "
@@ -221,6 +232,9 @@ int SearchMain(tools::Invocation& inv) {
   // Flag values the planner would refuse are usage errors (exit 2), as README says.
   if (Status s = planner::CheckRequest(options.request); !s.ok())
     return tools::UsageError(inv, s.message());
+  if (vm.count("ranks") != 0 && vm.count("ratios") != 0)
+    return tools::UsageError(inv,
+                             "give --ratios (a ladder of ratios) or --ranks (a ladder of PowerSGD ranks), not both");
   if (vm.count("ratios") != 0) {
     if (!vm["ratio"].defaulted())
       return tools::UsageError(inv, "give --ratio (one plan) or --ratios (a ladder), not both");
@@ -240,6 +254,22 @@ int SearchMain(tools::Invocation& inv) {
     if (info != nullptr && !info->uses_ratio)
       inv.err << "warning: --ratio: does not apply to " << info->name
               << " (only topk, randk and dgc keep a fraction of the elements); ignored\n";
+  }
+  if (vm.count("ranks") != 0) {
+    std::stringstream list(ranks);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const long r = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || end != item.c_str() + item.size() || r < INT32_MIN || r > INT32_MAX)
+        return tools::UsageError(inv, "--ranks: not a whole number; got \"" + item + "\" in \"" + ranks +
+                                          "\", expected comma-separated PowerSGD ranks such as 4,2,1");
+      options.ranks.push_back(static_cast<int>(r));
+    }
+    auto sp = planner::ParseSearchSpace(space);
+    if (Status s = planner::CheckRankLadderRequest(options.request, sp.ok() ? *sp : planner::SearchSpace::kFusion,
+                                                   options.ranks);
+        !s.ok())
+      return tools::UsageError(inv, s.message());
   }
   if (options.request.rank > 0 && space != "options")
     inv.err << "warning: --rank: only --search-space options offers the powersgd schemes; ignored\n";

@@ -55,14 +55,15 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
 // each rank holds alone, a float per parameter for each per-element plane some group keeps (the
 // runtime's Session::KeepsState) and the 8-byte iteration counter. Error-feedback memory: a
 // compressed group whose memory is residual or dgc; momentum: a compressed group whose memory is
-// dgc or whose compressor is signum. Groups of other schemes (fp32 and fp16 options, PowerSGD,
-// whose state is its runner's own and not in snapshots) keep none that a snapshot holds. The
-// job's own per-rank entries are not in the plan.
+// dgc or whose compressor is signum; a PowerSGD group keeps error feedback (its Q is not in
+// snapshots). Groups of other schemes (fp32 and fp16 options) keep none. The job's own per-rank
+// entries are not in the plan.
 int64_t PerRankStateBytes(const pb::Plan& plan) {
   const std::string& memory = plan.compressor().memory();
   bool error_feedback = false, momentum = false;
   for (const pb::Group& g : plan.groups()) {
     const SchemeInfo* scheme = FindScheme(g.options().scheme());
+    if (scheme != nullptr && scheme->codec == Codec::kLowRank) error_feedback = true;
     if (scheme != nullptr && scheme->codec != Codec::kCompressor) continue;
     error_feedback = error_feedback || memory == "residual" || memory == "dgc";
     momentum = momentum || memory == "dgc" || plan.compressor().name() == "signum";

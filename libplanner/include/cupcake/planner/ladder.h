@@ -24,4 +24,19 @@ Status CheckLadderRequest(const std::string& compressor, std::vector<double>& ra
 StatusOr<pb::Ladder> MakeLadder(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
                                 std::vector<double> ratios, const SearchOptions& search);
 
+// A ladder of PowerSGD ranks (`--ranks`): rungs[0] the plan of the same search without PowerSGD
+// (`request` at rank 0, the powersgd schemes taken out of `request.schemes`; when those were all
+// it named, the fusion option alone: the dense fp32 plan); then one rung per rank, in
+// decreasing order: MakePlan of `request` at that rank (the options search chooses per rank the
+// groups, which of them run PowerSGD and the scheme), its ratio PowerSgdRungRatio (the bytes it
+// sends over the dense gradient's). `request` must be an fp32 request without `rank`,
+// `search.space` options; ranks in [1, kMaxPowerSgdRank], distinct, at least one. A rank whose
+// plan runs no PowerSGD group, or sends no fewer bytes than the next higher rank's, is an error
+// naming it (FailedPrecondition). Errors name the flag: `--ranks: ...`.
+// The checks MakeRankLadder applies to its arguments; sorts `ranks` in decreasing order.
+Status CheckRankLadderRequest(const PlanRequest& request, SearchSpace space, std::vector<int>& ranks);
+
+StatusOr<pb::Ladder> MakeRankLadder(const pb::Model& model, const pb::Profile& profile, const PlanRequest& request,
+                                    std::vector<int> ranks, const SearchOptions& search);
+
 }  // namespace cupcake::planner

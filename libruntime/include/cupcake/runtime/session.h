@@ -17,8 +17,9 @@
 //
 // Several plans: AddPlan adds plans for the same model and world (e.g. the compressor at
 // another ratio); SwitchPlan(index) makes one active between steps, the same on every rank.
-// Per-element compressor state (error-feedback memory, momentum) carries element by element to
-// the new plan; ReadState/WriteState read and write it as a whole in model element order.
+// Per-element compressor state (error-feedback memory, PowerSGD's too, momentum) carries element
+// by element to the new plan; ReadState/WriteState read and write it as a whole in model
+// element order.
 //
 // Ownership: a Session owns its communicator, fusion and payload buffers, compressors and their
 // state, all allocated at creation, AddPlan or registration; GradientReady and Synchronize
@@ -240,13 +241,16 @@ class Session {
   // such state it is dropped, and where the old one kept none the new one starts from zero.
   // Hierarchical groups keep state for this rank's shard of the node's sum only (elements
   // l * shard .. (l + 1) * shard - 1 of the group on local rank l): those elements carry; the
-  // others read as zero (that residual is of the node's sum and carries as it is). There is no
-  // other state to carry: random choices are keyed by iteration(), which goes on across plans.
+  // others read as zero (that residual is of the node's sum and carries as it is). PowerSGD
+  // groups' error feedback carries as well; their warm-start Q is not per element and restarts
+  // from its seeded first draw in the new plan (the same on every rank), as in a fresh session.
+  // Random choices are keyed by iteration(), which goes on across plans.
   Status SwitchPlan(int index);
   int plan_count() const;
   int active_plan() const;
   // The active plan's per-element state in model element order (one float per element of every
-  // tensor, 0 where a group keeps none), for checkpoints; Write sets it (the same layout, the
+  // tensor, 0 where a group keeps none; a PowerSGD group's error feedback over its elements, not
+  // its Q nor a batched group's padding), for checkpoints; Write sets it (the same layout, the
   // same size). Between steps only; on GPU memory a synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
   // Whether any of the session's plans keeps that state in any group; false: ReadState gives
@@ -255,10 +259,11 @@ class Session {
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
 
   // Hands the choice of plan to GraVAC: the session's plans must be a ladder (plan 0 fp32, then
-  // one ratio-selecting compressor, topk, randk or dgc, at decreasing ratios; Create with a
-  // ladder file gives that), on host memory, every group flat. From the next step every group's
-  // encode also measures the compression gain (a pass over the group's gradient plus its
-  // error-feedback memory and a selection: the controller's cost, GravacDecision::probe_ms);
+  // one ratio-selecting compressor, topk, randk or dgc, at decreasing ratios, or PowerSGD rungs
+  // at decreasing ranks; Create with a ladder file gives that), on host memory, every group flat
+  // (or powersgd). From the next step every group's encode also measures the compression gain (a
+  // pass over the group's gradient plus its error-feedback memory and a selection, or for PowerSGD
+  // rungs one power iteration: the controller's cost, GravacDecision::probe_ms);
   // at the end of every window's last Synchronize the ranks exchange their sums (one allgather
   // of a few doubles) and take the same decision, switching plans as SwitchPlan does (state
   // carries element by element) without another agreement. The fp32 rung runs the first window.
