@@ -14,9 +14,11 @@
 
 namespace cupcake::runtime::internal {
 
-// Which per-element state of a group's compressor (kernels/compressor.h): the error-feedback
-// memory (residual e, dgc's accumulator v) or the momentum (dgc's u, signum's m).
-enum class StatePlane { kErrorFeedback, kMomentum };
+// Which state of a group's compressor: per element (kernels/compressor.h), the error-feedback
+// memory (residual e, dgc's accumulator v) or the momentum (dgc's u, signum's m); per PowerSGD
+// group (kernels/powersgd.h), its error-feedback memory or its Q.
+enum class StatePlane { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
+bool PerElement(StatePlane plane);
 
 class PlanSlot {
  public:
@@ -42,11 +44,15 @@ class PlanSlot {
   const std::vector<Group>& groups() const { return groups_; }
   Engine& engine() { return *engine_; }
 
-  // The state `plane` in model element order (`out`: one float per model element; 0 where a
-  // group has none, or, in hierarchical groups, outside this rank's shard). Write ignores
-  // those elements. Host or device memory; not during a step.
+  // The state `plane`, StateFloats(plane) floats. Per element in model element order (one float
+  // per model element; 0 where a group has none, or, in hierarchical groups, outside this
+  // rank's shard; Write ignores those elements); PowerSGD's, its groups' parts in group order.
+  // Host or device memory; not during a step.
   Status ReadState(StatePlane plane, std::span<float> out) const;
   Status WriteState(StatePlane plane, std::span<const float> in);
+  int64_t StateFloats(StatePlane plane) const;
+  // Whether some group keeps `plane` (from the layouts: the same on every rank).
+  bool KeepsState(StatePlane plane) const;
 
  private:
   PlanSlot(SessionLayout layout, comm::Communicator& comm);

@@ -54,6 +54,8 @@ class PowerSgdRunner final : public SchemeRunner {
 
   bool Graphable(bool) const override { return false; }
   const char* CollectiveName() const override { return "allreduce"; }
+  kernels::Buffer* state() override { return &state_; }
+  const kernels::powersgd::Layout* powersgd() const override { return &codec_->layout(); }
 
  private:
   GroupLayout layout_;

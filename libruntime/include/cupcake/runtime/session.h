@@ -127,9 +127,11 @@ struct GroupTimeline {
   int64_t zen_union = 0;
 };
 
-// Per-element compressor state (kernels/compressor.h): the error-feedback memory (residual e;
-// dgc's accumulator v) or the momentum (dgc's u, signum's m).
-enum class CompressorState { kErrorFeedback, kMomentum };
+// Compressor state kept across steps. Per element (kernels/compressor.h): the error-feedback
+// memory (residual e; dgc's accumulator v) or the momentum (dgc's u, signum's m). Per PowerSGD
+// group (kernels/powersgd.h; its runner's own): the error-feedback memory e (the group's floats;
+// batched: the padded square) and the warm-started Q (its compressed matrices', concatenated).
+enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
 
 // One gradient for Session::RegisterAll: its name and float32 buffer of `numel` elements (host
 // memory, or CUDA device memory of the current device for a session on GPU memory).
@@ -240,17 +242,21 @@ class Session {
   // such state it is dropped, and where the old one kept none the new one starts from zero.
   // Hierarchical groups keep state for this rank's shard of the node's sum only (elements
   // l * shard .. (l + 1) * shard - 1 of the group on local rank l): those elements carry; the
-  // others read as zero (that residual is of the node's sum and carries as it is). There is no
-  // other state to carry: random choices are keyed by iteration(), which goes on across plans.
+  // others read as zero (that residual is of the node's sum and carries as it is). PowerSGD's
+  // groups keep their state in their own plan, which resumes with it when made active again.
+  // There is no other state to carry: random choices are keyed by iteration(), which goes on
+  // across plans.
   Status SwitchPlan(int index);
   int plan_count() const;
   int active_plan() const;
-  // The active plan's per-element state in model element order (one float per element of every
-  // tensor, 0 where a group keeps none), for checkpoints; Write sets it (the same layout, the
-  // same size). Between steps only; on GPU memory a synchronous copy.
+  // State `which`, for checkpoints: per element, the active plan's in model element order (one
+  // float per element of every tensor, 0 where a group keeps none); PowerSGD's, that part of
+  // every PowerSGD group's state in plan, then group order, of every plan (each keeps its own
+  // across SwitchPlan), empty when there is none. Write sets it (the same layout, the same
+  // size). Between steps only; on GPU memory a synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
-  // Whether any of the session's plans keeps that state in any group; false: ReadState gives
-  // zeros, on every rank.
+  // Whether any of the session's plans keeps that state in any group (the same on every rank);
+  // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
   bool KeepsState(CompressorState which) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
 
