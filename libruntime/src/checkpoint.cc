@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -328,7 +329,19 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
 
 constexpr int kCandidates = 6;  // per rank: two slots, two outgoing slots and two persisted files
 constexpr int kReplicaCandidates = 2;  // per source a rank keeps replicas of: its two slots
-constexpr int kIterationPlane = 2;
+// The session's entries (Entry::session_plane): its CompressorState planes, then its iteration
+// counter.
+struct SessionPlane {
+  const char* name;
+  CompressorState which;
+};
+constexpr SessionPlane kSessionPlanes[] = {
+    {"session.error_feedback", CompressorState::kErrorFeedback},
+    {"session.momentum", CompressorState::kMomentum},
+    {"session.powersgd.error_feedback", CompressorState::kPowerSgdMemory},
+    {"session.powersgd.q", CompressorState::kPowerSgdQ},
+};
+constexpr int kIterationPlane = static_cast<int>(std::size(kSessionPlanes));
 constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
 
 struct Entry {
@@ -337,7 +350,7 @@ struct Entry {
   Capture capture = Capture::kInBackground;
   Scope scope = Scope::kRank;
   std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
-  int session_plane = -1;  // 0: error feedback, 1: momentum, 2: iteration (memory is `staged`)
+  int session_plane = -1;  // kSessionPlanes[i], or kIterationPlane (memory is `staged`)
 };
 
 // One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
@@ -676,14 +689,25 @@ class Checkpointer::Impl {
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane >= 0; });
     session_ = session;
     if (session == nullptr) return Status::Ok();
-    CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState());
-    const char* names[3] = {"session.error_feedback", "session.momentum", "session.iteration"};
-    for (int plane = 0; plane < 3; ++plane) {
-      const size_t bytes = plane < 2 ? state.size() * sizeof(float) : sizeof(uint64_t);
-      Entry e{names[plane], {}, Capture::kAtCommit, Scope::kRank, std::vector<std::byte>(bytes), plane};
+    const bool powersgd = session->KeepsState(CompressorState::kPowerSgdMemory);
+    std::vector<Entry> added;  // all or none
+    for (int plane = 0; plane <= kIterationPlane; ++plane) {
+      size_t bytes = sizeof(uint64_t);  // the iteration counter
+      const char* name = "session.iteration";
+      if (plane < kIterationPlane) {
+        const CompressorState which = kSessionPlanes[plane].which;
+        // PowerSGD's entries only for a session with PowerSGD groups (other snapshots keep
+        // their layout without them).
+        if (!powersgd && (which == CompressorState::kPowerSgdMemory || which == CompressorState::kPowerSgdQ)) continue;
+        CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState(which));
+        bytes = state.size() * sizeof(float);
+        name = kSessionPlanes[plane].name;
+      }
+      Entry e{name, {}, Capture::kAtCommit, Scope::kRank, std::vector<std::byte>(bytes), plane};
       e.memory = e.staged;
-      entries_.push_back(std::move(e));
+      added.push_back(std::move(e));
     }
+    std::move(added.begin(), added.end(), std::back_inserter(entries_));
     return Status::Ok();
   }
 
@@ -759,9 +783,13 @@ class Checkpointer::Impl {
         const uint64_t iteration = session_->iteration();
         std::memcpy(e.staged.data(), &iteration, sizeof(iteration));
       } else if (e.session_plane >= 0) {
-        const CompressorState which = e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum;
-        // A plane no plan keeps is zeros on every rank: shared, so replicas leave it out.
-        e.scope = session_->KeepsState(which) ? Scope::kRank : Scope::kShared;
+        const CompressorState which = kSessionPlanes[e.session_plane].which;
+        // Shared, so replicas leave them out: a plane no plan keeps (zeros on every rank), and
+        // PowerSGD's Q, the same on every rank: its first value is drawn from the seed the
+        // ranks share, and every step sets it to the allreduced sum / W, which every rank
+        // receives bitwise equal (as the gradients; kernels/powersgd.h). Its error feedback is
+        // the rank's own gradient's residual.
+        e.scope = which == CompressorState::kPowerSgdQ || !session_->KeepsState(which) ? Scope::kShared : Scope::kRank;
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session_->ReadState(which));
         if (state.size() * sizeof(float) != e.staged.size())
           return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
@@ -968,8 +996,7 @@ class Checkpointer::Impl {
       } else if (e.session_plane >= 0) {
         const std::span<const float> values(reinterpret_cast<const float*>(e.staged.data()),  // NOLINT: floats
                                             e.staged.size() / sizeof(float));
-        CUPCAKE_RETURN_IF_ERROR(session_->WriteState(
-            values, e.session_plane == 0 ? CompressorState::kErrorFeedback : CompressorState::kMomentum));
+        CUPCAKE_RETURN_IF_ERROR(session_->WriteState(values, kSessionPlanes[e.session_plane].which));
       }
     }
     const int64_t step = loaded_.parsed.step;

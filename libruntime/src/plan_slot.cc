@@ -4,10 +4,13 @@
 
 namespace cupcake::runtime::internal {
 
+bool PerElement(StatePlane plane) { return plane == StatePlane::kErrorFeedback || plane == StatePlane::kMomentum; }
+
 int64_t PlaneOffset(const GroupLayout& group, StatePlane plane) {
-  // PowerSGD's runner state is e (the group's elements first) then Q (powersgd_runner.cc).
+  // PowerSGD's runner state is e (the group's elements first) then Q (powersgd_runner.cc): its
+  // e over the group's elements is its per-element error feedback (carried across plans).
   if (group.scheme == SchemeKind::kPowerSgd) return plane == StatePlane::kErrorFeedback ? 0 : -1;
-  if (group.state_floats() == 0) return -1;
+  if (group.state_floats() == 0 || !PerElement(plane)) return -1;
   const kernels::CompressorLayout& c = group.codec;
   const int64_t n = group.state_elements();
   const bool signum = c.kind == kernels::CompressorKind::kSignum;
@@ -18,6 +21,8 @@ int64_t PlaneOffset(const GroupLayout& group, StatePlane plane) {
       if (c.memory == kernels::MemoryKind::kDgc) return 0;
       if (!signum) return -1;
       return c.memory == kernels::MemoryKind::kResidual ? n : 0;
+    case StatePlane::kPowerSgdMemory:
+    case StatePlane::kPowerSgdQ: break;
   }
   return -1;
 }
@@ -112,22 +117,44 @@ StateSpan CoveredElements(const GroupLayout& g, int rank) {
   return {std::min(g.numel, local * g.shard), std::min(g.numel, (local + 1) * g.shard)};
 }
 
-// For every group that keeps `plane`: its state copied to the host, apply(value, model index)
-// for each element this rank covers, and, with `write_back`, the host copy written back.
+// Where `plane` lies in group g's runner state: `count` floats from `at`, which are the slot's
+// ReadState floats from `out` on. Per element: the elements this rank covers, at their model
+// index; PowerSGD: that part of its codec's state (e, then Q), at `next`, after the previous
+// groups' parts.
+struct PlaneRun {
+  int64_t at = 0, count = 0, out = 0;
+};
+PlaneRun RunOf(const Group& g, int rank, StatePlane plane, int64_t next) {
+  const GroupLayout& gl = *g.layout;
+  if (!PerElement(plane)) {
+    const kernels::powersgd::Layout* l = g.runner->powersgd();
+    if (l == nullptr) return {};
+    if (plane == StatePlane::kPowerSgdMemory) return {0, l->matrix_floats, next};
+    return {l->matrix_floats, l->q_floats, next};
+  }
+  const int64_t at = PlaneOffset(gl, plane);
+  if (at < 0) return {};
+  const StateSpan covered = CoveredElements(gl, rank);
+  return {at, covered.end - covered.begin, gl.offset + covered.begin};
+}
+
+// For every group that keeps `plane`: its state copied to the host, apply(value, index into
+// the slot's ReadState floats) for each float of the plane this rank holds, and, with
+// `write_back`, the host copy written back.
 template <typename Apply>
 Status ForEachStateElement(const std::vector<Group>& groups, int rank, StatePlane plane, bool write_back,
                            Apply apply) {
   std::vector<float> host;
+  int64_t next = 0;
   for (const Group& g : groups) {
-    const GroupLayout& gl = *g.layout;
-    const int64_t at = PlaneOffset(gl, plane);
-    if (at < 0) continue;
+    const PlaneRun run = RunOf(g, rank, plane, next);
+    next += run.count;  // only PowerSGD's parts are placed by it
+    if (run.count == 0) continue;
     kernels::Buffer* state = g.runner->state();
     host.resize(static_cast<size_t>(state->size_bytes() / 4));
     CUPCAKE_RETURN_IF_ERROR(state->CopyToHost(host.data(), state->size_bytes()));
-    const StateSpan covered = CoveredElements(gl, rank);
-    for (int64_t e = covered.begin; e < covered.end; ++e)
-      apply(host[static_cast<size_t>(at + e - covered.begin)], static_cast<size_t>(gl.offset + e));
+    for (int64_t i = 0; i < run.count; ++i)
+      apply(host[static_cast<size_t>(run.at + i)], static_cast<size_t>(run.out + i));
     if (write_back) CUPCAKE_RETURN_IF_ERROR(state->CopyFromHost(host.data(), state->size_bytes()));
   }
   return Status::Ok();
@@ -149,6 +176,18 @@ Status PlanSlot::WriteState(StatePlane plane, std::span<const float> in) {
 Status PlanSlot::RestartWarmStart() {
   for (Group& g : groups_) CUPCAKE_RETURN_IF_ERROR(g.runner->RestartWarmStart());
   return Status::Ok();
+}
+
+int64_t PlanSlot::StateFloats(StatePlane plane) const {
+  if (PerElement(plane)) return layout_.total_elements;
+  int64_t floats = 0;
+  for (const Group& g : groups_) floats += RunOf(g, comm_.rank(), plane, floats).count;
+  return floats;
+}
+
+bool PlanSlot::KeepsState(StatePlane plane) const {
+  if (!PerElement(plane)) return StateFloats(plane) > 0;  // PowerSGD's parts are whole, not shards
+  return std::ranges::any_of(layout_.groups, [&](const GroupLayout& g) { return PlaneOffset(g, plane) >= 0; });
 }
 
 }  // namespace cupcake::runtime::internal

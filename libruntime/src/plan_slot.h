@@ -14,10 +14,12 @@
 
 namespace cupcake::runtime::internal {
 
-// Which per-element state of a group's compressor (kernels/compressor.h): the error-feedback
+// Which state of a group's compressor: per element (kernels/compressor.h), the error-feedback
 // memory (residual e, dgc's accumulator v, PowerSGD's e over the group's elements) or the
-// momentum (dgc's u, signum's m).
-enum class StatePlane { kErrorFeedback, kMomentum };
+// momentum (dgc's u, signum's m); per PowerSGD group (kernels/powersgd.h), its whole
+// error-feedback memory (batched: the padded square) or its Q.
+enum class StatePlane { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
+bool PerElement(StatePlane plane);
 
 class PlanSlot {
  public:
@@ -43,13 +45,17 @@ class PlanSlot {
   const std::vector<Group>& groups() const { return groups_; }
   Engine& engine() { return *engine_; }
 
-  // The state `plane` in model element order (`out`: one float per model element; 0 where a
-  // group has none, or, in hierarchical groups, outside this rank's shard). Write ignores
-  // those elements. Host or device memory; not during a step.
+  // The state `plane`, StateFloats(plane) floats. Per element in model element order (one float
+  // per model element; 0 where a group has none, or, in hierarchical groups, outside this
+  // rank's shard; Write ignores those elements); PowerSGD's, its groups' parts in group order.
+  // Host or device memory; not during a step.
   Status ReadState(StatePlane plane, std::span<float> out) const;
   Status WriteState(StatePlane plane, std::span<const float> in);
   // Every group's SchemeRunner::RestartWarmStart (a plan becoming active). Not during a step.
   Status RestartWarmStart();
+  int64_t StateFloats(StatePlane plane) const;
+  // Whether some group keeps `plane` (from the layouts: the same on every rank).
+  bool KeepsState(StatePlane plane) const;
 
  private:
   PlanSlot(SessionLayout layout, comm::Communicator& comm);

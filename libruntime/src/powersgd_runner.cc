@@ -75,6 +75,7 @@ class PowerSgdRunner final : public SchemeRunner {
 
   bool Graphable(bool) const override { return false; }
   const char* CollectiveName() const override { return "allreduce"; }
+  const kernels::powersgd::Layout* powersgd() const override { return &codec_->layout(); }
 
  private:
   GroupLayout layout_;

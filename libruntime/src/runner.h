@@ -15,6 +15,7 @@
 #include "cupcake/comm/communicator.h"
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/fusion.h"
+#include "cupcake/kernels/powersgd.h"
 #include "cupcake/kernels/zen.h"
 #include "cupcake/proto/status.h"
 #include "device_streams.h"
@@ -79,9 +80,12 @@ class SchemeRunner {
   virtual const char* CollectiveName() const = 0;
   // The union's size of the last zen exchange; 0 for other schemes.
   virtual int64_t zen_union() const { return 0; }
-  // Error-feedback state: state_floats() floats (layout.state_floats()), host or device memory
-  // as the compressor's (PowerSGD: its codec's state, e then Q); nullptr when none.
+  // The state kept across steps, host or device memory as the compressor's; nullptr when none:
+  // the per-element planes, state_floats() floats (layout.state_floats()), or PowerSGD's codec
+  // state (e, then Q; its sizes in powersgd()).
   virtual kernels::Buffer* state() { return nullptr; }
+  // PowerSGD: its codec's layout; nullptr for the other schemes.
+  virtual const kernels::powersgd::Layout* powersgd() const { return nullptr; }
   // A plan becoming active (Session's switch): state that is not per element and so not carried
   // over from the plan before starts anew, the same on every rank. PowerSGD: Q back to its seeded
   // first draw, the memory beyond the group's elements (batched padding) to 0; the others: none.

@@ -30,7 +30,13 @@ uint64_t GroupSeed(uint64_t plan_seed, int group, int rank, bool allreduce) {
 namespace {
 
 StatePlane PlaneOf(CompressorState which) {
-  return which == CompressorState::kMomentum ? StatePlane::kMomentum : StatePlane::kErrorFeedback;
+  switch (which) {
+    case CompressorState::kErrorFeedback: return StatePlane::kErrorFeedback;
+    case CompressorState::kMomentum: return StatePlane::kMomentum;
+    case CompressorState::kPowerSgdMemory: return StatePlane::kPowerSgdMemory;
+    case CompressorState::kPowerSgdQ: return StatePlane::kPowerSgdQ;
+  }
+  return StatePlane::kErrorFeedback;
 }
 
 std::string Ms(double us) {
@@ -207,20 +213,32 @@ class Session::Impl {
   StatusOr<std::vector<float>> ReadState(CompressorState which) const {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("ReadState"));
-    std::vector<float> values(static_cast<size_t>(active().layout().total_elements));
-    CUPCAKE_RETURN_IF_ERROR(active().ReadState(PlaneOf(which), values).WithPrefix("ReadState"));
+    std::vector<float> values(static_cast<size_t>(StateFloats(which)));
+    std::span<float> rest(values);
+    for (const PlanSlot* slot : StateSlots(which)) {
+      const auto floats = static_cast<size_t>(slot->StateFloats(PlaneOf(which)));
+      CUPCAKE_RETURN_IF_ERROR(slot->ReadState(PlaneOf(which), rest.first(floats)).WithPrefix("ReadState"));
+      rest = rest.subspan(floats);
+    }
     return values;
   }
 
   Status WriteState(std::span<const float> values, CompressorState which) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("WriteState"));
-    const int64_t total = active().layout().total_elements;
+    const int64_t total = StateFloats(which);
     if (static_cast<int64_t>(values.size()) != total)
-      return InvalidArgumentError("WriteState: wrong size; got " + std::to_string(values.size()) +
-                                  " floats, expected " + std::to_string(total) + " (elements of model " + model_name_ +
-                                  ")");
-    return active().WriteState(PlaneOf(which), values).WithPrefix("WriteState");
+      return InvalidArgumentError(
+          "WriteState: wrong size; got " + std::to_string(values.size()) + " floats, expected " +
+          std::to_string(total) +
+          (internal::PerElement(PlaneOf(which)) ? " (elements of model " : " (PowerSGD's state of model ") +
+          model_name_ + ")");
+    for (PlanSlot* slot : StateSlots(which)) {
+      const auto floats = static_cast<size_t>(slot->StateFloats(PlaneOf(which)));
+      CUPCAKE_RETURN_IF_ERROR(slot->WriteState(PlaneOf(which), values.first(floats)).WithPrefix("WriteState"));
+      values = values.subspan(floats);
+    }
+    return Status::Ok();
   }
 
   // Register (host memory) and RegisterDevice (device memory) in one; `call` names which.
@@ -335,10 +353,7 @@ class Session::Impl {
   int64_t fusion_bytes() const { return active().layout().fusion_bytes(); }
   uint64_t iteration() const { return iteration_; }
   bool KeepsState(CompressorState which) const {
-    for (const auto& slot : slots_)
-      for (const internal::GroupLayout& group : slot->layout().groups)
-        if (internal::PlaneOffset(group, PlaneOf(which)) >= 0) return true;
-    return false;
+    return std::ranges::any_of(slots_, [&](const auto& slot) { return slot->KeepsState(PlaneOf(which)); });
   }
   // Checkpoints: a restarted session draws the random choices the lost one would have.
   Status SetIteration(uint64_t iteration) {
@@ -368,6 +383,20 @@ class Session::Impl {
 
  private:
   bool on_device() const { return comm_->memory() == comm::MemoryKind::kDevice; }
+
+  // The plans whose state `which` ReadState gives, in order: the active one for the per-element
+  // planes (Activate carries them to the next), every plan for PowerSGD's (each keeps its own).
+  std::vector<PlanSlot*> StateSlots(CompressorState which) const {
+    if (internal::PerElement(PlaneOf(which))) return {slots_[static_cast<size_t>(active_)].get()};
+    std::vector<PlanSlot*> out;
+    for (const auto& slot : slots_) out.push_back(slot.get());
+    return out;
+  }
+  int64_t StateFloats(CompressorState which) const {
+    int64_t total = 0;
+    for (const PlanSlot* slot : StateSlots(which)) total += slot->StateFloats(PlaneOf(which));
+    return total;
+  }
 
   // Makes plan `index` active; per-element state carries over: element e's residual (and
   // momentum) in the old plan's groups becomes element e's in the new one's. State that is not

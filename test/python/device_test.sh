@@ -43,17 +43,6 @@ for c in fp32 efsignsgd topk; do
   plan --compressor "$c" -o "$work/pycnn-$c.pb"
 done
 plan --compressor fp32 --algorithm layerwise -o "$work/pycnn-fp32-layerwise.pb"
-"$profile_tool" export --db "$db" | "$python" -c '
-import json, sys
-profile = json.load(sys.stdin)
-for curve in profile["curves"]:
-    if curve["kind"] == "comm":
-        curve["points"] = [[size, 1000 * us] for size, us in curve["points"]]
-json.dump(profile, sys.stdout)' >"$work/slow-network.json"
-"$plan_tool" search --model-name pycnn --profile "$work/slow-network.json" --device "$plan_device" --compressor fp32 \
-  --search-space options --rank 2 --schemes powersgd -o "$work/pycnn-powersgd.pb" >/dev/null
-"$plan_tool" show "$work/pycnn-powersgd.pb" >"$work/powersgd-plan.txt"
-grep -Eq " powersgd (cpu|gpu) " "$work/powersgd-plan.txt" || {
-  echo "FAIL: the PowerSGD plan has no PowerSGD group:" >&2; cat "$work/powersgd-plan.txt" >&2; exit 1; }
+"$here/powersgd_plan.sh" "$db" "$plan_device" "$work/pycnn-powersgd.pb" "$python" "$profile_tool" "$plan_tool"
 
 "${launcher[@]}" "$python" "$here/device_job.py" "$work"

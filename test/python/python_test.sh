@@ -2,16 +2,17 @@
 # The Python package's tests under mpirun with 2 ranks (docs/PYTHON.md), one stage per ctest:
 #   record      profile this machine (--quick), record test/python/cnn.py's model with
 #               `cupcake-profile compute -- mpirun ... record_job.py`, check the imported model,
-#               plan it: fp32 (one group and layer-wise), efsignsgd, topk, a topk ladder (the other stages' fixture)
+#               plan it: fp32 (one group and layer-wise), efsignsgd, topk, a topk ladder, PowerSGD (rank 2, on
+#               the profile with its network 1000x slower: powersgd_plan.sh) (the other stages' fixture)
 #   fp32        fp32_job.py with both fp32 plans, and with MPI initialized by the job
 #   compressed  compressed_job.py with the efsignsgd and topk plans
 #   replicas    replicas_job.py: differently seeded ranks start equal (the initial broadcast)
 #   ladder      ladder_job.py: a topk ladder, the fp32 rung then use_ratio(0.01)
 #   gravac      gravac_job.py: the topk ladder with adapt=GraVAC(...), its decisions and log
-#   checkpoint  checkpoint_job.py (docs/CHECKPOINT.md): per plan (fp32, topk with error feedback, and no
-#               DistributedOptimizer with Adam) an uninterrupted run, a run killed right after commit(7)
-#               (topk: once that copy is done) and its restart, whose final weights must equal the
-#               uninterrupted run's bit for bit;
+#   checkpoint  checkpoint_job.py (docs/CHECKPOINT.md): per plan (fp32, topk with error feedback, PowerSGD
+#               with its error feedback and Q, and no DistributedOptimizer with Adam) an uninterrupted run,
+#               a run killed right after commit(7) (topk, PowerSGD: once that copy is done) and its restart,
+#               whose final weights must equal the uninterrupted run's bit for bit;
 #               then topk with replicas, killed at 7, rank 1's segments deleted: restored from rank 0's
 #               replica and rank 0's shared state; with 1-byte chunks the same loss leaves no common step;
 #               out-of-range replica options are refused; then topk persisted every 4 steps, killed at 10,
@@ -43,7 +44,8 @@ case "$stage" in
     rm -rf "$work" && mkdir -p "$work"
     db="$work/profile.db"
     "${mpirun[@]}" "$profile_tool" comm --db "$db" --quick --ops allreduce,allgather >"$work/comm.log"
-    "$profile_tool" kernels --db "$db" --device cpu --quick --compressors fp32,efsignsgd,topk >"$work/kernels.log"
+    "$profile_tool" kernels --db "$db" --device cpu --quick --compressors fp32,efsignsgd,topk,powersgd --rank 2 \
+      >"$work/kernels.log"
     "$profile_tool" compute --db "$db" --iterations 5 -- "${mpirun[@]}" "$python" "$here/record_job.py" "$work/order.json"
     "$profile_tool" export --db "$db" --model pycnn | "$python" "$here/check_model.py" "$work/order.json"
     for c in fp32 efsignsgd topk; do
@@ -53,6 +55,7 @@ case "$stage" in
       -o "$work/pycnn-fp32-layerwise.pb" >/dev/null
     "$plan_tool" search --model-name pycnn --profile "$db" --compressor topk --ratios 0.1,0.01 \
       -o "$work/pycnn-topk-ladder.pb" >/dev/null
+    "$here/powersgd_plan.sh" "$db" cpu "$work/pycnn-powersgd.pb" "$python" "$profile_tool" "$plan_tool"
     echo "ok: plans in $work"
     ;;
   fp32)
@@ -87,13 +90,13 @@ case "$stage" in
     tag="ckpt-test-$$"
     trap 'rm -f /dev/shm/cupcake-$tag-* ; rm -rf "$work/ckpt-persist"' EXIT
     job=("$python" "$here/checkpoint_job.py")
-    for variant in fp32 topk local; do
+    for variant in fp32 topk powersgd local; do
       plan="$work/pycnn-$variant.pb"
       if [ "$variant" = local ]; then plan=-; fi
       name="$tag-$variant"
-      # topk: killed once the copy of step 7 is done, so the restart must resume from exactly 7.
+      # topk, powersgd: killed once the copy of step 7 is done, so the restart must resume from exactly 7.
       wait_flag=() starts=6,7
-      if [ "$variant" = topk ]; then wait_flag=(--wait-before-kill) starts=7; fi
+      if [ "$variant" = topk ] || [ "$variant" = powersgd ]; then wait_flag=(--wait-before-kill) starts=7; fi
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant-ref" --steps 12 --no-ckpt
       if "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" --kill-at 7 \
           "${wait_flag[@]}" >"$work/ckpt-$variant-killed.log" 2>&1; then

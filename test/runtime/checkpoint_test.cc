@@ -2,8 +2,8 @@
 // newest step every rank holds bitwise; a torn slot and a corrupt one are never restored; the
 // agreement picks the newest common step; snapshots of other shapes are refused naming the entry;
 // persisted files restore when no segment survives, and a half-written file is never loaded; a
-// session's error-feedback memory is part of the snapshot. Segments and files are removed after
-// each test (names unique per test and process).
+// session's state (error feedback, PowerSGD's memory and Q) is part of the snapshot. Segments and
+// files are removed after each test (names unique per test and process).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "c_api_internal.h"
 #include "checkpoint_format.h"
@@ -726,44 +727,81 @@ TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
   }
 }
 
-// A restored session continues the lost run bitwise: its residuals and its iteration counter
-// (which keys randk's shared random indices) are in the snapshot, so the restarted run's step 3
-// gives every rank the gradients the uninterrupted run's step 3 gave.
+// A restored session continues the lost run bitwise: its state and its iteration counter (which
+// keys randk's shared random indices) are in the snapshot. Run 0 runs iterations 0..3,
+// committing step it + 1 after each; run 1 restores step 3 into new sessions and runs iteration
+// 3, whose gradients on every rank must be the uninterrupted run's. Plans: randk and topk
+// (residuals); PowerSGD per tensor and batched (its error feedback and warm-started Q, the
+// runner's own); and PowerSGD replicated with rank 1's host lost: Commit(3) sent step 2, so
+// rank 1 restores step 2 from rank 0's replica of its memory and rank 0's Q (kShared), and the
+// snapshot so rebuilt matches rank 1's own checksum only when Q is bitwise the same on both
+// ranks. PowerSGD's entries, from ShapedModel at rank 2 (kernels/powersgd.h): per tensor the
+// memory covers the 534 elements and Q is 12 x 2 + 9 x 2 + 10 x 2 = 62 floats (tensors 0, 2
+// and 5 compressed); batched, the groups' padded squares 15^2 + 9^2 + 17^2 = 595 (of 197, 72
+// and 265 elements) and Q 15 x 2 + 9 x 2 + 17 x 2 = 82 floats.
 TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
-  const pb::Model model = testing::SmallModel();
-  CheckpointOptions options;
-  for (const std::string compressor : {"randk", "topk"}) {
-    SCOPED_TRACE(compressor);
-    options.name = name_ + "-" + compressor;
-    const pb::Plan plan = testing::MakePlan(model, testing::Planned(), compressor, kWorld);
+  struct Case {
+    std::string name;
+    pb::Plan plan;
+    int64_t memory_floats = 0, q_floats = 0;  // PowerSGD's entries; 0: none
+    bool lose_rank1 = false;
+  };
+  const pb::Model small = testing::SmallModel(), shaped = testing::ShapedModel();
+  const pb::Plan powersgd = testing::PowerSgdPlan(shaped, testing::Planned(), kWorld, "powersgd");
+  const std::vector<Case> cases = {
+      {"randk", testing::MakePlan(small, testing::Planned(), "randk", kWorld)},
+      {"topk", testing::MakePlan(small, testing::Planned(), "topk", kWorld)},
+      {"powersgd", powersgd, 534, 62},
+      {"powersgd_batched", testing::PowerSgdPlan(shaped, testing::Planned(), kWorld, "powersgd_batched"), 595, 82},
+      {"powersgd-replica", powersgd, 534, 62, /*lose_rank1=*/true},
+  };
+  constexpr int kLast = 3;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const pb::Model& model = c.plan.model().model();
+    CheckpointOptions options;
+    options.name = name_ + "-" + c.name;
+    options.replicate = c.lose_rank1;
+    const int64_t restored = c.lose_rank1 ? 2 : 3;
     std::vector<std::vector<std::vector<float>>> want(kWorld);
     for (int run = 0; run < 2; ++run) {
+      if (run == 1 && c.lose_rank1) {
+        ASSERT_TRUE(Checkpointer::RemoveSegment(options.name, 1).ok());
+      }
       comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
-      auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) {
-        return Session::Create(plan, std::move(c));
+      auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int, std::unique_ptr<comm::Communicator> comm) {
+        return Session::Create(c.plan, std::move(comm));
       });
       OnEveryRank(kWorld, [&](int r) {
-        ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
+        ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok()) << sessions[static_cast<size_t>(r)].status().ToString();
         Session& s = **sessions[static_cast<size_t>(r)];
         testing::Gradients grads(model, testing::Layout::kSeparate);
         ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
         auto comm = ckpt_group.Rank(r);
         auto ckpt = Checkpointer::Create(options, comm.get()).value();
         ASSERT_TRUE(ckpt->AttachSession(&s).ok());
-        int first = 0;
+        int64_t first = 0;
         if (run == 1) {
           auto point = ckpt->Restore();
           ASSERT_TRUE(point.ok()) << point.status().ToString();
-          ASSERT_EQ(point->step, 3);
-          EXPECT_EQ(s.iteration(), 3u);
-          first = 3;
+          ASSERT_EQ(point->step, restored);
+          EXPECT_EQ(s.iteration(), static_cast<uint64_t>(restored));
+          std::map<std::string, int64_t> sizes(point->entries.begin(), point->entries.end());
+          EXPECT_EQ(sizes.count("session.powersgd.error_feedback"), c.memory_floats > 0 ? 1u : 0u);
+          EXPECT_EQ(sizes.count("session.powersgd.q"), c.memory_floats > 0 ? 1u : 0u);
+          if (c.memory_floats > 0) {
+            EXPECT_EQ(sizes["session.powersgd.error_feedback"], 4 * c.memory_floats);
+            EXPECT_EQ(sizes["session.powersgd.q"], 4 * c.q_floats);
+          }
+          first = restored;
         }
-        for (int it = first; it <= 3; ++it) {
-          testing::FillGradients(grads, r, it);
+        for (int64_t it = first; it <= kLast; ++it) {
+          testing::FillGradients(grads, r, static_cast<int>(it));
           for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
           ASSERT_TRUE(s.Synchronize().ok());
-          if (it == 2) {
-            ASSERT_TRUE(ckpt->Commit(3).ok());
+          if (run == 0 && it < kLast) {
+            Status committed = ckpt->Commit(it + 1);
+            ASSERT_TRUE(committed.ok()) << committed.ToString();
             ASSERT_TRUE(ckpt->WaitForCopy().ok());
           }
         }

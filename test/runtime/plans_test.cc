@@ -1,6 +1,6 @@
-// Several plans in one session (Session::AddPlan, SwitchPlan) and its per-element state
-// (ReadState, WriteState), over the in-process communicator: the residual of element e
-// carries from one plan to the next, a switch is refused mid-step, a plan for another model is
+// Several plans in one session (Session::AddPlan, SwitchPlan) and its state (ReadState,
+// WriteState), over the in-process communicator: the residual of element e carries from one plan
+// to the next, PowerSGD's state is every plan's own, a switch is refused mid-step, a plan for another model is
 // refused, and ranks that add or switch to different plans all fail.
 #include <gtest/gtest.h>
 
@@ -455,12 +455,60 @@ TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
     EXPECT_EQ(*momentum, Floats(kElements, 0.0f));
     Status wrong = s.WriteState(Floats(3));
     EXPECT_EQ(wrong.message(), "WriteState: wrong size; got 3 floats, expected 435 (elements of model tiny)");
+    EXPECT_FALSE(s.KeepsState(CompressorState::kPowerSgdMemory));  // no PowerSGD group: nothing
+    EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdQ).value(), Floats());
   });
   ResidualReference reference(plan, kWorld, written);
   const auto want = reference.Step(0);
   Step(ranks, 0);
   for (int r = 0; r < kWorld; ++r)
     ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
+}
+
+// PowerSGD's state (kernels/powersgd.h, the runner's own) is every plan's, in plan order: a
+// per-tensor plan (ShapedModel at rank 2: its memory covers the 534 elements, Q 12 x 2 + 9 x 2
+// + 10 x 2 = 62 floats) and a batched one added (the padded squares 15^2 + 9^2 + 17^2 = 595,
+// Q 15 x 2 + 9 x 2 + 17 x 2 = 82). After two steps of the first, its Q (the allreduced sum / W)
+// is bitwise the same on every rank and its memory is each rank's own; the second, never
+// active, still holds zeros and its first Q. What WriteState writes ReadState reads; a vector
+// of the wrong size is refused.
+TEST(SessionState, PowerSgdStateIsEveryPlansAndItsQIsTheSameOnEveryRank) {
+  const pb::Model model = testing::ShapedModel();
+  const pb::Plan a = testing::PowerSgdPlan(model, testing::Planned(), kWorld, "powersgd");
+  const pb::Plan b = testing::PowerSgdPlan(model, testing::Planned(), kWorld, "powersgd_batched");
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) { ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->AddPlan(b).ok()); });
+  Step(ranks, 0);
+  Step(ranks, 1);
+  std::vector<Floats> memory(kWorld), q(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    EXPECT_TRUE(s.KeepsState(CompressorState::kPowerSgdMemory));
+    EXPECT_TRUE(s.KeepsState(CompressorState::kPowerSgdQ));
+    EXPECT_TRUE(s.KeepsState(CompressorState::kErrorFeedback));  // e over the groups' elements, carried by switches
+    memory[static_cast<size_t>(r)] = s.ReadState(CompressorState::kPowerSgdMemory).value();
+    q[static_cast<size_t>(r)] = s.ReadState(CompressorState::kPowerSgdQ).value();
+  });
+  ASSERT_EQ(memory[0].size(), 534u + 595u);
+  ASSERT_EQ(q[0].size(), 62u + 82u);
+  EXPECT_EQ(q[0], q[1]);
+  EXPECT_NE(memory[0], memory[1]);
+  EXPECT_NE(Floats(memory[0].begin(), memory[0].begin() + 534), Floats(534, 0.0f));
+  EXPECT_EQ(Floats(memory[0].begin() + 534, memory[0].end()), Floats(595, 0.0f));
+  EXPECT_NE(Floats(q[0].begin() + 62, q[0].end()), Floats(82, 0.0f));
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    Floats written(memory[static_cast<size_t>(r)].size());
+    for (size_t i = 0; i < written.size(); ++i)
+      written[i] = static_cast<float>((i * 5 + static_cast<size_t>(r)) % 7) - 3;
+    ASSERT_TRUE(s.WriteState(written, CompressorState::kPowerSgdMemory).ok());
+    EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdMemory).value(), written);
+    EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdQ).value(), q[static_cast<size_t>(r)]);
+    EXPECT_EQ(s.WriteState(Floats(3), CompressorState::kPowerSgdQ).message(),
+              "WriteState: wrong size; got 3 floats, expected 144 (PowerSGD's state of model shaped)");
+  });
 }
 
 // Momentum is per element too: dgc's u carries across a switch to dgc at another ratio and

@@ -305,7 +305,8 @@ TEST_F(PlanCommandsTest, ABusyProfileIsNamedInTheWarningAndThePlansSource) {
 }
 
 // A PowerSGD plan (an fp32 plan whose options search may choose powersgd, --schemes powersgd):
-// its header says that those groups keep error feedback although the fp32 plan's memory is none.
+// its header says that those groups keep error feedback although the fp32 plan's memory is none,
+// and `show --profile` sizes its replica by that memory.
 TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
   const std::string model = Write("m.json", R"({"format": "cupcake.model.v1", "name": "m", "tensors": [
       {"name": "w", "numel": 10000, "shape": [100, 100], "dtype": "float32", "backward_us": 100}]})");
@@ -327,6 +328,14 @@ TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
                      "1 x powersgd cpu\n"),
             std::string::npos)
       << out;
+  // Its replica holds that error feedback twice, a float per element in the per-element plane and
+  // again in PowerSGD's whole memory (docs/CHECKPOINT.md; Q, the same on every rank, stays home),
+  // and the 8-byte iteration counter.
+  ShowOptions show{o.output, tools::OutputFormat::kJson};
+  show.profile = profile;
+  std::ostringstream json;
+  ASSERT_TRUE(RunShow(show, json).ok());
+  EXPECT_EQ(nlohmann::json::parse(json.str())["replica_schedule"]["state_bytes"], 2 * 4 * 10000 + 8);
 }
 
 // A ladder of PowerSGD ranks through the commands (search --ranks, on the hand model and profile

@@ -2,9 +2,9 @@
 // training process, and optionally on disk (docs/CHECKPOINT.md; Gemini, SOSP'23, its first half).
 //
 // The job names its state as byte spans (parameters, optimizer state, buffers) and may attach a
-// Session, whose per-element compressor state (error-feedback memory and momentum, ReadState) is
-// this rank's own: in data parallelism everything else is the same on every rank, the residuals
-// are not. After each optimizer step the job calls Commit(step):
+// Session, whose compressor state (error-feedback memory and momentum, PowerSGD's memory and Q;
+// ReadState) is this rank's own: in data parallelism everything else is the same on every rank,
+// the residuals are not (PowerSGD's Q is). After each optimizer step the job calls Commit(step):
 //   1. waits for the previous snapshot's copy and exchange if still running (the only wait of a
 //      step);
 //   2. a tiny collective (an allgather of two int64 per rank): the ranks commit the same step,
@@ -71,7 +71,7 @@ struct CheckpointOptions {
   int persist_every = 0;
   // Gemini's replicas: the job's hosts (comm::DiscoverTopology) in groups of
   // `replica_group_hosts` that back each other up; each rank streams its own state (its snapshot
-  // without the Scope::kShared entries: the kRank entries and the session's state, with the
+  // without the Scope::kShared entries: the kRank entries, the session's among them, with the
   // snapshot's directory, metadata and checksum) to a rank on each other host of its group (on
   // one host: to the next ranks), which keeps it in /dev/shm/cupcake-<name>-<holder>-replica-<rank>
   // (two slots); a restore on a rank whose host lost its memory rebuilds its snapshot from there
@@ -137,10 +137,11 @@ std::unique_ptr<comm::Communicator> GateCommunicator(std::shared_ptr<NetworkGate
 enum class Capture { kInBackground, kAtCommit };
 
 // Whose a span is: kRank, this rank's own; kShared, the same bytes on every rank at every commit
-// (data parallelism: parameters and optimizer state). Replicas carry only the kRank entries (and
-// the session's state); a rank whose host lost its memory takes the kShared ones from another
-// rank's snapshot of the same step, and the snapshot rebuilt must match its own checksum, so
-// entries registered kShared that differ between ranks fail that restore (never a silent mix).
+// (data parallelism: parameters and optimizer state). Replicas carry only the kRank entries (the
+// session's among them, AttachSession); a rank whose host lost its memory takes the kShared ones
+// from another rank's snapshot of the same step, and the snapshot rebuilt must match its own
+// checksum, so entries registered kShared that differ between ranks fail that restore (never a
+// silent mix).
 enum class Scope { kRank, kShared };
 
 // What a restore found: the newest step every rank holds (0: none, a fresh job), this rank's
@@ -176,11 +177,13 @@ class Checkpointer {
                    Scope scope = Scope::kRank);
   void Clear();
   // Snapshots include `session`'s error-feedback memory and momentum (ReadState at Commit, so
-  // captured at commit) and its iteration counter as entries "session.error_feedback",
-  // "session.momentum" and "session.iteration"; a restore writes them back (WriteState,
+  // captured at commit), with PowerSGD groups their error-feedback memory and Q, and its
+  // iteration counter as entries "session.error_feedback", "session.momentum",
+  // "session.powersgd.error_feedback", "session.powersgd.q" (the two only when the session has
+  // PowerSGD groups) and "session.iteration"; a restore writes them back (WriteState,
   // SetIteration: random choices then continue as in the lost run). They are kRank, except a
-  // plane no plan of the session keeps (Session::KeepsState: zeros on every rank), which is
-  // kShared. Not owned; nullptr detaches.
+  // plane no plan of the session keeps (Session::KeepsState: zeros on every rank) and
+  // PowerSGD's Q (the same on every rank), which are kShared. Not owned; nullptr detaches.
   Status AttachSession(Session* session);
 
   // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.

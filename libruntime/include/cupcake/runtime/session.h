@@ -128,9 +128,11 @@ struct GroupTimeline {
   int64_t zen_union = 0;
 };
 
-// Per-element compressor state (kernels/compressor.h): the error-feedback memory (residual e;
-// dgc's accumulator v) or the momentum (dgc's u, signum's m).
-enum class CompressorState { kErrorFeedback, kMomentum };
+// Compressor state kept across steps. Per element (kernels/compressor.h): the error-feedback
+// memory (residual e; dgc's accumulator v) or the momentum (dgc's u, signum's m). Per PowerSGD
+// group (kernels/powersgd.h; its runner's own): the error-feedback memory e (the group's floats;
+// batched: the padded square) and the warm-started Q (its compressed matrices', concatenated).
+enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
 
 // One gradient for Session::RegisterAll: its name and float32 buffer of `numel` elements (host
 // memory, or CUDA device memory of the current device for a session on GPU memory).
@@ -248,13 +250,15 @@ class Session {
   Status SwitchPlan(int index);
   int plan_count() const;
   int active_plan() const;
-  // The active plan's per-element state in model element order (one float per element of every
-  // tensor, 0 where a group keeps none; a PowerSGD group's error feedback over its elements, not
-  // its Q nor a batched group's padding), for checkpoints; Write sets it (the same layout, the
-  // same size). Between steps only; on GPU memory a synchronous copy.
+  // State `which`, for checkpoints: per element, the active plan's in model element order (one
+  // float per element of every tensor, 0 where a group keeps none; a PowerSGD group's error
+  // feedback over its elements); PowerSGD's, that part of every PowerSGD group's state (its
+  // whole memory, with a batched group's padding, or its Q) in plan, then group order, of every
+  // plan, empty when there is none. Write sets it (the same layout, the same size). Between
+  // steps only; on GPU memory a synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
-  // Whether any of the session's plans keeps that state in any group; false: ReadState gives
-  // zeros, on every rank.
+  // Whether any of the session's plans keeps that state in any group (the same on every rank);
+  // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
   bool KeepsState(CompressorState which) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
 
