@@ -36,6 +36,20 @@ class PlanCommandsTest : public ::testing::Test {
     o.output = dir_.File(output);
     return o;
   }
+  // The hand case of the PowerSGD tests: one [100, 100] tensor; allreduce 0.25 us per byte;
+  // PowerSGD's kernels 10 and 20 us: powersgd (about 540 us) beats flat_fp32 (about 10100 us),
+  // as OptionsPowerSgd works out by hand. An fp32 search writing `output`.
+  SearchOptions PowerSgdHandCase(const std::string& output) {
+    SearchOptions o = Search("fp32", output);
+    o.model = Write("m.json", R"({"format": "cupcake.model.v1", "name": "m", "tensors": [
+        {"name": "w", "numel": 10000, "shape": [100, 100], "dtype": "float32", "backward_us": 100}]})");
+    o.profile = Write("p.json", R"({"format": "cupcake.profile.v1",
+        "cluster": {"name": "hand", "nodes": 1, "devices_per_node": 2}, "curves": [
+        {"kind": "comm", "op": "allreduce", "scope": "global", "points": [[8, 2], [80000, 20000]]},
+        {"kind": "encode", "compressor": "powersgd", "device": "cpu", "points": [[1, 10], [1000000, 10]]},
+        {"kind": "decode", "compressor": "powersgd", "device": "cpu", "points": [[1, 20], [1000000, 20]]}]})");
+    return o;
+  }
   // Runs search and returns its stdout; fails the test on an error.
   std::string RunOk(const SearchOptions& o) {
     std::ostringstream out, err;
@@ -308,18 +322,7 @@ TEST_F(PlanCommandsTest, ABusyProfileIsNamedInTheWarningAndThePlansSource) {
 // its header says that those groups keep error feedback although the fp32 plan's memory is none,
 // and `show --profile` sizes its replica by that memory.
 TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
-  const std::string model = Write("m.json", R"({"format": "cupcake.model.v1", "name": "m", "tensors": [
-      {"name": "w", "numel": 10000, "shape": [100, 100], "dtype": "float32", "backward_us": 100}]})");
-  // Allreduce 0.25 us per byte; PowerSGD's kernels 10 and 20 us: powersgd (about 540 us) beats
-  // flat_fp32 (about 10100 us), as OptionsPowerSgd works out by hand.
-  const std::string profile = Write("p.json", R"({"format": "cupcake.profile.v1",
-      "cluster": {"name": "hand", "nodes": 1, "devices_per_node": 2}, "curves": [
-      {"kind": "comm", "op": "allreduce", "scope": "global", "points": [[8, 2], [80000, 20000]]},
-      {"kind": "encode", "compressor": "powersgd", "device": "cpu", "points": [[1, 10], [1000000, 10]]},
-      {"kind": "decode", "compressor": "powersgd", "device": "cpu", "points": [[1, 20], [1000000, 20]]}]})");
-  SearchOptions o = Search("fp32", "powersgd.pb");
-  o.model = model;
-  o.profile = profile;
+  SearchOptions o = PowerSgdHandCase("powersgd.pb");
   o.request.rank = 2;
   o.request.schemes = {"powersgd"};
   o.search.space = planner::SearchSpace::kOptions;
@@ -332,7 +335,7 @@ TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
   // again in PowerSGD's whole memory (docs/CHECKPOINT.md; Q, the same on every rank, stays home),
   // and the 8-byte iteration counter.
   ShowOptions show{o.output, tools::OutputFormat::kJson};
-  show.profile = profile;
+  show.profile = o.profile;
   std::ostringstream json;
   ASSERT_TRUE(RunShow(show, json).ok());
   EXPECT_EQ(nlohmann::json::parse(json.str())["replica_schedule"]["state_bytes"], 2 * 4 * 10000 + 8);
@@ -343,16 +346,7 @@ TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
 // dense gradient's (100 x r floats of P and of Q of the [100, 100] tensor's 10000: 0.02 r); show
 // lists them, simulate takes --rung, diff compares rung by rung.
 TEST_F(PlanCommandsTest, RankLadderSearchShowSimulateAndDiff) {
-  const std::string model = Write("m.json", R"({"format": "cupcake.model.v1", "name": "m", "tensors": [
-      {"name": "w", "numel": 10000, "shape": [100, 100], "dtype": "float32", "backward_us": 100}]})");
-  const std::string profile = Write("p.json", R"({"format": "cupcake.profile.v1",
-      "cluster": {"name": "hand", "nodes": 1, "devices_per_node": 2}, "curves": [
-      {"kind": "comm", "op": "allreduce", "scope": "global", "points": [[8, 2], [80000, 20000]]},
-      {"kind": "encode", "compressor": "powersgd", "device": "cpu", "points": [[1, 10], [1000000, 10]]},
-      {"kind": "decode", "compressor": "powersgd", "device": "cpu", "points": [[1, 20], [1000000, 20]]}]})");
-  SearchOptions o = Search("fp32", "ranks.pb");
-  o.model = model;
-  o.profile = profile;
+  SearchOptions o = PowerSgdHandCase("ranks.pb");
   o.ranks = {1, 4, 2};
   o.request.schemes = {"powersgd"};
   o.search.space = planner::SearchSpace::kOptions;
@@ -373,7 +367,7 @@ TEST_F(PlanCommandsTest, RankLadderSearchShowSimulateAndDiff) {
   EXPECT_NE(one.str().find("\ncompressor  fp32 (powersgd rank 2)"), std::string::npos) << one.str();
 
   std::ostringstream sink;
-  SimulateOptions sim{.plan = o.output, .model = model, .profile = profile};
+  SimulateOptions sim{.plan = o.output, .model = o.model, .profile = o.profile};
   EXPECT_EQ(RunSimulate(sim, sink).message(),
             o.output +
                 ": a ladder of 4 plans; expected --rung RATIO, one of 1 (fp32), 0.08 (rank 4), 0.04 (rank 2), "
