@@ -335,6 +335,16 @@ void ExpectSameDecisions(const GravacDecision& a, const GravacDecision& b) {
   EXPECT_EQ(a.next_ratio, b.next_ratio);
 }
 
+// Every rank of `job` holds rank 0's decisions, field by field.
+void ExpectRanksDecideAlike(const Job& job, int world) {
+  const std::vector<GravacDecision>& d0 = job.sessions[0]->decisions();
+  for (int r = 1; r < world; ++r) {
+    const std::vector<GravacDecision>& dr = job.sessions[static_cast<size_t>(r)]->decisions();
+    ASSERT_EQ(dr.size(), d0.size()) << "rank " << r;
+    for (size_t i = 0; i < d0.size(); ++i) ExpectSameDecisions(d0[i], dr[i]);
+  }
+}
+
 // The ranks' gradients differ, so do their local gains; the decisions are the same on every
 // rank, and a twin job that switches by hand (SwitchPlan) at the decided steps gets bitwise the
 // same averages and residuals: the controller's switches carry the error feedback as
@@ -359,11 +369,7 @@ TEST(GravacSession, RanksDecideAlikeAndSwitchesCarryResiduals) {
     EXPECT_EQ(Step(adaptive, it), Step(twin, it)) << "step " << it;
     const std::vector<GravacDecision>& d0 = adaptive.sessions[0]->decisions();
     ASSERT_EQ(d0.size(), static_cast<size_t>((it + 1) / 2));
-    for (int r = 1; r < world; ++r) {
-      const std::vector<GravacDecision>& dr = adaptive.sessions[static_cast<size_t>(r)]->decisions();
-      ASSERT_EQ(dr.size(), d0.size());
-      for (size_t i = 0; i < d0.size(); ++i) ExpectSameDecisions(d0[i], dr[i]);
-    }
+    ExpectRanksDecideAlike(adaptive, world);
     if (d0.size() == seen) continue;
     seen = d0.size();
     const GravacDecision& d = d0.back();
@@ -413,11 +419,7 @@ TEST(GravacSession, DecidesOverPowerSgdRanks) {
   for (int it = 0; it < 12; ++it) {
     EXPECT_EQ(Step(adaptive, it), Step(twin, it)) << "step " << it;
     const std::vector<GravacDecision>& d0 = adaptive.sessions[0]->decisions();
-    for (int r = 1; r < world; ++r) {
-      const std::vector<GravacDecision>& dr = adaptive.sessions[static_cast<size_t>(r)]->decisions();
-      ASSERT_EQ(dr.size(), d0.size());
-      for (size_t i = 0; i < d0.size(); ++i) ExpectSameDecisions(d0[i], dr[i]);
-    }
+    ExpectRanksDecideAlike(adaptive, world);
     if (d0.size() == seen) continue;
     seen = d0.size();
     const GravacDecision& d = d0.back();
