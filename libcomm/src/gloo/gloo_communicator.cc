@@ -13,11 +13,13 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -302,6 +304,13 @@ class GlooCommunicator final : public Communicator {
 
 StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(std::shared_ptr<KeyValueStore> store, int rank, int size,
                                                              const GlooOptions& options) {
+  // gloo's TCP transport writes without MSG_NOSIGNAL: a write to a peer that just died or gave
+  // up raises SIGPIPE, whose default action ends this process before the write's error reaches
+  // the collective. A dead peer must be an error the job sees (UNAVAILABLE), so a process that
+  // left SIGPIPE at its default ignores it from here on (Python and most servers already do); a
+  // handler the process installed is kept.
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
   const std::string host = HostName();
   std::shared_ptr<gloo::transport::Device> device;
   try {
