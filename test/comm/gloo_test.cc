@@ -132,8 +132,7 @@ TEST(GlooCommunicator, APeerThatGivesUpEndsTheOthersCollectives) {
 
 // gloo's TCP writes to a peer that died raise SIGPIPE: a process that left it at its default
 // ignores it once it has a gloo communicator (else the write kills it before the collective can
-// return UNAVAILABLE; the test above died so under load, 1 run in 60); a handler the process
-// installed is kept.
+// return UNAVAILABLE, as the test above can under load); a handler the process installed is kept.
 void NoteSigpipe(int) {}
 sighandler_t SigpipeAfterACommunicator(sighandler_t before) {
   std::signal(SIGPIPE, before);
