@@ -13,16 +13,11 @@ pack="$(cd "${1:-.gpu-pack}" && pwd)"
 out="$(mkdir -p "${2:-gpu-results}" && cd "${2:-gpu-results}" && pwd)"
 python="${PYTHON:-python3}"
 root="$(pwd)"
-# The libraries PyTorch brought (NCCL, cuBLAS, CUPTI, the CUDA runtime), so that the module
-# shares the copies torch has loaded; the pack's own for the rest.
-lib_of() { find / -xdev -name "$1" 2>/dev/null | head -1; }
-nccl=$(lib_of libnccl.so.2) cublas=$(lib_of libcublas.so.13) cublaslt=$(lib_of libcublasLt.so.13)
-cupti=$(lib_of libcupti.so.13) cudart=$(lib_of libcudart.so.13)
+# The machine's NCCL, cuBLAS, CUPTI and CUDA runtime, which the module links: torch's copies.
+source "$(dirname "${BASH_SOURCE[0]}")/libs.sh"
 for lib in "$nccl" "$cublas" "$cublaslt" "$cupti" "$cudart"; do
   [ -n "$lib" ] || { echo "python.sh: missing one of libnccl.so.2, libcublas(Lt).so.13, libcupti.so.13, libcudart.so.13" >&2; exit 2; }
 done
-dirs=$(for lib in "$nccl" "$cublas" "$cupti" "$cudart"; do dirname "$lib"; done | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$pack/lib:${dirs}$pack/lib-fallback"
 { "$python" --version; "$python" -c "import torch; print('torch', torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))" || true
   c++ --version | head -1; echo "nccl $nccl"; echo "cublas $cublas"; echo "cupti $cupti"; echo "cudart $cudart"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } > "$out/python-env.txt" 2>&1

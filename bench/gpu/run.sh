@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Runs the GPU tests, gpu_kernels_bench and runtime_gpu_bench from a pack made by bench/gpu/pack.sh, on a GPU
 # machine, from the repository root; logs into OUT_DIR (default ./gpu-results).
-# Libraries: the pack's own first, then the machine's NCCL and CUPTI (found by name), then the
-# pack's fallbacks for what the machine lacks (Open MPI, the CUDA runtime).
+# Libraries: bench/gpu/libs.sh.
 # CUPCAKE_REQUIRE_GPU=1: a GPU case that would skip (no device, no driver, no CUPTI) fails
 # instead (test/gpu_test.h), so a broken driver or CUPTI cannot leave this run green.
 # Usage: bench/gpu/run.sh [PACK] [OUT_DIR]
@@ -10,11 +9,8 @@ set -u
 pack="$(cd "${1:-.gpu-pack}" && pwd)"
 out="${2:-gpu-results}"
 mkdir -p "$out"
-nccl=$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)
-cupti=$(find / -xdev -name 'libcupti.so.13' 2>/dev/null | head -1)
-cublas=$(find / -xdev -name 'libcublas.so.13' 2>/dev/null | head -1)
+source "$(dirname "${BASH_SOURCE[0]}")/libs.sh"
 export CUPCAKE_REQUIRE_GPU=1
-export LD_LIBRARY_PATH="$pack/lib:$(dirname "${nccl:-/none/x}"):$(dirname "${cupti:-/none/x}"):$(dirname "${cublas:-/none/x}"):/usr/local/cuda/lib64:$pack/lib-fallback"
 { nvidia-smi; echo "nccl: $nccl"; echo "cupti: $cupti"; echo "cublas: $cublas"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH";
   ldd "$pack"/bin/* | grep "not found"; } > "$out/env.txt" 2>&1
 # Also the suites whose cases take another path where a GPU is present (the session's and the C
