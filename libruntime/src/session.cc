@@ -385,7 +385,10 @@ class Session::Impl {
   bool on_device() const { return comm_->memory() == comm::MemoryKind::kDevice; }
 
   // The plans whose state `which` ReadState gives, in order: the active one for the per-element
-  // planes (Activate carries them to the next), every plan for PowerSGD's (each keeps its own).
+  // planes (Activate carries them to the next); every plan for PowerSGD's, so that its size, a
+  // checkpoint entry's, stays the same when GraVAC or SwitchPlan changes the active plan (the
+  // inactive plans' parts are what they were when last active; Activate restarts Q and the
+  // padding's memory, and carries e through the per-element plane).
   std::vector<PlanSlot*> StateSlots(CompressorState which) const {
     if (internal::PerElement(PlaneOf(which))) return {slots_[static_cast<size_t>(active_)].get()};
     std::vector<PlanSlot*> out;
