@@ -18,6 +18,7 @@ import torch
 import cnn
 import cupcake
 import cupcake.torch
+from expect import check_in_place
 
 FP32_PLANS = ("fp32", "fp32-layerwise")
 COMPRESSED_PLANS = ("efsignsgd", "topk", "powersgd")
@@ -25,20 +26,6 @@ COMPRESSED_PLANS = ("efsignsgd", "topk", "powersgd")
 
 def fail(message):
     sys.exit("FAIL: device_job (%s): %s" % (cnn.DEVICE, message))
-
-
-def check_flat(opt, plan):
-    state = opt._cupcake
-    if state.flat.device.type != cnn.DEVICE.type:
-        fail("%s: the flat gradient buffer is on %s" % (plan, state.flat.device))
-    if state.session.fusion_bytes != 0:
-        fail("%s: fusion_bytes %d, expected 0 (gradients registered in place)" % (plan, state.session.fusion_bytes))
-    at = state.flat.data_ptr()
-    for k in state.order:
-        name, p = state.named[k]
-        if p.grad.data_ptr() != at:
-            fail("%s: '%s'.grad is not the next slice of the flat buffer" % (plan, name))
-        at += p.numel() * 4
 
 
 def fp32(plan_dir, plan):
@@ -61,7 +48,7 @@ def fp32(plan_dir, plan):
         with opt.skip_synchronize():
             opt.step()
         ref.step()
-        check_flat(opt, plan)
+        check_in_place(opt)
     opt.close()
     print("ok: %s on %s: 6 steps, gradients and weights equal to the local ones bit for bit" % (plan, cnn.DEVICE))
 

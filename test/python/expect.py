@@ -41,3 +41,19 @@ def expect_raises(what, fn, error_type, *, equals=None, contains=None, pattern=N
             check(re.search(pattern, message), "%s: message\n  %s\ndoes not match\n  %s" % (what, message, pattern))
         return e
     fail(what, "no error", error_type.__name__)
+
+
+def check_in_place(opt, rank=None):
+    """DistributedOptimizer `opt` copies no gradient: every p.grad is the next slice of one flat
+    buffer on the parameters' device, in the session's order, and the session needs no fusion
+    buffer for it."""
+    state = opt._cupcake
+    check(state.flat.device == state.device, "the flat gradient buffer is on %s, the parameters on %s"
+          % (state.flat.device, state.device), rank)
+    check(state.session.fusion_bytes == 0,
+          "fusion_bytes %d, expected 0 (gradients registered in place)" % state.session.fusion_bytes, rank)
+    at = state.flat.data_ptr()
+    for k in state.order:
+        name, p = state.named[k]
+        check(p.grad.data_ptr() == at, "'%s'.grad is not the next slice of the flat buffer" % name, rank)
+        at += p.numel() * 4

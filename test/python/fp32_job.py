@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import cnn
 import cupcake.torch
+from expect import check_in_place
 
 STEPS = 6
 
@@ -43,21 +44,6 @@ def check_ranks_differ(model, rank):
     dist.all_gather(gathered, g)
     if torch.equal(gathered[0], gathered[1]):
         sys.exit("FAIL: rank %d: the ranks' local gradients are equal; the test needs them to differ" % rank)
-
-
-def check_in_place(opt, model, rank):
-    """No copies: every p.grad lies in one flat buffer, adjacent in the session's order, and the
-    session needs no fusion buffer for it."""
-    state = opt._cupcake
-    if state.session.fusion_bytes != 0:
-        sys.exit("FAIL: rank %d: fusion_bytes %d, expected 0 (gradients registered in place)"
-                 % (rank, state.session.fusion_bytes))
-    at = state.flat.data_ptr()
-    for k in state.order:
-        p = state.named[k][1]
-        if p.grad.data_ptr() != at:
-            sys.exit("FAIL: rank %d: '%s'.grad is not the next slice of the flat buffer" % (rank, state.named[k][0]))
-        at += p.numel() * 4
 
 
 def check_state_dict(ours, theirs, rank):
@@ -101,7 +87,7 @@ def run(plan, rank, passes=1, set_to_none=False, clip=False):
         ref.step()
         check_equal("gradient", step, ours, theirs, rank)
         check_equal("weight", step, ours, theirs, rank)
-        check_in_place(opt, ours, rank)
+        check_in_place(opt, rank)
         for scheduler in schedulers:
             scheduler.step()
     check_state_dict(opt.state_dict(), ref.state_dict(), rank)
