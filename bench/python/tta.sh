@@ -13,6 +13,8 @@
 #                                      planner finds compression does not pay: --compressor fp32
 #                                      --search-space options --rank K --schemes powersgd
 #   gravac                             the ladder (fp32 and topk at RATIOS) under cupcake.torch.GraVAC
+#   gravac-powersgd                    the ladder of PowerSGD ranks (RANKS and 1, each rung searched as
+#                                      powersgd-K is, over an fp32 rung) under cupcake.torch.GraVAC
 # The plans come from a profile of this cluster measured first on the same ranks (comm and
 # kernels, --quick, extended to the model's size) and the model recorded there by the Cupcake arm
 # in record mode, as ddp_compare.sh makes its plans (common.sh). Each seed runs every arm in turn.
@@ -106,7 +108,7 @@ for k in ${ranks//,/ }; do all_arms+=("ddp-powersgd-$k"); done
 all_arms+=(cupcake-fp32)
 for r in ${ratios//,/ }; do all_arms+=("topk-$r"); done
 for k in ${ranks//,/ }; do all_arms+=("powersgd-$k"); done
-all_arms+=(gravac)
+all_arms+=(gravac gravac-powersgd)
 if [ -n "$arms" ]; then
   run_arms=(${arms//,/ })
   for a in "${run_arms[@]}"; do
@@ -174,6 +176,10 @@ search() {  # NAME SEARCH_FLAGS...: plan NAME.pb, its groups and predicted time 
   for k in ${ranks//,/ }; do
     search "powersgd-$k" --compressor fp32 --search-space options --rank "$k" --schemes powersgd
   done
+  rank_rungs=$(tr , '\n' <<<"$ranks,1" | sort -nru | paste -sd,)
+  "$plan_tool" search --model-name "$model_name" --profile "$db" --compressor fp32 --search-space options \
+    --schemes powersgd --ranks "$rank_rungs" -o "$out/ladder-powersgd.pb" >"$out/plan-ladder-powersgd.txt"
+  echo "# ladder-powersgd: PowerSGD at ranks $rank_rungs and fp32 ($out/ladder-powersgd.pb)"
 } | tee -a "$out/header.txt"
 
 # 2. The runs: each seed, every arm in turn. A failed run is recorded and the others go on.
@@ -186,6 +192,8 @@ for seed in ${seeds//,/ }; do
       ddp-powersgd-*) args=(--arm ddp-powersgd --powersgd-rank "${arm#ddp-powersgd-}") ;;
       ddp-*) args=(--arm "$arm") ;;
       gravac) args=(--arm gravac --plan "$out/ladder.pb" --decisions "$out/runs/gravac-seed$seed.decisions.jsonl") ;;
+      gravac-powersgd) args=(--arm gravac --plan "$out/ladder-powersgd.pb"
+                             --decisions "$out/runs/gravac-powersgd-seed$seed.decisions.jsonl") ;;
       *) args=(--arm cupcake --plan "$out/$arm.pb") ;;
     esac
     log="$out/runs/$arm-seed$seed.log" rc=0
