@@ -300,6 +300,22 @@ def tta_fastest(src, directory):
     return "; ".join(parts), "min-max over 3 seeds against DDP fp32's: " + "; ".join(spreads)
 
 
+def tta_shape(src, rel, arms):
+    """One testbed shape (bench/results/REL/results.json): the arm first to the target, then each
+    other of ARMS (of a tuple, the faster: the best static ratio), against DDP fp32: DDP's median
+    time to target over the arm's, and whether their min-max over the seeds are apart."""
+    s = src.json(f"bench/results/{rel}/results.json")["summary"]
+    base = s["ddp-fp32"]
+    def ratio(arm):
+        return base["median_time_to_target_s"] / s[arm]["median_time_to_target_s"]
+    first = min((a for a in s if s[a].get("median_time_to_target_s")), key=lambda a: s[a]["median_time_to_target_s"])
+    named = [max(a, key=ratio) if isinstance(a, tuple) else a for a in arms]
+    named = [a for a in named if a != first]
+    value = f"first {first} {ratio(first):.2f}x; " + ", ".join(f"{a} {ratio(a):.2f}x" for a in named)
+    spread = ", ".join(f"{a} {overlap(s[a]['time_to_target_s'], base['time_to_target_s'])}" for a in [first] + named)
+    return value, "min-max over 3 seeds against DDP fp32's: " + spread
+
+
 # --- GPU (one H100, raw bench output) ---
 
 def gpu_runtime_topk(src):
@@ -326,6 +342,7 @@ def gpu_topk_encode(src):
 
 QUIET_TTA = "tta-quiet-2026-11-27"
 QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
+GRAVAC = "tta-gravac-2026-11-27"
 
 CHECKS = {
     "R1": lambda s: plans_over_fp32(s, "2hosts-1gbit"),
@@ -350,6 +367,10 @@ CHECKS = {
     "R22": lambda s: tta(s, QUIET_TTA, static=("topk-0.1", "topk-0.01", "topk-0.001")),
     "R23": lambda s: tta_powersgd(s, QUIET_LSTM, ranks=(2, 4)),
     "R24": lambda s: tta_fastest(s, QUIET_LSTM),
+    "R25": lambda s: tta_shape(s, f"{GRAVAC}/cnn-4hosts-200mbit",
+                               [("topk-0.1", "topk-0.01"), "powersgd-2", "gravac", "gravac-powersgd"]),
+    "R26": lambda s: tta_shape(s, f"{GRAVAC}/lstm-2hosts-1gbit",
+                               ["topk-0.1", "powersgd-4", "gravac", "gravac-powersgd"]),
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
