@@ -1162,9 +1162,10 @@ class Checkpointer::Impl {
 
   // The fingerprints of the kShared entries of the snapshot each rank completed last (`rows`:
   // the agreement's), equal on every rank. Cheap: the copy computed them in its one pass over the
-  // bytes (Copy), and the agreement's allgather, made anyway, carries their count and combination
-  // (16 bytes a rank), so no pass over the data and no collective is added. When they differ,
-  // every rank sees it in the same rows and takes this path (SharedMismatch names the entry);
+  // bytes (Copy), and the agreement's allgather, made anyway, carries their step, count and
+  // combination (24 bytes a rank), so no pass over the data and no collective is added. When
+  // they differ, every rank sees it in the same rows and takes this path (SharedMismatch names
+  // the entry);
   // every rank drops that snapshot (slot and file), so neither agreed_step() nor a restore ever
   // takes it, and fails. Ranks whose newest snapshots are not the same step (after a restore:
   // none yet) compare nothing.
