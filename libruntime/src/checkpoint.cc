@@ -42,26 +42,59 @@ std::string Hex(uint64_t v) {
 }
 }  // namespace
 
-uint64_t Checksum(const std::byte* data, size_t bytes) {
-  uint64_t lanes[4] = {kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1};
-  size_t at = 0;
-  for (; at + 32 <= bytes; at += 32) {
+Hasher::Hasher() : lanes_{kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1} {}
+
+void Hasher::Update(const std::byte* data, size_t bytes) {
+  if (bytes == 0) return;  // (an empty span's data() may be null)
+  total_bytes_ += bytes;
+  if (pending_bytes_ > 0) {  // complete the pending block first
+    const size_t take = std::min(bytes, sizeof(pending_) - pending_bytes_);
+    std::memcpy(pending_ + pending_bytes_, data, take);
+    pending_bytes_ += take;
+    data += take;
+    bytes -= take;
+    if (pending_bytes_ < sizeof(pending_)) return;
+    MixBlocks(pending_, 1);
+    pending_bytes_ = 0;
+  }
+  const size_t blocks = bytes / 32;
+  MixBlocks(data, blocks);
+  pending_bytes_ = bytes - 32 * blocks;
+  std::memcpy(pending_, data + 32 * blocks, pending_bytes_);
+}
+
+void Hasher::MixBlocks(const std::byte* data, size_t blocks) {
+  // The lanes in locals: `data` may alias them (std::byte), which would make the compiler store
+  // them back after every block.
+  uint64_t lanes[4] = {lanes_[0], lanes_[1], lanes_[2], lanes_[3]};
+  for (size_t b = 0; b < blocks; ++b, data += 32) {
     uint64_t w[4];
-    std::memcpy(w, data + at, 32);
+    std::memcpy(w, data, 32);
     for (int l = 0; l < 4; ++l) lanes[l] = Mix(lanes[l], w[l]);
   }
-  uint64_t h = Rotl(lanes[0], 1) + Rotl(lanes[1], 7) + Rotl(lanes[2], 12) + Rotl(lanes[3], 18);
-  for (; at + 8 <= bytes; at += 8) {
+  std::memcpy(lanes_, lanes, sizeof(lanes));
+}
+
+uint64_t Hasher::Final() const {
+  uint64_t h = Rotl(lanes_[0], 1) + Rotl(lanes_[1], 7) + Rotl(lanes_[2], 12) + Rotl(lanes_[3], 18);
+  size_t at = 0;
+  for (; at + 8 <= pending_bytes_; at += 8) {
     uint64_t w;
-    std::memcpy(&w, data + at, 8);
+    std::memcpy(&w, pending_ + at, 8);
     h = Mix(h, w);
   }
-  for (; at < bytes; ++at) h = Mix(h, static_cast<uint64_t>(data[at]) + 1);
-  h ^= bytes;
+  for (; at < pending_bytes_; ++at) h = Mix(h, static_cast<uint64_t>(pending_[at]) + 1);
+  h ^= total_bytes_;
   h ^= h >> 33;
   h *= kPrime2;
   h ^= h >> 29;
   return h;
+}
+
+uint64_t Checksum(const std::byte* data, size_t bytes) {
+  Hasher hasher;
+  hasher.Update(data, bytes);
+  return hasher.Final();
 }
 
 int64_t DirectoryBytes(const std::vector<std::string>& names, size_t metadata_bytes) {
@@ -343,6 +376,29 @@ constexpr SessionPlane kSessionPlanes[] = {
 };
 constexpr int kIterationPlane = static_cast<int>(std::size(kSessionPlanes));
 constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
+// Commit's agreement, per rank: the step committed, the newest step completed, ok, and of that
+// snapshot's kShared entries (SharedPrints) the step, the count and the combined fingerprint.
+constexpr int kAgreementRow = 6;
+// The background copy's unit: copied, then hashed while it is still in the cache.
+constexpr size_t kCopyBlockBytes = size_t{256} << 10;
+
+// The fingerprints of a snapshot's kShared entries (Copy), which every rank's must match.
+struct SharedPrints {
+  struct Print {
+    int index = 0;  // in the snapshot's entries
+    std::string name;
+    uint64_t fingerprint = 0;  // internal::Checksum of the entry's bytes
+  };
+  int64_t step = 0;  // 0: none (no copy since the Checkpointer was made or restored)
+  std::vector<Print> entries;
+  // Of the (index, fingerprint) pairs in order: what the agreement compares.
+  uint64_t Combined() const {
+    std::vector<uint64_t> pairs;
+    for (const Print& p : entries) pairs.insert(pairs.end(), {static_cast<uint64_t>(p.index), p.fingerprint});
+    return internal::Checksum(reinterpret_cast<const std::byte*>(pairs.data()),  // NOLINT: integers as bytes
+                              pairs.size() * sizeof(uint64_t));
+  }
+};
 
 struct Entry {
   std::string name;
@@ -467,8 +523,8 @@ class SlotSegment {
     return s.checksum;
   }
 
-  // As FinishWrite, for bytes copied from a slot whose checksum is `checksum` (not recomputed; a
-  // restore recomputes it anyway).
+  // As FinishWrite, for bytes whose checksum `checksum` is known (copied from a slot, or hashed
+  // while copied; not recomputed: a restore recomputes it anyway).
   void FinishCopy(int target, int64_t step, int64_t payload_bytes, uint64_t checksum) {
     SlotHeader& s = header().slots[target];
     s.step = step;
@@ -720,16 +776,22 @@ class Checkpointer::Impl {
     // Collective on the first commit: every rank makes it, whatever its local state.
     const Status replica_comm = EnsureReplicaComm();
     if (local.ok()) local = replica_comm;
-    // 2. The agreement: the same step everywhere; the newest step every rank completed.
-    int64_t mine[3] = {step, local_step_, local.ok() ? 1 : 0};
-    std::vector<int64_t> all(static_cast<size_t>(3 * comm_->size()));
+    // 2. The agreement: the same step everywhere; the newest step every rank completed, whose
+    //    kShared entries must be the same on every rank (CheckShared).
+    int64_t mine[kAgreementRow] = {step,
+                                   local_step_,
+                                   local.ok() ? 1 : 0,
+                                   shared_prints_.step,
+                                   static_cast<int64_t>(shared_prints_.entries.size()),
+                                   static_cast<int64_t>(shared_prints_.Combined())};
+    std::vector<int64_t> all(static_cast<size_t>(kAgreementRow * comm_->size()));
     CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where_ + ": commit"));
     CUPCAKE_RETURN_IF_ERROR(local);
     std::string steps, failed;
     bool same = true;
     int64_t agreed = std::numeric_limits<int64_t>::max();
     for (int r = 0; r < comm_->size(); ++r) {
-      const int64_t* a = &all[static_cast<size_t>(3 * r)];
+      const int64_t* a = &all[static_cast<size_t>(kAgreementRow * r)];
       if (a[2] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
       steps += (r ? ", " : "") + std::to_string(a[0]) + " on rank " + std::to_string(r);
       same = same && a[0] == step;
@@ -741,6 +803,7 @@ class Checkpointer::Impl {
     if (!same)
       return InvalidArgumentError(where_ + ": step: the ranks commit different steps; got " + steps +
                                   ", expected the same step on every rank");
+    CUPCAKE_RETURN_IF_ERROR(CheckShared(all));
     agreed_step_ = agreed;
     // 3. The slot (grown if the snapshot outgrew it).
     std::vector<std::string> names;
@@ -1003,6 +1066,7 @@ class Checkpointer::Impl {
     DropNewerThan(step);
     stream_ = {};
     incoming_ = {};
+    shared_prints_ = {};  // the restored snapshot was checked (or not) by the run that took it
     streams_done_ = true;
     history_started_ = true;
     last_step_ = local_step_ = agreed_step_ = step;
@@ -1035,13 +1099,23 @@ class Checkpointer::Impl {
 
   // The background copy: into the slot that does not hold the newest valid snapshot (SlotSegment:
   // kSlotWriting while the bytes change, kSlotValid once they and their checksum are in); then the
-  // file when persisting is due, and the replica exchange with the ring neighbours.
+  // file when persisting is due. One pass over the bytes: each block is copied and then, while
+  // still in the cache, hashed into the slot's checksum and (a kShared entry) into the entry's
+  // fingerprint, which the next Commit's agreement compares across the ranks (CheckShared).
   Status Copy(int64_t step, int64_t payload_bytes, const std::string& metadata) {
     const int target = own_.BeginWrite();
     std::byte* out = own_.slot(target);
-    auto put = [&](const void* p, size_t n) {
-      std::memcpy(out, p, n);
-      out += n;
+    internal::Hasher checksum;
+    auto put = [&](const void* p, size_t n, internal::Hasher* fingerprint = nullptr) {
+      const std::byte* from = static_cast<const std::byte*>(p);
+      for (size_t done = 0; done < n;) {
+        const size_t block = std::min(n - done, kCopyBlockBytes);
+        std::memcpy(out, from + done, block);
+        checksum.Update(out, block);
+        if (fingerprint != nullptr) fingerprint->Update(out, block);
+        out += block;
+        done += block;
+      }
     };
     const int32_t rank = comm_->rank(), world = comm_->size();
     const uint64_t metadata_bytes = metadata.size();
@@ -1063,14 +1137,103 @@ class Checkpointer::Impl {
       put(e.name.data(), e.name.size());
     }
     put(metadata.data(), metadata.size());
-    for (const Entry& e : entries_)
-      put(e.capture == Capture::kAtCommit ? e.staged.data() : e.memory.data(), e.memory.size());
-    const uint64_t checksum = own_.FinishWrite(target, step, payload_bytes);
+    SharedPrints prints;
+    prints.step = step;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      const std::byte* bytes = e.capture == Capture::kAtCommit ? e.staged.data() : e.memory.data();
+      if (e.scope != Scope::kShared) {
+        put(bytes, e.memory.size());
+        continue;
+      }
+      internal::Hasher fingerprint;
+      put(bytes, e.memory.size(), &fingerprint);
+      prints.entries.push_back({static_cast<int>(i), e.name, fingerprint.Final()});
+    }
+    const uint64_t sum = checksum.Final();
+    own_.FinishCopy(target, step, payload_bytes, sum);
     const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
     Status status = Status::Ok();
-    if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, checksum);
+    if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, sum);
+    shared_prints_ = std::move(prints);
     local_step_ = step;
     return status;
+  }
+
+  // The fingerprints of the kShared entries of the snapshot each rank completed last (`rows`:
+  // the agreement's), equal on every rank. Cheap: the copy computed them in its one pass over the
+  // bytes (Copy), and the agreement's allgather, made anyway, carries their step, count and
+  // combination (24 bytes a rank), so no pass over the data and no collective is added. When
+  // they differ, every rank sees it in the same rows and takes this path (SharedMismatch names
+  // the entry);
+  // every rank drops that snapshot (slot and file), so neither agreed_step() nor a restore ever
+  // takes it, and fails. Ranks whose newest snapshots are not the same step (after a restore:
+  // none yet) compare nothing.
+  Status CheckShared(const std::vector<int64_t>& rows) {
+    const int64_t* first = rows.data();
+    const int64_t step = first[3];
+    bool equal = true;
+    for (int r = 0; r < comm_->size(); ++r) {
+      const int64_t* row = &rows[static_cast<size_t>(kAgreementRow * r)];
+      if (step < 1 || row[3] != step) return Status::Ok();
+      equal = equal && row[4] == first[4] && row[5] == first[5];
+    }
+    if (equal) return Status::Ok();
+    CUPCAKE_ASSIGN_OR_RETURN(const std::string problem, SharedMismatch(rows, " at step " + std::to_string(step)));
+    DropNewerThan(step - 1);
+    shared_prints_ = {};
+    std::vector<std::string> ignored;
+    int64_t newest = 0;
+    for (const SlotSegment::ValidSlot& v : own_.ValidSlots(&ignored)) newest = std::max(newest, v.step);
+    local_step_ = newest;
+    return FailedPreconditionError(where_ + ": " + problem + "; the snapshot of step " + std::to_string(step) +
+                                   " is dropped on every rank");
+  }
+
+  // What differs between the ranks' kShared entries (`rows`: the agreement's, whose combined
+  // fingerprints differ): their numbers, else (collective: one allgather of every rank's
+  // per-entry fingerprints) the first entry registered at different positions or whose bytes
+  // differ.
+  StatusOr<std::string> SharedMismatch(const std::vector<int64_t>& rows, const std::string& at) {
+    const int world = comm_->size();
+    std::string counts;
+    bool same_count = true;
+    for (int r = 0; r < world; ++r) {
+      const int64_t n = rows[static_cast<size_t>(kAgreementRow * r + 4)];
+      counts += (r ? ", " : "") + std::to_string(n) + " on rank " + std::to_string(r);
+      same_count = same_count && n == rows[4];
+    }
+    if (!same_count)
+      return "entries: the ranks register different numbers of Scope::kShared entries" + at + "; got " + counts +
+             ", expected the same on every rank";
+    const size_t count = shared_prints_.entries.size();
+    std::vector<int64_t> mine(2 * count), all(2 * count * static_cast<size_t>(world));
+    for (size_t k = 0; k < count; ++k) {
+      mine[2 * k] = shared_prints_.entries[k].index;
+      mine[2 * k + 1] = static_cast<int64_t>(shared_prints_.entries[k].fingerprint);
+    }
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine.data(), all.data(), static_cast<int64_t>(mine.size() * 8))
+                                .WithPrefix(where_ + ": commit"));
+    for (size_t k = 0; k < count; ++k) {
+      std::string indices, prints;
+      bool same_index = true, same_print = true;
+      for (int r = 0; r < world; ++r) {
+        const int64_t* pair = &all[2 * (count * static_cast<size_t>(r) + k)];
+        indices += (r ? ", " : "") + ("entries[" + std::to_string(pair[0]) + "] on rank ") + std::to_string(r);
+        prints += (r ? ", " : "") + Hex(static_cast<uint64_t>(pair[1])) + " on rank " + std::to_string(r);
+        same_index = same_index && pair[0] == mine[2 * k];
+        same_print = same_print && pair[1] == mine[2 * k + 1];
+      }
+      const SharedPrints::Print& p = shared_prints_.entries[k];
+      if (!same_index)
+        return "entries: the ranks register their Scope::kShared entries at different positions" + at + "; got " +
+               indices + ", expected the same on every rank";
+      if (!same_print)
+        return "entries[" + std::to_string(p.index) + "]: registered Scope::kShared ('" + p.name +
+               "'), but its bytes differ between the ranks" + at + "; got fingerprint " + prints +
+               ", expected the same bytes on every rank (Scope::kRank for state each rank keeps its own of)";
+    }
+    return "entries: the Scope::kShared entries' combined fingerprints differ between the ranks" + at;
   }
 
   // This rank's newest complete snapshot in its own segment, if it is the one its last copy
@@ -1395,6 +1558,7 @@ class Checkpointer::Impl {
   std::vector<std::byte> outbox_, inbox_;  // the exchange's buffers: a chunk per holder, per source
   bool streams_done_ = true;  // every rank's stream sent to its end: the next Commit starts new ones
   std::atomic<int64_t> local_step_{0};
+  SharedPrints shared_prints_;  // of local_step_'s snapshot; written by copy_, read after joining it
   int64_t last_step_ = 0, agreed_step_ = 0;
   // Whether this object's snapshots continue a history: a restore's, or its own first commit's.
   bool history_started_ = false;

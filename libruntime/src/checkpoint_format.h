@@ -69,6 +69,24 @@ struct Trailer {
 // tail and the length): it catches torn and corrupted copies, not adversaries.
 uint64_t Checksum(const std::byte* data, size_t bytes);
 
+// Checksum over bytes that arrive in pieces: Update(a), Update(b), ..., then Final() is
+// Checksum of the pieces laid end to end. Lets one pass over a snapshot's bytes give its
+// checksum and its kShared entries' fingerprints (each a Hasher of its own) at once.
+class Hasher {
+ public:
+  Hasher();
+  void Update(const std::byte* data, size_t bytes);
+  uint64_t Final() const;
+
+ private:
+  void MixBlocks(const std::byte* data, size_t blocks);  // whole 32-byte blocks into the lanes
+
+  uint64_t lanes_[4];
+  std::byte pending_[32];  // the bytes after the last whole 32-byte block
+  size_t pending_bytes_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
 struct SnapshotEntry {
   std::string name;
   int64_t size_bytes = 0;

@@ -25,6 +25,7 @@ void NetworkGate::EnterCollective() {
   if (transfers_in_flight_ > 0) ++waited_;
   idle_.wait(lock, [&] { return transfers_in_flight_ == 0; });
   ++collectives_in_flight_;
+  ++collectives_;
 }
 
 void NetworkGate::LeaveCollective() {
@@ -35,6 +36,10 @@ void NetworkGate::LeaveCollective() {
 int64_t NetworkGate::transfers() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return transfers_;
+}
+int64_t NetworkGate::collectives() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return collectives_;
 }
 int64_t NetworkGate::collectives_waited() const {
   std::lock_guard<std::mutex> lock(mutex_);

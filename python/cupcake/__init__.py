@@ -26,7 +26,7 @@ for _name in ("libmpi.so.40", "libmpi.so"):
 from ._runtime import Communicator, Error, Recorder, Session, SessionOptions, Launch, Mpi, Gloo  # noqa: E402
 from ._runtime import built_with_gloo, built_with_nccl, plan_ratios  # noqa: E402
 from ._runtime import open_kernel_time_source as _open_kernel_time_source  # noqa: E402
-from ._runtime import Checkpointer  # noqa: E402,F401  (docs/CHECKPOINT.md)
+from ._runtime import Checkpointer, NetworkGate  # noqa: E402,F401  (docs/CHECKPOINT.md)
 
 __all__ = ["Communicator", "Error", "Recorder", "Session", "SessionOptions", "Launch", "Mpi", "Gloo", "mpi", "init",
            "launch", "world", "layout", "known_rank", "track", "built_with_gloo", "built_with_nccl", "plan_ratios",

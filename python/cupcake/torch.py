@@ -681,6 +681,11 @@ class Checkpointer:
     for a job whose ranks train apart). Buffers (batch-norm statistics, computed from each rank's
     batches) and the session's state are always this rank's own. A restore from a replica checks
     the rebuilt snapshot against the lost rank's checksum, so shared state that differed fails it.
+    Earlier than that, each commit() compares the shared state of the previous snapshot across the
+    ranks (fingerprints the background copy computes) and raises cupcake.Error on every rank
+    naming the first entry that differs and its step; that snapshot is dropped. With replicate and
+    a DistributedOptimizer, the replica exchanges and the session's collectives share its session's
+    gate (`gate`, a cupcake.NetworkGate): a collective waits while an exchange is on the network.
     restore() puts back the newest step every rank holds, bit for bit.
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
@@ -709,9 +714,13 @@ class Checkpointer:
         if shared_state not in (None, True, False):
             raise UsageError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
         self._shared = state is not None if shared_state is None else shared_state
-        self._cpp = cupcake.track(cupcake.Checkpointer(launched, name, persist_dir or "", int(persist_every),
-                                                       bool(replicate), replica_chunk_bytes, replica_group_hosts))
         self._session = state.session if state is not None else None
+        # The replica exchanges behind the session's gate, as GateCommunicator does in C++; None
+        # without replicas or a host session (record mode, NCCL).
+        self.gate = self._session.gate if replicate and self._session is not None else None
+        self._cpp = cupcake.track(cupcake.Checkpointer(launched, name, persist_dir or "", int(persist_every),
+                                                       bool(replicate), replica_chunk_bytes, replica_group_hosts,
+                                                       self.gate))
         if self._session is not None:
             self._cpp.attach_session(self._session)
         self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)
@@ -733,7 +742,10 @@ class Checkpointer:
         optimizer.step = types.MethodType(step, optimizer)
 
     def commit(self, step):
-        """Collective, after the optimizer step of `step` (>= 1, increasing, the same on every rank)."""
+        """Collective, after the optimizer step of `step` (>= 1, increasing, the same on every rank).
+        Raises cupcake.Error on every rank when the previous snapshot's shared entries differ
+        between the ranks (naming the entry and that step), or when its background copy failed;
+        the snapshot of `step` is then not taken."""
         self._register()
         self._cpp.commit(int(step), json.dumps(self._metadata(), sort_keys=True).encode())
 

@@ -285,16 +285,22 @@ runtime::SessionOptions ToOptions(const SessionArgs& args, void* job_stream) {
 // thread stops, the MPI duplicate is freed); every later call raises.
 class PySession {
  public:
-  // Host memory over the launch's communicator (MPI or gloo). Creation is collective; it runs
-  // without the GIL (a gloo split meets through a Python store, which takes it).
+  // Host memory over the launch's communicator (MPI or gloo) behind the session's own
+  // NetworkGate (`gate`), which a Checkpointer with replicas shares (docs/CHECKPOINT.md): the
+  // Python session is made inside DistributedOptimizer, before any Checkpointer, so its
+  // communicator is always gated; with no transfer in flight a collective passes at the cost of
+  // a mutex. Creation is collective; it runs without the GIL (a gloo split meets through a
+  // Python store, which takes it).
   static std::unique_ptr<PySession> Create(const std::string& plan, Launch& launch, const SessionArgs& args) {
     std::unique_ptr<comm::Communicator> world = launch.World();
+    auto gate = std::make_shared<runtime::NetworkGate>();
     StatusOr<std::unique_ptr<runtime::Session>> session = InternalError("not run");
     {
       py::gil_scoped_release release;
-      session = runtime::Session::Create(plan, std::move(world), ToOptions(args, nullptr));
+      session =
+          runtime::Session::Create(plan, runtime::GateCommunicator(gate, std::move(world)), ToOptions(args, nullptr));
     }
-    return std::make_unique<PySession>(Take(std::move(session)));
+    return std::make_unique<PySession>(Take(std::move(session)), std::move(gate));
   }
   // Device memory over NCCL, bootstrapped through the launch's host communicator (rank 0's
   // ncclUniqueId broadcast over MPI or gloo), on the current CUDA device.
@@ -311,7 +317,8 @@ class PySession {
     }
     return std::make_unique<PySession>(Take(std::move(session)));
   }
-  explicit PySession(std::unique_ptr<runtime::Session> session) : session_(std::move(session)) {}
+  explicit PySession(std::unique_ptr<runtime::Session> session, std::shared_ptr<runtime::NetworkGate> gate = nullptr)
+      : session_(std::move(session)), gate_(std::move(gate)) {}
 
   runtime::Session& Get() const {
     if (session_ == nullptr) Raise(FailedPreconditionError("cupcake: Session: closed; expected an open session"));
@@ -319,9 +326,13 @@ class PySession {
   }
   void Close() { session_.reset(); }
   bool closed() const { return session_ == nullptr; }
+  // The gate in front of a host session's communicator; nullptr for NCCL (its collectives run
+  // on the device's stream, not at the call).
+  const std::shared_ptr<runtime::NetworkGate>& gate() const { return gate_; }
 
  private:
   std::unique_ptr<runtime::Session> session_;
+  std::shared_ptr<runtime::NetworkGate> gate_;
 };
 
 // One GraVAC window as a dict, the keys GravacDecision's fields.
@@ -479,7 +490,10 @@ void BindSession(py::module_& m) {
       .def_property_readonly("rank", [](const PySession& s) { return s.Get().rank(); })
       .def_property_readonly("world_size", [](const PySession& s) { return s.Get().world_size(); })
       .def_property_readonly("fusion_bytes", [](const PySession& s) { return s.Get().fusion_bytes(); })
-      .def_property_readonly("iteration", [](const PySession& s) { return s.Get().iteration(); });
+      .def_property_readonly("iteration", [](const PySession& s) { return s.Get().iteration(); })
+      .def_property_readonly("gate", &PySession::gate,
+                             "The NetworkGate in front of this host session's communicator, for "
+                             "Checkpointer(..., gate=); None for a session over NCCL.");
 }
 
 void BindRecorder(py::module_& m) {
@@ -543,7 +557,8 @@ void BindRecorder(py::module_& m) {
 class PyCheckpointer {
  public:
   PyCheckpointer(Launch& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
-                 bool replicate, int64_t replica_chunk_bytes, int replica_group_hosts)
+                 bool replicate, int64_t replica_chunk_bytes, int replica_group_hosts,
+                 std::shared_ptr<runtime::NetworkGate> gate)
       : comm_(mpi.World()) {
     runtime::CheckpointOptions options;
     options.name = name;
@@ -552,6 +567,7 @@ class PyCheckpointer {
     options.replicate = replicate;
     options.replica_chunk_bytes = replica_chunk_bytes;
     options.replica_group_hosts = replica_group_hosts;
+    options.gate = std::move(gate);
     ckpt_ = Take(runtime::Checkpointer::Create(options, comm_.get()));
   }
   runtime::Checkpointer& Get() {
@@ -603,11 +619,27 @@ py::dict PointDict(const runtime::RestorePoint& p) {
 }
 
 void BindCheckpointer(py::module_& m) {
+  py::class_<runtime::NetworkGate, std::shared_ptr<runtime::NetworkGate>>(
+      m, "NetworkGate",
+      "One rank's network shared by a session's collectives and a Checkpointer's replica exchanges "
+      "(runtime::NetworkGate): a collective waits while an exchange is in flight. A host Session's "
+      "`gate`; counters only.")
+      .def_property_readonly("transfers", &runtime::NetworkGate::transfers, "Replica exchanges started.")
+      .def_property_readonly("collectives", &runtime::NetworkGate::collectives, "Collectives that entered the gate.")
+      .def_property_readonly("collectives_waited", &runtime::NetworkGate::collectives_waited,
+                             "Collectives that waited for an exchange.")
+      .def_property_readonly("transfers_during_collectives", &runtime::NetworkGate::transfers_during_collectives,
+                             "Exchanges started while a collective was in flight (0 when commits follow the "
+                             "session's synchronize).");
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
-      .def(py::init<Launch&, const std::string&, const std::string&, int, bool, int64_t, int>(), py::arg("mpi"),
-           py::arg("name"), py::arg("persist_dir") = "", py::arg("persist_every") = 0, py::arg("replicate") = false,
-           py::arg("replica_chunk_bytes") = 0, py::arg("replica_group_hosts") = 2, py::keep_alive<1, 2>())
+      .def(py::init<Launch&, const std::string&, const std::string&, int, bool, int64_t, int,
+                    std::shared_ptr<runtime::NetworkGate>>(),
+           py::arg("mpi"), py::arg("name"), py::arg("persist_dir") = "", py::arg("persist_every") = 0,
+           py::arg("replicate") = false, py::arg("replica_chunk_bytes") = 0, py::arg("replica_group_hosts") = 2,
+           py::arg("gate").none(true) = nullptr, py::keep_alive<1, 2>(),
+           "gate: a host Session's `gate`, so that replica exchanges and that session's collectives never overlap "
+           "(None: not coordinated).")
       .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
            py::arg("at_commit") = false, py::arg("shared") = false,
            "Registers the next entry: `nbytes` bytes of host memory at `address`; at_commit: copied inside "

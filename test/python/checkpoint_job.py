@@ -10,13 +10,20 @@ for --steps steps, committing a snapshot after every optimizer step, and
                   the first entry whose size differs (and write nothing), else exit 1;
   --replica-chunk-bytes N, --replica-group-hosts M  the Checkpointer's options of those names;
   --bad-options   checks that out-of-range replica_chunk_bytes and replica_group_hosts raise ValueError
-                  naming the argument, then exits (0: as expected).
+                  naming the argument, then exits (0: as expected);
+  --check-gate    (with --replicate and a plan) at the end: the Checkpointer's gate is the session's, one
+                  exchange per commit went through it, the session's collectives entered it (at least one
+                  per step) and no exchange started during one, else exit 1;
+  --diverge-at K  rank 1 flips one bit of conv1.weight after the optimizer step of K (its parameters then
+                  differ from rank 0's): commit(K + 1) must raise cupcake.Error on every rank naming that
+                  entry and step K, else exit 1.
 PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedback is part of the
 snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas; and a
 StepLR scheduler made after the Checkpointer, its state added with add_state).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K [--wait-before-kill]]
        [--persist DIR --persist-every P] [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]
-       [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model] [--bad-options]"""
+       [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model] [--bad-options]
+       [--check-gate] [--diverge-at K]"""
 
 import argparse
 import os
@@ -47,6 +54,8 @@ def main():
     p.add_argument("--replica-chunk-bytes", type=int, default=0)
     p.add_argument("--replica-group-hosts", type=int, default=2)
     p.add_argument("--bad-options", action="store_true")
+    p.add_argument("--check-gate", action="store_true")
+    p.add_argument("--diverge-at", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = cupcake.torch.rank()
@@ -90,6 +99,7 @@ def main():
     if a.expect_start is not None and str(start) not in a.expect_start.split(","):
         sys.exit("FAIL: %s: rank %d: restore() returned step %d, expected one of %s"
                  % (a.plan, rank, start, a.expect_start))
+    collectives = ckpt.gate.collectives if a.check_gate and ckpt.gate is not None else 0
     for step in range(start + 1, a.steps + 1):
         x, y = cnn.batch(rank, step)
         opt.zero_grad()
@@ -97,6 +107,11 @@ def main():
         opt.step()
         if scheduler is not None:
             scheduler.step()
+        if step == a.diverge_at and rank == 1:
+            model.conv1.weight.detach().view(-1).view(torch.int32)[0] ^= 1
+        if ckpt is not None and a.diverge_at and step == a.diverge_at + 1:
+            check_diverged(ckpt, opt, rank, a)
+            return
         if ckpt is not None:
             ckpt.commit(step)
         if step == a.kill_at:
@@ -118,12 +133,60 @@ def main():
         if rank == 0:
             print("ok: %s: restarted at step %d, %d tensors bitwise equal to the uninterrupted run after %d steps"
                   % (a.plan, start, len(reference), a.steps), flush=True)
+    if a.check_gate:
+        check_gate(ckpt, opt, rank, a.steps - start, collectives)
     if ckpt is not None:
         ckpt.close()
         if a.remove:
             cupcake.torch.Checkpointer.remove(a.name)
     if a.plan != "-":
         opt.close()
+
+
+def check_diverged(ckpt, opt, rank, a):
+    """commit(K + 1) raises naming conv1.weight (entries[3], after the session's three) and step K."""
+    want = ("entries[3]: registered Scope::kShared ('model.conv1.weight'), but its bytes differ between the ranks at "
+            "step %d; got fingerprint " % a.diverge_at)
+    try:
+        ckpt.commit(a.diverge_at + 1)
+    except cupcake.Error as e:
+        if want not in str(e) or "; the snapshot of step %d is dropped on every rank" % a.diverge_at not in str(e):
+            sys.exit("FAIL: rank %d: commit(%d) after rank 1's parameters diverged: got '%s', expected '%s...'"
+                     % (rank, a.diverge_at + 1, e, want))
+        if ckpt.agreed_step != a.diverge_at - 1:
+            sys.exit("FAIL: rank %d: agreed_step %d after the failed commit, expected %d"
+                     % (rank, ckpt.agreed_step, a.diverge_at - 1))
+        if rank == 0:
+            print("ok: diverged shared state refused at commit(%d): %s" % (a.diverge_at + 1, e), flush=True)
+        ckpt.close()
+        if a.remove:
+            cupcake.torch.Checkpointer.remove(a.name)
+        opt.close()
+        return
+    sys.exit("FAIL: rank %d: commit(%d) did not raise although rank 1's conv1.weight differs"
+             % (rank, a.diverge_at + 1))
+
+
+def check_gate(ckpt, opt, rank, commits, collectives):
+    """The replica exchanges and the session's collectives went through one gate, never at once."""
+    gate = ckpt.gate
+    if gate is None or opt._cupcake.session.gate is None:
+        sys.exit("FAIL: rank %d: Checkpointer(replicate=True) with a DistributedOptimizer has no gate" % rank)
+    if gate.transfers != commits:
+        sys.exit("FAIL: rank %d: gate.transfers %d, expected %d (one exchange per commit)"
+                 % (rank, gate.transfers, commits))
+    if opt._cupcake.session.gate.transfers != commits:
+        sys.exit("FAIL: rank %d: the session's gate saw %d exchanges, expected %d (the Checkpointer's gate is "
+                 "another)" % (rank, opt._cupcake.session.gate.transfers, commits))
+    if gate.collectives - collectives < commits:
+        sys.exit("FAIL: rank %d: %d of the session's collectives entered the gate in %d steps, expected >= 1 per step"
+                 % (rank, gate.collectives - collectives, commits))
+    if gate.transfers_during_collectives != 0:
+        sys.exit("FAIL: rank %d: %d exchanges started during a collective, expected 0"
+                 % (rank, gate.transfers_during_collectives))
+    if rank == 0:
+        print("ok: gated: %d exchanges, %d session collectives, %d waited" % (
+            gate.transfers, gate.collectives - collectives, gate.collectives_waited), flush=True)
 
 
 def check_bad_options(model, opt, name):

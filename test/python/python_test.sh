@@ -15,8 +15,10 @@
 #               whose final weights must equal the uninterrupted run's bit for bit;
 #               then topk with replicas, killed at 7, rank 1's segments deleted: restored from rank 0's
 #               replica and rank 0's shared state; with 1-byte chunks the same loss leaves no common step;
-#               out-of-range replica options are refused; then topk persisted every 4 steps, killed at 10,
-#               its segments deleted: restored from step 8
+#               out-of-range replica options are refused; the replicas' exchanges and the session's
+#               collectives share the session's gate; rank 1's parameters changed by one bit fail the
+#               next commit on every rank naming the entry; then topk persisted every 4 steps, killed at
+#               10, its segments deleted: restored from step 8
 #   launch      launch_job.py under mpirun and under torchrun_like.py (torchrun's variables, no MPI; Debian's
 #               torchrun itself fails at start): the same plans (fp32, fp32 layer-wise, topk) train to the
 #               same parameters on every rank, bit for bit; also with torch.distributed initialized by
@@ -119,8 +121,9 @@ case "$stage" in
       echo "FAIL: replica: the run killed at step 7 exited 0"; exit 1
     fi
     rm -f /dev/shm/cupcake-"$name"-1 /dev/shm/cupcake-"$name"-1-replica-0 /dev/shm/cupcake-"$name"-1-outgoing
+    # Its exchanges and the session's collectives share the session's gate (--check-gate).
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-replica" --steps 12 --name "$name" --replicate \
-      --compare "$work/ckpt-topk-ref" --expect-start 6 --remove | tee "$work/ckpt-replica.log"
+      --compare "$work/ckpt-topk-ref" --expect-start 6 --check-gate --remove | tee "$work/ckpt-replica.log"
     grep -q "from rank 0's /dev/shm/cupcake-$name-0-replica-1, its shared entries from rank 0" "$work/ckpt-replica.log" ||
       { echo "FAIL: replica: rank 1 did not restore from rank 0's replica and its shared state"; exit 1; }
     # Chunks of 1 byte (replica_chunk_bytes reaches the C++ options; m = 3 on one host: the next
@@ -139,6 +142,10 @@ case "$stage" in
     grep -q "no step is held by every rank" "$work/ckpt-chunks.log" ||
       { echo "FAIL: chunks: the restart failed, but not for want of a common step:"; cat "$work/ckpt-chunks.log"; exit 1; }
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-bad" --steps 1 --name "$tag-bad" --bad-options
+    # Shared state that differs between the ranks (rank 1's conv1.weight, one bit after step 4):
+    # commit(5) raises on every rank naming the entry and step 4.
+    "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-diverge" --steps 6 --name "$tag-diverge" \
+      --diverge-at 4 --remove
     # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted).
     rm -rf "$work/ckpt-persist" && mkdir -p "$work/ckpt-persist"
     name="$tag-persist"

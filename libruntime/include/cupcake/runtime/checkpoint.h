@@ -7,8 +7,10 @@
 // the residuals are not (PowerSGD's Q is). After each optimizer step the job calls Commit(step):
 //   1. waits for the previous snapshot's copy and exchange if still running (the only wait of a
 //      step);
-//   2. a tiny collective (an allgather of two int64 per rank): the ranks commit the same step,
-//      and agreed_step() becomes the newest step every rank has completed;
+//   2. a tiny collective (an allgather of six int64 per rank): the ranks commit the same step,
+//      agreed_step() becomes the newest step every rank has completed, and that snapshot's
+//      Scope::kShared entries are checked to be the same on every rank (fingerprints its copy
+//      computed);
 //   3. with `replicate`, starts this commit's replica exchange on a thread of its own (the next
 //      chunk of this rank's stream, its own state, to the ranks that keep its replicas, options
 //      below);
@@ -111,10 +113,11 @@ class NetworkGate {
   void EndTransfer();
   void EnterCollective();
   void LeaveCollective();
-  // Transfers started; collectives that waited for a transfer; transfers started while a
-  // collective was in flight (0 when the session's communicator is gated and commits follow
-  // the session's Synchronize).
+  // Transfers started; collectives that entered the gate; collectives that waited for a
+  // transfer; transfers started while a collective was in flight (0 when the session's
+  // communicator is gated and commits follow the session's Synchronize).
   int64_t transfers() const;
+  int64_t collectives() const;
   int64_t collectives_waited() const;
   int64_t transfers_during_collectives() const;
 
@@ -122,7 +125,7 @@ class NetworkGate {
   mutable std::mutex mutex_;
   std::condition_variable idle_;
   int transfers_in_flight_ = 0, collectives_in_flight_ = 0;
-  int64_t transfers_ = 0, waited_ = 0, overlapping_ = 0;
+  int64_t transfers_ = 0, collectives_ = 0, waited_ = 0, overlapping_ = 0;
 };
 
 // `inner` (host memory) behind `gate`: each collective (and each communicator Split off it)
@@ -139,9 +142,10 @@ enum class Capture { kInBackground, kAtCommit };
 // Whose a span is: kRank, this rank's own; kShared, the same bytes on every rank at every commit
 // (data parallelism: parameters and optimizer state). Replicas carry only the kRank entries (the
 // session's among them, AttachSession); a rank whose host lost its memory takes the kShared ones
-// from another rank's snapshot of the same step, and the snapshot rebuilt must match its own
-// checksum, so entries registered kShared that differ between ranks fail that restore (never a
-// silent mix).
+// from another rank's snapshot of the same step. Entries registered kShared that differ between
+// ranks fail the next Commit on every rank, naming the first such entry (Commit), and, should a
+// snapshot escape that check, the restore that rebuilds it (the rebuilt snapshot must match the
+// lost rank's own checksum): never a silent mix.
 enum class Scope { kRank, kShared };
 
 // What a restore found: the newest step every rank holds (0: none, a fresh job), this rank's
@@ -190,7 +194,14 @@ class Checkpointer {
   // The first Commit of a Checkpointer that did not restore starts a new history: this rank's
   // snapshots of the same name (segment slots and persisted files, another run's) are dropped.
   // Returns an error of the previous background copy (or persist) if it failed; the snapshot is
-  // then not taken.
+  // then not taken. So, on every rank, when the kShared entries of the snapshot every rank
+  // completed last (the previous Commit's) differ between the ranks: FailedPrecondition naming
+  // the first such entry and that step (`<segment>: entries[3]: registered Scope::kShared
+  // ('fc.weight'), but its bytes differ between the ranks at step 7; got fingerprint 0x... on
+  // rank 0, 0x... on rank 1, expected the same bytes on every rank (...); the snapshot of step 7
+  // is dropped on every rank`). That snapshot is dropped (slot and file): agreed_step() never
+  // reaches it and no restore takes it. The last snapshot before the job ends or crashes is
+  // never checked (no later Commit).
   Status Commit(int64_t step, std::string_view metadata = {});
   // Waits for the background copy; its error, if any.
   Status WaitForCopy();
