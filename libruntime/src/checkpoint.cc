@@ -338,7 +338,7 @@ struct SessionPlane {
 constexpr SessionPlane kSessionPlanes[] = {
     {"session.error_feedback", CompressorState::kErrorFeedback},
     {"session.momentum", CompressorState::kMomentum},
-    {"session.powersgd.error_feedback", CompressorState::kPowerSgdMemory},
+    {"session.powersgd.padding", CompressorState::kPowerSgdPadding},
     {"session.powersgd.q", CompressorState::kPowerSgdQ},
 };
 constexpr int kIterationPlane = static_cast<int>(std::size(kSessionPlanes));
@@ -689,16 +689,17 @@ class Checkpointer::Impl {
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane >= 0; });
     session_ = session;
     if (session == nullptr) return Status::Ok();
-    const bool powersgd = session->KeepsState(CompressorState::kPowerSgdMemory);
     std::vector<Entry> added;  // all or none
     for (int plane = 0; plane <= kIterationPlane; ++plane) {
       size_t bytes = sizeof(uint64_t);  // the iteration counter
       const char* name = "session.iteration";
       if (plane < kIterationPlane) {
         const CompressorState which = kSessionPlanes[plane].which;
-        // PowerSGD's entries only for a session with PowerSGD groups (other snapshots keep
-        // their layout without them).
-        if (!powersgd && (which == CompressorState::kPowerSgdMemory || which == CompressorState::kPowerSgdQ)) continue;
+        // PowerSGD's entries only when there are some (other snapshots keep their layout without
+        // them).
+        if ((which == CompressorState::kPowerSgdPadding || which == CompressorState::kPowerSgdQ) &&
+            !session->KeepsState(which))
+          continue;
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState(which));
         bytes = state.size() * sizeof(float);
         name = kSessionPlanes[plane].name;
@@ -784,12 +785,17 @@ class Checkpointer::Impl {
         std::memcpy(e.staged.data(), &iteration, sizeof(iteration));
       } else if (e.session_plane >= 0) {
         const CompressorState which = kSessionPlanes[e.session_plane].which;
-        // Shared, so replicas leave them out: a plane no plan keeps (zeros on every rank), and
+        // Shared, so replicas leave them out: a plane no plan keeps (zeros on every rank);
         // PowerSGD's Q, the same on every rank: its first value is drawn from the seed the
         // ranks share, and every step sets it to the allreduced sum / W, which every rank
-        // receives bitwise equal (as the gradients; kernels/powersgd.h). Its error feedback is
-        // the rank's own gradient's residual.
-        e.scope = which == CompressorState::kPowerSgdQ || !session_->KeepsState(which) ? Scope::kShared : Scope::kRank;
+        // receives bitwise equal (as the gradients; kernels/powersgd.h); and PowerSGD's
+        // padding: zero at first (and whenever its plan becomes active), and every step
+        // subtracts the approximation P Q^T there, computed from those same allreduced P and Q
+        // (the gradient adds nothing to the padding). The per-element planes are the rank's own.
+        e.scope = (which == CompressorState::kErrorFeedback || which == CompressorState::kMomentum) &&
+                          session_->KeepsState(which)
+                      ? Scope::kRank
+                      : Scope::kShared;
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session_->ReadState(which));
         if (state.size() * sizeof(float) != e.staged.size())
           return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +

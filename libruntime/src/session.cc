@@ -33,7 +33,7 @@ StatePlane PlaneOf(CompressorState which) {
   switch (which) {
     case CompressorState::kErrorFeedback: return StatePlane::kErrorFeedback;
     case CompressorState::kMomentum: return StatePlane::kMomentum;
-    case CompressorState::kPowerSgdMemory: return StatePlane::kPowerSgdMemory;
+    case CompressorState::kPowerSgdPadding: return StatePlane::kPowerSgdPadding;
     case CompressorState::kPowerSgdQ: return StatePlane::kPowerSgdQ;
   }
   return StatePlane::kErrorFeedback;

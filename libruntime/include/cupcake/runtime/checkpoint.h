@@ -177,13 +177,13 @@ class Checkpointer {
                    Scope scope = Scope::kRank);
   void Clear();
   // Snapshots include `session`'s error-feedback memory and momentum (ReadState at Commit, so
-  // captured at commit), with PowerSGD groups their error-feedback memory and Q, and its
-  // iteration counter as entries "session.error_feedback", "session.momentum",
-  // "session.powersgd.error_feedback", "session.powersgd.q" (the two only when the session has
-  // PowerSGD groups) and "session.iteration"; a restore writes them back (WriteState,
-  // SetIteration: random choices then continue as in the lost run). They are kRank, except a
-  // plane no plan of the session keeps (Session::KeepsState: zeros on every rank) and
-  // PowerSGD's Q (the same on every rank), which are kShared. Not owned; nullptr detaches.
+  // captured at commit), with PowerSGD groups their memory's padding (batched groups) and Q, and
+  // its iteration counter as entries "session.error_feedback", "session.momentum",
+  // "session.powersgd.padding", "session.powersgd.q" (each only when not empty) and
+  // "session.iteration"; a restore writes them back (WriteState, SetIteration: random choices
+  // then continue as in the lost run). They are kRank, except a plane no plan of the session
+  // keeps (Session::KeepsState: zeros on every rank) and PowerSGD's padding and Q (the same on
+  // every rank), which are kShared. Not owned; nullptr detaches.
   Status AttachSession(Session* session);
 
   // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.

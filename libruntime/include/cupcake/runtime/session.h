@@ -129,10 +129,12 @@ struct GroupTimeline {
 };
 
 // Compressor state kept across steps. Per element (kernels/compressor.h): the error-feedback
-// memory (residual e; dgc's accumulator v) or the momentum (dgc's u, signum's m). Per PowerSGD
-// group (kernels/powersgd.h; its runner's own): the error-feedback memory e (the group's floats;
-// batched: the padded square) and the warm-started Q (its compressed matrices', concatenated).
-enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
+// memory (residual e; dgc's accumulator v; PowerSGD's e over its group's elements) or the
+// momentum (dgc's u, signum's m). Per PowerSGD group (kernels/powersgd.h; its runner's own): the
+// rest of its error-feedback memory, a batched group's padding (its padded square's floats after
+// the group's n; none per tensor), and the warm-started Q (its compressed matrices',
+// concatenated). So each float of the memory is in exactly one of the two.
+enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdPadding, kPowerSgdQ };
 
 // One gradient for Session::RegisterAll: its name and float32 buffer of `numel` elements (host
 // memory, or CUDA device memory of the current device for a session on GPU memory).
@@ -252,10 +254,10 @@ class Session {
   int active_plan() const;
   // State `which`, for checkpoints: per element, the active plan's in model element order (one
   // float per element of every tensor, 0 where a group keeps none; a PowerSGD group's error
-  // feedback over its elements); PowerSGD's, that part of every PowerSGD group's state (its
-  // whole memory, with a batched group's padding, or its Q) in plan, then group order, of every
-  // plan, empty when there is none. Write sets it (the same layout, the same size). Between
-  // steps only; on GPU memory a synchronous copy.
+  // feedback over its elements); PowerSGD's, that part of every PowerSGD group's state (a
+  // batched group's padding, or its Q) in plan, then group order, of every plan, empty when there
+  // is none. Write sets it (the same layout, the same size). Between steps only; on GPU memory a
+  // synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
   // Whether any of the session's plans keeps that state in any group (the same on every rank);
   // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
