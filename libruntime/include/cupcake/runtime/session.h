@@ -136,6 +136,14 @@ struct GroupTimeline {
 // concatenated). So each float of the memory is in exactly one of the two.
 enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdPadding, kPowerSgdQ };
 
+// The session's own state beyond its compressors', for checkpoints, as doubles (exact for its
+// counters too). kPlan: the active plan's index; with GraVAC then its controller's state (the
+// rung sent, cf_min's, the candidate's, whether it explores, each rung's last measured time and
+// gain) and the current window's steps so far. kGravacWindow (empty without GraVAC): this rank's
+// part of the current window: its measured iteration times and their count, its bytes sent,
+// the probe's gain sums and time, and for PowerSGD rungs the probe's warm-start Q.
+enum class ControlState { kPlan, kGravacWindow };
+
 // One gradient for Session::RegisterAll: its name and float32 buffer of `numel` elements (host
 // memory, or CUDA device memory of the current device for a session on GPU memory).
 struct GradientBuffer {
@@ -226,8 +234,8 @@ class Session {
   // Synchronized steps so far (the iteration that keys the compressors' random choices).
   uint64_t iteration() const;
   // Sets that counter, for checkpoints: a restarted session then draws the random choices (randk,
-  // qsgd, terngrad) the lost one would have. Between steps; FailedPrecondition once GraVAC is
-  // enabled (its windows count steps from EnableGravac).
+  // qsgd, terngrad) the lost one would have. Between steps. With GraVAC the current window's
+  // steps so far are the ones before `iteration` (InvalidArgument when it is smaller).
   Status SetIteration(uint64_t iteration);
 
   // Adds another plan for this session's model (same tensors, fingerprint) and world, checked
@@ -263,6 +271,13 @@ class Session {
   // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
   bool KeepsState(CompressorState which) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
+  // State `which` (ControlState), for checkpoints; its size is fixed by the plans added and
+  // whether GraVAC is enabled. Write sets it (the same size): kPlan makes its plan active as
+  // SwitchPlan does but without the agreement (every rank writes the same values: a snapshot's
+  // of one step), and GraVAC's window goes on from the steps it holds. Values that are not this
+  // session's (a rung or plan out of range) are refused naming them. Between steps only.
+  StatusOr<std::vector<double>> ReadControlState(ControlState which) const;
+  Status WriteControlState(std::span<const double> values, ControlState which);
 
   // Hands the choice of plan to GraVAC: the session's plans must be a ladder (plan 0 fp32, then
   // one ratio-selecting compressor, topk, randk or dgc, at decreasing ratios, or PowerSGD rungs
