@@ -864,8 +864,9 @@ class Checkpointer::Impl {
         e.scope = SessionScope(*session_, d);
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session_, d));
         if (bytes.size() != e.staged.size())
-          return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " + std::to_string(bytes.size()) +
-                                         " bytes, expected " + std::to_string(e.staged.size()) +
+          return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
+                                         std::to_string(bytes.size()) + " bytes, expected " +
+                                         std::to_string(e.staged.size()) +
                                          " (at AttachSession; attach the session after its last AddPlan and "
                                          "EnableGravac)");
         std::memcpy(e.staged.data(), bytes.data(), e.staged.size());

@@ -272,14 +272,14 @@ class Session::Impl {
                                   " plans, GraVAC " + (gravac_ != nullptr ? "enabled" : "not enabled") + ")");
     const auto whole = [](double v, double low, double end) { return v == std::floor(v) && v >= low && v < end; };
     if (which == ControlState::kPlan) {
-      if (!whole(values[0], 0, plan_count()) || (gravac_ != nullptr && !whole(values.back(), 0, gravac_->options.window)))
-        return InvalidArgumentError("WriteControlState: plan or window out of range; got plan " +
-                                    FormatDouble(values[0]) + ", window steps " +
-                                    (gravac_ != nullptr ? FormatDouble(values.back()) : "none") + ", expected 0 <= plan < " +
-                                    std::to_string(plan_count()) + " (plans added)" +
-                                    (gravac_ != nullptr ? " and 0 <= steps < " + std::to_string(gravac_->options.window) +
-                                                              " (GraVAC's window)"
-                                                        : ""));
+      if (!whole(values[0], 0, plan_count()) ||
+          (gravac_ != nullptr && !whole(values.back(), 0, gravac_->options.window)))
+        return InvalidArgumentError(
+            "WriteControlState: plan or window out of range; got plan " + FormatDouble(values[0]) + ", window steps " +
+            (gravac_ != nullptr ? FormatDouble(values.back()) : "none") + ", expected 0 <= plan < " +
+            std::to_string(plan_count()) + " (plans added)" +
+            (gravac_ != nullptr ? " and 0 <= steps < " + std::to_string(gravac_->options.window) + " (GraVAC's window)"
+                                : ""));
       if (gravac_ != nullptr) {
         CUPCAKE_RETURN_IF_ERROR(
             gravac_->controller.WriteState(values.subspan(1, values.size() - 2)).WithPrefix("WriteControlState"));

@@ -552,7 +552,8 @@ TEST(GravacSession, RestoredFromASnapshotDecidesAsTheUninterruptedRun) {
         now_us += step_us[job.sessions[0]->active_plan()];
         clock.Set(now_us);
         const std::vector<Floats> got = Step(job, it);
-        if (run == 0) uninterrupted[static_cast<size_t>(it)] = got;
+        if (run == 0)
+          uninterrupted[static_cast<size_t>(it)] = got;
         else
           EXPECT_TRUE(got == uninterrupted[static_cast<size_t>(it)]) << "step " << it;
         ExpectRanksDecideAlike(job, world);
