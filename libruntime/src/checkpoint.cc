@@ -362,19 +362,108 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
 
 constexpr int kCandidates = 6;  // per rank: two slots, two outgoing slots and two persisted files
 constexpr int kReplicaCandidates = 2;  // per source a rank keeps replicas of: its two slots
-// The session's entries (Entry::session_plane): its CompressorState planes, then its iteration
-// counter.
-struct SessionPlane {
+// The session's entries (Entry::session_plane indexes this), in the order they are registered
+// and restored: its control state first (making the snapshot's plan active restarts that plan's
+// Q and padding, which the PowerSGD entries then write back), then its compressors' state, then
+// its iteration counter (GraVAC's window steps, restored before, count before it).
+enum class SessionPart { kControl, kCompressor, kIteration };
+struct SessionEntry {
   const char* name;
-  CompressorState which;
+  SessionPart part;
+  ControlState control = ControlState::kPlan;  // kControl
+  CompressorState state = CompressorState::kErrorFeedback;  // kCompressor
 };
-constexpr SessionPlane kSessionPlanes[] = {
-    {"session.error_feedback", CompressorState::kErrorFeedback},
-    {"session.momentum", CompressorState::kMomentum},
-    {"session.powersgd.error_feedback", CompressorState::kPowerSgdMemory},
-    {"session.powersgd.q", CompressorState::kPowerSgdQ},
+constexpr SessionEntry kSessionEntries[] = {
+    {"session.plan", SessionPart::kControl, ControlState::kPlan},
+    {"session.gravac", SessionPart::kControl, ControlState::kGravacWindow},
+    {"session.error_feedback", SessionPart::kCompressor, {}, CompressorState::kErrorFeedback},
+    {"session.momentum", SessionPart::kCompressor, {}, CompressorState::kMomentum},
+    {"session.powersgd.padding", SessionPart::kCompressor, {}, CompressorState::kPowerSgdPadding},
+    {"session.powersgd.q", SessionPart::kCompressor, {}, CompressorState::kPowerSgdQ},
+    {"session.iteration", SessionPart::kIteration},
 };
-constexpr int kIterationPlane = static_cast<int>(std::size(kSessionPlanes));
+
+// The entry's bytes as `session` holds them now (Session::ReadControlState, ReadState,
+// iteration()).
+StatusOr<std::vector<std::byte>> ReadSessionEntry(const Session& session, const SessionEntry& e) {
+  const auto bytes = [](const auto& values) {
+    std::vector<std::byte> out(values.size() * sizeof(values[0]));
+    std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  };
+  switch (e.part) {
+    case SessionPart::kControl: {
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<double> values, session.ReadControlState(e.control));
+      return bytes(values);
+    }
+    case SessionPart::kCompressor: {
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> values, session.ReadState(e.state));
+      return bytes(values);
+    }
+    case SessionPart::kIteration: break;
+  }
+  return bytes(std::array<uint64_t, 1>{session.iteration()});
+}
+
+// Writes a restored entry's bytes back (WriteControlState, WriteState, SetIteration).
+Status WriteSessionEntry(Session& session, const SessionEntry& e, std::span<const std::byte> bytes) {
+  switch (e.part) {
+    case SessionPart::kControl: {
+      std::vector<double> values(bytes.size() / sizeof(double));
+      std::memcpy(values.data(), bytes.data(), values.size() * sizeof(double));
+      return session.WriteControlState(values, e.control);
+    }
+    case SessionPart::kCompressor: {
+      std::vector<float> values(bytes.size() / sizeof(float));
+      std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+      return session.WriteState(values, e.state);
+    }
+    case SessionPart::kIteration: break;
+  }
+  uint64_t iteration = 0;
+  std::memcpy(&iteration, bytes.data(), sizeof(iteration));
+  return session.SetIteration(iteration);
+}
+
+// Whether a snapshot of `session` has the entry, `bytes` its size now: the per-element planes
+// and the counter always; the plan with several plans; PowerSGD's parts and GraVAC's window when
+// there are some (other snapshots keep their layout without them).
+bool HasEntry(const Session& session, const SessionEntry& e, size_t bytes) {
+  if (e.part == SessionPart::kControl && e.control == ControlState::kPlan) return session.plan_count() > 1;
+  if (e.part == SessionPart::kCompressor &&
+      (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum))
+    return true;
+  return e.part == SessionPart::kIteration || bytes > 0;
+}
+
+// The entry's scope at a commit. Shared, so replicas leave them out:
+// - a per-element plane no plan keeps: zeros on every rank;
+// - PowerSGD's Q: its first value is drawn from the seed the ranks share, and every step sets it
+//   to the allreduced sum / W, which every rank receives bitwise equal (as the gradients;
+//   kernels/powersgd.h);
+// - PowerSGD's padding: zero at first (and whenever its plan becomes active), and every step
+//   subtracts the approximation P Q^T there, computed from those same allreduced P and Q; the
+//   gradient adds nothing to the padding;
+// - the plan: SwitchPlan agrees on it, and GraVAC switches to the rung its controller decided.
+//   The controller's state is the same on every rank bitwise: Decide's inputs that it keeps
+//   (the gain and time sums) are summed in rank order from one allgather of the same doubles,
+//   so every rank computes the same values; this rank's bytes and probe cost go only into the
+//   decision's record. Every rank synchronizes the same steps, so the window's count is the same.
+// The rank's own: the per-element planes (of its own gradients) and GraVAC's window (its gain
+// sums, times and probe's Q, from its own gradients and clock). The counter is the same on every
+// rank, but kRank: a replica carries its 8 bytes.
+Scope SessionScope(const Session& session, const SessionEntry& e) {
+  switch (e.part) {
+    case SessionPart::kControl: return e.control == ControlState::kPlan ? Scope::kShared : Scope::kRank;
+    case SessionPart::kCompressor:
+      return (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum) &&
+                     session.KeepsState(e.state)
+                 ? Scope::kRank
+                 : Scope::kShared;
+    case SessionPart::kIteration: break;
+  }
+  return Scope::kRank;
+}
 constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
 // Commit's agreement, per rank: the step committed, the newest step completed, ok, and of that
 // snapshot's kShared entries (SharedPrints) the step, the count and the combined fingerprint.
@@ -406,7 +495,7 @@ struct Entry {
   Capture capture = Capture::kInBackground;
   Scope scope = Scope::kRank;
   std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
-  int session_plane = -1;  // kSessionPlanes[i], or kIterationPlane (memory is `staged`)
+  int session_plane = -1;  // kSessionEntries[i] (memory is `staged`)
 };
 
 // One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
@@ -745,21 +834,12 @@ class Checkpointer::Impl {
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane >= 0; });
     session_ = session;
     if (session == nullptr) return Status::Ok();
-    const bool powersgd = session->KeepsState(CompressorState::kPowerSgdMemory);
     std::vector<Entry> added;  // all or none
-    for (int plane = 0; plane <= kIterationPlane; ++plane) {
-      size_t bytes = sizeof(uint64_t);  // the iteration counter
-      const char* name = "session.iteration";
-      if (plane < kIterationPlane) {
-        const CompressorState which = kSessionPlanes[plane].which;
-        // PowerSGD's entries only for a session with PowerSGD groups (other snapshots keep
-        // their layout without them).
-        if (!powersgd && (which == CompressorState::kPowerSgdMemory || which == CompressorState::kPowerSgdQ)) continue;
-        CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session->ReadState(which));
-        bytes = state.size() * sizeof(float);
-        name = kSessionPlanes[plane].name;
-      }
-      Entry e{name, {}, Capture::kAtCommit, Scope::kRank, std::vector<std::byte>(bytes), plane};
+    for (int i = 0; i < static_cast<int>(std::size(kSessionEntries)); ++i) {
+      const SessionEntry& d = kSessionEntries[i];
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session, d));
+      if (!HasEntry(*session, d, bytes.size())) continue;
+      Entry e{d.name, {}, Capture::kAtCommit, Scope::kRank, std::move(bytes), i};
       e.memory = e.staged;
       added.push_back(std::move(e));
     }
@@ -842,23 +922,17 @@ class Checkpointer::Impl {
   // The kAtCommit entries and the session's state, into the entries' own copies.
   Status CaptureAtCommit() {
     for (Entry& e : entries_) {
-      if (e.session_plane == kIterationPlane) {
-        const uint64_t iteration = session_->iteration();
-        std::memcpy(e.staged.data(), &iteration, sizeof(iteration));
-      } else if (e.session_plane >= 0) {
-        const CompressorState which = kSessionPlanes[e.session_plane].which;
-        // Shared, so replicas leave them out: a plane no plan keeps (zeros on every rank), and
-        // PowerSGD's Q, the same on every rank: its first value is drawn from the seed the
-        // ranks share, and every step sets it to the allreduced sum / W, which every rank
-        // receives bitwise equal (as the gradients; kernels/powersgd.h). Its error feedback is
-        // the rank's own gradient's residual.
-        e.scope = which == CompressorState::kPowerSgdQ || !session_->KeepsState(which) ? Scope::kShared : Scope::kRank;
-        CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> state, session_->ReadState(which));
-        if (state.size() * sizeof(float) != e.staged.size())
+      if (e.session_plane >= 0) {
+        const SessionEntry& d = kSessionEntries[e.session_plane];
+        e.scope = SessionScope(*session_, d);
+        CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session_, d));
+        if (bytes.size() != e.staged.size())
           return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
-                                         std::to_string(state.size()) + " floats, expected " +
-                                         std::to_string(e.staged.size() / sizeof(float)) + " (at AttachSession)");
-        std::memcpy(e.staged.data(), state.data(), e.staged.size());
+                                         std::to_string(bytes.size()) + " bytes, expected " +
+                                         std::to_string(e.staged.size()) +
+                                         " (at AttachSession; attach the session after its last AddPlan and "
+                                         "EnableGravac)");
+        std::memcpy(e.staged.data(), bytes.data(), e.staged.size());
       } else if (e.capture == Capture::kAtCommit) {
         std::memcpy(e.staged.data(), e.memory.data(), e.memory.size());
       }
@@ -1052,15 +1126,8 @@ class Checkpointer::Impl {
       Entry& e = entries_[i];
       const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
       std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
-      if (e.session_plane == kIterationPlane) {
-        uint64_t iteration = 0;
-        std::memcpy(&iteration, e.staged.data(), sizeof(iteration));
-        CUPCAKE_RETURN_IF_ERROR(session_->SetIteration(iteration));
-      } else if (e.session_plane >= 0) {
-        const std::span<const float> values(reinterpret_cast<const float*>(e.staged.data()),  // NOLINT: floats
-                                            e.staged.size() / sizeof(float));
-        CUPCAKE_RETURN_IF_ERROR(session_->WriteState(values, kSessionPlanes[e.session_plane].which));
-      }
+      if (e.session_plane >= 0)
+        CUPCAKE_RETURN_IF_ERROR(WriteSessionEntry(*session_, kSessionEntries[e.session_plane], e.staged));
     }
     const int64_t step = loaded_.parsed.step;
     DropNewerThan(step);

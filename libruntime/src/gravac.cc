@@ -235,6 +235,20 @@ GainSums GainProbe::Take(double* cost_us) {
   return out;
 }
 
+void GainProbe::ReadState(std::span<double> out) const {
+  out[0] = sums_.input;
+  out[1] = sums_.min;
+  out[2] = sums_.cand;
+  out[3] = cost_us_;
+  std::copy(q_.begin(), q_.end(), out.begin() + 4);
+}
+
+void GainProbe::WriteState(std::span<const double> in) {
+  sums_ = {in[0], in[1], in[2]};
+  cost_us_ = in[3];
+  std::copy(in.begin() + 4, in.end(), q_.begin());
+}
+
 GravacController::GravacController(std::vector<Rung> rungs, const GravacOptions& options)
     : rungs_(std::move(rungs)),
       options_(options),
@@ -243,6 +257,34 @@ GravacController::GravacController(std::vector<Rung> rungs, const GravacOptions&
   const int last = static_cast<int>(rungs_.size()) - 1;
   cand_ = std::min(2, last);
   exploring_ = cand_ > min_;
+}
+
+void GravacController::ReadState(std::span<double> out) const {
+  out[0] = sent_;
+  out[1] = min_;
+  out[2] = cand_;
+  out[3] = exploring_ ? 1 : 0;
+  std::copy(measured_us_.begin(), measured_us_.end(), out.begin() + 4);
+  std::copy(gain_.begin(), gain_.end(), out.begin() + 4 + static_cast<std::ptrdiff_t>(rungs_.size()));
+}
+
+Status GravacController::WriteState(std::span<const double> in) {
+  const double rungs = static_cast<double>(rungs_.size());
+  const auto rung = [&](double v, double low) { return v == std::floor(v) && v >= low && v < rungs; };
+  // cf_min starts at rung 1 and the candidate never falls below it (Decide).
+  if (!rung(in[0], 0) || !rung(in[1], 1) || !rung(in[2], in[1]) || (in[3] != 0 && in[3] != 1))
+    return InvalidArgumentError("GraVAC's controller: rungs out of range; got sent " + FormatDouble(in[0]) +
+                                ", cf_min " + FormatDouble(in[1]) + ", candidate " + FormatDouble(in[2]) +
+                                ", exploring " + FormatDouble(in[3]) + ", expected 0 <= sent < " +
+                                std::to_string(rungs_.size()) + ", 1 <= cf_min <= candidate < " +
+                                std::to_string(rungs_.size()) + " (the ladder's rungs) and exploring 0 or 1");
+  sent_ = static_cast<int>(in[0]);
+  min_ = static_cast<int>(in[1]);
+  cand_ = static_cast<int>(in[2]);
+  exploring_ = in[3] != 0;
+  std::copy(in.begin() + 4, in.begin() + 4 + static_cast<std::ptrdiff_t>(rungs_.size()), measured_us_.begin());
+  std::copy(in.begin() + 4 + static_cast<std::ptrdiff_t>(rungs_.size()), in.end(), gain_.begin());
+  return Status::Ok();
 }
 
 double GravacController::SystemUs(int rung) const {

@@ -57,6 +57,12 @@ class GainProbe {
   // The sums since the last Take, and zero; `cost_us` gets the time Observe took since then.
   GainSums Take(double* cost_us);
   int64_t skipped() const { return skipped_; }
+  // What a window carries from one step to the next, for checkpoints (StateSize() doubles): the
+  // sums and Observe's time since the last Take, then (kLowRank) every tensor's warm-start Q.
+  // Ratios and ranks are not in it: the session sets them from the controller's rungs.
+  int64_t StateSize() const { return 4 + static_cast<int64_t>(q_.size()); }
+  void ReadState(std::span<double> out) const;
+  void WriteState(std::span<const double> in);
 
  private:
   void ObserveGroup(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
@@ -101,6 +107,14 @@ class GravacController {
   int sent() const { return sent_; }  // the rung sent in the current window
   int min_rung() const { return min_; }
   int cand_rung() const { return cand_; }
+
+  // What the next Decide depends on besides its arguments, for checkpoints (StateSize()
+  // doubles): the rung sent, cf_min's, the candidate's, whether it is exploring, then per rung
+  // its last measured time and its last gain. WriteState refuses rungs that are not this
+  // ladder's (InvalidArgument naming them).
+  int64_t StateSize() const { return 4 + 2 * static_cast<int64_t>(rungs_.size()); }
+  void ReadState(std::span<double> out) const;
+  Status WriteState(std::span<const double> in);
 
   // The window that just ended: its first step and length, the gain sums over it and every
   // rank, the mean measured iteration time (<= 0: none measured), this rank's bytes and probe

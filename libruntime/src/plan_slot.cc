@@ -21,7 +21,7 @@ int64_t PlaneOffset(const GroupLayout& group, StatePlane plane) {
       if (c.memory == kernels::MemoryKind::kDgc) return 0;
       if (!signum) return -1;
       return c.memory == kernels::MemoryKind::kResidual ? n : 0;
-    case StatePlane::kPowerSgdMemory:
+    case StatePlane::kPowerSgdPadding:
     case StatePlane::kPowerSgdQ: break;
   }
   return -1;
@@ -119,8 +119,8 @@ StateSpan CoveredElements(const GroupLayout& g, int rank) {
 
 // Where `plane` lies in group g's runner state: `count` floats from `at`, which are the slot's
 // ReadState floats from `out` on. Per element: the elements this rank covers, at their model
-// index; PowerSGD: that part of its codec's state (e, then Q), at `next`, after the previous
-// groups' parts.
+// index; PowerSGD: that part of its codec's state (e's padding after the group's n floats, or
+// Q), at `next`, after the previous groups' parts.
 struct PlaneRun {
   int64_t at = 0, count = 0, out = 0;
 };
@@ -129,7 +129,7 @@ PlaneRun RunOf(const Group& g, int rank, StatePlane plane, int64_t next) {
   if (!PerElement(plane)) {
     const kernels::powersgd::Layout* l = g.runner->powersgd();
     if (l == nullptr) return {};
-    if (plane == StatePlane::kPowerSgdMemory) return {0, l->matrix_floats, next};
+    if (plane == StatePlane::kPowerSgdPadding) return {l->n, l->matrix_floats - l->n, next};
     return {l->matrix_floats, l->q_floats, next};
   }
   const int64_t at = PlaneOffset(gl, plane);

@@ -16,9 +16,10 @@ namespace cupcake::runtime::internal {
 
 // Which state of a group's compressor: per element (kernels/compressor.h), the error-feedback
 // memory (residual e, dgc's accumulator v, PowerSGD's e over the group's elements) or the
-// momentum (dgc's u, signum's m); per PowerSGD group (kernels/powersgd.h), its whole
-// error-feedback memory (batched: the padded square) or its Q.
-enum class StatePlane { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
+// momentum (dgc's u, signum's m); per PowerSGD group (kernels/powersgd.h), the rest of its
+// error-feedback memory (a batched group's padding: its padded square after the group's n
+// floats; none per tensor) or its Q.
+enum class StatePlane { kErrorFeedback, kMomentum, kPowerSgdPadding, kPowerSgdQ };
 bool PerElement(StatePlane plane);
 
 class PlanSlot {

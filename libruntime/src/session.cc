@@ -11,6 +11,7 @@
 
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/ladder_io.h"
+#include "cupcake/proto/names.h"
 #include "cupcake/proto/plan_io.h"
 #include "gravac.h"
 #include "plan_agreement.h"
@@ -33,7 +34,7 @@ StatePlane PlaneOf(CompressorState which) {
   switch (which) {
     case CompressorState::kErrorFeedback: return StatePlane::kErrorFeedback;
     case CompressorState::kMomentum: return StatePlane::kMomentum;
-    case CompressorState::kPowerSgdMemory: return StatePlane::kPowerSgdMemory;
+    case CompressorState::kPowerSgdPadding: return StatePlane::kPowerSgdPadding;
     case CompressorState::kPowerSgdQ: return StatePlane::kPowerSgdQ;
   }
   return StatePlane::kErrorFeedback;
@@ -53,7 +54,8 @@ std::string Percent(double fraction) {
   return s.str();
 }
 
-// GraVAC's state in a session: the controller, the probe the groups feed, and the window.
+// GraVAC's state in a session: the controller, the probe the groups feed, and the window (its
+// first step is the session's iteration less `steps`).
 struct Adaptive {
   Adaptive(std::vector<internal::GravacController::Rung> rungs, const GravacOptions& o, internal::Selection selection,
            int64_t max_numel, uint64_t seed, Clock* clock, int world)
@@ -67,7 +69,6 @@ struct Adaptive {
   std::vector<double> exchanged;  // every rank's fields, allocated once
   std::vector<int> group_first;  // PowerSGD rungs: the active plan's groups' first tensors
   std::vector<GravacDecision> decisions;
-  uint64_t first_step = 0;
   int steps = 0;
   int64_t bytes = 0;
   double measured_us = 0;
@@ -241,6 +242,61 @@ class Session::Impl {
     return Status::Ok();
   }
 
+  StatusOr<std::vector<double>> ReadControlState(ControlState which) const {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("ReadControlState"));
+    std::vector<double> values(static_cast<size_t>(ControlStateSize(which)));
+    if (which == ControlState::kPlan) {
+      values[0] = active_;
+      if (gravac_ != nullptr) {
+        gravac_->controller.ReadState(std::span(values).subspan(1, values.size() - 2));
+        values.back() = gravac_->steps;
+      }
+    } else if (gravac_ != nullptr) {
+      const Adaptive& a = *gravac_;
+      values[0] = a.measured_us;
+      values[1] = a.measured_steps;
+      values[2] = static_cast<double>(a.bytes);
+      a.probe.ReadState(std::span(values).subspan(3));
+    }
+    return values;
+  }
+
+  Status WriteControlState(std::span<const double> values, ControlState which) {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("WriteControlState"));
+    const int64_t size = ControlStateSize(which);
+    if (static_cast<int64_t>(values.size()) != size)
+      return InvalidArgumentError("WriteControlState: wrong size; got " + std::to_string(values.size()) +
+                                  " doubles, expected " + std::to_string(size) + " (" + std::to_string(plan_count()) +
+                                  " plans, GraVAC " + (gravac_ != nullptr ? "enabled" : "not enabled") + ")");
+    const auto whole = [](double v, double low, double end) { return v == std::floor(v) && v >= low && v < end; };
+    if (which == ControlState::kPlan) {
+      if (!whole(values[0], 0, plan_count()) ||
+          (gravac_ != nullptr && !whole(values.back(), 0, gravac_->options.window)))
+        return InvalidArgumentError(
+            "WriteControlState: plan or window out of range; got plan " + FormatDouble(values[0]) + ", window steps " +
+            (gravac_ != nullptr ? FormatDouble(values.back()) : "none") + ", expected 0 <= plan < " +
+            std::to_string(plan_count()) + " (plans added)" +
+            (gravac_ != nullptr ? " and 0 <= steps < " + std::to_string(gravac_->options.window) + " (GraVAC's window)"
+                                : ""));
+      if (gravac_ != nullptr) {
+        CUPCAKE_RETURN_IF_ERROR(
+            gravac_->controller.WriteState(values.subspan(1, values.size() - 2)).WithPrefix("WriteControlState"));
+        gravac_->steps = static_cast<int>(values.back());
+      }
+      CUPCAKE_RETURN_IF_ERROR(Activate(static_cast<int>(values[0]), "WriteControlState"));
+    } else if (gravac_ != nullptr) {
+      Adaptive& a = *gravac_;
+      a.measured_us = values[0];
+      a.measured_steps = static_cast<int>(values[1]);
+      a.bytes = static_cast<int64_t>(values[2]);
+      a.probe.WriteState(values.subspan(3));
+    }
+    if (gravac_ != nullptr) AimProbe();
+    return Status::Ok();
+  }
+
   // Register (host memory) and RegisterDevice (device memory) in one; `call` names which.
   Status Register(const char* call, const std::string& name, std::span<float> gradient, comm::MemoryKind memory) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
@@ -359,10 +415,10 @@ class Session::Impl {
   Status SetIteration(uint64_t iteration) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SetIteration"));
-    if (gravac_ != nullptr)
-      return FailedPreconditionError(
-          "SetIteration: GraVAC is enabled; expected a session without EnableGravac "
-          "(its windows count the steps since it was enabled)");
+    if (gravac_ != nullptr && iteration < static_cast<uint64_t>(gravac_->steps))
+      return InvalidArgumentError("SetIteration: before GraVAC's window; got " + std::to_string(iteration) +
+                                  ", expected >= " + std::to_string(gravac_->steps) +
+                                  " (the steps of its current window so far)");
     iteration_ = iteration;
     return Status::Ok();
   }
@@ -399,6 +455,10 @@ class Session::Impl {
     int64_t total = 0;
     for (const PlanSlot* slot : StateSlots(which)) total += slot->StateFloats(PlaneOf(which));
     return total;
+  }
+  int64_t ControlStateSize(ControlState which) const {
+    if (which == ControlState::kPlan) return 1 + (gravac_ != nullptr ? gravac_->controller.StateSize() + 1 : 0);
+    return gravac_ != nullptr ? 3 + gravac_->probe.StateSize() : 0;
   }
 
   // Makes plan `index` active; per-element state carries over: element e's residual (and
@@ -469,6 +529,18 @@ class Session::Impl {
 
   void StartWindow() {
     Adaptive& a = *gravac_;
+    a.steps = 0;
+    a.bytes = 0;
+    a.measured_us = 0;
+    a.measured_steps = 0;
+    AimProbe();
+  }
+
+  // Points the probe at the controller's cf_min and candidate and at the active plan's groups;
+  // the next step is probed when the window's steps so far say so (its first step, then every
+  // probe_every-th).
+  void AimProbe() {
+    Adaptive& a = *gravac_;
     const internal::GravacController& c = a.controller;
     const internal::SessionLayout& min = slots_[static_cast<size_t>(c.min_rung())]->layout();
     const internal::SessionLayout& cand = slots_[static_cast<size_t>(c.cand_rung())]->layout();
@@ -478,12 +550,7 @@ class Session::Impl {
       for (const internal::GroupLayout& g : active().layout().groups) a.group_first.push_back(g.first);
       a.probe.SetRanks(min.powersgd_rank, cand.powersgd_rank, a.group_first);
     }
-    a.first_step = iteration_;
-    a.steps = 0;
-    a.bytes = 0;
-    a.measured_us = 0;
-    a.measured_steps = 0;
-    gain_ = &a.probe;  // a window's first step is probed
+    gain_ = a.steps % a.options.probe_every == 0 ? &a.probe : nullptr;
   }
 
   // One synchronized step of GraVAC's window; at its end the ranks exchange their sums, every
@@ -515,7 +582,7 @@ class Session::Impl {
       measured_us += f[3];
       measured_steps += f[4];
     }
-    a.decisions.push_back(a.controller.Decide(a.first_step, a.steps, all,
+    a.decisions.push_back(a.controller.Decide(iteration_ - static_cast<uint64_t>(a.steps), a.steps, all,
                                               measured_steps > 0 ? measured_us / measured_steps : 0, a.bytes,
                                               cost_us / a.steps));
     CUPCAKE_RETURN_IF_ERROR(Activate(a.controller.sent(), "Synchronize: GraVAC's switch"));
@@ -721,6 +788,12 @@ bool Session::KeepsState(CompressorState which) const { return impl_->KeepsState
 StatusOr<std::vector<float>> Session::ReadState(CompressorState which) const { return impl_->ReadState(which); }
 Status Session::WriteState(std::span<const float> values, CompressorState which) {
   return impl_->WriteState(values, which);
+}
+StatusOr<std::vector<double>> Session::ReadControlState(ControlState which) const {
+  return impl_->ReadControlState(which);
+}
+Status Session::WriteControlState(std::span<const double> values, ControlState which) {
+  return impl_->WriteControlState(values, which);
 }
 
 }  // namespace cupcake::runtime

@@ -667,7 +667,8 @@ class Checkpointer:
     A snapshot holds the model's state_dict (parameters, copied in the background; buffers such as
     batch-norm statistics, copied inside commit() because forward writes them), the optimizer's
     state tensors and, as JSON metadata, its hyperparameters and other state values, and with a
-    DistributedOptimizer its session's error-feedback memory and momentum (this rank's own).
+    DistributedOptimizer its session's state: error-feedback memory and momentum (this rank's own),
+    PowerSGD's, the active rung and, with adapt=GraVAC(...), the controller's and window's state.
     It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
     `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
     segment survives). replicate=True: each rank's own state is also kept by a rank on another host
@@ -690,9 +691,10 @@ class Checkpointer:
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
     object wraps to wait for the background copy first; CPU tensors only (GPU: not built yet).
-    Same world, same name, same model and optimizer on restart. The session's iteration counter
-    (randk's, qsgd's and terngrad's random choices) is in the snapshot; GraVAC's controller is not,
-    so a DistributedOptimizer with adapt=GraVAC(...) is refused.
+    Same world, same name, same model and optimizer (adapt included) on restart. The session's
+    iteration counter (randk's, qsgd's and terngrad's random choices) is in the snapshot, and
+    GraVAC goes on from the restored window (the step across the restart is not timed); the
+    optimizer's `decisions` list starts over.
     """
 
     def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False,
@@ -702,9 +704,6 @@ class Checkpointer:
         self.name = name
         launched = cupcake.launch()  # join the job before the checks (UsageError says why)
         state = getattr(optimizer, "_cupcake", None)
-        if state is not None and state.adapt is not None:
-            raise UsageError("Checkpointer: optimizer: a DistributedOptimizer with adapt=GraVAC(...); expected one "
-                             "without (GraVAC's controller is not in the snapshot yet)")
         if isinstance(replica_chunk_bytes, bool) or not isinstance(replica_chunk_bytes, int) or replica_chunk_bytes < 0:
             raise UsageError("Checkpointer: replica_chunk_bytes: out of range; got %r, expected an int >= 0 (0: "
                              "whole replicas)" % (replica_chunk_bytes,))

@@ -2,7 +2,8 @@
 // newest step every rank holds bitwise; a torn slot and a corrupt one are never restored; the
 // agreement picks the newest common step; snapshots of other shapes are refused naming the entry;
 // persisted files restore when no segment survives, and a half-written file is never loaded; a
-// session's state (error feedback, PowerSGD's memory and Q) is part of the snapshot. Segments and
+// session's state (error feedback, PowerSGD's padding and Q, the active plan) is part of the
+// snapshot (GraVAC's: gravac_test.cc). Segments and
 // files are removed after each test (names unique per test and process).
 #include <gtest/gtest.h>
 
@@ -847,29 +848,38 @@ TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
 // keys randk's shared random indices) are in the snapshot. Run 0 runs iterations 0..3,
 // committing step it + 1 after each; run 1 restores step 3 into new sessions and runs iteration
 // 3, whose gradients on every rank must be the uninterrupted run's. Plans: randk and topk
-// (residuals); PowerSGD per tensor and batched (its error feedback and warm-started Q, the
-// runner's own); and PowerSGD replicated with rank 1's host lost: Commit(3) sent step 2, so
-// rank 1 restores step 2 from rank 0's replica of its memory and rank 0's Q (kShared), and the
-// snapshot so rebuilt matches rank 1's own checksum only when Q is bitwise the same on both
-// ranks. PowerSGD's entries, from ShapedModel at rank 2 (kernels/powersgd.h): per tensor the
-// memory covers the 534 elements and Q is 12 x 2 + 9 x 2 + 10 x 2 = 62 floats (tensors 0, 2
-// and 5 compressed); batched, the groups' padded squares 15^2 + 9^2 + 17^2 = 595 (of 197, 72
-// and 265 elements) and Q 15 x 2 + 9 x 2 + 17 x 2 = 82 floats.
+// (residuals); a session of an fp32 plan and a topk one added, switched to topk before run 0
+// (the restore makes topk active again: "session.plan"; its residuals would be lost in the fp32
+// plan, which keeps none); PowerSGD per tensor and batched (its error feedback over the
+// elements, the padding's and the warm-started Q, the runner's own); and PowerSGD per tensor and
+// batched replicated with rank 1's host lost: Commit(3) sent step 2, so rank 1 restores step 2
+// from rank 0's replica of its memory and rank 0's Q and padding (kShared), and the snapshot so
+// rebuilt matches rank 1's own checksum only when those are bitwise the same on both ranks.
+// PowerSGD's entries, from
+// ShapedModel at rank 2 (kernels/powersgd.h): per tensor no padding (the memory is the 534
+// elements', in session.error_feedback) and Q 12 x 2 + 9 x 2 + 10 x 2 = 62 floats (tensors 0, 2
+// and 5 compressed); batched, the groups of 197, 72 and 265 elements padded to 15^2, 9^2 and
+// 17^2: 28 + 9 + 24 = 61 floats of padding, and Q 15 x 2 + 9 x 2 + 17 x 2 = 82 floats.
 TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
   struct Case {
     std::string name;
     pb::Plan plan;
-    int64_t memory_floats = 0, q_floats = 0;  // PowerSGD's entries; 0: none
+    int64_t padding_floats = 0, q_floats = 0;  // PowerSGD's entries; 0: none
     bool lose_rank1 = false;
+    std::vector<pb::Plan> added = {};  // AddPlan'd; run 0 switches to the last
   };
   const pb::Model small = testing::SmallModel(), shaped = testing::ShapedModel();
   const pb::Plan powersgd = testing::PowerSgdPlan(shaped, testing::Planned(), kWorld, "powersgd");
   const std::vector<Case> cases = {
       {"randk", testing::MakePlan(small, testing::Planned(), "randk", kWorld)},
       {"topk", testing::MakePlan(small, testing::Planned(), "topk", kWorld)},
-      {"powersgd", powersgd, 534, 62},
-      {"powersgd_batched", testing::PowerSgdPlan(shaped, testing::Planned(), kWorld, "powersgd_batched"), 595, 82},
-      {"powersgd-replica", powersgd, 534, 62, /*lose_rank1=*/true},
+      {"switched", testing::MakePlan(small, testing::OneGroup(small), "fp32", kWorld), 0, 0, false,
+       {testing::MakePlan(small, testing::Planned(), "topk", kWorld)}},
+      {"powersgd", powersgd, 0, 62},
+      {"powersgd_batched", testing::PowerSgdPlan(shaped, testing::Planned(), kWorld, "powersgd_batched"), 61, 82},
+      {"powersgd-replica", powersgd, 0, 62, /*lose_rank1=*/true},
+      {"powersgd_batched-replica", testing::PowerSgdPlan(shaped, testing::Planned(), kWorld, "powersgd_batched"), 61,
+       82, /*lose_rank1=*/true},
   };
   constexpr int kLast = 3;
   for (const Case& c : cases) {
@@ -893,6 +903,11 @@ TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
         Session& s = **sessions[static_cast<size_t>(r)];
         testing::Gradients grads(model, testing::Layout::kSeparate);
         ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
+        for (const pb::Plan& added : c.added) ASSERT_TRUE(s.AddPlan(added).ok());
+        const int active = static_cast<int>(c.added.size());
+        if (run == 0 && active > 0) {
+          ASSERT_TRUE(s.SwitchPlan(active).ok());
+        }
         auto comm = ckpt_group.Rank(r);
         auto ckpt = Checkpointer::Create(options, comm.get()).value();
         ASSERT_TRUE(ckpt->AttachSession(&s).ok());
@@ -902,11 +917,18 @@ TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
           ASSERT_TRUE(point.ok()) << point.status().ToString();
           ASSERT_EQ(point->step, restored);
           EXPECT_EQ(s.iteration(), static_cast<uint64_t>(restored));
+          EXPECT_EQ(s.active_plan(), active);
           std::map<std::string, int64_t> sizes(point->entries.begin(), point->entries.end());
-          EXPECT_EQ(sizes.count("session.powersgd.error_feedback"), c.memory_floats > 0 ? 1u : 0u);
-          EXPECT_EQ(sizes.count("session.powersgd.q"), c.memory_floats > 0 ? 1u : 0u);
-          if (c.memory_floats > 0) {
-            EXPECT_EQ(sizes["session.powersgd.error_feedback"], 4 * c.memory_floats);
+          EXPECT_EQ(sizes.count("session.plan"), c.added.empty() ? 0u : 1u);
+          if (!c.added.empty()) {
+            EXPECT_EQ(sizes["session.plan"], 8);  // the index, a double
+          }
+          EXPECT_EQ(sizes.count("session.powersgd.padding"), c.padding_floats > 0 ? 1u : 0u);
+          EXPECT_EQ(sizes.count("session.powersgd.q"), c.q_floats > 0 ? 1u : 0u);
+          if (c.padding_floats > 0) {
+            EXPECT_EQ(sizes["session.powersgd.padding"], 4 * c.padding_floats);
+          }
+          if (c.q_floats > 0) {
             EXPECT_EQ(sizes["session.powersgd.q"], 4 * c.q_floats);
           }
           first = restored;

@@ -1,14 +1,17 @@
 // GraVAC (docs/ADAPTIVE.md): the controller's rules and the gain probe alone, then in sessions
 // over in-process ranks: every rank takes the same decisions, residuals carry across the
-// controller's switches exactly as across SwitchPlan, bad options and plans that are not a
-// ladder are refused. And the self-check every session runs: the drift warning.
+// controller's switches exactly as across SwitchPlan, a job restored from a snapshot decides as
+// the uninterrupted one, bad options and plans that are not a ladder are refused. And the
+// self-check every session runs: the drift warning.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <functional>
 #include <cmath>
 
+#include "cupcake/runtime/checkpoint.h"
 #include "gravac.h"
 #include "runtime_test_util.h"
 
@@ -293,9 +296,10 @@ struct Job {
   std::vector<testing::Gradients> grads;
 };
 
-Job MakeJob(comm::InProcessGroup& group, const std::vector<pb::Plan>& plans, int world) {
+Job MakeJob(comm::InProcessGroup& group, const std::vector<pb::Plan>& plans, int world,
+            const SessionOptions& options = {}) {
   auto made = testing::CreateOnEveryRank(group, world, [&](int, std::unique_ptr<comm::Communicator> c) {
-    return Session::Create(plans[0], std::move(c));
+    return Session::Create(plans[0], std::move(c), options);
   });
   Job job;
   for (int r = 0; r < world; ++r) {
@@ -480,6 +484,160 @@ TEST(GravacSession, ProbesEveryNthStepOnly) {
     EXPECT_DOUBLE_EQ(job.sessions[0]->decisions()[0].gain_min, every == 2 ? top_half({0}) : top_half({0, 1}))
         << "probe_every " << every;
   }
+}
+
+// A GraVAC job restored from a snapshot goes on as the uninterrupted run: the same decisions and
+// bitwise the same gradients, residuals and rung. Run 0 runs iterations 0..13 in windows of 3,
+// probing every 2nd step, and commits step 7 after iteration 6, in the middle of its third window
+// (iterations 6..8: 6 probed and timed, 7 not probed); run 1, new sessions with GraVAC enabled
+// alike, restores that snapshot and runs iterations 7..13. The steps take the times the test sets on
+// the sessions' clock, per rung and far from the plans' prediction (1000 us each), so the
+// controller goes by the measured ones. The restored run leaves out the step across the restart
+// (the time between the processes is no iteration), which changes no window's mean: every step
+// of a rung takes the same time. For the topk ladder and a ladder of PowerSGD ranks (whose probe
+// keeps a warm-start Q per tensor, this rank's own).
+TEST(GravacSession, RestoredFromASnapshotDecidesAsTheUninterruptedRun) {
+  const int world = 2;
+  constexpr int kSteps = 14, kCommitted = 7;
+  const double step_us[] = {2000, 1500, 700, 300};  // per rung
+  struct Case {
+    std::string name;
+    std::vector<pb::Plan> plans;
+    GravacOptions options;
+  };
+  const pb::Model small = testing::SmallModel(), shaped = testing::ShapedModel();
+  GravacOptions topk = Options(3, 0.2, 0.0), ranks = Options(3, 0.01, 0.0);
+  topk.probe_every = ranks.probe_every = 2;
+  const std::vector<Case> cases = {
+      {"topk", Ladder(small, world), topk},
+      {"powersgd",
+       {testing::MakePlan(shaped, testing::OneGroup(shaped), "fp32", world),
+        testing::PowerSgdPlan(shaped, testing::Planned(), world, "powersgd", 2),
+        testing::PowerSgdPlan(shaped, testing::LayerWise(shaped), world, "powersgd", 1)},
+       ranks},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    CheckpointOptions options;
+    options.name = "test-gravac-restored-" + c.name + "-" + std::to_string(::getpid());
+    std::vector<std::vector<Floats>> uninterrupted(kSteps);  // run 0's gradients per step
+    std::vector<GravacDecision> want;
+    std::vector<Floats> want_state;
+    int want_plan = -1;
+    for (int run = 0; run < 2; ++run) {
+      ManualClock clock;
+      SessionOptions session_options;
+      session_options.clock = &clock;
+      comm::InProcessGroup group(world), ckpt_group(world);
+      Job job = MakeJob(group, c.plans, world, session_options);
+      std::vector<std::unique_ptr<comm::Communicator>> comms;
+      std::vector<std::unique_ptr<Checkpointer>> ckpts;
+      ASSERT_EQ(job.sessions.size(), static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) {
+        comms.push_back(ckpt_group.Rank(r));
+        ckpts.push_back(Checkpointer::Create(options, comms.back().get()).value());
+      }
+      OnEveryRank(world, [&](int r) {
+        Session& s = *job.sessions[static_cast<size_t>(r)];
+        ASSERT_TRUE(s.EnableGravac(c.options).ok());
+        ASSERT_TRUE(ckpts[static_cast<size_t>(r)]->AttachSession(&s).ok());
+        if (run == 0) return;
+        auto point = ckpts[static_cast<size_t>(r)]->Restore();
+        ASSERT_TRUE(point.ok()) << point.status().ToString();
+        EXPECT_EQ(point->step, kCommitted);
+        EXPECT_EQ(s.iteration(), static_cast<uint64_t>(kCommitted));
+      });
+      double now_us = 0;
+      for (int it = run == 0 ? 0 : kCommitted; it < kSteps; ++it) {
+        now_us += step_us[job.sessions[0]->active_plan()];
+        clock.Set(now_us);
+        const std::vector<Floats> got = Step(job, it);
+        if (run == 0)
+          uninterrupted[static_cast<size_t>(it)] = got;
+        else
+          EXPECT_TRUE(got == uninterrupted[static_cast<size_t>(it)]) << "step " << it;
+        ExpectRanksDecideAlike(job, world);
+        if (run == 0 && it + 1 == kCommitted)
+          OnEveryRank(world, [&](int r) {
+            ASSERT_TRUE(ckpts[static_cast<size_t>(r)]->Commit(kCommitted).ok());
+            ASSERT_TRUE(ckpts[static_cast<size_t>(r)]->WaitForCopy().ok());
+          });
+      }
+      const std::vector<GravacDecision>& decided = job.sessions[0]->decisions();
+      std::vector<Floats> state;
+      for (const auto& s : job.sessions) state.push_back(s->ReadState().value());
+      if (run == 0) {
+        // Windows from steps 0, 3, 6 and 9; the restored run decides the last two.
+        ASSERT_EQ(decided.size(), 4u);
+        want.assign(decided.begin() + 2, decided.end());
+        want_state = state;
+        want_plan = job.sessions[0]->active_plan();
+        continue;
+      }
+      ASSERT_EQ(decided.size(), want.size());
+      bool switched = false;
+      for (size_t i = 0; i < want.size(); ++i) {
+        SCOPED_TRACE("decision " + std::to_string(i));
+        ExpectSameDecisions(decided[i], want[i]);
+        EXPECT_EQ(decided[i].steps, want[i].steps);
+        EXPECT_EQ(decided[i].predicted_ms, want[i].predicted_ms);
+        EXPECT_EQ(decided[i].bytes_sent, want[i].bytes_sent);
+        EXPECT_GT(decided[i].measured_ms, 0);
+        switched = switched || decided[i].next_ratio != decided[i].ratio;
+      }
+      EXPECT_EQ(decided[0].step, 6u);
+      EXPECT_TRUE(switched) << "the test needs a switch after the restore";
+      EXPECT_TRUE(state == want_state) << "the residuals differ";
+      EXPECT_EQ(job.sessions[0]->active_plan(), want_plan);
+    }
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(options.name, r).ok());
+  }
+}
+
+// GraVAC's part of a session's control state, worked by hand after one step of a window of 3 on
+// the four-rung topk ladder: plan 0 active; the controller sends rung 0, probes cf_min 1 and the
+// candidate 2 and explores, nothing measured or probed yet; 1 step. Values that are not this
+// session's are refused naming them, and so is an iteration before the window's steps.
+TEST(GravacSession, ControlStateIsTheControllersAndTheWindows) {
+  const pb::Model m = testing::SmallModel();
+  comm::InProcessGroup group(1);
+  Job job = MakeJob(group, Ladder(m, 1), 1);
+  Session& s = *job.sessions[0];
+  EXPECT_EQ(s.ReadControlState(ControlState::kPlan).value(), std::vector<double>{0});
+  EXPECT_EQ(s.ReadControlState(ControlState::kGravacWindow).value(), std::vector<double>{});
+  ASSERT_TRUE(s.EnableGravac(Options(3, 0.7, 0.01)).ok());
+  Step(job, 0);
+  const std::vector<double> plan = s.ReadControlState(ControlState::kPlan).value();
+  EXPECT_EQ(plan, (std::vector<double>{0, 0, 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1}));
+  // Measured time and steps (the first step has none before it), bytes (the fp32 rung sends the
+  // 435 floats), the probe's three sums and its time (the default clock: any).
+  const std::vector<double> window = s.ReadControlState(ControlState::kGravacWindow).value();
+  ASSERT_EQ(window.size(), 7u);
+  EXPECT_EQ(window[0], 0);
+  EXPECT_EQ(window[1], 0);
+  EXPECT_EQ(window[2], 4 * 435);
+  EXPECT_GT(window[3], 0);
+  EXPECT_EQ(s.WriteControlState(std::vector<double>{1}, ControlState::kPlan).message(),
+            "WriteControlState: wrong size; got 1 doubles, expected 14 (4 plans, GraVAC enabled)");
+  std::vector<double> bad = plan;
+  bad[0] = 4;
+  EXPECT_EQ(s.WriteControlState(bad, ControlState::kPlan).message(),
+            "WriteControlState: plan or window out of range; got plan 4, window steps 1, expected 0 <= plan < 4 "
+            "(plans added) and 0 <= steps < 3 (GraVAC's window)");
+  bad = plan;
+  bad[1] = 7;
+  EXPECT_EQ(s.WriteControlState(bad, ControlState::kPlan).message(),
+            "WriteControlState: GraVAC's controller: rungs out of range; got sent 7, cf_min 1, candidate 2, "
+            "exploring 1, expected 0 <= sent < 4, 1 <= cf_min <= candidate < 4 (the ladder's rungs) and exploring 0 "
+            "or 1");
+  EXPECT_EQ(s.SetIteration(0).message(),
+            "SetIteration: before GraVAC's window; got 0, expected >= 1 (the steps of its current window so far)");
+  EXPECT_TRUE(s.SetIteration(1).ok());
+  // A write of what was read changes nothing.
+  ASSERT_TRUE(s.WriteControlState(plan, ControlState::kPlan).ok());
+  ASSERT_TRUE(s.WriteControlState(window, ControlState::kGravacWindow).ok());
+  EXPECT_EQ(s.ReadControlState(ControlState::kPlan).value(), plan);
+  EXPECT_EQ(s.ReadControlState(ControlState::kGravacWindow).value(), window);
 }
 
 TEST(GravacSession, RefusesWhatIsNotALadderAndOptionsThatDiffer) {

@@ -455,7 +455,7 @@ TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
     EXPECT_EQ(*momentum, Floats(kElements, 0.0f));
     Status wrong = s.WriteState(Floats(3));
     EXPECT_EQ(wrong.message(), "WriteState: wrong size; got 3 floats, expected 435 (elements of model tiny)");
-    EXPECT_FALSE(s.KeepsState(CompressorState::kPowerSgdMemory));  // no PowerSGD group: nothing
+    EXPECT_FALSE(s.KeepsState(CompressorState::kPowerSgdPadding));  // no PowerSGD group: nothing
     EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdQ).value(), Floats());
   });
   ResidualReference reference(plan, kWorld, written);
@@ -465,13 +465,15 @@ TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
     ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
 }
 
-// PowerSGD's state (kernels/powersgd.h, the runner's own) is every plan's, in plan order: a
-// per-tensor plan (ShapedModel at rank 2: its memory covers the 534 elements, Q 12 x 2 + 9 x 2
-// + 10 x 2 = 62 floats) and a batched one added (the padded squares 15^2 + 9^2 + 17^2 = 595,
-// Q 15 x 2 + 9 x 2 + 17 x 2 = 82). After two steps of the first, its Q (the allreduced sum / W)
-// is bitwise the same on every rank and its memory is each rank's own; the second, never
-// active, still holds zeros and its first Q. What WriteState writes ReadState reads; a vector
-// of the wrong size is refused.
+// PowerSGD's state (kernels/powersgd.h, the runner's own) is every plan's, in plan order, and
+// holds what the per-element plane does not. A per-tensor plan (ShapedModel at rank 2): its
+// memory is its 534 elements', all in kErrorFeedback, so no padding; Q 12 x 2 + 9 x 2 + 10 x 2 =
+// 62 floats. A batched one added: its groups of 197, 72 and 265 elements padded to squares of
+// 15^2, 9^2 and 17^2 floats, 28 + 9 + 24 = 61 of padding; Q 15 x 2 + 9 x 2 + 17 x 2 = 82. After
+// two steps of the batched plan its Q (the allreduced sum / W) is bitwise the same on every rank,
+// and so is its padding, not zero: the gradient adds nothing there, so each step subtracts the
+// same approximation P Q^T on every rank (checkpoints keep both kShared). What WriteState writes
+// ReadState reads; a vector of the wrong size is refused.
 TEST(SessionState, PowerSgdStateIsEveryPlansAndItsQIsTheSameOnEveryRank) {
   const pb::Model model = testing::ShapedModel();
   const pb::Plan a = testing::PowerSgdPlan(model, testing::Planned(), kWorld, "powersgd");
@@ -479,32 +481,38 @@ TEST(SessionState, PowerSgdStateIsEveryPlansAndItsQIsTheSameOnEveryRank) {
   comm::InProcessGroup group(kWorld);
   std::vector<Rank> ranks = MakeRanks(group, a, kWorld);
   ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
-  OnEveryRank(kWorld, [&](int r) { ASSERT_TRUE(ranks[static_cast<size_t>(r)].session->AddPlan(b).ok()); });
-  Step(ranks, 0);
-  Step(ranks, 1);
-  std::vector<Floats> memory(kWorld), q(kWorld);
   OnEveryRank(kWorld, [&](int r) {
     Session& s = *ranks[static_cast<size_t>(r)].session;
-    EXPECT_TRUE(s.KeepsState(CompressorState::kPowerSgdMemory));
+    EXPECT_FALSE(s.KeepsState(CompressorState::kPowerSgdPadding));  // per tensor: no padding
+    EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdPadding).value(), Floats());
+    ASSERT_TRUE(s.AddPlan(b).ok());
+    ASSERT_TRUE(s.SwitchPlan(1).ok());
+  });
+  Step(ranks, 0);
+  Step(ranks, 1);
+  std::vector<Floats> padding(kWorld), q(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    EXPECT_TRUE(s.KeepsState(CompressorState::kPowerSgdPadding));
     EXPECT_TRUE(s.KeepsState(CompressorState::kPowerSgdQ));
     EXPECT_TRUE(s.KeepsState(CompressorState::kErrorFeedback));  // e over the groups' elements, carried by switches
-    memory[static_cast<size_t>(r)] = s.ReadState(CompressorState::kPowerSgdMemory).value();
+    EXPECT_NE(s.ReadState(CompressorState::kErrorFeedback).value(), Floats(534, 0.0f));
+    padding[static_cast<size_t>(r)] = s.ReadState(CompressorState::kPowerSgdPadding).value();
     q[static_cast<size_t>(r)] = s.ReadState(CompressorState::kPowerSgdQ).value();
   });
-  ASSERT_EQ(memory[0].size(), 534u + 595u);
+  ASSERT_EQ(padding[0].size(), 61u);
   ASSERT_EQ(q[0].size(), 62u + 82u);
   EXPECT_EQ(q[0], q[1]);
-  EXPECT_NE(memory[0], memory[1]);
-  EXPECT_NE(Floats(memory[0].begin(), memory[0].begin() + 534), Floats(534, 0.0f));
-  EXPECT_EQ(Floats(memory[0].begin() + 534, memory[0].end()), Floats(595, 0.0f));
+  EXPECT_EQ(padding[0], padding[1]);
+  EXPECT_NE(padding[0], Floats(61, 0.0f));
   EXPECT_NE(Floats(q[0].begin() + 62, q[0].end()), Floats(82, 0.0f));
   OnEveryRank(kWorld, [&](int r) {
     Session& s = *ranks[static_cast<size_t>(r)].session;
-    Floats written(memory[static_cast<size_t>(r)].size());
+    Floats written(padding[static_cast<size_t>(r)].size());
     for (size_t i = 0; i < written.size(); ++i)
       written[i] = static_cast<float>((i * 5 + static_cast<size_t>(r)) % 7) - 3;
-    ASSERT_TRUE(s.WriteState(written, CompressorState::kPowerSgdMemory).ok());
-    EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdMemory).value(), written);
+    ASSERT_TRUE(s.WriteState(written, CompressorState::kPowerSgdPadding).ok());
+    EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdPadding).value(), written);
     EXPECT_EQ(s.ReadState(CompressorState::kPowerSgdQ).value(), q[static_cast<size_t>(r)]);
     EXPECT_EQ(s.WriteState(Floats(3), CompressorState::kPowerSgdQ).message(),
               "WriteState: wrong size; got 3 floats, expected 144 (PowerSGD's state of model shaped)");

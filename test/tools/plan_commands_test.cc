@@ -331,14 +331,14 @@ TEST_F(PlanCommandsTest, APowerSgdPlanSaysItsGroupsKeepErrorFeedback) {
                      "1 x powersgd cpu\n"),
             std::string::npos)
       << out;
-  // Its replica holds that error feedback twice, a float per element in the per-element plane and
-  // again in PowerSGD's whole memory (docs/CHECKPOINT.md; Q, the same on every rank, stays home),
+  // Its replica holds that error feedback once, a float per element in the per-element plane (a
+  // group per tensor has no padding; docs/CHECKPOINT.md; Q, the same on every rank, stays home),
   // and the 8-byte iteration counter.
   ShowOptions show{o.output, tools::OutputFormat::kJson};
   show.profile = o.profile;
   std::ostringstream json;
   ASSERT_TRUE(RunShow(show, json).ok());
-  EXPECT_EQ(nlohmann::json::parse(json.str())["replica_schedule"]["state_bytes"], 2 * 4 * 10000 + 8);
+  EXPECT_EQ(nlohmann::json::parse(json.str())["replica_schedule"]["state_bytes"], 4 * 10000 + 8);
 }
 
 // A ladder of PowerSGD ranks through the commands (search --ranks, on the hand model and profile

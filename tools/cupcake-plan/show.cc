@@ -53,9 +53,9 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
 
 // What a replica carries for a session of `plan` (docs/CHECKPOINT.md, "Replicas"): the state
 // each rank holds alone, a float per parameter for each per-element plane some group keeps (the
-// runtime's Session::KeepsState; a PowerSGD group keeps error feedback), PowerSGD groups'
-// whole error-feedback memory (a float per element; batched, per element of the padded square;
-// their Q is the same on every rank and stays home) and the 8-byte iteration counter.
+// runtime's Session::KeepsState; a PowerSGD group keeps error feedback over its elements; a
+// batched group's padding and every group's Q are the same on every rank and stay home) and the
+// 8-byte iteration counter.
 // Error-feedback memory: a compressed group whose memory is residual or dgc; momentum: a
 // compressed group whose memory is dgc or whose compressor is signum. Groups of other schemes
 // (fp32 and fp16 options) keep none. The job's own per-rank
@@ -63,21 +63,16 @@ void Text(const std::string& path, const pb::Plan& plan, std::ostream& out) {
 int64_t PerRankStateBytes(const pb::Plan& plan) {
   const std::string& memory = plan.compressor().memory();
   bool error_feedback = false, momentum = false;
-  int64_t powersgd_floats = 0;
   for (const pb::Group& g : plan.groups()) {
     const SchemeInfo* scheme = FindScheme(g.options().scheme());
-    if (scheme != nullptr && scheme->codec == Codec::kLowRank) {
-      error_feedback = true;
-      const int64_t side = PowerSgdSide(g.numel());
-      powersgd_floats += scheme->batched ? side * side : g.numel();
-    }
+    if (scheme != nullptr && scheme->codec == Codec::kLowRank) error_feedback = true;
     if (scheme != nullptr && scheme->codec != Codec::kCompressor) continue;
     error_feedback = error_feedback || memory == "residual" || memory == "dgc";
     momentum = momentum || memory == "dgc" || plan.compressor().name() == "signum";
   }
   int64_t elements = 0;
   for (const pb::Tensor& t : plan.model().model().tensors()) elements += t.numel();
-  return 4 * elements * ((error_feedback ? 1 : 0) + (momentum ? 1 : 0)) + 4 * powersgd_floats + 8;
+  return 4 * elements * ((error_feedback ? 1 : 0) + (momentum ? 1 : 0)) + 8;
 }
 
 std::string Iterations(int64_t n) { return n > 0 ? std::to_string(n) : "never (no gap fits a transfer)"; }

@@ -180,14 +180,18 @@ class Checkpointer {
   Status AddFloats(const std::string& name, std::span<float> values, Capture capture = Capture::kInBackground,
                    Scope scope = Scope::kRank);
   void Clear();
-  // Snapshots include `session`'s error-feedback memory and momentum (ReadState at Commit, so
-  // captured at commit), with PowerSGD groups their error-feedback memory and Q, and its
-  // iteration counter as entries "session.error_feedback", "session.momentum",
-  // "session.powersgd.error_feedback", "session.powersgd.q" (the two only when the session has
-  // PowerSGD groups) and "session.iteration"; a restore writes them back (WriteState,
-  // SetIteration: random choices then continue as in the lost run). They are kRank, except a
-  // plane no plan of the session keeps (Session::KeepsState: zeros on every rank) and
-  // PowerSGD's Q (the same on every rank), which are kShared. Not owned; nullptr detaches.
+  // Snapshots include `session`'s state, captured at commit, as entries in this order:
+  // "session.plan" (with several plans: the active one and, with GraVAC, its controller's state;
+  // ReadControlState) and "session.gravac" (with GraVAC: this rank's part of the current window),
+  // "session.error_feedback" and "session.momentum" (ReadState, per element),
+  // "session.powersgd.padding" (batched PowerSGD groups' memory beyond their elements, which
+  // session.error_feedback holds) and "session.powersgd.q" (each only when not empty), and
+  // "session.iteration". A restore writes them back in that order (WriteControlState,
+  // WriteState, SetIteration: random choices and GraVAC's decisions then continue as in the lost
+  // run). They are kRank, except a plane no plan of the session keeps (Session::KeepsState:
+  // zeros on every rank), PowerSGD's padding and Q and the plan (each the same on every rank),
+  // which are kShared. Attach after the session's last AddPlan and EnableGravac (they change the sizes).
+  // Not owned; nullptr detaches.
   Status AttachSession(Session* session);
 
   // Collective (every rank, the same step, steps increasing, >= 1): see the header comment.

@@ -205,7 +205,9 @@ typedef enum {
  * or'ed (0: copied in the background, this rank's own). */
 int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* name, void* data, int64_t bytes,
                              int flags);
-/* Includes the session's error-feedback memory and momentum (NULL: detaches). */
+/* Includes the session's state: error-feedback memory, momentum, PowerSGD's, the active plan and
+ * GraVAC's (Checkpointer::AttachSession; after cupcake_session_enable_gravac). NULL:
+ * detaches. */
 int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session);
 int cupcake_checkpointer_commit(cupcake_checkpointer* checkpointer, int64_t step);
 /* Waits for the background copy of the last commit. */

@@ -129,10 +129,20 @@ struct GroupTimeline {
 };
 
 // Compressor state kept across steps. Per element (kernels/compressor.h): the error-feedback
-// memory (residual e; dgc's accumulator v) or the momentum (dgc's u, signum's m). Per PowerSGD
-// group (kernels/powersgd.h; its runner's own): the error-feedback memory e (the group's floats;
-// batched: the padded square) and the warm-started Q (its compressed matrices', concatenated).
-enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdMemory, kPowerSgdQ };
+// memory (residual e; dgc's accumulator v; PowerSGD's e over its group's elements) or the
+// momentum (dgc's u, signum's m). Per PowerSGD group (kernels/powersgd.h; its runner's own): the
+// rest of its error-feedback memory, a batched group's padding (its padded square's floats after
+// the group's n; none per tensor), and the warm-started Q (its compressed matrices',
+// concatenated). So each float of the memory is in exactly one of the two.
+enum class CompressorState { kErrorFeedback, kMomentum, kPowerSgdPadding, kPowerSgdQ };
+
+// The session's own state beyond its compressors', for checkpoints, as doubles (exact for its
+// counters too). kPlan: the active plan's index; with GraVAC then its controller's state (the
+// rung sent, cf_min's, the candidate's, whether it explores, each rung's last measured time and
+// gain) and the current window's steps so far. kGravacWindow (empty without GraVAC): this rank's
+// part of the current window: its measured iteration times and their count, its bytes sent,
+// the probe's gain sums and time, and for PowerSGD rungs the probe's warm-start Q.
+enum class ControlState { kPlan, kGravacWindow };
 
 // One gradient for Session::RegisterAll: its name and float32 buffer of `numel` elements (host
 // memory, or CUDA device memory of the current device for a session on GPU memory).
@@ -224,8 +234,8 @@ class Session {
   // Synchronized steps so far (the iteration that keys the compressors' random choices).
   uint64_t iteration() const;
   // Sets that counter, for checkpoints: a restarted session then draws the random choices (randk,
-  // qsgd, terngrad) the lost one would have. Between steps; FailedPrecondition once GraVAC is
-  // enabled (its windows count steps from EnableGravac).
+  // qsgd, terngrad) the lost one would have. Between steps. With GraVAC the current window's
+  // steps so far are the ones before `iteration` (InvalidArgument when it is smaller).
   Status SetIteration(uint64_t iteration);
 
   // Adds another plan for this session's model (same tensors, fingerprint) and world, checked
@@ -252,15 +262,22 @@ class Session {
   int active_plan() const;
   // State `which`, for checkpoints: per element, the active plan's in model element order (one
   // float per element of every tensor, 0 where a group keeps none; a PowerSGD group's error
-  // feedback over its elements); PowerSGD's, that part of every PowerSGD group's state (its
-  // whole memory, with a batched group's padding, or its Q) in plan, then group order, of every
-  // plan, empty when there is none. Write sets it (the same layout, the same size). Between
-  // steps only; on GPU memory a synchronous copy.
+  // feedback over its elements); PowerSGD's, that part of every PowerSGD group's state (a
+  // batched group's padding, or its Q) in plan, then group order, of every plan, empty when there
+  // is none. Write sets it (the same layout, the same size). Between steps only; on GPU memory a
+  // synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
   // Whether any of the session's plans keeps that state in any group (the same on every rank);
   // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
   bool KeepsState(CompressorState which) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
+  // State `which` (ControlState), for checkpoints; its size is fixed by the plans added and
+  // whether GraVAC is enabled. Write sets it (the same size): kPlan makes its plan active as
+  // SwitchPlan does but without the agreement (every rank writes the same values: a snapshot's
+  // of one step), and GraVAC's window goes on from the steps it holds. Values that are not this
+  // session's (a rung or plan out of range) are refused naming them. Between steps only.
+  StatusOr<std::vector<double>> ReadControlState(ControlState which) const;
+  Status WriteControlState(std::span<const double> values, ControlState which);
 
   // Hands the choice of plan to GraVAC: the session's plans must be a ladder (plan 0 fp32, then
   // one ratio-selecting compressor, topk, randk or dgc, at decreasing ratios, or PowerSGD rungs
