@@ -175,6 +175,8 @@ class TorchBody final : public LoopBody {
 
 int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   const std::string name = job.name();
+  runtime::SteadyClock clock;
+  const double started_us = clock.NowUs();  // a restore's report counts from here
   // MPI's process state is made here and passed down; sessions are destroyed before it.
   auto mpi = comm::InitMpi(&argc, &argv);
   if (!mpi.ok()) return Fail(name, "MPI", mpi.status(), 0);  // MPI's own failure: every rank prints it
@@ -195,7 +197,6 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   Batch eval = job.MakeBatch(1 << 20, 0);  // a fixed batch, the same on every rank
   NamedParameters params = GradientReadyOrder(job, eval);
 
-  runtime::SteadyClock clock;
   LoopRuntime runtime;
   if (int code = MakeLoopRuntime(name, flags, std::move(world).value(), &clock, !flags.timeline_path.empty(), runtime);
       code != 0)
@@ -216,11 +217,21 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     auto made = MakeCheckpointer(flags, ckpt_comm.get(), body.params(), body.sgd(), runtime.session.get(), runtime.gate);
     if (!made.ok()) return Fail(name, "--checkpoint", made.status(), rank);
     ckpt = std::move(made).value();
+    const double restore_us = clock.NowUs();
     auto point = ckpt->Restore();
     if (!point.ok()) return Fail(name, "--checkpoint", point.status(), rank);
+    const double restored_us = clock.NowUs();
     start = static_cast<int>(point->step);
+    for (const std::string& line : point->refused) std::printf("checkpoint: rank %d refused %s\n", rank, line.c_str());
     if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
     if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());
+    // The recovery time as this job sees it: the restore itself (rank 0's Restore, a collective),
+    // and from this function's start to the restore's end (MPI, the batches, the session and the
+    // checkpointer included; the process's launch and loading are not).
+    if (rank == 0 && start > 0)
+      std::printf("checkpoint: restore took %.1f ms, done %.1f ms after the job's start\n",
+                  (restored_us - restore_us) / 1e3, (restored_us - started_us) / 1e3);
+    std::fflush(stdout);
   }
 
   setup.checkpoint = ckpt.get();

@@ -12,59 +12,32 @@
 # Usage: checkpoint_host_test.sh SOURCE_DIR BUILD_DIR
 set -u -o pipefail
 src=$1 build=$2
-tb="$src/scripts/testbed.sh"
-train="$build/examples/train_mlp/train_mlp"
-[ -x "$train" ] || { echo "skip: $train not built (LibTorch)" >&2; exit 77; }
-export CUPCAKE_TESTBED_DIR="${CUPCAKE_TESTBED_DIR:-${TMPDIR:-/tmp}/cupcake-testbed-ckpt.$$}"
-export CUPCAKE_TESTBED_PREFIX="${CUPCAKE_TESTBED_PREFIX:-cpck$$}"
-export CUPCAKE_TESTBED_NET="${CUPCAKE_TESTBED_NET:-10.79.$(($$ % 250))}"
-work=$(mktemp -d)
 tag="tbhost-$$"
-cleanup() {
-  "$tb" down >/dev/null 2>&1
-  rm -rf "$work"
-  rm -f /dev/shm/cupcake-"$tag"-*
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+. "$src/test/testbed/checkpoint_common.sh"
+ckpt_setup 2 2
 
-"$tb" probe || exit $?
-"$tb" up --hosts 2 --ranks-per-host 2 --rate 1gbit || { echo "FAIL: up" >&2; exit 1; }
-db="$work/profile.db"
-# A plan for train_mlp on this testbed: collectives across it, kernels here, the model recorded.
-timeout 300 "$tb" run -- "$build/tools/cupcake-profile" comm --db "$db" --quick --ops allreduce,allgather \
-  >"$work/comm.log" 2>&1 || { tail -20 "$work/comm.log"; echo "FAIL: profile comm" >&2; exit 1; }
-"$build/tools/cupcake-profile" kernels --db "$db" --device cpu --quick --compressors topk >"$work/kernels.log" 2>&1 ||
-  { tail -20 "$work/kernels.log"; echo "FAIL: profile kernels" >&2; exit 1; }
-timeout 300 "$build/tools/cupcake-profile" compute --db "$db" --iterations 5 -- "$tb" run -- "$train" \
-  >"$work/record.log" 2>&1 || { tail -20 "$work/record.log"; echo "FAIL: record" >&2; exit 1; }
-"$build/tools/cupcake-plan" search --model-name mlp --profile "$db" --compressor topk --device cpu \
-  -o "$work/mlp-topk.pb" >"$work/plan.log" 2>&1 || { cat "$work/plan.log"; echo "FAIL: plan" >&2; exit 1; }
-
-job=("$train" --plan "$work/mlp-topk.pb" --epochs 3 --steps 100 --lr 0.01)
+job=("$train" --plan "$plan" --epochs 3 --steps 100 --lr 0.01)
 timeout 300 "$tb" run -- "${job[@]}" --checkpoint "$tag-ref" --weights "$work/ref.bin" >"$work/ref.log" 2>&1 ||
   { tail -20 "$work/ref.log"; echo "FAIL: the uninterrupted run" >&2; exit 1; }
 
 # The run whose host 1 dies: in the background, killed once its first epoch (100 commits) is done.
 timeout 300 "$tb" run -- "${job[@]}" --checkpoint "$tag" --replicate >"$work/killed.log" 2>&1 &
 runner=$!
-for _ in $(seq 600); do
-  grep -q '^epoch 1 loss' "$work/killed.log" && break
-  kill -0 "$runner" 2>/dev/null || break
-  sleep 0.1
-done
-grep -q '^epoch 1 loss' "$work/killed.log" || { cat "$work/killed.log"; echo "FAIL: no epoch 1 before the kill" >&2; exit 1; }
-pids=$(ip netns pids "$CUPCAKE_TESTBED_PREFIX-h1")
+wait_for_line "$work/killed.log" '^epoch 1 loss' "$runner" ||
+  { cat "$work/killed.log"; echo "FAIL: no epoch 1 before the kill" >&2; exit 1; }
+pids=$(host_pids 1)
 [ -n "$pids" ] || { echo "FAIL: no process on host 1 to kill (the run ended before the kill)" >&2; exit 1; }
 echo "killing host 1: $(echo $pids | wc -w) processes"
 kill -9 $pids
 if wait "$runner"; then echo "FAIL: the run whose host died exited 0" >&2; exit 1; fi
 rm -f /dev/shm/cupcake-"$tag"-2 /dev/shm/cupcake-"$tag"-2-* /dev/shm/cupcake-"$tag"-3 /dev/shm/cupcake-"$tag"-3-*
 
-timeout 300 "$tb" run -- "${job[@]}" --checkpoint "$tag" --replicate --weights "$work/resumed.bin" \
-  >"$work/resumed.log" 2>&1 || { tail -20 "$work/resumed.log"; echo "FAIL: the restart" >&2; exit 1; }
+started=$EPOCHREALTIME
+ckpt_run "$work/resumed.log" "${job[@]}" --checkpoint "$tag" --replicate --weights "$work/resumed.bin" ||
+  { tail -20 "$work/resumed.log"; echo "FAIL: the restart" >&2; exit 1; }
 grep '^checkpoint:' "$work/resumed.log"
-restored=$(awk '/^checkpoint: restored step/ {print $4}' "$work/resumed.log")
+echo "recovery: $(recovery_times "$work/resumed.log" "$started")"
+restored=$(restored_step "$work/resumed.log")
 status=0
 [ -n "$restored" ] && [ "$restored" -ge 1 ] || { echo "FAIL: no step restored" >&2; status=1; }
 for r in 2 3; do
@@ -72,10 +45,6 @@ for r in 2 3; do
   grep -q "^checkpoint: rank $r restored from $from\$" "$work/resumed.log" ||
     { echo "FAIL: rank $r did not restore from rank $((r - 2))'s replica and shared state" >&2; status=1; }
 done
-for r in 0 1 2 3; do
-  cmp "$work/ref.bin-rank$r" "$work/resumed.bin-rank$r" ||
-    { echo "FAIL: rank $r's parameters after the restart at step $restored differ from the uninterrupted run's" >&2
-      status=1; }
-done
+same_weights "$work/ref.bin" "$work/resumed.bin" 0 1 2 3 || status=1
 [ $status = 0 ] && echo "testbed_checkpoint_host: OK: host 1 killed, restarted at step $restored, 4 ranks bitwise equal"
 exit $status
