@@ -388,7 +388,7 @@ constexpr SessionEntry kSessionEntries[] = {
 StatusOr<std::vector<std::byte>> ReadSessionEntry(const Session& session, const SessionEntry& e) {
   const auto bytes = [](const auto& values) {
     std::vector<std::byte> out(values.size() * sizeof(values[0]));
-    std::memcpy(out.data(), values.data(), out.size());
+    if (!out.empty()) std::memcpy(out.data(), values.data(), out.size());  // an absent entry: data() may be null
     return out;
   };
   switch (e.part) {
