@@ -62,10 +62,11 @@ void GainProbe::SetTensors(const std::vector<std::vector<int64_t>>& shapes, cons
   group_first_.reserve(numels.size());
 }
 
-void GainProbe::SetRanks(int rank_min, int rank_c, std::span<const int> group_first_tensor) {
+void GainProbe::SetRanks(int rank_min, int rank_c, std::span<const GroupLayout> groups) {
   rank_min_ = rank_min;
   rank_c_ = rank_c;
-  group_first_.assign(group_first_tensor.begin(), group_first_tensor.end());
+  group_first_.clear();
+  for (const GroupLayout& g : groups) group_first_.push_back(g.first);
 }
 
 double GainProbe::PowerStep(int tensor, int64_t rows, int64_t cols, int r, int rc, double* first) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cupcake/runtime/session.h"
+#include "layout.h"
 
 namespace cupcake::runtime::internal {
 
@@ -44,9 +45,9 @@ class GainProbe {
   // kLowRank, once: the model's tensors in element order (shape as recorded, empty for a vector;
   // numel) and the highest rank it will probe. Allocates the warm-start Q and the scratch.
   void SetTensors(const std::vector<std::vector<int64_t>>& shapes, const std::vector<int64_t>& numels, int max_rank);
-  // kLowRank, per window: cf_min's and the candidate's PowerSGD rank, and the first tensor of
-  // each group of the active plan (the groups Observe is given).
-  void SetRanks(int rank_min, int rank_c, std::span<const int> group_first_tensor);
+  // kLowRank, per window: cf_min's and the candidate's PowerSGD rank, and the active plan's
+  // groups (those Observe is given; their first tensors are kept, within SetTensors' reserve).
+  void SetRanks(int rank_min, int rank_c, std::span<const GroupLayout> groups);
   // One group's g_ef = gradient + memory (memory: nullptr for none): adds ||g_ef||^2, the part
   // r_min of the group keeps (k = max(1, floor(r n)), as the compressors) and the part r_c
   // keeps of that. A group whose g_ef is not finite is left out of this step (counted).

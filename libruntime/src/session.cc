@@ -67,7 +67,6 @@ struct Adaptive {
   internal::GravacController controller;
   internal::GainProbe probe;
   std::vector<double> exchanged;  // every rank's fields, allocated once
-  std::vector<int> group_first;  // PowerSGD rungs: the active plan's groups' first tensors
   std::vector<GravacDecision> decisions;
   int steps = 0;
   int64_t bytes = 0;
@@ -198,7 +197,6 @@ class Session::Impl {
         numels.push_back(t.numel);
       }
       gravac_->probe.SetTensors(shapes, numels, first.powersgd_rank);
-      gravac_->group_first.reserve(numels.size());
     }
     CUPCAKE_RETURN_IF_ERROR(Activate(gravac_->controller.sent(), "EnableGravac"));
     StartWindow();
@@ -545,11 +543,7 @@ class Session::Impl {
     const internal::SessionLayout& min = slots_[static_cast<size_t>(c.min_rung())]->layout();
     const internal::SessionLayout& cand = slots_[static_cast<size_t>(c.cand_rung())]->layout();
     a.probe.SetRatios(min.ratio, cand.ratio);
-    if (min.powersgd_rank > 0) {
-      a.group_first.clear();  // reserved for one group per tensor
-      for (const internal::GroupLayout& g : active().layout().groups) a.group_first.push_back(g.first);
-      a.probe.SetRanks(min.powersgd_rank, cand.powersgd_rank, a.group_first);
-    }
+    if (min.powersgd_rank > 0) a.probe.SetRanks(min.powersgd_rank, cand.powersgd_rank, active().layout().groups);
     gain_ = a.steps % a.options.probe_every == 0 ? &a.probe : nullptr;
   }
 

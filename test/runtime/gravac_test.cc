@@ -20,6 +20,7 @@ namespace {
 
 using internal::GainProbe;
 using internal::GainSums;
+using internal::GroupLayout;
 using internal::GravacController;
 using internal::Selection;
 using testing::OnEveryRank;
@@ -176,8 +177,9 @@ TEST(GainProbe, LowRankKeepsTheEnergyOfTheBestApproximations) {
   ManualClock clock;
   GainProbe probe(Selection::kLowRank, 105, 7, &clock);
   probe.SetTensors({{10, 10}, {5}}, {100, 5}, 2);
-  const std::vector<int> first_tensor = {0};
-  probe.SetRanks(2, 1, first_tensor);
+  std::vector<GroupLayout> groups(1);  // one group from tensor 0
+  groups[0].first = 0;
+  probe.SetRanks(2, 1, groups);
   Floats g(105, 0.0f), memory(105, 0.5f);
   for (size_t i = 0; i < 105; ++i) g[i] = -0.5f;
   g[0] += 3;
