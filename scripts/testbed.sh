@@ -4,7 +4,7 @@
 # hostname (a UTS namespace per launched process tree), and Open MPI jobs across them over TCP.
 # See docs/TESTBED.md.
 #
-#   scripts/testbed.sh up --hosts H --ranks-per-host R --rate RATE|none   (idempotent)
+#   scripts/testbed.sh up --hosts H --ranks-per-host R --rate RATE|none [--startup-us US]   (idempotent)
 #   scripts/testbed.sh run [--mpirun-arg ARG]... -- CMD...
 #   scripts/testbed.sh status
 #   scripts/testbed.sh down                                               (safe to repeat)
@@ -15,6 +15,9 @@
 # CUPCAKE_TESTBED_DIR (state, default /run/cupcake-testbed), CUPCAKE_TESTBED_PREFIX
 # (namespace names, default cupcake), CUPCAKE_TESTBED_NET (first three octets of the private
 # /24 made only inside the namespaces, default 10.77.0).
+# --startup-us US (default 0): every MPI collective of the jobs run here first sleeps US
+# microseconds on every rank (CUPCAKE_EMULATED_STARTUP_US, libcomm's MpiWait::startup_us), to
+# emulate a larger cluster's start-up on links that have next to none (docs/TESTBED.md).
 # Exit codes: 0 success, 1 failure, 2 usage error, 77 the machine refuses namespaces or tc.
 set -u -o pipefail
 
@@ -109,7 +112,8 @@ set_tcp_cc() {
 }
 
 config() {
-  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\ntcp_cc=%s\nprefix=%s\nnet=%s\n' "$1" "$2" "$3" "$TCP_CC" "$PREFIX" "$NET"
+  printf 'hosts=%s\nranks_per_host=%s\nrate=%s\nstartup_us=%s\ntcp_cc=%s\nprefix=%s\nnet=%s\n' "$1" "$2" "$3" "$4" \
+    "$TCP_CC" "$PREFIX" "$NET"
 }
 
 build() {
@@ -137,16 +141,17 @@ build() {
     echo "$(host_ip "$i") slots=$2" >>"$STATE/hostfile"
   done
   write_agent
-  config "$hosts" "$2" "$rate" >"$STATE/config"
+  config "$hosts" "$2" "$rate" "$4" >"$STATE/config"
 }
 
 cmd_up() {
-  local hosts="" rph=1 rate=""
+  local hosts="" rph=1 rate="" startup=0
   while [ $# -gt 0 ]; do
     case "$1" in
       --hosts) hosts=${2:-}; shift 2 ;;
       --ranks-per-host) rph=${2:-}; shift 2 ;;
       --rate) rate=${2:-}; shift 2 ;;
+      --startup-us) startup=${2:-}; shift 2 ;;
       *) echo "testbed: up: unknown flag $1" >&2; usage ;;
     esac
   done
@@ -156,17 +161,19 @@ cmd_up() {
     { echo "testbed: --ranks-per-host: got '$rph', expected >= 1" >&2; exit 2; }
   [[ "$rate" =~ ^(none|[0-9]+(bit|kbit|mbit|gbit))$ ]] ||
     { echo "testbed: --rate: got '$rate', expected none or a tc rate such as 200mbit, 1gbit" >&2; exit 2; }
+  [[ "$startup" =~ ^[0-9]+$ ]] && [ "$startup" -le 1000000 ] ||
+    { echo "testbed: --startup-us: got '$startup', expected whole microseconds 0..1000000" >&2; exit 2; }
   local want
-  want=$(config "$hosts" "$rph" "$rate")
+  want=$(config "$hosts" "$rph" "$rate" "$startup")
   if [ -f "$STATE/config" ] && [ "$(cat "$STATE/config")" = "$want" ] && cmd_status >/dev/null 2>&1; then
-    echo "testbed: already up ($hosts hosts x $rph ranks, rate $rate)"; return 0
+    echo "testbed: already up ($hosts hosts x $rph ranks, rate $rate, start-up $startup us)"; return 0
   fi
   probe
   cmd_down
-  if ! build "$hosts" "$rph" "$rate"; then
+  if ! build "$hosts" "$rph" "$rate" "$startup"; then
     echo "testbed: up failed; removing what was made" >&2; cmd_down; exit 1
   fi
-  echo "testbed: up: $hosts hosts x $rph ranks, rate $rate, TCP $TCP_CC, subnet $NET.0/24, state $STATE"
+  echo "testbed: up: $hosts hosts x $rph ranks, rate $rate, start-up $startup us, TCP $TCP_CC, subnet $NET.0/24, state $STATE"
 }
 
 cmd_status() {
@@ -191,8 +198,10 @@ cmd_run() {
   [ "${1:-}" = -- ] && shift
   [ $# -gt 0 ] || { echo "testbed: run: missing the command after --" >&2; exit 2; }
   [ -f "$STATE/config" ] || die "run: the testbed is down (no $STATE/config); run 'up' first"
-  local hosts rph
+  local hosts rph startup
   hosts=$(sed -n 's/^hosts=//p' "$STATE/config"); rph=$(sed -n 's/^ranks_per_host=//p' "$STATE/config")
+  startup=$(sed -n 's/^startup_us=//p' "$STATE/config")
+  if [ "${startup:-0}" != 0 ]; then extra+=(-x "CUPCAKE_EMULATED_STARTUP_US=$startup"); fi
   # mpirun runs in the switch namespace (address $SWITCH_IP), so every host is remote and every
   # rank is launched by the agent; --bind-to none: each host's daemon believes it owns the whole
   # machine and would bind every host's first rank to core 0.

@@ -32,7 +32,7 @@ machine_header() {
   echo "cores=$(nproc)"
   echo "load_before=$(cut -d' ' -f1-3 /proc/loadavg)"
   printf 'hosts=%s\nranks_per_host=%s\nrate=%s\n' "$1" "$2" "$3"
-  testbed status | grep '^tcp_cc=' || true
+  testbed status | grep -E '^(startup_us|tcp_cc)=' || true
 }
 
 # machine_footer: appends the load after the runs to $out/machine.txt.

@@ -5,7 +5,7 @@
 # (`cupcake-profile compute`), plan every strategy, train with each plan, and compare the
 # measured iteration time with the plan's prediction.
 #
-#   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit --out DIR
+#   bench/testbed/evaluate.sh --hosts 2 --ranks-per-host 1 --rate 1gbit [--startup-us US] --out DIR
 #       [--models resnet,wide,embed | --replay MODEL.json[,MODEL.json] [--compute-scale S]]
 #       [--compressors efsignsgd,topk,fp16] [--ratio 0.01] [--iterations 30]
 #       [--warmup 5] [--record-iterations 20] [--rounds 3] [--quick] [--max-bytes B] [--max-elements E]
@@ -37,7 +37,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd) me=evaluate
 . "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
-hosts=2 rph=1 rate="" out="" models=resnet,wide compressors=efsignsgd,topk,fp16 ratio=0.01
+hosts=2 rph=1 rate="" startup=0 out="" models=resnet,wide compressors=efsignsgd,topk,fp16 ratio=0.01
 iterations=30 warmup=5 record_iterations=20 rounds=3 quick=0 replay="" compute_scale="" models_given=0
 max_bytes_flag="" max_elements_flag=""
 
@@ -52,6 +52,7 @@ while [ $# -gt 0 ]; do
     --hosts) hosts=${2:-}; shift 2 ;;
     --ranks-per-host) rph=${2:-}; shift 2 ;;
     --rate) rate=${2:-}; shift 2 ;;
+    --startup-us) startup=${2:-}; shift 2 ;;
     --out) out=${2:-}; shift 2 ;;
     --models) models=${2:-}; models_given=1; shift 2 ;;
     --replay) replay=${2:-}; shift 2 ;;
@@ -131,8 +132,8 @@ db=$out/profile.db
 world=$((hosts * rph))
 
 trap 'testbed down >/dev/null 2>&1 || true' EXIT
-log "testbed: $hosts hosts x $rph ranks, rate $rate"
-stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
+log "testbed: $hosts hosts x $rph ranks, rate $rate, start-up $startup us"
+stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate" --startup-us "$startup"
 {
   machine_header "$hosts" "$rph" "$rate"
   if [ -n "$replay" ]; then
@@ -142,7 +143,7 @@ stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$ra
   else
     what="--models $models"
   fi
-  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate --out DIR $what --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')${max_bytes_flag:+ --max-bytes $max_bytes_flag}${max_elements_flag:+ --max-elements $max_elements_flag}"
+  echo "command=bench/testbed/evaluate.sh --hosts $hosts --ranks-per-host $rph --rate $rate$([ "$startup" != 0 ] && echo " --startup-us $startup") --out DIR $what --compressors $compressors --ratio $ratio --iterations $iterations --warmup $warmup --record-iterations $record_iterations --rounds $rounds$([ $quick = 1 ] && echo ' --quick')${max_bytes_flag:+ --max-bytes $max_bytes_flag}${max_elements_flag:+ --max-elements $max_elements_flag}"
 } >"$out/machine.txt"
 
 # 1. The cluster: collectives across the testbed, compression kernels on this CPU. Sizes up to

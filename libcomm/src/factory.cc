@@ -5,6 +5,7 @@
 #include "cupcake/comm/nccl.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -44,12 +45,28 @@ Status CheckGlooArguments(const KeyValueStore* store, int rank, int size, const 
 }
 Status CheckMpiWait(const MpiWait& wait) {
   std::string problems;
-  for (auto [name, v] : {std::pair<const char*, double>{"spin_us", wait.spin_us}, {"sleep_us", wait.sleep_us}}) {
+  for (auto [name, v] : {std::pair<const char*, double>{"spin_us", wait.spin_us},
+                         {"sleep_us", wait.sleep_us},
+                         {"startup_us", wait.startup_us}}) {
     if (!(v >= 0 && v <= 1e6))
       problems += std::string(problems.empty() ? "" : "\n") + "MpiWait: " + name + ": out of range; got " +
                   std::to_string(v) + ", expected 0 <= t <= 1e6 (us)";
   }
   return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
+}
+// `wait`, checked, with startup_us from kEmulatedStartupVariable when that is set.
+StatusOr<MpiWait> Checked(MpiWait wait) {
+  if (const char* v = std::getenv(kEmulatedStartupVariable); v != nullptr) {
+    char* end = nullptr;
+    const double us = std::strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || !(us >= 0 && us <= 1e6))
+      return InvalidArgumentError(std::string(kEmulatedStartupVariable) + ": got '" + v +
+                                  "', expected a time in microseconds, 0 <= t <= 1e6 (an emulated start-up per "
+                                  "collective, scripts/testbed.sh --startup-us)");
+    wait.startup_us = us;
+  }
+  CUPCAKE_RETURN_IF_ERROR(CheckMpiWait(wait));
+  return wait;
 }
 }  // namespace
 
@@ -78,9 +95,9 @@ bool MpiInitialized() {
 }
 
 StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv, const MpiWait& wait) {
-  CUPCAKE_RETURN_IF_ERROR(CheckMpiWait(wait));
+  CUPCAKE_ASSIGN_OR_RETURN(const MpiWait checked, Checked(wait));
 #if CUPCAKE_HAVE_MPI
-  return internal::MakeMpiProcess(argc, argv, wait);
+  return internal::MakeMpiProcess(argc, argv, checked);
 #else
   (void)argc;
   (void)argv;
@@ -89,9 +106,9 @@ StatusOr<std::unique_ptr<MpiProcess>> InitMpi(int* argc, char*** argv, const Mpi
 }
 
 StatusOr<std::unique_ptr<Communicator>> MpiCommunicatorFromHandle(const void* mpi_comm, const MpiWait& wait) {
-  CUPCAKE_RETURN_IF_ERROR(CheckMpiWait(wait));
+  CUPCAKE_ASSIGN_OR_RETURN(const MpiWait checked, Checked(wait));
 #if CUPCAKE_HAVE_MPI
-  return internal::MakeMpiCommunicator(mpi_comm, wait);
+  return internal::MakeMpiCommunicator(mpi_comm, checked);
 #else
   (void)mpi_comm;
   return NoMpi();

@@ -3,8 +3,10 @@
 // then yield between tests) and with sleeps between tests (MpiWait in mpi.h); and ZenAllreduce's
 // cases (zen_cases.h) on the world. A failing check on any rank fails that rank's process, so
 // mpirun exits non-zero.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "cases.h"
 #include "cupcake/comm/mpi.h"
@@ -60,6 +62,51 @@ TEST(MpiWait, OutOfRangeTimesAreRefusedNamingTheField) {
             "MpiWait: spin_us: out of range; got -1.000000, expected 0 <= t <= 1e6 (us)\n"
             "MpiWait: sleep_us: out of range; got 2000000.000000, expected 0 <= t <= 1e6 (us)");
   EXPECT_FALSE(MpiCommunicatorFromHandle(nullptr, MpiWait{.spin_us = std::nan("")}).ok());
+}
+
+TEST(MpiWait, AnEmulatedStartUpDelaysEachDataCollectiveOnce) {
+  constexpr double kStartUpUs = 20000;
+  auto c = MpiCommunicatorFromHandle(nullptr, MpiWait{.startup_us = kStartUpUs});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Communicator& comm = **c;
+  EXPECT_TRUE(comm.library().ends_with(" (emulated start-up 20000 us per collective)")) << comm.library();
+  const int n = comm.size();
+  std::vector<float> send(2 * static_cast<size_t>(n), static_cast<float>(comm.rank() + 1)), recv(send.size());
+  using Clock = std::chrono::steady_clock;
+  auto timed = [&](const char* what, auto call) {
+    ASSERT_TRUE(comm.Barrier().ok());
+    const auto t0 = Clock::now();
+    const Status s = call();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    ASSERT_TRUE(s.ok()) << what << ": " << s.message();
+    EXPECT_GE(us, kStartUpUs) << what;
+  };
+  timed("Allreduce", [&] { return comm.Allreduce(send.data(), recv.data(), 2 * n, DataType::kFloat32, ReduceOp::kSum); });
+  EXPECT_EQ(recv[0], static_cast<float>(n * (n + 1) / 2));  // the result is untouched by the wait
+  timed("Allgather", [&] { return comm.Allgather(send.data(), recv.data(), 8); });
+  timed("Alltoall", [&] { return comm.Alltoall(send.data(), recv.data(), 8); });
+  timed("ReduceScatter",
+        [&] { return comm.ReduceScatter(send.data(), recv.data(), 2, DataType::kFloat32, ReduceOp::kSum); });
+  timed("Broadcast", [&] { return comm.Broadcast(send.data(), 8, 0); });
+  std::vector<int64_t> bytes(static_cast<size_t>(n), 8);
+  timed("Alltoallv", [&] { return comm.Alltoallv(send.data(), bytes, recv.data(), bytes); });
+}
+
+TEST(MpiWait, TheEmulatedStartUpComesFromTheEnvironment) {
+  ASSERT_EQ(setenv(kEmulatedStartupVariable, "1500", 1), 0);
+  auto c = MpiCommunicatorFromHandle(nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE((*c)->library().ends_with(" (emulated start-up 1500 us per collective)")) << (*c)->library();
+  ASSERT_EQ(setenv(kEmulatedStartupVariable, "1ms", 1), 0);
+  auto bad = MpiCommunicatorFromHandle(nullptr);
+  ASSERT_EQ(unsetenv(kEmulatedStartupVariable), 0);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "CUPCAKE_EMULATED_STARTUP_US: got '1ms', expected a time in microseconds, 0 <= t <= 1e6 (an emulated "
+            "start-up per collective, scripts/testbed.sh --startup-us)");
+  auto plain = MpiCommunicatorFromHandle(nullptr);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ((*plain)->library().find("emulated"), std::string::npos) << (*plain)->library();
 }
 
 }  // namespace

@@ -102,6 +102,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Get_library_version(v, &len);
     std::string s(v, static_cast<size_t>(len));
     if (auto cut = s.find_first_of(",\n"); cut != std::string::npos) s.resize(cut);
+    if (wait_.startup_us > 0) {
+      char note[96];
+      std::snprintf(note, sizeof note, " (emulated start-up %g us per collective)", wait_.startup_us);
+      s += note;
+    }
     return s;
   }
 
@@ -111,12 +116,14 @@ class MpiCommunicator final : public Communicator {
     return Wait(req);
   }
   Status Broadcast(void* buf, int64_t bytes, int root) override {
+    StartUp();
     CUPCAKE_RETURN_IF_ERROR(Count("Broadcast", bytes));
     MPI_Request req;
     CUPCAKE_MPI_RETURN_IF_ERROR(MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_, &req), rank_, host_);
     return Wait(req);
   }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType type, ReduceOp op) override {
+    StartUp();
     CUPCAKE_RETURN_IF_ERROR(Count("Allreduce", count));
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("Allreduce", type, op, rank_, host_));
     if (size_ == 2 || (size_ > 2 && count * DataTypeBytes(type) >= kChunkedMinBytes))
@@ -128,6 +135,7 @@ class MpiCommunicator final : public Communicator {
     return Wait(req);
   }
   Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    StartUp();
     CUPCAKE_RETURN_IF_ERROR(Count("Allgather", bytes_per_rank));
     const int n = static_cast<int>(bytes_per_rank);
     MPI_Request req;
@@ -135,6 +143,7 @@ class MpiCommunicator final : public Communicator {
     return Wait(req);
   }
   Status ReduceScatter(const void* send, void* recv, int64_t count_per_rank, DataType type, ReduceOp op) override {
+    StartUp();
     CUPCAKE_RETURN_IF_ERROR(Count("ReduceScatter", count_per_rank));
     CUPCAKE_RETURN_IF_ERROR(CheckReduce("ReduceScatter", type, op, rank_, host_));
     MPI_Request req;
@@ -144,6 +153,7 @@ class MpiCommunicator final : public Communicator {
     return Wait(req);
   }
   Status Alltoall(const void* send, void* recv, int64_t bytes_per_rank) override {
+    StartUp();
     CUPCAKE_RETURN_IF_ERROR(Count("Alltoall", bytes_per_rank));
     const int n = static_cast<int>(bytes_per_rank);
     MPI_Request req;
@@ -152,6 +162,7 @@ class MpiCommunicator final : public Communicator {
   }
   Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
                    std::span<const int64_t> recv_bytes) override {
+    StartUp();
     CUPCAKE_RETURN_IF_ERROR(CheckAlltoallv(send_bytes, recv_bytes, size_, rank_, host_));
     std::vector<int> sc(static_cast<size_t>(size_)), sd(sc.size()), rc(sc.size()), rd(sc.size());
     int64_t s_at = 0, r_at = 0;
@@ -234,6 +245,11 @@ class MpiCommunicator final : public Communicator {
     }
   }
   Status Wait(MPI_Request& req) { return Wait(&req, 1); }
+  // The emulated start-up (MpiWait::startup_us): the thread sleeps, as it would wait for a
+  // network's latency without using its core.
+  void StartUp() const {
+    if (wait_.startup_us > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(wait_.startup_us));
+  }
   Status Count(std::string_view call, int64_t count) const { return CheckCount(call, count, INT_MAX, rank_, host_); }
   MPI_Op Op(DataType type, ReduceOp op) const {
     if (type == DataType::kFloat16) return sum_f16_;  // max refused by CheckReduce
