@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/powersgd.h"
@@ -15,7 +16,19 @@
 #include "cupcake/proto/catalogue.h"
 #include "cupcake/proto/names.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace cupcake::profile {
+
+bool CacheFlushSupported() {
+#if defined(__x86_64__) || defined(__aarch64__)
+  return true;
+#else
+  return false;
+#endif
+}
 
 Status FakeKernelDevice::BeginTimed() {
   if (open_) return FailedPreconditionError("fake device: BeginTimed() twice without EndTimed()");
@@ -58,6 +71,45 @@ Status FakeKernelDevice::CopyAsync(void* dst, const void* src, int64_t size_byte
 }
 
 namespace {
+
+// The bytes a host call reads or writes, flushed before each call of a cold sweep.
+using Touched = std::vector<std::span<const std::byte>>;
+template <typename T>
+std::span<const std::byte> BytesOf(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+std::span<const std::byte> BytesOf(const kernels::Buffer& b) {
+  return {b.as<std::byte>(), static_cast<size_t>(b.size_bytes())};
+}
+
+// Writes back and invalidates every cache line of `touched` in every cache level, and waits
+// until that is done (CacheFlushSupported() machines; elsewhere cold sweeps are refused).
+// ZenPoint's decode reads every rank's partition and writes the group.
+Touched ZenDecodeTouched(const std::vector<std::vector<std::byte>>& partitions, const std::vector<float>& out) {
+  Touched t{BytesOf(out)};
+  for (const auto& p : partitions) t.push_back(BytesOf(p));
+  return t;
+}
+
+void FlushFromCaches(const Touched& touched) {
+  constexpr uintptr_t kLine = 64;  // the smallest line of these architectures; a larger one is flushed repeatedly
+  for (std::span<const std::byte> s : touched) {
+    if (s.empty()) continue;
+    const uintptr_t end = reinterpret_cast<uintptr_t>(s.data()) + s.size();
+    for (uintptr_t p = reinterpret_cast<uintptr_t>(s.data()) & ~(kLine - 1); p < end; p += kLine) {
+#if defined(__x86_64__)
+      _mm_clflush(reinterpret_cast<const void*>(p));
+#elif defined(__aarch64__)
+      asm volatile("dc civac, %0" : : "r"(p) : "memory");
+#endif
+    }
+  }
+#if defined(__x86_64__)
+  _mm_mfence();
+#elif defined(__aarch64__)
+  asm volatile("dsb ish" : : : "memory");
+#endif
+}
 
 // Deterministic gradients in [-1, 1) (a 64-bit LCG keyed by `seed`).
 void FillGradient(std::span<float> g, uint64_t seed) {
@@ -200,7 +252,7 @@ class Sweep {
           if (device_ != nullptr) return device_->CopyAsync(dst, src, bytes);
           std::memcpy(dst, src, static_cast<size_t>(bytes));
           return Status::Ok();
-        }));
+        }, {BytesOf(tensor), BytesOf(fusion)}));
       }
     }
     return Status::Ok();
@@ -240,7 +292,7 @@ class Sweep {
     if (want_enc.any()) {
       CUPCAKE_RETURN_IF_ERROR(Measure(enc, n, want_enc, [&](int i) {
         return comp->Encode(grad_span, state_span, static_cast<uint64_t>(i), payload_span, stream);
-      }));
+      }, {BytesOf(grad), BytesOf(state), BytesOf(payload)}));
     }
     if (!want_dec.any()) return Status::Ok();
     // The decode input: W payloads of W ranks' gradients side by side (allgather), or one
@@ -259,7 +311,8 @@ class Sweep {
     }
     std::span<const std::byte> input_span(input.as<std::byte>(), static_cast<size_t>(input.size_bytes()));
     std::span<float> out_span(out.as<float>(), floats);
-    return Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); });
+    return Measure(dec, n, want_dec, [&](int) { return comp->Decode(input_span, out_span, 0, stream); },
+                   {BytesOf(input), BytesOf(out)});
   }
 
   // One size of PowerSGD's curves: the codec of one rows x cols matrix (rows = floor(sqrt(n)))
@@ -297,12 +350,14 @@ class Sweep {
     CUPCAKE_RETURN_IF_ERROR(codec->ComputeQ(floats(first), floats(state), floats(second), stream));
     if (want_enc.any()) {
       CUPCAKE_RETURN_IF_ERROR(Measure(
-          enc, work, want_enc, [&](int) { return codec->EncodeP(floats(grad), floats(state), floats(first), stream); }));
+          enc, work, want_enc, [&](int) { return codec->EncodeP(floats(grad), floats(state), floats(first), stream); },
+          {BytesOf(grad), BytesOf(state), BytesOf(first)}));
     }
     if (!want_dec.any()) return Status::Ok();
-    return Measure(dec, work, want_dec, [&](int) {
-      return codec->Decode(floats(first), floats(second), floats(state), floats(out), stream);
-    });
+    return Measure(
+        dec, work, want_dec,
+        [&](int) { return codec->Decode(floats(first), floats(second), floats(state), floats(out), stream); },
+        {BytesOf(first), BytesOf(second), BytesOf(state), BytesOf(out)});
   }
 
   // One size of Zen's curves, as rank 0 of W ranks does it in comm::ZenAllreduce and the
@@ -362,7 +417,7 @@ class Sweep {
         zen::EncodePartition(sum.view(), 0, n, w, kSeed, encoded);
         return mine.pairs.size() == static_cast<size_t>(k) ? Status::Ok()
                                                            : InternalError("zen: the partition lost pairs");
-      }));
+      }, {BytesOf(payloads[0]), BytesOf(received0), BytesOf(encoded)}));
     }
     if (!want_dec.any()) return Status::Ok();
     std::vector<float> out(static_cast<size_t>(n));
@@ -376,7 +431,7 @@ class Sweep {
       }
       const zen::Sparse all = zen::MergePartitions(parts);
       return zen::ScatterDense(all.view(), 1.0f / static_cast<float>(w), out);
-    });
+    }, ZenDecodeTouched(partitions, out));
   }
 
   // One size of the non-zero scan (the zen_sparse scheme's encode, host memory): a gradient of n
@@ -398,7 +453,7 @@ class Sweep {
       kernels::zen::CollectNonzeros(grad, pairs);
       return pairs.indices.size() == static_cast<size_t>(k) ? Status::Ok()
                                                             : InternalError("nonzero: the scan lost entries");
-    });
+    }, {BytesOf(grad), BytesOf(pairs.indices), BytesOf(pairs.values)});
   }
 
   // ZenPoint's steps on the device, on its stream (the waits inside them included, as the
@@ -499,11 +554,11 @@ class Sweep {
   }
 
   // Times `fn(i)` (launch call i) for the point's missing measurements, stores them, counts
-  // the point done.
+  // the point done. `touched`: on the host, what every call reads and writes (KernelSweepOptions::cold).
   template <typename Fn>
-  Status Measure(const pb::Curve& key, int64_t size, Want want, Fn&& fn) {
+  Status Measure(const pb::Curve& key, int64_t size, Want want, Fn&& fn, const Touched& touched = {}) {
     if (want.main) {
-      StatusOr<double> us = device_ != nullptr ? TimeEvents(fn) : TimeWall(fn);
+      StatusOr<double> us = device_ != nullptr ? TimeEvents(fn) : TimeWall(fn, touched);
       if (!us.ok()) return us.status().WithPrefix(Where(key, size));
       CUPCAKE_RETURN_IF_ERROR(Store(sink_, report_.event, key, size, *us, device_ != nullptr ? "event" : "wall"));
     }
@@ -516,15 +571,20 @@ class Sweep {
     return Status::Ok();
   }
 
-  // The median of `iters` calls after `warmup` untimed ones, each bracketed by the clock. With
-  // peers: every rank starts the point after a barrier, and the slowest rank's median is kept.
+  // The median of `iters` calls after `warmup` untimed ones, each bracketed by the clock, each
+  // after `touched` was flushed when the sweep is cold. With peers: every rank starts the point
+  // after a barrier, and the slowest rank's median is kept.
   template <typename Fn>
-  StatusOr<double> TimeWall(Fn& fn) {
+  StatusOr<double> TimeWall(Fn& fn, const Touched& touched) {
     if (peers_ != nullptr) CUPCAKE_RETURN_IF_ERROR(peers_->Barrier());
-    for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
+    for (int i = 0; i < o_.warmup; ++i) {
+      if (o_.cold) FlushFromCaches(touched);
+      CUPCAKE_RETURN_IF_ERROR(fn(i));
+    }
     std::vector<double> us;
     us.reserve(static_cast<size_t>(o_.iters));
     for (int i = 0; i < o_.iters; ++i) {
+      if (o_.cold) FlushFromCaches(touched);
       double t0 = clock_->NowUs();
       Status s = fn(o_.warmup + i);
       double t1 = clock_->NowUs();
@@ -670,6 +730,11 @@ Status ValidateKernelSweepOptions(const KernelSweepOptions& options, bool zen_de
       add(UnknownCompressorError("compressors", name).message());
     }
   }
+  if (options.cold && options.device != pb::CPU)
+    add("cold: host sweeps only; got device " + std::string(Name(options.device)) +
+        ", expected cpu (a device sweep's caches are not flushed)");
+  else if (options.cold && !CacheFlushSupported())
+    add("cold: this CPU architecture has no cache flush here (x86-64 and AArch64 have); expected cold = false");
   if (options.ratios.empty()) add("ratios: empty; got no ratio, expected at least one");
   for (size_t i = 0; i < options.ratios.size(); ++i) {
     const std::string what = "ratios[" + std::to_string(i) + "]";

@@ -470,7 +470,36 @@ TEST(KernelSweepOnDevice, RefusesACpuSweepAndBadOptions) {
   o.warmup = -1;
   EXPECT_EQ(SweepKernelsOnDevice(o, device, nullptr, sink, nullptr).status().message(),
             "warmup: out of range; got -1, expected >= 0");
+  o = SmallGpu();
+  o.cold = true;
+  EXPECT_EQ(SweepKernelsOnDevice(o, device, nullptr, sink, nullptr).status().message(),
+            "cold: host sweeps only; got device gpu, expected cpu (a device sweep's caches are not flushed)");
   EXPECT_EQ(device.timed(), 0);
+}
+
+// A cold sweep flushes every host point's buffers before each call (what that costs in time is
+// not visible on a fake clock): every kind of point is measured as in a warm sweep, and the
+// clock is read only around the calls, so the flushes stay outside the timed span.
+TEST(KernelSweep, ColdSweepsMeasureEveryKindOfPointOutsideTheFlush) {
+  ASSERT_TRUE(CacheFlushSupported());  // x86-64 and AArch64: every machine this project builds on
+  KernelSweepOptions o = Small();
+  o.compressors = {"topk", "efsignsgd", "zen", "nonzero", "powersgd"};
+  o.cold = true;
+  FakeClock cold_clock(2.0), warm_clock(2.0);
+  MemorySink cold, warm;
+  auto report = SweepKernels(o, cold_clock, cold);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  o.cold = false;
+  ASSERT_TRUE(SweepKernels(o, warm_clock, warm).ok());
+  const std::vector<pb::Curve> cold_curves = cold.Curves(), warm_curves = warm.Curves();
+  EXPECT_EQ(report->measured, static_cast<int64_t>(warm_curves.size()) * 3);
+  ASSERT_EQ(cold_curves.size(), warm_curves.size());
+  for (size_t i = 0; i < cold_curves.size(); ++i) {
+    EXPECT_EQ(CurveKey(cold_curves[i]), CurveKey(warm_curves[i]));
+    ASSERT_EQ(cold_curves[i].points_size(), 3);
+    for (const auto& p : cold_curves[i].points()) EXPECT_EQ(p.us(), 2.0);
+  }
+  EXPECT_EQ(cold_clock.calls(), warm_clock.calls());
 }
 
 TEST(PowerOfTwoSizes, ListsTheRangeAndRejectsEmptyOrAbsurdOnes) {

@@ -132,6 +132,8 @@ TEST(KernelsCommand, SweepsIntoANewDbThenSkipsWhatIsThere) {
   EXPECT_EQ(p->cluster().devices_per_node(), 2);
   EXPECT_EQ(p->curves_size(), 6);
   EXPECT_TRUE(p->cluster().meta().contains("kernels.date"));
+  EXPECT_EQ(p->cluster().meta().at("kernels.cache"), "cold");  // the cpu's default
+  EXPECT_NE(out.str().find(", cold caches"), std::string::npos) << out.str();
   // The other work on the machine during the sweep, as plans read it (BusyNote).
   ASSERT_TRUE(p->cluster().meta().contains("kernels.load"));
   const std::optional<HostLoad> load = ParseHostLoad(p->cluster().meta().at("kernels.load"));
@@ -219,6 +221,9 @@ TEST(KernelsCommand, ErrorsNameTheFlag) {
   o = Tiny(dir.File("p.db"));
   o.device = "tpu";
   EXPECT_EQ(RunKernels(o, out).message(), "--device: unknown device; got 'tpu', expected cpu or gpu");
+  o = Tiny(dir.File("p.db"));
+  o.cache = "lukewarm";
+  EXPECT_EQ(RunKernels(o, out).message(), "--cache: unknown; got 'lukewarm', expected cold or warm");
   ASSERT_TRUE(RunKernels(Tiny(dir.File("p.db")), out).ok());
   o = Tiny(dir.File("p.db"));
   o.world_size = 8;
@@ -281,6 +286,12 @@ TEST(KernelsCommand, GpuSweepWritesEventCurvesAndKernelOnlyCurvesToTheirDbs) {
   EXPECT_NE(out.str().find("kernel-only (CUPTI): measured 24 points, skipped 0 already in " + dir.File("p.kernel.db")),
             std::string::npos)
       << out.str();
+  EXPECT_NE(out.str().find(", warm caches"), std::string::npos) << out.str();  // a gpu's default
+  KernelsOptions cold = o;
+  cold.cache = "cold";
+  std::ostringstream refused;
+  EXPECT_EQ(RunKernels(cold, refused).message(),
+            "--cache: cold sweeps the host only; got --device gpu, expected --cache warm (or no --cache)");
   for (const auto& [file, method, us] :
        {std::tuple<std::string, std::string, double>{db, "event", 8.0}, {dir.File("p.kernel.db"), "kernel", 2.0}}) {
     auto store = profile::ProfileStore::Open(file, false);

@@ -99,6 +99,9 @@ struct KernelsOptions {
   int step = 1;  // every step-th power of two (--quick: 2)
   int warmup = 2;
   int iters = 10;
+  // --cache: cold (every call's buffers flushed from the caches first; profile::KernelSweepOptions::cold)
+  // or warm; empty: cold on the cpu, warm on a gpu.
+  std::string cache{};
   std::vector<std::string> compressors{};  // empty: all
   std::vector<double> ratios = {kDefaultRatio};  // topk, randk, dgc, zen: a curve per ratio
   int rank = 4;  // powersgd: the rank its curves are measured at

@@ -39,6 +39,19 @@ StatusOr<profile::KernelSweepOptions> SweepOptionsOf(const KernelsOptions& optio
   sweep.warmup = options.warmup;
   sweep.iters = options.iters;
   sweep.force = options.force;
+  if (options.cache.empty()) {
+    sweep.cold = device == pb::CPU && profile::CacheFlushSupported();
+  } else if (options.cache == "cold" || options.cache == "warm") {
+    sweep.cold = options.cache == "cold";
+    if (sweep.cold && device != pb::CPU)
+      return InvalidArgumentError("--cache: cold sweeps the host only; got --device " + options.device +
+                                  ", expected --cache warm (or no --cache)");
+    if (sweep.cold && !profile::CacheFlushSupported())
+      return InvalidArgumentError("--cache: cold needs a cache flush, which this CPU architecture lacks here (x86-64 "
+                                  "and AArch64 have it); expected --cache warm");
+  } else {
+    return InvalidArgumentError("--cache: unknown; got '" + options.cache + "', expected cold or warm");
+  }
   sweep.compressors = options.compressors;
   sweep.rank = options.rank;
   sweep.ratios = options.ratios;
@@ -102,7 +115,8 @@ void PrintResult(const KernelsOptions& options, const profile::KernelSweepOption
   out << "kernels: " << options.device << (gpu.device ? " (" + gpu.device->Describe() + ")" : "")
       << ", W=" << result.world_size << ", " << sweep.elements.size() << " sizes ("
       << tools::HumanCount(sweep.elements.front()) << " .. " << tools::HumanCount(sweep.elements.back())
-      << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters
+      << " elements), warmup " << sweep.warmup << ", iters " << sweep.iters << ", " << (sweep.cold ? "cold" : "warm")
+      << " caches"
       << (peers != nullptr ? ", " + std::to_string(peers->size()) + " ranks in step (the slowest rank's median)" : "")
       << ": measured " << report.event.measured << " points, skipped " << report.event.skipped << " already in "
       << options.db << (report.event.skipped > 0 ? " (--force re-measures them)" : "") << ", in " << secs << " s\n";
@@ -158,7 +172,10 @@ Status RunKernels(const KernelsOptions& options, std::ostream& out) {
   run.kernel_db = gpu.kernel_db;
   run.cluster = options.cluster;
   run.world_size = options.world_size;
-  run.meta = {{"kernels.command", options.command}, {"kernels.date", UtcNow()}, {"kernels.device", options.device}};
+  run.meta = {{"kernels.command", options.command},
+              {"kernels.date", UtcNow()},
+              {"kernels.device", options.device},
+              {"kernels.cache", run.sweep.cold ? "cold" : "warm"}};
   profile::SteadyClock clock;
   std::optional<ProgressBar> bar;
   if (options.progress) bar.emplace(*options.progress, "kernels");
@@ -198,6 +215,9 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
       "lock-timeout", po::value(&options.lock_timeout_s)->default_value(10), kLockTimeoutHelp)(
       "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
       "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
+      "cache", po::value(&options.cache),
+      "cold: flush each call's buffers from the caches before it, as a job finds them (default on the cpu); warm: "
+      "each call finds what the previous one left (default on a gpu)")(
       "compressors", po::value(&compressors),
       "comma-separated names, zen for Zen's steps, nonzero for the zen_sparse scheme's scan (cpu) and powersgd for "
       "PowerSGD's steps (default: all; zen when W >= 2; nonzero and powersgd only when named)")(

@@ -34,7 +34,18 @@ struct KernelSweepOptions {
   int warmup = 2;
   int iters = 10;
   bool force = false;  // re-measure points the sink has
+  // Cold caches (host sweeps only): before every call, warm-up or timed, the buffers the call
+  // reads and writes are flushed from every cache level (untimed), so that it reads them from
+  // memory, as a job's encode does: there a group's gradient and its error-feedback state were
+  // last touched long before, behind the rest of the model's data (docs/PROFILER.md, "Cold
+  // caches"). false: each call finds what the previous one left in cache, which times groups
+  // that fit the last-level cache faster than a job runs them.
+  bool cold = false;
 };
+
+// Whether this machine's CPU can flush a line from its caches (x86-64, AArch64), as cold
+// sweeps do.
+bool CacheFlushSupported();
 
 // Sweeps, in order, for each compressor (and ratio): encode over `elements`, then decode; for
 // powersgd, its encode (P = M Q and the rest before the first allreduce) and decode on one
@@ -43,7 +54,7 @@ struct KernelSweepOptions {
 // zen, its work before the partitions are gathered ("encode zen") and after ("decode zen") as
 // rank 0 of W ranks whose topk payloads of n elements select indices independently; then copy
 // pack and unpack over 4n bytes. A point is timed as the median of `iters` calls after `warmup`
-// untimed ones, each call bracketed by `clock` (method "wall" on the CPU). Points the sink has
+// untimed ones, each call bracketed by `clock` (method "wall" on the CPU; `cold` above). Points the sink has
 // are skipped unless `force`. The first error (a sink refusing a point, a compressor failing)
 // stops the sweep; what was committed before stays.
 // Errors: InvalidArgument for bad options (naming the field) and for device gpu (a GPU sweep
