@@ -340,6 +340,42 @@ def gpu_topk_encode(src):
     return f"{span(xs)} a device copy at 32 Mi elements", f"{len(xs)} runs of 30 calls (median per run)"
 
 
+# --- Recorded models replayed on an emulated accelerator (evaluate.sh --replay) ---
+
+REPLAY = "bench/results/replay-2026-11-27"
+REPLAY_TESTBEDS = ("2hosts-1gbit", "2hosts-1gbit-startup1000us")
+REPLAY_COMPRESSORS = ("efsignsgd", "topk", "dgc", "fp16")
+
+
+def replay_plan_over(src, base):
+    """The plan's speed-up over strategy `base` per testbed, every model and compressor."""
+    values, spreads = [], []
+    for t, label in zip(REPLAY_TESTBEDS, ("no start-up", "1 ms start-up")):
+        runs = src.json(f"{REPLAY}/{t}/results.json")
+        ratios, apart_n = [], 0
+        for model in ("resnet50", "bert_base"):
+            for c in REPLAY_COMPRESSORS:
+                plan = run(runs, model, "plan", c)
+                other = run(runs, model, base, "fp32" if base == "fp32_bucket" else c)
+                ratios.append(other["measured_ms"] / plan["measured_ms"])
+                apart_n += apart(plan, other)
+        values.append(f"{label} {span(ratios)}")
+        spreads.append(f"{apart_n} of {len(ratios)}")
+    what = "fp32 buckets'" if base == "fp32_bucket" else "layer-wise's"
+    return "; ".join(values), f"p10-p90 apart from {what} in " + " and ".join(spreads)
+
+
+def replay_within_ten(src):
+    """Runs within 10%: as planned (results.json), and re-priced with cold kernel curves."""
+    planned = [within10(src.json(f"{REPLAY}/{t}/results.json")) for t in REPLAY_TESTBEDS]
+    rows = src.json(f"{REPLAY}/reprice/reprice.json")
+    cold = [sum(abs(r["measured_ms"] / r["cold_ms"] - 1) <= 0.10 for r in rows if r["eval"] == e) for e in ("r1", "r3")]
+    n = [sum(1 for r in rows if r["eval"] == e) for e in ("r1", "r3")]
+    value = f"as planned {planned[0]} and {planned[1]} of {n[0]}; cold kernel curves {cold[0]} and {cold[1]} of {n[1]}"
+    runs = [r for t in REPLAY_TESTBEDS for r in src.json(f"{REPLAY}/{t}/results.json")]
+    return value, inside_spread(runs)
+
+
 QUIET_TTA = "tta-quiet-2026-11-27"
 QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
 GRAVAC = "tta-gravac-2026-11-27"
@@ -371,6 +407,9 @@ CHECKS = {
                                [("topk-0.1", "topk-0.01"), "powersgd-2", "gravac", "gravac-powersgd"]),
     "R26": lambda s: tta_shape(s, f"{GRAVAC}/lstm-2hosts-1gbit",
                                ["topk-0.1", "powersgd-4", "gravac", "gravac-powersgd"]),
+    "R27": lambda s: replay_plan_over(s, "layerwise"),
+    "R28": lambda s: replay_plan_over(s, "fp32_bucket"),
+    "R29": replay_within_ten,
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
