@@ -3,20 +3,31 @@
 # measurement). On a testbed of H hosts x R ranks at RATE (scripts/testbed.sh): profile it, record
 # the model on it, plan it (topk at --ratio, the optimal fusion search), read the replica chunk
 # that fits the plan's idle gap after Commit (`cupcake-plan show --profile`), then train the same
-# plan in three arms, round-robin (every arm once per round: its own warm-up, then the timed
-# iterations):
+# plan in the arms of --arms, round-robin (every arm once per round: its own warm-up, then the
+# timed iterations):
 #   none        no checkpointer;
 #   snapshot    --checkpoint: a snapshot of every parameter, its momentum and the session's
 #               state every iteration into host memory, copied in the background;
 #   replicas    the same with --replicate --replica-chunk-bytes (the schedule's chunk): the
-#               snapshots also stream to the other host between the collectives.
-# An iteration's time is the slowest rank's, from forward to the end of Commit.
+#               snapshots also stream to the other host between the collectives;
+#   persist     the snapshot with --persist --persist-every N (--save-every): every N steps each
+#               rank also writes its snapshot to a file in STORE, after the copy, in the background;
+#   blocking    --blocking-save --save-every N: every N steps, after the update, rank 0 gathers
+#               the ranks' own state and writes the whole state to one file in STORE durably
+#               while the others wait (no checkpointer).
+# An iteration's time is the slowest rank's, from forward to the end of Commit (or of the save).
+# For persist and blocking, the durable checkpoints of the timed iterations (the job's
+# `durable_steps`: a step written to storage and known durable) give the achieved period, in
+# steps between them, and how long after its step's end each was known durable.
 #
 #   bench/testbed/checkpoint.sh --out DIR [--hosts 2] [--ranks-per-host 1] [--rate 1gbit]
 #       [--model wide] [--ratio 0.01] [--iterations 30] [--warmup 5] [--rounds 3]
+#       [--arms none,snapshot,replicas] [--save-every 5] [--store DIR/store]
 #
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
-# DIR/logs/, DIR/results.json (per arm and round: median, mean, p10, p90 in ms) and DIR/machine.txt.
+# DIR/logs/, DIR/results.json (per arm and round: median, mean, p10, p90 in ms; for persist and
+# blocking the durable checkpoints) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
+# it runs and is removed after it.
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
 set -euo pipefail
 
@@ -24,7 +35,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd) me=checkpoint
 . "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate=1gbit out="" model=wide ratio=0.01 iterations=30 warmup=5 rounds=3
-usage() { sed -n '15,16p' "$0" | sed 's/^# *//' >&2; exit 2; }
+arms_flag=none,snapshot,replicas save_every=5 store=""
+usage() { sed -n '/^#   bench\/testbed\/checkpoint.sh/,/^#$/p' "$0" | sed 's/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) hosts=${2:-}; shift 2 ;;
@@ -36,18 +48,32 @@ while [ $# -gt 0 ]; do
     --iterations) iterations=${2:-}; shift 2 ;;
     --warmup) warmup=${2:-}; shift 2 ;;
     --rounds) rounds=${2:-}; shift 2 ;;
+    --arms) arms_flag=${2:-}; shift 2 ;;
+    --save-every) save_every=${2:-}; shift 2 ;;
+    --store) store=${2:-}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "checkpoint: unknown flag $1" >&2; usage ;;
   esac
 done
 [ -n "$out" ] || { echo "checkpoint: --out DIR is required" >&2; usage; }
-for n in hosts rph iterations warmup rounds; do
+for n in hosts rph iterations warmup rounds save_every; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "checkpoint: $n: got '${!n}', expected an integer" >&2; exit 2; }
 done
+[ "$save_every" -ge 1 ] || { echo "checkpoint: --save-every: got '$save_every', expected >= 1" >&2; exit 2; }
+IFS=, read -r -a arms <<<"$arms_flag"
+for arm in "${arms[@]}"; do
+  case "$arm" in none | snapshot | replicas | persist | blocking) ;;
+    *) echo "checkpoint: --arms: got '$arm', expected none, snapshot, replicas, persist or blocking" >&2; exit 2 ;;
+  esac
+done
+[ "${arms[0]:-}" = none ] ||
+  { echo "checkpoint: --arms: got '$arms_flag', expected none first (the others are compared with it)" >&2; exit 2; }
 train=$build/examples/train_$model/train_$model
 [ -x "$train" ] || { echo "checkpoint: --model: no job $train (LibTorch examples built?)" >&2; exit 2; }
 mkdir -p "$out/runs" "$out/logs"
 out=$(cd "$out" && pwd)
+store=${store:-$out/store}
+mkdir -p "$store"
 db=$out/profile.db
 tag="cpbench$$"
 testbed probe || exit $?
@@ -55,7 +81,8 @@ trap 'testbed down >/dev/null 2>&1 || true; rm -f /dev/shm/cupcake-$tag-*' EXIT
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
   machine_header "$hosts" "$rph" "$rate"
-  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate --model $model --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds"
+  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate --model $model --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every"
+  echo "store=$store ($(df -PT "$store" | awk 'NR == 2 {print $2 " on " $1}'))"
 } >"$out/machine.txt"
 
 log "profile: comm across the testbed; kernels; record $model"
@@ -73,20 +100,27 @@ stage plan "$build/tools/cupcake-plan" search --model-name "$model" --profile "$
   >"$out/schedule.json"
 chunk=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit_chunk_bytes"])' "$out/schedule.json")
 log "the schedule's chunk after Commit: $chunk bytes"
-arms=(none snapshot replicas)
-[ "$chunk" -gt 0 ] || { log "no chunk fits the gap after Commit: the replicas arm is left out"; arms=(none snapshot); }
+if [ "$chunk" -le 0 ] && [[ " ${arms[*]} " == *" replicas "* ]]; then
+  log "no chunk fits the gap after Commit: the replicas arm is left out"
+  read -r -a arms <<<"$(printf '%s ' "${arms[@]}" | sed 's/replicas //')"
+fi
 
 for ((round = 1; round <= rounds; round++)); do
   for arm in "${arms[@]}"; do
     flags=()
+    files="$store/$arm.r$round"
     case "$arm" in
       snapshot) flags=(--checkpoint "$tag-$arm-r$round") ;;
       replicas) flags=(--checkpoint "$tag-$arm-r$round" --replicate --replica-chunk-bytes "$chunk") ;;
+      persist) flags=(--checkpoint "$tag-$arm-r$round" --persist "$files" --persist-every "$save_every") ;;
+      blocking) flags=(--blocking-save "$files" --save-every "$save_every") ;;
     esac
+    mkdir -p "$files"
     log "train: $arm, round $round of $rounds ($warmup + $iterations iterations)"
     stage "train-$arm.r$round" testbed run -- "$train" --plan "$out/plan.pb" --epochs 1 \
       --steps $((warmup + iterations)) --warmup "$warmup" --lr 0.01 --timing "$out/runs/$arm.r$round.json" "${flags[@]}"
     rm -f /dev/shm/cupcake-"$tag"-*
+    rm -rf "$files"
   done
 done
 machine_footer
@@ -100,24 +134,61 @@ for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
     arm, rnd = os.path.basename(path)[:-5].split(".r")
     t = json.load(open(path))
     ms = [x / 1e3 for x in t["iteration_us"][t["warmup"]:]]
-    rows.append({"arm": arm, "round": int(rnd), "iterations": len(ms), "median_ms": statistics.median(ms),
-                 "mean_ms": statistics.mean(ms), "p10_ms": percentile(sorted(ms), 0.1),
-                 "p90_ms": percentile(sorted(ms), 0.9),
-                 "ranks_agree": t["ranks_agree"]})
+    row = {"arm": arm, "round": int(rnd), "iterations": len(ms), "median_ms": statistics.median(ms),
+           "mean_ms": statistics.mean(ms), "p10_ms": percentile(sorted(ms), 0.1),
+           "p90_ms": percentile(sorted(ms), 0.9),
+           "ranks_agree": t["ranks_agree"]}
+    if "durable_steps" in t:
+        # The durable checkpoints of the timed iterations (step s is iteration s - 1's).
+        timed = [(s, a) for s, a in zip(t["durable_steps"], t["durable_after_ms"]) if s > t["warmup"]]
+        steps = [s for s, _ in timed]
+        row["durable_steps"] = steps
+        row["durable_after_ms"] = [a for _, a in timed]
+        row["achieved_period_steps"] = (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else None
+        # Per step the loop notes its save (blocking) or its persist's wait: the iterations that
+        # carry it, s - 1 (blocking, the save's step) and s (persist: the next step's wait).
+        carry = [s - 1 if arm == "blocking" else s for s in steps]
+        carried = [t["iteration_us"][i] / 1e3 for i in carry if i < len(t["iteration_us"])]
+        rest = [t["iteration_us"][i] / 1e3 for i in range(t["warmup"], len(t["iteration_us"])) if i not in carry]
+        row["carrying_iterations_mean_ms"] = statistics.mean(carried) if carried else None
+        row["other_iterations_mean_ms"] = statistics.mean(rest) if rest else None
+    rows.append(row)
 summary = {}
 for arm in arms:
     med = [r["median_ms"] for r in rows if r["arm"] == arm]
-    summary[arm] = {"median_of_round_medians_ms": statistics.median(med), "round_medians_ms": med}
+    mean = [r["mean_ms"] for r in rows if r["arm"] == arm]
+    summary[arm] = {"median_of_round_medians_ms": statistics.median(med), "round_medians_ms": med,
+                    "median_of_round_means_ms": statistics.median(mean), "round_means_ms": mean}
+    periods = [r["achieved_period_steps"] for r in rows if r["arm"] == arm and "durable_steps" in r]
+    if periods:
+        summary[arm]["round_achieved_period_steps"] = periods
+        summary[arm]["round_durable_checkpoints"] = [len(r["durable_steps"]) for r in rows if r["arm"] == arm]
+        summary[arm]["round_durable_after_max_ms"] = [max(r["durable_after_ms"], default=None)
+                                                      for r in rows if r["arm"] == arm]
+        summary[arm]["round_carrying_iterations_mean_ms"] = [r["carrying_iterations_mean_ms"]
+                                                             for r in rows if r["arm"] == arm]
+        summary[arm]["round_other_iterations_mean_ms"] = [r["other_iterations_mean_ms"]
+                                                          for r in rows if r["arm"] == arm]
 base = summary["none"]["median_of_round_medians_ms"]
 for arm in arms:
     summary[arm]["overhead_pct"] = (summary[arm]["median_of_round_medians_ms"] / base - 1) * 100
-    # Per round against that round's none: the spread of the overhead.
-    summary[arm]["round_overheads_pct"] = [
-        (r["median_ms"] / n["median_ms"] - 1) * 100 for r in rows if r["arm"] == arm
-        for n in rows if n["arm"] == "none" and n["round"] == r["round"]]
+    # Per round against that round's none: the spread of the overhead, of the medians and of the
+    # means (a save every N steps moves the mean, not the median).
+    for key, stat in (("round_overheads_pct", "median_ms"), ("round_mean_overheads_pct", "mean_ms")):
+        summary[arm][key] = [
+            (r[stat] / n[stat] - 1) * 100 for r in rows if r["arm"] == arm
+            for n in rows if n["arm"] == "none" and n["round"] == r["round"]]
 json.dump({"runs": rows, "summary": summary}, open(os.path.join(out, "results.json"), "w"), indent=1)
 for arm in arms:
     s = summary[arm]
     print(f"{arm:9s} median of rounds {s['median_of_round_medians_ms']:8.1f} ms  overhead {s['overhead_pct']:+6.1f}%  "
-          f"per round {', '.join(f'{x:+.1f}%' for x in s['round_overheads_pct'])}")
+          f"per round {', '.join(f'{x:+.1f}%' for x in s['round_overheads_pct'])}; means per round "
+          f"{', '.join(f'{x:.1f}' for x in s['round_means_ms'])} ms "
+          f"({', '.join(f'{x:+.1f}%' for x in s['round_mean_overheads_pct'])})")
+    if "round_achieved_period_steps" in s:
+        print(f"{'':9s} durable checkpoints per round {s['round_durable_checkpoints']}, achieved period "
+              f"{s['round_achieved_period_steps']} steps, known durable at most "
+              f"{', '.join('-' if x is None else f'{x:.1f}' for x in s['round_durable_after_max_ms'])} ms after their "
+              f"step's end; the iterations that carry them {', '.join('-' if x is None else f'{x:.1f}' for x in s['round_carrying_iterations_mean_ms'])} ms, "
+              f"the others {', '.join('-' if x is None else f'{x:.1f}' for x in s['round_other_iterations_mean_ms'])} ms")
 PY

@@ -1,5 +1,7 @@
 #include "training_job.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -98,6 +100,138 @@ StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlag
   return ckpt;
 }
 
+// --blocking-save DIR --save-every N: the baseline a persisted Checkpointer is compared against
+// (docs/CHECKPOINT.md), a blocking save as torch.save by rank 0 makes it in a DDP job. Save(step),
+// collective, after the update:
+//   1. every rank sends its own state to rank 0: the session's error feedback, and its momentum
+//      where a plan keeps one (Session::ReadState). They differ between the ranks, so a save of
+//      the whole state must gather them;
+//   2. rank 0 puts the whole state into one buffer (as torch.save serializes first): every
+//      parameter and its SGD momentum (the same on every rank: rank 0's), every rank's state
+//      from 1., PowerSGD's padding and Q (the same on every rank) and the session's iteration;
+//      then writes it to DIR/blocking-save.bin with WriteFileAtomic (a temporary, fsync, rename)
+//      and syncs DIR (SyncDirectory);
+//   3. the other ranks wait for it in an allreduce of rank 0's outcome (a barrier that also
+//      carries its failure: then every rank fails).
+// What --checkpoint holds besides (GraVAC's control state, a few hundred bytes) is left out. The
+// file, written to be timed and read by nothing: per entry its name, a NUL, its size in bytes (8
+// bytes, host order) and its bytes. Rank 0 prints a line per save (its size and times).
+class BlockingSave {
+ public:
+  // Collective: rank 0 checks that `dir` is a directory; every rank fails when it is not (rank 0
+  // prints it).
+  static StatusOr<std::unique_ptr<BlockingSave>> Create(const std::string& dir, std::unique_ptr<comm::Communicator> comm,
+                                                        Clock& clock) {
+    Status found = Status::Ok();
+    struct stat st {};
+    if (comm->rank() == 0 && (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+      found = InvalidArgumentError(dir + ": not a directory; expected an existing directory");
+    CUPCAKE_RETURN_IF_ERROR(Agree(*comm, found));
+    return std::unique_ptr<BlockingSave>(new BlockingSave(dir, std::move(comm), clock));
+  }
+
+  // What a save holds; before the first save. Not owned; they outlive this object.
+  void Attach(const NamedParameters* params, torch::optim::SGD* sgd, runtime::Session* session) {
+    params_ = params;
+    sgd_ = sgd;
+    session_ = session;
+  }
+
+  Status Save(int64_t step) {
+    const double start_us = clock_.NowUs();
+    // 1. This rank's own state, to rank 0.
+    CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> own, session_->ReadState(runtime::CompressorState::kErrorFeedback));
+    const size_t elements = own.size();
+    const bool momentum = session_->KeepsState(runtime::CompressorState::kMomentum);
+    if (momentum) {
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> m, session_->ReadState(runtime::CompressorState::kMomentum));
+      own.insert(own.end(), m.begin(), m.end());
+    }
+    const int world = comm_->size(), rank = comm_->rank();
+    const int64_t own_bytes = static_cast<int64_t>(own.size() * 4);
+    std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
+    send[0] = own_bytes;
+    if (rank == 0) std::fill(recv.begin(), recv.end(), own_bytes);
+    std::vector<float> gathered(rank == 0 ? own.size() * static_cast<size_t>(world) : 0);
+    CUPCAKE_RETURN_IF_ERROR(comm_->Alltoallv(own.data(), send, gathered.data(), recv));
+    const double gathered_us = clock_.NowUs();
+    // 2. Rank 0 writes the whole state.
+    Status written = Status::Ok();
+    size_t bytes = 0;
+    if (rank == 0) {
+      auto whole = Serialize(gathered, elements, momentum);
+      written = whole.ok() ? WriteFileAtomic(dir_ + "/blocking-save.bin", *whole) : whole.status();
+      if (written.ok()) written = SyncDirectory(dir_);
+      if (whole.ok()) bytes = whole->size();
+    }
+    // 3. Every rank waits for rank 0's outcome.
+    CUPCAKE_RETURN_IF_ERROR(Agree(*comm_, written));
+    if (rank == 0) {
+      const double end_us = clock_.NowUs();
+      std::printf("blocking save: step %lld, %zu bytes in %.1f ms (the ranks' state gathered in %.1f ms)\n",
+                  static_cast<long long>(step), bytes, (end_us - start_us) / 1e3, (gathered_us - start_us) / 1e3);
+      std::fflush(stdout);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  BlockingSave(std::string dir, std::unique_ptr<comm::Communicator> comm, Clock& clock)
+      : dir_(std::move(dir)), comm_(std::move(comm)), clock_(clock) {}
+
+  // Rank 0's `status` on every rank: rank 0's own error there, a quiet one elsewhere.
+  static Status Agree(comm::Communicator& comm, const Status& status) {
+    int32_t failed = status.ok() ? 0 : 1, any = 0;
+    CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(&failed, &any, 1, comm::DataType::kInt32, comm::ReduceOp::kMax));
+    if (!status.ok()) return status.ReportedBy(0);
+    if (any != 0) return UnavailableError("rank 0 failed (see its message)").ReportedBy(0);
+    return Status::Ok();
+  }
+
+  // The file's bytes (see the class comment) from rank 0's memory and every rank's state
+  // (`gathered`: per rank `elements` floats of error feedback, then as many of momentum when kept).
+  StatusOr<std::string> Serialize(const std::vector<float>& gathered, size_t elements, bool momentum) const {
+    std::string out;
+    auto put = [&out](const std::string& name, const void* data, size_t n) {
+      const uint64_t size = n;
+      out.append(name);
+      out.push_back('\0');
+      out.append(reinterpret_cast<const char*>(&size), sizeof size);  // NOLINT: the integer's bytes
+      out.append(static_cast<const char*>(data), n);
+    };
+    for (const auto& [name, p] : *params_) put("param." + name, p.data_ptr(), static_cast<size_t>(p.numel()) * 4);
+    for (const auto& [name, p] : *params_) {
+      auto found = sgd_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (found == sgd_->state().end())
+        return FailedPreconditionError("momentum." + name + ": no SGD momentum buffer; expected one after a step");
+      const torch::Tensor& m = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+      put("momentum." + name, m.data_ptr(), static_cast<size_t>(m.numel()) * 4);
+    }
+    const size_t per_rank = elements * (momentum ? 2 : 1);
+    for (int r = 0; r < comm_->size(); ++r) {
+      const float* own = gathered.data() + per_rank * static_cast<size_t>(r);
+      const std::string prefix = "rank" + std::to_string(r) + ".session.";
+      put(prefix + "error_feedback", own, elements * 4);
+      if (momentum) put(prefix + "momentum", own + elements, elements * 4);
+    }
+    for (auto [which, name] : {std::pair{runtime::CompressorState::kPowerSgdPadding, "session.powersgd.padding"},
+                               std::pair{runtime::CompressorState::kPowerSgdQ, "session.powersgd.q"}}) {
+      CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> shared, session_->ReadState(which));
+      if (!shared.empty()) put(name, shared.data(), shared.size() * 4);
+    }
+    const uint64_t iteration = session_->iteration();
+    put("session.iteration", &iteration, sizeof iteration);
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<comm::Communicator> comm_;
+  Clock& clock_;
+  const NamedParameters* params_ = nullptr;
+  torch::optim::SGD* sgd_ = nullptr;
+  runtime::Session* session_ = nullptr;
+};
+
 // The LibTorch job as the shared loop's body: forward and backward through the module, each
 // gradient hook copying into its registered buffer, SGD with momentum as the update.
 class TorchBody final : public LoopBody {
@@ -191,6 +325,14 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
   if (std::string problem = ParseLoopFlags(argc, argv, job_flags, flags); !problem.empty())
     return UsageError(name, problem, job_flags, rank);
   torch::set_num_threads(flags.threads);
+  std::unique_ptr<BlockingSave> save;
+  if (!flags.blocking_save_dir.empty()) {
+    auto c = (*mpi)->World();
+    if (!c.ok()) return Fail(name, "MPI", c.status(), rank);
+    auto made = BlockingSave::Create(flags.blocking_save_dir, std::move(c).value(), clock);
+    if (!made.ok()) return Fail(name, "--blocking-save", made.status(), rank);
+    save = std::move(made).value();
+  }
 
   std::vector<Batch> batches;
   for (int b = 0; b < flags.batches; ++b) batches.push_back(job.MakeBatch(rank, b));
@@ -236,6 +378,10 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
 
   setup.checkpoint = ckpt.get();
   setup.start = start;
+  if (save != nullptr) {
+    save->Attach(&body.params(), &body.sgd(), runtime.session.get());
+    setup.save = [&save](int64_t step) { return save->Save(step); };
+  }
   if (!flags.weights_path.empty()) {
     setup.after_training = [&] {
       std::string bytes;

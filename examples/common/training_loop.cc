@@ -66,6 +66,11 @@ std::optional<std::string> ParseSharedFlag(const std::string& arg, const char* v
     return integer(f.replica_group_hosts, 2, 1 << 20);
   } else if (arg == "--weights") {
     f.weights_path = value;
+  } else if (arg == "--blocking-save") {
+    if (*value == '\0') return arg + ": got '', expected a directory";
+    f.blocking_save_dir = value;
+  } else if (arg == "--save-every") {
+    return integer(f.save_every, 1, 1000000);
   } else {
     return std::nullopt;
   }
@@ -119,7 +124,17 @@ struct IterationError {
   Status status;
 };
 
-std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, int it, IterationMarks& marks) {
+// A step written to storage durably (training_loop.h): how long after the end of its iteration
+// the loop knew it durable.
+struct Durable {
+  int64_t step = 0;
+  double after_us = 0;
+};
+
+// `marks` holds the previous iteration's on entry; `durable` gets the steps found durable here.
+std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, int it, IterationMarks& marks,
+                                           std::vector<Durable>& durable) {
+  const double previous_end_us = marks.end_us;
   const bool recording = s.flags->recording();
   runtime::Recorder* recorder = s.runtime->recorder.get();
   runtime::Session* session = s.runtime->session.get();
@@ -147,10 +162,20 @@ std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, i
   }
   marks.synchronized_us = s.clock->NowUs();
   if (s.checkpoint != nullptr) {
+    // Step `it` (the previous iteration's) persisted: its file is written once local_step() reaches it.
+    const int every = s.flags->persist_every;
+    const bool persisted = every > 0 && it > s.start && it % every == 0;
+    const bool known = persisted && s.checkpoint->local_step() >= it;
+    if (known) durable.push_back({it, marks.synchronized_us - previous_end_us});
     // It reads what the update writes.
     if (Status w = s.checkpoint->WaitForCopy(); !w.ok()) return IterationError{"--checkpoint", w};
+    if (persisted && !known) durable.push_back({it, s.clock->NowUs() - previous_end_us});
   }
   if (Status u = body.Step(it); !u.ok()) return IterationError{"step", u};
+  if (s.save && (it + 1) % s.flags->save_every == 0) {
+    if (Status v = s.save(it + 1); !v.ok()) return IterationError{"--blocking-save", v};
+    durable.push_back({it + 1, 0});
+  }
   if (s.checkpoint != nullptr) {
     if (Status c = s.checkpoint->Commit(static_cast<uint64_t>(it) + 1); !c.ok())
       return IterationError{"--checkpoint", c};
@@ -185,22 +210,47 @@ int WriteRecording(const LoopSetup& s) {
 // body's own members.
 std::string TimingJson(const LoopSetup& s, int world_size, const std::optional<double>& loss_first,
                        const std::optional<double>& loss_last, bool agree, const std::string& extra,
-                       const std::vector<double>& slowest) {
+                       const std::vector<double>& slowest, const std::vector<Durable>& durable) {
   std::string out = "{\n  \"model\": " + JsonString(s.job) + ",\n  \"plan\": " + JsonString(s.flags->plan) +
                     ",\n  \"world_size\": " + std::to_string(world_size) +
                     ",\n  \"warmup\": " + std::to_string(s.flags->warmup) +
                     ",\n  \"loss_first\": " + JsonLoss(loss_first) + ",\n  \"loss_last\": " + JsonLoss(loss_last) +
-                    ",\n  \"ranks_agree\": " + (agree ? "true" : "false") + (extra.empty() ? "" : ",\n  " + extra) +
-                    ",\n  \"iteration_us\": [";
+                    ",\n  \"ranks_agree\": " + (agree ? "true" : "false") + (extra.empty() ? "" : ",\n  " + extra);
+  if (!durable.empty()) {
+    std::string steps, after;
+    for (size_t i = 0; i < durable.size(); ++i) {
+      steps += (i == 0 ? "" : ", ") + std::to_string(durable[i].step);
+      after += (i == 0 ? "" : ", ") + JsonNumber(durable[i].after_us / 1e3);
+    }
+    out += ",\n  \"durable_steps\": [" + steps + "],\n  \"durable_after_ms\": [" + after + "]";
+  }
+  out += ",\n  \"iteration_us\": [";
   for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
   return out + "]\n}\n";
+}
+
+// Rank 0's line on the durable checkpoints (the slowest rank's times), e.g. `durable: 6
+// checkpoints, steps 5 to 30, every 5.0 steps; known durable at most 310.2 ms (median 250.1 ms)
+// after their step's end`.
+void PrintDurable(const std::vector<Durable>& durable) {
+  if (durable.empty()) return;
+  std::vector<double> after;
+  for (const Durable& d : durable) after.push_back(d.after_us / 1e3);
+  std::sort(after.begin(), after.end());
+  const double apart = durable.size() < 2 ? 0.0
+                                           : static_cast<double>(durable.back().step - durable.front().step) /
+                                                 static_cast<double>(durable.size() - 1);
+  std::printf("durable: %zu checkpoints, steps %lld to %lld, every %.1f steps; known durable at most %.1f ms "
+              "(median %.1f ms) after their step's end\n",
+              durable.size(), static_cast<long long>(durable.front().step),
+              static_cast<long long>(durable.back().step), apart, after.back(), after[after.size() / 2]);
 }
 
 // After training: the timeline, the job's after-training step, the agreement, every
 // iteration's slowest-rank time, the body's report, and rank 0's files and lines.
 int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& iteration_us,
                 const IterationMarks& marks, const std::optional<double>& loss_first,
-                const std::optional<double>& loss_last) {
+                const std::optional<double>& loss_last, std::vector<Durable> durable) {
   const LoopFlags& flags = *s.flags;
   runtime::Session& session = *s.runtime->session;
   std::string timeline;
@@ -221,11 +271,23 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
       !a.ok()) {
     return Fail(s.job, "timing", a, s.rank);
   }
+  // The slowest rank's: every rank notes the same steps (the flags decide them).
+  if (!durable.empty()) {
+    std::vector<double> after(durable.size()), latest(durable.size());
+    for (size_t i = 0; i < durable.size(); ++i) after[i] = durable[i].after_us;
+    if (Status a = s.report->Allreduce(after.data(), latest.data(), static_cast<int64_t>(after.size()),
+                                       comm::DataType::kFloat64, comm::ReduceOp::kMax);
+        !a.ok()) {
+      return Fail(s.job, "timing", a, s.rank);
+    }
+    for (size_t i = 0; i < durable.size(); ++i) durable[i].after_us = latest[i];
+  }
   auto extra = body.Report(*s.report);
   if (!extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
   if (s.rank == 0) {
     if (!flags.timing_path.empty()) {
-      const std::string out = TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest);
+      const std::string out =
+          TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest, durable);
       if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w, s.rank);
     }
     if (!timeline.empty()) {
@@ -242,6 +304,7 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
     std::sort(timed.begin(), timed.end());
     std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(),
                 timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+    PrintDurable(durable);
     if (const runtime::NetworkGate* gate = s.runtime->gate.get(); gate != nullptr)
       std::printf("checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one\n",
                   static_cast<long long>(gate->transfers()), static_cast<long long>(gate->collectives_waited()));
@@ -285,6 +348,11 @@ std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, Loo
   if (!f.replicate && (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2))
     return "--replica-chunk-bytes and --replica-group-hosts need --replicate";
   if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
+  if (!f.blocking_save_dir.empty() && f.save_every == 0) return "--blocking-save: needs --save-every N";
+  if (f.blocking_save_dir.empty() && f.save_every > 0) return "--save-every: needs --blocking-save DIR";
+  if (!f.blocking_save_dir.empty() && !f.checkpoint.empty())
+    return "--blocking-save: not with --checkpoint (the baseline it is compared against); expected one of them";
+  if (!f.blocking_save_dir.empty() && f.plan.empty()) return "--blocking-save: needs --plan (not in record mode)";
   if (f.warmup >= f.epochs * f.steps)
     return "--warmup: must be below --epochs x --steps (" + std::to_string(f.epochs * f.steps) + ")";
   return "";
@@ -304,6 +372,7 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
     usage += "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
              "            [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]]";
   if (has("--weights")) usage += " [--weights FILE]";
+  if (has("--blocking-save")) usage += "\n           [--blocking-save DIR --save-every N]";
   if (!job_flags.usage.empty()) usage += "\n           " + job_flags.usage;
   usage += "\n       CUPCAKE_RECORD=MODEL.json [CUPCAKE_RECORD_ITERATIONS=N] " + job +
            (job_flags.usage.empty() ? "" : " ...") + "   (record mode)\n";
@@ -363,12 +432,14 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
   const int iterations = flags.iterations();
   const int steps_per_epoch = flags.steps_per_epoch();
   std::vector<double> iteration_us;
+  std::vector<Durable> durable;
   IterationMarks marks;
   const std::optional<double> loss_first = body.EvalLoss();
   std::optional<double> loss_last = loss_first;
   if (s.rank == 0 && !recording && loss_first) std::printf("epoch 0 loss %.6f\n", *loss_first);
   for (int it = s.start; it < iterations; ++it) {
-    if (auto error = RunIteration(s, body, it, marks)) return Fail(s.job, error->what, error->status, s.rank);
+    if (auto error = RunIteration(s, body, it, marks, durable))
+      return Fail(s.job, error->what, error->status, s.rank);
     iteration_us.push_back(marks.end_us - marks.forward_start_us);
     if (!recording && (it + 1) % steps_per_epoch == 0) {
       loss_last = body.EvalLoss();
@@ -387,7 +458,7 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
     if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
     return WriteRecording(s);
   }
-  return WriteReport(s, body, iteration_us, marks, loss_first, loss_last);
+  return WriteReport(s, body, iteration_us, marks, loss_first, loss_last, std::move(durable));
 }
 
 }  // namespace cupcake::examples

@@ -13,6 +13,7 @@
 // checkpoint's copy wait, LoopBody::Step (the update, with the averaged gradients in the
 // registered buffers), the checkpoint's commit and the end mark; then, untimed,
 // LoopBody::BetweenIterations. The iteration's time runs from the forward mark to the end mark.
+// With --blocking-save the save comes after LoopBody::Step, every --save-every steps.
 // Record mode does the same with a Recorder and, after each iteration, samples every
 // gradient's share of non-zeros from the registered buffers.
 //
@@ -22,6 +23,15 @@
 // losses, whether the ranks agree, the body's extra keys) and `--timeline` (the runtime's
 // groups in the last iteration beside the iteration's marks) and prints the median. The job
 // exits 1 when the ranks do not agree.
+//
+// Durable checkpoints (--persist-every, --blocking-save): the loop notes, per step written to
+// storage, how long after the end of that step's iteration it knew the write durable. A blocking
+// save is durable before its iteration ends (0). The Checkpointer writes step s's file in the
+// background after Commit(s), and its Checkpointer::local_step() reaches s once the file is
+// written: the loop looks at the synchronized mark of iteration s + 1 (an upper bound: it was
+// durable earlier) and, if not yet, at the end of that iteration's wait for the copy. The
+// timing file lists them (`durable_steps`, `durable_after_ms`, the slowest rank's) and rank 0
+// prints a summary line.
 #pragma once
 
 #include <functional>
@@ -64,6 +74,11 @@ struct LoopFlags {
   int replica_chunk_bytes = 0;
   int replica_group_hosts = 2;
   std::string weights_path;  // --weights FILE: each rank writes its parameters' bytes to FILE-rank<r>
+  // --blocking-save DIR --save-every N: the baseline --persist-every is measured against
+  // (docs/CHECKPOINT.md): every N steps, after the update, rank 0 writes the whole state to one
+  // file in DIR durably while the other ranks wait (LoopSetup::save). Not with --checkpoint.
+  std::string blocking_save_dir;
+  int save_every = 0;
 
   bool recording() const { return !record_path.empty(); }
   int iterations() const { return recording() ? record_iterations : epochs * steps; }
@@ -178,6 +193,9 @@ struct LoopSetup {
   // Called on every rank after training and the agreement check, before the timing file (the
   // LibTorch jobs' --weights); may be empty.
   std::function<Status()> after_training;
+  // --blocking-save: collective, the save of step `step`, called on every rank after the update
+  // of every --save-every-th step, inside the timed iteration; durable when it returns. May be empty.
+  std::function<Status(int64_t step)> save;
 };
 
 // Runs the loop and the report; returns main's exit code.

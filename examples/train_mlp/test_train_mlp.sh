@@ -6,7 +6,10 @@
 # --checkpoint (docs/CHECKPOINT.md): topk with error feedback, a run that crashes right after
 # commit(13) and its restart end with weights bitwise equal to an uninterrupted run's; the same
 # with --replicate after rank 1's segments are deleted (its host lost): rank 1 rebuilds its
-# snapshot from rank 0's replica of its residuals and rank 0's parameters and momentum.
+# snapshot from rank 0's replica of its residuals and rank 0's parameters and momentum. With
+# --persist-every 5 the run's line names the durable checkpoints it saw. --blocking-save: its bad
+# input refused with messages naming the flag; every 5 steps rank 0 writes the whole state, and
+# the last save holds the final parameters, their momentum and both ranks' residuals.
 # Usage: test_train_mlp.sh TRAIN_MLP CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC WORKDIR
 set -euo pipefail
 train="$1" profile_tool="$2" plan_tool="$3" mpiexec="$4" work="$5"
@@ -20,6 +23,20 @@ if [ "$(id -u)" = 0 ]; then mpirun+=(--allow-run-as-root); fi
 "$profile_tool" compute --db "$db" --iterations 5 -- "${mpirun[@]}" "$train"
 
 status=0
+expect_exit="$(dirname "${BASH_SOURCE[0]}")/../../test/expect_exit.sh"
+expect() {  # expect CODE 'FIRST STDERR LINE' ARGS...: train_mlp ARGS (one process)
+  sh "$expect_exit" "$1" "$2" "$work/err.txt" "$train" "${@:3}" || status=1
+}
+expect 2 "mlp: --blocking-save: needs --save-every N" --plan p.pb --blocking-save "$work"
+expect 2 "mlp: --save-every: needs --blocking-save DIR" --plan p.pb --save-every 5
+expect 2 "mlp: --save-every: got '0', expected an integer in [1, 1000000]" --plan p.pb --blocking-save "$work" \
+  --save-every 0
+expect 2 "mlp: --blocking-save: got '', expected a directory" --plan p.pb --blocking-save "" --save-every 5
+expect 2 "mlp: --blocking-save: not with --checkpoint (the baseline it is compared against); expected one of them" \
+  --plan p.pb --checkpoint x --blocking-save "$work" --save-every 5
+expect 1 "mlp: --blocking-save: $work/missing: not a directory; expected an existing directory" \
+  --plan p.pb --blocking-save "$work/missing" --save-every 5
+
 for c in fp32 efsignsgd topk; do
   "$plan_tool" search --model-name mlp --profile "$db" --compressor "$c" -o "$work/mlp-$c.pb"
   "${mpirun[@]}" "$train" --plan "$work/mlp-$c.pb" --epochs 3 --steps 10 | tee "$work/$c.log"
@@ -49,7 +66,14 @@ fi
 tag="mlp-ckpt-$$"
 trap 'rm -f /dev/shm/cupcake-$tag-*' EXIT
 ckpt=("${mpirun[@]}" "$train" --plan "$work/mlp-topk.pb" --epochs 2 --steps 10)
-"${ckpt[@]}" --checkpoint "$tag-ref" --weights "$work/ckpt-ref.bin" >"$work/ckpt-ref.log"
+mkdir -p "$work/persist"
+"${ckpt[@]}" --checkpoint "$tag-ref" --persist "$work/persist" --persist-every 5 --weights "$work/ckpt-ref.bin" \
+  >"$work/ckpt-ref.log"
+# Steps 5, 10 and 15 seen durable in the next iteration (20, the last, is written at the end).
+if ! grep -q "^durable: 3 checkpoints, steps 5 to 15, every 5.0 steps; known durable at most " "$work/ckpt-ref.log"; then
+  echo "FAIL: --persist-every 5: expected the line 'durable: 3 checkpoints, steps 5 to 15, ...'; got '$(grep '^durable' "$work/ckpt-ref.log")'"
+  status=1
+fi
 if "${ckpt[@]}" --checkpoint "$tag" --crash-at 13 >"$work/ckpt-crash.log" 2>&1; then
   echo "FAIL: --checkpoint: the run that crashes at step 13 exited 0"
   status=1
@@ -90,5 +114,48 @@ elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-rep.bin-rank0" ||
   status=1
 else
   echo "ok: --replicate: rank 1's host lost, restarted at step $restored from rank 0's replica, weights bitwise equal"
+fi
+
+# --blocking-save: 20 steps, a save every 5; the file after the last (step 20) against the
+# final parameters each rank wrote, entry by entry (its layout: name, NUL, 8-byte size, bytes).
+mkdir -p "$work/save"
+"${ckpt[@]}" --blocking-save "$work/save" --save-every 5 --weights "$work/save.bin" | tee "$work/save.log"
+saves="$(grep -c '^blocking save: step ' "$work/save.log" || true)"
+if [ "$saves" != 4 ] ||
+   ! grep -qx "durable: 4 checkpoints, steps 5 to 20, every 5.0 steps; known durable at most 0.0 ms (median 0.0 ms) after their step's end" \
+     "$work/save.log"; then
+  echo "FAIL: --blocking-save: expected 4 saves and their durable line; got $saves saves, '$(grep '^durable' "$work/save.log")'"
+  status=1
+elif ! python3 - "$work/save/blocking-save.bin" "$work/save.bin-rank0" "$work/save.bin-rank1" <<'PY'
+import struct, sys
+data, at, entries = open(sys.argv[1], "rb").read(), 0, {}
+while at < len(data):
+    end = data.index(b"\0", at)
+    name = data[at:end].decode()
+    (size,) = struct.unpack_from("<Q", data, end + 1)
+    entries[name] = data[end + 9:end + 9 + size]
+    at = end + 9 + size
+params = b"".join(v for k, v in entries.items() if k.startswith("param."))
+momentum = [v for k, v in entries.items() if k.startswith("momentum.")]
+problems = []
+for r in (0, 1):
+    if open(sys.argv[2 + r], "rb").read() != params:
+        problems.append(f"the saved parameters are not rank {r}'s final ones")
+    if len(entries.get(f"rank{r}.session.error_feedback", b"")) != len(params):
+        problems.append(f"rank{r}.session.error_feedback: not one float per parameter")
+if entries.get("rank0.session.error_feedback") == entries.get("rank1.session.error_feedback"):
+    problems.append("the two ranks' residuals are the same bytes (expected each rank's own)")
+if sum(map(len, momentum)) != len(params) or not any(any(m) for m in momentum):
+    problems.append("momentum: expected one nonzero buffer per parameter")
+if entries.get("session.iteration") != struct.pack("<Q", 20):
+    problems.append(f"session.iteration: got {entries.get('session.iteration')!r}, expected 20")
+print("\n".join(problems) or f"ok: {len(entries)} entries, {len(data)} bytes")
+sys.exit(1 if problems else 0)
+PY
+then
+  echo "FAIL: --blocking-save: the file after step 20 does not hold the job's state"
+  status=1
+else
+  echo "ok: --blocking-save: 4 saves, the last holding the final parameters, momentum and both ranks' residuals"
 fi
 exit $status

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -333,11 +334,8 @@ Status WriteDurably(const std::string& dir, const std::string& file, std::span<c
     ::unlink(tmp.c_str());
     return UnavailableError(path + ": " + Errno("rename", err));
   }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  // Best effort: a file system that cannot sync a directory has still synced the file's bytes.
+  (void)SyncDirectory(dir);
   return Status::Ok();
 }
 
@@ -358,6 +356,41 @@ std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std:
   }
   ::closedir(d);
   return out;
+}
+
+// Whether process `pid` lives on this host (kill(2) with no signal: EPERM is another user's
+// live process).
+bool ProcessAlive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+
+// Removes this rank's stale temporaries in `dir`: <name>-<rank>-<digits>.ckpt.tmp.<pid> (WriteDurably's
+// names) whose writer is gone, i.e. <pid> is neither this process nor a live process on this
+// host. A persist killed between its open and its rename leaves one; the loader never reads it.
+// Only rank `rank` writes these names, one process at a time, so a live <pid> can only be a
+// writer still at work (or a process that reused the pid): its file is left alone.
+void RemoveStaleTemporaries(const std::string& dir, const std::string& name, int rank) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  const std::string prefix = name + "-" + std::to_string(rank) + "-";
+  const std::string tmp = ".ckpt.tmp.";
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string f = e->d_name;
+    if (f.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t at = f.find(tmp, prefix.size());
+    if (at == std::string::npos) continue;
+    const std::string step = f.substr(prefix.size(), at - prefix.size());
+    const std::string pid = f.substr(at + tmp.size());
+    auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), ::isdigit);
+    };
+    if (!digits(step) || !digits(pid)) continue;
+    const long long p = std::stoll(pid);
+    if (p <= 0 || p > std::numeric_limits<pid_t>::max()) continue;
+    if (static_cast<pid_t>(p) == ::getpid() || ProcessAlive(static_cast<pid_t>(p))) continue;
+    stale.push_back(dir + "/" + f);
+  }
+  ::closedir(d);
+  for (const std::string& path : stale) ::unlink(path.c_str());
 }
 
 constexpr int kCandidates = 6;  // per rank: two slots, two outgoing slots and two persisted files
@@ -850,6 +883,7 @@ class Checkpointer::Impl {
   Status Commit(int64_t step, std::string_view metadata) {
     // 1. The previous copy first (with the wait before the optimizer step, the only waits).
     Status local = WaitForCopy();
+    SweepTemporaries();
     if (local.ok() && (step < 1 || step <= last_step_))
       local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
                                    ", expected > " + std::to_string(std::max<int64_t>(last_step_, 0)));
@@ -954,6 +988,7 @@ class Checkpointer::Impl {
 
   StatusOr<RestorePoint> Find() {
     Status local = WaitForCopy();
+    SweepTemporaries();
     const Status replica_comm = EnsureReplicaComm();  // collective: every rank makes it
     if (local.ok()) local = replica_comm;
     RestorePoint point;
@@ -1582,6 +1617,14 @@ class Checkpointer::Impl {
     return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
   }
 
+  // Once, at this object's start (its first Find or Commit): the temporaries that a persist of
+  // this rank killed before its rename left in persist_dir (RemoveStaleTemporaries).
+  void SweepTemporaries() {
+    if (temporaries_swept_ || options_.persist_dir.empty()) return;
+    temporaries_swept_ = true;
+    RemoveStaleTemporaries(options_.persist_dir, options_.name, comm_->rank());
+  }
+
   // After restoring `step`: snapshots of later steps (a rank got further before the crash) are
   // dropped, so the resumed run's snapshots never sit beside the lost run's. Step -1: all of them
   // (a first commit without a restore starts a new history).
@@ -1629,6 +1672,7 @@ class Checkpointer::Impl {
   int64_t last_step_ = 0, agreed_step_ = 0;
   // Whether this object's snapshots continue a history: a restore's, or its own first commit's.
   bool history_started_ = false;
+  bool temporaries_swept_ = false;
   Loaded loaded_;
 };
 

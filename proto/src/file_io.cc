@@ -144,4 +144,11 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents) {
   return Status::Ok();
 }
 
+Status SyncDirectory(const std::string& dir) {
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0) return UnavailableError(dir + ": cannot open the directory: " + std::strerror(errno));
+  if (::fsync(d.fd) != 0) return UnavailableError(dir + ": fsync of the directory failed: " + std::strerror(errno));
+  return Status::Ok();
+}
+
 }  // namespace cupcake

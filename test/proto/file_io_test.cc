@@ -160,5 +160,14 @@ TEST_F(WriteFileTest, RefusesADirectoryAndAnEmptyPath) {
   EXPECT_EQ(entries, 0);
 }
 
+// A directory syncs; a missing path and a regular file are refused naming the path.
+TEST_F(WriteFileTest, SyncsADirectoryAndRefusesWhatIsNotOne) {
+  EXPECT_TRUE(SyncDirectory(dir_).ok());
+  EXPECT_EQ(SyncDirectory(dir_ + "/missing").message(),
+            dir_ + "/missing: cannot open the directory: No such file or directory");
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/file", "x").ok());
+  EXPECT_EQ(SyncDirectory(dir_ + "/file").message(), dir_ + "/file: cannot open the directory: Not a directory");
+}
+
 }  // namespace
 }  // namespace cupcake

@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -802,6 +803,54 @@ TEST_F(CheckpointTest, PersistedFilesRestoreWhenNoSegmentSurvives) {
   EXPECT_NE(points[0]->refused[0].find(name_ + "-0-6.ckpt: trailer: not a complete snapshot"), std::string::npos)
       << points[0]->refused[0];
   EXPECT_FALSE(std::filesystem::exists(dir_ / (name_ + "-0-6.ckpt")));  // newer than the restored step: dropped
+}
+
+// A persist killed before its rename leaves <file>.tmp.<pid>. A restarted rank removes its own
+// whose writer is gone, at its restore or, when it has none, at its first commit. A live
+// process's temporary, this process's own, another rank's and another job's stay.
+TEST_F(CheckpointTest, StaleTemporariesAreRemovedAtStart) {
+  const pid_t gone = ::fork();  // a writer that has ended: a child, exited and reaped
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t live = ::fork();  // a writer still at work: a child that waits for its pipe to close
+  ASSERT_GE(live, 0);
+  if (live == 0) {
+    char c;
+    ::close(fds[1]);
+    while (::read(fds[0], &c, 1) > 0) {
+    }
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  auto tmp = [&](const std::string& job, int rank, pid_t pid) {
+    return dir_ / (job + "-" + std::to_string(rank) + "-8.ckpt.tmp." + std::to_string(pid));
+  };
+  const std::vector<std::filesystem::path> stale = {tmp(name_, 0, gone), tmp(name_, 1, gone)};
+  const std::vector<std::filesystem::path> kept = {tmp(name_, 0, live), tmp(name_, 1, ::getpid()),
+                                                   tmp(name_, 7, gone), tmp("other-" + name_, 0, gone)};
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  for (int run = 0; run < 2; ++run) {
+    for (const auto& list : {stale, kept})
+      for (const auto& path : list) std::ofstream(path, std::ios::binary) << "half a snapshot";
+    Start(options);
+    if (run == 0) {
+      Train(1, 1);  // a fresh job: its first commit
+    } else {
+      for (const auto& point : Restore()) {
+        ASSERT_TRUE(point.ok()) << point.status().ToString();
+        EXPECT_EQ(point->step, 1);
+      }
+    }
+    for (const auto& path : stale) EXPECT_FALSE(std::filesystem::exists(path)) << "run " << run << ": " << path;
+    for (const auto& path : kept) EXPECT_TRUE(std::filesystem::exists(path)) << "run " << run << ": " << path;
+  }
+  ::close(fds[1]);
+  EXPECT_EQ(::waitpid(live, nullptr, 0), live);
 }
 
 // The session's residuals are this rank's own state: written into the snapshot at commit and

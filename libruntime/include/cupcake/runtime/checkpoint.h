@@ -67,7 +67,10 @@ struct CheckpointOptions {
   // Names the segments (/dev/shm/cupcake-<name>-<rank>) and files (<name>-<rank>-<step>.ckpt):
   // letters, digits, '.', '_' and '-', at most 100 characters. A restarted job passes the same.
   std::string name = "job";
-  // Where persisted snapshots go; empty: none. Must exist.
+  // Where persisted snapshots go; empty: none. Must exist. At its first Find or Commit each rank
+  // removes the temporaries a killed persist of its own left there
+  // (<name>-<rank>-<step>.ckpt.tmp.<pid> whose <pid> is neither this process nor a live process
+  // on this host); a live writer's are left alone.
   std::string persist_dir;
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
@@ -211,7 +214,8 @@ class Checkpointer {
   Status WaitForCopy();
   // The newest step every rank had completed at the last Commit or restore (0: none yet).
   int64_t agreed_step() const;
-  // The newest step this rank has completed (its valid slot).
+  // The newest step this rank has completed: its valid slot and, when that step is persisted,
+  // its file (written, or failed: then the next Commit or WaitForCopy returns the error).
   int64_t local_step() const;
 
   // Collective: Find() then Apply(). Returns the step restored (0: nothing to restore, the spans

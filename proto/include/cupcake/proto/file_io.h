@@ -30,4 +30,9 @@ StatusOr<std::string> ReadFile(const std::string& path, const ReadLimits& limits
 // not a wait. "-" writes to stdout; a directory or an empty path is an error.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);
 
+// fsync(2) of the directory `dir`, so that a rename into it (WriteFileAtomic's) survives a power
+// loss: the file's own fsync makes its bytes durable, not its name. Unavailable naming `dir`
+// when it cannot be opened as a directory or synced.
+Status SyncDirectory(const std::string& dir);
+
 }  // namespace cupcake
