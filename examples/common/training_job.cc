@@ -82,6 +82,7 @@ StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlag
   options.replicate = flags.replicate;
   options.replica_chunk_bytes = flags.replica_chunk_bytes;
   options.replica_group_hosts = flags.replica_group_hosts;
+  options.replica_gaps = flags.replica_gaps;
   options.gate = std::move(gate);
   CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Checkpointer> ckpt, runtime::Checkpointer::Create(options, comm));
   auto bytes = [](const torch::Tensor& t) {

@@ -62,6 +62,22 @@ std::optional<std::string> ParseSharedFlag(const std::string& arg, const char* v
     return integer(f.crash_at, 1, 1000000);
   } else if (arg == "--replica-chunk-bytes") {
     return integer(f.replica_chunk_bytes, 0, 1 << 30);
+  } else if (arg == "--replica-gaps") {
+    f.replica_gaps.clear();
+    const std::string text = value;
+    for (size_t at = 0; at <= text.size();) {
+      const size_t comma = std::min(text.find(',', at), text.size());
+      const std::string item = text.substr(at, comma - at);
+      const size_t colon = item.find(':');
+      const auto group = ParseInt(item.substr(0, colon).c_str(), -1, 1 << 20);
+      const auto bytes =
+          colon == std::string::npos ? std::nullopt : ParseInt(item.substr(colon + 1).c_str(), 0, 1 << 30);
+      if (!group || !bytes)
+        return arg + ": got '" + value + "', expected GROUP:BYTES[,GROUP:BYTES...] (GROUP in [-1, " +
+               std::to_string(1 << 20) + "], BYTES in [0, " + std::to_string(1 << 30) + "])";
+      f.replica_gaps.push_back({*group, *bytes});
+      at = comma + 1;
+    }
   } else if (arg == "--replica-group-hosts") {
     return integer(f.replica_group_hosts, 2, 1 << 20);
   } else if (arg == "--weights") {
@@ -345,8 +361,8 @@ std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, Loo
     return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
   if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0 || f.replicate))
     return "--persist, --persist-every, --crash-at and --replicate need --checkpoint NAME";
-  if (!f.replicate && (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2))
-    return "--replica-chunk-bytes and --replica-group-hosts need --replicate";
+  if (!f.replicate && (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2 || !f.replica_gaps.empty()))
+    return "--replica-chunk-bytes, --replica-gaps and --replica-group-hosts need --replicate";
   if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
   if (!f.blocking_save_dir.empty() && f.save_every == 0) return "--blocking-save: needs --save-every N";
   if (f.blocking_save_dir.empty() && f.save_every > 0) return "--save-every: needs --blocking-save DIR";
@@ -369,8 +385,9 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
   if (has("--threads")) usage += " [--threads N]";
   if (has("--batches")) usage += " [--batches N]";
   if (has("--checkpoint"))
-    usage += "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
-             "            [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]]";
+    usage +=
+        "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
+        "            [--replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]]]";
   if (has("--weights")) usage += " [--weights FILE]";
   if (has("--blocking-save")) usage += "\n           [--blocking-save DIR --save-every N]";
   if (!job_flags.usage.empty()) usage += "\n           " + job_flags.usage;

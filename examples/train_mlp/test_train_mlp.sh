@@ -6,7 +6,8 @@
 # --checkpoint (docs/CHECKPOINT.md): topk with error feedback, a run that crashes right after
 # commit(13) and its restart end with weights bitwise equal to an uninterrupted run's; the same
 # with --replicate after rank 1's segments are deleted (its host lost): rank 1 rebuilds its
-# snapshot from rank 0's replica of its residuals and rank 0's parameters and momentum. With
+# snapshot from rank 0's replica of its residuals and rank 0's parameters and momentum; and
+# with --replica-gaps (the replica in the plan's idle gaps between its collectives). With
 # --persist-every 5 the run's line names the durable checkpoints it saw. --blocking-save: its bad
 # input refused with messages naming the flag; every 5 steps rank 0 writes the whole state, and
 # the last save holds the final parameters, their momentum and both ranks' residuals.
@@ -157,5 +158,37 @@ then
   status=1
 else
   echo "ok: --blocking-save: 4 saves, the last holding the final parameters, momentum and both ranks' residuals"
+fi
+
+# --replica-gaps: the same loss with the replica in every idle gap of the plan that `show
+# --profile --format json` lists (before the first collective, between and after the groups'),
+# each gap an equal share of half the replica (its state_bytes), so a replica takes about two
+# iterations. Rank 1 restores from rank 0's replica, weights bitwise equal, and the restart made
+# more exchanges than commits (the gaps after groups carried chunks).
+gaps="$("$plan_tool" show "$work/mlp-topk.pb" --profile "$db" --format json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)["replica_schedule"]
+share = s["state_bytes"] // (2 * len(s["gaps"])) + 1
+print(",".join("%d:%d" % (g["after_group"], share) for g in s["gaps"]))')"
+"${ckpt[@]}" --checkpoint "$tag-gaps" --replicate --replica-gaps "$gaps" --crash-at 13 >"$work/ckpt-gaps-crash.log" 2>&1 &&
+  { echo "FAIL: --replica-gaps: the run that crashes at step 13 exited 0"; status=1; }
+rm -f /dev/shm/cupcake-"$tag"-gaps-1 /dev/shm/cupcake-"$tag"-gaps-1-*
+"${ckpt[@]}" --checkpoint "$tag-gaps" --replicate --replica-gaps "$gaps" --weights "$work/ckpt-gaps.bin" |
+  tee "$work/ckpt-gaps.log"
+restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-gaps.log")"
+exchanges="$(awk '/^checkpoint: rank 0: .* replica exchanges/ {print $4}' "$work/ckpt-gaps.log")"
+if ! grep -q "^checkpoint: rank 1 restored from rank 0's /dev/shm/cupcake-$tag-gaps-0-replica-1, its shared entries from rank 0\$" \
+    "$work/ckpt-gaps.log"; then
+  echo "FAIL: --replica-gaps ($gaps): rank 1 did not restore from rank 0's replica and shared state"
+  status=1
+elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-gaps.bin-rank0" ||
+     ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-gaps.bin-rank1"; then
+  echo "FAIL: --replica-gaps: the weights after a restart at step $restored differ from the uninterrupted run's"
+  status=1
+elif [ -z "$exchanges" ] || [ "$exchanges" -le $((20 - restored)) ]; then
+  echo "FAIL: --replica-gaps ($gaps): expected more exchanges than the restart's $((20 - restored)) commits; got '$exchanges'"
+  status=1
+else
+  echo "ok: --replica-gaps ($gaps): restarted at step $restored from rank 0's replica, weights bitwise equal, $exchanges exchanges"
 fi
 exit $status

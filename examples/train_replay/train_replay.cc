@@ -337,7 +337,7 @@ int Main(int argc, char** argv) {
   // No parameters, batches or LibTorch threads: the update is the recorded time.
   job_flags.unsupported = {"--lr",      "--threads",       "--batches",  "--checkpoint",
                            "--persist", "--persist-every", "--crash-at", "--replicate",
-                           "--replica-chunk-bytes", "--replica-group-hosts", "--weights",
+                           "--replica-chunk-bytes", "--replica-group-hosts", "--replica-gaps", "--weights",
                            "--blocking-save", "--save-every"};
   job_flags.usage = "--model MODEL.json [--compute-scale S] [--seed N]   (--model required)";
   std::string problem = ParseLoopFlags(argc, argv, job_flags, flags);

@@ -70,6 +70,13 @@ int CreateCCheckpointer(const cupcake_checkpoint_options& o, std::unique_ptr<com
   options.replicate = o.replicate != 0;
   options.replica_chunk_bytes = o.replica_chunk_bytes;
   if (o.replica_group_hosts != 0) options.replica_group_hosts = o.replica_group_hosts;
+  if (o.replica_gap_count < 0 || (o.replica_gap_count > 0 && o.replica_gaps == nullptr))
+    return Report(InvalidArgumentError(
+        "cupcake_checkpointer_create: options.replica_gaps: not an array of replica_gap_count gaps; got " +
+        std::string(o.replica_gaps == nullptr ? "NULL" : "an array") + " and replica_gap_count " +
+        std::to_string(o.replica_gap_count) + ", expected replica_gap_count >= 0 gaps there"));
+  for (int i = 0; i < o.replica_gap_count; ++i)
+    options.replica_gaps.push_back({o.replica_gaps[i].after_group, o.replica_gaps[i].bytes});
   auto made = Checkpointer::Create(options, comm.get());
   if (!made.ok()) return Report(made.status().WithPrefix("cupcake_checkpointer_create"));
   *out = new cupcake_checkpointer{std::move(comm), std::move(made).value()};

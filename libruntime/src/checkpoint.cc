@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -498,9 +499,10 @@ Scope SessionScope(const Session& session, const SessionEntry& e) {
   return Scope::kRank;
 }
 constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
-// Commit's agreement, per rank: the step committed, the newest step completed, ok, and of that
-// snapshot's kShared entries (SharedPrints) the step, the count and the combined fingerprint.
-constexpr int kAgreementRow = 6;
+// Commit's agreement, per rank: the step committed, the newest step completed, ok, of that
+// snapshot's kShared entries (SharedPrints) the step, the count and the combined fingerprint,
+// and the replica gaps' fingerprint (GapsPrint).
+constexpr int kAgreementRow = 7;
 // The background copy's unit: copied, then hashed while it is still in the cache.
 constexpr size_t kCopyBlockBytes = size_t{256} << 10;
 
@@ -842,8 +844,14 @@ class Checkpointer::Impl {
   }
 
   ~Impl() {
+    DetachGaps();
     if (copy_.joinable()) copy_.join();
-    if (send_.joinable()) send_.join();
+    {
+      std::lock_guard lock(exchange_mu_);
+      exchange_stop_ = true;
+    }
+    exchange_cv_.notify_all();
+    if (exchange_thread_.joinable()) exchange_thread_.join();  // after the exchanges requested
   }
 
   Status Add(const std::string& name, std::span<std::byte> bytes, Capture capture, Scope scope) {
@@ -865,6 +873,8 @@ class Checkpointer::Impl {
   Status AttachSession(Session* session) {
     CUPCAKE_RETURN_IF_ERROR(CheckIdle("AttachSession"));
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane >= 0; });
+    session_ = nullptr;
+    CUPCAKE_RETURN_IF_ERROR(AttachGaps(session));
     session_ = session;
     if (session == nullptr) return Status::Ok();
     std::vector<Entry> added;  // all or none
@@ -887,6 +897,10 @@ class Checkpointer::Impl {
     if (local.ok() && (step < 1 || step <= last_step_))
       local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
                                    ", expected > " + std::to_string(std::max<int64_t>(last_step_, 0)));
+    if (local.ok() && options_.replicate && !options_.replica_gaps.empty() && session_ == nullptr)
+      local = FailedPreconditionError(where_ + ": replica_gaps: no session attached; got " +
+                                      std::to_string(options_.replica_gaps.size()) +
+                                      " gaps, expected AttachSession first (the gaps are its plan's)");
     // Collective on the first commit: every rank makes it, whatever its local state.
     const Status replica_comm = EnsureReplicaComm();
     if (local.ok()) local = replica_comm;
@@ -897,7 +911,8 @@ class Checkpointer::Impl {
                                    local.ok() ? 1 : 0,
                                    shared_prints_.step,
                                    static_cast<int64_t>(shared_prints_.entries.size()),
-                                   static_cast<int64_t>(shared_prints_.Combined())};
+                                   static_cast<int64_t>(shared_prints_.Combined()),
+                                   static_cast<int64_t>(GapsPrint())};
     std::vector<int64_t> all(static_cast<size_t>(kAgreementRow * comm_->size()));
     CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine, all.data(), sizeof(mine)).WithPrefix(where_ + ": commit"));
     CUPCAKE_RETURN_IF_ERROR(local);
@@ -917,6 +932,10 @@ class Checkpointer::Impl {
     if (!same)
       return InvalidArgumentError(where_ + ": step: the ranks commit different steps; got " + steps +
                                   ", expected the same step on every rank");
+    CUPCAKE_RETURN_IF_ERROR(CheckGaps(all));
+    // From here on every rank's session hands its gaps to the exchanges: all ranks passed this
+    // point of the same Commit with the same gaps (the hooks of the steps before it did nothing).
+    if (options_.replicate && !options_.replica_gaps.empty()) gaps_armed_.store(true);
     CUPCAKE_RETURN_IF_ERROR(CheckShared(all));
     agreed_step_ = agreed;
     // 3. The slot (grown if the snapshot outgrew it).
@@ -940,8 +959,7 @@ class Checkpointer::Impl {
       // iteration's collectives, and opens when the exchange has ended.
       std::optional<SlotSegment::ValidSlot> source;
       if (ensured.ok() && streams_done_) source = NewestOwnSlot();
-      if (options_.gate) options_.gate->BeginTransfer();
-      send_ = std::thread([this, source] { send_status_ = SendChunk(source); });
+      RequestExchange({true, source, CommitChunkBytes()});
     }
     CUPCAKE_RETURN_IF_ERROR(ensured);
     // 5. What the next iteration writes before its optimizer step, copied now; then the copy on
@@ -974,12 +992,13 @@ class Checkpointer::Impl {
     return Status::Ok();
   }
 
-  // Waits for the copy and the replica exchange; the first error of the two.
+  // Waits for the copy and the replica exchanges requested so far; the first error of those.
   Status WaitForCopy() {
     if (copy_.joinable()) copy_.join();
-    if (send_.joinable()) send_.join();
-    Status s = copy_status_.ok() ? send_status_ : copy_status_;
-    copy_status_ = send_status_ = Status::Ok();
+    std::unique_lock lock(exchange_mu_);
+    exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
+    Status s = copy_status_.ok() ? exchange_status_ : copy_status_;
+    copy_status_ = exchange_status_ = Status::Ok();
     return s;
   }
 
@@ -1177,11 +1196,96 @@ class Checkpointer::Impl {
   }
 
  private:
+  // Waits for the copy and the exchanges (their errors stay for the next WaitForCopy).
   Status CheckIdle(const char* call) {
     if (copy_.joinable()) copy_.join();
-    if (send_.joinable()) send_.join();
+    std::unique_lock lock(exchange_mu_);
+    exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
     (void)call;
     return Status::Ok();
+  }
+
+  // replica_gaps against `session`'s active plan (every problem together), kept by group; with
+  // gaps after groups, the session's hook (Session::SetAfterCollective) through a new relay. The
+  // previous session's relay is emptied first, so its hook, which may outlive the attachment,
+  // does nothing. Until the next Commit's agreement the hook requests nothing.
+  Status AttachGaps(Session* session) {
+    DetachGaps();
+    gaps_armed_.store(false);
+    gaps_plan_ = -1;
+    gap_bytes_.clear();
+    commit_gap_bytes_ = 0;
+    if (session == nullptr || !options_.replicate || options_.replica_gaps.empty()) return Status::Ok();
+    const int groups = session->group_count(), plan = session->active_plan();
+    std::string problems;
+    bool between = false;
+    for (size_t i = 0; i < options_.replica_gaps.size(); ++i) {
+      const ReplicaGap& g = options_.replica_gaps[i];
+      if (g.after_group >= groups)
+        problems += (problems.empty() ? "" : "\n") + std::string("Checkpointer: replica_gaps[") + std::to_string(i) +
+                    "].after_group: not a group of the session's plan; got " + std::to_string(g.after_group) +
+                    ", expected < " + std::to_string(groups) + " (the groups of plan " + std::to_string(plan) +
+                    ", active at AttachSession)";
+      between = between || g.after_group >= 0;
+    }
+    if (!problems.empty()) return InvalidArgumentError(problems);
+    gap_bytes_.assign(static_cast<size_t>(groups), 0);
+    for (const ReplicaGap& g : options_.replica_gaps)
+      (g.after_group < 0 ? commit_gap_bytes_ : gap_bytes_[static_cast<size_t>(g.after_group)]) = g.bytes;
+    gaps_plan_ = plan;
+    if (!between) return Status::Ok();
+    relay_ = std::make_shared<GapRelay>();
+    relay_->impl = this;
+    return session
+        ->SetAfterCollective([relay = relay_](int p, int group) {
+          std::lock_guard lock(relay->mutex);
+          if (relay->impl != nullptr) relay->impl->AfterCollective(p, group);
+        })
+        .WithPrefix("Checkpointer: replica_gaps");
+  }
+
+  // Empties the relay: a hook still running finishes first, later calls do nothing.
+  void DetachGaps() {
+    if (relay_ == nullptr) return;
+    std::lock_guard lock(relay_->mutex);
+    relay_->impl = nullptr;
+  }
+
+  // The session's hook, on its communication thread: group `group` of plan `plan` has finished its
+  // collective and the next has not started. The gap after it gets its chunk when the gaps are
+  // that plan's and a Commit has armed them.
+  void AfterCollective(int plan, int group) {
+    if (!gaps_armed_.load() || plan != gaps_plan_ || group < 0 || group >= static_cast<int>(gap_bytes_.size())) return;
+    if (const int64_t bytes = gap_bytes_[static_cast<size_t>(group)]; bytes > 0) RequestExchange({false, {}, bytes});
+  }
+
+  // Commit's chunk: gap -1's while the gaps' plan is active, else replica_chunk_bytes (0: all).
+  int64_t CommitChunkBytes() const {
+    if (gaps_plan_ >= 0 && session_ != nullptr && session_->active_plan() == gaps_plan_) return commit_gap_bytes_;
+    return options_.replica_chunk_bytes > 0 ? options_.replica_chunk_bytes : std::numeric_limits<int64_t>::max();
+  }
+
+  // What the ranks must agree on for their exchanges to pair up: the gaps and their plan.
+  uint64_t GapsPrint() const {
+    std::vector<int64_t> values{gaps_plan_};
+    for (const ReplicaGap& g : options_.replica_gaps) values.insert(values.end(), {g.after_group, g.bytes});
+    return internal::Checksum(reinterpret_cast<const std::byte*>(values.data()),  // NOLINT: integers as bytes
+                              values.size() * sizeof(int64_t));
+  }
+
+  // The agreement's gap fingerprints (column 6 of `all`): the same on every rank, else every rank
+  // fails this Commit before any exchange (different gaps would request different exchanges).
+  Status CheckGaps(const std::vector<int64_t>& all) const {
+    bool same = true;
+    std::string prints;
+    for (int r = 0; r < comm_->size(); ++r) {
+      const int64_t print = all[static_cast<size_t>(kAgreementRow * r + 6)];
+      same = same && print == all[6];
+      prints += (r ? ", " : "") + Hex(static_cast<uint64_t>(print)) + " on rank " + std::to_string(r);
+    }
+    if (same) return Status::Ok();
+    return InvalidArgumentError(where_ + ": replica_gaps: the ranks pass different gaps; got fingerprint " + prints +
+                                ", expected the same gaps (and the same plan active at AttachSession) on every rank");
   }
 
   // The placement of the replicas (the job's hosts, replica_placement.h), their segments and the
@@ -1196,6 +1300,7 @@ class Checkpointer::Impl {
       replicas_[source] =
           std::make_unique<SlotSegment>(ReplicaOfSegmentName(options_.name, rank, source), source, comm_->size());
     CUPCAKE_ASSIGN_OR_RETURN(replica_comm_, comm_->Split(0, rank));
+    exchange_thread_ = std::thread([this] { ExchangeLoop(); });
     return Status::Ok();
   }
 
@@ -1368,35 +1473,78 @@ class Checkpointer::Impl {
     return Status::Ok();
   }
 
-  // One Commit's replica exchange (Gemini's replicas in the idle network gap after the
-  // iteration's collectives, docs/CHECKPOINT.md), on the exchange thread's communicator:
-  //   1. after every rank's stream has ended, this rank starts a new one from `source`;
-  //   2. one allgather of each rank's (step, bytes, checksum, offset, chunk);
-  //   3. one alltoallv through two bounded buffers (a copy of the chunk per holder; the sources'
-  //      chunks side by side): this rank's next chunk to each of its holders (the placement),
-  //      each source's chunk into its replica segment's slot that does not hold the newest
-  //      complete replica (kSlotWriting from the first chunk on, so a torn replica is never
-  //      restored);
-  //   4. after a source's last chunk the slot's checksum is computed and compared with the
-  //      sender's, and the slot flips to valid.
-  // The whole exchange holds the gate (closed by Commit). Every rank makes both collectives at
-  // every Commit, also when its own stream is empty or a segment failed (it then sends nothing or
-  // drops what it receives), so no rank waits alone.
-  Status SendChunk(std::optional<SlotSegment::ValidSlot> source) {
-    struct EndTransfer {  // the gate was closed by Commit
-      NetworkGate* gate;
-      ~EndTransfer() {
-        if (gate != nullptr) gate->EndTransfer();
-      }
-    } end_transfer{options_.gate.get()};
+  // A replica exchange to run (Exchange): Commit's, or one in a gap after a group's collective.
+  struct ExchangeRequest {
+    bool commit = false;  // Commit's: new streams start, from `source`, when every one has ended
+    std::optional<SlotSegment::ValidSlot> source;
+    int64_t chunk_bytes = 0;  // the most this rank sends; 0: no chunk (Commit's may still freeze)
+  };
+
+  // On the caller's thread (Commit's, or the session's communication thread): the gate closes
+  // now, before the caller can start another collective, and opens when the exchange has ended.
+  void RequestExchange(ExchangeRequest request) {
+    if (options_.gate) options_.gate->BeginTransfer();
+    {
+      std::lock_guard lock(exchange_mu_);
+      exchanges_.push_back(std::move(request));
+    }
+    exchange_cv_.notify_all();
+  }
+
+  // The exchange thread: the requests in order, each with the gate closed, until the Checkpointer
+  // stops and none is left. Every rank requests the same exchanges in the same order (Commit's;
+  // its session's gaps, after the same groups of the same plan), so their collectives pair up.
+  void ExchangeLoop() {
+    std::unique_lock lock(exchange_mu_);
+    while (true) {
+      exchange_cv_.wait(lock, [&] { return exchange_stop_ || !exchanges_.empty(); });
+      if (exchanges_.empty()) return;
+      const ExchangeRequest request = exchanges_.front();
+      lock.unlock();
+      const Status status = Exchange(request);
+      if (options_.gate) options_.gate->EndTransfer();
+      lock.lock();
+      exchanges_.pop_front();
+      if (exchange_status_.ok()) exchange_status_ = status;
+      exchange_cv_.notify_all();
+    }
+  }
+
+  // One exchange (Gemini's replicas in the idle network gaps, docs/CHECKPOINT.md), on the
+  // exchange thread:
+  //   1. Commit's, after every rank's stream has ended: this rank starts a new one from
+  //      `source` (none: an empty one), and the next exchange with a chunk runs whatever it finds;
+  //   2. while some stream has bytes left, SendChunk sends this rank's next chunk of at most
+  //      request.chunk_bytes. A gap's request when every stream has ended makes no collective:
+  //      every rank knows that alike, from the last exchange's rows.
+  Status Exchange(const ExchangeRequest& request) {
     Status status = Status::Ok();
-    if (streams_done_) {
+    if (request.commit && streams_done_) {
       stream_ = {};
       rank_part_.clear();
-      if (source) status = Freeze(*source);
+      if (request.source) status = Freeze(*request.source);
+      streams_done_ = false;
     }
+    if (request.chunk_bytes == 0 || streams_done_) return status;
+    const Status sent = SendChunk(request.chunk_bytes);
+    return status.ok() ? sent : status;
+  }
+
+  // The chunk's exchange, on the exchange thread's communicator:
+  //   1. one allgather of each rank's (step, bytes, checksum, offset, chunk);
+  //   2. one alltoallv through two bounded buffers (a copy of the chunk per holder; the sources'
+  //      chunks side by side): this rank's next chunk, at most `most` bytes, to each of its
+  //      holders (the placement), each source's chunk into its replica segment's slot that does
+  //      not hold the newest complete replica (kSlotWriting from the first chunk on, so a torn
+  //      replica is never restored);
+  //   3. after a source's last chunk the slot's checksum is computed and compared with the
+  //      sender's, and the slot flips to valid.
+  // Every rank makes both collectives in every exchange, also when its own stream is empty or a
+  // segment failed (it then sends nothing or drops what it receives), so no rank waits alone.
+  Status SendChunk(int64_t most) {
+    Status status = Status::Ok();
     const int64_t left = stream_.bytes - stream_.offset;
-    const int64_t chunk = options_.replica_chunk_bytes > 0 ? std::min(left, options_.replica_chunk_bytes) : left;
+    const int64_t chunk = std::min(left, most);
     const int world = comm_->size();
     const int64_t mine[kStreamRow] = {stream_.step, stream_.bytes, static_cast<int64_t>(stream_.checksum),
                                       stream_.offset, chunk};
@@ -1404,7 +1552,7 @@ class Checkpointer::Impl {
     const std::string where = where_ + ": replica";
     CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, rows.data(), sizeof(mine)).WithPrefix(where));
     const int rank = comm_->rank();
-    // 3. The bounded buffers: the chunk once per holder, the sources' chunks side by side.
+    // 2. The bounded buffers: the chunk once per holder, the sources' chunks side by side.
     std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
     const std::vector<int>& holders = placement_.holders[static_cast<size_t>(rank)];
     const std::vector<int>& sources = placement_.sources[static_cast<size_t>(rank)];
@@ -1432,7 +1580,7 @@ class Checkpointer::Impl {
     inbox_.resize(static_cast<size_t>(inbox_bytes));
     CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(outbox_.data(), send, inbox_.data(), recv).WithPrefix(where));
     stream_.offset += chunk;
-    // 4. Each source's chunk into its replica slot; a complete replica checked and made valid.
+    // 3. Each source's chunk into its replica slot; a complete replica checked and made valid.
     const std::byte* at = inbox_.data();
     for (int q : sources) {
       const int64_t* in = &rows[static_cast<size_t>(kStreamRow * q)];
@@ -1650,9 +1798,28 @@ class Checkpointer::Impl {
   std::vector<Entry> entries_;
   std::thread copy_;
   Status copy_status_;  // written by copy_, read after joining it
-  // The replica exchange (SendChunk) and its state, written by send_ and read after joining it.
-  std::thread send_;
-  Status send_status_;
+  // The replica exchanges (ExchangeLoop) and their state, written by exchange_thread_ and read
+  // by the training thread once none is requested (exchange_mu_).
+  std::thread exchange_thread_;  // started with replica_comm_
+  std::mutex exchange_mu_;
+  std::condition_variable exchange_cv_;
+  std::deque<ExchangeRequest> exchanges_;  // requested, the front one running; exchange_mu_
+  bool exchange_stop_ = false;  // exchange_mu_
+  Status exchange_status_;  // the first error since the last WaitForCopy; exchange_mu_
+  // replica_gaps for the attached session (AttachGaps): the plan they are for, each of its groups'
+  // chunk after it (0: none) and gap -1's (Commit's). The session's hook reaches this object
+  // through relay_, which DetachGaps empties (the session may outlive the attachment).
+  struct GapRelay {
+    std::mutex mutex;
+    Impl* impl = nullptr;
+  };
+  std::shared_ptr<GapRelay> relay_;
+  int gaps_plan_ = -1;  // -1: none
+  std::vector<int64_t> gap_bytes_;
+  int64_t commit_gap_bytes_ = 0;
+  // Set by the first Commit whose agreement every rank passed with these gaps; before it the
+  // hook requests nothing (the exchange thread may not exist yet).
+  std::atomic<bool> gaps_armed_{false};
   struct Stream {  // of rank_part_
     int64_t step = 0, bytes = 0;
     uint64_t checksum = 0;
@@ -1697,6 +1864,21 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
   if (options.replica_chunk_bytes < 0)
     problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
             ", expected >= 0 (0: whole replicas)");
+  for (size_t i = 0; i < options.replica_gaps.size(); ++i) {
+    const ReplicaGap& g = options.replica_gaps[i];
+    const std::string field = "Checkpointer: replica_gaps[" + std::to_string(i) + "]";
+    if (g.after_group < -1)
+      problem(field + ".after_group: out of range; got " + std::to_string(g.after_group) +
+              ", expected >= -1 (-1: the gap before the first collective)");
+    else if (i > 0 && g.after_group <= options.replica_gaps[i - 1].after_group)
+      problem(field + ".after_group: not after the previous gap's; got " + std::to_string(g.after_group) + " after " +
+              std::to_string(options.replica_gaps[i - 1].after_group) + ", expected increasing (one entry per gap)");
+    if (g.bytes < 0)
+      problem(field + ".bytes: out of range; got " + std::to_string(g.bytes) + ", expected >= 0 (0: none)");
+  }
+  if (!options.replica_gaps.empty() && !options.replicate)
+    problem("Checkpointer: replica_gaps: given without replicate; got " + std::to_string(options.replica_gaps.size()) +
+            " gaps, expected replicate (the gaps carry replica chunks)");
   if (options.replica_group_hosts < 2)
     problem("Checkpointer: replica_group_hosts: out of range; got " + std::to_string(options.replica_group_hosts) +
             ", expected >= 2 (a host and at least one that keeps its replicas)");

@@ -59,6 +59,10 @@ struct StepState {
   bool record_timeline = false;
   bool device_graphs = true;
   void* job_stream = nullptr;
+  // The session's hook (Session::SetAfterCollective; empty: none) and this plan's index, which
+  // the host engine's communication thread passes it after each group's collective.
+  const Session::AfterCollective* after_collective = nullptr;
+  int plan = 0;
 
   StepContext Context() const {
     StepContext c = context;

@@ -129,6 +129,10 @@ class HostEngine final : public Engine {
         g.times.comm_end_us = state_.clock->NowUs();
         g.times.zen_union = g.runner->zen_union();
       }
+      // Before the group is marked exchanged: Synchronize (and the job's collectives after it)
+      // cannot pass this group until the hook has returned.
+      if (s.ok() && state_.after_collective != nullptr && *state_.after_collective)
+        (*state_.after_collective)(state_.plan, k);
       lock.lock();
       in_collective_ = false;
       if (!s.ok()) {

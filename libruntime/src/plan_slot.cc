@@ -78,6 +78,8 @@ Status PlanSlot::MakeGroups(const Options& options, std::vector<Tensor>* tensors
   state.record_timeline = options.record_timeline;
   state.device_graphs = options.device_graphs;
   state.job_stream = options.job_stream;
+  state.after_collective = options.after_collective;
+  state.plan = options.plan;
   engine_ = layout_.device_memory ? MakeDeviceEngine(state, std::move(device_)) : MakeHostEngine(state);
   return Status::Ok();
 }

@@ -31,6 +31,8 @@ class PlanSlot {
     bool device_graphs = true;
     void* job_stream = nullptr;
     GainProbe* const* gain = nullptr;  // StepState::gain
+    const Session::AfterCollective* after_collective = nullptr;  // StepState::after_collective
+    int plan = 0;  // this plan's index in the session
   };
   // Allocates every group's buffers and starts the engine. Collective when some group is
   // hierarchical (the node communicators are split off `comm`).

@@ -89,8 +89,13 @@ class Session::Impl {
   Impl(std::string origin, std::unique_ptr<comm::Communicator> comm, const SessionOptions& options)
       : origin_(std::move(origin)), comm_(std::move(comm)), options_(options) {
     if (options.clock == nullptr) owned_clock_ = std::make_unique<SteadyClock>();
-    slot_options_ = {options.clock != nullptr ? options.clock : owned_clock_.get(), options.ready_timeout_us,
-                     options.record_timeline, options.device_graphs, options.job_stream, &gain_};
+    slot_options_ = {options.clock != nullptr ? options.clock : owned_clock_.get(),
+                     options.ready_timeout_us,
+                     options.record_timeline,
+                     options.device_graphs,
+                     options.job_stream,
+                     &gain_,
+                     &after_collective_};
     spans_.reserve(static_cast<size_t>(std::max(options.drift_window, 1)));
   }
 
@@ -114,8 +119,10 @@ class Session::Impl {
       for (const internal::TensorLayout& t : layout->tensors) tensors_.push_back({t.name, t.numel, {}, false});
       model_name_ = layout->model_name;
     }
-    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<PlanSlot> slot, PlanSlot::Create(std::move(layout).value(), slot_options_,
-                                                                              *comm_, &tensors_, &iteration_));
+    PlanSlot::Options slot_options = slot_options_;
+    slot_options.plan = static_cast<int>(slots_.size());
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<PlanSlot> slot,
+                             PlanSlot::Create(std::move(layout).value(), slot_options, *comm_, &tensors_, &iteration_));
     if (registered_ == tensor_count() && !slots_.empty()) CUPCAKE_RETURN_IF_ERROR(slot->AttachBuffers());
     slots_.push_back(std::move(slot));
     origins_.push_back(origin);
@@ -399,6 +406,18 @@ class Session::Impl {
     return Status::Ok();
   }
 
+  // The engines' communication threads read the hook only after a group's GroupReady, whose
+  // lock orders this write before that read.
+  Status SetAfterCollective(AfterCollective hook) {
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("SetAfterCollective"));
+    if (on_device() && hook)
+      return FailedPreconditionError(
+          "SetAfterCollective: a session on GPU memory; expected a session on host memory (on GPU memory the "
+          "collectives are queued on CUDA streams, with no thread between them)");
+    after_collective_ = std::move(hook);
+    return Status::Ok();
+  }
+
   int tensor_count() const { return static_cast<int>(tensors_.size()); }
   int group_count() const { return static_cast<int>(active().groups().size()); }
   int registered() const { return registered_; }
@@ -670,7 +689,9 @@ class Session::Impl {
   std::string model_name_;
   std::vector<internal::Tensor> tensors_;
   uint64_t iteration_ = 0;
-  // Declared after the tensors and the communicator, which their engines use until destroyed.
+  AfterCollective after_collective_;  // the host engines call it (PlanSlot::Options::after_collective)
+  // Declared after the tensors, the communicator and the hook, which their engines use until
+  // destroyed.
   std::vector<std::unique_ptr<PlanSlot>> slots_;
   std::vector<std::string> origins_;
   int active_ = 0;
@@ -760,6 +781,7 @@ int64_t Session::fusion_bytes() const { return impl_->fusion_bytes(); }
 Status Session::GradientReady(int i) { return impl_->GradientReady(i); }
 Status Session::Synchronize() { return impl_->Synchronize(); }
 Status Session::SetAccumulating(bool accumulating) { return impl_->SetAccumulating(accumulating); }
+Status Session::SetAfterCollective(AfterCollective hook) { return impl_->SetAfterCollective(std::move(hook)); }
 uint64_t Session::iteration() const { return impl_->iteration(); }
 Status Session::SetIteration(uint64_t iteration) { return impl_->SetIteration(iteration); }
 StatusOr<std::vector<GroupTimeline>> Session::Timeline() const { return impl_->Timeline(); }

@@ -655,6 +655,23 @@ class _Record:
             self.backward = None
 
 
+def _replica_gaps(gaps):
+    """Checkpointer's replica_gaps as (after_group, bytes) pairs: from pairs, or from dicts of
+    `cupcake-plan show --format json`'s replica_schedule.gaps (after_group, chunk_bytes)."""
+    if gaps is None:
+        return []
+    out = []
+    items = gaps if isinstance(gaps, (list, tuple)) else None
+    for i, g in enumerate(items if items is not None else [gaps]):
+        pair = (g.get("after_group"), g.get("chunk_bytes")) if isinstance(g, dict) else g
+        if (items is None or not isinstance(pair, (list, tuple)) or len(pair) != 2 or
+                any(isinstance(v, bool) or not isinstance(v, int) for v in pair)):
+            raise UsageError("Checkpointer: replica_gaps[%d]: not a gap; got %r, expected (after_group, bytes) ints "
+                             "or a dict of replica_schedule.gaps (after_group, chunk_bytes)" % (i, g))
+        out.append((pair[0], pair[1]))
+    return out
+
+
 class Checkpointer:
     """Every-iteration snapshots in host memory that outlive the process (docs/CHECKPOINT.md):
 
@@ -674,7 +691,11 @@ class Checkpointer:
     segment survives). replicate=True: each rank's own state is also kept by a rank on another host
     (Gemini's replicas: hosts in groups of `replica_group_hosts` (>= 2) that back each other up;
     one host alone: the next rank), sent in chunks of `replica_chunk_bytes` (>= 0; 0: whole), one
-    per commit (cupcake-plan show --profile prints the chunk that fits the plan's idle gap), so a
+    per commit (cupcake-plan show --profile prints the chunk that fits the plan's idle gap), or with
+    `replica_gaps` in every idle gap of the session's plan: a list of (after_group, bytes) pairs or
+    of `cupcake-plan show --format json`'s replica_schedule.gaps (after_group, chunk_bytes), -1 the
+    gap before the first collective, k the gap after group k's (a DistributedOptimizer's session,
+    its plan active now; docs/CHECKPOINT.md). So a
     rank whose host lost its memory restores from that copy and another rank's shared state
     (docs/CHECKPOINT.md). shared_state: whether the parameters and the optimizer's state are the
     same on every rank at every commit (data parallelism), so that replicas leave them out; None:
@@ -698,7 +719,7 @@ class Checkpointer:
     """
 
     def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False,
-                 replica_chunk_bytes=0, replica_group_hosts=2, shared_state=None):
+                 replica_chunk_bytes=0, replica_group_hosts=2, shared_state=None, replica_gaps=None):
         self.model = model
         self.optimizer = optimizer
         self.name = name
@@ -710,6 +731,7 @@ class Checkpointer:
         if isinstance(replica_group_hosts, bool) or not isinstance(replica_group_hosts, int) or replica_group_hosts < 2:
             raise UsageError("Checkpointer: replica_group_hosts: out of range; got %r, expected an int >= 2 (a host "
                              "and at least one that keeps its replicas)" % (replica_group_hosts,))
+        gaps = _replica_gaps(replica_gaps)
         if shared_state not in (None, True, False):
             raise UsageError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
         self._shared = state is not None if shared_state is None else shared_state
@@ -719,7 +741,7 @@ class Checkpointer:
         self.gate = self._session.gate if replicate and self._session is not None else None
         self._cpp = cupcake.track(cupcake.Checkpointer(launched, name, persist_dir or "", int(persist_every),
                                                        bool(replicate), replica_chunk_bytes, replica_group_hosts,
-                                                       self.gate))
+                                                       self.gate, gaps))
         if self._session is not None:
             self._cpp.attach_session(self._session)
         self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)

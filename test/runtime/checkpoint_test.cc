@@ -94,6 +94,25 @@ void RunCJob(const cupcake_checkpoint_options& o, std::unique_ptr<comm::Communic
   cupcake_checkpointer_destroy(c);
 }
 
+// A segment mapped, to tear or corrupt it as a crash or a bad page would.
+struct Mapped {
+  void* base = nullptr;
+  size_t bytes = 0;
+  internal::SegmentHeader& header() { return *static_cast<internal::SegmentHeader*>(base); }
+  std::byte* slot(int i) { return static_cast<std::byte*>(base) + internal::kHeaderBytes + i * header().slot_capacity; }
+  int Newest() { return header().slots[0].step > header().slots[1].step ? 0 : 1; }
+  ~Mapped() { ::munmap(base, bytes); }
+};
+std::unique_ptr<Mapped> MapSegment(const std::string& shm_name) {
+  const int fd = ::shm_open(shm_name.c_str(), O_RDWR, 0600);
+  EXPECT_GE(fd, 0);
+  auto m = std::make_unique<Mapped>();
+  m->bytes = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
+  m->base = ::mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  return m;
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -162,26 +181,7 @@ class CheckpointTest : public ::testing::Test {
     return out;
   }
   // Rank r's segment mapped, to tear or corrupt it as a crash or a bad page would.
-  struct Mapped {
-    void* base = nullptr;
-    size_t bytes = 0;
-    internal::SegmentHeader& header() { return *static_cast<internal::SegmentHeader*>(base); }
-    std::byte* slot(int i) {
-      return static_cast<std::byte*>(base) + internal::kHeaderBytes + i * header().slot_capacity;
-    }
-    int Newest() { return header().slots[0].step > header().slots[1].step ? 0 : 1; }
-    ~Mapped() { ::munmap(base, bytes); }
-  };
   std::unique_ptr<Mapped> Map(int rank) { return MapSegment(Checkpointer::SegmentName(name_, rank)); }
-  std::unique_ptr<Mapped> MapSegment(const std::string& shm_name) {
-    const int fd = ::shm_open(shm_name.c_str(), O_RDWR, 0600);
-    EXPECT_GE(fd, 0);
-    auto m = std::make_unique<Mapped>();
-    m->bytes = static_cast<size_t>(::lseek(fd, 0, SEEK_END));
-    m->base = ::mmap(nullptr, m->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    return m;
-  }
   std::string Segment(int rank) const { return "/dev/shm" + Checkpointer::SegmentName(name_, rank); }
 
   std::string name_;
@@ -1068,37 +1068,38 @@ class TrackedCommunicator final : public comm::Communicator {
   bool checkpoint_;
 };
 
-// A topk session's residuals replicated in chunks between its collectives. The snapshot: a
-// 'weights' entry of 1e6 floats, the same on every rank (kShared), and the session's state
-// (SmallModel: 435 elements), whose momentum topk does not keep (zeros: shared too). The
-// snapshot is 4003654 bytes: the directory (40, 16 per entry, the names 'weights',
-// 'session.error_feedback', 'session.momentum', 'session.iteration': 166) + 4000000 + 2 x 1740
-// + 8. Its replica is 1922 bytes: the directory, the residual (1740), the iteration (8) and the
-// snapshot's checksum (8): 3 chunks of at most 700 bytes. A run of 8 iterations commits 1..8:
-// the replicas complete step 1 at Commit 4 and step 4 at Commit 7 (as in
-// ReplicaAssembledFromChunksRestoresALostHost). Rank 1's host is lost: the restart restores step
-// 4 (rank 1 from rank 0's replica and rank 0's weights) and runs iterations 4..9; every rank's
-// last gradients are bitwise the uninterrupted 10-iteration run's.
-// No collective of the checkpointer (agreement or replica exchange) ever runs while one of the
-// session's does, on either rank (count, not time); without the gate they do (checked by hand:
-// options.gate = nullptr and the session's communicator not gated make `overlaps` > 0).
-TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollectives) {
+// A topk session's residuals replicated in chunks between its collectives (options: the
+// chunks; name and gate set here), killed after 8 commits, rank 1's host lost, restarted: the
+// restart must restore `restored` (rank 1 from rank 0's replica and rank 0's weights) and run on
+// to iteration 9, whose gradients on every rank must be bitwise the uninterrupted 10-iteration
+// run's. The snapshot: a 'weights' entry of 1e6 floats, the same on every rank (kShared), and
+// the session's state (SmallModel: 435 elements), whose momentum topk does not keep (zeros:
+// shared too). The snapshot is 4003654 bytes: the directory (40, 16 per entry, the names
+// 'weights', 'session.error_feedback', 'session.momentum', 'session.iteration': 166) + 4000000 +
+// 2 x 1740 + 8. Its replica is 1922 bytes: the directory, the residual (1740), the iteration (8)
+// and the snapshot's checksum (8). Per rank: `transfers` adds the gate's transfers, `during` its
+// transfers_during_collectives; `trackers` count both sides' collectives.
+void RunSessionReplicas(const std::string& name, CheckpointOptions options, int64_t restored,
+                        std::array<NetworkTracker, kWorld>& trackers, std::vector<int64_t>& transfers,
+                        std::vector<int64_t>& during) {
   const pb::Model model = testing::SmallModel();
   const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
   constexpr int kIterations = 10, kCrashAfter = 8;
-  std::vector<std::vector<std::vector<float>>> want(kWorld), got(kWorld);
-  std::vector<int64_t> transfers(kWorld, 0);
-  std::array<NetworkTracker, kWorld> trackers;
+  std::vector<std::vector<std::vector<float>>> want(kWorld);
+  transfers.assign(kWorld, 0);
+  during.assign(kWorld, 0);
+  options.name = name;
+  options.replicate = true;
   // run 0: uninterrupted, no checkpointer; run 1: checkpoints every iteration until the crash;
   // run 2: rank 1's segments gone, restore, the rest.
   for (int run = 0; run < 3; ++run) {
     if (run == 2) {
-      auto replica = MapSegment(Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+      auto replica = MapSegment(Checkpointer::ReplicaOfSegmentName(name, 0, 1));
       const internal::SlotHeader& newest = replica->header().slots[replica->Newest()];
       EXPECT_EQ(newest.state, internal::kSlotValid);
-      EXPECT_EQ(newest.step, 4);
+      EXPECT_EQ(newest.step, restored);
       EXPECT_EQ(newest.payload_bytes, 166u + 1740 + 8 + 8);
-      ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+      ASSERT_TRUE(Checkpointer::RemoveSegment(name, 1).ok());
     }
     comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
     std::vector<std::shared_ptr<NetworkGate>> gates;
@@ -1115,15 +1116,12 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
       std::vector<float> weights(1'000'000);
       std::unique_ptr<comm::Communicator> comm =
           std::make_unique<TrackedCommunicator>(ckpt_group.Rank(r), &trackers[static_cast<size_t>(r)], true);
-      CheckpointOptions options;
-      options.name = name_;
-      options.replicate = true;
-      options.replica_chunk_bytes = 700;
-      options.gate = gates[static_cast<size_t>(r)];
+      CheckpointOptions o = options;
+      o.gate = gates[static_cast<size_t>(r)];
       std::unique_ptr<Checkpointer> ckpt;
       int first = 0, last = kIterations - 1;
       if (run > 0) {
-        ckpt = Checkpointer::Create(options, comm.get()).value();
+        ckpt = Checkpointer::Create(o, comm.get()).value();
         ASSERT_TRUE(ckpt->AddFloats("weights", weights, Capture::kInBackground, Scope::kShared).ok());
         ASSERT_TRUE(ckpt->AttachSession(&s).ok());
         auto point = ckpt->Restore();
@@ -1132,13 +1130,13 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
           ASSERT_EQ(point->step, 0);
           last = kCrashAfter - 1;
         } else {
-          ASSERT_EQ(point->step, 4);
-          EXPECT_EQ(weights, std::vector<float>(weights.size(), 4.0f));
+          ASSERT_EQ(point->step, restored);
+          EXPECT_EQ(weights, std::vector<float>(weights.size(), static_cast<float>(restored)));
           if (r == 1) {
-            EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name_, 0, 1) +
+            EXPECT_EQ(point->source, "rank 0's /dev/shm" + Checkpointer::ReplicaOfSegmentName(name, 0, 1) +
                                          ", its shared entries from rank 0");
           }
-          first = 4;
+          first = static_cast<int>(restored);
         }
       }
       for (int it = first; it <= last; ++it) {
@@ -1155,21 +1153,191 @@ TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollecti
         ASSERT_TRUE(ckpt->WaitForCopy().ok());
       }
       transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
-      std::vector<std::vector<float>> mine;
-      for (auto g : grads) mine.emplace_back(g.begin(), g.end());
-      if (run == 0) want[static_cast<size_t>(r)] = mine;
+      during[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers_during_collectives();
+      if (run == 0) {
+        for (auto g : grads) want[static_cast<size_t>(r)].emplace_back(g.begin(), g.end());
+      }
       if (run == 2) {
         EXPECT_EQ(testing::FirstDifference(grads, want[static_cast<size_t>(r)]), "") << "rank " << r;
       }
     });
   }
+}
+
+// Chunks of 700 bytes, one per Commit: 3 per replica. A run of 8 iterations commits 1..8: the
+// replicas complete step 1 at Commit 4 and step 4 at Commit 7 (as in
+// ReplicaAssembledFromChunksRestoresALostHost), so the restart restores 4.
+// No collective of the checkpointer (agreement or replica exchange) ever runs while one of the
+// session's does, on either rank (count, not time); without the gate they do (checked by hand:
+// options.gate = nullptr and the session's communicator not gated make `overlaps` > 0).
+TEST_F(CheckpointTest, ChunkedReplicaOfASessionRestoresBitwiseBetweenItsCollectives) {
+  std::array<NetworkTracker, kWorld> trackers;
+  std::vector<int64_t> transfers, during;
+  CheckpointOptions options;
+  options.replica_chunk_bytes = 700;
+  RunSessionReplicas(name_, options, 4, trackers, transfers, during);
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     // Run 1 committed 8 times, run 2 6 times: one exchange per Commit.
     EXPECT_EQ(transfers[static_cast<size_t>(r)], 8 + 6);
     EXPECT_GT(trackers[static_cast<size_t>(r)].checkpoint_calls.load(), 2 * (8 + 6));
     EXPECT_EQ(trackers[static_cast<size_t>(r)].overlaps.load(), 0);
+    EXPECT_EQ(during[static_cast<size_t>(r)], 0);
   }
+}
+
+// The same job with its replica in the idle gaps of the plan (Planned(): groups 0, 1 and 2), 300
+// bytes in each: before the first collective (Commit's) and after each group's. A replica of
+// 1922 bytes then takes 7 chunks, 4 per iteration: Commit(s) starts step s - 1's stream (300),
+// iteration s's gaps add 900, Commit(s + 1) 300, and iteration s + 1's gap after group 1 ends it
+// (1800 + 122): every 2 commits, where one chunk of 300 per commit takes 7. Commits 2, 4, 6, 8
+// start steps 1, 3, 5, 7; step 5's replica completes in iteration 7, step 7's is 300 bytes in
+// when the job is killed: the restart restores 5 (with 300 per Commit: step 1, sent by Commits 2
+// to 8). Exchanges requested (the gate's transfers): one per Commit and one per gap after a group
+// from the step after the first Commit on (run 1: 8 + 7 x 3; run 2, commits 6..10: 5 + 4 x 3),
+// also when every stream has ended (that request then makes no collective). None of them ran
+// beside a session collective. Fails without the session's hook (the gaps after groups send
+// nothing: step 1 at best).
+TEST_F(CheckpointTest, ReplicaInTheGapsBetweenCollectivesCompletesInFewerCommits) {
+  std::array<NetworkTracker, kWorld> trackers;
+  std::vector<int64_t> transfers, during;
+  CheckpointOptions gaps;
+  gaps.replica_gaps = {{-1, 300}, {0, 300}, {1, 300}, {2, 300}};
+  RunSessionReplicas(name_, gaps, 5, trackers, transfers, during);
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(transfers[static_cast<size_t>(r)], (8 + 7 * 3) + (5 + 4 * 3));
+    EXPECT_EQ(trackers[static_cast<size_t>(r)].overlaps.load(), 0);
+    EXPECT_EQ(during[static_cast<size_t>(r)], 0);
+  }
+  // One chunk of 300 bytes per Commit: 7 commits per replica.
+  std::array<NetworkTracker, kWorld> per_commit_trackers;
+  CheckpointOptions per_commit;
+  per_commit.replica_chunk_bytes = 300;
+  const std::string name = name_ + "-per-commit";
+  RunSessionReplicas(name, per_commit, 1, per_commit_trackers, transfers, during);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(transfers[static_cast<size_t>(r)], 8 + 9) << "rank " << r;
+    EXPECT_TRUE(Checkpointer::RemoveSegment(name, r).ok());
+  }
+}
+
+// The gaps are the plan's that is active at AttachSession (plan 0: Planned(), 3 groups). With
+// plan 1 active (one group) no gap is used: the session's hook requests nothing and Commit sends
+// replica_chunk_bytes (0: the whole replica), so each Commit(s) completes step s - 1's replica:
+// after commits 1..3 the newest is 2, with one transfer per Commit. Back on plan 0 the gaps are
+// used again: commits 4 and 5 and the 3 gaps of each of their steps.
+TEST_F(CheckpointTest, ReplicaGapsApplyOnlyWhileTheirPlanIsActive) {
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
+  const pb::Plan one_group = testing::MakePlan(model, testing::OneGroup(model), "topk", kWorld);
+  comm::InProcessGroup group(kWorld), ckpt_group(kWorld);
+  std::vector<std::shared_ptr<NetworkGate>> gates;
+  for (int r = 0; r < kWorld; ++r) gates.push_back(std::make_shared<NetworkGate>());
+  auto sessions = testing::CreateOnEveryRank(group, kWorld, [&](int r, std::unique_ptr<comm::Communicator> c) {
+    return Session::Create(plan, GateCommunicator(gates[static_cast<size_t>(r)], std::move(c)));
+  });
+  std::vector<int64_t> transfers(kWorld, 0);
+  OnEveryRank(kWorld, [&](int r) {
+    ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
+    Session& s = **sessions[static_cast<size_t>(r)];
+    testing::Gradients grads(model, testing::Layout::kSeparate);
+    ASSERT_TRUE(testing::RegisterAll(s, model, grads).ok());
+    ASSERT_TRUE(s.AddPlan(one_group).ok());
+    auto comm = ckpt_group.Rank(r);
+    CheckpointOptions o;
+    o.name = name_;
+    o.replicate = true;
+    o.replica_gaps = {{-1, 300}, {0, 300}, {1, 300}, {2, 300}};
+    o.gate = gates[static_cast<size_t>(r)];
+    auto ckpt = Checkpointer::Create(o, comm.get()).value();
+    ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+    auto steps = [&](int first, int last) {
+      for (int it = first; it <= last; ++it) {
+        testing::FillGradients(grads, r, it);
+        for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+        ASSERT_TRUE(s.Synchronize().ok());
+        Status c = ckpt->Commit(it + 1);
+        ASSERT_TRUE(c.ok()) << c.ToString();
+      }
+      ASSERT_TRUE(ckpt->WaitForCopy().ok());
+    };
+    ASSERT_TRUE(s.SwitchPlan(1).ok());
+    steps(0, 2);
+    transfers[static_cast<size_t>(r)] = gates[static_cast<size_t>(r)]->transfers();
+    EXPECT_EQ(transfers[static_cast<size_t>(r)], 3) << "rank " << r;
+    ASSERT_TRUE(s.SwitchPlan(0).ok());
+    steps(3, 4);
+    EXPECT_EQ(gates[static_cast<size_t>(r)]->transfers(), 3 + 2 + 2 * 3) << "rank " << r;
+    EXPECT_EQ(gates[static_cast<size_t>(r)]->transfers_during_collectives(), 0) << "rank " << r;
+  });
+  // Rank 0 keeps rank 1's replicas: step 2's, whole, complete at Commit 3 (step 3's, 300 bytes
+  // per Commit and gap on plan 0, is still partial).
+  auto replica = MapSegment(Checkpointer::ReplicaOfSegmentName(name_, 0, 1));
+  int64_t newest = 0;
+  for (const internal::SlotHeader& slot : replica->header().slots)
+    if (slot.state == internal::kSlotValid) newest = std::max(newest, slot.step);
+  EXPECT_EQ(newest, 2);
+}
+
+// The gaps refused, each naming the field: at Create (out of range, out of order, without
+// replicate, several together), at AttachSession (a group the session's plan does not have), at
+// Commit (no session attached: every rank; ranks with different gaps: every rank, before any
+// exchange).
+TEST_F(CheckpointTest, BadReplicaGapsAreRefusedNamingTheField) {
+  comm::InProcessGroup one(1), two(kWorld);
+  auto comm = one.Rank(0);
+  CheckpointOptions bad;
+  bad.name = name_;
+  bad.replica_gaps = {{-2, 10}, {3, -1}, {3, 5}};
+  auto made = Checkpointer::Create(bad, comm.get());
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().message(),
+            "Checkpointer: replica_gaps[0].after_group: out of range; got -2, expected >= -1 (-1: the gap before the "
+            "first collective)\n"
+            "Checkpointer: replica_gaps[1].bytes: out of range; got -1, expected >= 0 (0: none)\n"
+            "Checkpointer: replica_gaps[2].after_group: not after the previous gap's; got 3 after 3, expected "
+            "increasing (one entry per gap)\n"
+            "Checkpointer: replica_gaps: given without replicate; got 3 gaps, expected replicate (the gaps carry "
+            "replica chunks)");
+
+  // Planned(): 3 groups; gap after group 3 is not one of them.
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
+  auto sessions = testing::CreateOnEveryRank(
+      two, kWorld, [&](int, std::unique_ptr<comm::Communicator> c) { return Session::Create(plan, std::move(c)); });
+  comm::InProcessGroup ckpt_group(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    ASSERT_TRUE(sessions[static_cast<size_t>(r)].ok());
+    Session& s = **sessions[static_cast<size_t>(r)];
+    auto c = ckpt_group.Rank(r);
+    CheckpointOptions o;
+    o.name = name_;
+    o.replicate = true;
+    o.replica_gaps = {{0, 100}, {3, 100}};
+    auto ckpt = Checkpointer::Create(o, c.get()).value();
+    const Status attached = ckpt->AttachSession(&s);
+    EXPECT_EQ(attached.message(),
+              "Checkpointer: replica_gaps[1].after_group: not a group of the session's plan; got 3, expected < 3 (the "
+              "groups of plan 0, active at AttachSession)");
+    // Not attached: the gaps have no plan; every rank's Commit fails.
+    const Status committed = ckpt->Commit(1);
+    EXPECT_EQ(committed.message(), Segment(r) +
+                                       ": replica_gaps: no session attached; got 2 gaps, expected "
+                                       "AttachSession first (the gaps are its plan's)");
+    // Rank 1's gaps differ from rank 0's: every rank fails its first Commit.
+    o.replica_gaps = {{-1, 100}, {r == 0 ? 1 : 2, 100}};
+    ckpt = Checkpointer::Create(o, c.get()).value();
+    ASSERT_TRUE(ckpt->AttachSession(&s).ok());
+    const Status differ = ckpt->Commit(1);
+    EXPECT_NE(differ.message().find(Segment(r) + ": replica_gaps: the ranks pass different gaps; got fingerprint 0x"),
+              std::string::npos)
+        << differ.ToString();
+    EXPECT_NE(differ.message().find(" on rank 1, expected the same gaps (and the same plan active at AttachSession) "
+                                    "on every rank"),
+              std::string::npos)
+        << differ.ToString();
+  });
 }
 
 // The C API over in-process ranks: commit, restart, restore bitwise; a NULL handle and a bad name
@@ -1226,6 +1394,27 @@ TEST_F(CheckpointTest, CApiReplicatesInChunks) {
   o.replicate = 1;
   o.replica_chunk_bytes = 500;
   RunCJobTwice(o, 8, 4, /*lose_rank1=*/true);
+}
+
+// The C API's gaps reach the Checkpointer (its message for a gap out of range); an array that
+// is not there is refused naming the field.
+TEST_F(CheckpointTest, CApiReplicaGapsReachTheCheckpointer) {
+  comm::InProcessGroup two(kWorld);
+  cupcake_checkpointer* c = nullptr;
+  const cupcake_replica_gap gaps[] = {{-1, 100}, {-2, 100}};
+  cupcake_checkpoint_options o = {};
+  o.replicate = 1;
+  o.replica_gaps = gaps;
+  o.replica_gap_count = 2;
+  EXPECT_EQ(internal::CreateCCheckpointer(o, two.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_create: Checkpointer: replica_gaps[1].after_group: out of range; got -2, "
+               "expected >= -1 (-1: the gap before the first collective)");
+  o.replica_gaps = nullptr;
+  EXPECT_EQ(internal::CreateCCheckpointer(o, two.Rank(1), &c), CUPCAKE_INVALID_ARGUMENT);
+  EXPECT_STREQ(cupcake_last_error(),
+               "cupcake_checkpointer_create: options.replica_gaps: not an array of replica_gap_count gaps; got NULL "
+               "and replica_gap_count 2, expected replica_gap_count >= 0 gaps there");
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 // The runtime under a real MPI launcher (mpirun -np 2 and 4, label mpi): every compressor and
 // grouping against the reference over several iterations, zen groups equal to the allgather
 // scheme, zen_sparse groups the exact mean of sparse gradients, fp32 exactly the MPI average, the C API on a
-// communicator the job owns, a plan for another world size refused. With --die, rank 1 dies after setup and the job
+// communicator the job owns, a plan for another world size refused, checkpoint replicas in the
+// idle gaps between a session's collectives. With --die, rank 1 dies after setup and the job
 // must end with a non-zero exit instead of hanging. Prints `runtime_mpi_test: rank 0: all N checks passed`; every
 // failure line has FAIL.
 #include <mpi.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,6 +21,7 @@
 #include "cupcake/proto/file_io.h"
 #include "cupcake/proto/fingerprint.h"
 #include "cupcake/proto/plan_io.h"
+#include "cupcake/runtime/checkpoint.h"
 #include "cupcake/runtime/cupcake.h"
 #include "cupcake/runtime/recorder.h"
 #include "cupcake/runtime/session.h"
@@ -411,6 +415,77 @@ int DieTest(MpiProcess& mpi, int rank, int world) {
   return 0;  // the job's exit must still be non-zero (the dead rank's, or MPI_Abort's)
 }
 
+// Checkpoint replicas in the idle gaps between a gated session's collectives over MPI (the
+// session's communication thread and the checkpointer's exchange thread beside the job's): the
+// job of runtime_checkpoint_test's ReplicaInTheGapsBetweenCollectivesCompletesInFewerCommits, a
+// topk session (SmallModel, Planned(): 3 groups) and 1000 shared floats, 300 bytes in each of
+// its 4 gaps, so each rank's replica (1922 bytes) completes every 2 commits. After commits 1..8
+// every exchange was requested with no session collective in flight (gap -1 and 3 gaps per step from
+// the second: 8 + 7 x 3); a restart whose rank 1 lost its segments restores step 5 (the newest
+// step whose replicas are complete) on every rank, rank 1 from its successor's replica and shared
+// entries, the weights bitwise.
+void ReplicasInTheGapsOverMpi(MpiProcess& mpi, Checks& check, int rank, int world) {
+  const pb::Model model = testing::SmallModel();
+  const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", world);
+  int pid = static_cast<int>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string name = "mpi-gaps-" + std::to_string(pid);
+  auto gate = std::make_shared<NetworkGate>();
+  auto world_comm = mpi.World();
+  if (!world_comm.ok()) return check(false, world_comm.status().ToString());
+  auto session = Session::Create(plan, GateCommunicator(gate, std::move(world_comm).value()));
+  if (!session.ok()) return check(false, "gaps: " + session.status().ToString());
+  Session& s = **session;
+  testing::Gradients grads(model, testing::Layout::kSeparate);
+  check(testing::RegisterAll(s, model, grads).ok(), "gaps: register");
+  std::vector<float> weights(1000);
+  CheckpointOptions options;
+  options.name = name;
+  options.replicate = true;
+  options.replica_gaps = {{-1, 300}, {0, 300}, {1, 300}, {2, 300}};
+  options.gate = gate;
+  for (int run = 0; run < 2; ++run) {
+    auto comm = mpi.World();
+    if (!comm.ok()) return check(false, comm.status().ToString());
+    auto made = Checkpointer::Create(options, comm->get());
+    if (!made.ok()) return check(false, "gaps: " + made.status().ToString());
+    Checkpointer& ckpt = **made;
+    check(ckpt.AddFloats("weights", weights, Capture::kInBackground, Scope::kShared).ok(), "gaps: add");
+    check(ckpt.AttachSession(&s).ok(), "gaps: attach");
+    auto point = ckpt.Restore();
+    if (!point.ok()) return check(false, "gaps: restore: " + point.status().ToString());
+    if (run == 1) {
+      check(point->step == 5, "gaps: restored step " + std::to_string(point->step) + ", expected 5");
+      check(weights == std::vector<float>(weights.size(), 5.0f), "gaps: restored weights are not step 5's");
+      const int holder = (1 + 1) % world;
+      const std::string from = "rank " + std::to_string(holder) + "'s /dev/shm" +
+                               Checkpointer::ReplicaOfSegmentName(name, holder, 1) + ", its shared entries from rank " +
+                               std::to_string(holder);
+      if (rank == 1) check(point->source == from, "gaps: rank 1 restored from " + point->source + ", expected " + from);
+      break;
+    }
+    for (int it = 0; it < 8; ++it) {
+      FillGradients(grads, rank, it);
+      for (int i = 0; i < model.tensors_size(); ++i) check(s.GradientReady(i).ok(), "gaps: ready");
+      check(s.Synchronize().ok(), "gaps: synchronize");
+      check(ckpt.WaitForCopy().ok(), "gaps: wait");
+      std::fill(weights.begin(), weights.end(), static_cast<float>(it + 1));
+      Status committed = ckpt.Commit(it + 1);
+      check(committed.ok(), "gaps: commit: " + committed.ToString());
+    }
+    check(ckpt.WaitForCopy().ok(), "gaps: wait");
+    check(gate->transfers() == 8 + 7 * 3, "gaps: transfers " + std::to_string(gate->transfers()) + ", expected 29");
+    check(gate->transfers_during_collectives() == 0,
+          "gaps: transfers during collectives: " + std::to_string(gate->transfers_during_collectives()));
+    made->reset();
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 1) check(Checkpointer::RemoveSegment(name, 1).ok(), "gaps: remove rank 1's segments");
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  check(Checkpointer::RemoveSegment(name, rank).ok(), "gaps: remove segments");
+}
+
 }  // namespace
 }  // namespace cupcake::runtime
 
@@ -438,6 +513,7 @@ int main(int argc, char** argv) {
   CApiOnTheJobsCommunicator(check, rank, world, dir);
   DifferentPlansFailEveryRank(**mpi, check, rank, world, dir);
   RecorderMergesRanks(**mpi, check, rank, world, dir);
+  ReplicasInTheGapsOverMpi(**mpi, check, rank, world);
   int failures = 0;
   MPI_Allreduce(&check.failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0 && failures == 0) std::printf("runtime_mpi_test: rank 0: all %d checks passed\n", check.count);

@@ -7,13 +7,14 @@
 // the residuals are not (PowerSGD's Q is). After each optimizer step the job calls Commit(step):
 //   1. waits for the previous snapshot's copy and exchange if still running (the only wait of a
 //      step);
-//   2. a tiny collective (an allgather of six int64 per rank): the ranks commit the same step,
+//   2. a tiny collective (an allgather of seven int64 per rank): the ranks commit the same step,
 //      agreed_step() becomes the newest step every rank has completed, and that snapshot's
 //      Scope::kShared entries are checked to be the same on every rank (fingerprints its copy
-//      computed);
-//   3. with `replicate`, starts this commit's replica exchange on a thread of its own (the next
-//      chunk of this rank's stream, its own state, to the ranks that keep its replicas, options
-//      below);
+//      computed), and so are replica_gaps;
+//   3. with `replicate`, requests this commit's replica exchange from a thread of its own (the
+//      next chunk of this rank's stream, its own state, to the ranks that keep its replicas,
+//      options below; with `replica_gaps` the session's communication thread requests more, in
+//      the idle gaps between its collectives);
 //   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
 //   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
 //      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
@@ -63,6 +64,15 @@ namespace cupcake::runtime {
 
 class NetworkGate;
 
+// One idle network gap of an iteration of the session's plan and the replica chunk sent in it
+// (cupcake-plan show --format json: replica_schedule.gaps[i].after_group and .chunk_bytes).
+struct ReplicaGap {
+  // -1: the gap before the first collective, which Commit's exchange uses; k >= 0: the gap after
+  // group k's collective (before group k + 1's, or the iteration's end after the last group).
+  int after_group = -1;
+  int64_t bytes = 0;  // the most sent in it; 0: nothing. >= 0.
+};
+
 struct CheckpointOptions {
   // Names the segments (/dev/shm/cupcake-<name>-<rank>) and files (<name>-<rank>-<step>.ckpt):
   // letters, digits, '.', '_' and '-', at most 100 characters. A restarted job passes the same.
@@ -83,16 +93,28 @@ struct CheckpointOptions {
   // and another rank's shared entries of the same step (docs/CHECKPOINT.md, "Replicas").
   // A stream freezes the rank's newest complete snapshot into
   // /dev/shm/cupcake-<name>-<rank>-outgoing (two slots; a restore candidate like the own
-  // segment's, and where a lost rank's shared entries come from) and sends its replica in chunks,
-  // one per Commit, right after the Commit's agreement: in the
-  // network's idle gap between the iteration's last collective and the next iteration's first.
+  // segment's, and where a lost rank's shared entries come from) and sends its replica in chunks:
+  // one per Commit, right after the Commit's agreement, in the network's idle gap between the
+  // iteration's last collective and the next iteration's first, and with `replica_gaps` one in
+  // each listed gap between the session's collectives.
   // A replica is complete (a restore candidate) once its last chunk arrived and its checksum
   // matches the sender's; then, when every rank's stream has ended, the next Commit starts new
   // ones, all ranks on the same step. Needs at least 2 ranks; every rank passes the same values.
   bool replicate = false;
   // The bytes per chunk (cupcake-plan show --profile prints the chunk that fits the plan's idle
-  // gap after Commit); 0: the whole replica in one chunk. >= 0.
+  // gap after Commit); 0: the whole replica in one chunk. >= 0. With replica_gaps: only while a
+  // plan other than theirs is active.
   int64_t replica_chunk_bytes = 0;
+  // The gaps of the attached session's plan that carry chunks, in increasing after_group, one
+  // entry per gap (with `replicate`; needs AttachSession before the first Commit). They are
+  // the plan's that is active at AttachSession (each after_group < its groups, else
+  // AttachSession fails naming the entry): while that plan is active, Commit sends the chunk of
+  // gap -1 (none without such an entry) in place of replica_chunk_bytes, and the session's
+  // communication thread hands each listed gap after a group to the exchange thread
+  // (Session::SetAfterCollective), which sends that gap's chunk; while another plan is active
+  // (SwitchPlan, GraVAC, a restore's), only Commit sends, replica_chunk_bytes. Every rank passes
+  // the same gaps (Commit checks). Empty: replica_chunk_bytes at every Commit.
+  std::vector<ReplicaGap> replica_gaps;
   // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
   int replica_group_hosts = 2;
   // Shared with the communicator of the job's Session (GateCommunicator), so that the session's
@@ -102,13 +124,14 @@ struct CheckpointOptions {
 };
 
 // NetworkGate: one rank's network shared by its training collectives and its checkpoint
-// transfers (Gemini's traffic scheduling, docs/CHECKPOINT.md). A transfer (a Commit's replica
-// exchange: the chunks' sizes, then the chunks) begins without waiting, in Commit, when the
-// session has no collective in flight (the job commits after Synchronize), and ends on the
-// exchange thread. A collective entering the gate waits until the transfer in flight, if any,
-// has ended. Transfers are collectives of their
-// own among the ranks' checkpointers, started at the same Commit on every rank, so no rank's
-// transfer waits for a training collective and the two cannot deadlock.
+// transfers (Gemini's traffic scheduling, docs/CHECKPOINT.md). A transfer (a replica exchange:
+// the chunks' sizes, then the chunks) begins without waiting when the session has no collective
+// in flight: in Commit (the job commits after Synchronize), or with replica_gaps on the session's
+// communication thread right after a group's collective; it ends on the exchange thread. A
+// collective entering the gate waits until the transfers in flight, if any, have ended.
+// Transfers are collectives of their own among the ranks' checkpointers, requested at the same
+// points on every rank (a Commit, the end of the same group's collective) and run in that order,
+// so no rank's transfer waits for a training collective and the two cannot deadlock.
 // Thread-safety: every member from any thread.
 class NetworkGate {
  public:

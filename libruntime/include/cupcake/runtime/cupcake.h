@@ -182,6 +182,12 @@ void cupcake_recorder_destroy(cupcake_recorder* recorder);
  *   each step, after the optimizer step: cupcake_checkpointer_commit(c, step);  (collective)
  *   before the next optimizer step writes the entries: cupcake_checkpointer_wait(c); */
 typedef struct cupcake_checkpointer cupcake_checkpointer;
+/* One idle network gap of the attached session's plan and the replica chunk sent in it
+ * (Checkpointer's ReplicaGap; cupcake-plan show --format json's replica_schedule.gaps). */
+typedef struct cupcake_replica_gap {
+  int after_group;  /* -1: before the first collective (the commit's exchange); k: after group k's */
+  int64_t bytes;  /* the chunk; 0: none */
+} cupcake_replica_gap;
 typedef struct cupcake_checkpoint_options {
   const char* name;  /* segment and file names; NULL or "": "job" */
   const char* persist_dir;  /* NULL or "": no persisted snapshots */
@@ -190,6 +196,10 @@ typedef struct cupcake_checkpoint_options {
   int replicate;  /* non-zero: each rank's own entries also go to ranks on other hosts (>= 2 ranks) */
   int64_t replica_chunk_bytes;  /* replicas sent in chunks of this size, one per commit; 0: whole */
   int replica_group_hosts;  /* hosts per group that back each other up (Gemini's m); 0: 2 */
+  /* replica_gap_count gaps in increasing after_group, the chunks between the attached session's
+   * collectives (replicate; attach the session before the first commit); NULL and 0: none. */
+  const cupcake_replica_gap* replica_gaps;
+  int replica_gap_count;
 } cupcake_checkpoint_options;
 int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupcake_checkpointer** out);
 /* cupcake_checkpointer_add's flags, or'ed. */

@@ -231,6 +231,19 @@ class Session {
   // built there yet), or before the first step.
   StatusOr<std::vector<GroupTimeline>> Timeline() const;
 
+  // Called on the session's communication thread each time group `group` of plan `plan` (the
+  // AddPlan index; Create's is 0) has finished its collective: after that collective returned
+  // and before the thread starts the next group's, and before Synchronize can see the group
+  // done. So when it runs, no other collective of this session is in flight on this rank, and
+  // every rank calls it at the same point of the same plan's group order (checkpoint replicas in
+  // the idle gaps between collectives, docs/CHECKPOINT.md). It must return at once (hand work to
+  // a thread of its own) and call nothing of the session.
+  using AfterCollective = std::function<void(int plan, int group)>;
+  // Sets the hook (an empty function removes it). Between steps. Host sessions only: on GPU
+  // memory the collectives are queued on CUDA streams, with no thread between them
+  // (FailedPrecondition).
+  Status SetAfterCollective(AfterCollective hook);
+
   // Synchronized steps so far (the iteration that keys the compressors' random choices).
   uint64_t iteration() const;
   // Sets that counter, for checkpoints: a restarted session then draws the random choices (randk,
