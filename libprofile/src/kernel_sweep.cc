@@ -82,8 +82,6 @@ std::span<const std::byte> BytesOf(const kernels::Buffer& b) {
   return {b.as<std::byte>(), static_cast<size_t>(b.size_bytes())};
 }
 
-// Writes back and invalidates every cache line of `touched` in every cache level, and waits
-// until that is done (CacheFlushSupported() machines; elsewhere cold sweeps are refused).
 // ZenPoint's decode reads every rank's partition and writes the group.
 Touched ZenDecodeTouched(const std::vector<std::vector<std::byte>>& partitions, const std::vector<float>& out) {
   Touched t{BytesOf(out)};
@@ -91,6 +89,8 @@ Touched ZenDecodeTouched(const std::vector<std::vector<std::byte>>& partitions, 
   return t;
 }
 
+// Writes back and invalidates every cache line of `touched` in every cache level, and waits
+// until that is done (CacheFlushSupported() machines; elsewhere cold sweeps are refused).
 void FlushFromCaches(const Touched& touched) {
   constexpr uintptr_t kLine = 64;  // the smallest line of these architectures; a larger one is flushed repeatedly
   for (std::span<const std::byte> s : touched) {
@@ -554,7 +554,8 @@ class Sweep {
   }
 
   // Times `fn(i)` (launch call i) for the point's missing measurements, stores them, counts
-  // the point done. `touched`: on the host, what every call reads and writes (KernelSweepOptions::cold).
+  // the point done. `touched`: on the host, the buffers every call reads and writes, as they are before
+  // the first call (KernelSweepOptions::cold).
   template <typename Fn>
   Status Measure(const pb::Curve& key, int64_t size, Want want, Fn&& fn, const Touched& touched = {}) {
     if (want.main) {
