@@ -75,18 +75,32 @@ if ! grep -q "^durable: 3 checkpoints, steps 5 to 15, every 5.0 steps; known dur
   echo "FAIL: --persist-every 5: expected the line 'durable: 3 checkpoints, steps 5 to 15, ...'; got '$(grep '^durable' "$work/ckpt-ref.log")'"
   status=1
 fi
-if "${ckpt[@]}" --checkpoint "$tag" --crash-at 13 >"$work/ckpt-crash.log" 2>&1; then
-  echo "FAIL: --checkpoint: the run that crashes at step 13 exited 0"
-  status=1
-fi
-"${ckpt[@]}" --checkpoint "$tag" --weights "$work/ckpt-resumed.bin" | tee "$work/ckpt-resumed.log"
+# crash_and_restart FLAG NAME LOSE ARGS...: the job with --checkpoint $tag-NAME ARGS crashes after
+# commit(13) (exit non-zero, else FLAG's failure), rank 1's segments are deleted when LOSE is 1
+# (its host's memory gone), and the restart runs to the end, its log $work/ckpt-NAME.log and its
+# weights $work/ckpt-NAME.bin-rank*; sets `restored`, the step it resumed from.
+crash_and_restart() {
+  local flag=$1 name=$2 lose=$3
+  shift 3
+  if "${ckpt[@]}" --checkpoint "$tag-$name" "$@" --crash-at 13 >"$work/ckpt-$name-crash.log" 2>&1; then
+    echo "FAIL: $flag: the run that crashes at step 13 exited 0"
+    status=1
+  fi
+  [ "$lose" = 1 ] && rm -f /dev/shm/cupcake-"$tag-$name"-1 /dev/shm/cupcake-"$tag-$name"-1-*
+  "${ckpt[@]}" --checkpoint "$tag-$name" "$@" --weights "$work/ckpt-$name.bin" | tee "$work/ckpt-$name.log"
+  restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-$name.log")"
+}
+# same_weights NAME: each rank's final weights after restart NAME are the uninterrupted run's.
+same_weights() {
+  cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-$1.bin-rank0" && cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-$1.bin-rank1"
+}
+
+crash_and_restart --checkpoint resumed 0
 # Step 13 when both copies finished before the crash, else 12 (a torn slot is never restored).
-restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-resumed.log")"
 if [ "$restored" != 12 ] && [ "$restored" != 13 ]; then
   echo "FAIL: --checkpoint: expected a restart from step 12 or 13; got '$restored'"
   status=1
-elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-resumed.bin-rank0" ||
-     ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-resumed.bin-rank1"; then
+elif ! same_weights resumed; then
   echo "FAIL: --checkpoint: the weights after a restart at step $restored differ from the uninterrupted run's"
   status=1
 else
@@ -97,11 +111,7 @@ fi
 # comes back from rank 0's replica. Commit(s) sends step s-1 whole, between the collectives
 # (gated), so the newest complete replica at the crash after commit(13) is 12, or 11 when the
 # exchange of 12 was cut short.
-"${ckpt[@]}" --checkpoint "$tag-rep" --replicate --crash-at 13 >"$work/ckpt-rep-crash.log" 2>&1 && {
-  echo "FAIL: --replicate: the run that crashes at step 13 exited 0"; status=1; }
-rm -f /dev/shm/cupcake-"$tag"-rep-1 /dev/shm/cupcake-"$tag"-rep-1-*
-"${ckpt[@]}" --checkpoint "$tag-rep" --replicate --weights "$work/ckpt-rep.bin" | tee "$work/ckpt-rep.log"
-restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-rep.log")"
+crash_and_restart --replicate rep 1 --replicate
 if [ "$restored" != 11 ] && [ "$restored" != 12 ]; then
   echo "FAIL: --replicate: expected a restart from step 11 or 12; got '$restored'"
   status=1
@@ -109,8 +119,7 @@ elif ! grep -q "^checkpoint: rank 1 restored from rank 0's /dev/shm/cupcake-$tag
     "$work/ckpt-rep.log"; then
   echo "FAIL: --replicate: rank 1 did not restore from rank 0's replica (its residuals) and rank 0's shared state"
   status=1
-elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-rep.bin-rank0" ||
-     ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-rep.bin-rank1"; then
+elif ! same_weights rep; then
   echo "FAIL: --replicate: the weights after a restart at step $restored differ from the uninterrupted run's"
   status=1
 else
@@ -170,19 +179,13 @@ import json, sys
 s = json.load(sys.stdin)["replica_schedule"]
 share = s["state_bytes"] // (2 * len(s["gaps"])) + 1
 print(",".join("%d:%d" % (g["after_group"], share) for g in s["gaps"]))')"
-"${ckpt[@]}" --checkpoint "$tag-gaps" --replicate --replica-gaps "$gaps" --crash-at 13 >"$work/ckpt-gaps-crash.log" 2>&1 &&
-  { echo "FAIL: --replica-gaps: the run that crashes at step 13 exited 0"; status=1; }
-rm -f /dev/shm/cupcake-"$tag"-gaps-1 /dev/shm/cupcake-"$tag"-gaps-1-*
-"${ckpt[@]}" --checkpoint "$tag-gaps" --replicate --replica-gaps "$gaps" --weights "$work/ckpt-gaps.bin" |
-  tee "$work/ckpt-gaps.log"
-restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-gaps.log")"
+crash_and_restart --replica-gaps gaps 1 --replicate --replica-gaps "$gaps"
 exchanges="$(awk '/^checkpoint: rank 0: .* replica exchanges/ {print $4}' "$work/ckpt-gaps.log")"
 if ! grep -q "^checkpoint: rank 1 restored from rank 0's /dev/shm/cupcake-$tag-gaps-0-replica-1, its shared entries from rank 0\$" \
     "$work/ckpt-gaps.log"; then
   echo "FAIL: --replica-gaps ($gaps): rank 1 did not restore from rank 0's replica and shared state"
   status=1
-elif ! cmp "$work/ckpt-ref.bin-rank0" "$work/ckpt-gaps.bin-rank0" ||
-     ! cmp "$work/ckpt-ref.bin-rank1" "$work/ckpt-gaps.bin-rank1"; then
+elif ! same_weights gaps; then
   echo "FAIL: --replica-gaps: the weights after a restart at step $restored differ from the uninterrupted run's"
   status=1
 elif [ -z "$exchanges" ] || [ "$exchanges" -le $((20 - restored)) ]; then
