@@ -340,22 +340,35 @@ Status WriteDurably(const std::string& dir, const std::string& file, std::span<c
   return Status::Ok();
 }
 
-// This rank's persisted files in `dir`, step -> file name (exactly <name>-<rank>-<digits>.ckpt).
-std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std::string& name, int rank) {
-  std::map<int64_t, std::string> out;
+// Whether `t` is a decimal number this file's names carry (a step or a pid: 1 to 18 digits).
+bool IsNumber(const std::string& t) {
+  return !t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), ::isdigit);
+}
+
+// Calls fn(step, rest, file) for each file in `dir` named <name>-<rank>-<step>.ckpt<rest>: this
+// rank's persisted files (rest empty) and WriteDurably's temporaries of them (rest .tmp.<pid>).
+template <typename Fn>
+void ForEachOwnFile(const std::string& dir, const std::string& name, int rank, Fn&& fn) {
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
+  if (d == nullptr) return;
   const std::string prefix = name + "-" + std::to_string(rank) + "-";
   while (const dirent* e = ::readdir(d)) {
     const std::string f = e->d_name;
-    if (f.size() <= prefix.size() + 5 || f.compare(0, prefix.size(), prefix) != 0 ||
-        f.compare(f.size() - 5, 5, ".ckpt") != 0)
-      continue;
-    const std::string digits = f.substr(prefix.size(), f.size() - prefix.size() - 5);
-    if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    out[std::stoll(digits)] = f;
+    if (f.compare(0, prefix.size(), prefix) != 0) continue;
+    const size_t at = f.find(".ckpt", prefix.size());
+    if (at == std::string::npos) continue;
+    const std::string step = f.substr(prefix.size(), at - prefix.size());
+    if (IsNumber(step)) fn(std::stoll(step), f.substr(at + 5), f);
   }
   ::closedir(d);
+}
+
+// This rank's persisted files in `dir`, step -> file name (exactly <name>-<rank>-<digits>.ckpt).
+std::map<int64_t, std::string> PersistedFiles(const std::string& dir, const std::string& name, int rank) {
+  std::map<int64_t, std::string> out;
+  ForEachOwnFile(dir, name, rank, [&](int64_t step, const std::string& rest, const std::string& f) {
+    if (rest.empty()) out[step] = f;
+  });
   return out;
 }
 
@@ -369,28 +382,17 @@ bool ProcessAlive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
 // Only rank `rank` writes these names, one process at a time, so a live <pid> can only be a
 // writer still at work (or a process that reused the pid): its file is left alone.
 void RemoveStaleTemporaries(const std::string& dir, const std::string& name, int rank) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;
-  const std::string prefix = name + "-" + std::to_string(rank) + "-";
-  const std::string tmp = ".ckpt.tmp.";
+  const std::string tmp = ".tmp.";
   std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string f = e->d_name;
-    if (f.compare(0, prefix.size(), prefix) != 0) continue;
-    const size_t at = f.find(tmp, prefix.size());
-    if (at == std::string::npos) continue;
-    const std::string step = f.substr(prefix.size(), at - prefix.size());
-    const std::string pid = f.substr(at + tmp.size());
-    auto digits = [](const std::string& t) {
-      return !t.empty() && t.size() <= 18 && std::all_of(t.begin(), t.end(), ::isdigit);
-    };
-    if (!digits(step) || !digits(pid)) continue;
+  ForEachOwnFile(dir, name, rank, [&](int64_t, const std::string& rest, const std::string& f) {
+    if (rest.compare(0, tmp.size(), tmp) != 0) return;
+    const std::string pid = rest.substr(tmp.size());
+    if (!IsNumber(pid)) return;
     const long long p = std::stoll(pid);
-    if (p <= 0 || p > std::numeric_limits<pid_t>::max()) continue;
-    if (static_cast<pid_t>(p) == ::getpid() || ProcessAlive(static_cast<pid_t>(p))) continue;
+    if (p <= 0 || p > std::numeric_limits<pid_t>::max()) return;
+    if (static_cast<pid_t>(p) == ::getpid() || ProcessAlive(static_cast<pid_t>(p))) return;
     stale.push_back(dir + "/" + f);
-  }
-  ::closedir(d);
+  });
   for (const std::string& path : stale) ::unlink(path.c_str());
 }
 
