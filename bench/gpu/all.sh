@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # Everything a GPU machine's short lease is for, in one call from the repository root there, each
 # step under its own timeout (issue: the GPU paths a user runs):
-#   1. the machine (nvidia-smi, CPU, load, which MPI it has) and whether network namespaces, veth
-#      and tc work there (scripts/testbed.sh needs them; the image has no iproute2: carry
-#      bench/gpu/netprobe-pack.sh's .netprobe, which is used when present);
-#   2. bench/gpu/python.sh: the Python module built there, PyTorch on CUDA through NCCL;
-#   3. bench/gpu/run.sh: every GPU suite under CUPCAKE_REQUIRE_GPU=1, the kernel and runtime benches.
-# PACK is bench/gpu/pack.sh's folder, or a .tgz of it (which is unpacked first). The logs go into
-# OUT_DIR as logs.tgz (everything) and summary.txt (each step's exit and the suites' lines).
-# Usage: bench/gpu/all.sh PACK OUT_DIR [PYTHON_S RUN_S]   (the two steps' timeouts, default 200, 300)
+#   the machine (nvidia-smi, CPU, load) and whether network namespaces, veth and tc work there
+#   (the image has no iproute2: the pack's netprobe/ has it), then the steps named, in order:
+#   python   bench/gpu/python.sh: the Python module built there, PyTorch on CUDA through NCCL;
+#   run      bench/gpu/run.sh: every GPU suite under CUPCAKE_REQUIRE_GPU=1, the kernel and runtime benches;
+#   nccl     bench/gpu/mpi.sh nccl: the script-driven GPU ctests, under the pack's Open MPI;
+#   testbed  bench/gpu/mpi.sh testbed: the testbed evaluation on that machine's cores.
+# PACK is bench/gpu/pack.sh's folder, or a tarball of it (which is unpacked first). The logs go
+# into OUT_DIR as logs.tgz (everything: gpu-all/STEP/ and gpu-all/STEP.log) and summary.txt (each
+# step's exit and the suites' lines); the testbed's report also as testbed-README.md and
+# testbed-results.json.
+# Usage: bench/gpu/all.sh PACK OUT_DIR [STEP=SECONDS]...   (default python=200 run=300)
 set -u
-pack="$1" out="$2" python_s="${3:-200}" run_s="${4:-300}"
+pack="$1" out="$2"
+shift 2
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(python=200 run=300)
+for s in "${steps[@]}"; do
+  [[ "$s" =~ ^(python|run|nccl|testbed)=[0-9]+$ ]] ||
+    { echo "all.sh: step '$s': expected python, run, nccl or testbed =SECONDS" >&2; exit 2; }
+done
 if [ -f "$pack" ]; then
-  tar -xzf "$pack" -C /tmp && pack=/tmp/$(tar -tzf "$pack" | head -1 | cut -d/ -f1)
+  tar -xf "$pack" -C /tmp && pack=/tmp/$(tar -tf "$pack" | head -1 | cut -d/ -f1)
 fi
 work=/tmp/gpu-all
 rm -rf "$work" && mkdir -p "$work" "$out"
@@ -22,13 +32,8 @@ summary="$out/summary.txt"
   python3 -c "import mpi4py; print('mpi4py', mpi4py.__version__, mpi4py.get_config())" 2>&1 | tail -1
 } > "$work/machine.txt" 2>&1
 
-# Namespaces, veth and tc: what scripts/testbed.sh builds hosts from.
-( if [ -d .netprobe ]; then export PATH="$PWD/.netprobe:$PATH" LD_LIBRARY_PATH="$PWD/.netprobe/lib"; fi
-  { ip netns add cupcake-probe && ip link add cupcake-p0 type veth peer name cupcake-p1 &&
-    ip link set cupcake-p1 netns cupcake-probe &&
-    tc qdisc add dev cupcake-p0 root tbf rate 1gbit burst 32kbit latency 50ms && echo "netns, veth, tc: work"
-  } || echo "netns, veth, tc: failed (above)"
-  ip link del cupcake-p0; ip netns del cupcake-probe ) > "$work/netns.txt" 2>&1
+# Namespaces, veth, bridges and tc: what scripts/testbed.sh builds hosts from.
+( export PATH="$pack/netprobe:$PATH" LD_LIBRARY_PATH="$pack/netprobe/lib"; scripts/testbed.sh probe ) > "$work/netns.txt" 2>&1
 
 step() {  # NAME SECONDS CMD...: runs CMD under a timeout, its output in NAME.log
   local name="$1" seconds="$2" start rc
@@ -39,12 +44,24 @@ step() {  # NAME SECONDS CMD...: runs CMD under a timeout, its output in NAME.lo
   echo "$name: exit $rc in $(( $(date +%s) - start )) s" >> "$summary"
 }
 : > "$summary"
-grep "^netns, veth, tc:" "$work/netns.txt" >> "$summary"
+grep "^testbed:" "$work/netns.txt" >> "$summary"
 grep -E "^(mpirun|mpi4py)" "$work/machine.txt" >> "$summary"
-step python "$python_s" bash bench/gpu/python.sh "$pack" "$work/python"
-grep -E "^(ok|FAIL)|python.sh: built" "$work/python.log" >> "$summary"
-step run "$run_s" bash bench/gpu/run.sh "$pack" "$work/run"
-grep -E ": exit " "$work/run.log" >> "$summary"
+for s in "${steps[@]}"; do
+  name=${s%=*} seconds=${s#*=}
+  case "$name" in
+    python) step python "$seconds" bash bench/gpu/python.sh "$pack" "$work/python"
+            grep -E "^(ok|FAIL)|python.sh: built" "$work/python.log" >> "$summary" ;;
+    run) step run "$seconds" bash bench/gpu/run.sh "$pack" "$work/run"
+         grep -E ": exit " "$work/run.log" >> "$summary" ;;
+    nccl) step nccl "$seconds" bash bench/gpu/mpi.sh "$pack" "$work/nccl" nccl
+          grep -E ": exit " "$work/nccl.log" >> "$summary" ;;
+    testbed) step testbed "$seconds" bash bench/gpu/mpi.sh "$pack" "$work/testbed" testbed
+             grep -E "^evaluate: (exit|.*(stage|failed))" "$work/testbed.log" | tail -5 >> "$summary"
+             for f in README.md results.json; do
+               [ -f "$work/testbed/eval/$f" ] && cp "$work/testbed/eval/$f" "$out/testbed-$f"
+             done ;;
+  esac
+done
 cp "$summary" "$work/"
 tar -czf "$out/logs.tgz" --exclude="*.o" --exclude="*.so" -C /tmp gpu-all
 cat "$summary"

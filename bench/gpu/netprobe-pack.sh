@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Packs iproute2's `ip` and `tc` with the libraries they load (not the C library) into DIR
-# (default .netprobe), for a GPU machine whose image has neither: bench/gpu/all.sh puts DIR on
-# its PATH for the testbed probe (network namespaces, veth, tc), run there with
-# LD_LIBRARY_PATH=DIR/lib.
+# (default .netprobe), for a GPU machine whose image has neither: bench/gpu/pack.sh puts it into
+# the pack's netprobe/, which bench/gpu/all.sh and mpi.sh put on PATH (and DIR/lib on
+# LD_LIBRARY_PATH) for scripts/testbed.sh.
 # Usage: bench/gpu/netprobe-pack.sh [DIR]
 set -euo pipefail
 out="${1:-.netprobe}"

@@ -4,7 +4,10 @@
 # the shared libraries they need from here (protobuf, sqlite; Open MPI's and the CUDA runtime's
 # as fallbacks), and what bench/gpu/python.sh needs to build the Python module there against that
 # machine's own Python (the libraries it links, the generated protobuf headers, protobuf's
-# headers). Run bench/gpu/run.sh and bench/gpu/python.sh there from the repository root.
+# headers), Open MPI (bench/gpu/mpi-pack.sh, into OUT/mpi), iproute2's ip and tc
+# (bench/gpu/netprobe-pack.sh, into OUT/netprobe), and OUT/build: the tools and train_replay where
+# bench/testbed/evaluate.sh looks for them in a build folder. Run bench/gpu/all.sh (or run.sh,
+# python.sh, mpi.sh) there from the repository root.
 # Usage: bench/gpu/pack.sh [OUT]   (default .gpu-pack; CUPCAKE_BUILD_DIR picks the build)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,7 +20,7 @@ bins=(test/kernels/kernels_compressor_test test/kernels/kernels_cuda_test test/k
       test/runtime/runtime_session_test test/runtime/runtime_recorder_test test/tools/tools_profile_kernels_test
       bench/runtime/runtime_gpu_bench
       bench/kernels/gpu_kernels_bench
-      tools/cupcake-profile tools/cupcake-plan)
+      tools/cupcake-profile tools/cupcake-plan examples/train_replay/train_replay)
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/lib-fallback"
 for b in "${bins[@]}"; do
@@ -42,4 +45,11 @@ done
 cp /usr/local/cuda/lib64/libculibos.a "$out/py/lib/"
 cp -r "$build/proto/gen" "$out/py/gen"
 cp -r /usr/include/google "$out/py/include/"
+# What the MPI steps (bench/gpu/mpi.sh) need beyond the binaries.
+here="$(dirname "${BASH_SOURCE[0]}")"
+"$here/mpi-pack.sh" "$out/mpi" >/dev/null
+"$here/netprobe-pack.sh" "$out/netprobe" >/dev/null
+mkdir -p "$out/build/tools" "$out/build/examples/train_replay"
+ln -s ../../bin/cupcake-profile ../../bin/cupcake-plan "$out/build/tools/"
+ln -s ../../../bin/train_replay "$out/build/examples/train_replay/"
 echo "pack.sh: $(du -sh "$out" | cut -f1) in $out"

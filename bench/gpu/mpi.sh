@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On a GPU machine, from the repository root: a step that needs Open MPI, from a pack made by
+# bench/gpu/pack.sh (its mpi/, netprobe/ and build/ folders), with its output in OUT_DIR.
+#   nccl     the script-driven GPU ctests of test/tools/CMakeLists.txt, their commands as written
+#            there, under CUPCAKE_REQUIRE_GPU=1: tools_profile_comm_nccl_np1 and
+#            tools_profile_comm_nccl_failure_leaves_no_db (on a GPU machine: a non-empty DB).
+#   testbed  bench/testbed/evaluate.sh on a testbed of that machine's namespaces, EVALUATE_ARGS
+#            (default below: 4 hosts x 2 ranks, so that every rank has cores of its own), into
+#            OUT_DIR/eval.
+# Usage: bench/gpu/mpi.sh PACK OUT_DIR nccl|testbed [EVALUATE_ARGS...]
+set -uo pipefail
+pack="$(cd "$1" && pwd)" out="$(mkdir -p "$2" && cd "$2" && pwd)" step="$3"
+shift 3
+source "$(dirname "${BASH_SOURCE[0]}")/libs.sh"
+source "$pack/mpi/env.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 CUPCAKE_REQUIRE_GPU=1
+mpirun=(mpirun --allow-run-as-root --oversubscribe)
+profile="$pack/bin/cupcake-profile"
+rc=0
+
+case "$step" in
+  nccl)
+    sh test/gpu_or_skip.sh "comm: measured [1-9]" "${mpirun[@]}" -np 1 "$profile" comm --db "$out/nccl.db" \
+      --force --quick --ops allreduce --backend nccl > "$out/tools_profile_comm_nccl_np1.txt" 2>&1
+    r=$?; echo "tools_profile_comm_nccl_np1: exit $r"; [ $r = 0 ] || rc=1
+    db="$out/nccl-untouched.db"
+    rm -f "$db"
+    if "${mpirun[@]}" -np 1 "$profile" comm --db "$db" --quick --ops allreduce --backend nccl \
+      > "$out/tools_profile_comm_nccl_failure_leaves_no_db.txt" 2>&1; then test -s "$db"; else test ! -e "$db"; fi
+    r=$?; echo "tools_profile_comm_nccl_failure_leaves_no_db: exit $r"; [ $r = 0 ] || rc=1
+    ;;
+  testbed)
+    export PATH="$pack/netprobe:$PATH" LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pack/netprobe/lib"
+    export CUPCAKE_BUILD_DIR="$pack/build"
+    # The testbed's TCP is cubic where the kernel has it, else the kernel's default.
+    if ! grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control; then
+      export CUPCAKE_TESTBED_TCP_CC="$(cat /proc/sys/net/ipv4/tcp_congestion_control)"
+    fi
+    [ $# -gt 0 ] || set -- --hosts 4 --ranks-per-host 2 --rate 5gbit \
+      --replay examples/models/resnet50.json --compute-scale 4.5 --compressors efsignsgd,topk \
+      --iterations 6 --warmup 2 --rounds 2 --record-iterations 5 --quick \
+      --max-bytes 134217728 --max-elements 16777216
+    echo "evaluate.sh $*" > "$out/command.txt"
+    bench/testbed/evaluate.sh "$@" --out "$out/eval"
+    rc=$?; echo "evaluate: exit $rc"
+    ;;
+  *) echo "mpi.sh: unknown step '$step'; expected nccl or testbed" >&2; exit 2 ;;
+esac
+exit $rc
