@@ -463,11 +463,15 @@ __device__ void RankValues(const u8* pr, int64_t i, int64_t n, float a, F4* v) {
       const int8_t q = static_cast<int8_t>(w >> (8 * j));
       v->v[j] = q == -128 ? __int_as_float(0x7fc00000) : static_cast<float>(q) * a;
     }
-  } else {  // terngrad
+  } else {  // terngrad: code 0, 1, 2, 3 is 0, a, -a, NaN
+    // Three selects on the code's two bits, not a chain of compares: the codes differ from
+    // element to element, so a branch per code would split every warp.
     const uint32_t byte = pr[i / 4];
+    const float neg = -a, nan = __int_as_float(0x7fc00000);
     for (int j = 0; j < kVec; ++j) {
-      const uint32_t c = (byte >> (2 * j)) & 3u;
-      v->v[j] = c == 0u ? 0.0f : c == 1u ? a : c == 2u ? -a : __int_as_float(0x7fc00000);
+      const bool low = (byte >> (2 * j)) & 1u, high = (byte >> (2 * j)) & 2u;
+      const float if_low = low ? a : 0.0f, if_high = low ? nan : neg;
+      v->v[j] = high ? if_high : if_low;
     }
   }
 }
@@ -533,10 +537,11 @@ __global__ void __launch_bounds__(kThreads) DenseDecodeGlobalKernel(const u8* p,
   GRID_STRIDE(q, VecGroups(n)) {
     const int64_t i = q * kVec;
     F4 acc{{0.0f, 0.0f, 0.0f, 0.0f}};
-    for (int r = 0; r < world; ++r) {
+    if (world > 0) RankValues<D>(p, i, n, scales[0], &acc);  // rank 0 taken as is, then the rest added
+    for (int r = 1; r < world; ++r) {
       F4 v;
       RankValues<D>(p + r * payload_bytes, i, n, scales[2 * r], &v);
-      for (int j = 0; j < kVec; ++j) acc.v[j] = r == 0 ? v.v[j] : acc.v[j] + v.v[j];
+      for (int j = 0; j < kVec; ++j) acc.v[j] = acc.v[j] + v.v[j];
     }
     Store4(out, i, n, acc);
   }
