@@ -167,10 +167,13 @@ else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes "${max_bytes_flag:-$max_
 ops=allreduce,allgather,alltoall; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
 log "profile: comm ($ops) across the testbed"
 stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "${sweep[@]}"
-# The same beside a busy core per rank: the jobs' backward shares the cores with the
-# collectives that overlap it (docs/MODEL.md, "Busy cores").
-log "profile: comm ($ops) beside busy cores"
-stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --busy "${sweep[@]}"
+# The same beside a busy core per rank: the LibTorch jobs' backward shares the cores with the
+# collectives that overlap it (docs/MODEL.md, "Busy cores"). Not for --replay: its emulated
+# accelerator sleeps through backward and leaves the cores free, as a GPU job's does.
+if [ -z "$replay" ]; then
+  log "profile: comm ($ops) beside busy cores"
+  stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --busy "${sweep[@]}"
+fi
 # 2. The models' forward, backward and update times and their gradients' densities, recorded on
 # the testbed.
 for m in ${models//,/ }; do
