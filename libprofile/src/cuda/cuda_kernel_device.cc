@@ -60,8 +60,8 @@ class CudaKernelDevice final : public KernelDevice {
       int l2_bytes = 0;
       CUPCAKE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, ordinal_));
       if (l2_bytes <= 0)
-        return FailedPreconditionError("CUDA device " + std::to_string(ordinal_) +
-                                       ": no L2 cache size to evict; got " + std::to_string(l2_bytes) + " bytes");
+        return FailedPreconditionError("CUDA device " + std::to_string(ordinal_) + ": no L2 cache size to evict; got " +
+                                       std::to_string(l2_bytes) + " bytes");
       const size_t bytes = 2 * static_cast<size_t>(l2_bytes);
       CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes));
       scratch_bytes_ = bytes;
