@@ -33,12 +33,14 @@ bool CacheFlushSupported() {
 Status FakeKernelDevice::BeginTimed() {
   if (open_) return FailedPreconditionError("fake device: BeginTimed() twice without EndTimed()");
   open_ = true;
+  calls += 'B';
   return Status::Ok();
 }
 
 StatusOr<double> FakeKernelDevice::EndTimed() {
   if (!open_) return FailedPreconditionError("fake device: EndTimed() without BeginTimed()");
   open_ = false;
+  calls += 'T';
   if (!end_error.ok()) return end_error;
   const double us = elapsed_us_.empty() ? 0.0 : elapsed_us_[static_cast<size_t>(timed_) % elapsed_us_.size()];
   ++timed_;
@@ -47,6 +49,7 @@ StatusOr<double> FakeKernelDevice::EndTimed() {
 
 Status FakeKernelDevice::Synchronize() {
   ++synchronized_;
+  calls += 'S';
   return Status::Ok();
 }
 
@@ -67,6 +70,14 @@ void FakeKernelDevice::FreePinned(void* ptr) {
 Status FakeKernelDevice::CopyAsync(void* dst, const void* src, int64_t size_bytes) {
   std::memcpy(dst, src, static_cast<size_t>(size_bytes));
   ++copies_;
+  calls += 'C';
+  return Status::Ok();
+}
+
+Status FakeKernelDevice::EvictCaches() {
+  if (open_) return FailedPreconditionError("fake device: EvictCaches() between BeginTimed() and EndTimed()");
+  ++evictions_;
+  calls += 'E';
   return Status::Ok();
 }
 
@@ -598,15 +609,37 @@ class Sweep {
     return median;
   }
 
+  // Cold sweeps: evicts the device's caches before a call, and waits for the eviction, so that
+  // it is done before a timed window opens (an event window would otherwise start behind it with
+  // the call's launches already queued, hiding their launch gaps; an activity window would
+  // collect its memset).
+  Status EvictBeforeCall() {
+    if (!o_.cold) return Status::Ok();
+    CUPCAKE_RETURN_IF_ERROR(device_->EvictCaches());
+    return device_->Synchronize();
+  }
+
+  // The `warmup` untimed calls, each after the eviction when cold.
+  template <typename Fn>
+  Status WarmUp(Fn& fn) {
+    for (int i = 0; i < o_.warmup; ++i) {
+      CUPCAKE_RETURN_IF_ERROR(EvictBeforeCall());
+      CUPCAKE_RETURN_IF_ERROR(fn(i));
+    }
+    return Status::Ok();
+  }
+
   // The median of `iters` calls after `warmup` untimed ones, each between the device's start
-  // and stop events (EndTimed waits for the stop event, so calls do not overlap).
+  // and stop events (EndTimed waits for the stop event, so calls do not overlap), each after
+  // the caches were evicted when cold (outside the window).
   template <typename Fn>
   StatusOr<double> TimeEvents(Fn& fn) {
-    for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
+    CUPCAKE_RETURN_IF_ERROR(WarmUp(fn));
     CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
     std::vector<double> us;
     us.reserve(static_cast<size_t>(o_.iters));
     for (int i = 0; i < o_.iters; ++i) {
+      CUPCAKE_RETURN_IF_ERROR(EvictBeforeCall());
       CUPCAKE_RETURN_IF_ERROR(device_->BeginTimed());
       Status s = fn(o_.warmup + i);
       if (!s.ok()) {
@@ -620,18 +653,21 @@ class Sweep {
   }
 
   // The median kernel-only time of `iters` calls (after `warmup` untimed ones when the event
-  // pass did not warm up), each between activity Start() and Flush() after Synchronize().
+  // pass did not warm up), each between activity Start() and Flush() after Synchronize(), each
+  // after the caches were evicted when cold. The eviction is queued and waited for before
+  // Start() enables collection: CUPTI records an activity only while its kind is enabled, so
+  // the eviction's memset, launched and completed before, is not among the records whose busy
+  // time is summed.
   // nullopt, with the reason recorded, when the activity source fails (activity_error: no more
   // kernel-only points) or delivers nothing for a call (kernel_problems: this point only).
   template <typename Fn>
   StatusOr<std::optional<double>> TimeKernels(const pb::Curve& key, int64_t size, bool warm_up, Fn& fn) {
-    if (warm_up) {
-      for (int i = 0; i < o_.warmup; ++i) CUPCAKE_RETURN_IF_ERROR(fn(i));
-    }
+    if (warm_up) CUPCAKE_RETURN_IF_ERROR(WarmUp(fn));
     CUPCAKE_RETURN_IF_ERROR(device_->Synchronize());
     std::vector<double> us;
     us.reserve(static_cast<size_t>(o_.iters));
     for (int i = 0; i < o_.iters; ++i) {
+      CUPCAKE_RETURN_IF_ERROR(EvictBeforeCall());
       Status started = activity_->Start();
       if (!started.ok()) {
         report_.activity_error = Where(key, size) + ": " + started.message();
@@ -731,10 +767,7 @@ Status ValidateKernelSweepOptions(const KernelSweepOptions& options, bool zen_de
       add(UnknownCompressorError("compressors", name).message());
     }
   }
-  if (options.cold && options.device != pb::CPU)
-    add("cold: host sweeps only; got device " + std::string(Name(options.device)) +
-        ", expected cpu (a device sweep's caches are not flushed)");
-  else if (options.cold && !CacheFlushSupported())
+  if (options.cold && options.device == pb::CPU && !CacheFlushSupported())
     add("cold: this CPU architecture has no cache flush here (x86-64 and AArch64 have); expected cold = false");
   if (options.ratios.empty()) add("ratios: empty; got no ratio, expected at least one");
   for (size_t i = 0; i < options.ratios.size(); ++i) {

@@ -85,6 +85,21 @@ TEST_F(GpuTest, CuptiRecordsTheCopiesAndKernelsOfACall) {
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty()) << none->size() << " records";
 
+  // A cold sweep's eviction (a memset over twice the L2), queued and waited for before Start(),
+  // is not collected; inside the window it would be, as one memset record.
+  ASSERT_TRUE(device_->EvictCaches().ok());
+  ASSERT_TRUE(device_->Synchronize().ok());
+  ASSERT_TRUE(cupti->Start().ok());
+  auto before = cupti->Flush();
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_TRUE(before->empty()) << before->size() << " records";
+  ASSERT_TRUE(cupti->Start().ok());
+  ASSERT_TRUE(device_->EvictCaches().ok());
+  auto inside = cupti->Flush();
+  ASSERT_TRUE(inside.ok()) << inside.status().ToString();
+  ASSERT_EQ(inside->size(), 1u);
+  EXPECT_EQ((*inside)[0].name, "memset");
+
   // A compressor's encode: its kernels, with names.
   kernels::CompressorConfig config;
   config.name = "topk";
@@ -146,6 +161,31 @@ TEST_F(GpuTest, SweepsEveryCompressorWithEventAndKernelTime) {
       EXPECT_LE(k.points(i).us(), 1.5 * c.points(i).us() + 5.0) << "size " << c.points(i).size();
     }
   }
+}
+
+// A cold sweep (the L2 evicted before every call) measures every point of two compressors and
+// the copies, event and kernel-only.
+TEST_F(GpuTest, ColdSweepsEvictTheL2AndMeasureEveryPoint) {
+  auto opened = OpenCuptiActivitySource();
+  CUPCAKE_GPU_OR_SKIP(opened.status());
+  std::unique_ptr<ActivitySource> cupti = std::move(opened).value();
+  KernelSweepOptions o;
+  o.device = pb::GPU;
+  o.elements = {1024, 1 << 18};
+  o.compressors = {"efsignsgd", "topk"};
+  o.warmup = 1;
+  o.iters = 3;
+  o.cold = true;
+  MemorySink sink, kernel_sink;
+  auto report = SweepKernelsOnDevice(o, *device_, cupti.get(), sink, &kernel_sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  const int64_t points = static_cast<int64_t>((2 * 2 + 4) * o.elements.size());
+  EXPECT_EQ(report->event.measured, points);
+  EXPECT_EQ(report->activity_error, "");
+  for (const std::string& p : report->kernel_problems) ADD_FAILURE() << p;
+  EXPECT_EQ(report->kernel.measured, points);
+  for (const pb::Curve& c : sink.Curves())
+    for (const auto& p : c.points()) EXPECT_GT(p.us(), 0.0) << CurveKey(c) << " at " << p.size();
 }
 
 }  // namespace

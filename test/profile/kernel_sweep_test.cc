@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "cupcake/profile/store.h"
@@ -372,6 +373,7 @@ TEST(KernelSweepOnDevice, StoresEventMediansAndKernelOnlyMediansInTheirSinks) {
   // Copy points: 1 warm-up + 3 event-timed + 3 kernel-timed copies each; pinned memory freed.
   EXPECT_EQ(device.copies(), 4 * 3 * 7);
   EXPECT_EQ(device.pinned_live(), 0);
+  EXPECT_EQ(device.evictions(), 0);  // warm
   ASSERT_EQ(progress.size(), static_cast<size_t>(kGpuPoints));
   EXPECT_EQ(progress.back(), std::make_pair(kGpuPoints, kGpuPoints));
 }
@@ -470,11 +472,97 @@ TEST(KernelSweepOnDevice, RefusesACpuSweepAndBadOptions) {
   o.warmup = -1;
   EXPECT_EQ(SweepKernelsOnDevice(o, device, nullptr, sink, nullptr).status().message(),
             "warmup: out of range; got -1, expected >= 0");
-  o = SmallGpu();
-  o.cold = true;
-  EXPECT_EQ(SweepKernelsOnDevice(o, device, nullptr, sink, nullptr).status().message(),
-            "cold: host sweeps only; got device gpu, expected cpu (a device sweep's caches are not flushed)");
   EXPECT_EQ(device.timed(), 0);
+}
+
+// Replays a FakeActivitySource and marks its windows in the device's call log: '[' at Start(),
+// ']' at Flush().
+class LoggedActivity final : public ActivitySource {
+ public:
+  LoggedActivity(FakeKernelDevice& device, std::vector<std::vector<KernelActivity>> batches)
+      : device_(device), fake_(std::move(batches)) {}
+  Status Start() override {
+    device_.calls += '[';
+    return fake_.Start();
+  }
+  StatusOr<std::vector<KernelActivity>> Flush() override {
+    device_.calls += ']';
+    return fake_.Flush();
+  }
+  Status SetMark(uint64_t mark) override { return fake_.SetMark(mark); }
+  Status ClearMark() override { return fake_.ClearMark(); }
+
+ private:
+  FakeKernelDevice& device_;
+  FakeActivitySource fake_;
+};
+
+// A cold GPU sweep evicts the device's caches, and waits for that, before every call: each
+// warm-up, each event-timed call (before BeginTimed) and each kernel-timed call (before the
+// activity window opens), never inside a window; the measured values are the warm sweep's. A
+// warm sweep never evicts.
+TEST(KernelSweepOnDevice, ColdSweepsEvictTheCachesBeforeEveryCallOutsideEveryWindow) {
+  KernelSweepOptions o = SmallGpu();
+  o.cold = true;
+  FakeKernelDevice device({5.0, 1.0, 6.0});
+  LoggedActivity activity(device, Batches(kGpuPoints * 3));
+  MemorySink sink, kernel_sink;
+  auto report = SweepKernelsOnDevice(o, device, &activity, sink, &kernel_sink);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->event.measured, kGpuPoints);
+  EXPECT_EQ(report->kernel.measured, kGpuPoints);
+  for (const auto& c : sink.Curves())
+    for (const auto& p : c.points()) EXPECT_EQ(p.us(), 5.0) << CurveKey(c);
+  for (const auto& c : kernel_sink.Curves())
+    for (const auto& p : c.points()) EXPECT_DOUBLE_EQ(p.us(), 3.0) << CurveKey(c);
+  // Per point: 1 warm-up + 3 event-timed + 3 kernel-timed calls, one eviction each.
+  EXPECT_EQ(device.evictions(), kGpuPoints * 7);
+  const std::string& calls = device.calls;
+  ASSERT_EQ(std::count(calls.begin(), calls.end(), 'E'), device.evictions());
+  int64_t windows = 0, copies = 0;
+  bool evicted = false;  // since the last copy
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const char c = calls[i];
+    if (c == 'B' || c == '[') {
+      ++windows;
+      // The eviction, then the wait for it, right before the window opens.
+      ASSERT_GE(i, 2u) << calls;
+      EXPECT_EQ(calls.substr(i - 2, 2), "ES") << "window at " << i << " in " << calls;
+      const size_t close = calls.find(c == 'B' ? 'T' : ']', i);
+      ASSERT_NE(close, std::string::npos) << calls;
+      EXPECT_EQ(calls.substr(i, close - i).find('E'), std::string::npos) << "eviction inside a window: " << calls;
+    } else if (c == 'C') {
+      ++copies;  // the copy points' calls: each (warm-up too) after an eviction of its own
+      EXPECT_TRUE(evicted) << "copy " << copies << " without an eviction before it: " << calls;
+      evicted = false;
+    } else if (c == 'E') {
+      evicted = true;
+    }
+  }
+  EXPECT_EQ(windows, kGpuPoints * 6);
+  EXPECT_EQ(copies, 4 * 3 * 7);
+
+  // Warm (the same sweep, forced): no eviction.
+  KernelSweepOptions warm = SmallGpu();
+  warm.force = true;
+  FakeKernelDevice warm_device({5.0, 1.0, 6.0});
+  FakeActivitySource warm_activity(Batches(kGpuPoints * 3));
+  auto warm_report = SweepKernelsOnDevice(warm, warm_device, &warm_activity, sink, &kernel_sink);
+  ASSERT_TRUE(warm_report.ok()) << warm_report.status().ToString();
+  EXPECT_EQ(warm_report->event.measured, kGpuPoints);
+  EXPECT_EQ(warm_device.evictions(), 0);
+  EXPECT_EQ(warm_device.calls.find('E'), std::string::npos);
+}
+
+// The fake device refuses an eviction inside an event window (what the test above relies on).
+TEST(KernelSweepOnDevice, FakeDeviceRefusesAnEvictionInsideATimedWindow) {
+  FakeKernelDevice device;
+  ASSERT_TRUE(device.EvictCaches().ok());
+  ASSERT_TRUE(device.BeginTimed().ok());
+  EXPECT_EQ(device.EvictCaches().message(), "fake device: EvictCaches() between BeginTimed() and EndTimed()");
+  ASSERT_TRUE(device.EndTimed().ok());
+  EXPECT_EQ(device.evictions(), 1);
+  EXPECT_EQ(device.calls, "EBT");
 }
 
 // A cold sweep flushes every host point's buffers before each call (what that costs in time is

@@ -287,11 +287,28 @@ TEST(KernelsCommand, GpuSweepWritesEventCurvesAndKernelOnlyCurvesToTheirDbs) {
             std::string::npos)
       << out.str();
   EXPECT_NE(out.str().find(", warm caches"), std::string::npos) << out.str();  // a gpu's default
+  EXPECT_EQ(device.evictions(), 0);
+  // --cache cold: the device's caches evicted before each of the 24 event-timed and 24
+  // kernel-timed calls (no warm-up here), recorded in the meta.
   KernelsOptions cold = o;
+  cold.db = dir.File("cold.db");
   cold.cache = "cold";
-  std::ostringstream refused;
-  EXPECT_EQ(RunKernels(cold, refused).message(),
-            "--cache: cold sweeps the host only; got --device gpu, expected --cache warm (or no --cache)");
+  profile::FakeKernelDevice cold_device({8.0});
+  profile::FakeActivitySource cold_activity(batches);
+  cold.device_for_test = &cold_device;
+  cold.activity_for_test = &cold_activity;
+  std::ostringstream cold_out;
+  ASSERT_TRUE(RunKernels(cold, cold_out).ok()) << cold_out.str();
+  EXPECT_NE(cold_out.str().find(", cold caches"), std::string::npos) << cold_out.str();
+  EXPECT_NE(cold_out.str().find("measured 24 points, skipped 0"), std::string::npos) << cold_out.str();
+  EXPECT_EQ(cold_device.evictions(), 2 * 24);
+  for (const auto& [file, cache] : {std::pair<std::string, std::string>{db, "warm"}, {dir.File("cold.db"), "cold"}}) {
+    auto store = profile::ProfileStore::Open(file, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto p = store->Load();
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->cluster().meta().at("kernels.cache"), cache) << file;
+  }
   for (const auto& [file, method, us] :
        {std::tuple<std::string, std::string, double>{db, "event", 8.0}, {dir.File("p.kernel.db"), "kernel", 2.0}}) {
     auto store = profile::ProfileStore::Open(file, false);

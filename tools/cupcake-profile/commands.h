@@ -99,8 +99,8 @@ struct KernelsOptions {
   int step = 1;  // every step-th power of two (--quick: 2)
   int warmup = 2;
   int iters = 10;
-  // --cache: cold (every call's buffers flushed from the caches first; profile::KernelSweepOptions::cold)
-  // or warm; empty: cold on the cpu, warm on a gpu.
+  // --cache: cold (the caches emptied before every call: a cpu flushes the call's buffers, a gpu
+  // evicts its L2; profile::KernelSweepOptions::cold) or warm; empty: cold on the cpu, warm on a gpu.
   std::string cache{};
   std::vector<std::string> compressors{};  // empty: all
   std::vector<double> ratios = {kDefaultRatio};  // topk, randk, dgc, zen: a curve per ratio

@@ -9,11 +9,13 @@
 namespace cupcake::profile::internal {
 namespace {
 
-// Owns a stream and two timing events on the device current at creation.
+// Owns a stream, two timing events and (after the first EvictCaches) a scratch buffer on the
+// device `ordinal`, current at creation.
 class CudaKernelDevice final : public KernelDevice {
  public:
-  explicit CudaKernelDevice(std::string description) : description_(std::move(description)) {}
+  CudaKernelDevice(int ordinal, std::string description) : ordinal_(ordinal), description_(std::move(description)) {}
   ~CudaKernelDevice() override {
+    if (scratch_ != nullptr) (void)cudaFree(scratch_);
     if (stop_ != nullptr) (void)cudaEventDestroy(stop_);
     if (start_ != nullptr) (void)cudaEventDestroy(start_);
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
@@ -50,6 +52,24 @@ class CudaKernelDevice final : public KernelDevice {
     return Status::Ok();
   }
 
+  // Writing twice the L2's size leaves none of the lines the previous launches cached (the L2
+  // keeps at most its size of them; the write replaces them with scratch lines). A memset on
+  // stream_, so it is ordered before the next launch there.
+  Status EvictCaches() override {
+    if (scratch_ == nullptr) {
+      int l2_bytes = 0;
+      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, ordinal_));
+      if (l2_bytes <= 0)
+        return FailedPreconditionError("CUDA device " + std::to_string(ordinal_) + ": no L2 cache size to evict; got " +
+                                       std::to_string(l2_bytes) + " bytes");
+      const size_t bytes = 2 * static_cast<size_t>(l2_bytes);
+      CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch_, bytes));
+      scratch_bytes_ = bytes;
+    }
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch_, 0, scratch_bytes_, stream_));
+    return Status::Ok();
+  }
+
   StatusOr<void*> AllocatePinned(int64_t size_bytes) override {
     void* p = nullptr;
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, static_cast<size_t>(size_bytes)));
@@ -67,7 +87,10 @@ class CudaKernelDevice final : public KernelDevice {
   }
 
  private:
+  int ordinal_;
   std::string description_;
+  void* scratch_ = nullptr;  // EvictCaches' buffer, twice the L2
+  size_t scratch_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
@@ -89,7 +112,7 @@ StatusOr<std::unique_ptr<KernelDevice>> MakeCudaKernelDevice(int ordinal) {
   std::string description = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                             ", " + std::to_string(prop.totalGlobalMem >> 20) + " MiB), driver " +
                             std::to_string(driver) + ", runtime " + std::to_string(runtime);
-  auto device = std::make_unique<CudaKernelDevice>(std::move(description));
+  auto device = std::make_unique<CudaKernelDevice>(ordinal, std::move(description));
   CUPCAKE_RETURN_IF_ERROR(device->Init());
   return std::unique_ptr<KernelDevice>(std::move(device));
 }

@@ -34,12 +34,14 @@ struct KernelSweepOptions {
   int warmup = 2;
   int iters = 10;
   bool force = false;  // re-measure points the sink has
-  // Cold caches (host sweeps only): before every call, warm-up or timed, the buffers the call
-  // reads and writes are flushed from every cache level (untimed), so that it reads them from
-  // memory, as a job's encode does: there a group's gradient and its error-feedback state were
-  // last touched long before, behind the rest of the model's data (docs/PROFILER.md, "Cold
-  // caches"). false: each call finds what the previous one left in cache, which times groups
-  // that fit the last-level cache faster than a job runs them.
+  // Cold caches: before every call, warm-up or timed, the caches are emptied of what the
+  // previous call left (untimed), so that the call reads its buffers from memory, as a job's
+  // encode does: there a group's gradient and its error-feedback state were last touched long
+  // before, behind the rest of the model's data (docs/PROFILER.md, "Cold caches"). On the host
+  // the buffers the call reads and writes are flushed from every cache level; on a device its
+  // L2 is evicted (KernelDevice::EvictCaches). false: each call finds what the previous one left
+  // in cache, which times groups that fit the last-level cache (a GPU's L2) faster than a job
+  // runs them.
   bool cold = false;
 };
 
@@ -96,6 +98,10 @@ class KernelDevice {
   virtual StatusOr<double> EndTimed() = 0;
   // Waits for everything queued on stream().
   virtual Status Synchronize() = 0;
+  // Queues on stream() what evicts the device's caches (CUDA: a write over twice the L2's size
+  // to a scratch buffer, allocated on the first call), so that the next launch on stream()
+  // reads its buffers from device memory. Cold sweeps call it outside every timed window.
+  virtual Status EvictCaches() = 0;
   // Page-locked host memory (h2d, d2h copies); FreePinned takes what AllocatePinned gave.
   virtual StatusOr<void*> AllocatePinned(int64_t size_bytes) = 0;
   virtual void FreePinned(void* ptr) = 0;
@@ -118,17 +124,23 @@ class FakeKernelDevice final : public KernelDevice {
   StatusOr<void*> AllocatePinned(int64_t size_bytes) override;
   void FreePinned(void* ptr) override;
   Status CopyAsync(void* dst, const void* src, int64_t size_bytes) override;
+  // Counts, and refuses (FailedPrecondition) between BeginTimed() and EndTimed().
+  Status EvictCaches() override;
 
   int64_t timed() const { return timed_; }  // BeginTimed/EndTimed pairs
   int64_t synchronized() const { return synchronized_; }
   int64_t copies() const { return copies_; }
+  int64_t evictions() const { return evictions_; }
+  // The calls in order, one letter each: B BeginTimed, T EndTimed, S Synchronize, C CopyAsync,
+  // E EvictCaches; a test may append its own letters (an activity window's Start and Flush).
+  std::string calls;
   int64_t pinned_live() const { return pinned_live_; }  // pinned buffers not freed
   Status end_error;  // when set, what EndTimed() returns
 
  private:
   std::vector<double> elapsed_us_;
   bool open_ = false;
-  int64_t timed_ = 0, synchronized_ = 0, copies_ = 0, pinned_live_ = 0;
+  int64_t timed_ = 0, synchronized_ = 0, copies_ = 0, pinned_live_ = 0, evictions_ = 0;
 };
 
 // What a GPU sweep measured: the event-timed points (stored in `sink`, the curves the planner
@@ -150,11 +162,15 @@ struct KernelSweepReport {
 // device) and h2d, d2h (pinned host memory), over 4n bytes. For each point:
 //   1. `warmup` untimed calls, then `iters` calls each between BeginTimed() and EndTimed();
 //      the median goes to `sink` with method "event" (the time a group really costs the stream);
+//      when `cold`, each call (warm-up or timed) follows EvictCaches() and Synchronize(), both
+//      before BeginTimed(), so neither the eviction nor the launches queued behind it are timed;
 //   2. with an activity source and a kernel sink: `iters` more calls, each between
 //      activity->Start() and activity->Flush() after Synchronize(); the median of KernelBusyUs
 //      (the union of the call's kernel, memcpy and memset intervals) goes to `kernel_sink` with
 //      method "kernel" (same curve key: kernel-only time lives in its own sink because a
-//      profile holds one curve per key, and the planner must read the event time).
+//      profile holds one curve per key, and the planner must read the event time); when
+//      `cold`, each call follows EvictCaches() and Synchronize() before activity->Start(), so
+//      the eviction's memset has completed before collection starts and is not in the sum.
 // Each measurement is skipped when its sink has the point, unless `force`. The first error of
 // the device, a compressor or a sink stops the sweep (what was committed stays); an error of the
 // activity source is recorded in activity_error and ends kernel-only measurement only.
