@@ -39,7 +39,7 @@ case "$step" in
     [ $# -gt 0 ] || set -- --hosts 4 --ranks-per-host 2 --rate 5gbit \
       --replay examples/models/resnet50.json --compute-scale 4.5 --compressors efsignsgd,topk \
       --iterations 6 --warmup 2 --rounds 2 --record-iterations 5 --quick \
-      --max-bytes 134217728 --max-elements 16777216
+      --max-bytes 33554432 --max-elements 8388608
     echo "evaluate.sh $*" > "$out/command.txt"
     bench/testbed/evaluate.sh "$@" --out "$out/eval"
     rc=$?; echo "evaluate: exit $rc"
