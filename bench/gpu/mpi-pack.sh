@@ -2,8 +2,8 @@
 # Packs this machine's Open MPI (Debian's 4.1 with its external PMIx) into DIR (default .mpipack)
 # for a GPU machine whose image has no MPI: mpirun and orted, the MCA components the testbed and
 # the tests use (tcp, self and vader for MPI; the rsh launcher), their help and parameter files,
-# PMIx, and every library they load except the C library. `source DIR/env.sh` there puts it on
-# PATH and at the end of LD_LIBRARY_PATH and points Open MPI's and PMIx's install paths (OPAL_*, PMIX_*) at DIR;
+# PMIx, and every library they load except the C library. `source DIR/env.sh` there puts it first
+# on PATH and LD_LIBRARY_PATH and points Open MPI's and PMIx's install paths (OPAL_*, PMIX_*) at DIR;
 # scripts/testbed.sh's agent passes that environment on to the daemons it starts.
 # Left out: the components for InfiniBand, UCX, OFI and PSM (their libraries are large and the GPU
 # machine has no such fabric; DIR's parameter file excludes them as Debian's does).
@@ -43,8 +43,9 @@ cat >"$out/env.sh" <<'ENV'
 # Sourced (bash): this pack's Open MPI on PATH and LD_LIBRARY_PATH, its install paths relocated.
 mpipack=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export PATH="$mpipack/bin:$PATH"
-# Last: the machine's own libraries (and a pack's, bench/gpu/libs.sh) come first.
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$mpipack/usr/lib/x86_64-linux-gnu/openmpi/lib:$mpipack/usr/lib/x86_64-linux-gnu/pmix2/lib:$mpipack/lib"
+# First: a machine with an Open MPI of its own (another version) must not lend this one its
+# libraries (mpirun, its components and the ranks load one Open MPI and one PMIx, all of this pack).
+export LD_LIBRARY_PATH="$mpipack/usr/lib/x86_64-linux-gnu/openmpi/lib:$mpipack/usr/lib/x86_64-linux-gnu/pmix2/lib:$mpipack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export OPAL_PREFIX="$mpipack/usr" OPAL_EXEC_PREFIX="$mpipack/usr" OPAL_BINDIR="$mpipack/bin"
 export OPAL_LIBDIR="$mpipack/usr/lib/x86_64-linux-gnu/openmpi/lib"
 export OPAL_PKGLIBDIR="$OPAL_LIBDIR/openmpi3" OPAL_SYSCONFDIR="$mpipack/etc/openmpi"

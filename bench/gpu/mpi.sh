@@ -12,6 +12,8 @@ set -uo pipefail
 pack="$(cd "$1" && pwd)" out="$(mkdir -p "$2" && cd "$2" && pwd)" step="$3"
 shift 3
 source "$(dirname "${BASH_SOURCE[0]}")/libs.sh"
+# The machine's own MPI settings are not this pack's: none of them reaches its mpirun or daemons.
+for v in $(compgen -e | grep -E '^(OMPI_|OPAL_|PMIX_|ORTE_)'); do unset "$v"; done
 source "$pack/mpi/env.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 CUPCAKE_REQUIRE_GPU=1
 mpirun=(mpirun --allow-run-as-root --oversubscribe)
