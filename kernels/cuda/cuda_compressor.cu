@@ -794,18 +794,9 @@ __global__ void RandkClearKernel(int64_t k, Feistel f, uint32_t n, float* resid,
   }
 }
 
-// randk decode in two launches: the first writes the zeros of out and, in its first threads,
-// the k indices into idx; the second only loads and scatters. The permutation's dependent
-// rounds (and cycle walks that differ per lane) then run while the zero stores stream, not as
-// a latency-bound pass of their own after them.
-__global__ void RandkZeroAndIndexKernel(int64_t n, int64_t k, Feistel f, uint32_t* idx, float* out) {
-  GRID_STRIDE(q, VecGroups(n)) Store4(out, q * kVec, n, F4{{0.0f, 0.0f, 0.0f, 0.0f}});
-  GRID_STRIDE(j, k) idx[j] = FeistelPermute(f, static_cast<uint32_t>(n), static_cast<uint32_t>(j));
-}
-
-__global__ void RandkDecodeKernel(const u8* p, int64_t k, const uint32_t* idx, int world, float* out) {
+__global__ void RandkDecodeKernel(const u8* p, int64_t k, Feistel f, uint32_t n, int world, float* out) {
   const float wf = static_cast<float>(world);
-  GRID_STRIDE(j, k) out[idx[j]] = LoadF32(p + 4 * j) / wf;
+  GRID_STRIDE(j, k) out[FeistelPermute(f, n, static_cast<uint32_t>(j))] = LoadF32(p + 4 * j) / wf;
 }
 
 __global__ void ScatterAddKernel(const u8* pr, int64_t k, int64_t n, float* out) {
@@ -956,9 +947,8 @@ class CudaCompressor final : public Compressor {
     off_decode_starts_ = off_rank_scales_ + 8 * static_cast<size_t>(L.world_size);
     decode_tiles_ = (L.n + kDecodeTile - 1) / kDecodeTile;
     tiled_decode_ = sparse && L.world_size * (decode_tiles_ + 1) <= kMaxDecodeStarts;
-    off_randk_idx_ =
+    const size_t bytes =
         off_decode_starts_ + (tiled_decode_ ? 4 * static_cast<size_t>(L.world_size * (decode_tiles_ + 1)) : 0);
-    const size_t bytes = off_randk_idx_ + (L.kind == CompressorKind::kRandk ? 4 * static_cast<size_t>(L.k) : 0);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, bytes));
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemset(workspace_, 0, bytes));  // the reduce counter starts at 0
     return Status::Ok();
@@ -1131,10 +1121,9 @@ class CudaCompressor final : public Compressor {
       case CompressorKind::kFp32: Fp32DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, W, out); break;
       case CompressorKind::kFp16: Fp16DecodeKernel<<<grid, kThreads, 0, s>>>(p, n, out); break;
       case CompressorKind::kRandk: {
+        CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out, 0, 4 * n, s));
         const Feistel f = MakeFeistel(L.seed, iteration, static_cast<uint32_t>(n));
-        uint32_t* idx = Ws<uint32_t>(off_randk_idx_);
-        RandkZeroAndIndexKernel<<<grid, kThreads, 0, s>>>(n, L.k, f, idx, out);
-        RandkDecodeKernel<<<Blocks(L.k), kThreads, 0, s>>>(p, L.k, idx, W, out);
+        RandkDecodeKernel<<<Blocks(L.k), kThreads, 0, s>>>(p, L.k, f, static_cast<uint32_t>(n), W, out);
         break;
       }
       case CompressorKind::kTopk:
@@ -1174,7 +1163,6 @@ class CudaCompressor final : public Compressor {
   int64_t num_tiles_ = 0;
   size_t off_rank_scales_ = 0;  // qsgd and terngrad decodes: 2 floats per rank
   size_t off_decode_starts_ = 0;  // topk and dgc decodes: int32 run starts, W x (tiles + 1)
-  size_t off_randk_idx_ = 0;  // randk decode: the k indices of this iteration's permutation
   int64_t decode_tiles_ = 0;
   bool tiled_decode_ = false;
   size_t off_scalars_ = 0, off_done_ = 0, off_sel_ = 0, off_hist_ = 0, off_tiles_ = 0, off_above_ = 0,
