@@ -1396,8 +1396,10 @@ class Checkpointer::Impl {
   }
 
   Status Apply(const Status& job_status) {
-    Status local = job_status;
-    if (local.ok()) local = loaded_.error;
+    // A snapshot that could not be loaded (shares that do not fit, a replica that arrived changed)
+    // first: Find then returned no metadata, so the job's own error may only follow from it.
+    Status local = loaded_.error;
+    if (local.ok()) local = job_status;
     if (local.ok())
       local = loaded_.found ? Check()
                             : FailedPreconditionError(where_ +

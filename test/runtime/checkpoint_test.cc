@@ -1213,6 +1213,23 @@ TEST_F(CheckpointTest, SharesThatDoNotFitFailEveryRank) {
     EXPECT_NE(msg.find(" (" + file(1) + "), expected the same on every rank"), std::string::npos) << msg;
     EXPECT_EQ(jobs_[static_cast<size_t>(r)].weights, std::vector<float>(300, 0.0f));
   }
+  // A job that could not prepare its entries (Find gave it no metadata) still gets the shares'
+  // error from Apply, not its own.
+  Start(options, Scope::kShared);
+  std::vector<Status> applied(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    Checkpointer& c = *jobs_[static_cast<size_t>(r)].ckpt;
+    auto point = c.Find();
+    ASSERT_TRUE(point.ok()) << point.status().ToString();
+    EXPECT_EQ(point->step, 2);
+    EXPECT_EQ(point->metadata, "");
+    applied[static_cast<size_t>(r)] = c.Apply(InvalidArgumentError("job: metadata: not JSON"));
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const std::string want = file(r) + ": shared_bytes, shared_print: the ranks' shares of step 2";
+    EXPECT_EQ(applied[static_cast<size_t>(r)].message().substr(0, want.size()), want)
+        << applied[static_cast<size_t>(r)].message();
+  }
   const auto bytes = restore_with(original.size() - sizeof(internal::Trailer) - 1, 1);  // the share's last byte
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
