@@ -1260,7 +1260,10 @@ class Checkpointer::Impl {
     bool anyone_needs = false;
     for (int r = 0; r < world; ++r) anyone_needs = anyone_needs || !held.Own(r, step);
     if (!anyone_needs) return Status::Ok();
-    if (!held.AnyOwn(step)) return AssembleShares(step, *own_file);
+    if (!held.AnyOwn(step)) {
+      CUPCAKE_CHECK(own_file != nullptr);  // Restorable: with no whole copy anywhere, every rank has its file
+      return AssembleShares(step, *own_file);
+    }
     // What this rank sends each rank q that has no copy: q's replica if it is q's provider (q has
     // no file of `step`), then the shared entries of its own snapshot of `step` (loaded above) if
     // it is q's donor. offers: per rank, the replica's bytes and checksum and the shared bytes.
