@@ -7,8 +7,10 @@
 # commit(13) and its restart end with weights bitwise equal to an uninterrupted run's; the same
 # with --replicate after rank 1's segments are deleted (its host lost): rank 1 rebuilds its
 # snapshot from rank 0's replica of its residuals and rank 0's parameters and momentum; and
-# with --replica-gaps (the replica in the plan's idle gaps between its collectives). With
-# --persist-every 5 the run's line names the durable checkpoints it saw. --blocking-save: its bad
+# with --replica-gaps (the replica in the plan's idle gaps between its collectives); and with
+# --persist-every 5 after every segment is deleted (every host's memory gone): each rank rebuilds
+# step 10 from its persisted share, the parameters and momentum assembled from both ranks'
+# shares. With --persist-every 5 the run's line names the durable checkpoints it saw. --blocking-save: its bad
 # input refused with messages naming the flag; every 5 steps rank 0 writes the whole state, and
 # the last save holds the final parameters, their momentum and both ranks' residuals.
 # Usage: test_train_mlp.sh TRAIN_MLP CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC WORKDIR
@@ -77,7 +79,7 @@ if ! grep -q "^durable: 3 checkpoints, steps 5 to 15, every 5.0 steps; known dur
 fi
 # crash_and_restart FLAG NAME LOSE ARGS...: the job with --checkpoint $tag-NAME ARGS crashes after
 # commit(13) (exit non-zero, else FLAG's failure), rank 1's segments are deleted when LOSE is 1
-# (its host's memory gone), and the restart runs to the end, its log $work/ckpt-NAME.log and its
+# (its host's memory gone), every rank's when LOSE is all, and the restart runs to the end, its log $work/ckpt-NAME.log and its
 # weights $work/ckpt-NAME.bin-rank*; sets `restored`, the step it resumed from.
 crash_and_restart() {
   local flag=$1 name=$2 lose=$3
@@ -87,6 +89,7 @@ crash_and_restart() {
     status=1
   fi
   [ "$lose" = 1 ] && rm -f /dev/shm/cupcake-"$tag-$name"-1 /dev/shm/cupcake-"$tag-$name"-1-*
+  [ "$lose" = all ] && rm -f /dev/shm/cupcake-"$tag-$name"-*
   "${ckpt[@]}" --checkpoint "$tag-$name" "$@" --weights "$work/ckpt-$name.bin" | tee "$work/ckpt-$name.log"
   restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-$name.log")"
 }
@@ -124,6 +127,28 @@ elif ! same_weights rep; then
   status=1
 else
   echo "ok: --replicate: rank 1's host lost, restarted at step $restored from rank 0's replica, weights bitwise equal"
+fi
+
+# --persist-every 5, every host's memory gone after the crash at 13: the files of step 10 (the
+# copy of 10, its file included, ended before commit(11) returned) are each rank's own entries and
+# half of the shared ones; both ranks rebuild 10 from them.
+mkdir -p "$work/persist-crash"
+crash_and_restart --persist persisted all --persist "$work/persist-crash" --persist-every 5
+shares="its shared entries from every rank's persisted share"
+if [ "$restored" != 10 ]; then
+  echo "FAIL: --persist: expected a restart from step 10 (the files of 10); got '$restored'"
+  status=1
+elif ! grep -q "^checkpoint: restored step 10 from $work/persist-crash/$tag-persisted-0-10.ckpt, $shares\$" \
+    "$work/ckpt-persisted.log" ||
+  ! grep -q "^checkpoint: rank 1 restored from $work/persist-crash/$tag-persisted-1-10.ckpt, $shares\$" \
+    "$work/ckpt-persisted.log"; then
+  echo "FAIL: --persist: the ranks did not restore from their shares; got '$(grep '^checkpoint: .*restored' "$work/ckpt-persisted.log")'"
+  status=1
+elif ! same_weights persisted; then
+  echo "FAIL: --persist: the weights after a restart at step $restored differ from the uninterrupted run's"
+  status=1
+else
+  echo "ok: --persist: every host's memory lost, restarted at step 10 from the ranks' shares, weights bitwise equal"
 fi
 
 # --blocking-save: 20 steps, a save every 5; the file after the last (step 20) against the

@@ -274,6 +274,129 @@ StatusOr<std::vector<std::byte>> RebuildSnapshot(std::span<const std::byte> rank
   return out;
 }
 
+ByteRange ShareOf(int64_t total, int world, int rank) {
+  // floor(r T / W) without overflow: T = q W + m, so r T / W = r q + floor(r m / W), r m < W^2.
+  const auto start = [&](int64_t r) { return total / world * r + total % world * r / world; };
+  return {start(rank), start(rank + 1) - start(rank)};
+}
+
+uint64_t CombinePrints(const std::vector<std::pair<int, uint64_t>>& prints) {
+  std::vector<uint64_t> pairs;
+  for (const auto& [index, print] : prints) pairs.insert(pairs.end(), {static_cast<uint64_t>(index), print});
+  return Checksum(reinterpret_cast<const std::byte*>(pairs.data()),  // NOLINT: integers as bytes
+                  pairs.size() * sizeof(uint64_t));
+}
+
+uint64_t SharedFingerprint(const ParsedSnapshot& parsed, std::span<const std::byte> shared) {
+  std::vector<std::pair<int, uint64_t>> prints;
+  size_t at = 0;
+  for (size_t e = 0; e < parsed.entries.size(); ++e) {
+    const SnapshotEntry& entry = parsed.entries[e];
+    if (!entry.shared) continue;
+    prints.emplace_back(static_cast<int>(e), Checksum(shared.data() + at, static_cast<size_t>(entry.size_bytes)));
+    at += static_cast<size_t>(entry.size_bytes);
+  }
+  return CombinePrints(prints);
+}
+
+void MakeShare(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed, uint64_t checksum,
+               uint64_t shared_print, int rank, int world, ShareFile* out) {
+  const auto bytes = [](const void* p, size_t n) {
+    return std::span<const std::byte>(static_cast<const std::byte*>(p), n);
+  };
+  std::vector<std::span<const std::byte>> part, share;  // the replica (MakeRankPart's bytes) and the share
+  part.push_back(bytes(kRankPartMagic, 8));
+  part.push_back(snapshot.subspan(8, static_cast<size_t>(parsed.data_offset - 8)));
+  int64_t part_bytes = parsed.data_offset + 8, total = 0;
+  for (const SnapshotEntry& e : parsed.entries)
+    if (e.shared) {
+      total += e.size_bytes;
+    } else {
+      part.push_back(snapshot.subspan(static_cast<size_t>(e.offset), static_cast<size_t>(e.size_bytes)));
+      part_bytes += e.size_bytes;
+    }
+  out->snapshot_checksum = checksum;
+  part.push_back(bytes(&out->snapshot_checksum, 8));
+  // The share: [range.offset, range.offset + range.bytes) of the shared entries laid end to end.
+  const ByteRange range = ShareOf(total, world, rank);
+  int64_t at = 0;  // where the current entry begins among the shared bytes
+  for (const SnapshotEntry& e : parsed.entries) {
+    if (!e.shared) continue;
+    const int64_t from = std::max(range.offset, at), to = std::min(range.offset + range.bytes, at + e.size_bytes);
+    if (from < to)
+      share.push_back(snapshot.subspan(static_cast<size_t>(e.offset + from - at), static_cast<size_t>(to - from)));
+    at += e.size_bytes;
+  }
+  ShareHeader& h = out->header;
+  h = {};
+  std::memcpy(h.magic, kShareMagic, 8);
+  h.version = kPersistedFormatVersion;
+  h.rank = rank;
+  h.world_size = world;
+  h.rank_part_bytes = static_cast<uint64_t>(part_bytes);
+  h.shared_bytes = static_cast<uint64_t>(total);
+  h.share_offset = static_cast<uint64_t>(range.offset);
+  h.share_bytes = static_cast<uint64_t>(range.bytes);
+  h.shared_print = shared_print;
+  out->pieces.clear();
+  out->pieces.push_back(bytes(&h, sizeof(h)));
+  out->pieces.insert(out->pieces.end(), part.begin(), part.end());
+  out->pieces.insert(out->pieces.end(), share.begin(), share.end());
+}
+
+StatusOr<ParsedShare> ParseShare(std::span<const std::byte> payload, const std::string& source) {
+  ShareHeader h{};
+  if (payload.size() >= 8 && std::memcmp(payload.data(), kSnapshotMagic, 8) == 0)
+    return DataLossError(source +
+                         ": magic: a whole snapshot of persisted format 1, which this version does not read; "
+                         "got '" +
+                         std::string(kSnapshotMagic, 8) + "', expected '" + std::string(kShareMagic, 8) + "' (format " +
+                         std::to_string(kPersistedFormatVersion) +
+                         ": each rank's share; restore with the Cupcake that wrote it, or remove the files to start "
+                         "afresh)");
+  Reader r(payload, source);
+  CUPCAKE_RETURN_IF_ERROR(r.Read(&h, "header"));
+  if (std::memcmp(h.magic, kShareMagic, 8) != 0)
+    return DataLossError(source + ": magic: not a Cupcake persisted share; got '" + std::string(h.magic, 8) +
+                         "', expected '" + std::string(kShareMagic, 8) + "'");
+  if (h.version != kPersistedFormatVersion)
+    return DataLossError(source + ": version: unknown; got " + std::to_string(h.version) + ", expected " +
+                         std::to_string(kPersistedFormatVersion));
+  const uint64_t left = payload.size() - r.at();
+  if (h.rank_part_bytes > left || h.share_bytes != left - h.rank_part_bytes)
+    return DataLossError(source + ": rank_part_bytes, share_bytes: do not match the file; got " +
+                         std::to_string(h.rank_part_bytes) + " + " + std::to_string(h.share_bytes) + ", expected " +
+                         std::to_string(left) + " (the bytes after the header)");
+  ParsedShare out;
+  out.rank_part = payload.subspan(r.at(), h.rank_part_bytes);
+  out.share = payload.subspan(r.at() + h.rank_part_bytes);
+  CUPCAKE_ASSIGN_OR_RETURN(out.parsed, ParseRankPart(out.rank_part, source));
+  if (h.rank != out.parsed.rank || h.world_size != out.parsed.world_size)
+    return DataLossError(source + ": rank: the header's is not the snapshot's; got rank " + std::to_string(h.rank) +
+                         " of " + std::to_string(h.world_size) + ", expected rank " + std::to_string(out.parsed.rank) +
+                         " of " + std::to_string(out.parsed.world_size));
+  int64_t total = 0;
+  for (const SnapshotEntry& e : out.parsed.entries)
+    if (e.shared) total += e.size_bytes;
+  if (h.shared_bytes != static_cast<uint64_t>(total))
+    return DataLossError(source + ": shared_bytes: does not match the shared entries; got " +
+                         std::to_string(h.shared_bytes) + ", expected " + std::to_string(total));
+  if (h.world_size < 1 || h.rank < 0 || h.rank >= h.world_size)
+    return DataLossError(source + ": rank: out of range; got rank " + std::to_string(h.rank) + " of " +
+                         std::to_string(h.world_size));
+  out.range = ShareOf(total, h.world_size, h.rank);
+  if (h.share_offset != static_cast<uint64_t>(out.range.offset) ||
+      h.share_bytes != static_cast<uint64_t>(out.range.bytes))
+    return DataLossError(source + ": share_offset, share_bytes: not rank " + std::to_string(h.rank) +
+                         "'s share; got [" + std::to_string(h.share_offset) + ", +" + std::to_string(h.share_bytes) +
+                         "), expected [" + std::to_string(out.range.offset) + ", +" + std::to_string(out.range.bytes) +
+                         ") of " + std::to_string(total) + " bytes split among " + std::to_string(h.world_size) +
+                         " ranks");
+  out.shared_bytes = total;
+  out.shared_print = h.shared_print;
+  return out;
+}
+
 }  // namespace internal
 
 namespace {
@@ -312,17 +435,18 @@ bool WriteAll(int fd, const std::byte* bytes, size_t n) {
 }
 
 // Durable replace (the contract of proto's WriteFileAtomic, plus the directory's fsync so the
-// rename itself survives a power loss): `<path>.tmp.<pid>`, written, fsync'd, renamed over `path`,
-// then the directory fsync'd. A reader sees no file, the old one or the whole new one; the loader
-// ignores *.tmp.* names.
-Status WriteDurably(const std::string& dir, const std::string& file, std::span<const std::byte> payload,
-                    const internal::Trailer& trailer) {
+// rename itself survives a power loss): `<path>.tmp.<pid>`, written (the payload's pieces in
+// order, then the trailer), fsync'd, renamed over `path`, then the directory fsync'd. A reader
+// sees no file, the old one or the whole new one; the loader ignores *.tmp.* names.
+Status WriteDurably(const std::string& dir, const std::string& file,
+                    std::span<const std::span<const std::byte>> payload, const internal::Trailer& trailer) {
   const std::string path = dir + "/" + file;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return UnavailableError(tmp + ": " + Errno("open", errno));
-  bool ok = WriteAll(fd, payload.data(), payload.size()) &&
-            WriteAll(fd, reinterpret_cast<const std::byte*>(&trailer), sizeof(trailer));  // NOLINT: POD bytes
+  bool ok = true;
+  for (const std::span<const std::byte>& piece : payload) ok = ok && WriteAll(fd, piece.data(), piece.size());
+  ok = ok && WriteAll(fd, reinterpret_cast<const std::byte*>(&trailer), sizeof(trailer));  // NOLINT: POD bytes
   int err = errno;
   if (ok && ::fsync(fd) != 0) ok = false, err = errno;
   ::close(fd);
@@ -396,7 +520,8 @@ void RemoveStaleTemporaries(const std::string& dir, const std::string& name, int
   for (const std::string& path : stale) ::unlink(path.c_str());
 }
 
-constexpr int kCandidates = 6;  // per rank: two slots, two outgoing slots and two persisted files
+constexpr int kCandidates = 4;  // per rank, whole snapshots: two slots and two outgoing slots
+constexpr int kFileCandidates = 2;  // per rank: its two newest persisted files (its shares)
 constexpr int kReplicaCandidates = 2;  // per source a rank keeps replicas of: its two slots
 // The session's entries (Entry::session_plane indexes this), in the order they are registered
 // and restored: its control state first (making the snapshot's plan active restarts that plan's
@@ -519,10 +644,9 @@ struct SharedPrints {
   std::vector<Print> entries;
   // Of the (index, fingerprint) pairs in order: what the agreement compares.
   uint64_t Combined() const {
-    std::vector<uint64_t> pairs;
-    for (const Print& p : entries) pairs.insert(pairs.end(), {static_cast<uint64_t>(p.index), p.fingerprint});
-    return internal::Checksum(reinterpret_cast<const std::byte*>(pairs.data()),  // NOLINT: integers as bytes
-                              pairs.size() * sizeof(uint64_t));
+    std::vector<std::pair<int, uint64_t>> pairs;
+    for (const Print& p : entries) pairs.emplace_back(p.index, p.fingerprint);
+    return internal::CombinePrints(pairs);
   }
 };
 
@@ -727,20 +851,35 @@ class SlotSegment {
 
 }  // namespace
 
-// What the ranks announced at a restore: per rank [ok, own steps x kCandidates, then for each of
-// its sources (placement.sources, in order, padded to the most any rank has) its steps x
-// kReplicaCandidates], -1 where none.
+// What the ranks announced at a restore: per rank [ok, own whole steps x kCandidates, persisted
+// steps x kFileCandidates, then for each of its sources (placement.sources, in order, padded to
+// the most any rank has) its steps x kReplicaCandidates], -1 where none.
 struct Holdings {
+  static constexpr int kFiles = 1 + kCandidates;  // the first persisted step's column
+  static constexpr int kReplicas = kFiles + kFileCandidates;  // the first source's
   Holdings(const internal::ReplicaPlacement* p, int ranks) : placement(p), world(ranks) {
     size_t most = 0;
     if (p != nullptr)
       for (const std::vector<int>& s : p->sources) most = std::max(most, s.size());
-    row_size = 1 + kCandidates + kReplicaCandidates * static_cast<int>(most);
+    row_size = kReplicas + kReplicaCandidates * static_cast<int>(most);
     rows.assign(static_cast<size_t>(row_size * ranks), -1);
   }
   const int64_t* row(int r) const { return &rows[static_cast<size_t>(row_size * r)]; }
-  bool Own(int r, int64_t step) const {
-    return std::find(row(r) + 1, row(r) + 1 + kCandidates, step) != row(r) + 1 + kCandidates;
+  // Rank r holds its whole snapshot of `step` (a slot).
+  bool Own(int r, int64_t step) const { return std::find(row(r) + 1, row(r) + kFiles, step) != row(r) + kFiles; }
+  // Rank r holds its persisted share of `step`: its own entries and 1/W of the shared ones.
+  bool File(int r, int64_t step) const {
+    return std::find(row(r) + kFiles, row(r) + kReplicas, step) != row(r) + kReplicas;
+  }
+  bool AnyOwn(int64_t step) const {
+    for (int r = 0; r < world; ++r)
+      if (Own(r, step)) return true;
+    return false;
+  }
+  bool AllFiles(int64_t step) const {
+    for (int r = 0; r < world; ++r)
+      if (!File(r, step)) return false;
+    return true;
   }
   // Rank `holder` holds `source`'s snapshot of `step`.
   bool Replica(int holder, int source, int64_t step) const {
@@ -748,7 +887,7 @@ struct Holdings {
     const std::vector<int>& from = placement->sources[static_cast<size_t>(holder)];
     const auto at = std::find(from.begin(), from.end(), source);
     if (at == from.end()) return false;
-    const int64_t* steps = row(holder) + 1 + kCandidates + kReplicaCandidates * (at - from.begin());
+    const int64_t* steps = row(holder) + kReplicas + kReplicaCandidates * (at - from.begin());
     return std::find(steps, steps + kReplicaCandidates, step) != steps + kReplicaCandidates;
   }
   // The rank that sends r its replica of `step`: the first of r's holders that has it; -1: none.
@@ -758,19 +897,36 @@ struct Holdings {
       if (Replica(h, r, step)) return h;
     return -1;
   }
-  // The rank that sends r the shared entries of `step` when r rebuilds it from a replica: its
-  // provider if that holds `step` itself, else the first rank after r that does; -1: none.
+  // Whether r has its own entries of `step` without a whole copy: its persisted share, else a
+  // replica (Provider).
+  bool RankPart(int r, int64_t step) const { return File(r, step) || Provider(r, step) >= 0; }
+  // The rank that sends r the shared entries of `step` when r rebuilds it from its persisted
+  // share or a replica: its provider (a replica, no file) if that holds `step` whole itself, else
+  // the first rank after r that does; -1: none (then, when every rank has its persisted share of
+  // `step`, the ranks assemble the shared entries from their shares).
   int Donor(int r, int64_t step) const {
-    const int provider = Provider(r, step);
+    const int provider = File(r, step) ? -1 : Provider(r, step);
     if (provider >= 0 && Own(provider, step)) return provider;
     for (int i = 1; i < world; ++i)
       if (Own((r + i) % world, step)) return (r + i) % world;
     return -1;
   }
-  // Rank r can restore `step`: it holds it, or one of its holders holds its replica and another
-  // rank the shared entries.
+  // Rank r can restore `step`: it holds it whole, or it has its own entries (its persisted share,
+  // or a replica on a holder) and the shared entries come from a rank that holds `step` whole or
+  // from every rank's persisted share.
   bool Restorable(int r, int64_t step) const {
-    return Own(r, step) || (Provider(r, step) >= 0 && Donor(r, step) >= 0);
+    return Own(r, step) || (RankPart(r, step) && (Donor(r, step) >= 0 || AllFiles(step)));
+  }
+  // The newest step some rank has persisted and the ranks that lack their share of it (no file
+  // and no whole copy); {0, {}} when no rank has persisted a step.
+  std::pair<int64_t, std::vector<int>> MissingShares() const {
+    int64_t newest = 0;
+    for (int r = 0; r < world; ++r)
+      for (int c = kFiles; c < kReplicas; ++c) newest = std::max(newest, row(r)[c]);
+    std::vector<int> lacking;
+    for (int r = 0; r < world && newest > 0; ++r)
+      if (!File(r, newest) && !Own(r, newest)) lacking.push_back(r);
+    return {newest, lacking};
   }
   int64_t NewestCommon() const {
     int64_t best = 0;
@@ -788,19 +944,24 @@ struct Holdings {
         if (row(r)[c] >= 1) return true;
     return false;
   }
-  // "rank 0 holds 3, 2 (and rank 1's 3); rank 1 holds none".
+  // "rank 0 holds 3, 2 (persisted shares of 2) (and rank 1's 3); rank 1 holds none".
   std::string Describe() const {
+    const auto list = [](const int64_t* steps, int n) {
+      std::string out;
+      for (int c = 0; c < n; ++c)
+        if (steps[c] >= 1) out += (out.empty() ? "" : ", ") + std::to_string(steps[c]);
+      return out;
+    };
     std::string out;
     for (int r = 0; r < world; ++r) {
-      std::string own;
-      for (int c = 1; c <= kCandidates; ++c)
-        if (row(r)[c] >= 1) own += (own.empty() ? "" : ", ") + std::to_string(row(r)[c]);
+      const std::string own = list(row(r) + 1, kCandidates), files = list(row(r) + kFiles, kFileCandidates);
       out += (r ? "; rank " : "rank ") + std::to_string(r) + " holds " + (own.empty() ? "none" : own);
+      if (!files.empty()) out += " (persisted shares of " + files + ")";
       if (placement == nullptr) continue;
       const std::vector<int>& from = placement->sources[static_cast<size_t>(r)];
       for (size_t i = 0; i < from.size(); ++i) {
         std::string theirs;
-        const int64_t* steps = row(r) + 1 + kCandidates + kReplicaCandidates * static_cast<int>(i);
+        const int64_t* steps = row(r) + kReplicas + kReplicaCandidates * static_cast<int>(i);
         for (int c = 0; c < kReplicaCandidates; ++c)
           if (steps[c] >= 1) theirs += (theirs.empty() ? "" : ", ") + std::to_string(steps[c]);
         if (!theirs.empty()) out += " (and rank " + std::to_string(from[i]) + "'s " + theirs + ")";
@@ -819,16 +980,21 @@ class Checkpointer::Impl {
   struct Candidate {
     int64_t step = 0;
     std::string source;
-    std::span<const std::byte> payload;  // into the segment, or `file`
-    std::string file;
+    // A whole snapshot in a segment's slot, or a replica (in a segment, or a persisted file's).
+    std::span<const std::byte> payload;
     internal::ParsedSnapshot parsed;
+    // A persisted file: its bytes (shared, so that moving the candidate keeps the spans valid),
+    // its share of the shared entries' bytes and their fingerprint.
+    std::shared_ptr<const std::string> file;
+    std::span<const std::byte> share;
+    int64_t shared_bytes = 0;  // all the shared entries' bytes, of which `share` is this rank's
+    uint64_t shared_print = 0;
   };
   struct Loaded {
     bool found = false;
-    Status error;  // a replica that arrived changed: Apply fails
+    Status error;  // a replica that arrived changed, shares that do not fit: Apply fails
     std::string source;
-    std::string file;
-    std::vector<std::byte> rebuilt;  // a snapshot rebuilt from a replica and a donor's shared entries
+    std::vector<std::byte> rebuilt;  // a snapshot rebuilt from its replica and the shared entries
     std::span<const std::byte> payload;
     internal::ParsedSnapshot parsed;
   };
@@ -1013,24 +1179,26 @@ class Checkpointer::Impl {
     const Status replica_comm = EnsureReplicaComm();  // collective: every rank makes it
     if (local.ok()) local = replica_comm;
     RestorePoint point;
-    std::vector<Candidate> candidates;
+    std::vector<Candidate> candidates, files;
     std::map<int, std::vector<Candidate>> replicas;  // by source rank
     if (local.ok()) {
       candidates = ListCandidates(&point.refused);
+      files = FileCandidates(&point.refused, &local);
       replicas = ReplicaCandidates(&point.refused);
     }
-    // 1. Every rank announces whether it could look, its own steps and the steps of its
-    //    sources' snapshots it holds (-1: none).
+    // 1. Every rank announces whether it could look, its own whole steps, its persisted steps
+    //    and the steps of its sources' snapshots it holds (-1: none).
     Holdings held(options_.replicate ? &placement_ : nullptr, comm_->size());
     std::vector<int64_t> mine(static_cast<size_t>(held.row_size), -1);
     mine[0] = local.ok() ? 1 : 0;
     for (size_t c = 0; c < candidates.size() && c < kCandidates; ++c) mine[1 + c] = candidates[c].step;
+    for (size_t c = 0; c < files.size() && c < kFileCandidates; ++c) mine[Holdings::kFiles + c] = files[c].step;
     if (options_.replicate) {
       const std::vector<int>& from = placement_.sources[static_cast<size_t>(comm_->rank())];
       for (size_t i = 0; i < from.size(); ++i) {
         const std::vector<Candidate>& of = replicas[from[i]];
         for (size_t c = 0; c < of.size() && c < kReplicaCandidates; ++c)
-          mine[1 + kCandidates + kReplicaCandidates * i + c] = of[c].step;
+          mine[Holdings::kReplicas + kReplicaCandidates * i + c] = of[c].step;
       }
     }
     CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(mine.data(), held.rows.data(), static_cast<int64_t>(mine.size() * 8))
@@ -1040,57 +1208,65 @@ class Checkpointer::Impl {
       if (held.row(r)[0] == 0)
         return FailedPreconditionError(where_ + ": restore: failed on rank " + std::to_string(r) +
                                        " (see its message)");
-    // 2. The newest step every rank holds: itself, or one of its holders for it.
+    // 2. The newest step every rank can restore: it holds it, or its own entries are in its file
+    //    or on one of its holders.
     const int64_t best = held.NewestCommon();
     if (best == 0 && held.Any()) {
       std::string refused;
       for (const std::string& line : point.refused) refused += "\n" + line;
       return FailedPreconditionError(where_ + ": restore: no step is held by every rank; got " + held.Describe() +
-                                     ", expected a common step (snapshots refused on this rank: " +
-                                     std::to_string(point.refused.size()) + ")" + refused);
+                                     ", expected a common step" + DescribeMissingShares(held) +
+                                     " (snapshots refused on this rank: " + std::to_string(point.refused.size()) + ")" +
+                                     refused);
     }
     point.step = best;
     loaded_ = {};
     if (best == 0) return point;
-    // 3. This rank's copy of `best`: its slot, else its file, else a holder's replica.
-    CUPCAKE_RETURN_IF_ERROR(Load(best, held, candidates, replicas));
+    // 3. This rank's copy of `best`: its slot, else rebuilt from its file or a holder's replica.
+    CUPCAKE_RETURN_IF_ERROR(Load(best, held, candidates, files, replicas));
     point.metadata = loaded_.parsed.metadata;
     point.source = loaded_.source;
     for (const internal::SnapshotEntry& e : loaded_.parsed.entries) point.entries.emplace_back(e.name, e.size_bytes);
     return point;
   }
 
-  // Step 3 of Find. A rank without its own copy of `step` rebuilds it from its replica, sent by
-  // its provider (the first of its holders that has it, Holdings::Provider), and the shared
-  // entries of `step`, sent by its donor (Holdings::Donor) from the donor's own snapshot: one
-  // alltoall of what each rank sends each other (replica bytes and checksum, shared bytes) and
-  // one alltoallv, in which every rank takes part. The rebuilt snapshot must match the checksum
-  // of the lost rank's own (kept in the replica). A replica that arrives changed, or a rebuilt
-  // snapshot that does not match, fails this rank's Apply, so that every rank fails together there.
-  Status Load(int64_t step, const Holdings& held, std::vector<Candidate>& candidates,
+  // Step 3 of Find. A rank that holds `step` whole loads its slot. A rank without one rebuilds it
+  // from its own entries (its persisted share's replica, else the replica its provider sends, the
+  // first of its holders that has it, Holdings::Provider) and the shared entries of `step`:
+  // - when some rank holds `step` whole, its donor (Holdings::Donor) sends them from its own
+  //   snapshot: one alltoall of what each rank sends each other (replica bytes and checksum,
+  //   shared bytes) and one alltoallv, in which every rank takes part;
+  // - else every rank has its persisted share, and they assemble them (AssembleShares).
+  // The rebuilt snapshot must match the checksum of the rank's own (kept in its replica). A
+  // replica that arrives changed, shares that do not fit, or a rebuilt snapshot that does not
+  // match, fail this rank's Apply, so that every rank fails together there.
+  Status Load(int64_t step, const Holdings& held, std::vector<Candidate>& candidates, std::vector<Candidate>& files,
               std::map<int, std::vector<Candidate>>& replicas) {
     const int rank = comm_->rank(), world = comm_->size();
+    Candidate* own_file = nullptr;
     if (held.Own(rank, step)) {
       for (Candidate& c : candidates)
         if (c.step == step) {
-          const bool from_file = !c.file.empty();
           loaded_.parsed = std::move(c.parsed);
           loaded_.source = c.source;
-          loaded_.file = std::move(c.file);
-          loaded_.payload =
-              from_file ? std::span<const std::byte>(reinterpret_cast<const std::byte*>(loaded_.file.data()),  // NOLINT
-                                                     loaded_.file.size() - sizeof(internal::Trailer))
-                        : c.payload;
+          loaded_.payload = c.payload;
           loaded_.found = true;
           break;
         }
+    } else if (held.File(rank, step)) {
+      for (Candidate& c : files)
+        if (c.step == step) own_file = &c;
     }
     bool anyone_needs = false;
     for (int r = 0; r < world; ++r) anyone_needs = anyone_needs || !held.Own(r, step);
     if (!anyone_needs) return Status::Ok();
-    // What this rank sends each rank q that has no copy: q's replica if it is q's provider, then
-    // the shared entries of its own snapshot of `step` (loaded above) if it is q's donor.
-    // offers: per rank, the replica's bytes and checksum and the shared entries' bytes.
+    if (!held.AnyOwn(step)) {
+      CUPCAKE_CHECK(own_file != nullptr);  // Restorable: with no whole copy anywhere, every rank has its file
+      return AssembleShares(step, *own_file);
+    }
+    // What this rank sends each rank q that has no copy: q's replica if it is q's provider (q has
+    // no file of `step`), then the shared entries of its own snapshot of `step` (loaded above) if
+    // it is q's donor. offers: per rank, the replica's bytes and checksum and the shared bytes.
     std::vector<int64_t> offers(static_cast<size_t>(3 * world), 0), offered(static_cast<size_t>(3 * world), 0);
     std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
     std::vector<std::byte> outbox, shared;
@@ -1098,7 +1274,7 @@ class Checkpointer::Impl {
     for (int q = 0; q < world; ++q) {
       if (held.Own(q, step)) continue;
       int64_t* offer = &offers[static_cast<size_t>(3 * q)];
-      if (held.Provider(q, step) == rank)
+      if (!held.File(q, step) && held.Provider(q, step) == rank)
         for (const Candidate& c : replicas[q])
           if (c.step == step) {
             offer[0] = static_cast<int64_t>(c.payload.size());
@@ -1127,36 +1303,95 @@ class Checkpointer::Impl {
     CUPCAKE_RETURN_IF_ERROR(
         comm_->Alltoallv(outbox.data(), send, arrived.data(), recv).WithPrefix(where_ + ": restore"));
     if (!receive) return Status::Ok();
-    const int provider = held.Provider(rank, step), donor = held.Donor(rank, step);
-    const int64_t* from_provider = &offered[static_cast<size_t>(3 * provider)];
+    const int donor = held.Donor(rank, step);
     const int64_t* from_donor = &offered[static_cast<size_t>(3 * donor)];
-    loaded_.error = Rebuild(step, provider, donor,
-                            {arrived.data() + at[static_cast<size_t>(provider)], static_cast<size_t>(from_provider[0])},
-                            static_cast<uint64_t>(from_provider[1]),
-                            {arrived.data() + at[static_cast<size_t>(donor)] + from_donor[0],
-                             static_cast<size_t>(from_donor[2])});
+    Candidate part;
+    if (own_file != nullptr) {
+      part = *own_file;
+    } else {
+      const int provider = held.Provider(rank, step);
+      const int64_t* from_provider = &offered[static_cast<size_t>(3 * provider)];
+      part.source =
+          "rank " + std::to_string(provider) + "'s " + "/dev/shm" + ReplicaOfSegmentName(options_.name, provider, rank);
+      part.payload = {arrived.data() + at[static_cast<size_t>(provider)], static_cast<size_t>(from_provider[0])};
+      std::vector<std::string> problems;
+      if (!Verify(&part, static_cast<uint64_t>(from_provider[1]), step, part.source + ": ", rank, &problems,
+                  Parse::kRankPart)) {
+        loaded_.error = DataLossError(problems.empty() ? part.source + ": not loaded" : problems[0]);
+        return Status::Ok();
+      }
+    }
+    const std::span<const std::byte> from_shared{arrived.data() + at[static_cast<size_t>(donor)] + from_donor[0],
+                                                 static_cast<size_t>(from_donor[2])};
+    loaded_.error = Rebuild(part, from_shared,
+                            from_shared.empty() ? "" : ", its shared entries from rank " + std::to_string(donor));
     return Status::Ok();
   }
 
-  // This rank's snapshot of `step` into loaded_, rebuilt from `replica` (sent by `provider`,
-  // whose checksum it must match) and the shared entries' bytes `shared` (sent by `donor`); the
-  // problem otherwise (for Apply to report on every rank).
-  Status Rebuild(int64_t step, int provider, int donor, std::span<const std::byte> replica, uint64_t checksum,
-                 std::span<const std::byte> shared) {
-    const int rank = comm_->rank();
-    Candidate c;
-    c.source =
-        "rank " + std::to_string(provider) + "'s " + "/dev/shm" + ReplicaOfSegmentName(options_.name, provider, rank);
-    c.payload = replica;
-    std::vector<std::string> problems;
-    if (!Verify(&c, checksum, step, c.source + ": ", rank, &problems, /*rank_part=*/true))
-      return DataLossError(problems.empty() ? c.source + ": not loaded" : problems[0]);
-    if (!shared.empty()) c.source += ", its shared entries from rank " + std::to_string(donor);
+  // Load when no rank holds `step` whole and every rank has its persisted share of it (`mine`):
+  // 1. an allgather of each share's shared-entry size and fingerprint, which must be the same on
+  //    every rank (else every rank fails alike in Apply, naming the files);
+  // 2. an allgather of the shares, each padded to the largest (internal::ShareOf), laid back
+  //    into the shared entries' bytes;
+  // 3. those bytes against the recorded fingerprint, then the snapshot rebuilt from them and this
+  //    rank's replica against this rank's own checksum (Rebuild).
+  Status AssembleShares(int64_t step, Candidate& mine) {
+    const int world = comm_->size();
+    const int64_t row[2] = {mine.shared_bytes, static_cast<int64_t>(mine.shared_print)};
+    std::vector<int64_t> rows(static_cast<size_t>(2 * world));
+    CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(row, rows.data(), sizeof(row)).WithPrefix(where_ + ": restore"));
+    std::string got;
+    bool same = true;
+    for (int r = 0; r < world; ++r) {
+      const int64_t* of = &rows[static_cast<size_t>(2 * r)];
+      same = same && of[0] == rows[0] && of[1] == rows[1];
+      got += (r ? ", " : "") + std::to_string(of[0]) + " bytes " + Hex(static_cast<uint64_t>(of[1])) + " (" +
+             PersistedPath(r, step) + ")";
+    }
+    if (!same) {
+      loaded_.error = DataLossError(mine.source + ": shared_bytes, shared_print: the ranks' shares of step " +
+                                    std::to_string(step) + " are not of the same shared entries; got " + got +
+                                    ", expected the same on every rank");
+      return Status::Ok();
+    }
+    const int64_t total = rows[0];
+    std::vector<std::byte> shared(static_cast<size_t>(total));
+    if (total > 0) {
+      int64_t block = 0;
+      for (int r = 0; r < world; ++r) block = std::max(block, internal::ShareOf(total, world, r).bytes);
+      std::vector<std::byte> padded(static_cast<size_t>(block)), all(static_cast<size_t>(block * world));
+      std::copy(mine.share.begin(), mine.share.end(), padded.begin());
+      CUPCAKE_RETURN_IF_ERROR(comm_->Allgather(padded.data(), all.data(), block).WithPrefix(where_ + ": restore"));
+      for (int r = 0; r < world; ++r) {
+        const internal::ByteRange range = internal::ShareOf(total, world, r);
+        std::copy_n(all.begin() + block * r, range.bytes, shared.begin() + range.offset);
+      }
+      const uint64_t print = internal::SharedFingerprint(mine.parsed, shared);
+      if (print != mine.shared_print) {
+        std::string files;
+        for (int r = 0; r < world; ++r) files += (r ? ", " : "") + PersistedPath(r, step);
+        loaded_.error = DataLossError(mine.source +
+                                      ": shared_print: the shared entries assembled from the ranks' "
+                                      "shares of step " +
+                                      std::to_string(step) + " do not match it; got " + Hex(print) + ", expected " +
+                                      Hex(mine.shared_print) + " (the shares: " + files + ")");
+        return Status::Ok();
+      }
+    }
+    loaded_.error = Rebuild(mine, shared, total > 0 ? ", its shared entries from every rank's persisted share" : "");
+    return Status::Ok();
+  }
+
+  // This rank's snapshot into loaded_, rebuilt from `part` (its replica, verified) and the shared
+  // entries' bytes `shared`; its source is part's, then `shared_from`. The problem otherwise (for
+  // Apply to report on every rank).
+  Status Rebuild(const Candidate& part, std::span<const std::byte> shared, const std::string& shared_from) {
+    const std::string source = part.source + shared_from;
     CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> rebuilt,
-                             internal::RebuildSnapshot(c.payload, c.parsed, shared, c.source));
-    CUPCAKE_ASSIGN_OR_RETURN(internal::ParsedSnapshot parsed, internal::ParseSnapshot(rebuilt, c.source));
+                             internal::RebuildSnapshot(part.payload, part.parsed, shared, source));
+    CUPCAKE_ASSIGN_OR_RETURN(internal::ParsedSnapshot parsed, internal::ParseSnapshot(rebuilt, source));
     loaded_.parsed = std::move(parsed);
-    loaded_.source = c.source;
+    loaded_.source = source;
     loaded_.rebuilt = std::move(rebuilt);  // the parsed offsets stay valid: the bytes do not move
     loaded_.payload = loaded_.rebuilt;
     loaded_.found = true;
@@ -1164,8 +1399,10 @@ class Checkpointer::Impl {
   }
 
   Status Apply(const Status& job_status) {
-    Status local = job_status;
-    if (local.ok()) local = loaded_.error;
+    // A snapshot that could not be loaded (shares that do not fit, a replica that arrived changed)
+    // first: Find then returned no metadata, so the job's own error may only follow from it.
+    Status local = loaded_.error;
+    if (local.ok()) local = job_status;
     if (local.ok())
       local = loaded_.found ? Check()
                             : FailedPreconditionError(where_ +
@@ -1363,7 +1600,8 @@ class Checkpointer::Impl {
     own_.FinishCopy(target, step, payload_bytes, sum);
     const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
     Status status = Status::Ok();
-    if (options_.persist_every > 0 && step % options_.persist_every == 0) status = Persist(step, payload, sum);
+    if (options_.persist_every > 0 && step % options_.persist_every == 0)
+      status = Persist(step, payload, sum, prints.Combined());
     shared_prints_ = std::move(prints);
     local_step_ = step;
     return status;
@@ -1614,13 +1852,25 @@ class Checkpointer::Impl {
     return status;
   }
 
-  // Writes the snapshot durably, then keeps this rank's two newest files (the agreement needs the
+  // Writes this rank's share of the snapshot (`payload`, its checksum `checksum`, its shared
+  // entries' fingerprint `shared_print`) durably: its own entries and 1/W of the shared entries'
+  // bytes (internal::MakeShare). Then keeps this rank's two newest files (the agreement needs the
   // previous one while another rank may still be writing the newest).
-  Status Persist(int64_t step, std::span<const std::byte> payload, uint64_t checksum) {
-    internal::Trailer t{checksum, payload.size(), {}};
+  Status Persist(int64_t step, std::span<const std::byte> payload, uint64_t checksum, uint64_t shared_print) {
+    const std::string file = PersistedName(comm_->rank(), step);
+    CUPCAKE_ASSIGN_OR_RETURN(const internal::ParsedSnapshot parsed,
+                             internal::ParseSnapshot(payload, where_ + ": persist of step " + std::to_string(step)));
+    internal::ShareFile share;
+    internal::MakeShare(payload, parsed, checksum, shared_print, comm_->rank(), comm_->size(), &share);
+    internal::Hasher hasher;
+    uint64_t bytes = 0;
+    for (const std::span<const std::byte>& piece : share.pieces) {
+      hasher.Update(piece.data(), piece.size());
+      bytes += piece.size();
+    }
+    internal::Trailer t{hasher.Final(), bytes, {}};
     std::memcpy(t.magic, internal::kTrailerMagic, 8);
-    const std::string file = options_.name + "-" + std::to_string(comm_->rank()) + "-" + std::to_string(step) + ".ckpt";
-    CUPCAKE_RETURN_IF_ERROR(WriteDurably(options_.persist_dir, file, payload, t));
+    CUPCAKE_RETURN_IF_ERROR(WriteDurably(options_.persist_dir, file, share.pieces, t));
     std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
     while (files.size() > 2) {
       ::unlink((options_.persist_dir + "/" + files.begin()->second).c_str());
@@ -1629,26 +1879,11 @@ class Checkpointer::Impl {
     return Status::Ok();
   }
 
-  // This rank's snapshots that verify, newest first, slots before files of the same step; what
-  // does not verify goes to `refused`.
+  // This rank's whole snapshots that verify (its slots and, with replicate, its outgoing
+  // slots), newest first, one per step, at most kCandidates; what does not verify goes to
+  // `refused`.
   std::vector<Candidate> ListCandidates(std::vector<std::string>* refused) {
     std::vector<Candidate> out;
-    SlotCandidates(&out, refused);
-    FileCandidates(&out, refused);
-    std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
-    // One candidate per step (the slot, listed first) and at most kCandidates.
-    std::vector<Candidate> unique;
-    for (Candidate& c : out)
-      if ((unique.empty() || unique.back().step != c.step) && static_cast<int>(unique.size()) < kCandidates)
-        unique.push_back(std::move(c));
-    for (Candidate& c : unique)
-      if (!c.file.empty())
-        c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), c.payload.size()};  // NOLINT: moved string
-    return unique;
-  }
-
-  // The valid slots that verify of this rank's segment and (replicate) of its outgoing segment.
-  void SlotCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
     for (SlotSegment* segment : {&own_, outgoing_.get()}) {
       if (segment == nullptr) continue;
       for (const SlotSegment::ValidSlot& v : segment->ValidSlots(refused)) {
@@ -1657,17 +1892,27 @@ class Checkpointer::Impl {
         c.source = segment->where() + " " + field;
         c.payload = v.payload;
         if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", comm_->rank(), refused))
-          out->push_back(std::move(c));
+          out.push_back(std::move(c));
       }
     }
+    std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
+    std::vector<Candidate> unique;
+    for (Candidate& c : out)
+      if ((unique.empty() || unique.back().step != c.step) && static_cast<int>(unique.size()) < kCandidates)
+        unique.push_back(std::move(c));
+    return unique;
   }
 
-  // This rank's two newest persisted files that verify (complete: trailer, checksum, structure).
-  void FileCandidates(std::vector<Candidate>* out, std::vector<std::string>* refused) {
-    if (options_.persist_dir.empty()) return;
+  // This rank's two newest persisted files that verify (complete: trailer, checksum, structure,
+  // its rank and world), newest first; what does not verify goes to `refused`. A file that is
+  // whole but of no use to this job, one written by a job of another world size (its shares fit
+  // only that world) or in persisted format 1, sets `foreign` (when still Ok): the restore fails
+  // rather than start afresh, which would drop the file at the first Commit.
+  std::vector<Candidate> FileCandidates(std::vector<std::string>* refused, Status* foreign) {
+    std::vector<Candidate> out;
+    if (options_.persist_dir.empty()) return out;
     const std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
-    int kept = 0;
-    for (auto it = files.rbegin(); it != files.rend() && kept < 2; ++it) {
+    for (auto it = files.rbegin(); it != files.rend() && static_cast<int>(out.size()) < kFileCandidates; ++it) {
       Candidate c;
       c.source = options_.persist_dir + "/" + it->second;
       ReadLimits limits;
@@ -1677,26 +1922,25 @@ class Checkpointer::Impl {
         refused->push_back(bytes.status().message());
         continue;
       }
-      c.file = std::move(bytes).value();
+      c.file = std::make_shared<const std::string>(std::move(bytes).value());
       internal::Trailer t{};
-      if (c.file.size() < sizeof(t)) {
-        refused->push_back(c.source + ": trailer: truncated; got " + std::to_string(c.file.size()) +
+      if (c.file->size() < sizeof(t)) {
+        refused->push_back(c.source + ": trailer: truncated; got " + std::to_string(c.file->size()) +
                            " bytes, expected >= " + std::to_string(sizeof(t)));
         continue;
       }
-      std::memcpy(&t, c.file.data() + c.file.size() - sizeof(t), sizeof(t));
-      const uint64_t payload = c.file.size() - sizeof(t);
+      std::memcpy(&t, c.file->data() + c.file->size() - sizeof(t), sizeof(t));
+      const uint64_t payload = c.file->size() - sizeof(t);
       if (std::memcmp(t.magic, internal::kTrailerMagic, 8) != 0 || t.payload_bytes != payload) {
         refused->push_back(c.source + ": trailer: not a complete snapshot; got " + std::to_string(t.payload_bytes) +
                            " payload bytes recorded, expected " + std::to_string(payload));
         continue;
       }
-      c.payload = {reinterpret_cast<const std::byte*>(c.file.data()), payload};  // NOLINT: bytes of the file
-      if (Verify(&c, t.checksum, it->first, c.source + ": trailer.", comm_->rank(), refused)) {
-        out->push_back(std::move(c));
-        ++kept;
-      }
+      c.payload = {reinterpret_cast<const std::byte*>(c.file->data()), payload};  // NOLINT: bytes of the file
+      if (Verify(&c, t.checksum, it->first, c.source + ": trailer.", comm_->rank(), refused, Parse::kShare, foreign))
+        out.push_back(std::move(c));
     }
+    return out;
   }
 
   // The snapshots this rank holds of its sources (replicate), by source, newest first, verified
@@ -1710,8 +1954,7 @@ class Checkpointer::Impl {
         Candidate c;
         c.source = segment->where() + " " + field;
         c.payload = v.payload;
-        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", source, refused,
-                   /*rank_part=*/true))
+        if (Verify(&c, v.checksum, v.step, segment->where() + ": " + field + ".", source, refused, Parse::kRankPart))
           of.push_back(std::move(c));
       }
       std::sort(of.begin(), of.end(), [](const Candidate& a, const Candidate& b) { return a.step > b.step; });
@@ -1719,20 +1962,51 @@ class Checkpointer::Impl {
     return out;
   }
 
+  // What a candidate's payload is: a whole snapshot, a replica, or a persisted file (a share).
+  enum class Parse { kSnapshot, kRankPart, kShare };
   // The checksum (`field` prefixes its name: "<segment>: slots[1]." or "<file>: trailer."), the
-  // structure, the step and the owner of a candidate.
+  // structure, the step and the owner of a candidate. A persisted file's payload becomes its
+  // replica, and its share goes to c->share. A persisted file of another world size or of format
+  // 1 sets `foreign` (when given and still Ok; FileCandidates) instead of a line in `refused`.
   bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field, int rank,
-              std::vector<std::string>* refused, bool rank_part = false) {
+              std::vector<std::string>* refused, Parse parse = Parse::kSnapshot, Status* foreign = nullptr) {
     const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
     if (got != stored) {
       refused->push_back(field + "checksum: does not match the contents; got " + Hex(got) + ", expected " +
                          Hex(stored) + " (stored)");
       return false;
     }
-    StatusOr<internal::ParsedSnapshot> parsed =
-        rank_part ? internal::ParseRankPart(c->payload, c->source) : internal::ParseSnapshot(c->payload, c->source);
+    StatusOr<internal::ParsedSnapshot> parsed = InternalError("not parsed");
+    if (parse == Parse::kShare) {
+      StatusOr<internal::ParsedShare> share = internal::ParseShare(c->payload, c->source);
+      if (share.ok()) {
+        c->payload = share->rank_part;
+        c->share = share->share;
+        c->shared_bytes = share->shared_bytes;
+        c->shared_print = share->shared_print;
+        parsed = std::move(share->parsed);
+      } else if (foreign != nullptr && c->payload.size() >= 8 &&
+                 std::memcmp(c->payload.data(), internal::kSnapshotMagic, 8) == 0) {
+        if (foreign->ok()) *foreign = FailedPreconditionError(share.status().message());
+        return false;
+      } else {
+        parsed = share.status();
+      }
+    } else {
+      parsed = parse == Parse::kRankPart ? internal::ParseRankPart(c->payload, c->source)
+                                         : internal::ParseSnapshot(c->payload, c->source);
+    }
     if (!parsed.ok()) {
       refused->push_back(parsed.status().message());
+      return false;
+    }
+    if (foreign != nullptr && parsed->world_size != comm_->size() && parsed->step == step && parsed->rank == rank) {
+      if (foreign->ok())
+        *foreign = FailedPreconditionError(
+            c->source + ": world_size: written by a job of another world size; got rank " + std::to_string(rank) +
+            " of " + std::to_string(parsed->world_size) + ", expected rank " + std::to_string(rank) + " of " +
+            std::to_string(comm_->size()) + " (the ranks' shares fit only the world that wrote them: restore with " +
+            std::to_string(parsed->world_size) + " ranks, or remove the files to start afresh)");
       return false;
     }
     if (parsed->step != step || parsed->rank != rank || parsed->world_size != comm_->size()) {
@@ -1765,6 +2039,29 @@ class Checkpointer::Impl {
                 ", expected " + std::to_string(entries_[i].memory.size()) + " ('" + entries_[i].name + "')");
     }
     return problems.empty() ? Status::Ok() : InvalidArgumentError(problems);
+  }
+
+  // Rank `rank`'s persisted file of `step`: its name, and its path in persist_dir.
+  std::string PersistedName(int rank, int64_t step) const {
+    return options_.name + "-" + std::to_string(rank) + "-" + std::to_string(step) + ".ckpt";
+  }
+  std::string PersistedPath(int rank, int64_t step) const {
+    return options_.persist_dir + "/" + PersistedName(rank, step);
+  }
+
+  // For a restore that found no common step: the newest persisted step and the ranks whose share
+  // of it is missing or was refused, e.g. "; step 4 lacks the persisted share of rank 1
+  // (/ckpt/job-1-4.ckpt: missing or refused there)"; empty when no rank persisted a step.
+  std::string DescribeMissingShares(const Holdings& held) const {
+    const auto [step, lacking] = held.MissingShares();
+    if (lacking.empty()) return "";
+    std::string ranks, paths;
+    for (int r : lacking) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      paths += (paths.empty() ? "" : ", ") + PersistedPath(r, step);
+    }
+    return "; step " + std::to_string(step) + " lacks the persisted share of rank " + ranks + " (" + paths +
+           ": missing or refused there)";
   }
 
   // Once, at this object's start (its first Find or Commit): the temporaries that a persist of

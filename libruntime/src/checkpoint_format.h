@@ -12,7 +12,13 @@
 //   entry_count x {uint32 name_bytes; uint32 flags; uint64 size_bytes; name_bytes bytes of name}
 //   metadata; then each entry's bytes in entry order.
 // An entry's flags: kEntryShared (Scope::kShared: the same bytes on every rank), else 0.
-// Persisted file <name>-<rank>-<step>.ckpt: the payload, then a Trailer.
+// Persisted file <name>-<rank>-<step>.ckpt (format 2): this rank's share of its snapshot, so that
+// the W ranks together write the shared entries once:
+//   ShareHeader; this rank's replica (below, rank_part_bytes); bytes [ShareOf(T, W, rank)) of the
+//   shared entries' bytes laid end to end in entry order (T bytes in all; share_bytes); Trailer
+//   (the checksum and size of everything before it).
+// Format 1 (each rank's whole snapshot payload, then a Trailer; it begins with kSnapshotMagic) is
+// refused by name.
 // A replica (what a rank streams to the ranks that keep its replicas; docs/CHECKPOINT.md): its
 // snapshot's payload without the shared entries' bytes, which a restore takes from another rank:
 //   char magic[8] = kRankPartMagic; the snapshot's bytes from its step to its metadata's end;
@@ -25,6 +31,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cupcake/proto/status.h"
@@ -37,6 +44,8 @@ inline constexpr char kTrailerMagic[8] = {'C', 'U', 'P', 'C', 'K', 'E', 'N', 'D'
 inline constexpr char kRankPartMagic[8] = {'C', 'U', 'P', 'C', 'K', 'R', 'K', '1'};
 inline constexpr uint32_t kEntryShared = 1;
 inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr char kShareMagic[8] = {'C', 'U', 'P', 'C', 'K', 'P', 'E', 'R'};
+inline constexpr uint32_t kPersistedFormatVersion = 2;  // 1: whole snapshots (no ShareHeader)
 inline constexpr int64_t kHeaderBytes = 4096;
 
 enum SlotState : uint64_t { kSlotEmpty = 0, kSlotWriting = 1, kSlotValid = 2 };
@@ -58,6 +67,20 @@ struct SegmentHeader {
   SlotHeader slots[2];
 };
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
+
+// The head of a persisted file (format 2).
+struct ShareHeader {
+  char magic[8];  // kShareMagic
+  uint32_t version;  // kPersistedFormatVersion
+  int32_t rank;
+  int32_t world_size;
+  uint32_t zero;
+  uint64_t rank_part_bytes;  // the replica that follows
+  uint64_t shared_bytes;  // T: all the shared entries' bytes, of which this file holds a share
+  uint64_t share_offset;  // ShareOf(T, world_size, rank)
+  uint64_t share_bytes;
+  uint64_t shared_print;  // SharedFingerprint of the T bytes, the same in every rank's file
+};
 
 struct Trailer {
   uint64_t checksum;
@@ -122,5 +145,49 @@ StatusOr<std::vector<std::byte>> RebuildSnapshot(std::span<const std::byte> rank
 
 // The bytes of the payload before the entries' data, for these names and metadata.
 int64_t DirectoryBytes(const std::vector<std::string>& names, size_t metadata_bytes);
+
+// Rank `rank`'s share of `total` bytes split among `world` ranks: [floor(rank T / W),
+// floor((rank + 1) T / W)). Contiguous, in rank order, covering [0, T); shares differ by at most
+// one byte. Depends only on (T, W, rank). 0 <= rank < world.
+struct ByteRange {
+  int64_t offset = 0, bytes = 0;
+};
+ByteRange ShareOf(int64_t total, int world, int rank);
+
+// The fingerprint of a snapshot's shared entries: the checksum of their (index in the snapshot's
+// entries, Checksum of the entry's bytes) pairs as uint64, in entry order. Commit's agreement
+// compares it between the ranks; a persisted share records it.
+uint64_t CombinePrints(const std::vector<std::pair<int, uint64_t>>& prints);
+// CombinePrints of `shared` (the shared entries' bytes laid end to end, in entry order) for the
+// entries of `parsed` (a snapshot or replica directory); `shared` must hold their bytes exactly.
+uint64_t SharedFingerprint(const ParsedSnapshot& parsed, std::span<const std::byte> shared);
+
+// Rank `rank`'s persisted file of `snapshot` (parsed as `parsed`, its checksum `checksum`, the
+// fingerprint of its shared entries `shared_print`) in a world of `world`: ShareHeader, replica,
+// share, as pieces to write in order (the Trailer is the writer's). `pieces` point into
+// `snapshot` and into this object, which must stay where it is while they are used.
+struct ShareFile {
+  ShareHeader header{};
+  uint64_t snapshot_checksum = 0;
+  std::vector<std::span<const std::byte>> pieces;
+};
+void MakeShare(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed, uint64_t checksum,
+               uint64_t shared_print, int rank, int world, ShareFile* out);
+
+// A persisted file's payload (the bytes before its Trailer), parsed: its replica (parsed, with
+// the whole snapshot's checksum) and its share.
+struct ParsedShare {
+  ParsedSnapshot parsed;  // the replica's directory (ParseRankPart)
+  std::span<const std::byte> rank_part;
+  std::span<const std::byte> share;
+  ByteRange range;  // of the shared bytes: ShareOf(shared_bytes, world, rank)
+  int64_t shared_bytes = 0;
+  uint64_t shared_print = 0;
+};
+// Checks the header (magic, version; a format-1 file is refused by name), the sizes, the
+// replica's structure, that the header's rank and world are the replica's, that shared_bytes is
+// the sum of its shared entries' sizes and that the share is ShareOf(shared_bytes, world, rank);
+// DataLoss naming `source` and the field otherwise.
+StatusOr<ParsedShare> ParseShare(std::span<const std::byte> payload, const std::string& source);
 
 }  // namespace cupcake::runtime::internal

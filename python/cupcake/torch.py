@@ -687,10 +687,11 @@ class Checkpointer:
     DistributedOptimizer its session's state: error-feedback memory and momentum (this rank's own),
     PowerSGD's, the active rung and, with adapt=GraVAC(...), the controller's and window's state.
     It goes to /dev/shm/cupcake-<name>-<rank> (two slots: a torn copy is never restored) and, every
-    `persist_every` steps, to `persist_dir` (written durably; restore falls back to it when no
-    segment survives). replicate=True: each rank's own state is also kept by a rank on another host
-    (Gemini's replicas: hosts in groups of `replica_group_hosts` (>= 2) that back each other up;
-    one host alone: the next rank), sent in chunks of `replica_chunk_bytes` (>= 0; 0: whole), one
+    `persist_every` steps, to `persist_dir` (each rank its own state and 1/W of the shared state,
+    written durably; restore falls back to it when no segment survives, with the same world size).
+    replicate=True: each rank's own state is also kept by a rank on another host (Gemini's
+    replicas: hosts in groups of `replica_group_hosts` (>= 2) that back each other up; one host
+    alone: the next rank), sent in chunks of `replica_chunk_bytes` (>= 0; 0: whole), one
     per commit (cupcake-plan show --profile prints the chunk that fits the plan's idle gap), or with
     `replica_gaps` in every idle gap of the session's plan: a list of (after_group, bytes) pairs or
     of `cupcake-plan show --format json`'s replica_schedule.gaps (after_group, chunk_bytes), -1 the

@@ -853,6 +853,446 @@ TEST_F(CheckpointTest, StaleTemporariesAreRemovedAtStart) {
   EXPECT_EQ(::waitpid(live, nullptr, 0), live);
 }
 
+// A persisted file holds the rank's own entries and 1/W of the shared entries' bytes
+// (docs/CHECKPOINT.md, "Persisted checkpoints"). The files and the shares, restated by hand.
+std::string ReadBytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+void WriteBytes(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+std::span<const std::byte> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};  // NOLINT: file bytes
+}
+// A persisted file's trailer made to match its payload again after a test changed the payload
+// (the trailer's checksum is the format's: a file whose bytes were changed and sealed anew).
+void Reseal(std::string* file) {
+  const size_t payload = file->size() - sizeof(internal::Trailer);
+  const uint64_t sum = internal::Checksum(AsBytes(*file).data(), payload);
+  std::memcpy(file->data() + payload, &sum, 8);
+}
+constexpr size_t kShareHeaderBytes = 8 + 4 + 4 + 4 + 4 + 5 * 8;  // ShareHeader, by its fields
+
+// floor(r T / W) with 128-bit arithmetic (a GCC and Clang extension): the definition of a
+// share's start.
+__extension__ typedef __int128 Int128;
+int64_t ShareStart(int64_t total, int world, int rank) {
+  return static_cast<int64_t>(static_cast<Int128>(total) * rank / world);
+}
+
+TEST(PersistedShares, SplitIsContiguousInRankOrder) {
+  // By hand: 10 bytes among 3 ranks: [0, 3), [3, 6), [6, 10); 2 bytes among 4: [0, 0), [0, 1),
+  // [1, 1), [1, 2).
+  const std::vector<std::pair<int64_t, int64_t>> ten = {{0, 3}, {3, 3}, {6, 4}};
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(internal::ShareOf(10, 3, r).offset, ten[static_cast<size_t>(r)].first);
+    EXPECT_EQ(internal::ShareOf(10, 3, r).bytes, ten[static_cast<size_t>(r)].second);
+  }
+  const std::vector<std::pair<int64_t, int64_t>> two = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(internal::ShareOf(2, 4, r).offset, two[static_cast<size_t>(r)].first);
+    EXPECT_EQ(internal::ShareOf(2, 4, r).bytes, two[static_cast<size_t>(r)].second);
+  }
+  // Against the definition: every size up to 300 among 1..9 ranks, and sizes near the int64
+  // limit, where r T overflows 64 bits.
+  std::vector<int64_t> totals;
+  for (int64_t t = 0; t <= 300; ++t) totals.push_back(t);
+  for (int64_t t : {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() - 5, int64_t{1} << 62,
+                    (int64_t{1} << 40) + 3})
+    totals.push_back(t);
+  for (int64_t total : totals)
+    for (int world = 1; world <= 9; ++world) {
+      int64_t next = 0;
+      for (int r = 0; r < world; ++r) {
+        const internal::ByteRange got = internal::ShareOf(total, world, r);
+        ASSERT_EQ(got.offset, ShareStart(total, world, r)) << total << " " << world << " " << r;
+        ASSERT_EQ(got.offset, next) << total << " " << world << " " << r;
+        ASSERT_EQ(got.offset + got.bytes, ShareStart(total, world, r + 1)) << total << " " << world << " " << r;
+        next = got.offset + got.bytes;
+      }
+      ASSERT_EQ(next, total);
+    }
+}
+
+// Rank `rank`'s snapshot of step 6 in a world of 3, laid out by hand (checkpoint_format.h's
+// layout): entries a (own, 10 bytes), b (shared, 7), c (shared, 0), d (own, 3), e (shared, 12).
+// Its shared bytes, b then e, are 19 and the same on every rank: among 3 ranks [0, 6), [6, 12),
+// [12, 19): rank 0 b[0..6), rank 1 b[6] and e[0..5), rank 2 e[5..12).
+struct HandSnapshot {
+  std::vector<std::byte> bytes;
+  std::vector<std::byte> shared;  // b then e
+};
+HandSnapshot LayOutByHand(int32_t rank) {
+  struct E {
+    std::string name;
+    uint32_t flags;
+    int size;
+    int first;  // its bytes are first, first + 1, ...
+  };
+  const std::vector<E> entries = {
+      {"a", 0, 10, 1 + 20 * rank}, {"b", 1, 7, 70}, {"c", 1, 0, 0}, {"d", 0, 3, 90 + 5 * rank}, {"e", 1, 12, 120}};
+  HandSnapshot out;
+  auto put = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.bytes.insert(out.bytes.end(), b, b + n);
+  };
+  const int64_t step = 6;
+  const int32_t world = 3;
+  const std::string metadata = "meta";
+  const uint64_t metadata_bytes = metadata.size();
+  const uint32_t count = static_cast<uint32_t>(entries.size()), zero = 0;
+  put(internal::kSnapshotMagic, 8);
+  put(&step, 8);
+  put(&rank, 4);
+  put(&world, 4);
+  put(&metadata_bytes, 8);
+  put(&count, 4);
+  put(&zero, 4);
+  for (const E& e : entries) {
+    const uint32_t name_bytes = static_cast<uint32_t>(e.name.size());
+    const uint64_t size = static_cast<uint64_t>(e.size);
+    put(&name_bytes, 4);
+    put(&e.flags, 4);
+    put(&size, 8);
+    put(e.name.data(), e.name.size());
+  }
+  put(metadata.data(), metadata.size());
+  for (const E& e : entries)
+    for (int j = 0; j < e.size; ++j) {
+      const auto b = static_cast<std::byte>(e.first + j);
+      out.bytes.push_back(b);
+      if (e.flags == 1) out.shared.push_back(b);
+    }
+  return out;
+}
+
+// Each rank's file holds its replica and exactly its share; the three shares laid back at their
+// offsets, with each rank's replica, rebuild each rank's snapshot byte for byte.
+TEST(PersistedShares, SharesReassembleTheSnapshots) {
+  const std::vector<std::pair<size_t, size_t>> want = {{0, 6}, {6, 6}, {12, 7}};  // by hand, above
+  std::vector<HandSnapshot> hand;
+  std::vector<std::vector<std::byte>> files(3);
+  std::vector<std::byte> assembled(19);
+  uint64_t print = 0;
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    hand.push_back(LayOutByHand(r));
+    ASSERT_EQ(hand[r].shared.size(), 19u);
+    auto parsed = internal::ParseSnapshot(hand[r].bytes, "hand");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    const uint64_t checksum = internal::Checksum(hand[r].bytes.data(), hand[r].bytes.size());
+    print = internal::SharedFingerprint(*parsed, hand[r].shared);
+    internal::ShareFile file;
+    internal::MakeShare(hand[r].bytes, *parsed, checksum, print, r, 3, &file);
+    for (const auto& piece : file.pieces) files[r].insert(files[r].end(), piece.begin(), piece.end());
+    // Header, replica (directory 8 + 32 + 5 x 16 + 5 names + 4 metadata = 129, a and d 13, the
+    // checksum 8), share.
+    EXPECT_EQ(files[r].size(), kShareHeaderBytes + 150 + want[static_cast<size_t>(r)].second);
+    auto share = internal::ParseShare(files[r], "file" + std::to_string(r));
+    ASSERT_TRUE(share.ok()) << share.status().ToString();
+    EXPECT_EQ(share->shared_bytes, 19);
+    EXPECT_EQ(share->shared_print, print);
+    EXPECT_EQ(share->parsed.snapshot_checksum, checksum);
+    const auto from = hand[r].shared.begin() + static_cast<ptrdiff_t>(want[static_cast<size_t>(r)].first);
+    const std::vector<std::byte> expected(from, from + static_cast<ptrdiff_t>(want[static_cast<size_t>(r)].second));
+    EXPECT_EQ(std::vector<std::byte>(share->share.begin(), share->share.end()), expected);
+    std::copy(share->share.begin(), share->share.end(), assembled.begin() + share->range.offset);
+  }
+  EXPECT_EQ(assembled, hand[0].shared);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    auto share = internal::ParseShare(files[r], "file" + std::to_string(r));
+    ASSERT_TRUE(share.ok());
+    EXPECT_EQ(internal::SharedFingerprint(share->parsed, assembled), print);
+    auto rebuilt = internal::RebuildSnapshot(share->rank_part, share->parsed, assembled, "file");
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
+    EXPECT_EQ(*rebuilt, hand[r].bytes);
+  }
+}
+
+// Headers that do not describe the file are refused naming the file and the field; a file of
+// format 1 (each rank's whole snapshot) is refused by name.
+TEST(PersistedShares, ParseRefusesWhatIsNotAShare) {
+  const HandSnapshot hand = LayOutByHand(1);
+  auto parsed = internal::ParseSnapshot(hand.bytes, "hand");
+  ASSERT_TRUE(parsed.ok());
+  internal::ShareFile file;
+  internal::MakeShare(hand.bytes, *parsed, 7, 9, 1, 3, &file);
+  std::vector<std::byte> good;
+  for (const auto& piece : file.pieces) good.insert(good.end(), piece.begin(), piece.end());
+  auto message = [](std::span<const std::byte> payload) {
+    auto got = internal::ParseShare(payload, "/ckpt/job-1-6.ckpt");
+    return got.ok() ? std::string("ok") : got.status().message();
+  };
+  EXPECT_EQ(message(hand.bytes),
+            "/ckpt/job-1-6.ckpt: magic: a whole snapshot of persisted format 1, which this version does not read; "
+            "got 'CUPCKSN1', expected 'CUPCKPER' (format 2: each rank's share; restore with the Cupcake that wrote "
+            "it, or remove the files to start afresh)");
+  std::vector<std::byte> bad = good;
+  bad[8] = std::byte{3};  // version
+  EXPECT_EQ(message(bad), "/ckpt/job-1-6.ckpt: version: unknown; got 3, expected 2");
+  bad = good;
+  bad[40] = std::byte{5};  // share_offset: 5 where rank 1's share of 19 bytes among 3 begins at 6
+  EXPECT_EQ(message(bad),
+            "/ckpt/job-1-6.ckpt: share_offset, share_bytes: not rank 1's share; got [5, +6), expected [6, +6) of 19 "
+            "bytes split among 3 ranks");
+  bad = good;
+  bad.pop_back();
+  EXPECT_EQ(message(bad),
+            "/ckpt/job-1-6.ckpt: rank_part_bytes, share_bytes: do not match the file; got 150 + 6, expected 155 (the "
+            "bytes after the header)");
+}
+
+// Data parallelism on 3 ranks, persisted every 2 steps: each rank's file holds the header, its
+// replica (the directory: 40 bytes, 16 per entry and the names 'weights', 'stats', 'raw': 103;
+// the metadata "m4": 2; 'stats': 20; the snapshot's checksum: 8) and its third of the 1217 shared
+// bytes ('weights' and 'raw': 405, 406, 406), then the trailer (24): where a whole snapshot is
+// 1342 bytes. With every segment gone, the three shares restore step 4 bitwise.
+TEST_F(CheckpointTest, PersistedFilesHoldOneShareOfTheSharedEntries) {
+  hosts_ = {"a", "b", "c"};
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options, Scope::kShared);
+  Train(1, 4);
+  const std::vector<size_t> share = {405, 406, 406};
+  for (int r = 0; r < 3; ++r) {
+    const auto path = dir_ / (name_ + "-" + std::to_string(r) + "-4.ckpt");
+    EXPECT_EQ(std::filesystem::file_size(path), kShareHeaderBytes + (103 + 2 + 20 + 8) + share[r] + 24) << path;
+  }
+  jobs_.clear();
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
+    EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m4");
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r));
+    EXPECT_EQ(points[static_cast<size_t>(r)]->source, (dir_ / (name_ + "-" + std::to_string(r) + "-4.ckpt")).string() +
+                                                          ", its shared entries from every rank's persisted share");
+  }
+}
+
+// Rank 1's host lost, rank 0's memory intact: rank 1 rebuilds step 4 from its own file and the
+// shared entries of rank 0's slot of step 4 (rank 0's slots hold 5 and 4).
+TEST_F(CheckpointTest, PersistedShareAndAPeersMemoryRestoreALostHost) {
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options, Scope::kShared);
+  Train(1, 5);
+  jobs_.clear();
+  ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
+  }
+  EXPECT_EQ(points[0]->source.substr(0, Segment(0).size()), Segment(0));
+  EXPECT_EQ(points[1]->source, (dir_ / (name_ + "-1-4.ckpt")).string() + ", its shared entries from rank 0");
+}
+
+// A share missing: the ranks restore the newest step whose shares are all there; with none left,
+// every rank fails naming the missing file.
+TEST_F(CheckpointTest, AMissingShareFailsNamingTheFile) {
+  hosts_ = {"a", "b", "c"};
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options, Scope::kShared);
+  Train(1, 4);
+  jobs_.clear();
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  std::filesystem::remove(dir_ / (name_ + "-1-4.ckpt"));
+  Start(options, Scope::kShared);
+  for (const auto& point : Restore()) {
+    ASSERT_TRUE(point.ok()) << point.status().ToString();
+    EXPECT_EQ(point->step, 2);
+  }
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  std::filesystem::remove(dir_ / (name_ + "-1-2.ckpt"));
+  Start(options, Scope::kShared);
+  const auto failed = Restore();
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_FALSE(failed[static_cast<size_t>(r)].ok());
+    EXPECT_EQ(failed[static_cast<size_t>(r)].status().message(),
+              Segment(r) +
+                  ": restore: no step is held by every rank; got rank 0 holds none (persisted shares of 2); rank 1 "
+                  "holds none; rank 2 holds none (persisted shares of 2), expected a common step; step 2 lacks the "
+                  "persisted share of rank 1 (" +
+                  (dir_ / (name_ + "-1-2.ckpt")).string() +
+                  ": missing or refused there) (snapshots refused on this rank: 0)");
+  }
+}
+
+// A share whose bytes changed on disk is refused naming the file (its trailer's checksum); the
+// ranks restore the step before, and with that share corrupt too every rank fails, naming it.
+TEST_F(CheckpointTest, ACorruptShareIsRefusedNamingTheFile) {
+  hosts_ = {"a", "b", "c"};
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options, Scope::kShared);
+  Train(1, 4);
+  jobs_.clear();
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  auto corrupt = [&](int64_t step) {
+    const auto path = dir_ / (name_ + "-2-" + std::to_string(step) + ".ckpt");
+    std::string file = ReadBytes(path);
+    file[file.size() - sizeof(internal::Trailer) - 3] ^= 0x20;  // a byte of the share
+    WriteBytes(path, file);
+    return path.string();
+  };
+  const std::string four = corrupt(4);
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  }
+  ASSERT_EQ(points[2]->refused.size(), 1u);
+  const std::string want = four + ": trailer.checksum: does not match the contents; got 0x";
+  EXPECT_EQ(points[2]->refused[0].substr(0, want.size()), want) << points[2]->refused[0];
+  const std::string two = corrupt(2);
+  Start(options, Scope::kShared);
+  const auto failed = Restore();
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_FALSE(failed[static_cast<size_t>(r)].ok());
+    const std::string msg = failed[static_cast<size_t>(r)].status().message();
+    EXPECT_NE(msg.find("expected a common step; step 2 lacks the persisted share of rank 2 (" + two +
+                       ": missing or refused there)"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_NE(failed[2].status().message().find("(snapshots refused on this rank: 1)\n" + two +
+                                              ": trailer.checksum: does not match the contents"),
+            std::string::npos)
+      << failed[2].status().message();
+}
+
+// Shares that each verify but do not fit together (a file of another run sealed anew): every rank
+// fails in Apply naming the shares, and nothing is written. Shares recording different shared
+// entries (their fingerprints); then shares that record the same, whose bytes assembled do not.
+TEST_F(CheckpointTest, SharesThatDoNotFitFailEveryRank) {
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options, Scope::kShared);
+  Train(1, 2);
+  jobs_.clear();
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  const auto path = dir_ / (name_ + "-1-2.ckpt");
+  const std::string original = ReadBytes(path);
+  auto restore_with = [&](size_t at, char flip) {
+    std::string file = original;
+    file[at] ^= flip;
+    Reseal(&file);
+    WriteBytes(path, file);
+    Start(options, Scope::kShared);
+    return Restore();
+  };
+  auto file = [&](int r) { return (dir_ / (name_ + "-" + std::to_string(r) + "-2.ckpt")).string(); };
+  const auto prints = restore_with(56, 1);  // shared_print's first byte
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_FALSE(prints[static_cast<size_t>(r)].ok());
+    const std::string msg = prints[static_cast<size_t>(r)].status().message();
+    const std::string want = file(r) +
+                             ": shared_bytes, shared_print: the ranks' shares of step 2 are not of the same shared "
+                             "entries; got 1217 bytes 0x";
+    EXPECT_EQ(msg.substr(0, want.size()), want);
+    EXPECT_NE(msg.find(" (" + file(0) + "), 1217 bytes 0x"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(" (" + file(1) + "), expected the same on every rank"), std::string::npos) << msg;
+    EXPECT_EQ(jobs_[static_cast<size_t>(r)].weights, std::vector<float>(300, 0.0f));
+  }
+  // A job that could not prepare its entries (Find gave it no metadata) still gets the shares'
+  // error from Apply, not its own.
+  Start(options, Scope::kShared);
+  std::vector<Status> applied(kWorld);
+  OnEveryRank(kWorld, [&](int r) {
+    Checkpointer& c = *jobs_[static_cast<size_t>(r)].ckpt;
+    auto point = c.Find();
+    ASSERT_TRUE(point.ok()) << point.status().ToString();
+    EXPECT_EQ(point->step, 2);
+    EXPECT_EQ(point->metadata, "");
+    applied[static_cast<size_t>(r)] = c.Apply(InvalidArgumentError("job: metadata: not JSON"));
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const std::string want = file(r) + ": shared_bytes, shared_print: the ranks' shares of step 2";
+    EXPECT_EQ(applied[static_cast<size_t>(r)].message().substr(0, want.size()), want)
+        << applied[static_cast<size_t>(r)].message();
+  }
+  const auto bytes = restore_with(original.size() - sizeof(internal::Trailer) - 1, 1);  // the share's last byte
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_FALSE(bytes[static_cast<size_t>(r)].ok());
+    const std::string msg = bytes[static_cast<size_t>(r)].status().message();
+    EXPECT_EQ(msg.substr(0, msg.find(" do not match it;")),
+              file(r) + ": shared_print: the shared entries assembled from the ranks' shares of step 2")
+        << msg;
+    EXPECT_NE(msg.find("(the shares: " + file(0) + ", " + file(1) + ")"), std::string::npos) << msg;
+    EXPECT_EQ(jobs_[static_cast<size_t>(r)].weights, std::vector<float>(300, 0.0f));
+  }
+}
+
+// Shares persisted by 2 ranks fit only a world of 2: a restore on 3 ranks fails on every rank
+// (ranks 0 and 1 naming their files) instead of starting afresh, which would drop them. So does
+// a file of persisted format 1 (a rank's whole snapshot).
+TEST_F(CheckpointTest, SharesOfAnotherWorldOrFormatAreRefused) {
+  CheckpointOptions options;
+  options.persist_dir = dir_.string();
+  options.persist_every = 2;
+  Start(options, Scope::kShared);
+  Train(1, 2);
+  std::string whole;  // rank 0's snapshot of step 2 as format 1 wrote it: the payload, a trailer
+  {
+    auto m = Map(0);
+    const internal::SlotHeader& slot = m->header().slots[m->Newest()];
+    ASSERT_EQ(slot.step, 2);
+    whole.assign(reinterpret_cast<const char*>(m->slot(m->Newest())), slot.payload_bytes);  // NOLINT: bytes
+    internal::Trailer t{slot.checksum, slot.payload_bytes, {}};
+    std::memcpy(t.magic, internal::kTrailerMagic, 8);
+    whole.append(reinterpret_cast<const char*>(&t), sizeof(t));  // NOLINT: bytes
+  }
+  jobs_.clear();
+  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  hosts_ = {"a", "b", "c"};
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_FALSE(points[static_cast<size_t>(r)].ok());
+    const std::string file = (dir_ / (name_ + "-" + std::to_string(r) + "-2.ckpt")).string();
+    EXPECT_EQ(points[static_cast<size_t>(r)].status().message(),
+              r == 2 ? Segment(2) + ": restore: failed on rank 0 (see its message)"
+                     : file + ": world_size: written by a job of another world size; got rank " + std::to_string(r) +
+                           " of 2, expected rank " + std::to_string(r) +
+                           " of 3 (the ranks' shares fit only the world that wrote them: restore with 2 ranks, or "
+                           "remove the files to start afresh)");
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir_ / (name_ + "-0-2.ckpt")));
+  hosts_ = {};
+  WriteBytes(dir_ / (name_ + "-0-2.ckpt"), whole);
+  Start(options, Scope::kShared);
+  points = Restore();
+  ASSERT_FALSE(points[0].ok());
+  EXPECT_EQ(points[0].status().message(),
+            (dir_ / (name_ + "-0-2.ckpt")).string() +
+                ": magic: a whole snapshot of persisted format 1, which this version does not read; got 'CUPCKSN1', "
+                "expected 'CUPCKPER' (format 2: each rank's share; restore with the Cupcake that wrote it, or remove "
+                "the files to start afresh)");
+  ASSERT_FALSE(points[1].ok());
+  EXPECT_EQ(points[1].status().message(), Segment(1) + ": restore: failed on rank 0 (see its message)");
+}
+
 // The session's residuals are this rank's own state: written into the snapshot at commit and
 // back into a new session's memory by the restore.
 TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {

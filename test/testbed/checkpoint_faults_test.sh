@@ -10,14 +10,16 @@
 #       which rank 1 entered only after its copy of 99 was in).
 #   (b) every host killed (both ranks and MPI daemons) at a random moment of the second epoch and
 #       every segment deleted (all host memory gone); --persist every 10 steps. Each rank restores
-#       its file of one step, divisible by 10 and >= 90.
+#       its file of one step, divisible by 10 and >= 90: its own entries, and the shared ones
+#       assembled from both ranks' files (each holds half of them).
 #   (c) rank 1 killed inside a background copy (kill_during.py --slot: a slot in state writing,
 #       the process stopped there first, then killed). Afterwards the slot is still writing. The
 #       restart refuses it (its line names the slot) and restores on every rank the step that
 #       rank 1's other slot holds.
 #   (d) rank 1 killed inside a persist (kill_during.py --persist: its temporary file of step s
 #       exists, the process stopped there, then killed), then every segment deleted so that the
-#       files are the only copy. Every rank restores its file of s - 10; the half-written file is
+#       files are the only copy. Every rank restores its file of s - 10 (with the shared entries
+#       from both ranks' files of s - 10); the half-written file is
 #       never loaded, and the restart's rank 1 removes it (its writer is gone).
 # In (c) and (d) a faulted run that ends before a kill lands is followed by another, 5 at most;
 # none landing fails the test. For each case: every rank's final parameters byte for byte the
@@ -118,6 +120,9 @@ case_a() {
   fi
 }
 
+# Where a rank restored from its persisted file names the shared entries' source: both files.
+shares="its shared entries from every rank's persisted share"
+
 # (b) every host killed at a random moment, every host's memory gone; restored from the files.
 case_b() {
   local persist s
@@ -131,7 +136,7 @@ case_b() {
       s=$(restored_step "$work/b.log")
       [ -n "$s" ] && [ "$s" -ge 90 ] && [ "$s" -lt 300 ] && [ $((s % 10)) = 0 ] ||
         fail b "restored step '$s', expected a multiple of 10 in 90..290"
-      expect_sources b "$work/persist-b/$tag-b-RANK-$s\.ckpt"
+      expect_sources b "$work/persist-b/$tag-b-RANK-$s\.ckpt, $shares"
     }
   fi
 }
@@ -191,7 +196,7 @@ case_d() {
   if ended "$run" && rm -f /dev/shm/cupcake-"$tag-$run"-* && restart "$run" "${extra[@]//@/$run}"; then
     s=$(restored_step "$work/$run.log")
     [ "$s" = $((step - 10)) ] || fail d "restored step '$s', expected $((step - 10)) (the file before step $step's)"
-    expect_sources "$run" "$work/persist-$run/$tag-$run-RANK-$((step - 10))\.ckpt"
+    expect_sources "$run" "$work/persist-$run/$tag-$run-RANK-$((step - 10))\.ckpt, $shares"
     [ ! -e "$tmp" ] || fail d "the half-written $tmp is still there after the restart (expected removed: its writer is gone)"
   fi
 }

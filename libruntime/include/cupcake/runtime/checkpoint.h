@@ -18,17 +18,19 @@
 //   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
 //   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
 //      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
-//      and flips the slot's header to valid; every `persist_every` steps it also writes the
-//      snapshot to `persist_dir` (temporary file, fsync, rename, fsync of the directory).
+//      and flips the slot's header to valid; every `persist_every` steps it also writes this
+//      rank's share of the snapshot to `persist_dir` (its kRank entries and 1/W of the kShared
+//      entries' bytes; temporary file, fsync, rename, fsync of the directory).
 // Two slots: the copy never touches the newest valid snapshot, so a process killed mid-copy
 // leaves that one intact, and a torn slot is never valid (its header flips last, and restore
 // checks the checksum anyway).
 //
 // Restore() after a restart (same world, same name, same spans registered): every rank lists the
-// snapshots it holds (valid shared-memory slots whose checksum matches, then persisted files that
+// snapshots it holds (valid shared-memory slots whose checksum matches, then persisted shares that
 // verify, and with `replicate` the replicas it keeps for others), the ranks agree on the newest
-// step all of them hold (themselves, or a rank that keeps their replica, which then sends it, with
-// the shared entries from a rank that holds that step itself), and each rank copies its snapshot
+// step all of them hold (themselves in memory; or their own entries in their share or on a rank
+// that keeps their replica, which then sends it, with the shared entries from a rank that holds
+// that step in memory, else from every rank's share), and each rank copies its snapshot
 // of that step into the registered spans (and the session's state), after checking the
 // snapshot's rank, world size and every entry's name and size against the job (a snapshot
 // rebuilt from a replica must also match the lost rank's own checksum). Find() and Apply()
@@ -77,10 +79,13 @@ struct CheckpointOptions {
   // Names the segments (/dev/shm/cupcake-<name>-<rank>) and files (<name>-<rank>-<step>.ckpt):
   // letters, digits, '.', '_' and '-', at most 100 characters. A restarted job passes the same.
   std::string name = "job";
-  // Where persisted snapshots go; empty: none. Must exist. At its first Find or Commit each rank
-  // removes the temporaries a killed persist of its own left there
-  // (<name>-<rank>-<step>.ckpt.tmp.<pid> whose <pid> is neither this process nor a live process
-  // on this host); a live writer's are left alone.
+  // Where persisted snapshots go, each rank's share of them (<name>-<rank>-<step>.ckpt: its kRank
+  // entries and 1/W of the kShared entries' bytes; a restore needs every rank's share of a step,
+  // or a rank holding it in memory, and the world size that wrote them: files of another world
+  // size fail it); empty: none. Must exist. At its first Find or Commit each rank removes the
+  // temporaries a killed persist of its own left there (<name>-<rank>-<step>.ckpt.tmp.<pid>
+  // whose <pid> is neither this process nor a live process on this host); a live writer's are
+  // left alone.
   std::string persist_dir;
   // Persist every this many steps (step % persist_every == 0); 0: never.
   int persist_every = 0;
@@ -254,7 +259,9 @@ class Checkpointer {
   // expected 40 ('fc.bias')`); when any rank fails every rank fails. Snapshots newer than the
   // restored step (a rank got further before the crash) are invalidated, so they can never be
   // mixed with the resumed run's. A job that could not prepare its entries passes its error as
-  // `job_status`: the other ranks then fail too, instead of waiting for this one.
+  // `job_status`: the other ranks then fail too, instead of waiting for this one. A snapshot Find
+  // found but could not load (a replica that arrived changed, persisted shares that do not fit;
+  // its metadata is then empty) fails with that error, before `job_status`.
   Status Apply(const Status& job_status = Status::Ok());
 
   // The shared-memory name of rank `rank`'s segment ("/cupcake-<name>-<rank>") and its path
