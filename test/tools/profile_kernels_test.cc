@@ -286,23 +286,24 @@ TEST(KernelsCommand, GpuSweepWritesEventCurvesAndKernelOnlyCurvesToTheirDbs) {
   EXPECT_NE(out.str().find("kernel-only (CUPTI): measured 24 points, skipped 0 already in " + dir.File("p.kernel.db")),
             std::string::npos)
       << out.str();
-  EXPECT_NE(out.str().find(", warm caches"), std::string::npos) << out.str();  // a gpu's default
-  EXPECT_EQ(device.evictions(), 0);
-  // --cache cold: the device's caches evicted before each of the 24 event-timed and 24
-  // kernel-timed calls (no warm-up here), recorded in the meta.
-  KernelsOptions cold = o;
-  cold.db = dir.File("cold.db");
-  cold.cache = "cold";
-  profile::FakeKernelDevice cold_device({8.0});
-  profile::FakeActivitySource cold_activity(batches);
-  cold.device_for_test = &cold_device;
-  cold.activity_for_test = &cold_activity;
-  std::ostringstream cold_out;
-  ASSERT_TRUE(RunKernels(cold, cold_out).ok()) << cold_out.str();
-  EXPECT_NE(cold_out.str().find(", cold caches"), std::string::npos) << cold_out.str();
-  EXPECT_NE(cold_out.str().find("measured 24 points, skipped 0"), std::string::npos) << cold_out.str();
-  EXPECT_EQ(cold_device.evictions(), 2 * 24);
-  for (const auto& [file, cache] : {std::pair<std::string, std::string>{db, "warm"}, {dir.File("cold.db"), "cold"}}) {
+  // A gpu's default is cold: the device's caches evicted before each of the 24 event-timed and
+  // 24 kernel-timed calls (no warm-up here), recorded in the meta.
+  EXPECT_NE(out.str().find(", cold caches"), std::string::npos) << out.str();
+  EXPECT_EQ(device.evictions(), 2 * 24);
+  // --cache warm: nothing evicted.
+  KernelsOptions warm = o;
+  warm.db = dir.File("warm.db");
+  warm.cache = "warm";
+  profile::FakeKernelDevice warm_device({8.0});
+  profile::FakeActivitySource warm_activity(batches);
+  warm.device_for_test = &warm_device;
+  warm.activity_for_test = &warm_activity;
+  std::ostringstream warm_out;
+  ASSERT_TRUE(RunKernels(warm, warm_out).ok()) << warm_out.str();
+  EXPECT_NE(warm_out.str().find(", warm caches"), std::string::npos) << warm_out.str();
+  EXPECT_NE(warm_out.str().find("measured 24 points, skipped 0"), std::string::npos) << warm_out.str();
+  EXPECT_EQ(warm_device.evictions(), 0);
+  for (const auto& [file, cache] : {std::pair<std::string, std::string>{db, "cold"}, {dir.File("warm.db"), "warm"}}) {
     auto store = profile::ProfileStore::Open(file, false);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto p = store->Load();

@@ -40,8 +40,8 @@ StatusOr<profile::KernelSweepOptions> SweepOptionsOf(const KernelsOptions& optio
   sweep.iters = options.iters;
   sweep.force = options.force;
   if (options.cache.empty()) {
-    // A GPU sweeps warm unless asked: cold (L2 evicted) is not yet its measured default.
-    sweep.cold = device == pb::CPU && profile::CacheFlushSupported();
+    // Cold wherever the device can empty its caches: a job's encode finds its group in memory.
+    sweep.cold = device != pb::CPU || profile::CacheFlushSupported();
   } else if (options.cache == "cold" || options.cache == "warm") {
     sweep.cold = options.cache == "cold";
     if (sweep.cold && device == pb::CPU && !profile::CacheFlushSupported())
@@ -214,8 +214,8 @@ int KernelsMain(tools::Invocation& inv, comm::Communicator* world, const std::st
       "warmup", po::value(&options.warmup), "untimed calls per point (default 2; --quick 1)")(
       "iters", po::value(&options.iters), "timed calls per point, the median is stored (default 10; --quick 5)")(
       "cache", po::value(&options.cache),
-      "cold: empty the caches before each call, as a job finds them (cpu: flush the call's buffers, the "
-      "default; gpu: evict the L2); warm: each call finds what the previous one left (default on a gpu)")(
+      "cold (default): empty the caches before each call, as a job finds them (cpu: flush the call's "
+      "buffers; gpu: evict the L2); warm: each call finds what the previous one left")(
       "compressors", po::value(&compressors),
       "comma-separated names, zen for Zen's steps, nonzero for the zen_sparse scheme's scan (cpu) and powersgd for "
       "PowerSGD's steps (default: all; zen when W >= 2; nonzero and powersgd only when named)")(
