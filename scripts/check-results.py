@@ -382,6 +382,52 @@ def replay_within_ten(src):
     return "; ".join(parts), inside_spread([r for runs in per.values() for r in runs])
 
 
+def replay_nobusy(src):
+    """The same plans re-priced on their profiles without the busy comm curves (reprice-nobusy)."""
+    rows = src.json("bench/results/replay-2026-11-27b/reprice-nobusy/reprice.json")
+    near = lambda rs, k: sum(abs(r["measured_ms"] / r[k] - 1) <= 0.10 for r in rs)
+    parts = []
+    for t, label in REPLAY_TESTBEDS.items():
+        rs = [r for r in rows if r["eval"] == t]
+        parts.append(f"{label}: {near(rs, 'predicted_ms')} -> {near(rs, 'nobusy_ms')} of {len(rs)}")
+    dense = [r for r in rows if r["compressor"] in ("fp16", "fp32")]
+    return "; ".join(parts), (f"fp16 and fp32 runs within 10%: {near(dense, 'predicted_ms')} -> "
+                              f"{near(dense, 'nobusy_ms')} of {len(dense)} (R29's measured medians)")
+
+
+# --- One H200 and its 16-core host (bench/results/h200-2026-11-27/results.json) ---
+
+H200 = "bench/results/h200-2026-11-27/results.json"
+
+
+def gpu_cold_over_warm(src):
+    cw = src.json(H200)["gpu_cold_over_warm"]
+    large = [x for k in ("event", "kernel") for key, x in cw[k].items() if int(key.split()[-1]) >= 8388608]
+    return (f"event time {span(cw['event'].values())}, kernel-only {span(cw['kernel'].values())}; "
+            f"from 8 Mi elements up {span(large)}"), "one sweep each, 10 timed calls per point (median)"
+
+
+def gpu_host_testbed(src):
+    evals = src.json(H200)["testbed_4x2"]
+    fusion = [r["measured_over_predicted"] for e in evals for r in e["rows"]
+              if r["compressor"] == "efsignsgd" and r["strategy"] != "options"]
+    rows = [dict(r) for e in evals for r in e["rows"]]
+    value = (", ".join(f"{e['within_10pct']} of {e['runs']}" for e in evals) +
+             f" within 10%; efsignsgd's fusion strategies {span(fusion)}")
+    return value, f"two evaluations; {inside_spread(rows)}"
+
+
+def gpu_terngrad_decode(src):
+    d = src.json(H200)["decodes_us"]
+    before, after = d["terngrad terngrad decode 33554432 before"], d["terngrad terngrad decode 33554432 after"]
+    copy = d["terngrad copy d2d 33554432 after"]["median"]
+    # The decode moves 6n bytes (W = 8 payloads of n/4 read, 4n written), the copy 8n.
+    value = (f"{before['median']:.1f} -> {after['median']:.1f} us at 32 Mi elements "
+             f"({0.75 * copy / after['median']:.0%} of the copy's bandwidth)")
+    return value, (f"3 alternating runs each: before {before['min']:.1f}-{before['max']:.1f}, "
+                   f"after {after['min']:.1f}-{after['max']:.1f} us")
+
+
 QUIET_TTA = "tta-quiet-2026-11-27"
 QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
 GRAVAC = "tta-gravac-2026-11-27"
@@ -416,6 +462,10 @@ CHECKS = {
     "R27": lambda s: replay_plan_over(s, "layerwise"),
     "R28": lambda s: replay_plan_over(s, "fp32_bucket"),
     "R29": replay_within_ten,
+    "R30": replay_nobusy,
+    "R31": gpu_cold_over_warm,
+    "R32": gpu_host_testbed,
+    "R33": gpu_terngrad_decode,
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
