@@ -395,6 +395,32 @@ def replay_nobusy(src):
                               f"{near(dense, 'nobusy_ms')} of {len(dense)} (R29's measured medians)")
 
 
+GPT2 = "bench/results/replay-2026-11-27b/gpt2-2hosts-1gbit-startup1000us-cold/results.json"
+
+
+def replay_gpt2_plan(src):
+    """gpt2's plan against layer-wise and fp32 buckets, per compressor."""
+    runs = src.json(GPT2)
+    value, spread = [], []
+    for base, label, whose in (("layerwise", "layer-wise", "layer-wise's"), ("fp32_bucket", "fp32 buckets", "fp32 buckets'")):
+        ratios, apart_n = [], 0
+        for c in REPLAY_COMPRESSORS:
+            plan = run(runs, "gpt2", "plan", c)
+            other = run(runs, "gpt2", base, "fp32" if base == "fp32_bucket" else c)
+            ratios.append(other["measured_ms"] / plan["measured_ms"])
+            apart_n += apart(plan, other) or apart(other, plan)
+        value.append(f"over {label} {span(ratios)}")
+        spread.append(f"{whose} in {apart_n} of {len(ratios)}")
+    return "; ".join(value), "p10-p90 apart from " + ", ".join(spread)
+
+
+def replay_gpt2_within_ten(src):
+    runs = src.json(GPT2)
+    dense = [r for r in runs if r["compressor"] in ("fp32", "fp16", "efsignsgd")]
+    return (f"{within10(runs)} of {len(runs)} (fp32, fp16 and efsignsgd: {within10(dense)} of {len(dense)})",
+            inside_spread(runs))
+
+
 # --- One H200 and its 16-core host (bench/results/h200-2026-11-27/results.json) ---
 
 H200 = "bench/results/h200-2026-11-27/results.json"
@@ -466,6 +492,8 @@ CHECKS = {
     "R31": gpu_cold_over_warm,
     "R32": gpu_host_testbed,
     "R33": gpu_terngrad_decode,
+    "R34": replay_gpt2_plan,
+    "R35": replay_gpt2_within_ten,
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }

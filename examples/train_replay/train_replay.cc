@@ -11,9 +11,11 @@
 //   train:  mpirun -np 2 train_replay --model resnet50.json --plan plan.pb [--compute-scale S]
 //               [--seed N] [--epochs E] [--steps N] [--warmup N] [--timing F] [--timeline F]
 //
-// Gradient content: small integers in [-8, 8], element j of rank r in step s is
-// (base(seed, r, j) + shift(seed, s, tensor)) mod 17 - 8, so it changes every step and differs
-// between ranks, and sums over ranks are exact in float32. Written between iterations (untimed:
+// Gradient content: multiples of 2^-12 in [-8, 8), element j of rank r in step s is
+// ((base(seed, r, j) + shift(seed, s, tensor)) mod 2^16 - 2^15) / 2^12, so it changes every step
+// and differs between ranks, sums over up to 512 ranks are exact in float32, and a selection
+// (topk, dgc) meets few ties at its threshold, as in float gradients (17 values, tried first,
+// tied so many elements there that the CPU selection ran 1.2-1.3x slower). Written between iterations (untimed:
 // a GPU computes its gradients without the host), after which the ranks meet at a barrier, so
 // the host work of writing them does not skew the next iteration's start between ranks.
 //
@@ -45,7 +47,7 @@
 namespace cupcake::examples {
 namespace {
 
-constexpr int kLevels = 17;  // values -8..8
+constexpr uint32_t kLevels = 1u << 16;  // values (k - 2^15) / 2^12, k in [0, 2^16)
 
 struct ReplayFlags {
   std::string model;
@@ -80,16 +82,20 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The content's definition (see the header comment): base in [0, 17), shift in [0, 17).
-uint8_t Base(uint64_t seed, int rank, int64_t element) {
-  return static_cast<uint8_t>(Mix(Mix(seed) ^ Mix(static_cast<uint64_t>(rank) + 1) ^ static_cast<uint64_t>(element)) %
-                              kLevels);
+// The content's definition (see the header comment): base and shift in [0, 2^16).
+uint16_t Base(uint64_t seed, int rank, int64_t element) {
+  return static_cast<uint16_t>(
+      Mix(Mix(seed) ^ Mix(static_cast<uint64_t>(rank) + 1) ^ static_cast<uint64_t>(element)) % kLevels);
 }
-int Shift(uint64_t seed, int64_t step, int tensor) {
-  return static_cast<int>(
-      (Mix(seed ^ (static_cast<uint64_t>(tensor) << 32)) % kLevels + static_cast<uint64_t>(step) * 13) % kLevels);
+uint32_t Shift(uint64_t seed, int64_t step, int tensor) {
+  // An odd stride: the shifts of consecutive steps run through every residue.
+  return static_cast<uint32_t>((Mix(seed ^ (static_cast<uint64_t>(tensor) << 32)) + static_cast<uint64_t>(step) * 40503) %
+                               kLevels);
 }
-float Value(int base, int shift) { return static_cast<float>((base + shift) % kLevels - 8); }
+float Value(uint32_t base, uint32_t shift) {
+  return static_cast<float>(static_cast<int32_t>((base + shift) % kLevels) - static_cast<int32_t>(kLevels / 2)) /
+         4096.0f;
+}
 
 struct ReplayTensor {
   std::string name;
@@ -160,7 +166,6 @@ class ReplayBody final : public LoopBody {
         flat_(static_cast<size_t>(model.numel)),
         base_(static_cast<size_t>(model.numel)) {
     for (int64_t j = 0; j < model.numel; ++j) base_[static_cast<size_t>(j)] = Base(flags.seed, rank, j);
-    for (int k = 0; k < 2 * kLevels; ++k) table_[static_cast<size_t>(k)] = Value(k, 0);
     for (const ReplayTensor& t : model.tensors) gaps_us_.push_back(t.backward_us * flags.compute_scale);
     Fill(0, /*digest=*/false);
   }
@@ -205,19 +210,19 @@ class ReplayBody final : public LoopBody {
   void Fill(int64_t step, bool digest) {
     uint64_t h = digest_;
     for (size_t t = 0; t < model_.tensors.size(); ++t) {
-      const float* table = table_.data() + Shift(flags_.seed, step, static_cast<int>(t));
+      const uint32_t shift = Shift(flags_.seed, step, static_cast<int>(t));
       float* out = flat_.data() + model_.tensors[t].offset;
-      const uint8_t* base = base_.data() + model_.tensors[t].offset;
+      const uint16_t* base = base_.data() + model_.tensors[t].offset;
       const int64_t n = model_.tensors[t].numel;
       if (digest) {
         for (int64_t j = 0; j < n; ++j) {
           uint32_t bits;
           std::memcpy(&bits, &out[j], 4);
           h = (h ^ bits) * 0x100000001b3ull;
-          out[j] = table[base[j]];
+          out[j] = Value(base[j], shift);
         }
       } else {
-        for (int64_t j = 0; j < n; ++j) out[j] = table[base[j]];
+        for (int64_t j = 0; j < n; ++j) out[j] = Value(base[j], shift);
       }
     }
     digest_ = h;
@@ -240,8 +245,7 @@ class ReplayBody final : public LoopBody {
   const int rank_;
   comm::Communicator& peers_;  // the barrier between iterations
   std::vector<float> flat_;
-  std::vector<uint8_t> base_;  // this rank's base(seed, rank, j)
-  std::array<float, 2 * kLevels> table_{};  // table_[k] = Value(k, 0)
+  std::vector<uint16_t> base_;  // this rank's base(seed, rank, j)
   std::vector<double> gaps_us_;
   EmulatedDevice device_;
   uint64_t digest_ = 0xcbf29ce484222325ull;
@@ -255,7 +259,7 @@ std::pair<int64_t, std::string> ReplayBody::CheckExactAverage(int world) const {
   std::string first;
   for (size_t t = 0; t < model_.tensors.size(); ++t) {
     const ReplayTensor& tensor = model_.tensors[t];
-    const int shift = Shift(flags_.seed, last_step_, static_cast<int>(t));
+    const uint32_t shift = Shift(flags_.seed, last_step_, static_cast<int>(t));
     for (int64_t j = 0; j < tensor.numel; ++j) {
       const int64_t e = tensor.offset + j;
       float sum = 0;
