@@ -395,18 +395,18 @@ def replay_nobusy(src):
                               f"{near(dense, 'nobusy_ms')} of {len(dense)} (R29's measured medians)")
 
 
-GPT2 = "bench/results/replay-2026-11-27b/gpt2-2hosts-1gbit-startup1000us-cold/results.json"
+REPLAY_B = "bench/results/replay-2026-11-27b"
 
 
-def replay_gpt2_plan(src):
-    """gpt2's plan against layer-wise and fp32 buckets, per compressor."""
-    runs = src.json(GPT2)
+def replay_model_plan(src, model):
+    """One model's plan against layer-wise and fp32 buckets, per compressor (replay-2026-11-27b)."""
+    runs = src.json(f"{REPLAY_B}/{model}-2hosts-1gbit-startup1000us-cold/results.json")
     value, spread = [], []
     for base, label, whose in (("layerwise", "layer-wise", "layer-wise's"), ("fp32_bucket", "fp32 buckets", "fp32 buckets'")):
         ratios, apart_n = [], 0
         for c in REPLAY_COMPRESSORS:
-            plan = run(runs, "gpt2", "plan", c)
-            other = run(runs, "gpt2", base, "fp32" if base == "fp32_bucket" else c)
+            plan = run(runs, model, "plan", c)
+            other = run(runs, model, base, "fp32" if base == "fp32_bucket" else c)
             ratios.append(other["measured_ms"] / plan["measured_ms"])
             apart_n += apart(plan, other) or apart(other, plan)
         value.append(f"over {label} {span(ratios)}")
@@ -414,11 +414,25 @@ def replay_gpt2_plan(src):
     return "; ".join(value), "p10-p90 apart from " + ", ".join(spread)
 
 
-def replay_gpt2_within_ten(src):
-    runs = src.json(GPT2)
+def replay_model_within_ten(src, model):
+    runs = src.json(f"{REPLAY_B}/{model}-2hosts-1gbit-startup1000us-cold/results.json")
     dense = [r for r in runs if r["compressor"] in ("fp32", "fp16", "efsignsgd")]
     return (f"{within10(runs)} of {len(runs)} (fp32, fp16 and efsignsgd: {within10(dense)} of {len(dense)})",
             inside_spread(runs))
+
+
+SELECTION = f"{REPLAY_B}/selection-2hosts-1gbit-startup1000us-cold/results.json"
+
+
+def replay_selection_content(src):
+    """topk's and dgc's runs within 10% on the new replay content, against the same strategies of
+    replay-2026-11-27's cold evaluation (the old content)."""
+    new = [r for r in src.json(SELECTION) if r["compressor"] in ("topk", "dgc")]
+    old = [r for r in src.json(f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json")
+           if r["compressor"] in ("topk", "dgc")]
+    worst = lambda runs: max(r["measured_over_predicted"] for r in runs)
+    return (f"{within10(new)} of {len(new)} (the old content: {within10(old)} of {len(old)}); "
+            f"worst {worst(new):.2f} (old {worst(old):.2f})"), inside_spread(new)
 
 
 # --- One H200 and its 16-core host (bench/results/h200-2026-11-27/results.json) ---
@@ -492,8 +506,11 @@ CHECKS = {
     "R31": gpu_cold_over_warm,
     "R32": gpu_host_testbed,
     "R33": gpu_terngrad_decode,
-    "R34": replay_gpt2_plan,
-    "R35": replay_gpt2_within_ten,
+    "R34": lambda s: replay_model_plan(s, "gpt2"),
+    "R35": lambda s: replay_model_within_ten(s, "gpt2"),
+    "R36": replay_selection_content,
+    "R37": lambda s: replay_model_plan(s, "vgg16"),
+    "R38": lambda s: replay_model_within_ten(s, "vgg16"),
     "R16": gpu_runtime_topk,
     "R17": gpu_topk_encode,
 }
