@@ -180,6 +180,21 @@ class CheckpointTest : public ::testing::Test {
     OnEveryRank(world_, [&](int r) { out[static_cast<size_t>(r)] = jobs_[static_cast<size_t>(r)].ckpt->Restore(); });
     return out;
   }
+  // The persisted tests' run: shared weights, files every 2 steps into dir_, steps 1..last.
+  // Returns the options, for the restart.
+  CheckpointOptions PersistEveryTwoSteps(int64_t last) {
+    CheckpointOptions options;
+    options.persist_dir = dir_.string();
+    options.persist_every = 2;
+    Start(options, Scope::kShared);
+    Train(1, last);
+    return options;
+  }
+  // Every rank's process and host memory gone: the jobs ended, every segment removed.
+  void LoseEveryHostsMemory() {
+    jobs_.clear();
+    for (int r = 0; r < world_; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  }
   // Rank r's segment mapped, to tear or corrupt it as a crash or a bad page would.
   std::unique_ptr<Mapped> Map(int rank) { return MapSegment(Checkpointer::SegmentName(name_, rank)); }
   std::string Segment(int rank) const { return "/dev/shm" + Checkpointer::SegmentName(name_, rank); }
@@ -1051,18 +1066,13 @@ TEST(PersistedShares, ParseRefusesWhatIsNotAShare) {
 // 1342 bytes. With every segment gone, the three shares restore step 4 bitwise.
 TEST_F(CheckpointTest, PersistedFilesHoldOneShareOfTheSharedEntries) {
   hosts_ = {"a", "b", "c"};
-  CheckpointOptions options;
-  options.persist_dir = dir_.string();
-  options.persist_every = 2;
-  Start(options, Scope::kShared);
-  Train(1, 4);
+  const CheckpointOptions options = PersistEveryTwoSteps(4);
   const std::vector<size_t> share = {405, 406, 406};
   for (int r = 0; r < 3; ++r) {
     const auto path = dir_ / (name_ + "-" + std::to_string(r) + "-4.ckpt");
     EXPECT_EQ(std::filesystem::file_size(path), kShareHeaderBytes + (103 + 2 + 20 + 8) + share[r] + 24) << path;
   }
-  jobs_.clear();
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  LoseEveryHostsMemory();
   Start(options, Scope::kShared);
   auto points = Restore();
   for (int r = 0; r < 3; ++r) {
@@ -1079,11 +1089,7 @@ TEST_F(CheckpointTest, PersistedFilesHoldOneShareOfTheSharedEntries) {
 // Rank 1's host lost, rank 0's memory intact: rank 1 rebuilds step 4 from its own file and the
 // shared entries of rank 0's slot of step 4 (rank 0's slots hold 5 and 4).
 TEST_F(CheckpointTest, PersistedShareAndAPeersMemoryRestoreALostHost) {
-  CheckpointOptions options;
-  options.persist_dir = dir_.string();
-  options.persist_every = 2;
-  Start(options, Scope::kShared);
-  Train(1, 5);
+  const CheckpointOptions options = PersistEveryTwoSteps(5);
   jobs_.clear();
   ASSERT_TRUE(Checkpointer::RemoveSegment(name_, 1).ok());
   Start(options, Scope::kShared);
@@ -1101,13 +1107,8 @@ TEST_F(CheckpointTest, PersistedShareAndAPeersMemoryRestoreALostHost) {
 // every rank fails naming the missing file.
 TEST_F(CheckpointTest, AMissingShareFailsNamingTheFile) {
   hosts_ = {"a", "b", "c"};
-  CheckpointOptions options;
-  options.persist_dir = dir_.string();
-  options.persist_every = 2;
-  Start(options, Scope::kShared);
-  Train(1, 4);
-  jobs_.clear();
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  const CheckpointOptions options = PersistEveryTwoSteps(4);
+  LoseEveryHostsMemory();
   std::filesystem::remove(dir_ / (name_ + "-1-4.ckpt"));
   Start(options, Scope::kShared);
   for (const auto& point : Restore()) {
@@ -1135,13 +1136,8 @@ TEST_F(CheckpointTest, AMissingShareFailsNamingTheFile) {
 // ranks restore the step before, and with that share corrupt too every rank fails, naming it.
 TEST_F(CheckpointTest, ACorruptShareIsRefusedNamingTheFile) {
   hosts_ = {"a", "b", "c"};
-  CheckpointOptions options;
-  options.persist_dir = dir_.string();
-  options.persist_every = 2;
-  Start(options, Scope::kShared);
-  Train(1, 4);
-  jobs_.clear();
-  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  const CheckpointOptions options = PersistEveryTwoSteps(4);
+  LoseEveryHostsMemory();
   auto corrupt = [&](int64_t step) {
     const auto path = dir_ / (name_ + "-2-" + std::to_string(step) + ".ckpt");
     std::string file = ReadBytes(path);
@@ -1182,13 +1178,8 @@ TEST_F(CheckpointTest, ACorruptShareIsRefusedNamingTheFile) {
 // fails in Apply naming the shares, and nothing is written. Shares recording different shared
 // entries (their fingerprints); then shares that record the same, whose bytes assembled do not.
 TEST_F(CheckpointTest, SharesThatDoNotFitFailEveryRank) {
-  CheckpointOptions options;
-  options.persist_dir = dir_.string();
-  options.persist_every = 2;
-  Start(options, Scope::kShared);
-  Train(1, 2);
-  jobs_.clear();
-  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  const CheckpointOptions options = PersistEveryTwoSteps(2);
+  LoseEveryHostsMemory();
   const auto path = dir_ / (name_ + "-1-2.ckpt");
   const std::string original = ReadBytes(path);
   auto restore_with = [&](size_t at, char flip) {
@@ -1247,11 +1238,7 @@ TEST_F(CheckpointTest, SharesThatDoNotFitFailEveryRank) {
 // (ranks 0 and 1 naming their files) instead of starting afresh, which would drop them. So does
 // a file of persisted format 1 (a rank's whole snapshot).
 TEST_F(CheckpointTest, SharesOfAnotherWorldOrFormatAreRefused) {
-  CheckpointOptions options;
-  options.persist_dir = dir_.string();
-  options.persist_every = 2;
-  Start(options, Scope::kShared);
-  Train(1, 2);
+  const CheckpointOptions options = PersistEveryTwoSteps(2);
   std::string whole;  // rank 0's snapshot of step 2 as format 1 wrote it: the payload, a trailer
   {
     auto m = Map(0);
@@ -1262,8 +1249,7 @@ TEST_F(CheckpointTest, SharesOfAnotherWorldOrFormatAreRefused) {
     std::memcpy(t.magic, internal::kTrailerMagic, 8);
     whole.append(reinterpret_cast<const char*>(&t), sizeof(t));  // NOLINT: bytes
   }
-  jobs_.clear();
-  for (int r = 0; r < kWorld; ++r) ASSERT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
+  LoseEveryHostsMemory();
   hosts_ = {"a", "b", "c"};
   Start(options, Scope::kShared);
   auto points = Restore();
