@@ -220,21 +220,32 @@ StatusOr<ParsedSnapshot> ParseRankPart(std::span<const std::byte> payload, const
   return s;
 }
 
+namespace {
+
+// A replica of `snapshot` as the pieces it is made of, in order: the magic, the snapshot's bytes
+// from its step to its metadata's end, its own (not shared) entries' bytes, and the 8 bytes of
+// `checksum`. They point into `snapshot` and at `checksum`.
+std::vector<std::span<const std::byte>> RankPartPieces(std::span<const std::byte> snapshot,
+                                                       const ParsedSnapshot& parsed, const uint64_t& checksum) {
+  std::vector<std::span<const std::byte>> pieces;
+  pieces.emplace_back(reinterpret_cast<const std::byte*>(kRankPartMagic), 8);  // NOLINT: chars as bytes
+  pieces.push_back(snapshot.subspan(8, static_cast<size_t>(parsed.data_offset - 8)));
+  for (const SnapshotEntry& e : parsed.entries)
+    if (!e.shared) pieces.push_back(snapshot.subspan(static_cast<size_t>(e.offset), static_cast<size_t>(e.size_bytes)));
+  pieces.emplace_back(reinterpret_cast<const std::byte*>(&checksum), 8);  // NOLINT: an integer as bytes
+  return pieces;
+}
+
+}  // namespace
+
 std::vector<std::byte> MakeRankPart(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed,
                                     uint64_t checksum) {
-  int64_t bytes = parsed.data_offset + 8;
-  for (const SnapshotEntry& e : parsed.entries)
-    if (!e.shared) bytes += e.size_bytes;
-  std::vector<std::byte> out(static_cast<size_t>(bytes));
-  std::memcpy(out.data(), kRankPartMagic, 8);
-  std::memcpy(out.data() + 8, snapshot.data() + 8, static_cast<size_t>(parsed.data_offset - 8));
-  std::byte* at = out.data() + parsed.data_offset;
-  for (const SnapshotEntry& e : parsed.entries) {
-    if (e.shared) continue;
-    std::memcpy(at, snapshot.data() + e.offset, static_cast<size_t>(e.size_bytes));
-    at += e.size_bytes;
-  }
-  std::memcpy(at, &checksum, 8);
+  const std::vector<std::span<const std::byte>> pieces = RankPartPieces(snapshot, parsed, checksum);
+  size_t bytes = 0;
+  for (const std::span<const std::byte>& piece : pieces) bytes += piece.size();
+  std::vector<std::byte> out;
+  out.reserve(bytes);
+  for (const std::span<const std::byte>& piece : pieces) out.insert(out.end(), piece.begin(), piece.end());
   return out;
 }
 
@@ -301,22 +312,13 @@ uint64_t SharedFingerprint(const ParsedSnapshot& parsed, std::span<const std::by
 
 void MakeShare(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed, uint64_t checksum,
                uint64_t shared_print, int rank, int world, ShareFile* out) {
-  const auto bytes = [](const void* p, size_t n) {
-    return std::span<const std::byte>(static_cast<const std::byte*>(p), n);
-  };
-  std::vector<std::span<const std::byte>> part, share;  // the replica (MakeRankPart's bytes) and the share
-  part.push_back(bytes(kRankPartMagic, 8));
-  part.push_back(snapshot.subspan(8, static_cast<size_t>(parsed.data_offset - 8)));
-  int64_t part_bytes = parsed.data_offset + 8, total = 0;
-  for (const SnapshotEntry& e : parsed.entries)
-    if (e.shared) {
-      total += e.size_bytes;
-    } else {
-      part.push_back(snapshot.subspan(static_cast<size_t>(e.offset), static_cast<size_t>(e.size_bytes)));
-      part_bytes += e.size_bytes;
-    }
   out->snapshot_checksum = checksum;
-  part.push_back(bytes(&out->snapshot_checksum, 8));
+  const std::vector<std::span<const std::byte>> part = RankPartPieces(snapshot, parsed, out->snapshot_checksum);
+  int64_t part_bytes = 0, total = 0;
+  for (const std::span<const std::byte>& piece : part) part_bytes += static_cast<int64_t>(piece.size());
+  for (const SnapshotEntry& e : parsed.entries)
+    if (e.shared) total += e.size_bytes;
+  std::vector<std::span<const std::byte>> share;
   // The share: [range.offset, range.offset + range.bytes) of the shared entries laid end to end.
   const ByteRange range = ShareOf(total, world, rank);
   int64_t at = 0;  // where the current entry begins among the shared bytes
@@ -339,7 +341,7 @@ void MakeShare(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed
   h.share_bytes = static_cast<uint64_t>(range.bytes);
   h.shared_print = shared_print;
   out->pieces.clear();
-  out->pieces.push_back(bytes(&h, sizeof(h)));
+  out->pieces.emplace_back(reinterpret_cast<const std::byte*>(&h), sizeof(h));  // NOLINT: POD bytes
   out->pieces.insert(out->pieces.end(), part.begin(), part.end());
   out->pieces.insert(out->pieces.end(), share.begin(), share.end());
 }
@@ -960,10 +962,8 @@ struct Holdings {
       if (placement == nullptr) continue;
       const std::vector<int>& from = placement->sources[static_cast<size_t>(r)];
       for (size_t i = 0; i < from.size(); ++i) {
-        std::string theirs;
-        const int64_t* steps = row(r) + kReplicas + kReplicaCandidates * static_cast<int>(i);
-        for (int c = 0; c < kReplicaCandidates; ++c)
-          if (steps[c] >= 1) theirs += (theirs.empty() ? "" : ", ") + std::to_string(steps[c]);
+        const std::string theirs =
+            list(row(r) + kReplicas + kReplicaCandidates * static_cast<int>(i), kReplicaCandidates);
         if (!theirs.empty()) out += " (and rank " + std::to_string(from[i]) + "'s " + theirs + ")";
       }
     }
