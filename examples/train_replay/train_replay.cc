@@ -14,10 +14,10 @@
 // Gradient content: multiples of 2^-12 in [-8, 8), element j of rank r in step s is
 // ((base(seed, r, j) + shift(seed, s, tensor)) mod 2^16 - 2^15) / 2^12, so it changes every step
 // and differs between ranks, sums over up to 512 ranks are exact in float32, and a selection
-// (topk, dgc) meets few ties at its threshold, as in float gradients (17 values, tried first,
-// tied so many elements there that the CPU selection ran 1.2-1.3x slower). Written between iterations (untimed:
-// a GPU computes its gradients without the host), after which the ranks meet at a barrier, so
-// the host work of writing them does not skew the next iteration's start between ranks.
+// (topk, dgc) meets few ties at its threshold, as in float gradients (with a few values, many
+// elements tie there and slow the selection down). Written between iterations (untimed: a GPU
+// computes its gradients without the host), after which the ranks meet at a barrier, so the
+// host work of writing them does not skew the next iteration's start between ranks.
 //
 // Checks (exit 1 when one fails): every step's averaged buffers, folded into a digest per rank,
 // are the same on every rank, for any plan; and where the plan is exact (every group lossless:
@@ -84,13 +84,13 @@ uint64_t Mix(uint64_t x) {
 
 // The content's definition (see the header comment): base and shift in [0, 2^16).
 uint16_t Base(uint64_t seed, int rank, int64_t element) {
-  return static_cast<uint16_t>(
-      Mix(Mix(seed) ^ Mix(static_cast<uint64_t>(rank) + 1) ^ static_cast<uint64_t>(element)) % kLevels);
+  return static_cast<uint16_t>(Mix(Mix(seed) ^ Mix(static_cast<uint64_t>(rank) + 1) ^ static_cast<uint64_t>(element)) %
+                               kLevels);
 }
 uint32_t Shift(uint64_t seed, int64_t step, int tensor) {
   // An odd stride: the shifts of consecutive steps run through every residue.
-  return static_cast<uint32_t>((Mix(seed ^ (static_cast<uint64_t>(tensor) << 32)) + static_cast<uint64_t>(step) * 40503) %
-                               kLevels);
+  return static_cast<uint32_t>(
+      (Mix(seed ^ (static_cast<uint64_t>(tensor) << 32)) + static_cast<uint64_t>(step) * 40503) % kLevels);
 }
 float Value(uint32_t base, uint32_t shift) {
   return static_cast<float>(static_cast<int32_t>((base + shift) % kLevels) - static_cast<int32_t>(kLevels / 2)) /

@@ -100,7 +100,8 @@ struct KernelsOptions {
   int warmup = 2;
   int iters = 10;
   // --cache: cold (the caches emptied before every call: a cpu flushes the call's buffers, a gpu
-  // evicts its L2; profile::KernelSweepOptions::cold) or warm; empty: cold on the cpu, warm on a gpu.
+  // evicts its L2; profile::KernelSweepOptions::cold) or warm; empty: cold wherever the device can
+  // empty its caches (a gpu; a cpu with a cache flush), else warm.
   std::string cache{};
   std::vector<std::string> compressors{};  // empty: all
   std::vector<double> ratios = {kDefaultRatio};  // topk, randk, dgc, zen: a curve per ratio
