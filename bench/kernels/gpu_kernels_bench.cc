@@ -16,7 +16,10 @@
 //   inputs, the second reads them again and writes; topk and dgc are reported against the copy
 //   of their input (`x_copy`), not in bytes.
 //   decode: the W payloads (allgather) or the one reduced payload read once, 4n written.
+// Rows `gain_top` and `gain_rand` (op `probe`): GraVAC's gain probe on the device
+// (cupcake/kernels/gain.h) over x = g + e, keeping 0.01 n and 0.001 n elements, against the copy.
 // Usage: gpu_kernels_bench [--sizes N,N,...] [--world W] [--iters I] [--warmup K] [--only NAME]
+//   NAME: a compressor, or gain (the probe rows)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/gain.h"
 #include "cupcake/proto/catalogue.h"
 
 namespace {
@@ -162,6 +166,41 @@ struct Row {
   double copy_us;
 };
 
+// GraVAC's gain probe: rotating sets of g (the row's gradient) and e (g's reverse), as the
+// compressors' rows rotate theirs.
+void GainRows(const std::vector<float>& host, int64_t n, double copy_us, int64_t l2, const Options& o, cudaStream_t s,
+              std::vector<Row>& rows) {
+  auto made = cupcake::kernels::MakeDeviceGain();
+  Check(made.status(), "MakeDeviceGain");
+  const int sets = static_cast<int>(std::clamp<int64_t>((3 * l2 + 8 * n - 1) / (8 * n), 2, 16));
+  std::vector<float*> g(static_cast<size_t>(sets)), e(static_cast<size_t>(sets));
+  const std::vector<float> reversed(host.rbegin(), host.rend());
+  for (int i = 0; i < sets; ++i) {
+    g[static_cast<size_t>(i)] = static_cast<float*>(DeviceAlloc(4 * n));
+    e[static_cast<size_t>(i)] = static_cast<float*>(DeviceAlloc(4 * n));
+    Check(cudaMemcpy(g[static_cast<size_t>(i)], host.data(), static_cast<size_t>(4 * n), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    Check(cudaMemcpy(e[static_cast<size_t>(i)], reversed.data(), static_cast<size_t>(4 * n), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+  }
+  const int64_t k_min = std::max<int64_t>(1, n / 100), k_c = std::max<int64_t>(1, n / 1000);
+  for (const bool random : {false, true}) {
+    const Stats st = Time(s, sets, o.warmup, o.iters, [&](int set, int it) {
+      const float* gs = g[static_cast<size_t>(set)];
+      const float* es = e[static_cast<size_t>(set)];
+      Check(random ? (*made)->AddRandom(gs, es, n, k_min, k_c, 7, static_cast<uint64_t>(it), s)
+                   : (*made)->AddLargest(gs, es, n, k_min, k_c, s),
+            "DeviceGain");
+    });
+    rows.push_back({random ? "gain_rand" : "gain_top", "probe", n, st, 0.0, copy_us});
+  }
+  Check((*made)->Take(s).status(), "DeviceGain::Take");
+  for (int i = 0; i < sets; ++i) {
+    cudaFree(g[static_cast<size_t>(i)]);
+    cudaFree(e[static_cast<size_t>(i)]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -266,6 +305,7 @@ int main(int argc, char** argv) {
         cudaFree(b.in);
       }
     }
+    if (o.only.empty() || o.only == "gain") GainRows(host, n, copy.median_us, l2, o, s, rows);
   }
   Check(cudaGetLastError(), "after the rows");
   std::printf("%-10s %-7s %10s %11s %11s %11s %14s %9s %11s %8s\n", "# name", "op", "n", "median_us", "p10_us",

@@ -1169,6 +1169,210 @@ class CudaCompressor final : public Compressor {
          off_tile_hist_ = 0;
 };
 
+// ---- GraVAC's gain sums on the device (cupcake/kernels/gain.h) ----
+// The totals the sum kernels' last blocks add to: a group at a time, in launch order.
+struct GainAcc {
+  double input, min, cand;
+  unsigned long long skipped;
+};
+
+// The last block of a sum kernel: combines the per-block partials (as ReduceKernel does, in a
+// fixed order) and returns the group's sums in every thread of that block; false elsewhere.
+__device__ bool CombinePartials(const Acc& mine, Acc* partials, unsigned* done, Acc* all) {
+  using BR = cub::BlockReduce<Acc, kThreads>;
+  __shared__ typename BR::TempStorage tmp;
+  __shared__ bool last;
+  __shared__ Acc result;
+  const Acc total = BR(tmp).Reduce(mine, Combine<Red::kSumSquares>());
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = total;
+    __threadfence();
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  Acc b{{0, 0, 0, 0}};
+  for (int j = threadIdx.x; j < static_cast<int>(gridDim.x); j += kThreads) {
+    Acc p;
+    for (int c = 0; c < 4; ++c) p.v[c] = __ldcg(&partials[j].v[c]);
+    b = Combine<Red::kSumSquares>()(b, p);
+  }
+  __syncthreads();  // tmp is reused
+  const Acc sum = BR(tmp).Reduce(b, Combine<Red::kSumSquares>());
+  if (threadIdx.x == 0) {
+    result = sum;
+    *done = 0;
+  }
+  __syncthreads();
+  *all = result;
+  return true;
+}
+
+// Adds a group's sums to the totals, or counts it skipped when ||x||^2 is not finite.
+__device__ void AddGroup(GainAcc* totals, double input, double min, double cand) {
+  if (!isfinite(input)) {
+    ++totals->skipped;
+    return;
+  }
+  totals->input += input;
+  totals->min += min;
+  totals->cand += cand;
+}
+
+// Magnitude selection, after the two radix selections: v0 the float squares, v1 (v2) those whose
+// key is above the k_min-th (k_c-th) largest key T; the selection's `remaining` keys equal to T
+// add T's square each (equal keys, equal squares: which ones is immaterial).
+template <class Src>
+__global__ void __launch_bounds__(kThreads) LargestSumKernel(Src src, int64_t n, const Selection* sel, Acc* partials,
+                                                             unsigned* done, GainAcc* totals) {
+  const uint32_t t_min = sel[0].prefix, t_c = sel[1].prefix;
+  Acc a{{0, 0, 0, 0}};
+  GRID_STRIDE(q, VecGroups(n)) {
+    const F4 x = src.Load(q * kVec, n);
+    for (int j = 0; j < kVec; ++j) {
+      if (q * kVec + j >= n) break;
+      const float sq = __fmul_rn(x.v[j], x.v[j]);  // rounded to float, never fused into the sums
+      const uint32_t key = MagnitudeKey(x.v[j]);
+      a.v[0] += sq;
+      if (key > t_min) a.v[1] += sq;
+      if (key > t_c) a.v[2] += sq;
+    }
+  }
+  Acc all;
+  if (!CombinePartials(a, partials, done, &all) || threadIdx.x != 0) return;
+  const float v_min = __uint_as_float(t_min), v_c = __uint_as_float(t_c);
+  AddGroup(totals, all.v[0], all.v[1] + static_cast<double>(sel[0].remaining) * (v_min * v_min),
+           all.v[2] + static_cast<double>(sel[1].remaining) * (v_c * v_c));
+}
+
+// Random selection: v0 the squares of x, v1 (v2) those of x at randk's first k_min (k_c)
+// indices; squares in double, as the host probe's randk branch.
+template <class Src>
+__global__ void __launch_bounds__(kThreads) RandomSumKernel(Src src, int64_t n, int64_t k_min, int64_t k_c, Feistel f,
+                                                            Acc* partials, unsigned* done, GainAcc* totals) {
+  Acc a{{0, 0, 0, 0}};
+  GRID_STRIDE(q, VecGroups(n)) {
+    const F4 x = src.Load(q * kVec, n);
+    for (int j = 0; j < kVec; ++j)
+      if (q * kVec + j < n) a.v[0] += __dmul_rn(x.v[j], x.v[j]);  // not fused: the host's rounding
+  }
+  GRID_STRIDE(j, k_min) {
+    const uint32_t i = FeistelPermute(f, static_cast<uint32_t>(n), static_cast<uint32_t>(j));
+    const float v = src.Load(i, i + 1).v[0];
+    const double sq = __dmul_rn(v, v);
+    a.v[1] += sq;
+    if (j < k_c) a.v[2] += sq;
+  }
+  Acc all;
+  if (!CombinePartials(a, partials, done, &all) || threadIdx.x != 0) return;
+  AddGroup(totals, all.v[0], all.v[1], all.v[2]);
+}
+
+class CudaDeviceGain final : public DeviceGain {
+ public:
+  ~CudaDeviceGain() override {
+    if (workspace_) cudaFree(workspace_);
+  }
+
+  // Workspace: partials | reduce counter | two selections | their histograms | the totals.
+  Status Init() {
+    off_done_ = sizeof(Acc) * kReduceBlocks;
+    off_sel_ = off_done_ + 16;
+    off_hist_ = (off_sel_ + 2 * sizeof(Selection) + 15) / 16 * 16;
+    off_totals_ = off_hist_ + 2 * 4 * (kBinsA + kBinsB + kBinsC);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMalloc(&workspace_, off_totals_ + sizeof(GainAcc)));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemset(workspace_, 0, off_totals_ + sizeof(GainAcc)));
+    return Status::Ok();
+  }
+
+  Status AddLargest(const float* g, const float* e, int64_t n, int64_t k_min, int64_t k_c, void* stream) override {
+    CUPCAKE_RETURN_IF_ERROR(CheckKs(n, k_min, k_c));
+    auto s = static_cast<cudaStream_t>(stream);
+    if (e != nullptr)
+      Largest(ResidualSum{e, g}, n, k_min, k_c, s);
+    else
+      Largest(Plain{g}, n, k_min, k_c, s);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::Ok();
+  }
+
+  Status AddRandom(const float* g, const float* e, int64_t n, int64_t k_min, int64_t k_c, uint64_t seed,
+                   uint64_t iteration, void* stream) override {
+    CUPCAKE_RETURN_IF_ERROR(CheckKs(n, k_min, k_c));
+    auto s = static_cast<cudaStream_t>(stream);
+    const Feistel f = MakeFeistel(seed, iteration, static_cast<uint32_t>(n));
+    if (e != nullptr)
+      RandomSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(ResidualSum{e, g}, n, k_min, k_c, f, Ws<Acc>(0),
+                                                         Ws<unsigned>(off_done_), Ws<GainAcc>(off_totals_));
+    else
+      RandomSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(Plain{g}, n, k_min, k_c, f, Ws<Acc>(0),
+                                                         Ws<unsigned>(off_done_), Ws<GainAcc>(off_totals_));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return Status::Ok();
+  }
+
+  StatusOr<GainTotals> Read(void* stream) override {
+    GainAcc acc;
+    auto s = static_cast<cudaStream_t>(stream);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&acc, Ws<GainAcc>(off_totals_), sizeof acc, cudaMemcpyDeviceToHost, s));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return GainTotals{acc.input, acc.min, acc.cand, static_cast<int64_t>(acc.skipped)};
+  }
+
+  StatusOr<GainTotals> Take(void* stream) override {
+    CUPCAKE_ASSIGN_OR_RETURN(GainTotals totals, Read(stream));
+    CUPCAKE_RETURN_IF_ERROR(Write(GainTotals{}, stream));
+    return totals;
+  }
+
+  Status Write(const GainTotals& t, void* stream) override {
+    // From a member, not the caller's stack: the copy may run after Write returns.
+    written_ = GainAcc{t.input, t.min, t.cand, static_cast<unsigned long long>(t.skipped)};
+    auto s = static_cast<cudaStream_t>(stream);
+    CUPCAKE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(Ws<GainAcc>(off_totals_), &written_, sizeof written_, cudaMemcpyHostToDevice, s));
+    CUPCAKE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return Status::Ok();
+  }
+
+ private:
+  template <typename T>
+  T* Ws(size_t off) {
+    return reinterpret_cast<T*>(static_cast<char*>(workspace_) + off);
+  }
+
+  static Status CheckKs(int64_t n, int64_t k_min, int64_t k_c) {
+    if (n >= 1 && n <= int64_t{UINT32_MAX} && k_c >= 1 && k_c <= k_min && k_min <= n) return Status::Ok();
+    return InvalidArgumentError("DeviceGain: k out of range; got n " + std::to_string(n) + ", k_min " +
+                                std::to_string(k_min) + ", k_c " + std::to_string(k_c) +
+                                ", expected 1 <= k_c <= k_min <= n < 2^32");
+  }
+
+  // The k_min-th and k_c-th largest keys by radix selection (the top-k encode's passes A and B,
+  // then a third histogram for the last 8 bits), then the sums.
+  template <class Src>
+  void Largest(Src src, int64_t n, int64_t k_min, int64_t k_c, cudaStream_t s) {
+    Selection* sel = Ws<Selection>(off_sel_);
+    for (int which = 0; which < 2; ++which) {
+      uint32_t* hist = Ws<uint32_t>(off_hist_) + which * (kBinsA + kBinsB + kBinsC);
+      InitSelectionKernel<<<1, 1024, 0, s>>>(sel + which, which == 0 ? k_min : k_c, hist);
+      HistogramKernel<kBinsA><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel + which, kShiftA, hist);
+      PickDigitKernel<kBinsA><<<1, 1024, 0, s>>>(sel + which, kShiftA, hist);
+      HistogramKernel<kBinsB><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel + which, kShiftB, hist + kBinsA);
+      PickDigitKernel<kBinsB><<<1, 1024, 0, s>>>(sel + which, kShiftB, hist + kBinsA);
+      HistogramKernel<kBinsC><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel + which, 0, hist + kBinsA + kBinsB);
+      PickDigitKernel<kBinsC><<<1, 1024, 0, s>>>(sel + which, 0, hist + kBinsA + kBinsB);
+    }
+    LargestSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(src, n, sel, Ws<Acc>(0), Ws<unsigned>(off_done_),
+                                                        Ws<GainAcc>(off_totals_));
+  }
+
+  void* workspace_ = nullptr;
+  size_t off_done_ = 0, off_sel_ = 0, off_hist_ = 0, off_totals_ = 0;
+  GainAcc written_{};
+};
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Compressor>> MakeCudaCompressor(const CompressorLayout& layout) {
@@ -1176,6 +1380,13 @@ StatusOr<std::unique_ptr<Compressor>> MakeCudaCompressor(const CompressorLayout&
   auto c = std::make_unique<CudaCompressor>(layout);
   CUPCAKE_RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<Compressor>(std::move(c));
+}
+
+StatusOr<std::unique_ptr<DeviceGain>> MakeCudaDeviceGain() {
+  CUPCAKE_RETURN_IF_ERROR(DeviceAvailable());
+  auto g = std::make_unique<CudaDeviceGain>();
+  CUPCAKE_RETURN_IF_ERROR(g->Init());
+  return std::unique_ptr<DeviceGain>(std::move(g));
 }
 
 }  // namespace cupcake::kernels::cuda

@@ -6,6 +6,7 @@
 
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/fusion.h"
+#include "cupcake/kernels/gain.h"
 #include "cupcake/kernels/powersgd.h"
 #include "cupcake/kernels/zen.h"
 
@@ -36,6 +37,7 @@ Status Memset(void* ptr, int64_t size_bytes);
 Status Synchronize(void* stream);
 StatusOr<std::unique_ptr<zen::DeviceSteps>> MakeZenDeviceSteps();  // kernels/cuda/cuda_zen.cu
 StatusOr<std::unique_ptr<powersgd::Codec>> MakePowerSgdCodec(const powersgd::Layout& layout);  // cuda_powersgd.cu
+StatusOr<std::unique_ptr<DeviceGain>> MakeCudaDeviceGain();  // cuda_compressor.cu
 }  // namespace cuda
 
 }  // namespace cupcake::kernels

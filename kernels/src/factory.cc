@@ -9,6 +9,7 @@
 #include "cupcake/kernels/compressor.h"
 #include "cupcake/kernels/cupti.h"
 #include "cupcake/kernels/fusion.h"
+#include "cupcake/kernels/gain.h"
 #include "cupcake/kernels/powersgd.h"
 
 #ifndef CUPCAKE_HAVE_CUDA
@@ -65,6 +66,14 @@ StatusOr<std::unique_ptr<powersgd::Codec>> powersgd::MakeCodec(const Config& con
   if (backend == Backend::kCpu) return MakeCpuCodec(layout);
 #if CUPCAKE_HAVE_CUDA
   return cuda::MakePowerSgdCodec(layout);
+#else
+  return NoCuda();
+#endif
+}
+
+StatusOr<std::unique_ptr<DeviceGain>> MakeDeviceGain() {
+#if CUPCAKE_HAVE_CUDA
+  return cuda::MakeCudaDeviceGain();
 #else
   return NoCuda();
 #endif

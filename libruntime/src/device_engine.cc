@@ -112,9 +112,12 @@ class DeviceEngine final : public Engine {
   }
 
  private:
-  // The graph that holds group k's encode (or decode), or -1 to queue it directly.
+  // The graph that holds group k's encode (or decode), or -1 to queue it directly. A probed
+  // step's encode is queued directly: GraVAC's gain probe (before the encode) changes its
+  // arguments with the rungs and runs on some steps only.
   int Graph(const Group& g, int k, bool decode) const {
     if (!state_.device_graphs || !g.runner->Graphable(decode)) return -1;
+    if (!decode && state_.Context().gain != nullptr) return -1;
     return decode ? count_ + k : k;
   }
 

@@ -54,6 +54,7 @@ class FlatRunner final : public SchemeRunner {
 
   Status Allocate(kernels::Backend backend, DeviceStreams* device) {
     const kernels::CompressorLayout& c = layout_.codec;
+    where_ = offloaded() ? kernels::Backend::kCpu : backend;
     if (offloaded()) {  // CPU kernels and state; the payload and what is received on both sides
       CUPCAKE_ASSIGN_OR_RETURN(compressor_, kernels::MakeCompressor(layout_.config, kernels::Backend::kCpu));
       CUPCAKE_ASSIGN_OR_RETURN(state_, AllocateZeroed(kernels::Backend::kCpu, 4 * c.state_floats));
@@ -85,8 +86,9 @@ class FlatRunner final : public SchemeRunner {
     CUPCAKE_RETURN_IF_ERROR(PackIfPacked(work, layout_.index, stream));
     if (step.gain != nullptr) {
       const int64_t memory = PlaneOffset(layout_, StatePlane::kErrorFeedback);
-      step.gain->Observe(work.span(), memory < 0 ? nullptr : state_.as<float>() + memory, layout_.index,
-                         step.iteration);
+      Status s = step.gain->Observe(work.span(), memory < 0 ? nullptr : state_.as<float>() + memory, layout_.index,
+                                    step.iteration, where_, stream);
+      if (!s.ok()) return s.WithPrefix(StepWhere("GradientReady", layout_.index, "gain probe"));
     }
     if (layout_.in_place) return Status::Ok();
     std::byte* payload = offloaded() ? offload_.payload : payload_.as<std::byte>();
@@ -146,6 +148,7 @@ class FlatRunner final : public SchemeRunner {
   bool offloaded() const { return layout_.place == CodecPlace::kOffloaded; }
 
   GroupLayout layout_;
+  kernels::Backend where_ = kernels::Backend::kCpu;  // the memory Encode is given (offloaded: host)
   std::unique_ptr<kernels::Compressor> compressor_;  // null for lossless groups on host memory
   kernels::Buffer state_;  // error-feedback memory, momentum; kept across iterations
   kernels::Buffer payload_, received_;  // what the collective sends and receives

@@ -31,10 +31,37 @@ GainProbe::GainProbe(Selection selection, int64_t max_numel, uint64_t seed, Cloc
       clock_(clock),
       scratch_(selection == Selection::kMagnitude ? static_cast<size_t>(max_numel) : 0) {}
 
-void GainProbe::Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration) {
+Status GainProbe::UseDevice() {
+  if (selection_ == Selection::kLowRank)
+    return FailedPreconditionError(
+        "the gain probe of PowerSGD rungs is not built for GPU memory; expected a ladder of topk, randk or dgc "
+        "ratios, or a session on host memory");
+  CUPCAKE_ASSIGN_OR_RETURN(device_, kernels::MakeDeviceGain());
+  return Status::Ok();
+}
+
+Status GainProbe::Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration,
+                          kernels::Backend where, void* stream) {
   const double start_us = clock_->NowUs();
-  ObserveGroup(gradient, memory, group, iteration);
+  Status s;
+  if (where == kernels::Backend::kCpu) {
+    std::lock_guard lock(mu_);
+    ObserveGroup(gradient, memory, group, iteration);
+  } else if (device_ == nullptr) {
+    s = InternalError("GainProbe: a group on GPU memory, but the probe is not on the device (UseDevice)");
+  } else if (!gradient.empty()) {
+    const int64_t n = static_cast<int64_t>(gradient.size());
+    const int64_t k_min = Kept(ratio_min_, n);
+    const int64_t k_c = std::min(Kept(ratio_c_, n), k_min);
+    s = selection_ == Selection::kRandom
+            ? device_->AddRandom(gradient.data(), memory, n, k_min, k_c,
+                                 GroupSeed(seed_, group, 0, /*allreduce=*/true), iteration, stream)
+            : device_->AddLargest(gradient.data(), memory, n, k_min, k_c, stream);
+    device_stream_ = stream;
+  }
+  std::lock_guard lock(mu_);
   cost_us_ += clock_->NowUs() - start_us;
+  return s;
 }
 
 void GainProbe::SetTensors(const std::vector<std::vector<int64_t>>& shapes, const std::vector<int64_t>& numels,
@@ -228,26 +255,42 @@ void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memor
   sums_ += step;
 }
 
-GainSums GainProbe::Take(double* cost_us) {
+StatusOr<GainSums> GainProbe::Take(double* cost_us) {
+  std::lock_guard lock(mu_);
   GainSums out = sums_;
+  if (device_ != nullptr) {
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::GainTotals d, device_->Take(device_stream_));
+    out += {d.input, d.min, d.cand};
+  }
   sums_ = {};
   *cost_us = cost_us_;
   cost_us_ = 0;
   return out;
 }
 
-void GainProbe::ReadState(std::span<double> out) const {
-  out[0] = sums_.input;
-  out[1] = sums_.min;
-  out[2] = sums_.cand;
+Status GainProbe::ReadState(std::span<double> out) const {
+  std::lock_guard lock(mu_);
+  GainSums sums = sums_;
+  if (device_ != nullptr) {
+    CUPCAKE_ASSIGN_OR_RETURN(kernels::GainTotals d, device_->Read(device_stream_));
+    sums += {d.input, d.min, d.cand};
+  }
+  out[0] = sums.input;
+  out[1] = sums.min;
+  out[2] = sums.cand;
   out[3] = cost_us_;
   std::copy(q_.begin(), q_.end(), out.begin() + 4);
+  return Status::Ok();
 }
 
-void GainProbe::WriteState(std::span<const double> in) {
+// The restored sums are the host's; the device's start from zero.
+Status GainProbe::WriteState(std::span<const double> in) {
+  std::lock_guard lock(mu_);
+  if (device_ != nullptr) CUPCAKE_RETURN_IF_ERROR(device_->Write(kernels::GainTotals{}, device_stream_));
   sums_ = {in[0], in[1], in[2]};
   cost_us_ = in[3];
   std::copy(in.begin() + 4, in.end(), q_.begin());
+  return Status::Ok();
 }
 
 GravacController::GravacController(std::vector<Rung> rungs, const GravacOptions& options)

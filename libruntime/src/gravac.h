@@ -1,14 +1,19 @@
 // GraVAC's two parts (docs/ADAPTIVE.md): the gain probe a group's encode feeds, and the
 // controller that turns a window's gains and the rungs' iteration times into the next rung.
-// Both are pure host code without a communicator: the session exchanges the sums between
-// ranks and applies the decision, so the rules are tested alone (test/runtime/gravac_test.cc).
-// Thread-safety: one thread (the job's; host engines encode on it).
+// Neither has a communicator: the session exchanges the sums between ranks and applies the
+// decision, so the rules are tested alone (test/runtime/gravac_test.cc).
+// Thread-safety: the probe's calls may come from two threads (on GPU memory, the job's and the
+// CPU worker's for offloaded groups); the controller's from one.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
+#include "cupcake/kernels/compressor.h"
+#include "cupcake/kernels/gain.h"
 #include "cupcake/runtime/session.h"
 #include "layout.h"
 
@@ -38,6 +43,9 @@ class GainProbe {
   // the compressed rungs' plan seed (random selection: group k uses GroupSeed's shared form).
   // `clock` times Observe, the controller's own cost; not owned.
   GainProbe(Selection selection, int64_t max_numel, uint64_t seed, Clock* clock);
+  // Sessions on GPU memory, once: the sums of groups on the device are kept there
+  // (kernels::DeviceGain), added to the host's at Take. kMagnitude and kRandom only.
+  Status UseDevice();
   void SetRatios(double ratio_min, double ratio_c) {
     ratio_min_ = ratio_min;
     ratio_c_ = ratio_c;
@@ -53,17 +61,20 @@ class GainProbe {
   // keeps of that. A group whose g_ef is not finite is left out of this step (counted).
   // `group` and `iteration` key the random selection. kLowRank: per tensor of the group, the
   // energy of its rank-r_min PowerSGD approximation (ObserveLowRank) and of the rank-r_c one
-  // of that.
-  void Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
+  // of that. kernels::Backend::kCuda: gradient and memory are device memory and the sums are
+  // queued on `stream` (after UseDevice; the time counted is the host's, queueing them).
+  Status Observe(std::span<const float> gradient, const float* memory, int group, uint64_t iteration,
+                 kernels::Backend where = kernels::Backend::kCpu, void* stream = nullptr);
   // The sums since the last Take, and zero; `cost_us` gets the time Observe took since then.
-  GainSums Take(double* cost_us);
-  int64_t skipped() const { return skipped_; }
+  // On the device, once the work Observe queued is done (the step synchronized).
+  StatusOr<GainSums> Take(double* cost_us);
+  int64_t skipped() const { return skipped_; }  // host groups left out (the device's: its totals)
   // What a window carries from one step to the next, for checkpoints (StateSize() doubles): the
   // sums and Observe's time since the last Take, then (kLowRank) every tensor's warm-start Q.
   // Ratios and ranks are not in it: the session sets them from the controller's rungs.
   int64_t StateSize() const { return 4 + static_cast<int64_t>(q_.size()); }
-  void ReadState(std::span<double> out) const;
-  void WriteState(std::span<const double> in);
+  Status ReadState(std::span<double> out) const;
+  Status WriteState(std::span<const double> in);
 
  private:
   void ObserveGroup(std::span<const float> gradient, const float* memory, int group, uint64_t iteration);
@@ -94,6 +105,9 @@ class GainProbe {
   int max_rank_ = 0, rank_min_ = 1, rank_c_ = 1;
   GainSums sums_;
   int64_t skipped_ = 0;
+  mutable std::mutex mu_;  // the host sums, cost and scratch
+  std::unique_ptr<kernels::DeviceGain> device_;
+  void* device_stream_ = nullptr;  // the last stream device sums were queued on
 };
 
 class GravacController {

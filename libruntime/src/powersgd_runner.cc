@@ -36,8 +36,12 @@ class PowerSgdRunner final : public SchemeRunner {
 
   Status Encode(const Work& work, const StepContext& step, void* stream) override {
     CUPCAKE_RETURN_IF_ERROR(PackIfPacked(work, layout_.index, stream));
-    // GraVAC (host memory): the gradient with this group's error feedback, e = the state's first n.
-    if (step.gain != nullptr) step.gain->Observe(work.span(), state_.as<float>(), layout_.index, step.iteration);
+    // GraVAC: the gradient with this group's error feedback, e = the state's first n.
+    if (step.gain != nullptr) {
+      Status s = step.gain->Observe(work.span(), state_.as<float>(), layout_.index, step.iteration,
+                                    state_.backend(), stream);
+      if (!s.ok()) return s.WithPrefix(StepWhere("GradientReady", layout_.index, "gain probe"));
+    }
     if (Status s = codec_->EncodeP(work.span(), Floats(state_), Floats(first_), stream); !s.ok())
       return s.WithPrefix(StepWhere("GradientReady", layout_.index, "encode"));
     return Status::Ok();

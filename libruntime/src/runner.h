@@ -45,7 +45,7 @@ struct StepContext {
   kernels::zen::DeviceSteps* zen_steps = nullptr;
   int hop_event = -1;  // device: the event Hop records between streams
   uint64_t iteration = 0;
-  // GraVAC (host memory, flat groups): fed each group's packed gradient and error-feedback
+  // GraVAC (flat and powersgd groups): fed each group's packed gradient and error-feedback
   // memory before its encode; nullptr when the session does not adapt.
   GainProbe* gain = nullptr;
 };

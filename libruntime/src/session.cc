@@ -159,6 +159,11 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("EnableGravac"));
     Status local = internal::CheckGravacOptions(options);
     if (local.ok()) local = CheckLadder();
+    std::unique_ptr<Adaptive> adaptive;
+    if (local.ok()) {
+      adaptive = MakeAdaptive(options);
+      if (on_device()) local = adaptive->probe.UseDevice();
+    }
     if (!local.ok()) local = local.WithPrefix("EnableGravac");
     GravacVote mine{local.ok() ? 1 : 0,   options.window,
                     options.epsilon,       options.omega,
@@ -184,27 +189,7 @@ class Session::Impl {
     if (differ)
       return InvalidArgumentError("EnableGravac: the ranks' options differ; got " + options_text +
                                   ", expected the same on every rank");
-    std::vector<internal::GravacController::Rung> rungs;
-    int64_t max_numel = 0;
-    for (const auto& slot : slots_) {
-      rungs.push_back({slot->layout().ratio, slot->layout().predicted_iteration_us});
-      for (const internal::GroupLayout& g : slot->layout().groups) max_numel = std::max(max_numel, g.numel);
-    }
-    const internal::SessionLayout& first = slots_[1]->layout();
-    const internal::Selection selection = first.powersgd_rank > 0       ? internal::Selection::kLowRank
-                                          : first.compressor == "randk" ? internal::Selection::kRandom
-                                                                        : internal::Selection::kMagnitude;
-    gravac_ = std::make_unique<Adaptive>(std::move(rungs), options, selection, max_numel, first.seed,
-                                         slot_options_.clock, comm_->size());
-    if (selection == internal::Selection::kLowRank) {
-      std::vector<std::vector<int64_t>> shapes;
-      std::vector<int64_t> numels;
-      for (const internal::TensorLayout& t : first.tensors) {
-        shapes.push_back(t.shape);
-        numels.push_back(t.numel);
-      }
-      gravac_->probe.SetTensors(shapes, numels, first.powersgd_rank);
-    }
+    gravac_ = std::move(adaptive);
     CUPCAKE_RETURN_IF_ERROR(Activate(gravac_->controller.sent(), "EnableGravac"));
     StartWindow();
     return Status::Ok();
@@ -262,7 +247,7 @@ class Session::Impl {
       values[0] = a.measured_us;
       values[1] = a.measured_steps;
       values[2] = static_cast<double>(a.bytes);
-      a.probe.ReadState(std::span(values).subspan(3));
+      CUPCAKE_RETURN_IF_ERROR(a.probe.ReadState(std::span(values).subspan(3)).WithPrefix("ReadControlState"));
     }
     return values;
   }
@@ -296,7 +281,7 @@ class Session::Impl {
       a.measured_us = values[0];
       a.measured_steps = static_cast<int>(values[1]);
       a.bytes = static_cast<int64_t>(values[2]);
-      a.probe.WriteState(values.subspan(3));
+      CUPCAKE_RETURN_IF_ERROR(a.probe.WriteState(values.subspan(3)).WithPrefix("WriteControlState"));
     }
     if (gravac_ != nullptr) AimProbe();
     return Status::Ok();
@@ -497,11 +482,37 @@ class Session::Impl {
     return Status::Ok();
   }
 
+  // GraVAC over the session's ladder (CheckLadder passed): the rungs' predicted times and the
+  // probe of the compressed rungs' selection.
+  std::unique_ptr<Adaptive> MakeAdaptive(const GravacOptions& options) const {
+    std::vector<internal::GravacController::Rung> rungs;
+    int64_t max_numel = 0;
+    for (const auto& slot : slots_) {
+      rungs.push_back({slot->layout().ratio, slot->layout().predicted_iteration_us});
+      for (const internal::GroupLayout& g : slot->layout().groups) max_numel = std::max(max_numel, g.numel);
+    }
+    const internal::SessionLayout& first = slots_[1]->layout();
+    const internal::Selection selection = first.powersgd_rank > 0       ? internal::Selection::kLowRank
+                                          : first.compressor == "randk" ? internal::Selection::kRandom
+                                                                        : internal::Selection::kMagnitude;
+    auto adaptive = std::make_unique<Adaptive>(std::move(rungs), options, selection,
+                                               on_device() ? 0 : max_numel, first.seed, slot_options_.clock,
+                                               comm_->size());
+    if (selection == internal::Selection::kLowRank) {
+      std::vector<std::vector<int64_t>> shapes;
+      std::vector<int64_t> numels;
+      for (const internal::TensorLayout& t : first.tensors) {
+        shapes.push_back(t.shape);
+        numels.push_back(t.numel);
+      }
+      adaptive->probe.SetTensors(shapes, numels, first.powersgd_rank);
+    }
+    return adaptive;
+  }
+
   // The plans as GraVAC needs them (EnableGravac's contract): plan 0 fp32, then either one
   // ratio-selecting compressor at decreasing ratios or PowerSGD rungs at decreasing ranks.
   Status CheckLadder() const {
-    if (on_device())
-      return FailedPreconditionError("not built for sessions on GPU memory yet; expected a session on host memory");
     if (plan_count() < 2 || slots_[0]->layout().compressor != "fp32" || slots_[0]->layout().powersgd_rank != 0)
       return FailedPreconditionError("the session's plans are not a ladder; got " + std::to_string(plan_count()) +
                                      " plans, plan 0 " + slots_[0]->layout().compressor +
@@ -581,7 +592,9 @@ class Session::Impl {
       return Status::Ok();
     }
     double cost_us = 0;
-    const internal::GainSums mine = a.probe.Take(&cost_us);
+    StatusOr<internal::GainSums> taken = a.probe.Take(&cost_us);
+    if (!taken.ok()) return taken.status().WithPrefix("Synchronize: GraVAC's gain probe");
+    const internal::GainSums mine = *taken;
     const double fields[Adaptive::kFields] = {mine.input, mine.min, mine.cand, a.measured_us,
                                               static_cast<double>(a.measured_steps)};
     CUPCAKE_RETURN_IF_ERROR(

@@ -7,6 +7,8 @@ machine; one GPU holds one NCCL rank, so one worker is what one GPU can check).
 - compressed plans (efsignsgd, topk, PowerSGD): 100 steps at lr 0.01; the synchronized gradient differs from
   the local one at some step (the codec ran), everything stays finite, and the evaluation loss
   falls by at least a quarter.
+- GraVAC over a topk ladder (adapt=GraVAC, window 10): one decision per window, each naming the
+  ladder's rungs, gains in (0, 1], a compressed rung sent, and the loss falling by a quarter.
 - parameters on two devices (cuda only): the ValueError of docs/PYTHON.md.
 Usage: device_job.py PLAN_DIR (the plans pycnn-<name>.pb of test/python/device_test.sh)"""
 
@@ -81,6 +83,34 @@ def compressed(plan_dir, plan):
     print("ok: %s on %s: %d steps, compressed at %d, loss %.4f -> %.4f" % (plan, cnn.DEVICE, steps, changed, first, last))
 
 
+def adaptive(plan_dir):
+    model = cnn.make_model()
+    opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                             model.named_parameters(),
+                                             plan=os.path.join(plan_dir, "pycnn-topk-ladder.pb"),
+                                             adapt=cupcake.torch.GraVAC(window=10, epsilon=0.01, omega=0.01))
+    first, steps = cnn.eval_loss(model), 100
+    for step in range(steps):
+        x, y = cnn.batch(0, step)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    last, ratios, decisions = cnn.eval_loss(model), opt.ratios, opt.decisions
+    opt.close()
+    if len(decisions) != steps // 10:
+        fail("gravac: %d decisions after %d steps of windows of 10; expected %d" % (len(decisions), steps, steps // 10))
+    for d in decisions:
+        if d["ratio"] not in ratios or d["next_ratio"] not in ratios or not 0 < d["gain_c"] <= d["gain_min"] <= 1:
+            fail("gravac: decision %r: expected rungs of %r and 0 < gain_c <= gain_min <= 1" % (d, ratios))
+    sent = sorted({d["ratio"] for d in decisions})
+    if sent[0] == 1:
+        fail("gravac: only the fp32 rung was sent; expected a topk rung at epsilon 0.01")
+    if not last < 0.75 * first:
+        fail("gravac: the loss did not fall by a quarter; got %.4f -> %.4f after %d steps" % (first, last, steps))
+    print("ok: gravac on %s: %d windows, ratios sent %s, loss %.4f -> %.4f" % (cnn.DEVICE, len(decisions), sent,
+                                                                             first, last))
+
+
 def two_devices(plan_dir):
     model = cnn.make_model()
     model.fc2.to("cpu")
@@ -109,6 +139,7 @@ def main():
         fp32(plan_dir, plan)
     for plan in COMPRESSED_PLANS:
         compressed(plan_dir, plan)
+    adaptive(plan_dir)
     if cnn.DEVICE.type == "cuda":
         two_devices(plan_dir)
 

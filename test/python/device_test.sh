@@ -5,8 +5,9 @@
 #   2. record test/python/cnn.py's model on DEVICE (`cupcake-profile compute -- LAUNCHER ...
 #      record_job.py`; on cuda the recorder times the device's kernels through CUPTI) and check it;
 #   3. plan fp32 (one group, layer-wise), efsignsgd, topk and PowerSGD (rank 2) for DEVICE (PowerSGD
-#      from the profile with its network made 1000x slower: at world size 1 it would not pay);
-#   4. device_job.py with those plans (cuda: NCCL sessions on GPU memory).
+#      from the profile with its network made 1000x slower: at world size 1 it would not pay),
+#      and a topk ladder (ratios 0.1, 0.01);
+#   4. device_job.py with those plans (cuda: NCCL sessions on GPU memory), GraVAC over the ladder.
 # Runs in ctest on cpu (python_device_np1, under torchrun_like.py) and on a GPU machine on cuda
 # (bench/gpu/python.sh, under that machine's torchrun).
 # Usage: device_test.sh DEVICE WORK PYTHON CUPCAKE_PROFILE CUPCAKE_PLAN LAUNCHER...
@@ -43,6 +44,7 @@ for c in fp32 efsignsgd topk; do
   plan --compressor "$c" -o "$work/pycnn-$c.pb"
 done
 plan --compressor fp32 --algorithm layerwise -o "$work/pycnn-fp32-layerwise.pb"
+plan --compressor topk --ratios 0.1,0.01 -o "$work/pycnn-topk-ladder.pb"
 "$here/powersgd_plan.sh" "$db" "$plan_device" "$work/pycnn-powersgd.pb" "$python" "$profile_tool" "$plan_tool"
 
 "${launcher[@]}" "$python" "$here/device_job.py" "$work"

@@ -4,12 +4,15 @@
 // compressor x grouping x layout (slices of one flat device buffer, or one cudaMalloc per
 // tensor) over 4 iterations with error feedback, bitwise against the CUDA kernels' reference
 // from the same payloads; fp32 exactly the average; the job's stream ordered before the encode;
-// host memory refused.
+// host memory refused; GraVAC's gain probe on the device against the host's, and an adapting
+// session deciding and averaging as the same session on host memory.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "cupcake/proto/plan_io.h"
 #include "cupcake/runtime/session.h"
 #include "gpu_test.h"
+#include "gravac.h"
 #include "runtime_test_util.h"
 
 namespace cupcake::runtime {
@@ -34,11 +38,15 @@ using comm::NcclCommunicatorFromHandle;
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-pb::Plan GpuPlan(const pb::Model& model, const testing::Grouping& grouping, const std::string& compressor) {
-  pb::Plan plan = testing::MakePlan(model, grouping, compressor, 1);
+pb::Plan OnGpu(pb::Plan plan) {
   plan.set_device(pb::GPU);
   for (auto& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
   return plan;
+}
+
+pb::Plan GpuPlan(const pb::Model& model, const testing::Grouping& grouping, const std::string& compressor,
+                 double ratio = 0.25) {
+  return OnGpu(testing::MakePlan(model, grouping, compressor, 1, ratio));
 }
 
 // The job's gradients in device memory: one cudaMalloc (flat, tensors adjacent in plan order)
@@ -207,12 +215,6 @@ void RunStagedRanks(const pb::Plan& plan, int world, testing::Layout layout, boo
     });
   }
   for (auto& t : ranks) t.join();
-}
-
-pb::Plan OnGpu(pb::Plan plan) {
-  plan.set_device(pb::GPU);
-  for (auto& g : *plan.mutable_groups()) g.mutable_options()->set_device(pb::GPU);
-  return plan;
 }
 
 struct SchemeCase {
@@ -416,6 +418,205 @@ TEST(GpuSession, RunsOnTheJobsNcclCommunicator) {
   ASSERT_CUDA(cudaDeviceSynchronize());
   ASSERT_CUDA(cudaFree(x));
   EXPECT_EQ(ncclCommDestroy(job), ncclSuccess);
+}
+
+
+// ---- GraVAC on GPU memory ----
+
+class StillClock final : public Clock {
+ public:
+  double NowUs() override { return 0; }
+};
+
+float* ToDevice(const std::vector<float>& v) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, 4 * v.size()), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, v.data(), 4 * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  return static_cast<float*>(p);
+}
+
+// One group through the host probe and through the device probe (UseDevice); the sums.
+struct ProbePair {
+  internal::GainSums host, device;
+};
+ProbePair ProbeBoth(internal::Selection selection, const std::vector<float>& g, const std::vector<float>* memory,
+                    double ratio_min, double ratio_c) {
+  StillClock clock;
+  const auto n = static_cast<int64_t>(g.size());
+  internal::GainProbe host(selection, n, 42, &clock), device(selection, 0, 42, &clock);
+  EXPECT_TRUE(device.UseDevice().ok());
+  host.SetRatios(ratio_min, ratio_c);
+  device.SetRatios(ratio_min, ratio_c);
+  EXPECT_TRUE(host.Observe(g, memory ? memory->data() : nullptr, 3, 7).ok());
+  float* dg = ToDevice(g);
+  float* dm = memory ? ToDevice(*memory) : nullptr;
+  const Status observed =
+      device.Observe({dg, g.size()}, dm, 3, 7, kernels::Backend::kCuda, nullptr);
+  EXPECT_TRUE(observed.ok()) << observed.ToString();
+  double cost = 0;
+  ProbePair out{host.Take(&cost).value(), device.Take(&cost).value()};
+  (void)cudaFree(dg);
+  (void)cudaFree(dm);
+  return out;
+}
+
+// Integer-valued data with many ties (sums exact in any order: equal) and spread floats (equal
+// to 1e-12 relative: only the order of the double additions differs), with and without memory,
+// at ratios that keep one element, a tenth, and every element.
+TEST(GpuGainProbe, MatchesTheHostProbe) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 300007;
+  std::vector<float> ties(n), spread(n), memory(n);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    ties[static_cast<size_t>(i)] = testing::TestGradient(0, 1, 2, i);
+    spread[static_cast<size_t>(i)] = normal(rng) * std::exp(normal(rng));
+    memory[static_cast<size_t>(i)] = static_cast<float>(i % 5) - 2.0f;
+  }
+  struct Ratios {
+    double min, c;
+  };
+  for (internal::Selection selection : {internal::Selection::kMagnitude, internal::Selection::kRandom})
+    for (const std::vector<float>* g : {&ties, &spread})
+      for (const std::vector<float>* m : {static_cast<std::vector<float>*>(nullptr), &memory})
+        for (Ratios r : {Ratios{0.1, 0.01}, Ratios{1.0, 1e-9}, Ratios{0.5, 0.5}}) {
+          const bool exact = g == &ties;
+          const ProbePair p = ProbeBoth(selection, *g, m, r.min, r.c);
+          SCOPED_TRACE(std::string(selection == internal::Selection::kRandom ? "random" : "magnitude") +
+                       (exact ? " ties" : " spread") + (m ? " with memory" : "") + " ratios " +
+                       std::to_string(r.min) + "/" + std::to_string(r.c));
+          ASSERT_GT(p.host.cand, 0);
+          for (auto [h, d] : {std::pair{p.host.input, p.device.input}, std::pair{p.host.min, p.device.min},
+                              std::pair{p.host.cand, p.device.cand}}) {
+            if (exact)
+              EXPECT_EQ(d, h);
+            else
+              EXPECT_NEAR(d, h, 1e-12 * h);
+          }
+        }
+}
+
+// Sums add over groups and steps until Take, which zeroes them; a group that is not finite is
+// left out; the window's sums survive ReadState and WriteState (a restored session).
+TEST(GpuGainProbe, AddsUntilTakeLeavesOutWhatIsNotFiniteAndRestores) {
+  SKIP_WITHOUT_GPU();
+  StillClock clock;
+  internal::GainProbe probe(internal::Selection::kMagnitude, 0, 0, &clock);
+  ASSERT_TRUE(probe.UseDevice().ok());
+  probe.SetRatios(0.4, 0.2);  // of 5 elements: 2, then 1
+  float* g = ToDevice({3, -4, 1, 0, 2});
+  float* bad = ToDevice({1, NAN, 2, 3, 4});
+  for (float* x : {g, bad, g})
+    ASSERT_TRUE(probe.Observe({x, 5}, nullptr, 0, 0, kernels::Backend::kCuda, nullptr).ok());
+  std::vector<double> state(static_cast<size_t>(probe.StateSize()));
+  ASSERT_TRUE(probe.ReadState(state).ok());
+  EXPECT_EQ(state[0], 60);  // 2 x (9 + 16 + 1 + 0 + 4)
+  EXPECT_EQ(state[1], 50);  // 2 x (16 + 9)
+  EXPECT_EQ(state[2], 32);
+  internal::GainProbe restored(internal::Selection::kMagnitude, 0, 0, &clock);
+  ASSERT_TRUE(restored.UseDevice().ok());
+  ASSERT_TRUE(restored.Observe({g, 5}, nullptr, 0, 0, kernels::Backend::kCuda, nullptr).ok());  // overwritten
+  ASSERT_TRUE(restored.WriteState(state).ok());
+  double cost = 0;
+  for (internal::GainProbe* p : {&probe, &restored}) {
+    const internal::GainSums s = p->Take(&cost).value();
+    EXPECT_EQ(s.input, 60);
+    EXPECT_EQ(s.min, 50);
+    EXPECT_EQ(s.cand, 32);
+    EXPECT_EQ(p->Take(&cost).value().input, 0);
+  }
+  (void)cudaFree(g);
+  (void)cudaFree(bad);
+}
+
+// A ladder of topk rungs (fp32, then 0.5, 0.25 and 0.05 in different groupings) adapting on
+// GPU memory and on host memory over the same gradients (one rank each): every step's average
+// is bitwise the host's (the CUDA kernels are the CPU's bit for bit), and the decisions are the
+// same (integer gradients: the gain sums are exact in any order). Measured times differ between
+// the two, so the rungs' predictions decide (measured_tolerance out of reach). Probing every
+// second step, the other steps' encodes replay their CUDA graphs.
+TEST(GpuGravacSession, DecidesAndAveragesAsTheSessionOnHostMemory) {
+  SKIP_WITHOUT_GPU();
+  const pb::Model m = testing::SmallModel();
+  const std::vector<pb::Plan> host_plans = {
+      testing::MakePlan(m, testing::OneGroup(m), "fp32", 1), testing::MakePlan(m, testing::Planned(), "topk", 1, 0.5),
+      testing::MakePlan(m, testing::LayerWise(m), "topk", 1, 0.25),
+      testing::MakePlan(m, testing::Planned(), "topk", 1, 0.05)};
+  GravacOptions o;
+  o.window = 2;
+  o.epsilon = 0.3;
+  o.omega = 0;
+  o.measured_tolerance = 1e9;
+  o.probe_every = 2;
+
+  comm::InProcessGroup group(1);
+  auto host = Session::Create(host_plans[0], group.Rank(0));
+  ASSERT_TRUE(host.ok()) << host.status().message();
+  testing::Gradients host_grads(m, testing::Layout::kSeparate);
+  ASSERT_TRUE(testing::RegisterAll(**host, m, host_grads).ok());
+  auto comm = MakeNcclCommunicator(nullptr);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  auto device = Session::Create(OnGpu(host_plans[0]), std::move(comm).value());
+  ASSERT_TRUE(device.ok()) << device.status().message();
+  DeviceGradients grads(m, testing::Layout::kSeparate);
+  ASSERT_TRUE(grads.RegisterAll(**device, m).ok());
+  for (size_t p = 1; p < host_plans.size(); ++p) {
+    ASSERT_TRUE((*host)->AddPlan(host_plans[p]).ok());
+    ASSERT_TRUE((*device)->AddPlan(OnGpu(host_plans[p])).ok());
+  }
+  ASSERT_TRUE((*host)->EnableGravac(o).ok());
+  const Status enabled = (*device)->EnableGravac(o);
+  ASSERT_TRUE(enabled.ok()) << enabled.ToString();
+
+  int compressed_switches = 0;
+  for (int it = 0; it < 16; ++it) {
+    testing::FillGradients(host_grads, 0, it);
+    grads.Fill(0, it, nullptr);
+    for (int i = 0; i < m.tensors_size(); ++i) {
+      ASSERT_TRUE((*host)->GradientReady(i).ok());
+      ASSERT_TRUE((*device)->GradientReady(i).ok());
+    }
+    ASSERT_TRUE((*host)->Synchronize().ok());
+    const Status synced = (*device)->Synchronize();
+    ASSERT_TRUE(synced.ok()) << synced.ToString();
+    std::vector<std::vector<float>> want;
+    for (const auto& t : host_grads) want.emplace_back(t.begin(), t.end());
+    ASSERT_EQ(testing::FirstDifference(grads.Download(), want), "") << "step " << it;
+    EXPECT_EQ((*device)->active_plan(), (*host)->active_plan()) << "step " << it;
+  }
+  const std::vector<GravacDecision>& h = (*host)->decisions();
+  const std::vector<GravacDecision>& d = (*device)->decisions();
+  ASSERT_EQ(d.size(), h.size());
+  ASSERT_EQ(h.size(), 8u);
+  for (size_t i = 0; i < h.size(); ++i) {
+    SCOPED_TRACE("decision " + std::to_string(i));
+    EXPECT_EQ(d[i].ratio, h[i].ratio);
+    EXPECT_EQ(d[i].ratio_min, h[i].ratio_min);
+    EXPECT_EQ(d[i].ratio_c, h[i].ratio_c);
+    EXPECT_EQ(d[i].gain_min, h[i].gain_min);
+    EXPECT_EQ(d[i].gain_c, h[i].gain_c);
+    EXPECT_EQ(d[i].bytes_sent, h[i].bytes_sent);
+    EXPECT_EQ(d[i].next_ratio, h[i].next_ratio);
+    EXPECT_GT(d[i].gain_min, 0);
+    if (h[i].ratio < 1 && h[i].next_ratio < 1 && h[i].ratio != h[i].next_ratio) ++compressed_switches;
+  }
+  EXPECT_GT(compressed_switches, 0) << "the test needs a switch between two topk rungs";
+  device->reset();
+}
+
+// PowerSGD rungs have no gain probe on the device: refused, naming what would be accepted.
+TEST(GpuGravacSession, RefusesPowerSgdRungs) {
+  SKIP_WITHOUT_GPU();
+  const pb::Model m = testing::ShapedModel();
+  auto comm = MakeNcclCommunicator(nullptr);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  auto session = Session::Create(OnGpu(testing::MakePlan(m, testing::Planned(), "fp32", 1)), std::move(comm).value());
+  ASSERT_TRUE(session.ok()) << session.status().message();
+  ASSERT_TRUE((*session)->AddPlan(OnGpu(testing::PowerSgdPlan(m, testing::Planned(), 1, "powersgd", 2))).ok());
+  EXPECT_EQ((*session)->EnableGravac(GravacOptions{}).message(),
+            "EnableGravac: the gain probe of PowerSGD rungs is not built for GPU memory; expected a ladder of topk, "
+            "randk or dgc ratios, or a session on host memory");
 }
 
 }  // namespace

@@ -151,20 +151,20 @@ TEST(GainProbe, KeepsTheLargestMagnitudesOfTheGradientWithItsMemory) {
   GainProbe probe(Selection::kMagnitude, 8, 0, &clock);
   probe.SetRatios(0.4, 0.2);  // of 5 elements: 2, then 1
   const Floats g = {3, -4, 1, 0, 2};
-  probe.Observe(g, nullptr, 0, 0);
+  ASSERT_TRUE(probe.Observe(g, nullptr, 0, 0).ok());
   double cost = 0;
-  GainSums s = probe.Take(&cost);
+  GainSums s = probe.Take(&cost).value();
   EXPECT_EQ(s.input, 30);  // 9 + 16 + 1 + 0 + 4
   EXPECT_EQ(s.min, 25);  // 16 + 9
   EXPECT_EQ(s.cand, 16);
   const Floats memory = {1, 1, 1, 1, 1};  // g_ef = 4, -3, 2, 1, 3
-  probe.Observe(g, memory.data(), 0, 0);
-  probe.Observe(g, nullptr, 1, 0);  // sums add over groups
-  s = probe.Take(&cost);
+  ASSERT_TRUE(probe.Observe(g, memory.data(), 0, 0).ok());
+  ASSERT_TRUE(probe.Observe(g, nullptr, 1, 0).ok());  // sums add over groups
+  s = probe.Take(&cost).value();
   EXPECT_EQ(s.input, 39 + 30);
   EXPECT_EQ(s.min, 25 + 25);
   EXPECT_EQ(s.cand, 16 + 16);
-  EXPECT_EQ(probe.Take(&cost).input, 0);  // Take zeroes
+  EXPECT_EQ(probe.Take(&cost).value().input, 0);  // Take zeroes
 }
 
 // PowerSGD rungs (rank 2 as cf_min, rank 1 as the candidate) on one group: a 10 x 10 matrix whose
@@ -187,10 +187,10 @@ TEST(GainProbe, LowRankKeepsTheEnergyOfTheBestApproximations) {
   g[100] += 1;
   g[101] += 2;
   double cost = 0;
-  for (int step = 0; step < 12; ++step) probe.Observe(g, memory.data(), 0, 0);
-  (void)probe.Take(&cost);
-  probe.Observe(g, memory.data(), 0, 0);
-  const GainSums s = probe.Take(&cost);
+  for (int step = 0; step < 12; ++step) ASSERT_TRUE(probe.Observe(g, memory.data(), 0, 0).ok());
+  (void)probe.Take(&cost).value();
+  ASSERT_TRUE(probe.Observe(g, memory.data(), 0, 0).ok());
+  const GainSums s = probe.Take(&cost).value();
   EXPECT_NEAR(s.input, 15, 1e-9);
   EXPECT_NEAR(s.min, 15, 1e-9);
   EXPECT_NEAR(s.cand, 14, 1e-6);
@@ -226,9 +226,9 @@ TEST(GainProbe, LargeGroupsMatchAFullSort) {
     ManualClock clock;
     GainProbe probe(Selection::kMagnitude, n, 0, &clock);
     probe.SetRatios(0.1, 0.01);
-    probe.Observe(*g, nullptr, 0, 0);
+    ASSERT_TRUE(probe.Observe(*g, nullptr, 0, 0).ok());
     double cost = 0;
-    const GainSums got = probe.Take(&cost), want = sorted_sums(*g, n / 10, n / 100);
+    const GainSums got = probe.Take(&cost).value(), want = sorted_sums(*g, n / 10, n / 100);
     EXPECT_NEAR(got.input, want.input, 1e-9 * want.input);
     EXPECT_NEAR(got.min, want.min, 1e-9 * want.min);
     EXPECT_NEAR(got.cand, want.cand, 1e-9 * want.cand);
@@ -239,10 +239,10 @@ TEST(GainProbe, LeavesOutAGroupThatIsNotFinite) {
   ManualClock clock;
   GainProbe probe(Selection::kMagnitude, 4, 0, &clock);
   probe.SetRatios(0.5, 0.25);
-  probe.Observe(Floats{1, NAN, 2, 3}, nullptr, 0, 0);
-  probe.Observe(Floats{1, 1, 1, 1}, nullptr, 1, 0);
+  ASSERT_TRUE(probe.Observe(Floats{1, NAN, 2, 3}, nullptr, 0, 0).ok());
+  ASSERT_TRUE(probe.Observe(Floats{1, 1, 1, 1}, nullptr, 1, 0).ok());
   double cost = 0;
-  const GainSums s = probe.Take(&cost);
+  const GainSums s = probe.Take(&cost).value();
   EXPECT_EQ(probe.skipped(), 1);
   EXPECT_EQ(s.input, 4);
   EXPECT_EQ(s.min, 2);
@@ -278,9 +278,9 @@ TEST(GainProbe, RandomSelectionIsRandksOwn) {
   };
   GainProbe probe(Selection::kRandom, 1000, plan_seed, &clock);
   probe.SetRatios(0.1, 0.01);
-  probe.Observe(g, nullptr, group, iteration);
+  ASSERT_TRUE(probe.Observe(g, nullptr, group, iteration).ok());
   double cost = 0;
-  const GainSums s = probe.Take(&cost);
+  const GainSums s = probe.Take(&cost).value();
   EXPECT_EQ(s.min, randk_kept(0.1));
   EXPECT_EQ(s.cand, randk_kept(0.01));
 }
