@@ -584,36 +584,45 @@ __device__ __forceinline__ void WarpCount(uint32_t* sh, bool match, uint32_t dig
 }
 
 // Passes A and B: a histogram of (key >> shift) & (bins - 1) over the keys under the selection's
-// prefix, on a fixed grid of kHistBlocks (each block flushes its shared histogram once).
-template <int kBins, class Src>
+// prefix, on a fixed grid of kHistBlocks (each block flushes its shared histogram once). kSel
+// selections at once (sel[s], into hist + s * stride): one read of x serves them all.
+template <int kBins, int kSel, class Src>
 __global__ void __launch_bounds__(kThreads) HistogramKernel(Src src, int64_t n, const Selection* sel, int shift,
-                                                            uint32_t* hist) {
-  __shared__ uint32_t sh[kBins];
-  for (int d = threadIdx.x; d < kBins; d += kThreads) sh[d] = 0;
+                                                            uint32_t* hist, int64_t stride) {
+  __shared__ uint32_t sh[kSel * kBins];
+  for (int d = threadIdx.x; d < kSel * kBins; d += kThreads) sh[d] = 0;
   __syncthreads();
-  const uint32_t prefix = sel->prefix, mask = sel->mask;
+  uint32_t prefix[kSel], mask[kSel];
+  for (int c = 0; c < kSel; ++c) {
+    prefix[c] = sel[c].prefix;
+    mask[c] = sel[c].mask;
+  }
   WARP_UNIFORM_VEC_STRIDE(q, n) {
     const int64_t i = q * kVec;
     F4 x{{0.0f, 0.0f, 0.0f, 0.0f}};
     if (i < n) x = src.Load(i, n);
     for (int j = 0; j < kVec; ++j) {
       const uint32_t key = MagnitudeKey(x.v[j]);
-      WarpCount(sh, i + j < n && (key & mask) == prefix, (key >> shift) & (kBins - 1));
+      for (int c = 0; c < kSel; ++c)
+        WarpCount(sh + c * kBins, i + j < n && (key & mask[c]) == prefix[c], (key >> shift) & (kBins - 1));
     }
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < kBins; d += kThreads)
-    if (sh[d]) atomicAdd(&hist[d], sh[d]);
+  for (int d = threadIdx.x; d < kSel * kBins; d += kThreads)
+    if (sh[d]) atomicAdd(&hist[(d / kBins) * stride + d % kBins], sh[d]);
 }
 
-// One block of 1024 threads: the digit (of kBins, descending) holding the selection's
-// remaining-th largest key; updates the selection. Thread t owns the bins t*P .. t*P+P-1 counted
-// from the largest digit.
+// One block of 1024 threads per selection (block b: sel[b], hist + b * stride): the digit (of
+// kBins, descending) holding the selection's remaining-th largest key; updates the selection.
+// Thread t owns the bins t*P .. t*P+P-1 counted from the largest digit.
 template <int kBins>
-__global__ void __launch_bounds__(1024) PickDigitKernel(Selection* sel, int shift, const uint32_t* hist) {
+__global__ void __launch_bounds__(1024) PickDigitKernel(Selection* sel_base, int shift, const uint32_t* hist_base,
+                                                        int64_t stride) {
   constexpr int P = kBins >= 1024 ? kBins / 1024 : 1;
   using BS = cub::BlockScan<unsigned long long, 1024>;
   __shared__ typename BS::TempStorage tmp;
+  Selection* sel = sel_base + blockIdx.x;
+  const uint32_t* hist = hist_base + blockIdx.x * stride;
   const long long remaining = sel->remaining;
   unsigned long long counts[P], mine = 0;
   for (int j = 0; j < P; ++j) {
@@ -981,17 +990,17 @@ class CudaCompressor final : public Compressor {
     Selection* sel = Ws<Selection>(off_sel_);
     uint32_t* hist = Ws<uint32_t>(off_hist_);
     InitSelectionKernel<<<1, 1024, 0, s>>>(sel, L.k, hist);
-    HistogramKernel<kBinsA><<<kHistBlocks, kThreads, 0, s>>>(first, L.n, sel, kShiftA, hist);
-    PickDigitKernel<kBinsA><<<1, 1024, 0, s>>>(sel, kShiftA, hist);
-    HistogramKernel<kBinsB><<<kHistBlocks, kThreads, 0, s>>>(Plain{x}, L.n, sel, kShiftB, hist + kBinsA);
-    PickDigitKernel<kBinsB><<<1, 1024, 0, s>>>(sel, kShiftB, hist + kBinsA);
+    HistogramKernel<kBinsA, 1><<<kHistBlocks, kThreads, 0, s>>>(first, L.n, sel, kShiftA, hist, 0);
+    PickDigitKernel<kBinsA><<<1, 1024, 0, s>>>(sel, kShiftA, hist, 0);
+    HistogramKernel<kBinsB, 1><<<kHistBlocks, kThreads, 0, s>>>(Plain{x}, L.n, sel, kShiftB, hist + kBinsA, 0);
+    PickDigitKernel<kBinsB><<<1, 1024, 0, s>>>(sel, kShiftB, hist + kBinsA, 0);
     const unsigned grid = static_cast<unsigned>(num_tiles_);
     auto* tiles = Ws<unsigned long long>(off_tiles_);
     auto* above = Ws<uint32_t>(off_above_);
     auto* tile_hist = Ws<uint16_t>(off_tile_hist_);
     uint32_t* hist_c = hist + kBinsA + kBinsB;
     TileHistogramKernel<<<grid, kThreads, 0, s>>>(Plain{x}, L.n, sel, above, tile_hist, hist_c);
-    PickDigitKernel<kBinsC><<<1, 1024, 0, s>>>(sel, 0, hist_c);
+    PickDigitKernel<kBinsC><<<1, 1024, 0, s>>>(sel, 0, hist_c, 0);
     TileCountKernel<<<grid, kThreads, 0, s>>>(sel, above, tile_hist, tiles);
     TileScanKernel<<<1, 1024, 0, s>>>(tiles, num_tiles_);
     TileSelectKernel<<<grid, kThreads, 0, s>>>(x, L.n, L.k, sel, tiles, resid, u, v, payload);
@@ -1349,21 +1358,21 @@ class CudaDeviceGain final : public DeviceGain {
                                 ", expected 1 <= k_c <= k_min <= n < 2^32");
   }
 
-  // The k_min-th and k_c-th largest keys by radix selection (the top-k encode's passes A and B,
-  // then a third histogram for the last 8 bits), then the sums.
+  // The k_min-th and k_c-th largest keys by radix selection, both in each pass (the top-k
+  // encode's passes A and B, then a third histogram for the last 8 bits), then the sums.
   template <class Src>
   void Largest(Src src, int64_t n, int64_t k_min, int64_t k_c, cudaStream_t s) {
     Selection* sel = Ws<Selection>(off_sel_);
-    for (int which = 0; which < 2; ++which) {
-      uint32_t* hist = Ws<uint32_t>(off_hist_) + which * (kBinsA + kBinsB + kBinsC);
-      InitSelectionKernel<<<1, 1024, 0, s>>>(sel + which, which == 0 ? k_min : k_c, hist);
-      HistogramKernel<kBinsA><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel + which, kShiftA, hist);
-      PickDigitKernel<kBinsA><<<1, 1024, 0, s>>>(sel + which, kShiftA, hist);
-      HistogramKernel<kBinsB><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel + which, kShiftB, hist + kBinsA);
-      PickDigitKernel<kBinsB><<<1, 1024, 0, s>>>(sel + which, kShiftB, hist + kBinsA);
-      HistogramKernel<kBinsC><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel + which, 0, hist + kBinsA + kBinsB);
-      PickDigitKernel<kBinsC><<<1, 1024, 0, s>>>(sel + which, 0, hist + kBinsA + kBinsB);
-    }
+    uint32_t* hist = Ws<uint32_t>(off_hist_);
+    constexpr int64_t kStride = kBinsA + kBinsB + kBinsC;
+    InitSelectionKernel<<<1, 1024, 0, s>>>(sel, k_min, hist);
+    InitSelectionKernel<<<1, 1024, 0, s>>>(sel + 1, k_c, hist + kStride);
+    HistogramKernel<kBinsA, 2><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel, kShiftA, hist, kStride);
+    PickDigitKernel<kBinsA><<<2, 1024, 0, s>>>(sel, kShiftA, hist, kStride);
+    HistogramKernel<kBinsB, 2><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel, kShiftB, hist + kBinsA, kStride);
+    PickDigitKernel<kBinsB><<<2, 1024, 0, s>>>(sel, kShiftB, hist + kBinsA, kStride);
+    HistogramKernel<kBinsC, 2><<<kHistBlocks, kThreads, 0, s>>>(src, n, sel, 0, hist + kBinsA + kBinsB, kStride);
+    PickDigitKernel<kBinsC><<<2, 1024, 0, s>>>(sel, 0, hist + kBinsA + kBinsB, kStride);
     LargestSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(src, n, sel, Ws<Acc>(0), Ws<unsigned>(off_done_),
                                                         Ws<GainAcc>(off_totals_));
   }
