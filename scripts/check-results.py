@@ -468,6 +468,36 @@ def gpu_terngrad_decode(src):
                    f"after {after['min']:.1f}-{after['max']:.1f} us")
 
 
+H200B = "bench/results/h200-2026-11-27b/results.json"
+
+
+def gpu_gain_probe(src):
+    d = src.json(H200B)
+    before, after = d["gain_probe"]["before"], d["gain_probe"]["after"]
+    big, small = "gain_top probe 33554432", "gain_top probe 1048576"
+    copy = after["copy d2d 33554432"]["us"]["median"]
+    topk = d["topk_encode_after"]["topk encode 33554432"]["us"]["median"]
+    value = (f"{before[big]['us']['median']:.1f} -> {after[big]['us']['median']:.1f} us at 32 Mi elements "
+             f"({after[big]['us']['median'] / copy:.1f}x a copy; the topk encode {topk:.1f} us); "
+             f"{before[small]['us']['median']:.1f} -> {after[small]['us']['median']:.1f} us at 1 Mi")
+    return value, (f"3 runs each: before {before[big]['us']['min']:.1f}-{before[big]['us']['max']:.1f}, "
+                   f"after {after[big]['us']['min']:.1f}-{after[big]['us']['max']:.1f} us at 32 Mi")
+
+
+def gpu_host_four_hosts(src):
+    t = src.json(H200B)["testbed_4x1"]
+    ms = {(r["strategy"], r["compressor"]): r["measured_ms"] for r in t["rows"]}
+    fp32 = ms[("fp32_bucket", "fp32")]
+    within = sum(abs(r["measured_over_predicted"] - 1) <= 0.1 for r in t["rows"])
+
+    def over(c, strategy):
+        return f"{ms[('layerwise', c)] / ms[(strategy, c)]:.2f}x layer-wise, {fp32 / ms[(strategy, c)]:.2f}x fp32 buckets"
+
+    value = (f"efsignsgd {over('efsignsgd', 'plan')}; topk {over('topk', 'plan')} (the options plan "
+             f"{over('topk', 'options')}); {within} of {len(t['rows'])} within 10%")
+    return value, f"one evaluation, 2 rounds; {inside_spread(t['rows'])}"
+
+
 QUIET_TTA = "tta-quiet-2026-11-27"
 QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
 GRAVAC = "tta-gravac-2026-11-27"
@@ -506,6 +536,8 @@ CHECKS = {
     "R31": gpu_cold_over_warm,
     "R32": gpu_host_testbed,
     "R33": gpu_terngrad_decode,
+    "R39": gpu_gain_probe,
+    "R40": gpu_host_four_hosts,
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
