@@ -26,8 +26,9 @@
 # The runs go round-robin: every strategy trains once per round (its own warm-up, then
 # iterations/rounds timed iterations), so a burst of load on the machine falls on several
 # strategies rather than on one. Writes DIR/profile.db, DIR/plans/*.pb, DIR/runs/NAME.rK.json
-# (round K's iteration times, losses, whether the ranks agree; for the plans, the runtime's
-# timeline of the last iteration in DIR/runs/NAME.timeline.json),
+# (round K's iteration times, losses, whether the ranks agree; in the last round, the runtime's
+# timeline of the last iteration in DIR/runs/NAME.timeline.json, every strategy's: a miss of
+# any of them can be read against its plan),
 # DIR/logs/, then DIR/results.json, DIR/README.md and the plots (bench/testbed/report.py).
 # --quick: small sweeps and few iterations, to check the pipeline (the ctest testbed_evaluate).
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
@@ -237,7 +238,7 @@ for m in ${models//,/ }; do
   done
 done
 
-# 5. Runs, round-robin over the strategies; the last round of a plan records its timeline.
+# 5. Runs, round-robin over the strategies; the last round records their timelines.
 for ((round = 1; round <= rounds; round++)); do
   timed=$(((iterations * round) / rounds - (iterations * (round - 1)) / rounds))
   for m in ${models//,/ }; do
@@ -245,7 +246,7 @@ for ((round = 1; round <= rounds; round++)); do
       read -r s c <<<"$sc"
       name="$m-$s-$c"
       timeline=()
-      [[ "$s" = plan || "$s" = options ]] && [ "$round" = "$rounds" ] && timeline=(--timeline "$out/runs/$name.timeline.json")
+      [ "$round" = "$rounds" ] && timeline=(--timeline "$out/runs/$name.timeline.json")
       job_of "$m"
       log "train: $name, round $round of $rounds ($warmup + $timed iterations)"
       stage "train-$name.r$round" testbed run -- "${job[@]}" --plan "$out/plans/$name.pb" \

@@ -5,7 +5,8 @@ Reads DIR/plans/NAME.json (`cupcake-plan show --format json`), DIR/runs/NAME.rK.
 job's --timing file, one per round K), DIR/runs/NAME.timeline.json (--timeline) and
 DIR/machine.txt, where NAME is MODEL-STRATEGY-COMPRESSOR. Writes DIR/results.json, DIR/README.md, DIR/summary.txt and plots:
 DIR/predicted-vs-measured.png (per model, each strategy's predicted and measured time) and
-DIR/timeline-MODEL-COMPRESSOR.png (the plan's predicted and measured timeline of one iteration).
+DIR/timeline-MODEL-[STRATEGY-]COMPRESSOR.png (each run's predicted and measured timeline of one iteration;
+the plan's without STRATEGY).
 Plots are SVG converted with rsvg-convert (librsvg2-bin); without it the SVG files stay.
 Usage: report.py DIR
 """
@@ -240,15 +241,15 @@ def timeline_plots(d):
         measured = lanes_of(run["groups"], run["backward_end_us"], run["synchronized_us"])
         model, rest = name.split("-", 1)
         strategy, compressor = rest.rsplit("-", 1)
-        which = "the plan's" if strategy == "plan" else "the options plan's"
-        title = f"{model}, {compressor}: {which} {len(plan['groups'])} groups, one iteration (forward and update not shown)"
+        title = (f"{model}, {compressor}: {STRATEGY_TEXT[strategy]}, {len(plan['groups'])} groups, one iteration "
+                 "(forward and update not shown)")
         stem = f"timeline-{model}-{compressor}" if strategy == "plan" else f"timeline-{model}-{strategy}-{compressor}"
         written.append((stem, timeline_svg(title, predicted, measured)))
     return written
 
 
 def phases(d):
-    """Per plan with a timeline: each term of the iteration, predicted and measured (ms)."""
+    """Per run with a timeline (every strategy's last round): each term of the iteration, predicted and measured (ms)."""
     lines = ["| model | strategy | compressor | forward | backward | synchronized (D_K) | update | iteration |",
              "|---|---|---|---|---|---|---|---|"]
     for fn in sorted(os.listdir(os.path.join(d, "runs"))):
@@ -317,7 +318,7 @@ def main():
             f"{r['measured_over_predicted']:.2f} | {loss_text(r)} | "
             f"{'yes' if r['ranks_agree'] else 'NO'} |")
     lines += ["", *[f"- {s}" for s in summary], "", *replay_lines(d, machine, results),
-              "The plans' terms, predicted / measured in ms (measured: rank 0's last iteration of the last "
+              "Each strategy's terms, predicted / measured in ms (measured: rank 0's last iteration of the last "
               "round, from its timeline; backward and synchronized from the start of backward):", "",
               *phases(d), "", *[f"![{p}]({p})" for p in plots], ""]
     with open(os.path.join(d, "README.md"), "w") as f:
