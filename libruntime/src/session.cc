@@ -486,18 +486,18 @@ class Session::Impl {
   // probe of the compressed rungs' selection.
   std::unique_ptr<Adaptive> MakeAdaptive(const GravacOptions& options) const {
     std::vector<internal::GravacController::Rung> rungs;
-    int64_t max_numel = 0;
+    int64_t max_numel = 0;  // of the groups probed on the host: on GPU memory, the offloaded ones
     for (const auto& slot : slots_) {
       rungs.push_back({slot->layout().ratio, slot->layout().predicted_iteration_us});
-      for (const internal::GroupLayout& g : slot->layout().groups) max_numel = std::max(max_numel, g.numel);
+      for (const internal::GroupLayout& g : slot->layout().groups)
+        if (!on_device() || g.place == internal::CodecPlace::kOffloaded) max_numel = std::max(max_numel, g.numel);
     }
     const internal::SessionLayout& first = slots_[1]->layout();
     const internal::Selection selection = first.powersgd_rank > 0       ? internal::Selection::kLowRank
                                           : first.compressor == "randk" ? internal::Selection::kRandom
                                                                         : internal::Selection::kMagnitude;
-    auto adaptive = std::make_unique<Adaptive>(std::move(rungs), options, selection,
-                                               on_device() ? 0 : max_numel, first.seed, slot_options_.clock,
-                                               comm_->size());
+    auto adaptive = std::make_unique<Adaptive>(std::move(rungs), options, selection, max_numel, first.seed,
+                                               slot_options_.clock, comm_->size());
     if (selection == internal::Selection::kLowRank) {
       std::vector<std::vector<int64_t>> shapes;
       std::vector<int64_t> numels;

@@ -535,9 +535,13 @@ TEST(GpuGainProbe, AddsUntilTakeLeavesOutWhatIsNotFiniteAndRestores) {
 // is bitwise the host's (the CUDA kernels are the CPU's bit for bit), and the decisions are the
 // same (integer gradients: the gain sums are exact in any order). Measured times differ between
 // the two, so the rungs' predictions decide (measured_tolerance out of reach). Probing every
-// second step, the other steps' encodes replay their CUDA graphs.
-TEST(GpuGravacSession, DecidesAndAveragesAsTheSessionOnHostMemory) {
+// second step, the other steps' encodes replay their CUDA graphs. Offloaded (the parameter):
+// the compressed rungs' group 0 on the cpu, probed on the host beside the device's groups.
+class GpuGravacSession : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GpuGravacSession, DecidesAndAveragesAsTheSessionOnHostMemory) {
   SKIP_WITHOUT_GPU();
+  const bool offload = GetParam();
   const pb::Model m = testing::SmallModel();
   const std::vector<pb::Plan> host_plans = {
       testing::MakePlan(m, testing::OneGroup(m), "fp32", 1), testing::MakePlan(m, testing::Planned(), "topk", 1, 0.5),
@@ -563,7 +567,13 @@ TEST(GpuGravacSession, DecidesAndAveragesAsTheSessionOnHostMemory) {
   ASSERT_TRUE(grads.RegisterAll(**device, m).ok());
   for (size_t p = 1; p < host_plans.size(); ++p) {
     ASSERT_TRUE((*host)->AddPlan(host_plans[p]).ok());
-    ASSERT_TRUE((*device)->AddPlan(OnGpu(host_plans[p])).ok());
+    pb::Plan on_gpu = OnGpu(host_plans[p]);
+    if (offload) {
+      on_gpu = OnGpu(testing::WithScheme(on_gpu, "flat", 1));
+      on_gpu.mutable_groups(0)->mutable_options()->set_device(pb::CPU);
+    }
+    const StatusOr<int> added = (*device)->AddPlan(on_gpu);
+    ASSERT_TRUE(added.ok()) << added.status().ToString();
   }
   ASSERT_TRUE((*host)->EnableGravac(o).ok());
   const Status enabled = (*device)->EnableGravac(o);
@@ -605,8 +615,11 @@ TEST(GpuGravacSession, DecidesAndAveragesAsTheSessionOnHostMemory) {
   device->reset();
 }
 
+INSTANTIATE_TEST_SUITE_P(Offload, GpuGravacSession, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "offloaded" : "on_device"; });
+
 // PowerSGD rungs have no gain probe on the device: refused, naming what would be accepted.
-TEST(GpuGravacSession, RefusesPowerSgdRungs) {
+TEST(GpuGravacRefusal, PowerSgdRungs) {
   SKIP_WITHOUT_GPU();
   const pb::Model m = testing::ShapedModel();
   auto comm = MakeNcclCommunicator(nullptr);
