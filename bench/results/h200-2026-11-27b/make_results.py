@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """results.json of this experiment from its raw files (raw.tar.xz unpacked into RAW):
-the suites' lines (calls 1 and 3), the Python checks (call 1), the gain probe's rows before and
+the suites' lines (calls 1, 3 and 5), the Python checks (call 1), the gain probe's rows before and
 after (calls 2 and 3, three runs each, bench/gpu/summarize.py's spreads), the top-k encode
 beside them (call 3, one run), and the 4 x 1 testbed evaluation (call 4).
 Usage: make_results.py RAW > results.json"""
@@ -28,7 +28,8 @@ rows = json.load(open(os.path.join(raw, "call4/results.json")))
 print(json.dumps({
     "device": "NVIDIA H200 (one GPU), Intel Xeon host, 16 cores",
     "suites": {"call1": [l for l in lines("call1/summary.txt", "") if ": exit " in l],
-               "call3": lines("call3/tests.log", "")},
+               "call3": lines("call3/tests.log", ""),
+               "call5": lines("call5/tests.log", "")},
     "python": lines("call1/summary.txt", "ok: "),
     "gain_probe": {"before": summarize.kernels(runs("call2", "gain")),
                    "after": summarize.kernels(runs("call3", "gain"))},
