@@ -484,18 +484,38 @@ def gpu_gain_probe(src):
                    f"after {after[big]['us']['min']:.1f}-{after[big]['us']['max']:.1f} us at 32 Mi")
 
 
-def gpu_host_four_hosts(src):
-    t = src.json(H200B)["testbed_4x1"]
-    ms = {(r["strategy"], r["compressor"]): r["measured_ms"] for r in t["rows"]}
+def four_hosts_replay(rows):
+    """resnet50's plans over layer-wise and fp32 buckets, and the fidelity count, of one evaluation."""
+    ms = {(r["strategy"], r["compressor"]): r["measured_ms"] for r in rows}
     fp32 = ms[("fp32_bucket", "fp32")]
-    within = sum(abs(r["measured_over_predicted"] - 1) <= 0.1 for r in t["rows"])
+    within = sum(abs(r["measured_over_predicted"] - 1) <= 0.1 for r in rows)
 
     def over(c, strategy):
         return f"{ms[('layerwise', c)] / ms[(strategy, c)]:.2f}x layer-wise, {fp32 / ms[(strategy, c)]:.2f}x fp32 buckets"
 
     value = (f"efsignsgd {over('efsignsgd', 'plan')}; topk {over('topk', 'plan')} (the options plan "
-             f"{over('topk', 'options')}); {within} of {len(t['rows'])} within 10%")
-    return value, f"one evaluation, 2 rounds; {inside_spread(t['rows'])}"
+             f"{over('topk', 'options')}); {within} of {len(rows)} within 10%")
+    return value, f"one evaluation, 2 rounds; {inside_spread(rows)}"
+
+
+def gpu_host_four_hosts(src):
+    return four_hosts_replay(src.json(H200B)["testbed_4x1"]["rows"])
+
+
+CHAINED = "bench/results/comm-chained-2026-11-27/results.json"
+
+
+def chained_over_spaced(src):
+    c = src.json(CHAINED)["chained"]
+
+    def ratios(hosts, floats):
+        return [r["chained"] / r["gap"] for r in c[hosts][floats]]
+
+    value = (f"4 hosts: 25 MiB {span(ratios('4', '6553600'))}, 16 MiB {span(ratios('4', '4194304'))}, "
+             f"64 MiB {span(ratios('4', '16777216'))}; 2 hosts: {span(ratios('2', '6553600') + ratios('2', '4194304') + ratios('2', '16777216'))}")
+    runs = {k: len(v) for k, v in c["4"].items()}
+    return value, (f"per run, the median of 16 calls each spacing; 4 hosts: {runs['6553600']} runs at 25 MiB, "
+                   f"{runs['4194304']} at 16 MiB, {runs['16777216']} at 64 MiB; 2 hosts: 1 each")
 
 
 QUIET_TTA = "tta-quiet-2026-11-27"
@@ -538,6 +558,8 @@ CHECKS = {
     "R33": gpu_terngrad_decode,
     "R39": gpu_gain_probe,
     "R40": gpu_host_four_hosts,
+    "R41": lambda s: four_hosts_replay(s.json(CHAINED)["evaluation_4x1_1gbit"]),
+    "R42": chained_over_spaced,
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
