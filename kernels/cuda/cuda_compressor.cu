@@ -583,9 +583,10 @@ __device__ __forceinline__ void WarpCount(uint32_t* sh, bool match, uint32_t dig
   if (match) atomicAdd(&sh[digit], 1u);
 }
 
-// Passes A and B: a histogram of (key >> shift) & (bins - 1) over the keys under the selection's
-// prefix, on a fixed grid of kHistBlocks (each block flushes its shared histogram once). kSel
-// selections at once (sel[s], into hist + s * stride): one read of x serves them all.
+// Passes A and B (and the gain probe's last 8 bits): a histogram of (key >> shift) & (bins - 1)
+// over the keys under the selection's prefix, on a fixed grid of kHistBlocks (each block flushes
+// its shared histogram once). kSel selections at once (sel[s], into hist + s * stride): one read
+// of x serves them all.
 template <int kBins, int kSel, class Src>
 __global__ void __launch_bounds__(kThreads) HistogramKernel(Src src, int64_t n, const Selection* sel, int shift,
                                                             uint32_t* hist, int64_t stride) {
