@@ -503,6 +503,7 @@ def gpu_host_four_hosts(src):
 
 
 CHAINED = "bench/results/comm-chained-2026-11-27/results.json"
+REPLAY4 = "bench/results/replay-4hosts-2026-11-27/results.json"
 
 
 def chained_over_spaced(src):
@@ -560,7 +561,8 @@ CHECKS = {
     "R40": gpu_host_four_hosts,
     "R41": lambda s: four_hosts_replay(s.json(CHAINED)["evaluation_4x1_1gbit"]),
     "R42": chained_over_spaced,
-    "R43": lambda s: four_hosts_replay(s.json("bench/results/replay-4hosts-2026-11-27/results.json")["evaluation_4x1_1gbit"]),
+    "R43": lambda s: four_hosts_replay(s.json(REPLAY4)["bert_base"]),
+    "R44": lambda s: four_hosts_replay(s.json(REPLAY4)["gpt2"]),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
