@@ -166,13 +166,19 @@ struct Row {
   double copy_us;
 };
 
+// How many sets of `set_bytes` each rotate so that consecutive calls touch at least 3x the L2
+// (the method above), 2 to 16.
+int RotatingSets(int64_t set_bytes, int64_t l2) {
+  return static_cast<int>(std::clamp<int64_t>((3 * l2 + set_bytes - 1) / set_bytes, 2, 16));
+}
+
 // GraVAC's gain probe: rotating sets of g (the row's gradient) and e (g's reverse), as the
 // compressors' rows rotate theirs.
 void GainRows(const std::vector<float>& host, int64_t n, double copy_us, int64_t l2, const Options& o, cudaStream_t s,
               std::vector<Row>& rows) {
   auto made = cupcake::kernels::MakeDeviceGain();
   Check(made.status(), "MakeDeviceGain");
-  const int sets = static_cast<int>(std::clamp<int64_t>((3 * l2 + 8 * n - 1) / (8 * n), 2, 16));
+  const int sets = RotatingSets(8 * n, l2);
   std::vector<float*> g(static_cast<size_t>(sets)), e(static_cast<size_t>(sets));
   const std::vector<float> reversed(host.rbegin(), host.rend());
   for (int i = 0; i < sets; ++i) {
@@ -229,7 +235,7 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (float& x : host) x = normal(rng);
     // The copy.
-    const int copy_sets = static_cast<int>(std::clamp<int64_t>((3 * l2 + 8 * n - 1) / (8 * n), 2, 16));
+    const int copy_sets = RotatingSets(8 * n, l2);
     std::vector<void*> src(static_cast<size_t>(copy_sets)), dst(static_cast<size_t>(copy_sets));
     for (int i = 0; i < copy_sets; ++i) {
       src[static_cast<size_t>(i)] = DeviceAlloc(4 * n);
@@ -261,7 +267,7 @@ int main(int argc, char** argv) {
       Compressor& comp = **made;
       const CompressorLayout& L = comp.layout();
       const int64_t set_bytes = 4 * n + 4 * L.state_floats + L.payload_bytes + L.decode_input_bytes + 4 * n;
-      const int sets = static_cast<int>(std::clamp<int64_t>((3 * l2 + set_bytes - 1) / set_bytes, 2, 16));
+      const int sets = RotatingSets(set_bytes, l2);
       struct Set {
         float *grad, *state, *out;
         std::byte *payload, *in;

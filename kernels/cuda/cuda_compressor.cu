@@ -1313,11 +1313,9 @@ class CudaDeviceGain final : public DeviceGain {
     auto s = static_cast<cudaStream_t>(stream);
     const Feistel f = MakeFeistel(seed, iteration, static_cast<uint32_t>(n));
     if (e != nullptr)
-      RandomSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(ResidualSum{e, g}, n, k_min, k_c, f, Ws<Acc>(0),
-                                                         Ws<unsigned>(off_done_), Ws<GainAcc>(off_totals_));
+      Random(ResidualSum{e, g}, n, k_min, k_c, f, s);
     else
-      RandomSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(Plain{g}, n, k_min, k_c, f, Ws<Acc>(0),
-                                                         Ws<unsigned>(off_done_), Ws<GainAcc>(off_totals_));
+      Random(Plain{g}, n, k_min, k_c, f, s);
     CUPCAKE_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return Status::Ok();
   }
@@ -1376,6 +1374,12 @@ class CudaDeviceGain final : public DeviceGain {
     PickDigitKernel<kBinsC><<<2, 1024, 0, s>>>(sel, 0, hist + kBinsA + kBinsB, kStride);
     LargestSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(src, n, sel, Ws<Acc>(0), Ws<unsigned>(off_done_),
                                                         Ws<GainAcc>(off_totals_));
+  }
+
+  template <class Src>
+  void Random(Src src, int64_t n, int64_t k_min, int64_t k_c, const Feistel& f, cudaStream_t s) {
+    RandomSumKernel<<<kReduceBlocks, kThreads, 0, s>>>(src, n, k_min, k_c, f, Ws<Acc>(0), Ws<unsigned>(off_done_),
+                                                       Ws<GainAcc>(off_totals_));
   }
 
   void* workspace_ = nullptr;
