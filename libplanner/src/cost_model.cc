@@ -203,6 +203,10 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
     p.comm_busy = Curve(*busy);
     p.comm_busy_key = comm_key + " busy";
   }
+  if (const pb::Curve* chained = FindProfileCurve(profile, comm_key + " chained")) {
+    p.comm_chained = Curve(*chained);
+    p.comm_chained_key = comm_key + " chained";
+  }
   const std::string device(Name(p.device));
   if (const pb::Curve* c = FindProfileCurve(profile, "copy pack " + device)) {
     p.pack = Curve(*c);
@@ -221,6 +225,7 @@ void GroupPricer::Start(int first) {
   encode_.Reset();
   comm_.Reset();
   comm_busy_.Reset();
+  comm_chained_.Reset();
   decode_.Reset();
   unpack_.Reset();
 }
@@ -234,6 +239,7 @@ GroupCost GroupPricer::Price(int last) {
   const double payload = static_cast<double>(p_.PayloadOf(n));
   c.com_us = comm_.At(payload);
   c.com_busy_us = p_.comm_busy.empty() ? c.com_us : std::max(c.com_us, comm_busy_.At(payload));
+  c.chain_us = p_.comm_chained.empty() ? 0.0 : std::max(0.0, comm_chained_.At(payload) - c.com_us);
   c.dec_us = (p_.compress ? decode_.At(static_cast<double>(n)) : 0.0) + (fused ? unpack_.At(s) : 0.0);
   return c;
 }
@@ -249,7 +255,8 @@ Timeline Evaluate(const Problem& p, std::span<const int> group_ends) {
   CUPCAKE_CHECK_EQ(group_ends.back(), p.size() - 1);
   Timeline t;
   t.groups.reserve(group_ends.size());
-  double encode_total = 0, network_free = 0;
+  double encode_total = 0;
+  std::optional<double> network_free;  // the previous collective's end
   int first = 0;
   for (int last : group_ends) {
     CUPCAKE_CHECK_LE(first, last);
@@ -262,10 +269,12 @@ Timeline Evaluate(const Problem& p, std::span<const int> group_ends) {
     encode_total += g.cost.enc_us;
     g.encode_end_us = g.encode_start_us + g.cost.enc_us;
     // The network runs collectives in group order: F_k, slowed while the compute stream has
-    // backward or encodes left (busy cores).
-    g.comm_start_us = std::max(g.encode_end_us, network_free);
-    g.comm_end_us =
-        CommEnd(g.comm_start_us, g.cost.com_us, g.cost.com_busy_us, p.backward_prefix.back() + encode_total);
+    // backward or encodes left (busy cores), and after a collective that ended less than
+    // chain_us before it was ready (chained collectives).
+    // comm_start_us is when the runtime issues it; the chained part of its time follows.
+    g.comm_start_us = std::max(g.encode_end_us, network_free.value_or(0.0));
+    g.comm_end_us = CommEnd(CommStart(g.encode_end_us, network_free, g.cost.chain_us), g.cost.com_us,
+                            g.cost.com_busy_us, p.backward_prefix.back() + encode_total);
     network_free = g.comm_end_us;
     t.groups.push_back(g);
     first = last + 1;

@@ -95,6 +95,11 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
     out.steps_busy.push_back(busy != nullptr ? Curve(*busy) : Curve());
     out.step_busy_keys.push_back(busy != nullptr ? key + " busy" : "");
     out.step_keys.push_back(key);
+    if (i == 0)
+      if (const pb::Curve* chained = FindProfileCurve(profile, key + " chained")) {
+        out.first_chained = Curve(*chained);
+        out.first_chained_key = key + " chained";
+      }
   }
   return "";
 }
@@ -211,7 +216,8 @@ OptionPricer::OptionPricer(const OptionProblem& p) : p_(p), pack_(p.base.pack), 
               CurveCursor(c.mid_decode),
               CurveCursor(c.post_kernel),
               {},
-              {}};
+              {},
+              CurveCursor(c.first_chained)};
     for (const Curve& s : c.steps) k.steps.emplace_back(s);
     for (const Curve& s : c.steps_busy) k.steps_busy.emplace_back(s);
     cursors_.push_back(std::move(k));
@@ -243,6 +249,7 @@ void OptionPricer::Start(int first) {
     k.post.Reset();
     for (CurveCursor& c : k.steps) c.Reset();
     for (CurveCursor& c : k.steps_busy) c.Reset();
+    k.first_chained.Reset();
   }
 }
 
@@ -270,7 +277,7 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
       const double ratio = GroupStepRatio(p_, scheme, first_, last);
       const LowRankSizes low_rank =
           scheme.codec == Codec::kLowRank ? b.GroupLowRank(first_, last, scheme.batched) : LowRankSizes{};
-      sc.idle = sc.busy_extra = 0;  // busy_extra: what the steps' busy curves add to the idle ones
+      sc.idle = sc.busy_extra = sc.chain = 0;  // busy_extra: what the steps' busy curves add to the idle ones
       for (int i = 0; i < scheme.step_count; ++i) {
         const auto bytes = static_cast<double>(
             StepBytes(scheme, scheme.steps[i], *b.compressor, n, ratio, p_.ranks(), b.zen_union, &low_rank));
@@ -278,6 +285,8 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
         sc.idle += idle;
         if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
           sc.busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
+        if (i == 0 && !p_.curves[o].first_chained.empty())
+          sc.chain = std::max(0.0, k.first_chained.At(bytes) - idle);
       }
     }
     StageCost c;
@@ -294,6 +303,7 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
     if (shape.encode_in_network) c.net += k.mid_encode.At(sc.m);
     if (shape.reads_decode_in_network) c.net += k.mid_decode.At(sc.m);
     c.net_busy = c.net + sc.busy_extra;
+    c.chain = sc.chain;
     out[o] = c;
   }
 }
@@ -352,7 +362,8 @@ OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> grou
   CUPCAKE_CHECK_EQ(group_ends.size(), options.size());
   CUPCAKE_CHECK_EQ(group_ends.back(), p.size() - 1);
   OptionTimeline t;
-  double e = 0, network = 0, cpu = 0;  // E, F, G
+  double e = 0, cpu = 0;  // E, G
+  std::optional<double> network;  // F: the previous collective's end
   int first = 0;
   for (size_t k = 0; k < group_ends.size(); ++k) {
     const int last = group_ends[k];
@@ -373,8 +384,9 @@ OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> grou
       g.pre_end_us = ready + g.cost.gpu_pre;
       e += g.cost.gpu_pre;
     }
-    g.comm_start_us = std::max(g.pre_end_us, network);
-    g.comm_end_us = CommEnd(g.comm_start_us, g.cost.net, g.cost.net_busy, p.base.backward_prefix.back() + e);
+    g.comm_start_us = std::max(g.pre_end_us, network.value_or(0.0));  // issued; then its chained part
+    g.comm_end_us = CommEnd(CommStart(g.pre_end_us, network, g.cost.chain), g.cost.net, g.cost.net_busy,
+                            p.base.backward_prefix.back() + e);
     network = g.comm_end_us;
     PlaceSteps(p, g, g.comm_start_us);
     t.groups.push_back(std::move(g));
@@ -408,15 +420,16 @@ void TimelineState::Add(const OptionProblem& p, int last, bool offload, const St
   const double busy_until = p.base.backward_prefix.back() + e + (offload ? 0.0 : c.gpu_pre);
   if (offload) {
     g = std::max(b + e, g) + c.cpu_pre;
-    f = CommEnd(std::max(g, f), c.net, c.net_busy, busy_until);
+    f = CommEnd(CommStart(g, any ? std::optional(f) : std::nullopt, c.chain), c.net, c.net_busy, busy_until);
     u = std::max(u, f) + c.cpu_post;
     v += c.cpu_post;
   } else {
     e += c.gpu_pre;
-    f = CommEnd(std::max(b + e, f), c.net, c.net_busy, busy_until);
+    f = CommEnd(CommStart(b + e, any ? std::optional(f) : std::nullopt, c.chain), c.net, c.net_busy, busy_until);
     x = std::max(x, f) + c.gpu_post;
     y += c.gpu_pre + c.gpu_post;
   }
+  any = true;
 }
 
 double TimelineState::Final(const OptionProblem& p) const {

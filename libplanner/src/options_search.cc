@@ -23,6 +23,7 @@ struct OptionBounds {
   std::vector<double> net;  // Net*(j): the network from f, then the last post stage
   std::vector<double> ready;  // Ready*(j): from e, a group's readiness, its network and the rest
   double min_net = kInf, min_post = kInf;
+  double max_chain = 0;  // the largest StageCost::chain of any group (step 1's canonical form)
 };
 
 // Every group's stage costs under every option, for all the passes of one search (step 2's
@@ -50,7 +51,7 @@ class GroupCosts {
         pricer_.Price(static_cast<int>(q), buf);
         for (size_t o = 0; o < options_; ++o) {
           const StageCost& c = buf[o];
-          table_[o * groups + at] = {c.pre(), c.net, c.net_busy, c.post()};
+          table_[o * groups + at] = {c.pre(), c.net, c.net_busy, c.chain, c.post()};
         }
       }
     }
@@ -82,6 +83,7 @@ class GroupCosts {
     StageCost r;
     r.net = c.net;
     r.net_busy = c.net_busy;
+    r.chain = c.chain;
     if (p_.options[static_cast<size_t>(o)].offload) {
       r.cpu_pre = c.pre;
       r.cpu_post = c.post;
@@ -96,7 +98,7 @@ class GroupCosts {
   // A StageCost without the device: an option's stages are all on the compute stream or all on
   // the CPU worker (offloaded), which the option says.
   struct Stored {
-    double pre, net, net_busy, post;
+    double pre, net, net_busy, chain, post;
   };
   const OptionProblem& p_;
   OptionPricer pricer_;
@@ -127,6 +129,7 @@ std::vector<OptionBounds> ComputeOptionBounds(const OptionProblem& p, GroupCosts
         std::min(b.ready[j], std::max(p.base.backward_prefix[q + 1] + c.pre() + net, c.gpu_pre + b.ready[q + 1]));
     b.min_net = std::min(b.min_net, c.net);
     b.min_post = std::min(b.min_post, c.post());
+    b.max_chain = std::max(b.max_chain, c.chain);
   };
   for (int j = n - 1; j >= 0; --j) {
     for (int q = j; q < n; ++q) {
@@ -158,33 +161,38 @@ struct OptionLabel {
 // The recurrence of TimelineState::Add, kept apart from it: here the busy window ends at
 // backward + (e + gpu_pre), there at (backward + e) + gpu_pre, which round differently; merging
 // them would move label times by an ulp and could flip dominance and ties, so plans would change.
-OptionLabel Extend(const OptionProblem& p, const OptionLabel& l, int32_t id, int q, int option, const StageCost& c) {
+// `max_chain` bounds StageCost::chain over the groups and options the search extends with.
+OptionLabel Extend(const OptionProblem& p, const OptionLabel& l, int32_t id, int q, int option, const StageCost& c,
+                   double max_chain) {
   OptionLabel n = l;
   n.parent = id;
   n.end = q + 1;
   n.option = option;
   const double b = p.base.backward_prefix[static_cast<size_t>(q) + 1];
   const double backward = p.base.backward_prefix.back();  // the compute stream's work ends after
+  const std::optional<double> previous = l.end > 0 ? std::optional(l.f) : std::nullopt;
   if (p.options[static_cast<size_t>(option)].offload) {
     n.g = std::max(b + l.e, l.g) + c.cpu_pre;
-    n.f = CommEnd(std::max(n.g, l.f), c.net, c.net_busy, backward + l.e);
+    n.f = CommEnd(CommStart(n.g, previous, c.chain), c.net, c.net_busy, backward + l.e);
     n.u = std::max(l.u, n.f) + c.cpu_post;
     n.v = l.v + c.cpu_post;
   } else {
     n.e = l.e + c.gpu_pre;
-    n.f = CommEnd(std::max(b + n.e, l.f), c.net, c.net_busy, backward + n.e);
+    n.f = CommEnd(CommStart(b + n.e, previous, c.chain), c.net, c.net_busy, backward + n.e);
     n.x = std::max(l.x, n.f) + c.gpu_post;
     n.y = l.y + c.gpu_pre + c.gpu_post;
   }
   // Step 1's canonical form: a coordinate that can no longer change the final time of any
-  // completion is set to 0, so that more labels dominate one another (docs/MODEL.md).
+  // completion is set to 0, so that more labels dominate one another (docs/MODEL.md). The next
+  // collective is ready at b + n.e or later, so f no longer delays it once f + max_chain is not
+  // later; then f = 0 delays it neither (b + n.e >= max_chain).
   if (n.x <= p.base.backward_prefix.back() + n.y) n.x = 0;
   if (n.u <= n.g + n.v) n.u = 0;
-  if (n.f <= b + n.e) n.f = 0;
+  if (n.f + max_chain <= b + n.e) n.f = 0;
   return n;
 }
 
-// Marks the options of one group worth extending a label with: an option whose six stage costs
+// Marks the options of one group worth extending a label with: an option whose seven stage costs
 // are all >= another's of the same kind (both on-device or both offloaded) gives, from any
 // label, a label the other's dominates (Extend is non-decreasing in the costs), so it is
 // skipped; of equal ones the first is kept.
@@ -193,6 +201,7 @@ void UsefulOptions(const OptionProblem& p, std::span<const StageCost> c, std::ve
   useful.assign(n, 1);
   auto le = [](const StageCost& a, const StageCost& b) {
     return a.gpu_pre <= b.gpu_pre && a.cpu_pre <= b.cpu_pre && a.net <= b.net && a.net_busy <= b.net_busy &&
+           a.chain <= b.chain &&
            a.gpu_post <= b.gpu_post && a.cpu_post <= b.cpu_post;
   };
   for (size_t o = 0; o < n; ++o)
@@ -286,7 +295,7 @@ class OptionsSpace {
   void ForGreedyOptions(int j, int q, const Label& l, int32_t id, F&& f) {
     costs_.Reach(j, q, only_);
     for (int o = 0; o < static_cast<int>(options_); ++o)
-      if (tried_[static_cast<size_t>(o)]) f(Extend(p_, l, id, q, o, costs_.Get(j, q, o)));
+      if (tried_[static_cast<size_t>(o)]) f(Extend(p_, l, id, q, o, costs_.Get(j, q, o), sb_.max_chain));
   }
 
   void StartRow(int) { row_useful_.clear(); }
@@ -305,7 +314,7 @@ class OptionsSpace {
     }
     const char* usable = &row_useful_[k * options_];
     for (int o = 0; o < static_cast<int>(options_); ++o)
-      if (usable[o]) f(Extend(p_, l, id, q, o, costs_.Get(j, q, o)));
+      if (usable[o]) f(Extend(p_, l, id, q, o, costs_.Get(j, q, o), sb_.max_chain));
   }
 
  private:

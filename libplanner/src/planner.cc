@@ -128,6 +128,7 @@ std::vector<pb::Extrapolation> FindOptionExtrapolations(const OptionProblem& p, 
       use(c.steps[i], c.step_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
       use(c.steps_busy[i], c.step_busy_keys[i], "bytes", static_cast<double>(g.steps[i].bytes));
     }
+    if (!g.steps.empty()) use(c.first_chained, c.first_chained_key, "bytes", static_cast<double>(g.steps[0].bytes));
     use(c.mid_decode, c.mid_decode_key, "elements", m);
     use(c.post_kernel, c.post_key, "elements", n);
   }
@@ -244,7 +245,7 @@ Status FillOptionsPlan(const pb::Model& model, const pb::Profile& profile, const
 std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<const int> group_ends) {
   CurveUse pack{&p.pack, &p.pack_key, "bytes"}, encode{&p.encode, &p.encode_key, "elements"},
       comm{&p.comm, &p.comm_key, "bytes"}, comm_busy{&p.comm_busy, &p.comm_busy_key, "bytes"},
-      decode{&p.decode, &p.decode_key, "elements"}, unpack{&p.unpack, &p.unpack_key, "bytes"};
+      comm_chained{&p.comm_chained, &p.comm_chained_key, "bytes"}, decode{&p.decode, &p.decode_key, "elements"}, unpack{&p.unpack, &p.unpack_key, "bytes"};
   int first = 0;
   for (int last : group_ends) {  // the sizes GroupPricer::Price reads
     const double n = static_cast<double>(p.GroupNumel(first, last));
@@ -258,11 +259,11 @@ std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<co
       decode.max_size = std::max(decode.max_size, n);
     }
     comm.max_size = std::max(comm.max_size, static_cast<double>(p.PayloadOf(p.GroupNumel(first, last))));
-    comm_busy.max_size = comm.max_size;  // read at the same payloads (empty without a busy curve)
+    comm_busy.max_size = comm_chained.max_size = comm.max_size;  // read at the same payloads (empty without)
     first = last + 1;
   }
   std::vector<pb::Extrapolation> out;
-  for (const CurveUse* u : {&pack, &encode, &comm, &comm_busy, &decode, &unpack}) {
+  for (const CurveUse* u : {&pack, &encode, &comm, &comm_busy, &comm_chained, &decode, &unpack}) {
     if (u->curve->empty() || u->max_size <= kExtrapolationFactor * u->curve->last_size()) continue;
     pb::Extrapolation e;
     e.set_curve(*u->key);
@@ -338,7 +339,11 @@ StatusOr<Timeline> Simulate(const pb::Plan& plan, const pb::Model& model, const 
     GroupTimes out;
     out.first = g.first;
     out.last = g.last;
-    out.cost = {.enc_us = g.cost.pre(), .com_us = g.cost.net, .com_busy_us = g.cost.net_busy, .dec_us = g.cost.post()};
+    out.cost = {.enc_us = g.cost.pre(),
+                .com_us = g.cost.net,
+                .com_busy_us = g.cost.net_busy,
+                .chain_us = g.cost.chain,
+                .dec_us = g.cost.post()};
     out.encode_start_us = g.pre_start_us;
     out.encode_end_us = g.pre_end_us;
     out.comm_start_us = g.comm_start_us;

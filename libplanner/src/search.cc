@@ -80,7 +80,8 @@ FusionLabel Extend(const Problem& p, const FusionLabel& l, int32_t id, int q, co
   FusionLabel next;
   next.e = l.e + c.enc_us;
   const double c_k = p.backward_prefix[q + 1] + next.e;
-  next.f = CommEndCall(std::max(c_k, l.f), c.com_us, c.com_busy_us, p.backward_prefix.back() + next.e);
+  const double start = CommStart(c_k, l.end > 0 ? std::optional(l.f) : std::nullopt, c.chain_us);
+  next.f = CommEndCall(start, c.com_us, c.com_busy_us, p.backward_prefix.back() + next.e);
   next.x = std::max(l.x, next.f) + c.dec_us;
   next.y = l.y + c.enc_us + c.dec_us;
   next.parent = id;

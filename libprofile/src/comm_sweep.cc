@@ -50,7 +50,12 @@ struct Planned {
   pb::DType dtype;  // of the reduction; DTYPE_UNSPECIFIED: float32
   int64_t size;  // stored size (bytes of each rank's send buffer)
   bool busy;  // measured beside a busy core (CommSweepOptions::busy)
+  bool chained;  // measured on calls back to back (CommSweepOptions::chained)
 };
+
+// Calls per timed chain (CommSweepOptions::chained): the first ends where the time starts, so a
+// chain times kChainCalls - 1 calls that each follow another.
+constexpr int kChainCalls = 3;
 
 // A thread that keeps one core busy with floating-point work until destroyed: what a CPU job's
 // backward does beside a collective in flight (CommSweepOptions::busy). Both it and the calling
@@ -113,7 +118,9 @@ int64_t StoredSize(pb::CommOp op, int64_t size, int w) {
 
 // One pass over a point: the collective on `data`, the barriers and the result exchange on
 // `control` (the same ranks). Appends this rank's timed calls to `us`; returns the wrong
-// iterations (wrong on any rank).
+// iterations (wrong on any rank). A chained point's iteration is a chain of kChainCalls calls
+// after one barrier, its time the chain's per call after the first one's end; its allreduces run
+// out of place, so that no copy of the input separates them.
 StatusOr<int> Measure(Communicator& control, Communicator& data, const Planned& p, int warmup, int iters,
                       Clock& clock, std::vector<double>& us) {
   const pb::CommOp op = p.op;
@@ -151,27 +158,35 @@ StatusOr<int> Measure(Communicator& control, Communicator& data, const Planned& 
   CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(pattern.data(), n * elem));
   const DataType type = p.dtype == pb::FLOAT16 ? DataType::kFloat16 : DataType::kFloat32;
   std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
+  auto call = [&]() -> Status {
+    switch (op) {
+      case pb::ALLREDUCE: return data.Allreduce(p.chained ? send.data() : recv.data(), recv.data(), n, type, ReduceOp::kSum);
+      case pb::ALLGATHER: return data.Allgather(send.data(), recv.data(), n * elem);
+      case pb::REDUCE_SCATTER: return data.ReduceScatter(send.data(), recv.data(), block, type, ReduceOp::kSum);
+      case pb::ALLTOALL: return data.Alltoall(send.data(), recv.data(), block * elem);
+      default: return data.Broadcast(send.data(), n * elem, 0);
+    }
+  };
   for (int it = 0; it < warmup + iters; ++it) {
-    // Allreduce runs in place, as the runtime runs it on flat gradient buffers.
-    if (op == pb::ALLREDUCE)
+    // Spaced allreduces run in place, as the runtime runs them on flat gradient buffers.
+    if (op == pb::ALLREDUCE && !p.chained)
       CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(pattern.data(), n * elem));
     else
       CUPCAKE_RETURN_IF_ERROR(recv.CopyFromHost(cleared.data(), recv_n * elem));
     if (op == pb::BROADCAST && me != 0) CUPCAKE_RETURN_IF_ERROR(send.CopyFromHost(cleared.data(), n * elem));
     CUPCAKE_RETURN_IF_ERROR(control.Barrier());
+    const int calls = p.chained ? kChainCalls : 1;
+    double t0 = clock.NowUs();
     Status s;
-    const double t0 = clock.NowUs();
-    switch (op) {
-      case pb::ALLREDUCE: s = data.Allreduce(recv.data(), recv.data(), n, type, ReduceOp::kSum); break;
-      case pb::ALLGATHER: s = data.Allgather(send.data(), recv.data(), n * elem); break;
-      case pb::REDUCE_SCATTER: s = data.ReduceScatter(send.data(), recv.data(), block, type, ReduceOp::kSum); break;
-      case pb::ALLTOALL: s = data.Alltoall(send.data(), recv.data(), block * elem); break;
-      default: s = data.Broadcast(send.data(), n * elem, 0); break;
+    for (int c = 0; c < calls && s.ok(); ++c) {
+      s = call();
+      if (s.ok() && (c == 0 || c == calls - 1))
+        s = data.Synchronize();  // device collectives are enqueued: the time is to completion
+      if (c == 0 && calls > 1) t0 = clock.NowUs();
     }
-    if (s.ok()) s = data.Synchronize();  // device collectives are enqueued: the time is to completion
     const double t1 = clock.NowUs();
     CUPCAKE_RETURN_IF_ERROR(s.WithPrefix(std::string(Name(op)) + " of " + std::to_string(p.size) + " bytes"));
-    if (it >= warmup) us.push_back(t1 - t0);
+    if (it >= warmup) us.push_back((t1 - t0) / (calls > 1 ? calls - 1 : 1));
     CUPCAKE_RETURN_IF_ERROR((op == pb::BROADCAST ? send : recv).CopyToHost(got.data(), got_n * elem));
     wrong[static_cast<size_t>(it)] = got == want ? 0 : 1;
   }
@@ -190,6 +205,7 @@ pb::Curve Key(const Planned& p) {
   c.set_scope(p.scope);
   c.set_dtype(p.dtype);
   c.set_busy(p.busy);
+  c.set_chained(p.chained);
   return c;
 }
 
@@ -237,7 +253,8 @@ namespace {
 // The points to measure, the same on every rank: per scope (global, and intra and inter when
 // `scopes` has them), op and size; allreduce also over float16.
 std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& scopes,
-                                const std::vector<pb::CommOp>& ops, const std::vector<int64_t>& sizes, bool busy) {
+                                const std::vector<pb::CommOp>& ops, const std::vector<int64_t>& sizes, bool busy,
+                                bool chained) {
   std::vector<Planned> plan;
   for (auto [scope, w] : scopes)
     for (pb::CommOp op : ops) {
@@ -246,9 +263,9 @@ std::vector<Planned> PlanPoints(const std::vector<std::pair<pb::Scope, int>>& sc
         int64_t stored = StoredSize(op, s, w);
         if (stored == 0 || std::find(seen.begin(), seen.end(), stored) != seen.end()) continue;
         seen.push_back(stored);
-        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored, busy});
+        plan.push_back({scope, op, pb::DTYPE_UNSPECIFIED, stored, busy, chained});
         // The runtime's fp16 compressor sums halves: an allreduce of float16 is its own curve.
-        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored, busy});
+        if (op == pb::ALLREDUCE && stored % 2 == 0) plan.push_back({scope, op, pb::FLOAT16, stored, busy, chained});
       }
     }
   return plan;
@@ -280,6 +297,8 @@ Status CheckSweepOptions(const CommSweepOptions& options, bool root, const Profi
     return InvalidArgumentError("warmup, iters, rounds: out of range; got " + std::to_string(options.warmup) + ", " +
                                 std::to_string(options.iters) + ", " + std::to_string(options.rounds) +
                                 ", expected warmup >= 0, iters >= 1 and rounds >= 1");
+  if (options.busy && options.chained)
+    return InvalidArgumentError("busy, chained: both set; expected at most one (a sweep measures one condition)");
   if (root && sink == nullptr) return InvalidArgumentError("sink: rank 0 needs a sink");
   return Status::Ok();
 }
@@ -365,7 +384,7 @@ StatusOr<SweepReport> SweepComm(Communicator& world, const CommSweepOptions& opt
     scopes.emplace_back(pb::INTRA, topo.ranks_per_host);
     scopes.emplace_back(pb::INTER, nodes);
   }
-  const std::vector<Planned> plan = PlanPoints(scopes, ops, options.sizes, options.busy);
+  const std::vector<Planned> plan = PlanPoints(scopes, ops, options.sizes, options.busy, options.chained);
   std::vector<char> skip(plan.size(), 0);
   if (root && !options.force) {
     CUPCAKE_ASSIGN_OR_RETURN(skip, PresentInSink(plan, *sink));

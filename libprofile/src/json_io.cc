@@ -265,13 +265,14 @@ const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backw
 const std::vector<std::string_view> kProfileKeys{"format", "cluster", "curves", "models"};
 const std::vector<std::string_view> kClusterKeys{"name",         "nodes",   "devices_per_node", "device",
                                                  "interconnect", "network", "source",           "meta"};
-const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope",  "dtype", "busy",
+const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope",  "dtype", "busy",  "chained",
                                               "points", "method", "warmup", "iters", "wrong"};
 const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "ratio", "points",
                                                "method", "warmup",     "iters",  "wrong"};
 const std::vector<std::string_view> kCopyKeys{"kind", "op", "device", "points", "method", "warmup", "iters", "wrong"};
-const std::vector<std::string_view> kAnyCurveKeys{"kind",  "op",     "scope",  "compressor", "device", "dtype", "busy",
-                                                  "ratio", "points", "method", "warmup",     "iters",  "wrong"};
+const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope",  "compressor", "device",
+                                                  "dtype",  "busy",   "chained", "ratio",     "points",
+                                                  "method", "warmup", "iters",  "wrong"};
 
 // Checks "format". Returns false when the document is of another format (stop reading it).
 bool CheckFormat(Reader& r, const json& doc, const std::string& path, std::string_view expected, bool required) {
@@ -358,12 +359,13 @@ void ReadCurve(Reader& r, const json& obj, const std::string& path, pb::Curve& c
         if (auto d = r.Enum<pb::DType>(obj, path, "dtype", false, "dtype", DTypeNames(), ParseDType);
             d && *d != pb::FLOAT32)
           c.set_dtype(*d);
-        if (const json* b = r.Field(obj, path, "busy", false, "true or false")) {
-          if (b->is_boolean())
-            c.set_busy(b->get<bool>());
-          else
-            r.WrongType(Join(path, "busy"), *b, "true or false");
-        }
+        for (auto [name, set] : {std::pair{"busy", &pb::Curve::set_busy}, {"chained", &pb::Curve::set_chained}})
+          if (const json* b = r.Field(obj, path, name, false, "true or false")) {
+            if (b->is_boolean())
+              (c.*set)(b->get<bool>());
+            else
+              r.WrongType(Join(path, name), *b, "true or false");
+          }
         break;
       case pb::ENCODE:
       case pb::DECODE: {
@@ -493,6 +495,7 @@ ordered_json CurveObject(const pb::Curve& c) {
       o["scope"] = Name(c.scope());
       if (c.dtype() != pb::DTYPE_UNSPECIFIED) o["dtype"] = Name(c.dtype());
       if (c.busy()) o["busy"] = true;
+      if (c.chained()) o["chained"] = true;
       break;
     case pb::ENCODE:
     case pb::DECODE:

@@ -172,8 +172,47 @@ constexpr std::string_view kSchemaV6 = R"sql(
 ALTER TABLE tensors ADD COLUMN shape TEXT;
 )sql";
 
-constexpr std::array<Migration, 6> kMigrations{
-    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6}}};
+// Version 7: comm curves record whether they were measured on chained calls (`chained`: 0 or 1;
+// 0 for every version 6 curve), so a profile holds a collective's spaced and chained curves.
+constexpr std::string_view kSchemaV7 = R"sql(
+DROP VIEW curve_points;
+CREATE TABLE curves_v7 (
+  id INTEGER PRIMARY KEY,
+  position INTEGER NOT NULL UNIQUE,
+  kind TEXT NOT NULL,
+  op TEXT NOT NULL DEFAULT '',
+  scope TEXT NOT NULL DEFAULT '',
+  compressor TEXT NOT NULL DEFAULT '',
+  device TEXT NOT NULL DEFAULT '',
+  dtype TEXT NOT NULL DEFAULT '',
+  ratio REAL NOT NULL DEFAULT 0,
+  busy INTEGER NOT NULL DEFAULT 0,
+  chained INTEGER NOT NULL DEFAULT 0,
+  method TEXT,
+  warmup INTEGER,
+  iters INTEGER,
+  wrong INTEGER,
+  UNIQUE (kind, op, scope, compressor, device, dtype, ratio, busy, chained)
+);
+INSERT INTO curves_v7 (id, position, kind, op, scope, compressor, device, dtype, ratio, busy, method, warmup, iters,
+                       wrong)
+  SELECT id, position, kind, op, scope, compressor, device, dtype, ratio, busy, method, warmup, iters, wrong
+  FROM curves;
+DROP TABLE curves;
+ALTER TABLE curves_v7 RENAME TO curves;
+CREATE VIEW curve_points AS
+  SELECT c.kind, c.op, c.scope, c.compressor, c.device, c.dtype, c.ratio, c.busy, c.chained, p.size, p.us
+  FROM curves c JOIN points p ON p.curve_id = c.id
+  ORDER BY c.position, p.size;
+)sql";
+
+constexpr std::array<Migration, 7> kMigrations{{{1, kSchemaV1},
+                                                {2, kSchemaV2},
+                                                {3, kSchemaV3},
+                                                {4, kSchemaV4},
+                                                {5, kSchemaV5},
+                                                {6, kSchemaV6},
+                                                {7, kSchemaV7}}};
 
 }  // namespace
 

@@ -107,6 +107,7 @@ struct KeyColumns {
   std::string kind, op, scope, compressor, device, dtype;
   double ratio = 0.0;  // 0: not recorded
   int64_t busy = 0;
+  int64_t chained = 0;
 };
 
 KeyColumns Key(const pb::Curve& c) {
@@ -118,6 +119,7 @@ KeyColumns Key(const pb::Curve& c) {
       k.scope = std::string(Name(c.scope()));
       if (c.dtype() != pb::DTYPE_UNSPECIFIED) k.dtype = std::string(Name(c.dtype()));
       k.busy = c.busy() ? 1 : 0;
+      k.chained = c.chained() ? 1 : 0;
       break;
     case pb::ENCODE:
     case pb::DECODE:
@@ -206,9 +208,9 @@ StatusOr<std::optional<int64_t>> FindCurve(sqlite3* db, const std::string& path,
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(
       st.Prepare("SELECT id FROM curves WHERE kind = ?1 AND op = ?2 AND scope = ?3 AND compressor = ?4 AND device = ?5 "
-                 "AND dtype = ?6 AND ratio = ?7 AND busy = ?8"));
+                 "AND dtype = ?6 AND ratio = ?7 AND busy = ?8 AND chained = ?9"));
   st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device).Bind(6, k.dtype);
-  st.Bind(7, k.ratio).Bind(8, k.busy);
+  st.Bind(7, k.ratio).Bind(8, k.busy).Bind(9, k.chained);
   CUPCAKE_ASSIGN_OR_RETURN(bool row, st.Step());
   if (!row) return std::optional<int64_t>();
   return std::optional<int64_t>(st.Int(0));
@@ -219,12 +221,12 @@ StatusOr<int64_t> InsertCurve(sqlite3* db, const std::string& path, const pb::Cu
   Statement st(db, path);
   CUPCAKE_RETURN_IF_ERROR(st.Prepare(
       "INSERT INTO curves (position, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype, ratio, "
-      "busy) VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-      "?11, ?12)"));
+      "busy, chained) VALUES ((SELECT COALESCE(MAX(position), -1) + 1 FROM curves), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+      "?9, ?10, ?11, ?12, ?13)"));
   st.Bind(1, k.kind).Bind(2, k.op).Bind(3, k.scope).Bind(4, k.compressor).Bind(5, k.device);
   st.BindOpt(6, c.has_method(), c.method());
   st.BindOptInt(7, c.has_warmup(), c.warmup()).BindOptInt(8, c.has_iters(), c.iters());
-  st.BindOptInt(9, c.has_wrong(), c.wrong()).Bind(10, k.dtype).Bind(11, k.ratio).Bind(12, k.busy);
+  st.BindOptInt(9, c.has_wrong(), c.wrong()).Bind(10, k.dtype).Bind(11, k.ratio).Bind(12, k.busy).Bind(13, k.chained);
   CUPCAKE_RETURN_IF_ERROR(st.Run());
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db));
 }
@@ -711,7 +713,7 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
   Statement curves(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(
       curves.Prepare("SELECT id, kind, op, scope, compressor, device, method, warmup, iters, wrong, dtype, ratio, "
-                     "busy FROM curves ORDER BY position"));
+                     "busy, chained FROM curves ORDER BY position"));
   Statement points(db_, path_);
   CUPCAKE_RETURN_IF_ERROR(points.Prepare("SELECT size, us FROM points WHERE curve_id = ?1 ORDER BY size"));
   while (true) {
@@ -746,6 +748,7 @@ StatusOr<pb::Profile> ProfileStore::Load() const {
       else if (!dtype.empty())
         bad("dtype", dtype, DTypeNames());
       c->set_busy(internal::ReadInt(curves, 12, 0, 1, problems, internal::Join(where, "busy")) == 1);
+      c->set_chained(internal::ReadInt(curves, 13, 0, 1, problems, internal::Join(where, "chained")) == 1);
     } else if (c->kind() == pb::COPY) {
       if (auto o = ParseCopyOp(op))
         c->set_copy_op(*o);

@@ -190,6 +190,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
     case pb::ENCODE:
     case pb::DECODE:
       if (c.busy()) NotAllowed(Join(path, "busy"), kind, "true", p);
+      if (c.chained()) NotAllowed(Join(path, "chained"), kind, "true", p);
       CheckText(Join(path, "compressor"), c.compressor(), p);
       if (c.compressor().empty()) {
         p.Add(Join(path, "compressor"),
@@ -213,6 +214,7 @@ void CheckCurveKey(const pb::Curve& c, const std::string& path, Problems& p) {
     case pb::COPY:
       if (c.has_ratio()) NotAllowed(Join(path, "ratio"), kind, FormatDouble(c.ratio()), p);
       if (c.busy()) NotAllowed(Join(path, "busy"), kind, "true", p);
+      if (c.chained()) NotAllowed(Join(path, "chained"), kind, "true", p);
       require(c.copy_op() != pb::COPY_OP_UNSPECIFIED, "op", CopyOpNames());
       require(c.device() != pb::DEVICE_UNSPECIFIED, "device", DeviceNames());
       if (!c.compressor().empty()) NotAllowed(Join(path, "compressor"), kind, Quote(c.compressor()), p);

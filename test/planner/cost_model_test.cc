@@ -78,6 +78,46 @@ TEST(CostModel, LayerwiseTimelineByHand) {
   EXPECT_DOUBLE_EQ(t.iteration_us, 1000 + 450 + 7);
 }
 
+// With a chained allgather curve of 170 us (spaced 100: chain_us 70), a collective that follows
+// another rests until 70 us past its end: C = 110, 220, 330; F_1 = 110 + 100 = 210;
+// F_2 = max(220, 210 + 70) + 100 = 380; F_3 = max(330, 380 + 70) + 100 = 550; D = 350, 400, 570.
+// A chained curve below the spaced one adds nothing.
+TEST(CostModel, ChainedCollectivesRestAfterThePreviousOne) {
+  PlanRequest req;
+  req.compressor = "signsgd";
+  for (double chained_us : {170.0, 80.0}) {
+    SCOPED_TRACE(chained_us);
+    pb::Profile profile = HandProfile();
+    pb::Curve chained = MakeCurve(pb::COMM, {{1, chained_us}});
+    chained.set_comm_op(pb::ALLGATHER);
+    chained.set_scope(pb::GLOBAL);
+    chained.set_chained(true);
+    *profile.add_curves() = chained;
+    auto p = MakeProblem(HandModel(), profile, req);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->comm_chained_key, "comm allgather global chained");
+    Timeline t = Evaluate(*p, std::vector<int>{0, 1, 2});
+    ASSERT_EQ(t.groups.size(), 3u);
+    if (chained_us < 100) {
+      EXPECT_DOUBLE_EQ(t.groups[2].comm_end_us, 430);  // as LayerwiseTimelineByHand
+      EXPECT_DOUBLE_EQ(t.iteration_us, 1000 + 450 + 7);
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(t.groups[1].cost.chain_us, 70);
+    EXPECT_DOUBLE_EQ(t.groups[0].comm_start_us, 110);
+    EXPECT_DOUBLE_EQ(t.groups[0].comm_end_us, 210);
+    EXPECT_DOUBLE_EQ(t.groups[1].comm_start_us, 220);  // issued when ready; its chained time follows
+    EXPECT_DOUBLE_EQ(t.groups[1].comm_end_us, 380);
+    EXPECT_DOUBLE_EQ(t.groups[2].comm_start_us, 380);
+    EXPECT_DOUBLE_EQ(t.groups[2].comm_end_us, 550);
+    EXPECT_DOUBLE_EQ(t.groups[2].decode_end_us, 570);
+    EXPECT_DOUBLE_EQ(t.iteration_us, 1000 + 570 + 7);
+    EXPECT_DOUBLE_EQ(testing::ReferenceIterationUs(*p, {0, 1, 2}), t.iteration_us);
+    // One group: no collective before it, no rest.
+    EXPECT_DOUBLE_EQ(Evaluate(*p, std::vector<int>{2}).groups[0].comm_end_us, 300 + 1 + 10 + 100);  // backward, pack, encode, allgather
+  }
+}
+
 TEST(CostModel, FusedGroupPaysPackButUnpackCurveIsOptional) {
   PlanRequest req;
   req.compressor = "signsgd";

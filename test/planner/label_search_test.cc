@@ -113,6 +113,24 @@ pb::Profile WithBusyCurves(std::mt19937_64& rng, const pb::Profile& profile, dou
   return out;
 }
 
+// `profile` with a chained twin of every collective curve (docs/MODEL.md, "Chained
+// collectives"): the spaced curve's points times one random factor in [0.8, max_factor] per
+// curve, so that a collective that follows another back to back costs more (or, below 1, no
+// less: the excess is never negative).
+pb::Profile WithChainedCurves(std::mt19937_64& rng, const pb::Profile& profile, double max_factor) {
+  std::uniform_real_distribution<double> factor(0.8, max_factor);
+  pb::Profile out = profile;
+  for (const pb::Curve& spaced : profile.curves()) {
+    if (spaced.kind() != pb::COMM || spaced.busy() || spaced.chained()) continue;
+    pb::Curve chained = spaced;
+    chained.set_chained(true);
+    const double f = factor(rng);
+    for (auto& point : *chained.mutable_points()) point.set_us(point.us() * f);
+    *out.add_curves() = chained;
+  }
+  return out;
+}
+
 // The fusion search alone (no baselines, no greedy incumbent) on one instance: its plan is
 // optimal by the minimum of the test's restatement over every strategy, at the time the
 // restatement gives its strategy. Returns whether it is; adds a multi-group plan to `multi`.
@@ -163,6 +181,31 @@ TEST(FusionSearch, LabelSearchAloneFindsTheReferenceMinimum) {
   for (size_t i = 0; i < wrong.size() && i < 20; ++i) trials += " " + std::to_string(wrong[i]);
   EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << instances << " instances wrong; trials" << trials;
   EXPECT_GT(multi, 250);
+}
+
+// Chained curves on every profile (busy ones too, half the time), up to 4x the spaced ones:
+// collectives that queue start after a rest, so a label's network end matters past the next
+// group's readiness.
+TEST(FusionSearch, LabelSearchAloneFindsTheReferenceMinimumWithChainedCurves) {
+  std::mt19937_64 rng(20261127);
+  int multi = 0, instances = 0;
+  std::vector<int> wrong;
+  for (int trial = 0; trial < 1000; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 11);
+    pb::Model model = testing::RandomModel(rng, n);
+    pb::Profile profile = testing::RandomProfile(rng);
+    if (trial % 2) profile = WithBusyCurves(rng, profile, 6);
+    profile = WithChainedCurves(rng, profile, 4);
+    PlanRequest req;
+    req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
+    req.device = rng() % 3 ? pb::GPU : pb::CPU;
+    ++instances;
+    if (!FusionRight(model, profile, req, multi)) wrong.push_back(trial);
+  }
+  std::string trials;
+  for (size_t i = 0; i < wrong.size() && i < 20; ++i) trials += " " + std::to_string(wrong[i]);
+  EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << instances << " instances wrong; trials" << trials;
+  EXPECT_GT(multi, 150);
 }
 
 // Random kernel curves of the non-zero scan and Zen's merge and decode on the CPU, and a density
@@ -262,6 +305,22 @@ TEST(OptionsSearch, LabelSearchAloneMatchesTheOraclesWithBusyCurves) {
   EXPECT_GT(tally.offloaded, 100);
   EXPECT_GT(tally.hier, 50);
   EXPECT_GT(tally.sparse_offered, 100);
+}
+
+// Chained twins of every collective (the first step of a hierarchical or zen block included),
+// up to 4x the spaced ones, beside busy curves: step 1's canonical form must keep a network end
+// that a later block's rest still reaches.
+TEST(OptionsSearch, LabelSearchAloneMatchesTheOraclesWithChainedCurves) {
+  std::mt19937_64 rng(20261127);
+  Tally tally;
+  for (int trial = 0; trial < 1000; ++trial) {
+    Instance in = RandomBusyInstance(rng, 6);
+    in.profile = WithChainedCurves(rng, in.profile, 4);
+    CheckUnseeded(in.model, in.profile, in.req, trial, tally);
+  }
+  EXPECT_TRUE(tally.wrong.empty()) << tally.Wrong();
+  EXPECT_GT(tally.offloaded, 60);
+  EXPECT_GT(tally.hier, 30);
 }
 
 // Where the busy window decides: encodes on the compute stream as long as the collectives

@@ -218,11 +218,14 @@ inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& gro
     const double payload = static_cast<double>(PayloadBytes(*p.compressor, n, p.ratio));
     const double com = p.comm.At(payload);
     const double com_busy = p.comm_busy.empty() ? com : std::max(com, p.comm_busy.At(payload));
+    // After another collective, the network rests until chain us past its end (chained collectives).
+    const double chain = p.comm_chained.empty() ? 0.0 : std::max(0.0, p.comm_chained.At(payload) - com);
     dec.push_back((p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) +
                   (fused ? p.unpack.At(static_cast<double>(s)) : 0.0));
     enc_sum += enc;
     const double c = backward + enc_sum;  // C_k
-    f = ReferenceCommEnd(std::max(c, f), com, com_busy, total_backward + enc_sum);  // F_k
+    const double start = ready.empty() ? c : std::max(c, f + chain);
+    f = ReferenceCommEnd(start, com, com_busy, total_backward + enc_sum);  // F_k
     ready.push_back(f);
     first = last + 1;
   }
@@ -356,13 +359,18 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
     bool f16 = false;
     curve("comm allreduce global float16", f16);
     const std::string sum16 = codec == "fp16" && f16 ? " float16" : "";
-    double pre = 0, net = 0, pst = 0, busy_extra = 0;
-    // A collective step: its idle time into the block, what its busy curve adds (if any) aside.
+    double pre = 0, net = 0, pst = 0, busy_extra = 0, chain = 0;
+    bool first_step = true;
+    // A collective step: its idle time into the block, what its busy curve adds (if any) aside;
+    // for the block's first, what its chained curve adds (if any) after another block.
     auto step = [&](const std::string& key, double size) {
       const double idle = at(key, size);
       bool found = false;
       const Curve busy = curve(key + " busy", found);
       if (found) busy_extra += std::max(0.0, busy.At(size) - idle);
+      const Curve chained = curve(key + " chained", found);
+      if (first_step && found) chain = std::max(0.0, chained.At(size) - idle);
+      first_step = false;
       return idle;
     };
     if (zen_sparse) {
@@ -436,7 +444,8 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
       e += pre;  // the compute stream
       ready = backward + e;
     }
-    f = ReferenceCommEnd(std::max(ready, f), net, net + busy_extra, total_backward + e);  // the network
+    const double start = k == 0 ? ready : std::max(ready, f + chain);
+    f = ReferenceCommEnd(start, net, net + busy_extra, total_backward + e);  // the network
     net_end.push_back(f);
     post.push_back(pst);
     offloaded.push_back(offload);

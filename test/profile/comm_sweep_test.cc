@@ -42,7 +42,10 @@ class DeferredCommunicator final : public Communicator {
   int size() const override { return inner_->size(); }
   const std::string& host() const override { return inner_->host(); }
   std::string library() const override { return "deferred " + inner_->library(); }
-  Status Barrier() override { return inner_->Barrier(); }
+  Status Barrier() override {
+    if (observe) observe(false);
+    return inner_->Barrier();
+  }
   Status Broadcast(void* buf, int64_t bytes, int root) override {
     return Enqueue(pb::BROADCAST, buf, [=, this] { return inner_->Broadcast(buf, bytes, root); });
   }
@@ -77,11 +80,13 @@ class DeferredCommunicator final : public Communicator {
   }
   void Abort(const std::string& reason) override { inner_->Abort(reason); }
   int synchronized = 0;
+  std::function<void(bool collective)> observe;  // called at each barrier (false) and collective run (true)
 
  private:
   Status Enqueue(pb::CommOp op, void* result, std::function<Status()> run) {
     if (pending_) return InternalError("deferred: a collective enqueued before the last was synchronized");
     pending_ = [this, op, result, run] {
+      if (observe) observe(true);
       CUPCAKE_RETURN_IF_ERROR(run());
       if (op == corrupt_) static_cast<float*>(result)[0] += 1.0f;
       return Status::Ok();
@@ -173,6 +178,74 @@ TEST(CommSweep, BusyRunsAComputeThreadPerRankAndMarksTheCurves) {
   EXPECT_GE(busy_threads, idle_threads + 2);
   EXPECT_EQ(Keys(busy), (std::vector<std::string>{"comm allreduce global busy 2", "comm allreduce global float16 busy 2"}));
   EXPECT_EQ(Keys(idle), (std::vector<std::string>{"comm allreduce global 2", "comm allreduce global float16 2"}));
+}
+
+// A clock that collectives move: 100 us for one after a barrier, 250 us for one that follows
+// another back to back, as chained calls on a contended network are slower.
+class ChainedCallClock final : public Clock {
+ public:
+  double NowUs() override { return now_; }
+  void Observe(bool collective) {
+    if (collective) now_ += follows_ ? 250.0 : 100.0;
+    follows_ = collective;
+  }
+
+ private:
+  double now_ = 0;
+  bool follows_ = false;
+};
+
+// --chained: a point's time is per call of the calls that follow another in a chain (the first
+// call of each chain only starts the clock), its results are still checked, and the curves are
+// the chained ones; the spaced sweep of the same clock times the first calls alone.
+TEST(CommSweep, ChainedTimesTheCallsThatFollowAnotherAndMarksTheCurves) {
+  CommSweepOptions o = Small();
+  o.ops = {pb::ALLREDUCE, pb::ALLGATHER};
+  auto run = [&o](bool chained, MemorySink& sink) {
+    o.chained = chained;
+    return RunRanks(2, {}, [&](std::unique_ptr<Communicator> comm) -> StatusOr<SweepReport> {
+      ChainedCallClock clock;
+      DeferredCommunicator observed(std::move(comm), pb::COMM_OP_UNSPECIFIED, false);
+      observed.observe = [&clock](bool collective) { clock.Observe(collective); };
+      return SweepComm(observed, o, clock, observed.rank() == 0 ? &sink : nullptr);
+    });
+  };
+  MemorySink spaced, chained;
+  for (auto& r : run(false, spaced)) ASSERT_TRUE(r.ok() && r->wrong == 0);
+  for (auto& r : run(true, chained)) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->wrong, 0);
+    for (const auto& p : r->points) EXPECT_EQ(p.us, 250.0) << p.curve << " " << p.size;
+  }
+  for (const auto& c : spaced.Curves())
+    for (const auto& p : c.points()) EXPECT_EQ(p.us(), 100.0) << CurveKey(c);
+  EXPECT_EQ(Keys(chained), (std::vector<std::string>{"comm allgather global chained 2", "comm allreduce global chained 2",
+                                                     "comm allreduce global float16 chained 2"}));
+
+  // Wrong results of chained calls are counted (the data communicator corrupts rank 1's allreduces).
+  MemorySink corrupted;
+  InProcessGroup data_group(2);
+  auto results = RunRanks(2, {}, [&](std::unique_ptr<Communicator> control) {
+    FakeClock clock;
+    DeferredCommunicator data(data_group.Rank(control->rank()),
+                              control->rank() == 1 ? pb::ALLREDUCE : pb::COMM_OP_UNSPECIFIED, false);
+    CommSweepOptions mine = o;
+    mine.data = &data;
+    return SweepComm(*control, mine, clock, control->rank() == 0 ? &corrupted : nullptr);
+  });
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->wrong, 4);  // 2 sizes x the float32 and the float16 allreduce
+  }
+  EXPECT_EQ(Keys(corrupted), (std::vector<std::string>{"comm allgather global chained 2"}));
+
+  CommSweepOptions both = Small();
+  both.busy = both.chained = true;
+  MemorySink sink;
+  FakeClock clock;
+  InProcessGroup group(1);
+  EXPECT_EQ(SweepComm(*group.Rank(0), both, clock, &sink).status().message(),
+            "busy, chained: both set; expected at most one (a sweep measures one condition)");
 }
 
 TEST(CommSweep, SplitsByHostIntoIntraAndInter) {

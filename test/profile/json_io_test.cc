@@ -555,6 +555,33 @@ TEST(ProfileJson, BusyCommCurvesAreTheirOwnCurves) {
             "points, method, warmup, iters, wrong");
 }
 
+// Comm curves measured on calls back to back (cupcake-profile comm --chained) are their own
+// curves as busy ones are: a boolean, written only when true, on comm curves only.
+TEST(ProfileJson, ChainedCommCurvesAreTheirOwnCurves) {
+  auto p = ParseProfileJson(
+      ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1]]},
+                          {"kind": "comm", "op": "allreduce", "scope": "global", "chained": true, "points": [[4, 2]]},
+                          {"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float16", "chained": true,
+                           "points": [[4, 3]]})"),
+      "profile.json");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(CurveKey(p->curves(1)), "comm allreduce global chained");
+  EXPECT_EQ(CurveKey(p->curves(2)), "comm allreduce global float16 chained");
+  const std::string out = ProfileToJson(*p);
+  EXPECT_NE(out.find(R"("chained": true)"), std::string::npos) << out;
+  auto back = ParseProfileJson(out, "profile.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->curves(1).chained());
+  EXPECT_FALSE(back->curves(0).chained());
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "comm", "op": "allreduce", "scope": "global", "chained": "yes", "points": [[4, 1]]})")),
+            "profile.json: curves[0].chained: wrong type; got a string \"yes\", expected true or false");
+  EXPECT_EQ(ProfileError(ProfileWithCurve(
+                R"({"kind": "encode", "compressor": "dgc", "device": "gpu", "chained": true, "points": [[4, 1]]})")),
+            "profile.json: curves[0].chained: unknown key for kind encode; got \"chained\", expected one of kind, "
+            "compressor, device, ratio, points, method, warmup, iters, wrong");
+}
+
 TEST(ProfileJsonErrors, CurveWithNoPoints) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": []})")),
             "profile.json: curves[0].points: no points; got 0 points, expected at least 1");
@@ -614,7 +641,7 @@ TEST(ProfileJsonErrors, UnknownOrMisplacedKeys) {
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scop": "global", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scop: unknown key for kind comm; got \"scop\" (did you mean 'scope'?), expected "
-            "one of kind, op, scope, dtype, busy, points, method, warmup, iters, wrong");
+            "one of kind, op, scope, dtype, busy, chained, points, method, warmup, iters, wrong");
   EXPECT_EQ(ProfileError(ProfileWithCurve(R"({"kind": "encode", "compressor": "dgc", "device": "gpu", "scope": "global",
                                               "points": [[4, 1]]})")),
             "profile.json: curves[0].scope: unknown key for kind encode; got \"scope\", expected one of kind, "

@@ -129,8 +129,8 @@ TEST_F(ProfileStoreTest, SqliteShowsReadableNamesAndTheSchemaVersion) {
   ProfileStore store = OpenStore();
   ASSERT_TRUE(store.ImportProfile(ExampleProfile(), false).ok());
   ASSERT_TRUE(store.ImportModel(ExampleModel("vgg16"), false).ok());
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
-  EXPECT_EQ(ProfileStore::SchemaVersion(), 6);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "7\n");
+  EXPECT_EQ(ProfileStore::SchemaVersion(), 7);
   EXPECT_EQ(RawQuery(db_, "PRAGMA application_id"), std::to_string(internal::kApplicationId) + "\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, compressor, device FROM curves ORDER BY position LIMIT 1"),
@@ -372,11 +372,11 @@ TEST_F(ProfileStoreTest, RefusesFilesThatAreNotCupcakeProfiles) {
 
 TEST_F(ProfileStoreTest, RefusesANewerSchema) {
   { ProfileStore store = OpenStore(); }
-  RawExec(db_, "PRAGMA user_version = 8");
+  RawExec(db_, "PRAGMA user_version = 9");
   Status s = ProfileStore::Open(db_, false).status();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), db_ +
-                             ": schema version too new; got 8, expected <= 6 (written by a newer cupcake; use that "
+                             ": schema version too new; got 9, expected <= 7 (written by a newer cupcake; use that "
                              "one)");
 }
 
@@ -410,16 +410,16 @@ TEST_F(ProfileStoreTest, MigratesStepByStepInOneTransaction) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-  // The DB is at version 6: step 6 is skipped, 7 and 8 run in one transaction.
+  // The DB is at version 7: step 7 is skipped, 8 and 9 run in one transaction.
   const internal::Migration failing[] = {
-      {6, "CREATE TABLE x (a)"}, {7, "ALTER TABLE models ADD COLUMN note TEXT"}, {8, "THIS IS NOT SQL"}};
+      {7, "CREATE TABLE x (a)"}, {8, "ALTER TABLE models ADD COLUMN note TEXT"}, {9, "THIS IS NOT SQL"}};
   Status s = internal::Migrate(db, db_, failing);
   EXPECT_FALSE(s.ok());
-  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 8 failed: ")) << s.message();
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 6);  // step 7 rolled back too
-  const internal::Migration next[] = {{6, "CREATE TABLE x (a)"}, {7, "ALTER TABLE models ADD COLUMN note TEXT"}};
+  EXPECT_TRUE(s.message().starts_with(db_ + ": migration to schema version 9 failed: ")) << s.message();
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 7);  // step 8 rolled back too
+  const internal::Migration next[] = {{7, "CREATE TABLE x (a)"}, {8, "ALTER TABLE models ADD COLUMN note TEXT"}};
   ASSERT_TRUE(internal::Migrate(db, db_, next).ok());
-  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 7);
+  EXPECT_EQ(*internal::PragmaInt(db, db_, "user_version"), 8);
   sqlite3_close(db);
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM pragma_table_info('models') WHERE name = 'note'"), "1\n");
   EXPECT_EQ(RawQuery(db_, "SELECT count(*) FROM sqlite_schema WHERE name = 'x'"), "0\n");  // step 1 was done
@@ -435,7 +435,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion1DbKeepingEveryPoint) {
           "INSERT INTO points (curve_id, size, us) VALUES (7, 4, 10.0), (7, 1024, 20.5);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "1\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "7\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, op, scope, dtype, size, us FROM curve_points"),
             "comm|allreduce|global||4|10.0\ncomm|allreduce|global||1024|20.5\n");
   pb::Curve half;
@@ -461,7 +461,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
           "INSERT INTO points (curve_id, size, us) VALUES (3, 1024, 5.5), (3, 4096, 9.0);");
   EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "2\n");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "7\n");
   EXPECT_EQ(RawQuery(db_, "SELECT kind, compressor, device, ratio, size, us FROM curve_points"),
             "decode|topk|cpu|0.0|1024|5.5\ndecode|topk|cpu|0.0|4096|9.0\n");
   pb::Curve tenth;
@@ -508,6 +508,42 @@ TEST_F(ProfileStoreTest, MigratesAVersion2DbKeepingEveryPoint) {
   EXPECT_FALSE(back->tensors(1).has_density());
 }
 
+// A version 6 DB (before comm curves recorded chained calls) opens migrated: its spaced and busy
+// curves keep every point and stay spaced; a chained curve of the same collective joins them,
+// reads back as its own curve, and a point added again to it replaces only its own.
+TEST_F(ProfileStoreTest, MigratesAVersion6DbAndKeepsChainedCurvesApart) {
+  ASSERT_NO_FATAL_FAILURE(MakeDbAtVersion(6));
+  RawExec(db_,
+          "INSERT INTO cluster (id, name, nodes, devices_per_node) VALUES (1, 'old', 4, 1);"
+          "INSERT INTO curves (id, position, kind, op, scope, busy) VALUES (1, 0, 'comm', 'allreduce', 'global', 0), "
+          "(2, 1, 'comm', 'allreduce', 'global', 1);"
+          "INSERT INTO points (curve_id, size, us) VALUES (1, 1024, 10.0), (1, 4096, 20.0), (2, 1024, 30.0);");
+  ProfileStore store = OpenStore(false);
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "7\n");
+  EXPECT_EQ(RawQuery(db_, "SELECT busy, chained, size, us FROM curve_points"),
+            "0|0|1024|10.0\n0|0|4096|20.0\n1|0|1024|30.0\n");
+  pb::Curve chained;
+  chained.set_kind(pb::COMM);
+  chained.set_comm_op(pb::ALLREDUCE);
+  chained.set_scope(pb::GLOBAL);
+  chained.set_chained(true);
+  ASSERT_TRUE(store.AddPoint(chained, 1024, 15.0).ok());
+  ASSERT_TRUE(store.AddPoint(chained, 1024, 16.0, /*force=*/true).ok());
+  pb::Profile loaded = Load(store);
+  ASSERT_EQ(loaded.curves_size(), 3);
+  EXPECT_EQ(CurveKey(loaded.curves(0)), "comm allreduce global");
+  EXPECT_EQ(CurveKey(loaded.curves(1)), "comm allreduce global busy");
+  EXPECT_EQ(CurveKey(loaded.curves(2)), "comm allreduce global chained");
+  EXPECT_TRUE(loaded.curves(2).chained());
+  ASSERT_EQ(loaded.curves(2).points_size(), 1);
+  EXPECT_EQ(loaded.curves(2).points(0).us(), 16.0);
+  EXPECT_EQ(loaded.curves(0).points(0).us(), 10.0);
+  RawExec(db_, "UPDATE curves SET chained = 2 WHERE id = 1");
+  auto bad = store.Load();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("curves[0].chained"), std::string::npos) << bad.status().message();
+}
+
 // A version 5 DB (before tensors had a shape) opens migrated: its tensors load without one
 // (PowerSGD then treats them as vectors); a model with shapes stores them as "d0,d1,..." and
 // reads them back; a malformed shape text is named.
@@ -519,7 +555,7 @@ TEST_F(ProfileStoreTest, MigratesAVersion5DbAndStoresShapes) {
           "INSERT INTO tensors (model_id, position, name, numel, dtype, backward_us) "
           "VALUES (1, 0, 'w', 12, 'float32', 1.5);");
   ProfileStore store = OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "7\n");
   auto old = store.LoadModel("old");
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   EXPECT_EQ(old->tensors(0).numel(), 12);
@@ -582,7 +618,7 @@ TEST_F(ProfileStoreTest, ReadingWritesNothing) {
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "delete\n");
   EXPECT_FALSE(std::filesystem::exists(db_ + "-wal"));
   OpenStore(false);
-  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "6\n");
+  EXPECT_EQ(RawQuery(db_, "PRAGMA user_version"), "7\n");
   EXPECT_EQ(RawQuery(db_, "PRAGMA journal_mode"), "wal\n");
 }
 

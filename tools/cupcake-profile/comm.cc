@@ -54,6 +54,7 @@ Status AgreeOnFlags(comm::Communicator& world, const CommOptions& options) {
               {"--iters", std::to_string(options.iters)},
               {"--rounds", std::to_string(options.rounds)},
               {"--busy", options.busy ? "true" : "false"},
+              {"--chained", options.chained ? "true" : "false"},
               {"--ops", ops},
               {"--backend", options.backend},
               {"--cluster", options.cluster},
@@ -87,6 +88,9 @@ StatusOr<profile::CommSweepOptions> SweepOptions(const CommOptions& options, int
   sweep.rounds = options.rounds;
   sweep.force = options.force;
   sweep.busy = options.busy;
+  sweep.chained = options.chained;
+  if (options.busy && options.chained)
+    return InvalidArgumentError("--busy, --chained: both given; expected at most one (one condition per run)");
   return sweep;
 }
 
@@ -231,6 +235,9 @@ int CommMain(tools::Invocation& inv, comm::Communicator* world, const std::strin
       "passes over all the points, a point's time the median of its calls in all rounds (default 1)")(
       "busy", po::bool_switch(&options.busy),
       "each rank runs a compute thread beside the collectives: the busy curves of a CPU job (docs/MODEL.md)")(
+      "chained", po::bool_switch(&options.chained),
+      "time calls issued back to back: the chained curves of collectives that queue on the network "
+      "(docs/MODEL.md)")(
       "ops", po::value(&ops),
       "comma-separated collectives (default: allreduce,allgather,reduce_scatter,alltoall,broadcast)")(
       "backend", po::value(&options.backend),

@@ -144,6 +144,7 @@ struct CommOptions {
   int iters = 20;
   int rounds = 1;  // passes over all the points (CommSweepOptions::rounds)
   bool busy = false;  // each rank keeps a core busy beside the collectives (CommSweepOptions::busy)
+  bool chained = false;  // calls back to back (CommSweepOptions::chained)
   std::vector<std::string> ops{};  // empty: all five
   std::string backend = "mpi";  // mpi, gloo (host memory) or nccl (GPU memory, one GPU per rank)
   std::string cluster{};

@@ -6,15 +6,17 @@
 //
 //   enc_k = pack(s_k) [|G_k| >= 2] + encode(n_k)      (no encode for fp32)
 //   com_k = comm(op, global, payload(n_k))
+//   chain_k = max(0, chained comm(payload(n_k)) - com_k)   (0 without a chained curve)
 //   dec_k = decode(n_k) + unpack(s_k) [|G_k| >= 2]    (no decode for fp32)
 //   C_k = sum(b_i, i <= last(G_k)) + sum(enc_m, m <= k)
-//   F_0 = 0;   F_k = max(C_k, F_{k-1}) + com_k
+//   F_1 = C_1 + com_1;   F_k = max(C_k, F_{k-1} + chain_k) + com_k   (k >= 2)
 //   D_0 = C_K; D_k = max(D_{k-1}, F_k) + dec_k
 //   iteration_us = forward_us + D_K + update_us
 //
 // Problems are immutable values; everything here is pure and deterministic.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -72,8 +74,12 @@ struct Problem {
   // The collective's curve measured beside busy cores (docs/MODEL.md, "Busy cores"); the zero
   // curve when the profile has none, and then collectives cost `comm` whatever runs beside them.
   Curve comm_busy;
+  // The collective's curve measured on calls back to back (docs/MODEL.md, "Chained
+  // collectives"); the zero curve when the profile has none, and then a collective that follows
+  // another costs `comm` too.
+  Curve comm_chained;
   // The profile keys of those curves (docs/FORMATS.md), empty for a curve the profile lacks.
-  std::string encode_key, decode_key, comm_key, pack_key, unpack_key, comm_busy_key;
+  std::string encode_key, decode_key, comm_key, pack_key, unpack_key, comm_busy_key, comm_chained_key;
   // Encode or decode curves read at a ratio the profile did not measure (KernelCurve::ratio_note).
   std::vector<pb::Extrapolation> ratio_notes;
 
@@ -121,8 +127,20 @@ struct GroupCost {
   double com_us = 0;
   // The collective beside busy cores: max(busy curve, com_us), com_us without a busy curve.
   double com_busy_us = 0;
+  // What the collective adds when it follows the previous group's back to back: its chained
+  // curve less com_us, never below 0; 0 without a chained curve (docs/MODEL.md, "Chained
+  // collectives").
+  double chain_us = 0;
   double dec_us = 0;
 };
+
+// When the network starts a collective that is ready at `ready`, after a collective that ended
+// at `previous` (nullopt: none before it): as if each collective needed `chain_us` of rest
+// after the one before it; one that follows back to back thus costs its chained time, one
+// ready `chain_us` or more after the previous end its spaced time. Non-decreasing in both.
+inline double CommStart(double ready, std::optional<double> previous, double chain_us) {
+  return previous ? std::max(ready, *previous + chain_us) : ready;
+}
 
 // When a collective started at `start` ends (docs/MODEL.md, "Busy cores"): it progresses at
 // 1 / busy_us of its work per microsecond until `busy_until` (the end of the compute stream's
@@ -149,6 +167,7 @@ class GroupPricer {
         encode_(p.encode),
         comm_(p.comm),
         comm_busy_(p.comm_busy),
+        comm_chained_(p.comm_chained),
         decode_(p.decode),
         unpack_(p.unpack) {}
 
@@ -159,7 +178,7 @@ class GroupPricer {
  private:
   const Problem& p_;
   int first_ = 0;
-  CurveCursor pack_, encode_, comm_, comm_busy_, decode_, unpack_;
+  CurveCursor pack_, encode_, comm_, comm_busy_, comm_chained_, decode_, unpack_;
 };
 
 // One group's place on the predicted timeline.

@@ -36,6 +36,9 @@ struct StageCost {
   // The network block beside busy cores: the steps by their busy curves where the profile has
   // them (never below the idle ones); >= net (docs/MODEL.md, "Busy cores").
   double net_busy = 0;
+  // What the block adds when its first collective follows the previous group's back to back
+  // (GroupCost::chain_us of that step: its chained curve less its own, >= 0).
+  double chain = 0;
   double gpu_post = 0;  // on the compute stream after backward
   double cpu_post = 0;  // on the CPU worker after its last encode
   double pre() const { return gpu_pre + cpu_pre; }
@@ -52,6 +55,9 @@ struct OptionCurves {
   std::vector<Curve> steps_busy;  // parallel: the step's busy curve, the zero curve where none
   std::vector<std::string> step_keys;
   std::vector<std::string> step_busy_keys;  // parallel: "" where there is no busy curve
+  // The first step's chained curve (the zero curve where none) and its key ("" where none).
+  Curve first_chained;
+  std::string first_chained_key;
   std::string pre_key, mid_encode_key, mid_decode_key, post_key;
   std::vector<pb::Extrapolation> ratio_notes;  // kernel curves read at an unmeasured ratio
 };
@@ -95,6 +101,7 @@ class OptionPricer {
   struct Cursors {
     CurveCursor pre, mid_encode, mid_decode, post;
     std::vector<CurveCursor> steps, steps_busy;
+    CurveCursor first_chained;
   };
   const OptionProblem& p_;
   int first_ = 0;
@@ -104,11 +111,11 @@ class OptionPricer {
   struct Shape {
     bool encode_before, decode_after, encode_in_network, reads_decode_in_network;
   };
-  // One scheme's share of a group's costs: its kernels' elements and its steps' idle sum and busy
-  // excess, which every option of the scheme shares (the collectives' curves do not depend on the
-  // codec's device).
+  // One scheme's share of a group's costs: its kernels' elements and its steps' idle sum, busy
+  // excess and first step's chained excess, which every option of the scheme shares (the
+  // collectives' curves do not depend on the codec's device).
   struct SchemeCosts {
-    double m, x, idle, busy_extra;
+    double m, x, idle, busy_extra, chain;
   };
   std::vector<Shape> shapes_;
   std::vector<size_t> step_twin_;  // the first option of o's scheme
@@ -158,6 +165,7 @@ OptionTimeline EvaluateOptions(const OptionProblem& p, std::span<const int> grou
 // the compute stream and the network, g, u, v on the CPU worker.
 struct TimelineState {
   double e = 0, f = 0, x = 0, y = 0, g = 0, u = 0, v = 0;
+  bool any = false;  // a group was added: f is a collective's end
   // Appends the group ending at tensor `last`, with an option of that offload kind and costs.
   void Add(const OptionProblem& p, int last, bool offload, const StageCost& c);
   // The iteration time if no group follows; never decreases as groups are added.

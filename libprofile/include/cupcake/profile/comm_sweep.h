@@ -39,6 +39,10 @@ struct CommSweepOptions {
   // Every rank runs a thread of floating-point work through the sweep, and the curves are marked
   // busy: collectives as they run beside a CPU job's backward (docs/MODEL.md, "Busy cores").
   bool busy = false;
+  // Every point is timed on calls back to back, each started as soon as the one before it ended,
+  // and the curves are marked chained: collectives as they run when groups queue on the network
+  // (docs/MODEL.md, "Chained collectives"). Not with busy.
+  bool chained = false;
   // Whose collectives are measured: nullptr for `world` itself, or a communicator over the same
   // ranks in the same order (NCCL on GPU memory), while `world` (MPI on host memory) makes the
   // sweep's own exchanges: barriers, the slowest median, the wrong counts. Not owned.
