@@ -162,18 +162,25 @@ print(b, e)
 PY
 )
 fi
-if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes "${max_bytes_flag:-4194304}"); ksweep=(--quick --max-elements "${max_elements_flag:-1048576}")
-else sweep=(--warmup 1 --iters 3 --rounds 3 --max-bytes "${max_bytes_flag:-$max_bytes}"); ksweep=(--max-elements "${max_elements_flag:-$max_elements}"); fi
+# `spaced`: the iterations of the spaced and busy sweeps (a chained sweep sets its own).
+if [ "$quick" = 1 ]; then sweep=(--quick --max-bytes "${max_bytes_flag:-4194304}"); spaced=(); ksweep=(--quick --max-elements "${max_elements_flag:-1048576}")
+else sweep=(--rounds 3 --max-bytes "${max_bytes_flag:-$max_bytes}"); spaced=(--warmup 1 --iters 3); ksweep=(--max-elements "${max_elements_flag:-$max_elements}"); fi
 # Hierarchical schemes reduce-scatter inside a host; Zen exchanges by alltoall.
 ops=allreduce,allgather,alltoall; [ "$rph" -gt 1 ] && ops+=,reduce_scatter
 log "profile: comm ($ops) across the testbed"
-stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "${sweep[@]}"
+stage profile-comm testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" "${sweep[@]}" "${spaced[@]}"
+# The same on calls back to back: the collectives of groups that queue on the network follow one
+# another (docs/MODEL.md, "Chained collectives"). A chain of 3 calls times 2 that follow another,
+# so 2 chains per point and round cost about the calls of the spaced sweep's point.
+log "profile: comm ($ops) chained"
+stage profile-comm-chained testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --chained "${sweep[@]}" \
+  --warmup 0 --iters 2
 # The same beside a busy core per rank: the LibTorch jobs' backward shares the cores with the
 # collectives that overlap it (docs/MODEL.md, "Busy cores"). Not for --replay: its emulated
 # accelerator sleeps through backward and leaves the cores free, as a GPU job's does.
 if [ -z "$replay" ]; then
   log "profile: comm ($ops) beside busy cores"
-  stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --busy "${sweep[@]}"
+  stage profile-comm-busy testbed run -- "$profile_tool" comm --db "$db" --ops "$ops" --busy "${sweep[@]}" "${spaced[@]}"
 fi
 # 2. The models' forward, backward and update times and their gradients' densities, recorded on
 # the testbed.

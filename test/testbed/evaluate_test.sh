@@ -6,7 +6,8 @@
 # docs/EVALUATION.md names, and embed's options plan of fp32 sums its embedding table's naturally
 # sparse gradient with zen_sparse (recorded density, the scan profiled, the exact mean). topk, not
 # efsignsgd: a sign compressor over a group holding the table barely moves it (its scale is the
-# mean magnitude over mostly zeros). Correctness only: no time is checked. Exit 77 (skip) only
+# mean magnitude over mostly zeros). The profile has a chained twin of every spaced collective
+# curve (docs/MODEL.md, "Chained collectives"). Correctness only: no time is checked. Exit 77 (skip) only
 # where the machine refuses the testbed (evaluate.sh's probe).
 # Usage: evaluate_test.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -18,8 +19,8 @@ CUPCAKE_BUILD_DIR=$build CUPCAKE_TESTBED_DIR=/run/cupcake-evaluate-test CUPCAKE_
   --out "$out" --models mlp,resnet,embed --compressors topk --iterations 5 --warmup 2 --record-iterations 3 --rounds 1 --quick
 rc=$?
 [ "$rc" = 0 ] || exit "$rc"
-python3 - "$out/results.json" "$out/plans/embed-options-fp32.json" <<'PY'
-import json, sys
+python3 - "$out/results.json" "$out/plans/embed-options-fp32.json" "$out/profile.db" <<'PY'
+import json, sqlite3, sys
 results = json.load(open(sys.argv[1]))
 want = {(m, s, c) for m in ("mlp", "resnet", "embed")
         for s, c in [("fp32_bucket", "fp32"), ("options", "fp32")] + [(s, "topk") for s in ("layerwise", "one_group", "bucket", "plan", "options")]}
@@ -45,6 +46,13 @@ for r in results:
         problems.append(f"{name}: times out of order or not positive: {r}")
     if r["strategy"] == "layerwise" and r["groups"] != {"mlp": 6, "resnet": 47, "embed": 5}[r["model"]]:
         problems.append(f"{name}: groups: got {r['groups']}, expected one per tensor")
+curves = sqlite3.connect(sys.argv[3]).execute(
+    "SELECT c.op, c.scope, c.dtype, c.busy, c.chained, count(p.size) FROM curves c JOIN points p ON p.curve_id = c.id "
+    "WHERE c.kind = 'comm' GROUP BY c.id").fetchall()
+spaced = {(op, scope, dtype) for op, scope, dtype, busy, chained, _ in curves if not busy and not chained}
+chained = {(op, scope, dtype) for op, scope, dtype, busy, chained, _ in curves if chained}
+if not spaced or spaced != chained:
+    problems.append(f"profile: chained curves {sorted(chained)}, expected a twin of each spaced one {sorted(spaced)}")
 schemes = [g.get("options", {}).get("scheme") for g in json.load(open(sys.argv[2]))["groups"]]
 if "zen_sparse" not in schemes:
     problems.append(f"embed options fp32: no zen_sparse group; schemes {schemes}")
