@@ -519,6 +519,21 @@ def chained_over_spaced(src):
                    f"{runs['4194304']} at 16 MiB, {runs['16777216']} at 64 MiB; 2 hosts: 1 each")
 
 
+CHAINED4 = "bench/results/chained-4hosts-2026-11-27/results.json"
+
+
+def chained_fidelity(rows):
+    """One evaluation planned with chained curves: its runs within 10% of their predictions, and of
+    the same plans re-priced without the chained curves; fp32 buckets' measured over predicted."""
+    within = sum(abs(r["measured_over_predicted"] - 1) <= 0.1 for r in rows)
+    spaced = sum(abs(r["measured_over_spaced_only"] - 1) <= 0.1 for r in rows)
+    fp32 = next(r for r in rows if r["strategy"] == "fp32_bucket")
+    value = (f"{within} of {len(rows)} within 10% ({spaced} of {len(rows)} without the chained curves); fp32 "
+             f"buckets {fp32['measured_over_predicted']:.2f}x their prediction "
+             f"({fp32['measured_over_spaced_only']:.2f}x without)")
+    return value, f"one evaluation, 2 rounds; {inside_spread(rows)}"
+
+
 QUIET_TTA = "tta-quiet-2026-11-27"
 QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
 GRAVAC = "tta-gravac-2026-11-27"
@@ -563,6 +578,8 @@ CHECKS = {
     "R42": chained_over_spaced,
     "R43": lambda s: four_hosts_replay(s.json(REPLAY4)["bert_base"]),
     "R44": lambda s: four_hosts_replay(s.json(REPLAY4)["gpt2"]),
+    "R45": lambda s: chained_fidelity(s.json(CHAINED4)["resnet50"]),
+    "R46": lambda s: chained_fidelity(s.json(CHAINED4)["bert_base"]),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,

@@ -1,11 +1,12 @@
 // The label DP's own rules (docs/MODEL.md: dominance, bounds, cutoff, canonical labels, useful
-// options, the busy window) with no incumbent to hide behind: every search here starts from
+// options, the busy window, chained collectives) with no incumbent to hide behind: every search here starts from
 // nothing (SearchOptions::seed_incumbents = false), so a rule that drops the optimum's label
 // returns a worse plan. Oracles: the exhaustive searches and the test's own restatements of the
 // timelines (test_problems.h), which price every strategy without the planner's pricers.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -155,57 +156,53 @@ bool FusionRight(const pb::Model& model, const pb::Profile& profile, const PlanR
          std::abs(testing::ReferenceIterationUs(*p, fast->group_ends) - fast->iteration_us) <= 1e-9 * best;
 }
 
-// 2-12 tensors, busy curves on every profile, GPU and CPU plans; in half the instances encodes
-// as long as the collectives and busy curves up to 20x the idle ones, so that a collective
-// often ends inside its own encode's share of the busy window.
-TEST(FusionSearch, LabelSearchAloneFindsTheReferenceMinimum) {
-  std::mt19937_64 rng(20261126);
-  int multi = 0, instances = 0;
+// FusionRight on `trials` random instances of 2-12 tensors, every compressor, GPU and CPU plans,
+// each profile made by `make` (from RandomProfile's) for the trial; at least `min_multi` of the
+// plans have several groups.
+void ExpectFusionRight(uint64_t seed, int trials, int min_multi,
+                       const std::function<pb::Profile(std::mt19937_64&, int trial)>& make) {
+  std::mt19937_64 rng(seed);
+  int multi = 0;
   std::vector<int> wrong;
-  for (int trial = 0; trial < 1500; ++trial) {
+  for (int trial = 0; trial < trials; ++trial) {
     const int n = 2 + static_cast<int>(rng() % 11);
     pb::Model model = testing::RandomModel(rng, n);
+    pb::Profile profile = make(rng, trial);
+    PlanRequest req;
+    req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
+    req.device = rng() % 3 ? pb::GPU : pb::CPU;
+    if (!FusionRight(model, profile, req, multi)) wrong.push_back(trial);
+  }
+  std::string shown;
+  for (size_t i = 0; i < wrong.size() && i < 20; ++i) shown += " " + std::to_string(wrong[i]);
+  EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << trials << " instances wrong; trials" << shown;
+  EXPECT_GT(multi, min_multi);
+}
+
+// Busy curves on every profile; in half the instances encodes as long as the collectives and
+// busy curves up to 20x the idle ones, so that a collective often ends inside its own encode's
+// share of the busy window.
+TEST(FusionSearch, LabelSearchAloneFindsTheReferenceMinimum) {
+  ExpectFusionRight(20261126, 1500, 250, [](std::mt19937_64& rng, int trial) {
     const bool decisive = trial % 2;
     pb::Profile profile = WithBusyCurves(rng, testing::RandomProfile(rng), decisive ? 20 : 6);
     if (decisive)
       for (auto& c : *profile.mutable_curves())
         if (c.kind() == pb::ENCODE)
           for (auto& point : *c.mutable_points()) point.set_us(4 * point.us());
-    PlanRequest req;
-    req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
-    req.device = rng() % 3 ? pb::GPU : pb::CPU;
-    ++instances;
-    if (!FusionRight(model, profile, req, multi)) wrong.push_back(trial);
-  }
-  std::string trials;
-  for (size_t i = 0; i < wrong.size() && i < 20; ++i) trials += " " + std::to_string(wrong[i]);
-  EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << instances << " instances wrong; trials" << trials;
-  EXPECT_GT(multi, 250);
+    return profile;
+  });
 }
 
 // Chained curves on every profile (busy ones too, half the time), up to 4x the spaced ones:
 // collectives that queue start after a rest, so a label's network end matters past the next
 // group's readiness.
 TEST(FusionSearch, LabelSearchAloneFindsTheReferenceMinimumWithChainedCurves) {
-  std::mt19937_64 rng(20261127);
-  int multi = 0, instances = 0;
-  std::vector<int> wrong;
-  for (int trial = 0; trial < 1000; ++trial) {
-    const int n = 2 + static_cast<int>(rng() % 11);
-    pb::Model model = testing::RandomModel(rng, n);
+  ExpectFusionRight(20261127, 1000, 150, [](std::mt19937_64& rng, int trial) {
     pb::Profile profile = testing::RandomProfile(rng);
     if (trial % 2) profile = WithBusyCurves(rng, profile, 6);
-    profile = WithChainedCurves(rng, profile, 4);
-    PlanRequest req;
-    req.compressor = std::string(CompressorNames()[rng() % CompressorNames().size()]);
-    req.device = rng() % 3 ? pb::GPU : pb::CPU;
-    ++instances;
-    if (!FusionRight(model, profile, req, multi)) wrong.push_back(trial);
-  }
-  std::string trials;
-  for (size_t i = 0; i < wrong.size() && i < 20; ++i) trials += " " + std::to_string(wrong[i]);
-  EXPECT_TRUE(wrong.empty()) << wrong.size() << " of " << instances << " instances wrong; trials" << trials;
-  EXPECT_GT(multi, 150);
+    return WithChainedCurves(rng, profile, 4);
+  });
 }
 
 // Random kernel curves of the non-zero scan and Zen's merge and decode on the CPU, and a density
