@@ -285,8 +285,7 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
         sc.idle += idle;
         if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
           sc.busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
-        if (i == 0 && !p_.curves[o].first_chained.empty())
-          sc.chain = std::max(0.0, k.first_chained.At(bytes) - idle);
+        if (i == 0 && !p_.curves[o].first_chained.empty()) sc.chain = std::max(0.0, k.first_chained.At(bytes) - idle);
       }
     }
     StageCost c;

@@ -201,8 +201,7 @@ void UsefulOptions(const OptionProblem& p, std::span<const StageCost> c, std::ve
   useful.assign(n, 1);
   auto le = [](const StageCost& a, const StageCost& b) {
     return a.gpu_pre <= b.gpu_pre && a.cpu_pre <= b.cpu_pre && a.net <= b.net && a.net_busy <= b.net_busy &&
-           a.chain <= b.chain &&
-           a.gpu_post <= b.gpu_post && a.cpu_post <= b.cpu_post;
+           a.chain <= b.chain && a.gpu_post <= b.gpu_post && a.cpu_post <= b.cpu_post;
   };
   for (size_t o = 0; o < n; ++o)
     for (size_t other = 0; other < n && useful[o]; ++other) {

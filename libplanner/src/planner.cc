@@ -245,7 +245,8 @@ Status FillOptionsPlan(const pb::Model& model, const pb::Profile& profile, const
 std::vector<pb::Extrapolation> FindExtrapolations(const Problem& p, std::span<const int> group_ends) {
   CurveUse pack{&p.pack, &p.pack_key, "bytes"}, encode{&p.encode, &p.encode_key, "elements"},
       comm{&p.comm, &p.comm_key, "bytes"}, comm_busy{&p.comm_busy, &p.comm_busy_key, "bytes"},
-      comm_chained{&p.comm_chained, &p.comm_chained_key, "bytes"}, decode{&p.decode, &p.decode_key, "elements"}, unpack{&p.unpack, &p.unpack_key, "bytes"};
+      comm_chained{&p.comm_chained, &p.comm_chained_key, "bytes"}, decode{&p.decode, &p.decode_key, "elements"},
+      unpack{&p.unpack, &p.unpack_key, "bytes"};
   int first = 0;
   for (int last : group_ends) {  // the sizes GroupPricer::Price reads
     const double n = static_cast<double>(p.GroupNumel(first, last));

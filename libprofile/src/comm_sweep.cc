@@ -160,7 +160,8 @@ StatusOr<int> Measure(Communicator& control, Communicator& data, const Planned& 
   std::vector<int> wrong(static_cast<size_t>(warmup + iters), 0);
   auto call = [&]() -> Status {
     switch (op) {
-      case pb::ALLREDUCE: return data.Allreduce(p.chained ? send.data() : recv.data(), recv.data(), n, type, ReduceOp::kSum);
+      case pb::ALLREDUCE:
+        return data.Allreduce(p.chained ? send.data() : recv.data(), recv.data(), n, type, ReduceOp::kSum);
       case pb::ALLGATHER: return data.Allgather(send.data(), recv.data(), n * elem);
       case pb::REDUCE_SCATTER: return data.ReduceScatter(send.data(), recv.data(), block, type, ReduceOp::kSum);
       case pb::ALLTOALL: return data.Alltoall(send.data(), recv.data(), block * elem);

@@ -265,14 +265,14 @@ const std::vector<std::string_view> kTensorKeys{"name", "numel", "dtype", "backw
 const std::vector<std::string_view> kProfileKeys{"format", "cluster", "curves", "models"};
 const std::vector<std::string_view> kClusterKeys{"name",         "nodes",   "devices_per_node", "device",
                                                  "interconnect", "network", "source",           "meta"};
-const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope",  "dtype", "busy",  "chained",
+const std::vector<std::string_view> kCommKeys{"kind",   "op",     "scope",  "dtype", "busy", "chained",
                                               "points", "method", "warmup", "iters", "wrong"};
 const std::vector<std::string_view> kCodecKeys{"kind",   "compressor", "device", "ratio", "points",
                                                "method", "warmup",     "iters",  "wrong"};
 const std::vector<std::string_view> kCopyKeys{"kind", "op", "device", "points", "method", "warmup", "iters", "wrong"};
-const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope",  "compressor", "device",
-                                                  "dtype",  "busy",   "chained", "ratio",     "points",
-                                                  "method", "warmup", "iters",  "wrong"};
+const std::vector<std::string_view> kAnyCurveKeys{"kind",   "op",     "scope",   "compressor", "device",
+                                                  "dtype",  "busy",   "chained", "ratio",      "points",
+                                                  "method", "warmup", "iters",   "wrong"};
 
 // Checks "format". Returns false when the document is of another format (stop reading it).
 bool CheckFormat(Reader& r, const json& doc, const std::string& path, std::string_view expected, bool required) {

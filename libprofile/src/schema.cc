@@ -206,13 +206,8 @@ CREATE VIEW curve_points AS
   ORDER BY c.position, p.size;
 )sql";
 
-constexpr std::array<Migration, 7> kMigrations{{{1, kSchemaV1},
-                                                {2, kSchemaV2},
-                                                {3, kSchemaV3},
-                                                {4, kSchemaV4},
-                                                {5, kSchemaV5},
-                                                {6, kSchemaV6},
-                                                {7, kSchemaV7}}};
+constexpr std::array<Migration, 7> kMigrations{
+    {{1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6}, {7, kSchemaV7}}};
 
 }  // namespace
 

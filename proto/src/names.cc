@@ -121,8 +121,8 @@ std::string CurveKey(const pb::Curve& c) {
   switch (c.kind()) {
     case pb::COMM:
       return key + " " + std::string(Name(c.comm_op())) + " " + std::string(Name(c.scope())) +
-             (c.dtype() == pb::DTYPE_UNSPECIFIED ? "" : " " + std::string(Name(c.dtype()))) + (c.busy() ? " busy" : "") +
-             (c.chained() ? " chained" : "");
+             (c.dtype() == pb::DTYPE_UNSPECIFIED ? "" : " " + std::string(Name(c.dtype()))) +
+             (c.busy() ? " busy" : "") + (c.chained() ? " chained" : "");
     case pb::ENCODE:
     case pb::DECODE:
       return key + " " + c.compressor() + " " + std::string(Name(c.device())) +

@@ -114,7 +114,8 @@ TEST(CostModel, ChainedCollectivesRestAfterThePreviousOne) {
     EXPECT_DOUBLE_EQ(t.iteration_us, 1000 + 570 + 7);
     EXPECT_DOUBLE_EQ(testing::ReferenceIterationUs(*p, {0, 1, 2}), t.iteration_us);
     // One group: no collective before it, no rest.
-    EXPECT_DOUBLE_EQ(Evaluate(*p, std::vector<int>{2}).groups[0].comm_end_us, 300 + 1 + 10 + 100);  // backward, pack, encode, allgather
+    EXPECT_DOUBLE_EQ(Evaluate(*p, std::vector<int>{2}).groups[0].comm_end_us,
+                     300 + 1 + 10 + 100);  // backward, pack, encode, allgather
   }
 }
 

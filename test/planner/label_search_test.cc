@@ -1,8 +1,9 @@
 // The label DP's own rules (docs/MODEL.md: dominance, bounds, cutoff, canonical labels, useful
-// options, the busy window, chained collectives) with no incumbent to hide behind: every search here starts from
-// nothing (SearchOptions::seed_incumbents = false), so a rule that drops the optimum's label
-// returns a worse plan. Oracles: the exhaustive searches and the test's own restatements of the
-// timelines (test_problems.h), which price every strategy without the planner's pricers.
+// options, the busy window, chained collectives) with no incumbent to hide behind: every search
+// here starts from nothing (SearchOptions::seed_incumbents = false), so a rule that drops the
+// optimum's label returns a worse plan. Oracles: the exhaustive searches and the test's own
+// restatements of the timelines (test_problems.h), which price every strategy without the
+// planner's pricers.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -219,8 +219,9 @@ TEST(CommSweep, ChainedTimesTheCallsThatFollowAnotherAndMarksTheCurves) {
   }
   for (const auto& c : spaced.Curves())
     for (const auto& p : c.points()) EXPECT_EQ(p.us(), 100.0) << CurveKey(c);
-  EXPECT_EQ(Keys(chained), (std::vector<std::string>{"comm allgather global chained 2", "comm allreduce global chained 2",
-                                                     "comm allreduce global float16 chained 2"}));
+  EXPECT_EQ(Keys(chained),
+            (std::vector<std::string>{"comm allgather global chained 2", "comm allreduce global chained 2",
+                                      "comm allreduce global float16 chained 2"}));
 
   // Wrong results of chained calls are counted (the data communicator corrupts rank 1's allreduces).
   MemorySink corrupted;

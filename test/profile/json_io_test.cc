@@ -558,12 +558,12 @@ TEST(ProfileJson, BusyCommCurvesAreTheirOwnCurves) {
 // Comm curves measured on calls back to back (cupcake-profile comm --chained) are their own
 // curves as busy ones are: a boolean, written only when true, on comm curves only.
 TEST(ProfileJson, ChainedCommCurvesAreTheirOwnCurves) {
-  auto p = ParseProfileJson(
-      ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1]]},
+  auto p =
+      ParseProfileJson(ProfileWithCurve(R"({"kind": "comm", "op": "allreduce", "scope": "global", "points": [[4, 1]]},
                           {"kind": "comm", "op": "allreduce", "scope": "global", "chained": true, "points": [[4, 2]]},
                           {"kind": "comm", "op": "allreduce", "scope": "global", "dtype": "float16", "chained": true,
                            "points": [[4, 3]]})"),
-      "profile.json");
+                       "profile.json");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(CurveKey(p->curves(1)), "comm allreduce global chained");
   EXPECT_EQ(CurveKey(p->curves(2)), "comm allreduce global float16 chained");
