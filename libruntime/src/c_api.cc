@@ -273,8 +273,8 @@ int cupcake_session_decision(const cupcake_session* session, int index, cupcake_
     return Report(InvalidArgumentError("cupcake_session_decision: index out of range; got " + std::to_string(index) +
                                        ", expected 0 <= index < " + std::to_string(all.size()) + " (decisions so far)"));
   const cupcake::runtime::GravacDecision& d = all[static_cast<size_t>(index)];
-  *out = {d.step,        d.steps,        d.ratio,      d.ratio_min, d.ratio_c,  d.gain_min,
-          d.gain_c,      d.predicted_ms, d.measured_ms, d.bytes_sent, d.probe_ms, d.next_ratio};
+  *out = {d.step,         d.steps,       d.ratio,      d.ratio_min, d.ratio_c,    d.gain_min,      d.gain_c,
+          d.predicted_ms, d.measured_ms, d.bytes_sent, d.probe_ms,  d.next_ratio, d.groups_skipped};
   return CUPCAKE_OK;
 }
 

@@ -183,7 +183,7 @@ void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memor
     if (ObserveLowRank(gradient, memory, group, step))
       sums_ += step;
     else
-      ++skipped_;
+      ++sums_.skipped;
     return;
   }
   const auto g_ef = [&](int64_t i) {
@@ -219,7 +219,7 @@ void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memor
     }
     // A NaN would break the ordering the selections need; an infinite sum makes no ratio.
     if (!std::isfinite(step.input)) {
-      ++skipped_;
+      ++sums_.skipped;
       return;
     }
     if (kept < k_min) {
@@ -239,7 +239,7 @@ void GainProbe::ObserveGroup(std::span<const float> gradient, const float* memor
       step.input += static_cast<double>(v) * v;
     }
     if (!std::isfinite(step.input)) {
-      ++skipped_;
+      ++sums_.skipped;
       return;
     }
     // randk at r_c keeps the first k_c of the k_min indices randk at r_min keeps (one keyed
@@ -260,7 +260,7 @@ StatusOr<GainSums> GainProbe::Take(double* cost_us) {
   GainSums out = sums_;
   if (device_ != nullptr) {
     CUPCAKE_ASSIGN_OR_RETURN(kernels::GainTotals d, device_->Take(device_stream_));
-    out += {d.input, d.min, d.cand};
+    out += {d.input, d.min, d.cand, static_cast<double>(d.skipped)};
   }
   sums_ = {};
   *cost_us = cost_us_;
@@ -367,6 +367,7 @@ GravacDecision GravacController::Decide(uint64_t first_step, int steps, const Ga
   // No gradient at all loses nothing to compression.
   d.gain_min = sums.input > 0 ? sums.min / sums.input : 1;
   d.gain_c = sums.input > 0 ? sums.cand / sums.input : 1;
+  d.groups_skipped = static_cast<int64_t>(sums.skipped);
   d.predicted_ms = rungs_[static_cast<size_t>(sent_)].predicted_us / 1e3;
   d.measured_ms = measured_us > 0 ? measured_us / 1e3 : 0;
   d.bytes_sent = bytes_sent;

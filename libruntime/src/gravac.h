@@ -24,10 +24,12 @@ struct GainSums {
   double input = 0;  // ||g_ef||^2
   double min = 0;  // ||C(g_ef, r_min)||^2
   double cand = 0;  // ||C(C(g_ef, r_min), r_c)||^2
+  double skipped = 0;  // groups left out: their g_ef was not finite (a count, exact as a double)
   GainSums& operator+=(const GainSums& o) {
     input += o.input;
     min += o.min;
     cand += o.cand;
+    skipped += o.skipped;
     return *this;
   }
 };
@@ -58,7 +60,7 @@ class GainProbe {
   void SetRanks(int rank_min, int rank_c, std::span<const GroupLayout> groups);
   // One group's g_ef = gradient + memory (memory: nullptr for none): adds ||g_ef||^2, the part
   // r_min of the group keeps (k = max(1, floor(r n)), as the compressors) and the part r_c
-  // keeps of that. A group whose g_ef is not finite is left out of this step (counted).
+  // keeps of that. A group whose g_ef is not finite is left out of this step (GainSums::skipped).
   // `group` and `iteration` key the random selection. kLowRank: per tensor of the group, the
   // energy of its rank-r_min PowerSGD approximation (ObserveLowRank) and of the rank-r_c one
   // of that. kernels::Backend::kCuda: gradient and memory are device memory and the sums are
@@ -68,9 +70,9 @@ class GainProbe {
   // The sums since the last Take, and zero; `cost_us` gets the time Observe took since then.
   // On the device, once the work Observe queued is done (the step synchronized).
   StatusOr<GainSums> Take(double* cost_us);
-  int64_t skipped() const { return skipped_; }  // host groups left out (the device's: its totals)
   // What a window carries from one step to the next, for checkpoints (StateSize() doubles): the
-  // sums and Observe's time since the last Take, then (kLowRank) every tensor's warm-start Q.
+  // sums (not the skipped count: a restored window counts from its restore) and Observe's time
+  // since the last Take, then (kLowRank) every tensor's warm-start Q.
   // Ratios and ranks are not in it: the session sets them from the controller's rungs.
   int64_t StateSize() const { return 4 + static_cast<int64_t>(q_.size()); }
   Status ReadState(std::span<double> out) const;
@@ -104,7 +106,6 @@ class GainProbe {
   std::vector<double> p_, qn_, x_;  // scratch: P, x^T P, the tensor's g_ef
   int max_rank_ = 0, rank_min_ = 1, rank_c_ = 1;
   GainSums sums_;
-  int64_t skipped_ = 0;
   mutable std::mutex mu_;  // the host sums, cost and scratch
   std::unique_ptr<kernels::DeviceGain> device_;
   void* device_stream_ = nullptr;  // the last stream device sums were queued on

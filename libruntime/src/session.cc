@@ -62,7 +62,7 @@ struct Adaptive {
       : options(o), controller(std::move(rungs), o), probe(selection, max_numel, seed, clock),
         exchanged(static_cast<size_t>(kFields * world)) {}
 
-  static constexpr int kFields = 5;  // gain sums (3), measured time sum, measured steps
+  static constexpr int kFields = 6;  // gain sums (4), measured time sum, measured steps
   GravacOptions options;
   internal::GravacController controller;
   internal::GainProbe probe;
@@ -595,8 +595,8 @@ class Session::Impl {
     StatusOr<internal::GainSums> taken = a.probe.Take(&cost_us);
     if (!taken.ok()) return taken.status().WithPrefix("Synchronize: GraVAC's gain probe");
     const internal::GainSums mine = *taken;
-    const double fields[Adaptive::kFields] = {mine.input, mine.min, mine.cand, a.measured_us,
-                                              static_cast<double>(a.measured_steps)};
+    const double fields[Adaptive::kFields] = {mine.input,   mine.min,      mine.cand,
+                                              mine.skipped, a.measured_us, static_cast<double>(a.measured_steps)};
     CUPCAKE_RETURN_IF_ERROR(
         comm_->Allgather(fields, a.exchanged.data(), sizeof fields).WithPrefix("Synchronize: GraVAC's exchange"));
     // Summed in rank order: the same doubles, so the same decision, on every rank.
@@ -604,9 +604,9 @@ class Session::Impl {
     double measured_us = 0, measured_steps = 0;
     for (int r = 0; r < comm_->size(); ++r) {
       const double* f = a.exchanged.data() + static_cast<size_t>(r) * Adaptive::kFields;
-      all += {f[0], f[1], f[2]};
-      measured_us += f[3];
-      measured_steps += f[4];
+      all += {f[0], f[1], f[2], f[3]};
+      measured_us += f[4];
+      measured_steps += f[5];
     }
     a.decisions.push_back(a.controller.Decide(iteration_ - static_cast<uint64_t>(a.steps), a.steps, all,
                                               measured_steps > 0 ? measured_us / measured_steps : 0, a.bytes,

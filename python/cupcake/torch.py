@@ -301,8 +301,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def decisions(self):
         """GraVAC's decisions so far (adapt=GraVAC(...)), one dict per window, the same on every rank:
         step (the window's first), steps, ratio (the rung sent), ratio_min and ratio_c (the rungs
-        probed), gain_min, gain_c, predicted_ms, measured_ms, bytes_sent (this rank's), probe_ms
-        (the controller's cost per step) and next_ratio. Empty without adapt."""
+        probed), gain_min, gain_c, groups_skipped (probed groups left out: a gradient not finite),
+        predicted_ms, measured_ms, bytes_sent (this rank's), probe_ms (the controller's cost per
+        step) and next_ratio. Empty without adapt."""
         session = self._cupcake.session
         return session.decisions if session is not None else list(self._cupcake.decisions)
 

@@ -345,6 +345,7 @@ py::dict DecisionDict(const runtime::GravacDecision& d) {
   out["ratio_c"] = d.ratio_c;
   out["gain_min"] = d.gain_min;
   out["gain_c"] = d.gain_c;
+  out["groups_skipped"] = d.groups_skipped;
   out["predicted_ms"] = d.predicted_ms;
   out["measured_ms"] = d.measured_ms;
   out["bytes_sent"] = d.bytes_sent;

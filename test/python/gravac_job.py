@@ -14,8 +14,8 @@ import cnn
 import cupcake.torch
 from expect import check
 
-KEYS = {"step", "steps", "ratio", "ratio_min", "ratio_c", "gain_min", "gain_c", "predicted_ms", "measured_ms",
-        "bytes_sent", "probe_ms", "next_ratio"}
+KEYS = {"step", "steps", "ratio", "ratio_min", "ratio_c", "gain_min", "gain_c", "groups_skipped", "predicted_ms",
+        "measured_ms", "bytes_sent", "probe_ms", "next_ratio"}
 
 
 def main():

@@ -105,6 +105,7 @@ TEST_F(CApi, AdaptsOverALadderWithGravac) {
   EXPECT_EQ(d.ratio_min, 0.5);
   EXPECT_EQ(d.ratio_c, 0.5);
   EXPECT_DOUBLE_EQ(d.gain_min, 17.0 / 26.0);  // (16 + 1) / (9 + 16 + 0 + 1 + 0)
+  EXPECT_EQ(d.groups_skipped, 0);
   EXPECT_EQ(d.bytes_sent, 4 * 5);
   EXPECT_EQ(d.next_ratio, 0.5);  // 0.65 >= epsilon 0.5
   int active = -1;

@@ -194,7 +194,7 @@ TEST(GainProbe, LowRankKeepsTheEnergyOfTheBestApproximations) {
   EXPECT_NEAR(s.input, 15, 1e-9);
   EXPECT_NEAR(s.min, 15, 1e-9);
   EXPECT_NEAR(s.cand, 14, 1e-6);
-  EXPECT_EQ(probe.skipped(), 0);
+  EXPECT_EQ(s.skipped, 0);
 }
 
 // Large groups take the sampled path (a threshold from 2048 sampled squares, candidates above it);
@@ -243,7 +243,7 @@ TEST(GainProbe, LeavesOutAGroupThatIsNotFinite) {
   ASSERT_TRUE(probe.Observe(Floats{1, 1, 1, 1}, nullptr, 1, 0).ok());
   double cost = 0;
   const GainSums s = probe.Take(&cost).value();
-  EXPECT_EQ(probe.skipped(), 1);
+  EXPECT_EQ(s.skipped, 1);
   EXPECT_EQ(s.input, 4);
   EXPECT_EQ(s.min, 2);
   EXPECT_EQ(s.cand, 1);
@@ -485,6 +485,47 @@ TEST(GravacSession, ProbesEveryNthStepOnly) {
     ASSERT_EQ(job.sessions[0]->decisions().size(), 1u);
     EXPECT_DOUBLE_EQ(job.sessions[0]->decisions()[0].gain_min, every == 2 ? top_half({0}) : top_half({0, 1}))
         << "probe_every " << every;
+  }
+}
+
+// A rank whose gradient is not finite has its group left out of the gains, and every rank's
+// decision says so: 2 ranks, one group, windows of one step; rank 1's group holds a NaN in step 1
+// only. Step 0's gain is both ranks' groups', step 1's rank 0's alone.
+TEST(GravacSession, DecisionsCountTheGroupsLeftOut) {
+  const pb::Model m = testing::SmallModel();
+  const auto top_half = [&](std::vector<int> ranks, int it) {
+    double input = 0, kept = 0;
+    for (int r : ranks) {
+      std::vector<float> sq;
+      for (int t = 0; t < m.tensors_size(); ++t)
+        for (int64_t j = 0; j < m.tensors(t).numel(); ++j) {
+          const float v = testing::TestGradient(r, it, t, j);
+          sq.push_back(v * v);
+        }
+      std::sort(sq.begin(), sq.end(), std::greater<>());
+      for (size_t i = 0; i < sq.size(); ++i) (i < sq.size() / 2 ? kept : input) += sq[i];
+    }
+    return kept / (input + kept);
+  };
+  comm::InProcessGroup group(2);
+  Job job = MakeJob(group, Ladder(m, 2), 2);
+  OnEveryRank(
+      2, [&](int r) { EXPECT_TRUE(job.sessions[static_cast<size_t>(r)]->EnableGravac(Options(1, 1.0, 0.0)).ok()); });
+  Step(job, 0);
+  OnEveryRank(2, [&](int r) {
+    testing::FillGradients(job.grads[static_cast<size_t>(r)], r, 1);
+    if (r == 1) job.grads[1][0][0] = NAN;
+    Session& s = *job.sessions[static_cast<size_t>(r)];
+    for (int i = 0; i < s.tensor_count(); ++i) EXPECT_TRUE(s.GradientReady(i).ok());
+    EXPECT_TRUE(s.Synchronize().ok());
+  });
+  for (const auto& s : job.sessions) {
+    const std::vector<GravacDecision>& d = s->decisions();
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(d[0].groups_skipped, 0);
+    EXPECT_NEAR(d[0].gain_min, top_half({0, 1}, 0), 1e-12);
+    EXPECT_EQ(d[1].groups_skipped, 1);
+    EXPECT_NEAR(d[1].gain_min, top_half({0}, 1), 1e-12);
   }
 }
 

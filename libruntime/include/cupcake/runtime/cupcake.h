@@ -130,6 +130,7 @@ typedef struct cupcake_gravac_decision {
   int64_t bytes_sent; /* this rank's */
   double probe_ms; /* the controller's cost per step on this rank */
   double next_ratio; /* the rung of the next window */
+  int64_t groups_skipped; /* probed groups left out of the gains (g_ef not finite), all ranks */
 } cupcake_gravac_decision;
 int cupcake_session_decision_count(const cupcake_session* session, int* count);
 int cupcake_session_decision(const cupcake_session* session, int index, cupcake_gravac_decision* out);

@@ -110,6 +110,9 @@ struct GravacDecision {
   // Compression gains over the window and all ranks: sum ||C(g_ef)||^2 / sum ||g_ef||^2 at
   // ratio_min, and of the candidate compressing that output further (multi-level).
   double gain_min = 0, gain_c = 0;
+  // Probed groups left out of the gains over the window and all ranks: their g_ef was not finite
+  // (a NaN or infinite gradient or residual); the gains are over the other groups.
+  int64_t groups_skipped = 0;
   double predicted_ms = 0;  // the sent rung's plan
   double measured_ms = 0;  // mean iteration time over the window's steps and the ranks
   int64_t bytes_sent = 0;  // this rank's payload bytes over the window
