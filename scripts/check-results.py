@@ -580,6 +580,7 @@ CHECKS = {
     "R44": lambda s: four_hosts_replay(s.json(REPLAY4)["gpt2"]),
     "R45": lambda s: chained_fidelity(s.json(CHAINED4)["resnet50"]),
     "R46": lambda s: chained_fidelity(s.json(CHAINED4)["bert_base"]),
+    "R47": lambda s: chained_fidelity(s.json(CHAINED4)["gpt2"]),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,

@@ -14,7 +14,7 @@ out = {}
 with tempfile.TemporaryDirectory() as tmp:
     with tarfile.open(os.path.join(here, "raw.tar.xz")) as tar:
         tar.extractall(tmp)
-    for model in ("resnet50", "bert_base"):
+    for model in ("resnet50", "bert_base", "gpt2"):
         d = os.path.join(tmp, "raw", f"{model}-4x1-1gbit")
         rows = json.load(open(os.path.join(d, "results.json")))
         for r in rows:
