@@ -417,14 +417,15 @@ double IterationFromCosts(const OptionProblem& p, std::span<const int> group_end
 void TimelineState::Add(const OptionProblem& p, int last, bool offload, const StageCost& c) {
   const double b = p.base.backward_prefix[static_cast<size_t>(last) + 1];
   const double busy_until = p.base.backward_prefix.back() + e + (offload ? 0.0 : c.gpu_pre);
+  const std::optional<double> previous = any ? std::optional(f) : std::nullopt;
   if (offload) {
     g = std::max(b + e, g) + c.cpu_pre;
-    f = CommEnd(CommStart(g, any ? std::optional(f) : std::nullopt, c.chain), c.net, c.net_busy, busy_until);
+    f = CommEnd(CommStart(g, previous, c.chain), c.net, c.net_busy, busy_until);
     u = std::max(u, f) + c.cpu_post;
     v += c.cpu_post;
   } else {
     e += c.gpu_pre;
-    f = CommEnd(CommStart(b + e, any ? std::optional(f) : std::nullopt, c.chain), c.net, c.net_busy, busy_until);
+    f = CommEnd(CommStart(b + e, previous, c.chain), c.net, c.net_busy, busy_until);
     x = std::max(x, f) + c.gpu_post;
     y += c.gpu_pre + c.gpu_post;
   }
