@@ -16,16 +16,28 @@
 #               the ranks' own state and writes the whole state to one file in STORE durably
 #               while the others wait (no checkpointer).
 # An iteration's time is the slowest rank's, from forward to the end of Commit (or of the save).
+# --replay MODEL.json trains examples/train_replay instead of a LibTorch job: the recorded model's
+# compute played on an emulated accelerator at --compute-scale S (sleeps: the cores stay free for
+# the copy and the exchanges, as on a GPU job's host), its parameters and momentum updated on the
+# host (--sgd); not with the blocking arm (built for the LibTorch jobs only).
+# --recovery N then times recovery N times per failure class, with a snapshot every step,
+# --persist-every --save-every and the replicas where a chunk fits: a run killed right after
+# commit(10) (--crash-at) is restarted and killed after commit(11) (processes: the hosts' memory
+# survives); host 2's segments are removed and it is restarted, killed after commit(12) (a host
+# lost: its ranks' state from a replica or their persisted share, the shared state from host 1);
+# every segment is removed and it is restarted (every host lost: the persisted shares). Each
+# restart's restored step, source and rank 0's restore time (`checkpoint: restore took X ms, done
+# Y ms after the job's start`) go to results.json's "recovery".
 # For persist and blocking, the durable checkpoints of the timed iterations (the job's
 # `durable_steps`: a step written to storage and known durable) give the achieved period, in
 # steps between them, and how long after its step's end each was known durable.
 #
 #   bench/testbed/checkpoint.sh --out DIR [--hosts 2] [--ranks-per-host 1] [--rate 1gbit]
-#       [--model wide] [--ratio 0.01] [--iterations 30] [--warmup 5] [--rounds 3]
-#       [--arms none,snapshot,replicas] [--save-every 5] [--store DIR/store]
+#       [--model wide | --replay MODEL.json [--compute-scale 1]] [--ratio 0.01] [--iterations 30] [--warmup 5] [--rounds 3]
+#       [--arms none,snapshot,replicas] [--save-every 5] [--store DIR/store] [--recovery 0]
 #
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
-# DIR/logs/, DIR/results.json (per arm and round: median, mean, p10, p90 in ms; for persist and
+# DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round: median, mean, p10, p90 in ms; for persist and
 # blocking the durable checkpoints) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
 # it runs and is removed after it.
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
@@ -35,7 +47,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd) me=checkpoint
 . "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate=1gbit out="" model=wide ratio=0.01 iterations=30 warmup=5 rounds=3
-arms_flag=none,snapshot,replicas save_every=5 store=""
+arms_flag=none,snapshot,replicas save_every=5 store="" replay="" scale=1 recovery=0
 usage() { sed -n '/^#   bench\/testbed\/checkpoint.sh/,/^#$/p' "$0" | sed 's/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +56,8 @@ while [ $# -gt 0 ]; do
     --rate) rate=${2:-}; shift 2 ;;
     --out) out=${2:-}; shift 2 ;;
     --model) model=${2:-}; shift 2 ;;
+    --replay) replay=${2:-}; shift 2 ;;
+    --compute-scale) scale=${2:-}; shift 2 ;;
     --ratio) ratio=${2:-}; shift 2 ;;
     --iterations) iterations=${2:-}; shift 2 ;;
     --warmup) warmup=${2:-}; shift 2 ;;
@@ -51,12 +65,13 @@ while [ $# -gt 0 ]; do
     --arms) arms_flag=${2:-}; shift 2 ;;
     --save-every) save_every=${2:-}; shift 2 ;;
     --store) store=${2:-}; shift 2 ;;
+    --recovery) recovery=${2:-}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "checkpoint: unknown flag $1" >&2; usage ;;
   esac
 done
 [ -n "$out" ] || { echo "checkpoint: --out DIR is required" >&2; usage; }
-for n in hosts rph iterations warmup rounds save_every; do
+for n in hosts rph iterations warmup rounds save_every recovery; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "checkpoint: $n: got '${!n}', expected an integer" >&2; exit 2; }
 done
 [ "$save_every" -ge 1 ] || { echo "checkpoint: --save-every: got '$save_every', expected >= 1" >&2; exit 2; }
@@ -68,8 +83,20 @@ for arm in "${arms[@]}"; do
 done
 [ "${arms[0]:-}" = none ] ||
   { echo "checkpoint: --arms: got '$arms_flag', expected none first (the others are compared with it)" >&2; exit 2; }
-train=$build/examples/train_$model/train_$model
-[ -x "$train" ] || { echo "checkpoint: --model: no job $train (LibTorch examples built?)" >&2; exit 2; }
+if [ -n "$replay" ]; then
+  model=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$replay" 2>/dev/null) ||
+    { echo "checkpoint: --replay: $replay: not a readable model file with a \"name\"" >&2; exit 2; }
+  [[ " ${arms[*]} " != *" blocking "* ]] || { echo "checkpoint: --arms: blocking: not with --replay" >&2; exit 2; }
+  train=$build/examples/train_replay/train_replay
+  job=("$train" --model "$(cd "$(dirname "$replay")" && pwd)/$(basename "$replay")" --compute-scale "$scale")
+  lr=(--sgd 0.01)
+else
+  [ "$scale" = 1 ] || { echo "checkpoint: --compute-scale: needs --replay" >&2; exit 2; }
+  train=$build/examples/train_$model/train_$model
+  job=("$train")
+  lr=(--lr 0.01)
+fi
+[ -x "$train" ] || { echo "checkpoint: no job $train (examples built?)" >&2; exit 2; }
 mkdir -p "$out/runs" "$out/logs"
 out=$(cd "$out" && pwd)
 store=${store:-$out/store}
@@ -81,7 +108,7 @@ trap 'testbed down >/dev/null 2>&1 || true; rm -f /dev/shm/cupcake-$tag-*' EXIT
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
   machine_header "$hosts" "$rph" "$rate"
-  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate --model $model --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every"
+  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate $([ -n "$replay" ] && echo "--replay $replay --compute-scale $scale" || echo "--model $model") --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every"
   echo "store=$store ($(df -PT "$store" | awk 'NR == 2 {print $2 " on " $1}'))"
 } >"$out/machine.txt"
 
@@ -89,9 +116,9 @@ log "profile: comm across the testbed; kernels; record $model"
 stage profile-comm testbed run -- "$build/tools/cupcake-profile" comm --db "$db" --ops allreduce,allgather \
   --warmup 1 --iters 3 --rounds 3 --max-bytes 33554432
 stage profile-kernels testbed run -- "$build/tools/cupcake-profile" kernels --db "$db" --device cpu \
-  --world-size $((hosts * rph)) --compressors topk --ratios "$ratio" --max-elements 8388608
+  --world-size $((hosts * rph)) --compressors topk --ratios "$ratio" --max-elements $([ -n "$replay" ] && echo 33554432 || echo 8388608)
 stage record "$build/tools/cupcake-profile" compute --db "$db" --iterations 10 -- \
-  "$repo/scripts/testbed.sh" run -- "$train"
+  "$repo/scripts/testbed.sh" run -- "${job[@]}"
 stage plan "$build/tools/cupcake-plan" search --model-name "$model" --profile "$db" --compressor topk \
   --ratio "$ratio" --device cpu -o "$out/plan.pb"
 "$build/tools/cupcake-plan" show "$out/plan.pb" --profile "$db" >"$out/schedule.txt"
@@ -117,16 +144,43 @@ for ((round = 1; round <= rounds; round++)); do
     esac
     mkdir -p "$files"
     log "train: $arm, round $round of $rounds ($warmup + $iterations iterations)"
-    stage "train-$arm.r$round" testbed run -- "$train" --plan "$out/plan.pb" --epochs 1 \
-      --steps $((warmup + iterations)) --warmup "$warmup" --lr 0.01 --timing "$out/runs/$arm.r$round.json" "${flags[@]}"
+    stage "train-$arm.r$round" testbed run -- "${job[@]}" --plan "$out/plan.pb" --epochs 1 \
+      --steps $((warmup + iterations)) --warmup "$warmup" "${lr[@]}" --timing "$out/runs/$arm.r$round.json" "${flags[@]}"
     rm -f /dev/shm/cupcake-"$tag"-*
     rm -rf "$files"
   done
 done
+
+# --recovery: the restarts of each failure class (see the header), one round at a time.
+# recover CLASS STEPS CRASH_AT: one run of round $round with $flags, its log
+# logs/recovery-CLASS.rROUND.log; with CRASH_AT > 0 it must crash there, with 0 it must end well.
+recover() {
+  local crash=() rc=0
+  [ "$3" -gt 0 ] && crash=(--crash-at "$3")
+  testbed run -- "${job[@]}" "${flags[@]}" --steps "$2" "${crash[@]}" >"$out/logs/recovery-$1.r$round.log" 2>&1 || rc=$?
+  if { [ "$3" -gt 0 ] && [ "$rc" = 0 ]; } || { [ "$3" = 0 ] && [ "$rc" != 0 ]; }; then
+    echo "checkpoint: recovery: $1 exited $rc (log: $out/logs/recovery-$1.r$round.log)" >&2
+    exit 1
+  fi
+}
+for ((round = 1; round <= recovery; round++)); do
+  name="$tag-rec-r$round" files="$store/rec.r$round"
+  mkdir -p "$files"
+  flags=(--plan "$out/plan.pb" --epochs 1 "${lr[@]}" --checkpoint "$name" --persist "$files" --persist-every "$save_every")
+  [ "$chunk" -gt 0 ] && flags+=(--replicate --replica-chunk-bytes "$chunk")
+  log "recovery: round $round of $recovery"
+  recover start 12 10
+  recover processes 12 11
+  for ((r = rph; r < 2 * rph; r++)); do rm -f "/dev/shm/cupcake-$name-$r" /dev/shm/cupcake-"$name-$r"-*; done
+  recover host 13 12
+  rm -f /dev/shm/cupcake-"$name"-*
+  recover all-hosts 13 0
+  rm -rf "$files"
+done
 machine_footer
 
 PYTHONPATH="$repo/bench/testbed${PYTHONPATH:+:$PYTHONPATH}" python3 - "$out" "${arms[@]}" <<'PY'
-import json, statistics, sys, glob, os
+import json, statistics, sys, glob, os, re
 from report import percentile  # the evaluation's percentiles (bench/testbed/report.py)
 out, arms = sys.argv[1], sys.argv[2:]
 rows = []
@@ -178,7 +232,24 @@ for arm in arms:
         summary[arm][key] = [
             (r[stat] / n[stat] - 1) * 100 for r in rows if r["arm"] == arm
             for n in rows if n["arm"] == "none" and n["round"] == r["round"]]
-json.dump({"runs": rows, "summary": summary}, open(os.path.join(out, "results.json"), "w"), indent=1)
+# --recovery: rank 0's restore line and source in each restart's log.
+recovery = []
+for path in sorted(glob.glob(os.path.join(out, "logs", "recovery-*.r*.log"))):
+    kind, rnd = os.path.basename(path)[len("recovery-"):-4].split(".r")
+    if kind == "start":
+        continue
+    text = open(path).read()
+    restored = re.search(r"^checkpoint: restored step (\d+) from (.*)$", text, re.M)
+    took = re.search(r"^checkpoint: restore took ([\d.]+) ms, done ([\d.]+) ms after the job's start$", text, re.M)
+    if not restored or not took:
+        sys.exit(f"checkpoint: {path}: no restore line (expected 'checkpoint: restored step N from ...')")
+    recovery.append({"class": kind, "round": int(rnd), "step": int(restored[1]), "source": restored[2],
+                     "restore_ms": float(took[1]), "done_after_start_ms": float(took[2])})
+recovery_summary = {k: {"round_restore_ms": [r["restore_ms"] for r in recovery if r["class"] == k],
+                        "round_done_after_start_ms": [r["done_after_start_ms"] for r in recovery if r["class"] == k]}
+                    for k in ("processes", "host", "all-hosts") if any(r["class"] == k for r in recovery)}
+json.dump({"runs": rows, "summary": summary, "recovery": recovery, "recovery_summary": recovery_summary},
+          open(os.path.join(out, "results.json"), "w"), indent=1)
 for arm in arms:
     s = summary[arm]
     print(f"{arm:9s} median of rounds {s['median_of_round_medians_ms']:8.1f} ms  overhead {s['overhead_pct']:+6.1f}%  "
@@ -191,4 +262,7 @@ for arm in arms:
               f"{', '.join('-' if x is None else f'{x:.1f}' for x in s['round_durable_after_max_ms'])} ms after their "
               f"step's end; the iterations that carry them {', '.join('-' if x is None else f'{x:.1f}' for x in s['round_carrying_iterations_mean_ms'])} ms, "
               f"the others {', '.join('-' if x is None else f'{x:.1f}' for x in s['round_other_iterations_mean_ms'])} ms")
+for r in recovery:
+    print(f"recovery: {r['class']:9s} round {r['round']}: step {r['step']} restored in {r['restore_ms']:.1f} ms "
+          f"({r['done_after_start_ms']:.1f} ms after the job's start) from {r['source']}")
 PY

@@ -75,16 +75,8 @@ StatusOr<std::unique_ptr<runtime::Checkpointer>> MakeCheckpointer(const LoopFlag
                                                                   const NamedParameters& params, torch::optim::SGD& sgd,
                                                                   runtime::Session* session,
                                                                   std::shared_ptr<runtime::NetworkGate> gate) {
-  runtime::CheckpointOptions options;
-  options.name = flags.checkpoint;
-  options.persist_dir = flags.persist_dir;
-  options.persist_every = flags.persist_every;
-  options.replicate = flags.replicate;
-  options.replica_chunk_bytes = flags.replica_chunk_bytes;
-  options.replica_group_hosts = flags.replica_group_hosts;
-  options.replica_gaps = flags.replica_gaps;
-  options.gate = std::move(gate);
-  CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Checkpointer> ckpt, runtime::Checkpointer::Create(options, comm));
+  CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Checkpointer> ckpt,
+                           runtime::Checkpointer::Create(CheckpointOptionsOf(flags, std::move(gate)), comm));
   auto bytes = [](const torch::Tensor& t) {
     return std::span<std::byte>(static_cast<std::byte*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
   };
@@ -360,21 +352,7 @@ int RunTrainingJob(int argc, char** argv, TrainingJob& job) {
     auto made = MakeCheckpointer(flags, ckpt_comm.get(), body.params(), body.sgd(), runtime.session.get(), runtime.gate);
     if (!made.ok()) return Fail(name, "--checkpoint", made.status(), rank);
     ckpt = std::move(made).value();
-    const double restore_us = clock.NowUs();
-    auto point = ckpt->Restore();
-    if (!point.ok()) return Fail(name, "--checkpoint", point.status(), rank);
-    const double restored_us = clock.NowUs();
-    start = static_cast<int>(point->step);
-    for (const std::string& line : point->refused) std::printf("checkpoint: rank %d refused %s\n", rank, line.c_str());
-    if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
-    if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());
-    // The recovery time as this job sees it: the restore itself (rank 0's Restore, a collective),
-    // and from this function's start to the restore's end (MPI, the batches, the session and the
-    // checkpointer included; the process's launch and loading are not).
-    if (rank == 0 && start > 0)
-      std::printf("checkpoint: restore took %.1f ms, done %.1f ms after the job's start\n",
-                  (restored_us - restore_us) / 1e3, (restored_us - started_us) / 1e3);
-    std::fflush(stdout);
+    if (int code = RestoreCheckpoint(name, *ckpt, rank, clock, started_us, start); code != 0) return code;
   }
 
   setup.checkpoint = ckpt.get();

@@ -402,6 +402,36 @@ int Fail(const std::string& job, const std::string& what, const Status& s, int r
   return 1;
 }
 
+runtime::CheckpointOptions CheckpointOptionsOf(const LoopFlags& flags, std::shared_ptr<runtime::NetworkGate> gate) {
+  runtime::CheckpointOptions options;
+  options.name = flags.checkpoint;
+  options.persist_dir = flags.persist_dir;
+  options.persist_every = flags.persist_every;
+  options.replicate = flags.replicate;
+  options.replica_chunk_bytes = flags.replica_chunk_bytes;
+  options.replica_group_hosts = flags.replica_group_hosts;
+  options.replica_gaps = flags.replica_gaps;
+  options.gate = std::move(gate);
+  return options;
+}
+
+int RestoreCheckpoint(const std::string& job, runtime::Checkpointer& ckpt, int rank, Clock& clock, double started_us,
+                      int& start) {
+  const double restore_us = clock.NowUs();
+  auto point = ckpt.Restore();
+  if (!point.ok()) return Fail(job, "--checkpoint", point.status(), rank);
+  const double restored_us = clock.NowUs();
+  start = static_cast<int>(point->step);
+  for (const std::string& line : point->refused) std::printf("checkpoint: rank %d refused %s\n", rank, line.c_str());
+  if (rank == 0 && start > 0) std::printf("checkpoint: restored step %d from %s\n", start, point->source.c_str());
+  if (rank != 0 && start > 0) std::printf("checkpoint: rank %d restored from %s\n", rank, point->source.c_str());
+  if (rank == 0 && start > 0)
+    std::printf("checkpoint: restore took %.1f ms, done %.1f ms after the job's start\n",
+                (restored_us - restore_us) / 1e3, (restored_us - started_us) / 1e3);
+  std::fflush(stdout);
+  return 0;
+}
+
 int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_ptr<comm::Communicator> world,
                     Clock* clock, bool record_timeline, LoopRuntime& out) {
   const int rank = world->rank();

@@ -158,6 +158,15 @@ struct LoopRuntime {
 // exit code after printing the problem, or 0.
 int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_ptr<comm::Communicator> world,
                     Clock* clock, bool record_timeline, LoopRuntime& out);
+// --checkpoint's options: the name, persistence and replicas of `flags`, and the session's gate.
+runtime::CheckpointOptions CheckpointOptionsOf(const LoopFlags& flags, std::shared_ptr<runtime::NetworkGate> gate);
+// --checkpoint's restore (collective), after the job registered its entries: prints what each rank
+// refused and where it restored from, and on rank 0 the recovery time as the job sees it (the
+// restore itself, and its end after `started_us`, the job's start: MPI, the job's setup and the
+// checkpointer included, the process's launch and loading not); sets `start` to the step to
+// resume from (0 for a fresh job). The exit code after printing the problem, or 0.
+int RestoreCheckpoint(const std::string& job, runtime::Checkpointer& ckpt, int rank, Clock& clock, double started_us,
+                      int& start);
 // One gradient of the job: its name, its buffer (host memory the job keeps while the runtime
 // lives) and shape (record mode writes it into the model).
 struct LoopGradient {

@@ -6,7 +6,8 @@
 # feedback) trains with the ranks agreeing; and ranks that fill their gradients with different
 # seeds (so each rank's idea of the exact average is wrong) fail the exact check with exit 1,
 # which shows the check can fail. Correctness only: no time is checked against a target.
-# Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed),
+# With --sgd, a run killed after a commit and restarted with --checkpoint ends bitwise equal to an
+# uninterrupted one. Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed),
 # and errors every rank finds alike printed once per job.
 # Usage: test_train_replay.sh TRAIN_REPLAY CUPCAKE_PROFILE CUPCAKE_PLAN MPIEXEC MODEL.json WORKDIR EVALUATE_SH
 set -uo pipefail
@@ -29,6 +30,10 @@ expect 2 "train_replay: --compute-scale: got 'fast', expected a number in (0, 10
 expect 2 "train_replay: --model: missing; expected a cupcake.model.v1 file" --plan p.pb
 expect 2 "train_replay: --lr: not a flag of this job" --model "$model" --plan p.pb --lr 0.1
 expect 2 "train_replay: --seed: got '-1', expected an integer >= 0" --model "$model" --plan p.pb --seed -1
+expect 2 "train_replay: --sgd: got '0', expected a learning rate in (0, 1000)" --model "$model" --plan p.pb --sgd 0
+expect 2 "train_replay: --checkpoint and --weights: need --sgd LR (the replay's parameters)" \
+  --model "$model" --plan p.pb --checkpoint x
+expect 2 "train_replay: --blocking-save: not a flag of this job" --model "$model" --plan p.pb --blocking-save d
 printf '{"format": "cupcake.model.v1", "name": "m", "tensors": [\n' >"$work/bad.json"
 printf '{"name": "a", "numel": 4, "dtype": "float16", "backward_us": 1.0},\n' >>"$work/bad.json"
 printf '{"name": "b", "numel": 3, "dtype": "bfloat16", "backward_us": 1.0}]}\n' >>"$work/bad.json"
@@ -144,4 +149,27 @@ PY
 sh "$once" "$work/fp32.pb: tensor 1: the job's gradient is not the plan's" \
   "${mpirun[@]}" -np 2 "$replay" --model "$work/other-model.json" --plan "$work/fp32.pb" --epochs 1 --steps 2 ||
   status=1
+
+# 6. --checkpoint: with --sgd's parameters and the topk plan's error feedback, a run that crashes
+# right after commit(3) and is restarted (from step 2 or 3) ends with parameters bitwise equal to an uninterrupted
+# run's, on each rank (the error feedback is each rank's own state: a restart that lost it would
+# differ).
+tag="replaytest$$"
+ckpt_run() {  # ckpt_run NAME [FLAGS...]: 6 steps of the topk plan with a snapshot every step
+  "${mpirun[@]}" -np 2 "$replay" --model "$model" --compute-scale "$scale" --plan "$work/topk.pb" --epochs 1 \
+    --steps 6 --sgd 0.01 --checkpoint "$tag-$1" --weights "$work/w-$1" "${@:2}" >"$work/ckpt-$1.log" 2>&1
+}
+ckpt_run ref || fail "--checkpoint: the uninterrupted run failed (log $work/ckpt-ref.log)"
+ckpt_run crash --crash-at 3
+ckpt_run crash || fail "--checkpoint: the restarted run failed (log $work/ckpt-crash.log)"
+# Step 3 when both copies finished before the crash, else 2 (a torn slot is never restored).
+restored="$(awk '/^checkpoint: restored step/ {print $4}' "$work/ckpt-crash.log")"
+if [ "$restored" != 2 ] && [ "$restored" != 3 ]; then
+  fail "--checkpoint: expected a restart from step 2 or 3; got '$restored': $(grep checkpoint "$work/ckpt-crash.log")"
+elif ! cmp -s "$work/w-ref-rank0" "$work/w-crash-rank0" || ! cmp -s "$work/w-ref-rank1" "$work/w-crash-rank1"; then
+  fail "--checkpoint: the parameters after the restart at step $restored differ from the uninterrupted run's"
+else
+  echo "ok: --checkpoint: restarted at step $restored, parameters bitwise equal to the uninterrupted run's"
+fi
+rm -f /dev/shm/cupcake-"$tag"-*
 exit $status

@@ -10,6 +10,7 @@
 //   record: CUPCAKE_RECORD=out.json mpirun -np 2 train_replay --model resnet50.json
 //   train:  mpirun -np 2 train_replay --model resnet50.json --plan plan.pb [--compute-scale S]
 //               [--seed N] [--epochs E] [--steps N] [--warmup N] [--timing F] [--timeline F]
+//               [--sgd LR [--weights F] [--checkpoint NAME ...]]
 //
 // Gradient content: multiples of 2^-12 in [-8, 8), element j of rank r in step s is
 // ((base(seed, r, j) + shift(seed, s, tensor)) mod 2^16 - 2^15) / 2^12, so it changes every step
@@ -23,6 +24,15 @@
 // are the same on every rank, for any plan; and where the plan is exact (every group lossless:
 // fp32 flat or hierarchical, zen_sparse), the last step's buffers equal the exact average
 // sum_r value(r) / W worked out here from the content's definition.
+//
+// Parameters (--sgd LR): one float32 per gradient element and its momentum, on the host, the same
+// on every rank (zero at step 0), updated in the update by SGD with momentum 0.9 (m = 0.9 m + g;
+// p -= LR m) from the averaged gradients. Unlike the replayed times this is real work on the
+// loop's thread, a pass over three buffers of the model's size, before update_us's sleep: it
+// gives --checkpoint a state that training writes (parameters and momentum, shared; the
+// session's error feedback, per rank) and --weights something to write, so that a restarted run
+// can be compared bitwise with an uninterrupted one. The digest of the ranks' agreement folds the
+// parameters in too.
 //
 // The timing file gains "replay": the compute scale, whether the plan is exact, and the
 // emulation's own costs, the slowest rank's (emulated_device.h): every sleep's lateness and
@@ -41,6 +51,7 @@
 #include "../common/training_loop.h"
 #include "cupcake/comm/mpi.h"
 #include "cupcake/profile/load.h"
+#include "cupcake/proto/file_io.h"
 #include "cupcake/proto/plan_io.h"
 #include "emulated_device.h"
 
@@ -53,6 +64,7 @@ struct ReplayFlags {
   std::string model;
   double compute_scale = 1;
   uint64_t seed = 1;
+  double sgd_lr = 0;  // 0: no parameters
 };
 
 std::optional<std::string> ParseReplayFlag(const std::string& arg, const char* value, ReplayFlags& f) {
@@ -63,6 +75,11 @@ std::optional<std::string> ParseReplayFlag(const std::string& arg, const char* v
     f.compute_scale = std::strtod(value, &end);
     if (end == value || *end != '\0' || !(f.compute_scale > 0 && f.compute_scale <= 1000))
       return arg + ": got '" + value + "', expected a number in (0, 1000]";
+  } else if (arg == "--sgd") {
+    char* end = nullptr;
+    f.sgd_lr = std::strtod(value, &end);
+    if (end == value || *end != '\0' || !(f.sgd_lr > 0 && f.sgd_lr < 1000))
+      return arg + ": got '" + value + "', expected a learning rate in (0, 1000)";
   } else if (arg == "--seed") {
     char* end = nullptr;
     const unsigned long long v = std::strtoull(value, &end, 10);
@@ -164,7 +181,9 @@ class ReplayBody final : public LoopBody {
         rank_(rank),
         peers_(peers),
         flat_(static_cast<size_t>(model.numel)),
-        base_(static_cast<size_t>(model.numel)) {
+        base_(static_cast<size_t>(model.numel)),
+        params_(flags.sgd_lr > 0 ? static_cast<size_t>(model.numel) : 0),
+        momentum_(params_.size()) {
     for (int64_t j = 0; j < model.numel; ++j) base_[static_cast<size_t>(j)] = Base(flags.seed, rank, j);
     for (const ReplayTensor& t : model.tensors) gaps_us_.push_back(t.backward_us * flags.compute_scale);
     Fill(0, /*digest=*/false);
@@ -173,6 +192,11 @@ class ReplayBody final : public LoopBody {
   std::span<float> buffer(size_t i) {
     return {flat_.data() + model_.tensors[i].offset, static_cast<size_t>(model_.tensors[i].numel)};
   }
+  // The parameters and their momentum (empty without --sgd).
+  std::span<float> params() { return params_; }
+  std::span<float> momentum() { return momentum_; }
+  // A restored run resumes at `step`: its gradient content is that step's.
+  void StartAt(int step) { Fill(step, /*digest=*/false); }
   void set_exact(bool exact, std::string why_not) {
     exact_ = exact;
     why_not_exact_ = std::move(why_not);
@@ -186,6 +210,11 @@ class ReplayBody final : public LoopBody {
     return device_.Backward(SteadyNowUs(), gaps_us_, ready);
   }
   Status Step(int iteration) override {
+    const float lr = static_cast<float>(flags_.sgd_lr);
+    for (size_t j = 0; j < params_.size(); ++j) {
+      momentum_[j] = 0.9f * momentum_[j] + flat_[j];
+      params_[j] -= lr * momentum_[j];
+    }
     device_.SleepFor(model_.update_us * flags_.compute_scale);
     last_step_ = iteration;
     return Status::Ok();
@@ -229,10 +258,12 @@ class ReplayBody final : public LoopBody {
   }
   void Digest() {
     uint64_t h = digest_;
-    for (float f : flat_) {
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      h = (h ^ bits) * 0x100000001b3ull;
+    for (const std::vector<float>* v : {&flat_, &params_}) {
+      for (float f : *v) {
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        h = (h ^ bits) * 0x100000001b3ull;
+      }
     }
     digest_ = h;
   }
@@ -246,6 +277,7 @@ class ReplayBody final : public LoopBody {
   comm::Communicator& peers_;  // the barrier between iterations
   std::vector<float> flat_;
   std::vector<uint16_t> base_;  // this rank's base(seed, rank, j)
+  std::vector<float> params_, momentum_;
   std::vector<double> gaps_us_;
   EmulatedDevice device_;
   uint64_t digest_ = 0xcbf29ce484222325ull;
@@ -325,6 +357,8 @@ StatusOr<std::string> ReplayBody::Report(comm::Communicator& comm) {
 
 int Main(int argc, char** argv) {
   const std::string job = "train_replay";
+  runtime::SteadyClock clock;
+  const double started_us = clock.NowUs();  // a restore's report counts from here
   // MPI's process state is made here and passed down; sessions are destroyed before it.
   auto mpi = comm::InitMpi(&argc, &argv);
   if (!mpi.ok()) return Fail(job, "MPI", mpi.status(), 0);  // MPI's own failure: every rank prints it
@@ -338,21 +372,20 @@ int Main(int argc, char** argv) {
   ReplayFlags replay;
   JobFlags job_flags;
   job_flags.parse = [&](const std::string& arg, const char* value) { return ParseReplayFlag(arg, value, replay); };
-  // No parameters, batches or LibTorch threads: the update is the recorded time.
-  job_flags.unsupported = {"--lr",      "--threads",       "--batches",  "--checkpoint",
-                           "--persist", "--persist-every", "--crash-at", "--replicate",
-                           "--replica-chunk-bytes", "--replica-group-hosts", "--replica-gaps", "--weights",
-                           "--blocking-save", "--save-every"};
-  job_flags.usage = "--model MODEL.json [--compute-scale S] [--seed N]   (--model required)";
+  // No batches or LibTorch threads; the parameters' learning rate is --sgd's. The blocking save
+  // (the LibTorch jobs' baseline) is not built for the replay.
+  job_flags.unsupported = {"--lr", "--threads", "--batches", "--blocking-save", "--save-every"};
+  job_flags.usage = "--model MODEL.json [--compute-scale S] [--seed N] [--sgd LR]   (--model required)";
   std::string problem = ParseLoopFlags(argc, argv, job_flags, flags);
   if (problem.empty() && replay.model.empty()) problem = "--model: missing; expected a cupcake.model.v1 file";
+  if (problem.empty() && replay.sgd_lr == 0 && (!flags.checkpoint.empty() || !flags.weights_path.empty()))
+    problem = "--checkpoint and --weights: need --sgd LR (the replay's parameters)";
   if (!problem.empty()) return UsageError(job, problem, job_flags, rank);
 
   auto model = LoadReplayModel(replay.model);
   if (!model.ok()) return Fail(job, "--model", model.status(), rank);
   const std::string name = model->name;
 
-  runtime::SteadyClock clock;
   LoopRuntime runtime;
   if (int code = MakeLoopRuntime(name, flags, std::move(world).value(), &clock, !flags.timeline_path.empty(), runtime);
       code != 0)
@@ -369,6 +402,36 @@ int Main(int argc, char** argv) {
   if (!flags.recording()) {
     auto [exact, why_not] = PlanIsExact(flags.plan);
     body.set_exact(exact, why_not);
+  }
+  // Declared after the session and the body: destroyed before them (it holds their addresses).
+  std::unique_ptr<comm::Communicator> ckpt_comm;
+  std::unique_ptr<runtime::Checkpointer> ckpt;
+  if (!flags.checkpoint.empty()) {
+    auto c = (*mpi)->World();
+    if (!c.ok()) return Fail(name, "MPI", c.status(), rank);
+    ckpt_comm = std::move(c).value();
+    auto made = runtime::Checkpointer::Create(CheckpointOptionsOf(flags, runtime.gate), ckpt_comm.get());
+    if (!made.ok()) return Fail(name, "--checkpoint", made.status(), rank);
+    ckpt = std::move(made).value();
+    // Parameters and momentum are the same on every rank (RanksAgree checks it); the session's
+    // state (error feedback) is each rank's own.
+    Status added = ckpt->Add("params", std::as_writable_bytes(body.params()), runtime::Capture::kInBackground,
+                             runtime::Scope::kShared);
+    if (added.ok())
+      added = ckpt->Add("momentum", std::as_writable_bytes(body.momentum()), runtime::Capture::kInBackground,
+                        runtime::Scope::kShared);
+    if (added.ok()) added = ckpt->AttachSession(runtime.session.get());
+    if (!added.ok()) return Fail(name, "--checkpoint", added, rank);
+    if (int code = RestoreCheckpoint(name, *ckpt, rank, clock, started_us, setup.start); code != 0) return code;
+    body.StartAt(setup.start);
+    setup.checkpoint = ckpt.get();
+  }
+  if (!flags.weights_path.empty()) {
+    setup.after_training = [&] {
+      const std::span<const std::byte> bytes = std::as_bytes(body.params());
+      return WriteFileAtomic(flags.weights_path + "-rank" + std::to_string(rank),
+                             std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    };
   }
   if (Status b = (*report)->Barrier(); !b.ok())
     return Fail(name, "MPI", b, rank);  // every rank's first content written
