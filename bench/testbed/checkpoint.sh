@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # checkpoint.sh: what a snapshot every iteration costs (docs/CHECKPOINT.md, issue 32's
 # measurement). On a testbed of H hosts x R ranks at RATE (scripts/testbed.sh): profile it, record
-# the model on it, plan it (topk at --ratio, the optimal fusion search), read the replica chunk
-# that fits the plan's idle gap after Commit (`cupcake-plan show --profile`), then train the same
+# the model on it, plan it (topk at --ratio, the optimal fusion search), read the replica schedule
+# (`cupcake-plan show --profile`): the chunk that fits the plan's idle gap after Commit, and the
+# chunks of every idle gap between the plan's collectives; then train the same
 # plan in the arms of --arms, round-robin (every arm once per round: its own warm-up, then the
 # timed iterations):
 #   none        no checkpointer;
 #   snapshot    --checkpoint: a snapshot of every parameter, its momentum and the session's
 #               state every iteration into host memory, copied in the background;
-#   replicas    the same with --replicate --replica-chunk-bytes (the schedule's chunk): the
-#               snapshots also stream to the other host between the collectives;
+#   replicas    the same with --replicate and the schedule's chunks: the per-rank state also
+#               streams to the other host between the collectives, in every gap
+#               (--replica-gaps) where the gaps carry more per iteration than the gap after
+#               Commit, else in that one (--replica-chunk-bytes);
 #   persist     the snapshot with --persist --persist-every N (--save-every): every N steps each
 #               rank also writes its snapshot to a file in STORE, after the copy, in the background;
 #   blocking    --blocking-save --save-every N: every N steps, after the update, rank 0 gathers
@@ -21,7 +24,7 @@
 # the copy and the exchanges, as on a GPU job's host), its parameters and momentum updated on the
 # host (--sgd); not with the blocking arm (built for the LibTorch jobs only).
 # --recovery N then times recovery N times per failure class, with a snapshot every step,
-# --persist-every --save-every and the replicas where a chunk fits: a run killed right after
+# --persist-every --save-every and the replicas where a gap fits a chunk: a run killed right after
 # commit(10) (--crash-at) is restarted and killed after commit(11) (processes: the hosts' memory
 # survives); host 2's segments are removed and it is restarted, killed after commit(12) (a host
 # lost: its ranks' state from a replica or their persisted share, the shared state from host 1);
@@ -125,10 +128,24 @@ stage plan "$build/tools/cupcake-plan" search --model-name "$model" --profile "$
 "$build/tools/cupcake-plan" show "$out/plan.pb" --profile "$db" --format json |
   python3 -c 'import json,sys; json.dump(json.load(sys.stdin)["replica_schedule"], sys.stdout, indent=1)' \
   >"$out/schedule.json"
-chunk=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["commit_chunk_bytes"])' "$out/schedule.json")
-log "the schedule's chunk after Commit: $chunk bytes"
-if [ "$chunk" -le 0 ] && [[ " ${arms[*]} " == *" replicas "* ]]; then
-  log "no chunk fits the gap after Commit: the replicas arm is left out"
+# The replica flags: every gap's chunk (GROUP:BYTES) where they add up to more than the chunk
+# after Commit, else that chunk; none where no gap fits a byte.
+replica=()
+read -r chunk gaps gap_bytes < <(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+gaps = [g for g in s["gaps"] if g["chunk_bytes"] > 0]
+print(s["commit_chunk_bytes"], ",".join("%d:%d" % (g["after_group"], g["chunk_bytes"]) for g in gaps) or "-",
+      sum(g["chunk_bytes"] for g in gaps))' "$out/schedule.json")
+if [ "$gap_bytes" -gt "$chunk" ]; then
+  replica=(--replicate --replica-gaps "$gaps")
+  log "replicas in the schedule's gaps: $gap_bytes bytes per iteration (the gap after Commit: $chunk)"
+elif [ "$chunk" -gt 0 ]; then
+  replica=(--replicate --replica-chunk-bytes "$chunk")
+  log "replicas in the gap after Commit: $chunk bytes per iteration"
+fi
+if [ ${#replica[@]} = 0 ] && [[ " ${arms[*]} " == *" replicas "* ]]; then
+  log "no gap fits a chunk: the replicas arm is left out"
   read -r -a arms <<<"$(printf '%s ' "${arms[@]}" | sed 's/replicas //')"
 fi
 
@@ -138,7 +155,7 @@ for ((round = 1; round <= rounds; round++)); do
     files="$store/$arm.r$round"
     case "$arm" in
       snapshot) flags=(--checkpoint "$tag-$arm-r$round") ;;
-      replicas) flags=(--checkpoint "$tag-$arm-r$round" --replicate --replica-chunk-bytes "$chunk") ;;
+      replicas) flags=(--checkpoint "$tag-$arm-r$round" "${replica[@]}") ;;
       persist) flags=(--checkpoint "$tag-$arm-r$round" --persist "$files" --persist-every "$save_every") ;;
       blocking) flags=(--blocking-save "$files" --save-every "$save_every") ;;
     esac
@@ -167,7 +184,7 @@ for ((round = 1; round <= recovery; round++)); do
   name="$tag-rec-r$round" files="$store/rec.r$round"
   mkdir -p "$files"
   flags=(--plan "$out/plan.pb" --epochs 1 "${lr[@]}" --checkpoint "$name" --persist "$files" --persist-every "$save_every")
-  [ "$chunk" -gt 0 ] && flags+=(--replicate --replica-chunk-bytes "$chunk")
+  flags+=("${replica[@]}")
   log "recovery: round $round of $recovery"
   recover start 12 10
   recover processes 12 11

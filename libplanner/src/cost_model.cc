@@ -206,6 +206,7 @@ StatusOr<Problem> MakeProblem(const pb::Model& model, const pb::Profile& profile
   if (const pb::Curve* chained = FindProfileCurve(profile, comm_key + " chained")) {
     p.comm_chained = Curve(*chained);
     p.comm_chained_key = comm_key + " chained";
+    p.comm_chained_tail_us = ChainedTailUs(p.comm_chained, p.comm);
   }
   const std::string device(Name(p.device));
   if (const pb::Curve* c = FindProfileCurve(profile, "copy pack " + device)) {
@@ -230,6 +231,12 @@ void GroupPricer::Start(int first) {
   unpack_.Reset();
 }
 
+double ChainedTailUs(const Curve& chained, const Curve& spaced) {
+  if (chained.empty()) return 0.0;
+  const double last = chained.last_size();
+  return std::max(0.0, chained.At(last) - spaced.At(last));
+}
+
 GroupCost GroupPricer::Price(int last) {
   const int64_t n = p_.GroupNumel(first_, last);
   const double s = static_cast<double>(p_.GroupBytes(first_, last));
@@ -239,7 +246,7 @@ GroupCost GroupPricer::Price(int last) {
   const double payload = static_cast<double>(p_.PayloadOf(n));
   c.com_us = comm_.At(payload);
   c.com_busy_us = p_.comm_busy.empty() ? c.com_us : std::max(c.com_us, comm_busy_.At(payload));
-  c.chain_us = p_.comm_chained.empty() ? 0.0 : std::max(0.0, comm_chained_.At(payload) - c.com_us);
+  c.chain_us = ChainUs(p_.comm_chained, comm_chained_, p_.comm_chained_tail_us, payload, c.com_us);
   c.dec_us = (p_.compress ? decode_.At(static_cast<double>(n)) : 0.0) + (fused ? unpack_.At(s) : 0.0);
   return c;
 }

@@ -98,6 +98,7 @@ std::string ResolveCurves(const pb::Profile& profile, const Problem& base, const
     if (i == 0)
       if (const pb::Curve* chained = FindProfileCurve(profile, key + " chained")) {
         out.first_chained = Curve(*chained);
+        out.first_chained_tail_us = ChainedTailUs(out.first_chained, out.steps[0]);
         out.first_chained_key = key + " chained";
       }
   }
@@ -285,7 +286,9 @@ void OptionPricer::Price(int last, std::span<StageCost> out, int only) {
         sc.idle += idle;
         if (!p_.curves[o].steps_busy[static_cast<size_t>(i)].empty())
           sc.busy_extra += std::max(0.0, k.steps_busy[static_cast<size_t>(i)].At(bytes) - idle);
-        if (i == 0 && !p_.curves[o].first_chained.empty()) sc.chain = std::max(0.0, k.first_chained.At(bytes) - idle);
+        if (i == 0)
+          sc.chain =
+              ChainUs(p_.curves[o].first_chained, k.first_chained, p_.curves[o].first_chained_tail_us, bytes, idle);
       }
     }
     StageCost c;

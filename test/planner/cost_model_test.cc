@@ -81,14 +81,18 @@ TEST(CostModel, LayerwiseTimelineByHand) {
 // With a chained allgather curve of 170 us (spaced 100: chain_us 70), a collective that follows
 // another rests until 70 us past its end: C = 110, 220, 330; F_1 = 110 + 100 = 210;
 // F_2 = max(220, 210 + 70) + 100 = 380; F_3 = max(330, 380 + 70) + 100 = 550; D = 350, 400, 570.
-// A chained curve below the spaced one adds nothing.
+// A chained curve below the spaced one adds nothing. A chained curve measured up to 2 bytes,
+// 160 and 170 us there, adds its excess at its last point, 70 us, to the larger payloads, not
+// what its slope of 10 us per byte extrapolates to.
 TEST(CostModel, ChainedCollectivesRestAfterThePreviousOne) {
   PlanRequest req;
   req.compressor = "signsgd";
-  for (double chained_us : {170.0, 80.0}) {
-    SCOPED_TRACE(chained_us);
+  for (const pb::Curve& points :
+       {MakeCurve(pb::COMM, {{1, 170}}), MakeCurve(pb::COMM, {{1, 80}}), MakeCurve(pb::COMM, {{1, 160}, {2, 170}})}) {
+    const double chained_us = points.points(points.points_size() - 1).us();
+    SCOPED_TRACE(points.DebugString());
     pb::Profile profile = HandProfile();
-    pb::Curve chained = MakeCurve(pb::COMM, {{1, chained_us}});
+    pb::Curve chained = points;
     chained.set_comm_op(pb::ALLGATHER);
     chained.set_scope(pb::GLOBAL);
     chained.set_chained(true);

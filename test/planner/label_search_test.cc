@@ -118,7 +118,8 @@ pb::Profile WithBusyCurves(std::mt19937_64& rng, const pb::Profile& profile, dou
 // `profile` with a chained twin of every collective curve (docs/MODEL.md, "Chained
 // collectives"): the spaced curve's points times one random factor in [0.8, max_factor] per
 // curve, so that a collective that follows another back to back costs more (or, below 1, no
-// less: the excess is never negative).
+// less: the excess is never negative); for half the curves only the first half of the points,
+// so that larger payloads read the chained curve beyond its last point.
 pb::Profile WithChainedCurves(std::mt19937_64& rng, const pb::Profile& profile, double max_factor) {
   std::uniform_real_distribution<double> factor(0.8, max_factor);
   pb::Profile out = profile;
@@ -128,6 +129,8 @@ pb::Profile WithChainedCurves(std::mt19937_64& rng, const pb::Profile& profile, 
     chained.set_chained(true);
     const double f = factor(rng);
     for (auto& point : *chained.mutable_points()) point.set_us(point.us() * f);
+    if (rng() % 2 && chained.points_size() > 1)
+      chained.mutable_points()->DeleteSubrange((chained.points_size() + 1) / 2, chained.points_size() / 2);
     *out.add_curves() = chained;
   }
   return out;

@@ -219,7 +219,11 @@ inline double ReferenceIterationUs(const Problem& p, const std::vector<int>& gro
     const double com = p.comm.At(payload);
     const double com_busy = p.comm_busy.empty() ? com : std::max(com, p.comm_busy.At(payload));
     // After another collective, the network rests until chain us past its end (chained collectives).
-    const double chain = p.comm_chained.empty() ? 0.0 : std::max(0.0, p.comm_chained.At(payload) - com);
+    // Above the chained curve's last point, the excess at that point.
+    const double x_c = p.comm_chained.last_size();
+    const double chain = p.comm_chained.empty() ? 0.0
+                                                : std::max(0.0, payload > x_c ? p.comm_chained.At(x_c) - p.comm.At(x_c)
+                                                                              : p.comm_chained.At(payload) - com);
     dec.push_back((p.compress ? p.decode.At(static_cast<double>(n)) : 0.0) +
                   (fused ? p.unpack.At(static_cast<double>(s)) : 0.0));
     enc_sum += enc;
@@ -369,7 +373,10 @@ inline double ReferenceOptionsIterationUs(const pb::Model& model, const pb::Prof
       const Curve busy = curve(key + " busy", found);
       if (found) busy_extra += std::max(0.0, busy.At(size) - idle);
       const Curve chained = curve(key + " chained", found);
-      if (first_step && found) chain = std::max(0.0, chained.At(size) - idle);
+      // Above the chained curve's last point, the excess at that point.
+      const double x_c = chained.last_size();
+      if (first_step && found)
+        chain = std::max(0.0, size > x_c ? chained.At(x_c) - at(key, x_c) : chained.At(size) - idle);
       first_step = false;
       return idle;
     };

@@ -6,7 +6,8 @@
 //
 //   enc_k = pack(s_k) [|G_k| >= 2] + encode(n_k)      (no encode for fp32)
 //   com_k = comm(op, global, payload(n_k))
-//   chain_k = max(0, chained comm(payload(n_k)) - com_k)   (0 without a chained curve)
+//   chain_k = max(0, chained comm(payload(n_k)) - com_k)   (0 without a chained curve; above
+//             its last point x_c, max(0, chained comm(x_c) - comm(x_c)))
 //   dec_k = decode(n_k) + unpack(s_k) [|G_k| >= 2]    (no decode for fp32)
 //   C_k = sum(b_i, i <= last(G_k)) + sum(enc_m, m <= k)
 //   F_1 = C_1 + com_1;   F_k = max(C_k, F_{k-1} + chain_k) + com_k   (k >= 2)
@@ -78,6 +79,9 @@ struct Problem {
   // collectives"); the zero curve when the profile has none, and then a collective that follows
   // another costs `comm` too.
   Curve comm_chained;
+  // ChainedTailUs(comm_chained, comm): what a collective beyond the chained curve's last point
+  // adds.
+  double comm_chained_tail_us = 0;
   // The profile keys of those curves (docs/FORMATS.md), empty for a curve the profile lacks.
   std::string encode_key, decode_key, comm_key, pack_key, unpack_key, comm_busy_key, comm_chained_key;
   // Encode or decode curves read at a ratio the profile did not measure (KernelCurve::ratio_note).
@@ -127,12 +131,26 @@ struct GroupCost {
   double com_us = 0;
   // The collective beside busy cores: max(busy curve, com_us), com_us without a busy curve.
   double com_busy_us = 0;
-  // What the collective adds when it follows the previous group's back to back: its chained
-  // curve less com_us, never below 0; 0 without a chained curve (docs/MODEL.md, "Chained
-  // collectives").
+  // What the collective adds when it follows the previous group's back to back (ChainUs).
   double chain_us = 0;
   double dec_us = 0;
 };
+
+// A chained curve's excess over its spaced curve at the chained curve's last measured point,
+// never below 0; 0 without a chained curve. Above that point a collective adds this much when
+// chained, not what the two curves' last slopes extrapolate to: the slowdown of a call that
+// follows another is a transient at its start, which a longer transfer does not stretch
+// (docs/MODEL.md, "Chained collectives").
+double ChainedTailUs(const Curve& chained, const Curve& spaced);
+
+// What a collective of `bytes`, whose spaced time is `spaced_us`, adds when it follows another
+// back to back: max(0, chained(bytes) - spaced_us), read through `at` (a cursor over `chained`);
+// above the chained curve's last point `tail_us` (ChainedTailUs); 0 without a chained curve.
+inline double ChainUs(const Curve& chained, CurveCursor& at, double tail_us, double bytes, double spaced_us) {
+  if (chained.empty()) return 0.0;
+  if (bytes > chained.last_size()) return tail_us;
+  return std::max(0.0, at.At(bytes) - spaced_us);
+}
 
 // When the network starts a collective that is ready at `ready`, after a collective that ended
 // at `previous` (nullopt: none before it): as if each collective needed `chain_us` of rest

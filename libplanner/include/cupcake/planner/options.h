@@ -57,6 +57,7 @@ struct OptionCurves {
   std::vector<std::string> step_busy_keys;  // parallel: "" where there is no busy curve
   // The first step's chained curve (the zero curve where none) and its key ("" where none).
   Curve first_chained;
+  double first_chained_tail_us = 0;  // ChainedTailUs(first_chained, steps[0])
   std::string first_chained_key;
   std::string pre_key, mid_encode_key, mid_decode_key, post_key;
   std::vector<pb::Extrapolation> ratio_notes;  // kernel curves read at an unmeasured ratio
