@@ -534,6 +534,22 @@ def chained_fidelity(rows):
     return value, f"one evaluation, 2 rounds; {inside_spread(rows)}"
 
 
+def held_tail(src):
+    """R45-R48's runs re-priced by the planner that holds a chained curve's excess above its last
+    point: per model, the runs within 10% as planned and re-priced; vgg16's fp32 buckets."""
+    models = src.json(CHAINED4)
+
+    def count(rows, key):
+        return sum(abs(r[key] - 1) <= 0.1 for r in rows)
+
+    fp32 = next(r for r in models["vgg16"] if r["strategy"] == "fp32_bucket")
+    value = ", ".join(f"{m} {count(rows, 'measured_over_predicted')} -> {count(rows, 'measured_over_held_tail')}"
+                      for m, rows in models.items())
+    value += (f" of {len(models['vgg16'])} within 10%; vgg16's fp32 buckets {fp32['measured_over_predicted']:.2f}x -> "
+              f"{fp32['measured_over_held_tail']:.2f}x their prediction")
+    return value, "the same runs as R45-R48, re-priced (`cupcake-plan simulate`)"
+
+
 QUIET_TTA = "tta-quiet-2026-11-27"
 QUIET_LSTM = "tta-lstm-quiet-2026-11-27"
 GRAVAC = "tta-gravac-2026-11-27"
@@ -581,6 +597,8 @@ CHECKS = {
     "R45": lambda s: chained_fidelity(s.json(CHAINED4)["resnet50"]),
     "R46": lambda s: chained_fidelity(s.json(CHAINED4)["bert_base"]),
     "R47": lambda s: chained_fidelity(s.json(CHAINED4)["gpt2"]),
+    "R48": lambda s: four_hosts_replay(s.json(CHAINED4)["vgg16"]),
+    "R49": held_tail,
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,

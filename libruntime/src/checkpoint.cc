@@ -1145,6 +1145,16 @@ class Checkpointer::Impl {
       if (e.session_plane >= 0) {
         const SessionEntry& d = kSessionEntries[e.session_plane];
         e.scope = SessionScope(*session_, d);
+        if (d.part == SessionPart::kCompressor) {
+          // Per element: straight into the staged copy (no vector of the model's size per step).
+          Status read = session_->ReadState(
+              std::span(reinterpret_cast<float*>(e.staged.data()), e.staged.size() / sizeof(float)), d.state);
+          if (!read.ok())
+            return FailedPreconditionError(where_ + ": " + e.name + ": " + read.message() +
+                                           " (at AttachSession; attach the session after its last AddPlan and "
+                                           "EnableGravac)");
+          continue;
+        }
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session_, d));
         if (bytes.size() != e.staged.size())
           return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +

@@ -203,33 +203,44 @@ class Session::Impl {
 
   StatusOr<std::vector<float>> ReadState(CompressorState which) const {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
-    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("ReadState"));
     std::vector<float> values(static_cast<size_t>(StateFloats(which)));
-    std::span<float> rest(values);
+    CUPCAKE_RETURN_IF_ERROR(ReadState(values, which));
+    return values;
+  }
+
+  Status ReadState(std::span<float> out, CompressorState which) const {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("ReadState"));
+    CUPCAKE_RETURN_IF_ERROR(CheckStateSize("ReadState", out.size(), which));
     for (const PlanSlot* slot : StateSlots(which)) {
       const auto floats = static_cast<size_t>(slot->StateFloats(PlaneOf(which)));
-      CUPCAKE_RETURN_IF_ERROR(slot->ReadState(PlaneOf(which), rest.first(floats)).WithPrefix("ReadState"));
-      rest = rest.subspan(floats);
+      CUPCAKE_RETURN_IF_ERROR(slot->ReadState(PlaneOf(which), out.first(floats)).WithPrefix("ReadState"));
+      out = out.subspan(floats);
     }
-    return values;
+    return Status::Ok();
   }
 
   Status WriteState(std::span<const float> values, CompressorState which) {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("WriteState"));
-    const int64_t total = StateFloats(which);
-    if (static_cast<int64_t>(values.size()) != total)
-      return InvalidArgumentError(
-          "WriteState: wrong size; got " + std::to_string(values.size()) + " floats, expected " +
-          std::to_string(total) +
-          (internal::PerElement(PlaneOf(which)) ? " (elements of model " : " (PowerSGD's state of model ") +
-          model_name_ + ")");
+    CUPCAKE_RETURN_IF_ERROR(CheckStateSize("WriteState", values.size(), which));
     for (PlanSlot* slot : StateSlots(which)) {
       const auto floats = static_cast<size_t>(slot->StateFloats(PlaneOf(which)));
       CUPCAKE_RETURN_IF_ERROR(slot->WriteState(PlaneOf(which), values.first(floats)).WithPrefix("WriteState"));
       values = values.subspan(floats);
     }
     return Status::Ok();
+  }
+
+  // A state buffer of `floats` for `which`: the size StateFloats gives, else an error.
+  Status CheckStateSize(const char* what, size_t floats, CompressorState which) const {
+    const int64_t total = StateFloats(which);
+    if (static_cast<int64_t>(floats) == total) return Status::Ok();
+    return InvalidArgumentError(
+        std::string(what) + ": wrong size; got " + std::to_string(floats) + " floats, expected " +
+        std::to_string(total) +
+        (internal::PerElement(PlaneOf(which)) ? " (elements of model " : " (PowerSGD's state of model ") + model_name_ +
+        ")");
   }
 
   StatusOr<std::vector<double>> ReadControlState(ControlState which) const {
@@ -815,6 +826,7 @@ int Session::plan_count() const { return impl_->plan_count(); }
 int Session::active_plan() const { return impl_->active_plan(); }
 bool Session::KeepsState(CompressorState which) const { return impl_->KeepsState(which); }
 StatusOr<std::vector<float>> Session::ReadState(CompressorState which) const { return impl_->ReadState(which); }
+Status Session::ReadState(std::span<float> out, CompressorState which) const { return impl_->ReadState(out, which); }
 Status Session::WriteState(std::span<const float> values, CompressorState which) {
   return impl_->WriteState(values, which);
 }

@@ -453,6 +453,12 @@ TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
     auto momentum = s.ReadState(CompressorState::kMomentum);  // topk keeps none: zeros
     ASSERT_TRUE(momentum.ok());
     EXPECT_EQ(*momentum, Floats(kElements, 0.0f));
+    Floats into(kElements, 9.0f);  // read into the caller's buffer: the same values
+    ASSERT_TRUE(s.ReadState(std::span<float>(into)).ok());
+    EXPECT_EQ(into, written[static_cast<size_t>(r)]);
+    Floats short_buffer(3);
+    EXPECT_EQ(s.ReadState(std::span<float>(short_buffer)).message(),
+              "ReadState: wrong size; got 3 floats, expected 435 (elements of model tiny)");
     Status wrong = s.WriteState(Floats(3));
     EXPECT_EQ(wrong.message(), "WriteState: wrong size; got 3 floats, expected 435 (elements of model tiny)");
     EXPECT_FALSE(s.KeepsState(CompressorState::kPowerSgdPadding));  // no PowerSGD group: nothing

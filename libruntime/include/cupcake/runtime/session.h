@@ -283,6 +283,10 @@ class Session {
   // is none. Write sets it (the same layout, the same size). Between steps only; on GPU memory a
   // synchronous copy.
   StatusOr<std::vector<float>> ReadState(CompressorState which = CompressorState::kErrorFeedback) const;
+  // The same into `out`, which must hold exactly that many floats (else an error naming both
+  // sizes): a checkpoint reads it every step into one buffer, where a new vector of the model's
+  // size would be allocated and faulted in, page by page, each time.
+  Status ReadState(std::span<float> out, CompressorState which = CompressorState::kErrorFeedback) const;
   // Whether any of the session's plans keeps that state in any group (the same on every rank);
   // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
   bool KeepsState(CompressorState which) const;
