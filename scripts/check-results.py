@@ -484,8 +484,8 @@ def gpu_gain_probe(src):
                    f"after {after[big]['us']['min']:.1f}-{after[big]['us']['max']:.1f} us at 32 Mi")
 
 
-def four_hosts_replay(rows):
-    """resnet50's plans over layer-wise and fp32 buckets, and the fidelity count, of one evaluation."""
+def replay_plan_ratios(rows):
+    """A replay evaluation's plans over layer-wise and fp32 buckets, and its fidelity count."""
     ms = {(r["strategy"], r["compressor"]): r["measured_ms"] for r in rows}
     fp32 = ms[("fp32_bucket", "fp32")]
     within = sum(abs(r["measured_over_predicted"] - 1) <= 0.1 for r in rows)
@@ -499,7 +499,7 @@ def four_hosts_replay(rows):
 
 
 def gpu_host_four_hosts(src):
-    return four_hosts_replay(src.json(H200B)["testbed_4x1"]["rows"])
+    return replay_plan_ratios(src.json(H200B)["testbed_4x1"]["rows"])
 
 
 CHAINED = "bench/results/comm-chained-2026-11-27/results.json"
@@ -590,15 +590,16 @@ CHECKS = {
     "R33": gpu_terngrad_decode,
     "R39": gpu_gain_probe,
     "R40": gpu_host_four_hosts,
-    "R41": lambda s: four_hosts_replay(s.json(CHAINED)["evaluation_4x1_1gbit"]),
+    "R41": lambda s: replay_plan_ratios(s.json(CHAINED)["evaluation_4x1_1gbit"]),
     "R42": chained_over_spaced,
-    "R43": lambda s: four_hosts_replay(s.json(REPLAY4)["bert_base"]),
-    "R44": lambda s: four_hosts_replay(s.json(REPLAY4)["gpt2"]),
+    "R43": lambda s: replay_plan_ratios(s.json(REPLAY4)["bert_base"]),
+    "R44": lambda s: replay_plan_ratios(s.json(REPLAY4)["gpt2"]),
     "R45": lambda s: chained_fidelity(s.json(CHAINED4)["resnet50"]),
     "R46": lambda s: chained_fidelity(s.json(CHAINED4)["bert_base"]),
     "R47": lambda s: chained_fidelity(s.json(CHAINED4)["gpt2"]),
-    "R48": lambda s: four_hosts_replay(s.json(CHAINED4)["vgg16"]),
+    "R48": lambda s: replay_plan_ratios(s.json(CHAINED4)["vgg16"]),
     "R49": held_tail,
+    "R50": lambda s: replay_plan_ratios(s.json("bench/results/replay-200mbit-2026-11-28/results.json")),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
