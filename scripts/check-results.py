@@ -520,6 +520,7 @@ def chained_over_spaced(src):
 
 
 CHAINED4 = "bench/results/chained-4hosts-2026-11-27/results.json"
+REPLAY200 = "bench/results/replay-200mbit-2026-11-28/results.json"
 
 
 def chained_fidelity(rows):
@@ -599,7 +600,8 @@ CHECKS = {
     "R47": lambda s: chained_fidelity(s.json(CHAINED4)["gpt2"]),
     "R48": lambda s: replay_plan_ratios(s.json(CHAINED4)["vgg16"]),
     "R49": held_tail,
-    "R50": lambda s: replay_plan_ratios(s.json("bench/results/replay-200mbit-2026-11-28/results.json")),
+    "R50": lambda s: replay_plan_ratios(s.json(REPLAY200)["resnet50"]),
+    "R51": lambda s: replay_plan_ratios(s.json(REPLAY200)["bert_base"]),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
