@@ -36,12 +36,14 @@
 # steps between them, and how long after its step's end each was known durable.
 #
 #   bench/testbed/checkpoint.sh --out DIR [--hosts 2] [--ranks-per-host 1] [--rate 1gbit]
-#       [--model wide | --replay MODEL.json [--compute-scale 1]] [--ratio 0.01] [--iterations 30] [--warmup 5] [--rounds 3]
+#       [--model wide | --replay MODEL.json [--compute-scale 1]] [--ratio 0.01] [--iterations 30]
+#       [--warmup 5] [--rounds 3]
 #       [--arms none,snapshot,replicas] [--save-every 5] [--store DIR/store] [--recovery 0]
 #
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
-# DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round: median, mean, p10, p90 in ms; for persist and
-# blocking the durable checkpoints) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
+# DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round:
+# median, mean, p10, p90 in ms; for persist and blocking the durable checkpoints; with
+# --recovery, each restart) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
 # it runs and is removed after it.
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
 set -euo pipefail
