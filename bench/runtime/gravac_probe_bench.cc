@@ -34,7 +34,12 @@ void Probe(benchmark::State& state, runtime::internal::Selection selection) {
   runtime::internal::GainProbe probe(selection, n, 42, &clock);
   probe.SetRatios(0.1, 0.01);
   uint64_t iteration = 0;
-  for (auto _ : state) probe.Observe(g, e.data(), 0, iteration++);
+  for (auto _ : state) {
+    if (Status s = probe.Observe(g, e.data(), 0, iteration++); !s.ok()) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+  }
   double cost = 0;
   benchmark::DoNotOptimize(probe.Take(&cost));
   state.SetBytesProcessed(state.iterations() * 4 * n);
