@@ -602,6 +602,7 @@ CHECKS = {
     "R49": held_tail,
     "R50": lambda s: replay_plan_ratios(s.json(REPLAY200)["resnet50"]),
     "R51": lambda s: replay_plan_ratios(s.json(REPLAY200)["bert_base"]),
+    "R52": lambda s: replay_plan_ratios(s.json(REPLAY200)["gpt2"]),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
