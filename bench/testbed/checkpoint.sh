@@ -42,7 +42,8 @@
 #
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
 # DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round:
-# median, mean, p10, p90 in ms; for persist and blocking the durable checkpoints; with
+# median, mean, p10, p90 in ms; each phase's median (examples/common/training_loop.h: forward,
+# backward, synchronize, copy_wait, step, commit); for persist and blocking the durable checkpoints; with
 # --recovery, each restart) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
 # it runs and is removed after it.
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
@@ -211,6 +212,8 @@ for path in sorted(glob.glob(os.path.join(out, "runs", "*.json"))):
            "mean_ms": statistics.mean(ms), "p10_ms": percentile(sorted(ms), 0.1),
            "p90_ms": percentile(sorted(ms), 0.9),
            "ranks_agree": t["ranks_agree"]}
+    # Where the time goes: each phase's median over the timed iterations (its slowest rank's).
+    row["phase_medians_ms"] = {name: statistics.median(v[t["warmup"]:]) / 1e3 for name, v in t["phases_us"].items()}
     if "durable_steps" in t:
         # The durable checkpoints of the timed iterations (step s is iteration s - 1's).
         timed = [(s, a) for s, a in zip(t["durable_steps"], t["durable_after_ms"]) if s > t["warmup"]]
@@ -231,7 +234,8 @@ for arm in arms:
     med = [r["median_ms"] for r in rows if r["arm"] == arm]
     mean = [r["mean_ms"] for r in rows if r["arm"] == arm]
     summary[arm] = {"median_of_round_medians_ms": statistics.median(med), "round_medians_ms": med,
-                    "median_of_round_means_ms": statistics.median(mean), "round_means_ms": mean}
+                    "median_of_round_means_ms": statistics.median(mean), "round_means_ms": mean,
+                    "round_phase_medians_ms": [r["phase_medians_ms"] for r in rows if r["arm"] == arm]}
     periods = [r["achieved_period_steps"] for r in rows if r["arm"] == arm and "durable_steps" in r]
     if periods:
         summary[arm]["round_achieved_period_steps"] = periods
@@ -275,6 +279,9 @@ for arm in arms:
           f"per round {', '.join(f'{x:+.1f}%' for x in s['round_overheads_pct'])}; means per round "
           f"{', '.join(f'{x:.1f}' for x in s['round_means_ms'])} ms "
           f"({', '.join(f'{x:+.1f}%' for x in s['round_mean_overheads_pct'])})")
+    phases = s["round_phase_medians_ms"]
+    print(f"{'':9s} phases, median of round medians: " +
+          ", ".join(f"{name} {statistics.median(p[name] for p in phases):.1f}" for name in phases[0]) + " ms")
     if "round_achieved_period_steps" in s:
         print(f"{'':9s} durable checkpoints per round {s['round_durable_checkpoints']}, achieved period "
               f"{s['round_achieved_period_steps']} steps, known durable at most "

@@ -1,6 +1,7 @@
 #include "training_loop.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -112,8 +113,23 @@ std::string JsonLoss(const std::optional<double>& loss) { return loss ? JsonNumb
 
 // What one training iteration's own marks were, on the session's clock.
 struct IterationMarks {
-  double forward_start_us = 0, backward_start_us = 0, backward_end_us = 0, synchronized_us = 0, end_us = 0;
+  double forward_start_us = 0, backward_start_us = 0, backward_end_us = 0, synchronized_us = 0, copied_us = 0,
+         stepped_us = 0, end_us = 0;
 };
+
+// An iteration's phases (training_loop.h), in the timing file's order: each the time between two
+// consecutive marks, so that a rank's phases sum to its iteration's time.
+constexpr const char* kPhaseNames[] = {"forward", "backward", "synchronize", "copy_wait", "step", "commit"};
+constexpr size_t kPhases = std::size(kPhaseNames);
+
+std::array<double, kPhases> PhasesOf(const IterationMarks& m) {
+  return {m.backward_start_us - m.forward_start_us,
+          m.backward_end_us - m.backward_start_us,
+          m.synchronized_us - m.backward_end_us,
+          m.copied_us - m.synchronized_us,
+          m.stepped_us - m.copied_us,
+          m.end_us - m.stepped_us};
+}
 
 std::string TimelineJson(const std::string& model, const IterationMarks& m,
                          const std::vector<runtime::GroupTimeline>& groups) {
@@ -187,11 +203,13 @@ std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, i
     if (Status w = s.checkpoint->WaitForCopy(); !w.ok()) return IterationError{"--checkpoint", w};
     if (persisted && !known) durable.push_back({it, s.clock->NowUs() - previous_end_us});
   }
+  marks.copied_us = s.clock->NowUs();
   if (Status u = body.Step(it); !u.ok()) return IterationError{"step", u};
   if (s.save && (it + 1) % s.flags->save_every == 0) {
     if (Status v = s.save(it + 1); !v.ok()) return IterationError{"--blocking-save", v};
     durable.push_back({it + 1, 0});
   }
+  marks.stepped_us = s.clock->NowUs();
   if (s.checkpoint != nullptr) {
     if (Status c = s.checkpoint->Commit(static_cast<uint64_t>(it) + 1); !c.ok())
       return IterationError{"--checkpoint", c};
@@ -222,11 +240,30 @@ int WriteRecording(const LoopSetup& s) {
   return 0;
 }
 
-// The --timing file: every iteration's (slowest-rank) time, the losses, the agreement and the
-// body's own members.
+// Per phase (kPhaseNames), every iteration's time on the rank slowest in that phase.
+using PhaseTimes = std::array<std::vector<double>, kPhases>;
+
+// The median of `v` past the warm-up (0 when none is left: a restarted run may have fewer
+// iterations than the warm-up).
+double TimedMedian(const std::vector<double>& v, int warmup) {
+  std::vector<double> timed(v.begin() + std::min<size_t>(static_cast<size_t>(warmup), v.size()), v.end());
+  if (timed.empty()) return 0;
+  std::nth_element(timed.begin(), timed.begin() + static_cast<std::ptrdiff_t>(timed.size() / 2), timed.end());
+  return timed[timed.size() / 2];
+}
+
+std::string JsonArray(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(v[i]);
+  return out + "]";
+}
+
+// The --timing file: every iteration's (slowest-rank) time and phases, the losses, the agreement
+// and the body's own members.
 std::string TimingJson(const LoopSetup& s, int world_size, const std::optional<double>& loss_first,
                        const std::optional<double>& loss_last, bool agree, const std::string& extra,
-                       const std::vector<double>& slowest, const std::vector<Durable>& durable) {
+                       const std::vector<double>& slowest, const PhaseTimes& phases,
+                       const std::vector<Durable>& durable) {
   std::string out = "{\n  \"model\": " + JsonString(s.job) + ",\n  \"plan\": " + JsonString(s.flags->plan) +
                     ",\n  \"world_size\": " + std::to_string(world_size) +
                     ",\n  \"warmup\": " + std::to_string(s.flags->warmup) +
@@ -240,9 +277,10 @@ std::string TimingJson(const LoopSetup& s, int world_size, const std::optional<d
     }
     out += ",\n  \"durable_steps\": [" + steps + "],\n  \"durable_after_ms\": [" + after + "]";
   }
-  out += ",\n  \"iteration_us\": [";
-  for (size_t i = 0; i < slowest.size(); ++i) out += (i == 0 ? "" : ", ") + JsonNumber(slowest[i]);
-  return out + "]\n}\n";
+  out += ",\n  \"phases_us\": {";
+  for (size_t p = 0; p < kPhases; ++p)
+    out += std::string(p == 0 ? "\n" : ",\n") + "    " + JsonString(kPhaseNames[p]) + ": " + JsonArray(phases[p]);
+  return out + "\n  },\n  \"iteration_us\": " + JsonArray(slowest) + "\n}\n";
 }
 
 // Rank 0's line on the durable checkpoints (the slowest rank's times), e.g. `durable: 6
@@ -265,8 +303,9 @@ void PrintDurable(const std::vector<Durable>& durable) {
 // After training: the timeline, the job's after-training step, the agreement, every
 // iteration's slowest-rank time, the body's report, and rank 0's files and lines.
 int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& iteration_us,
-                const IterationMarks& marks, const std::optional<double>& loss_first,
-                const std::optional<double>& loss_last, std::vector<Durable> durable) {
+                const std::vector<double>& phase_us, const IterationMarks& marks,
+                const std::optional<double>& loss_first, const std::optional<double>& loss_last,
+                std::vector<Durable> durable) {
   const LoopFlags& flags = *s.flags;
   runtime::Session& session = *s.runtime->session;
   std::string timeline;
@@ -287,6 +326,16 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
       !a.ok()) {
     return Fail(s.job, "timing", a, s.rank);
   }
+  // Each phase's too, on its own: the rank slowest in one phase need not be the slowest overall.
+  std::vector<double> phase_max(phase_us.size());
+  if (Status a = s.report->Allreduce(phase_us.data(), phase_max.data(), static_cast<int64_t>(phase_us.size()),
+                                     comm::DataType::kFloat64, comm::ReduceOp::kMax);
+      !a.ok()) {
+    return Fail(s.job, "timing", a, s.rank);
+  }
+  PhaseTimes phases;
+  for (size_t p = 0; p < kPhases; ++p)
+    for (size_t i = 0; i < iteration_us.size(); ++i) phases[p].push_back(phase_max[i * kPhases + p]);
   // The slowest rank's: every rank notes the same steps (the flags decide them).
   if (!durable.empty()) {
     std::vector<double> after(durable.size()), latest(durable.size());
@@ -303,7 +352,7 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
   if (s.rank == 0) {
     if (!flags.timing_path.empty()) {
       const std::string out =
-          TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest, durable);
+          TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest, phases, durable);
       if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w, s.rank);
     }
     if (!timeline.empty()) {
@@ -314,12 +363,17 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
       std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
                   static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
                   d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
-    // A restarted run (--checkpoint) may have fewer iterations than the warm-up.
-    std::vector<double> timed(slowest.begin() + std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size()),
-                              slowest.end());
-    std::sort(timed.begin(), timed.end());
-    std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(),
-                timed.size(), timed.empty() ? 0.0 : timed[timed.size() / 2] / 1e3, *agree ? "yes" : "NO");
+    const size_t timed = slowest.size() - std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size());
+    std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(), timed,
+                TimedMedian(slowest, flags.warmup) / 1e3, *agree ? "yes" : "NO");
+    std::string line;
+    for (size_t p = 0; p < kPhases; ++p) {
+      char part[64];
+      std::snprintf(part, sizeof(part), "%s %s %.1f", p == 0 ? "" : ",", kPhaseNames[p],
+                    TimedMedian(phases[p], flags.warmup) / 1e3);
+      line += part;
+    }
+    std::printf("%s: phases, ms (medians; each phase's slowest rank):%s\n", s.job.c_str(), line.c_str());
     PrintDurable(durable);
     if (const runtime::NetworkGate* gate = s.runtime->gate.get(); gate != nullptr)
       std::printf("checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one\n",
@@ -478,7 +532,7 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
   const bool recording = flags.recording();
   const int iterations = flags.iterations();
   const int steps_per_epoch = flags.steps_per_epoch();
-  std::vector<double> iteration_us;
+  std::vector<double> iteration_us, phase_us;  // phase_us: kPhases per iteration
   std::vector<Durable> durable;
   IterationMarks marks;
   const std::optional<double> loss_first = body.EvalLoss();
@@ -488,6 +542,7 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
     if (auto error = RunIteration(s, body, it, marks, durable))
       return Fail(s.job, error->what, error->status, s.rank);
     iteration_us.push_back(marks.end_us - marks.forward_start_us);
+    for (double t : PhasesOf(marks)) phase_us.push_back(t);
     if (!recording && (it + 1) % steps_per_epoch == 0) {
       loss_last = body.EvalLoss();
       if (s.rank == 0 && loss_last) {
@@ -505,7 +560,7 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
     if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
     return WriteRecording(s);
   }
-  return WriteReport(s, body, iteration_us, marks, loss_first, loss_last, std::move(durable));
+  return WriteReport(s, body, iteration_us, phase_us, marks, loss_first, loss_last, std::move(durable));
 }
 
 }  // namespace cupcake::examples

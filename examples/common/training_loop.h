@@ -24,6 +24,14 @@
 // groups in the last iteration beside the iteration's marks) and prints the median. The job
 // exits 1 when the ranks do not agree.
 //
+// The phases of an iteration, between its consecutive marks, so that a rank's phases sum to its
+// iteration's time: `forward`, `backward` (LoopBody::Backward, the gradients' encodes and the
+// collectives started inside it), `synchronize` (the collectives still running), `copy_wait`
+// (the checkpoint's copy of the previous step), `step` (LoopBody::Step and --blocking-save's
+// save) and `commit` (the checkpoint's Commit). The timing file's `phases_us` holds each phase's
+// time per iteration on the rank slowest in that phase (so the phases of one iteration may sum
+// to more than its time), and rank 0 prints their medians past the warm-up.
+//
 // Durable checkpoints (--persist-every, --blocking-save): the loop notes, per step written to
 // storage, how long after the end of that step's iteration it knew the write durable. A blocking
 // save is durable before its iteration ends (0). The Checkpointer writes step s's file in the

@@ -3,7 +3,8 @@
 # name the file or flag (exit 2 for usage, 1 for a bad file); record mode writes the model's
 # tensors with gaps no shorter than the file's times the compute scale; an fp32 plan trains
 # with the ranks agreeing and the average checked against the exact one; a topk plan (error
-# feedback) trains with the ranks agreeing; and ranks that fill their gradients with different
+# feedback) trains with the ranks agreeing, the timing file's phases of each iteration summing to
+# no less than its time and its backward no shorter than the file's; and ranks that fill their gradients with different
 # seeds (so each rank's idea of the exact average is wrong) fail the exact check with exit 1,
 # which shows the check can fail. Correctness only: no time is checked against a target.
 # With --sgd, a run killed after a commit and restarted with --checkpoint ends bitwise equal to an
@@ -97,9 +98,10 @@ for c in fp32 topk; do
   "${mpirun[@]}" -np 2 "$replay" --model "$model" --compute-scale "$scale" --plan "$work/$c.pb" --epochs 1 \
     --steps 6 --warmup 2 --timing "$work/$c.timing.json" >"$work/$c.log" 2>&1
   rc=$?
-  python3 - "$work/$c.timing.json" "$c" "$rc" <<'PY' || status=1
+  python3 - "$work/$c.timing.json" "$c" "$rc" "$model" "$scale" <<'PY' || status=1
 import json, sys
 c, rc = sys.argv[2], int(sys.argv[3])
+backward_us = sum(t["backward_us"] for t in json.load(open(sys.argv[4]))["tensors"]) * float(sys.argv[5])
 problems = [] if rc == 0 else [f"exit {rc}"]
 try:
     t = json.load(open(sys.argv[1]))
@@ -115,6 +117,19 @@ if t:
         problems.append(f"replay.exact: got {t['replay']['exact']}, expected {c == 'fp32'}")
     if t["replay"]["wake_late"]["count"] < 1 or t["replay"]["handoff"]["count"] != 6:
         problems.append(f"replay: expected sleeps and one hand-off per iteration; got {t['replay']}")
+    # The phases: each iteration's, each phase on its slowest rank, so they sum to no less than
+    # the slowest rank's iteration; backward sleeps through the file's times x the scale.
+    phases = t.get("phases_us", {})
+    names = ["forward", "backward", "synchronize", "copy_wait", "step", "commit"]
+    if list(phases) != names or any(len(v) != 6 or min(v) < 0 for v in phases.values()):
+        problems.append(f"phases_us: expected {names}, 6 times >= 0 each; got {phases}")
+    else:
+        for i, it in enumerate(t["iteration_us"]):
+            total = sum(v[i] for v in phases.values())
+            if total < it * (1 - 1e-9):
+                problems.append(f"phases_us: iteration {i}: the phases sum to {total}, less than its time {it}")
+            if phases["backward"][i] < backward_us:
+                problems.append(f"phases_us.backward[{i}]: got {phases['backward'][i]}, expected >= {backward_us}")
 print("\n".join(f"FAIL: train {c}: {p}" for p in problems) or f"ok: train {c}: ranks agree, exact checked: {t['replay']['exact']}")
 sys.exit(1 if problems else 0)
 PY
