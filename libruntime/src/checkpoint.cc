@@ -591,11 +591,15 @@ Status WriteSessionEntry(Session& session, const SessionEntry& e, std::span<cons
 // Whether a snapshot of `session` has the entry, `bytes` its size now: the per-element planes
 // and the counter always; the plan with several plans; PowerSGD's parts and GraVAC's window when
 // there are some (other snapshots keep their layout without them).
+// A float per model element (error feedback, momentum): present whether or not a plan keeps it.
+bool PerElementPlane(const SessionEntry& e) {
+  return e.part == SessionPart::kCompressor &&
+         (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum);
+}
+
 bool HasEntry(const Session& session, const SessionEntry& e, size_t bytes) {
   if (e.part == SessionPart::kControl && e.control == ControlState::kPlan) return session.plan_count() > 1;
-  if (e.part == SessionPart::kCompressor &&
-      (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum))
-    return true;
+  if (PerElementPlane(e)) return true;
   return e.part == SessionPart::kIteration || bytes > 0;
 }
 
@@ -619,10 +623,7 @@ Scope SessionScope(const Session& session, const SessionEntry& e) {
   switch (e.part) {
     case SessionPart::kControl: return e.control == ControlState::kPlan ? Scope::kShared : Scope::kRank;
     case SessionPart::kCompressor:
-      return (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum) &&
-                     session.KeepsState(e.state)
-                 ? Scope::kRank
-                 : Scope::kShared;
+      return PerElementPlane(e) && session.KeepsState(e.state) ? Scope::kRank : Scope::kShared;
     case SessionPart::kIteration: break;
   }
   return Scope::kRank;
@@ -659,6 +660,9 @@ struct Entry {
   Scope scope = Scope::kRank;
   std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
   int session_plane = -1;  // kSessionEntries[i] (memory is `staged`)
+  // A per-element plane no plan keeps, read once since AttachSession or the last restore: its
+  // zeros are in `staged` and the session cannot change them (no AddPlan after AttachSession).
+  bool unkept_read = false;
 };
 
 // One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
@@ -1146,6 +1150,7 @@ class Checkpointer::Impl {
         const SessionEntry& d = kSessionEntries[e.session_plane];
         e.scope = SessionScope(*session_, d);
         if (d.part == SessionPart::kCompressor) {
+          if (e.unkept_read) continue;
           // Per element: straight into the staged copy (no vector of the model's size per step).
           Status read = session_->ReadState(
               std::span(reinterpret_cast<float*>(e.staged.data()), e.staged.size() / sizeof(float)), d.state);
@@ -1153,6 +1158,7 @@ class Checkpointer::Impl {
             return FailedPreconditionError(where_ + ": " + e.name + ": " + read.message() +
                                            " (at AttachSession; attach the session after its last AddPlan and "
                                            "EnableGravac)");
+          e.unkept_read = PerElementPlane(d) && !session_->KeepsState(d.state);
           continue;
         }
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session_, d));
@@ -1429,6 +1435,7 @@ class Checkpointer::Impl {
       Entry& e = entries_[i];
       const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
       std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
+      e.unkept_read = false;
       if (e.session_plane >= 0)
         CUPCAKE_RETURN_IF_ERROR(WriteSessionEntry(*session_, kSessionEntries[e.session_plane], e.staged));
     }

@@ -1,6 +1,8 @@
 #include "plan_slot.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace cupcake::runtime::internal {
 
@@ -140,12 +142,11 @@ PlaneRun RunOf(const Group& g, int rank, StatePlane plane, int64_t next) {
   return {at, covered.end - covered.begin, gl.offset + covered.begin};
 }
 
-// For every group that keeps `plane`: its state copied to the host, apply(value, index into
-// the slot's ReadState floats) for each float of the plane this rank holds, and, with
-// `write_back`, the host copy written back.
+// For every group that keeps `plane`: apply(values, count, out) with the `count` floats of the
+// plane this rank holds, which are the slot's ReadState floats from `out` on. Host memory is
+// passed in place; device memory through a host copy, written back with `write_back`.
 template <typename Apply>
-Status ForEachStateElement(const std::vector<Group>& groups, int rank, StatePlane plane, bool write_back,
-                           Apply apply) {
+Status ForEachStateRun(const std::vector<Group>& groups, int rank, StatePlane plane, bool write_back, Apply apply) {
   std::vector<float> host;
   int64_t next = 0;
   for (const Group& g : groups) {
@@ -153,10 +154,13 @@ Status ForEachStateElement(const std::vector<Group>& groups, int rank, StatePlan
     next += run.count;  // only PowerSGD's parts are placed by it
     if (run.count == 0) continue;
     kernels::Buffer* state = g.runner->state();
+    if (state->backend() == kernels::Backend::kCpu) {
+      apply(state->as<float>() + run.at, run.count, run.out);
+      continue;
+    }
     host.resize(static_cast<size_t>(state->size_bytes() / 4));
     CUPCAKE_RETURN_IF_ERROR(state->CopyToHost(host.data(), state->size_bytes()));
-    for (int64_t i = 0; i < run.count; ++i)
-      apply(host[static_cast<size_t>(run.at + i)], static_cast<size_t>(run.out + i));
+    apply(host.data() + run.at, run.count, run.out);
     if (write_back) CUPCAKE_RETURN_IF_ERROR(state->CopyFromHost(host.data(), state->size_bytes()));
   }
   return Status::Ok();
@@ -164,15 +168,29 @@ Status ForEachStateElement(const std::vector<Group>& groups, int rank, StatePlan
 
 }  // namespace
 
+// Called at every checkpoint commit with `out` the size of the model: one pass over it, the
+// floats no group keeps set to zero.
 Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
-  std::fill(out.begin(), out.end(), 0.0f);
-  return ForEachStateElement(groups_, comm_.rank(), plane, /*write_back=*/false,
-                             [&](float& value, size_t e) { out[e] = value; });
+  std::vector<std::pair<int64_t, int64_t>> written;  // [begin, end) of `out`
+  CUPCAKE_RETURN_IF_ERROR(ForEachStateRun(groups_, comm_.rank(), plane, /*write_back=*/false,
+                                          [&](const float* values, int64_t count, int64_t at) {
+                                            std::copy_n(values, count, out.begin() + at);
+                                            written.emplace_back(at, at + count);
+                                          }));
+  std::sort(written.begin(), written.end());
+  int64_t done = 0;
+  for (const auto& [begin, end] : written) {
+    if (begin > done) std::fill(out.begin() + done, out.begin() + begin, 0.0f);
+    done = std::max(done, end);
+  }
+  std::fill(out.begin() + done, out.end(), 0.0f);
+  return Status::Ok();
 }
 
 Status PlanSlot::WriteState(StatePlane plane, std::span<const float> in) {
-  return ForEachStateElement(groups_, comm_.rank(), plane, /*write_back=*/true,
-                             [&](float& value, size_t e) { value = in[e]; });
+  return ForEachStateRun(
+      groups_, comm_.rank(), plane, /*write_back=*/true,
+      [&](float* values, int64_t count, int64_t at) { std::copy_n(in.begin() + at, count, values); });
 }
 
 Status PlanSlot::RestartWarmStart() {

@@ -471,6 +471,33 @@ TEST(SessionState, WrittenResidualIsReadBackAndUsedByTheNextStep) {
     ASSERT_EQ(testing::FirstDifference(ranks[static_cast<size_t>(r)].grads, want), "") << "rank " << r;
 }
 
+// A plan whose middle group is sent uncompressed (fp32, no memory): ReadState gives the written
+// residuals of the compressed groups' elements and zeros for that group's, also into a buffer
+// that held other values.
+TEST(SessionState, ElementsNoGroupKeepsReadAsZeros) {
+  const pb::Model model = SmallModel();
+  pb::Plan plan = MakePlan(model, testing::Planned(), "topk", kWorld);
+  pb::Group* fp32 = plan.mutable_groups(1);  // tensor 2: elements 42..169
+  fp32->mutable_options()->set_compress(false);
+  fp32->mutable_options()->set_collective(pb::ALLREDUCE);
+  fp32->set_payload_bytes(4 * fp32->numel());
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, plan, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  OnEveryRank(kWorld, [&](int r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    Floats written(kElements), want(kElements);
+    for (int64_t e = 0; e < kElements; ++e) {
+      written[static_cast<size_t>(e)] = static_cast<float>(e % 5 + r + 1);
+      want[static_cast<size_t>(e)] = e >= 42 && e < 170 ? 0.0f : written[static_cast<size_t>(e)];
+    }
+    ASSERT_TRUE(s.WriteState(written).ok());
+    Floats into(kElements, 9.0f);
+    ASSERT_TRUE(s.ReadState(std::span<float>(into)).ok());
+    EXPECT_EQ(into, want) << "rank " << r;
+  });
+}
+
 // PowerSGD's state (kernels/powersgd.h, the runner's own) is every plan's, in plan order, and
 // holds what the per-element plane does not. A per-tensor plan (ShapedModel at rank 2): its
 // memory is its 534 elements', all in kErrorFeedback, so no padding; Q 12 x 2 + 9 x 2 + 10 x 2 =
