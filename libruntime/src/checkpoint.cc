@@ -10,6 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -44,49 +48,168 @@ std::string Hex(uint64_t v) {
 }
 }  // namespace
 
-Hasher::Hasher() : lanes_{kPrime1 + kPrime2, kPrime2, 0, 0 - kPrime1} {}
+namespace {
+// The striped hash's constants (checkpoint_format.h): a key word per lane and stripe position of
+// a block (kKeyWords = kStripesPerBlock + kLanes - 1), odd 64-bit constants.
+constexpr size_t kLanes = 8, kStripeBytes = 8 * kLanes, kStripesPerBlock = Hasher::kBlockBytes / kStripeBytes;
+constexpr size_t kKeyWords = kStripesPerBlock + kLanes - 1;
+constexpr std::array<uint64_t, kKeyWords> MakeKey() {
+  std::array<uint64_t, kKeyWords> key{};
+  uint64_t x = kPrime1;
+  for (uint64_t& k : key) {  // splitmix64 from kPrime1
+    x += 0x9E3779B97F4A7C15ULL;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    k = z ^ (z >> 31);
+  }
+  return key;
+}
+constexpr std::array<uint64_t, kKeyWords> kKey = MakeKey();
+
+// Each block's end: lane_i = (lane_i ^ lane_i >> 47 ^ key[i]) * P2, so that a block's stripes
+// do not commute with the next block's.
+void ScrambleLanes(uint64_t* lanes) {
+  for (size_t i = 0; i < kLanes; ++i) lanes[i] = (lanes[i] ^ (lanes[i] >> 47) ^ kKey[i]) * kPrime2;
+}
+
+// `blocks` whole blocks into the lanes: stripe s adds w_i + lo32(k) * hi32(k), k = w_i ^
+// key[s + i], to lane i. Three implementations of the same arithmetic: AVX2 (four lanes per
+// instruction), SSE2 (two; every x86-64) and portable C++; the tests hold them to a reference.
+void AccumulatePortable(uint64_t* lanes, const std::byte* data, size_t blocks) {
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t s = 0; s < kStripesPerBlock; ++s, data += kStripeBytes) {
+      uint64_t w[kLanes];
+      std::memcpy(w, data, kStripeBytes);
+      for (size_t i = 0; i < kLanes; ++i) {
+        const uint64_t k = w[i] ^ kKey[s + i];
+        lanes[i] += w[i] + (k & 0xFFFFFFFFULL) * (k >> 32);
+      }
+    }
+    ScrambleLanes(lanes);
+  }
+}
+
+#if defined(__x86_64__)
+void AccumulateSse2(uint64_t* lanes, const std::byte* data, size_t blocks) {
+  __m128i acc[kLanes / 2];
+  for (size_t j = 0; j < kLanes / 2; ++j) acc[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lanes + 2 * j));
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t s = 0; s < kStripesPerBlock; ++s, data += kStripeBytes) {
+      for (size_t j = 0; j < kLanes / 2; ++j) {
+        const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data) + j);
+        const __m128i k = _mm_xor_si128(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kKey.data() + s + 2 * j)));
+        acc[j] = _mm_add_epi64(acc[j], _mm_add_epi64(w, _mm_mul_epu32(k, _mm_srli_epi64(k, 32))));
+      }
+    }
+    for (size_t j = 0; j < kLanes / 2; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes + 2 * j), acc[j]);
+    ScrambleLanes(lanes);
+    for (size_t j = 0; j < kLanes / 2; ++j) acc[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lanes + 2 * j));
+  }
+}
+
+__attribute__((target("avx2"))) void AccumulateAvx2(uint64_t* lanes, const std::byte* data, size_t blocks) {
+  __m256i acc[kLanes / 4];
+  for (size_t j = 0; j < kLanes / 4; ++j) acc[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + 4 * j));
+  for (size_t b = 0; b < blocks; ++b) {
+    for (size_t s = 0; s < kStripesPerBlock; ++s, data += kStripeBytes) {
+      for (size_t j = 0; j < kLanes / 4; ++j) {
+        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data) + j);
+        const __m256i k =
+            _mm256_xor_si256(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kKey.data() + s + 4 * j)));
+        acc[j] = _mm256_add_epi64(acc[j], _mm256_add_epi64(w, _mm256_mul_epu32(k, _mm256_srli_epi64(k, 32))));
+      }
+    }
+    for (size_t j = 0; j < kLanes / 4; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes + 4 * j), acc[j]);
+    ScrambleLanes(lanes);
+    for (size_t j = 0; j < kLanes / 4; ++j)
+      acc[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lanes + 4 * j));
+  }
+}
+#endif
+
+using AccumulateFn = void (*)(uint64_t*, const std::byte*, size_t);
+AccumulateFn Accumulator(HashPath path) {
+  switch (path) {
+    case HashPath::kPortable: return AccumulatePortable;
+#if defined(__x86_64__)
+    case HashPath::kSse2: return AccumulateSse2;
+    case HashPath::kAvx2: return AccumulateAvx2;
+#else
+    case HashPath::kSse2:
+    case HashPath::kAvx2: break;
+#endif
+  }
+  return nullptr;
+}
+
+// The fastest path this CPU runs, chosen once.
+AccumulateFn FastestAccumulator() {
+  static const AccumulateFn chosen = [] {
+    for (HashPath p : {HashPath::kAvx2, HashPath::kSse2})
+      if (HashPathAvailable(p)) return Accumulator(p);
+    return Accumulator(HashPath::kPortable);
+  }();
+  return chosen;
+}
+}  // namespace
+
+bool HashPathAvailable(HashPath path) {
+  switch (path) {
+    case HashPath::kPortable: return true;
+#if defined(__x86_64__)
+    case HashPath::kSse2: return true;
+    case HashPath::kAvx2: return __builtin_cpu_supports("avx2");
+#else
+    case HashPath::kSse2:
+    case HashPath::kAvx2: return false;
+#endif
+  }
+  return false;
+}
+
+uint64_t ChecksumOn(HashPath path, const std::byte* data, size_t bytes) {
+  Hasher hasher(Accumulator(path));
+  hasher.Update(data, bytes);
+  return hasher.Final();
+}
+
+Hasher::Hasher() : Hasher(FastestAccumulator()) {}
+
+Hasher::Hasher(void (*accumulate)(uint64_t*, const std::byte*, size_t)) : accumulate_(accumulate) {
+  for (size_t i = 0; i < kLanes; ++i) lanes_[i] = kKey[kKeyWords - 1 - i];
+}
 
 void Hasher::Update(const std::byte* data, size_t bytes) {
   if (bytes == 0) return;  // (an empty span's data() may be null)
   total_bytes_ += bytes;
   if (pending_bytes_ > 0) {  // complete the pending block first
-    const size_t take = std::min(bytes, sizeof(pending_) - pending_bytes_);
+    const size_t take = std::min(bytes, kBlockBytes - pending_bytes_);
     std::memcpy(pending_ + pending_bytes_, data, take);
     pending_bytes_ += take;
     data += take;
     bytes -= take;
-    if (pending_bytes_ < sizeof(pending_)) return;
-    MixBlocks(pending_, 1);
+    if (pending_bytes_ < kBlockBytes) return;
+    accumulate_(lanes_, pending_, 1);
     pending_bytes_ = 0;
   }
-  const size_t blocks = bytes / 32;
-  MixBlocks(data, blocks);
-  pending_bytes_ = bytes - 32 * blocks;
-  std::memcpy(pending_, data + 32 * blocks, pending_bytes_);
-}
-
-void Hasher::MixBlocks(const std::byte* data, size_t blocks) {
-  // The lanes in locals: `data` may alias them (std::byte), which would make the compiler store
-  // them back after every block.
-  uint64_t lanes[4] = {lanes_[0], lanes_[1], lanes_[2], lanes_[3]};
-  for (size_t b = 0; b < blocks; ++b, data += 32) {
-    uint64_t w[4];
-    std::memcpy(w, data, 32);
-    for (int l = 0; l < 4; ++l) lanes[l] = Mix(lanes[l], w[l]);
-  }
-  std::memcpy(lanes_, lanes, sizeof(lanes));
+  const size_t blocks = bytes / kBlockBytes;
+  accumulate_(lanes_, data, blocks);
+  pending_bytes_ = bytes - kBlockBytes * blocks;
+  std::memcpy(pending_, data + kBlockBytes * blocks, pending_bytes_);
 }
 
 uint64_t Hasher::Final() const {
-  uint64_t h = Rotl(lanes_[0], 1) + Rotl(lanes_[1], 7) + Rotl(lanes_[2], 12) + Rotl(lanes_[3], 18);
-  size_t at = 0;
-  for (; at + 8 <= pending_bytes_; at += 8) {
-    uint64_t w;
-    std::memcpy(&w, pending_ + at, 8);
-    h = Mix(h, w);
+  // The pending bytes, zero-padded to a block, as a last block; then the lanes and the length.
+  uint64_t lanes[kLanes];
+  std::memcpy(lanes, lanes_, sizeof(lanes));
+  if (pending_bytes_ > 0) {
+    std::byte last[kBlockBytes] = {};
+    std::memcpy(last, pending_, pending_bytes_);
+    accumulate_(lanes, last, 1);
   }
-  for (; at < pending_bytes_; ++at) h = Mix(h, static_cast<uint64_t>(pending_[at]) + 1);
-  h ^= total_bytes_;
+  uint64_t h = total_bytes_ * kPrime1;
+  for (uint64_t lane : lanes) h = Mix(h, lane);
   h ^= h >> 33;
   h *= kPrime2;
   h ^= h >> 29;
@@ -346,24 +469,33 @@ void MakeShare(std::span<const std::byte> snapshot, const ParsedSnapshot& parsed
   out->pieces.insert(out->pieces.end(), share.begin(), share.end());
 }
 
-StatusOr<ParsedShare> ParseShare(std::span<const std::byte> payload, const std::string& source) {
-  ShareHeader h{};
+Status CheckShareFormat(std::span<const std::byte> payload, const std::string& source) {
+  const std::string afresh = "restore with the Cupcake that wrote it, or remove the files to start afresh)";
   if (payload.size() >= 8 && std::memcmp(payload.data(), kSnapshotMagic, 8) == 0)
     return DataLossError(source +
                          ": magic: a whole snapshot of persisted format 1, which this version does not read; "
                          "got '" +
                          std::string(kSnapshotMagic, 8) + "', expected '" + std::string(kShareMagic, 8) + "' (format " +
-                         std::to_string(kPersistedFormatVersion) +
-                         ": each rank's share; restore with the Cupcake that wrote it, or remove the files to start "
-                         "afresh)");
+                         std::to_string(kPersistedFormatVersion) + ": each rank's share; " + afresh);
+  ShareHeader h{};
+  if (payload.size() < sizeof(h) || std::memcmp(payload.data(), kShareMagic, 8) != 0) return Status::Ok();
+  std::memcpy(&h, payload.data(), sizeof(h));
+  if (h.version != kPersistedFormatVersion)
+    return DataLossError(source + ": version: persisted format " + std::to_string(h.version) +
+                         ", which this version does not read; got " + std::to_string(h.version) + ", expected " +
+                         std::to_string(kPersistedFormatVersion) + " (" +
+                         (h.version == 2 ? "format 2 has another checksum function; " : "") + afresh);
+  return Status::Ok();
+}
+
+StatusOr<ParsedShare> ParseShare(std::span<const std::byte> payload, const std::string& source) {
+  CUPCAKE_RETURN_IF_ERROR(CheckShareFormat(payload, source));
+  ShareHeader h{};
   Reader r(payload, source);
   CUPCAKE_RETURN_IF_ERROR(r.Read(&h, "header"));
   if (std::memcmp(h.magic, kShareMagic, 8) != 0)
     return DataLossError(source + ": magic: not a Cupcake persisted share; got '" + std::string(h.magic, 8) +
                          "', expected '" + std::string(kShareMagic, 8) + "'");
-  if (h.version != kPersistedFormatVersion)
-    return DataLossError(source + ": version: unknown; got " + std::to_string(h.version) + ", expected " +
-                         std::to_string(kPersistedFormatVersion));
   const uint64_t left = payload.size() - r.at();
   if (h.rank_part_bytes > left || h.share_bytes != left - h.rank_part_bytes)
     return DataLossError(source + ": rank_part_bytes, share_bytes: do not match the file; got " +
@@ -835,8 +967,9 @@ class SlotSegment {
     if (std::memcmp(h.magic, internal::kSegmentMagic, 8) != 0)
       return "magic: not a Cupcake segment; got '" + std::string(h.magic, 8) + "', expected 'CUPCKSH1'";
     if (h.version != internal::kFormatVersion)
-      return "version: unknown; got " + std::to_string(h.version) + ", expected " +
-             std::to_string(internal::kFormatVersion);
+      return "version: segment format " + std::to_string(h.version) + ", which this version does not read; got " +
+             std::to_string(h.version) + ", expected " + std::to_string(internal::kFormatVersion) +
+             (h.version == 1 ? " (format 1 has another checksum function)" : "");
     if (h.rank != owner_ || h.world_size != world_)
       return "rank: not the expected rank's; got rank " + std::to_string(h.rank) + " of " +
              std::to_string(h.world_size) + ", expected rank " + std::to_string(owner_) + " of " +
@@ -1983,10 +2116,20 @@ class Checkpointer::Impl {
   enum class Parse { kSnapshot, kRankPart, kShare };
   // The checksum (`field` prefixes its name: "<segment>: slots[1]." or "<file>: trailer."), the
   // structure, the step and the owner of a candidate. A persisted file's payload becomes its
-  // replica, and its share goes to c->share. A persisted file of another world size or of format
-  // 1 sets `foreign` (when given and still Ok; FileCandidates) instead of a line in `refused`.
+  // replica, and its share goes to c->share. A persisted file of another world size or of another
+  // format (checked first: older formats compute the checksum otherwise) sets `foreign` (when
+  // given and still Ok; FileCandidates) instead of a line in `refused`.
   bool Verify(Candidate* c, uint64_t stored, int64_t step, const std::string& field, int rank,
               std::vector<std::string>* refused, Parse parse = Parse::kSnapshot, Status* foreign = nullptr) {
+    if (parse == Parse::kShare) {
+      if (Status format = internal::CheckShareFormat(c->payload, c->source); !format.ok()) {
+        if (foreign == nullptr)
+          refused->push_back(format.message());
+        else if (foreign->ok())
+          *foreign = FailedPreconditionError(format.message());
+        return false;
+      }
+    }
     const uint64_t got = internal::Checksum(c->payload.data(), c->payload.size());
     if (got != stored) {
       refused->push_back(field + "checksum: does not match the contents; got " + Hex(got) + ", expected " +
@@ -2002,10 +2145,6 @@ class Checkpointer::Impl {
         c->shared_bytes = share->shared_bytes;
         c->shared_print = share->shared_print;
         parsed = std::move(share->parsed);
-      } else if (foreign != nullptr && c->payload.size() >= 8 &&
-                 std::memcmp(c->payload.data(), internal::kSnapshotMagic, 8) == 0) {
-        if (foreign->ok()) *foreign = FailedPreconditionError(share.status().message());
-        return false;
       } else {
         parsed = share.status();
       }

@@ -12,13 +12,13 @@
 //   entry_count x {uint32 name_bytes; uint32 flags; uint64 size_bytes; name_bytes bytes of name}
 //   metadata; then each entry's bytes in entry order.
 // An entry's flags: kEntryShared (Scope::kShared: the same bytes on every rank), else 0.
-// Persisted file <name>-<rank>-<step>.ckpt (format 2): this rank's share of its snapshot, so that
+// Persisted file <name>-<rank>-<step>.ckpt (format 3): this rank's share of its snapshot, so that
 // the W ranks together write the shared entries once:
 //   ShareHeader; this rank's replica (below, rank_part_bytes); bytes [ShareOf(T, W, rank)) of the
 //   shared entries' bytes laid end to end in entry order (T bytes in all; share_bytes); Trailer
 //   (the checksum and size of everything before it).
-// Format 1 (each rank's whole snapshot payload, then a Trailer; it begins with kSnapshotMagic) is
-// refused by name.
+// Format 1 (each rank's whole snapshot payload, then a Trailer; it begins with kSnapshotMagic) and
+// format 2 (format 3's layout with the checksum of segment format 1) are refused by name.
 // A replica (what a rank streams to the ranks that keep its replicas; docs/CHECKPOINT.md): its
 // snapshot's payload without the shared entries' bytes, which a restore takes from another rank:
 //   char magic[8] = kRankPartMagic; the snapshot's bytes from its step to its metadata's end;
@@ -43,9 +43,10 @@ inline constexpr char kSnapshotMagic[8] = {'C', 'U', 'P', 'C', 'K', 'S', 'N', '1
 inline constexpr char kTrailerMagic[8] = {'C', 'U', 'P', 'C', 'K', 'E', 'N', 'D'};
 inline constexpr char kRankPartMagic[8] = {'C', 'U', 'P', 'C', 'K', 'R', 'K', '1'};
 inline constexpr uint32_t kEntryShared = 1;
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;  // 1: another checksum function
 inline constexpr char kShareMagic[8] = {'C', 'U', 'P', 'C', 'K', 'P', 'E', 'R'};
-inline constexpr uint32_t kPersistedFormatVersion = 2;  // 1: whole snapshots (no ShareHeader)
+// 1: whole snapshots (no ShareHeader); 2: another checksum function
+inline constexpr uint32_t kPersistedFormatVersion = 3;
 inline constexpr int64_t kHeaderBytes = 4096;
 
 enum SlotState : uint64_t { kSlotEmpty = 0, kSlotWriting = 1, kSlotValid = 2 };
@@ -68,7 +69,7 @@ struct SegmentHeader {
 };
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 
-// The head of a persisted file (format 2).
+// The head of a persisted file (format 3).
 struct ShareHeader {
   char magic[8];  // kShareMagic
   uint32_t version;  // kPersistedFormatVersion
@@ -88,24 +89,39 @@ struct Trailer {
   char magic[8];
 };
 
-// A fast 64-bit checksum of the bytes (four multiply-rotate lanes over 8-byte words, then the
-// tail and the length): it catches torn and corrupted copies, not adversaries.
+// A fast 64-bit checksum of the bytes: it catches torn and corrupted copies, not adversaries.
+// Striped: 8 lanes of uint64; the bytes in blocks of 1 KiB, each of 16 stripes of 8 native
+// words w_0..w_7; stripe s adds w_i + lo32(k) * hi32(k), k = w_i ^ key[s + i], to lane i
+// (key: 23 words of splitmix64 from 0x9E3779B185EBCA87); each block ends with lane_i =
+// (lane_i ^ lane_i >> 47 ^ key[i]) * 0xC2B2AE3D27D4EB4F. The last partial block is zero-padded;
+// then h = length * 0x9E3779B185EBCA87, mixed with each lane in order (rotl(h + lane * P2, 31)
+// * P1), and avalanched. Lanes start at key[22 - i]. Its 32-bit multiplies vectorize, so it hashes
+// several times faster than a copy moves the bytes (bench/runtime/checkpoint_bench).
 uint64_t Checksum(const std::byte* data, size_t bytes);
+
+// The implementations of the blocks' arithmetic, the same result each (Checksum takes the fastest
+// available); for the tests.
+enum class HashPath { kPortable, kSse2, kAvx2 };
+bool HashPathAvailable(HashPath path);
+uint64_t ChecksumOn(HashPath path, const std::byte* data, size_t bytes);
 
 // Checksum over bytes that arrive in pieces: Update(a), Update(b), ..., then Final() is
 // Checksum of the pieces laid end to end. Lets one pass over a snapshot's bytes give its
 // checksum and its kShared entries' fingerprints (each a Hasher of its own) at once.
 class Hasher {
  public:
-  Hasher();
+  static constexpr size_t kBlockBytes = 1024;
+  Hasher();  // the fastest path this CPU has
   void Update(const std::byte* data, size_t bytes);
   uint64_t Final() const;
 
  private:
-  void MixBlocks(const std::byte* data, size_t blocks);  // whole 32-byte blocks into the lanes
+  friend uint64_t ChecksumOn(HashPath path, const std::byte* data, size_t bytes);
+  explicit Hasher(void (*accumulate)(uint64_t* lanes, const std::byte* data, size_t blocks));
 
-  uint64_t lanes_[4];
-  std::byte pending_[32];  // the bytes after the last whole 32-byte block
+  void (*accumulate_)(uint64_t* lanes, const std::byte* data, size_t blocks);
+  uint64_t lanes_[8];
+  std::byte pending_[kBlockBytes];  // the bytes after the last whole block
   size_t pending_bytes_ = 0;
   uint64_t total_bytes_ = 0;
 };
@@ -184,7 +200,12 @@ struct ParsedShare {
   int64_t shared_bytes = 0;
   uint64_t shared_print = 0;
 };
-// Checks the header (magic, version; a format-1 file is refused by name), the sizes, the
+// A persisted file's format, read before its checksum (older formats compute that otherwise): Ok
+// for this version's files and for bytes that are no persisted file at all (the checksum and the
+// structure refuse those); DataLoss naming `source` and the format for a file of format 1 or of
+// another version.
+Status CheckShareFormat(std::span<const std::byte> payload, const std::string& source);
+// Checks the header (magic, version: CheckShareFormat), the sizes, the
 // replica's structure, that the header's rank and world are the replica's, that shared_bytes is
 // the sum of its shared entries' sizes and that the share is ShareOf(shared_bytes, world, rank);
 // DataLoss naming `source` and the field otherwise.

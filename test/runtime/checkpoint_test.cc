@@ -295,6 +295,22 @@ TEST_F(CheckpointTest, TornSnapshotIsNeverRestored) {
 
 // A valid-looking slot whose bytes changed (fingerprint mismatch) is refused; when no step is
 // left that every rank holds, the restore fails on every rank naming what each holds.
+// A segment of format 1 (another checksum function) is refused by its version, not by a
+// checksum its slots cannot match.
+TEST_F(CheckpointTest, SegmentOfAnOlderFormatIsRefusedByItsVersion) {
+  Start();
+  Train(1, 3);
+  Map(1)->header().version = 1;
+  Start();
+  auto points = Restore();
+  ASSERT_FALSE(points[1].ok());
+  const std::string msg = points[1].status().message();
+  EXPECT_NE(msg.find(Segment(1) + ": version: segment format 1, which this version does not read; got 1, expected 2 "
+                                  "(format 1 has another checksum function)"),
+            std::string::npos)
+      << msg;
+}
+
 TEST_F(CheckpointTest, ChecksumMismatchIsRefused) {
   Start();
   Train(1, 3);
@@ -1042,11 +1058,18 @@ TEST(PersistedShares, ParseRefusesWhatIsNotAShare) {
   };
   EXPECT_EQ(message(hand.bytes),
             "/ckpt/job-1-6.ckpt: magic: a whole snapshot of persisted format 1, which this version does not read; "
-            "got 'CUPCKSN1', expected 'CUPCKPER' (format 2: each rank's share; restore with the Cupcake that wrote "
+            "got 'CUPCKSN1', expected 'CUPCKPER' (format 3: each rank's share; restore with the Cupcake that wrote "
             "it, or remove the files to start afresh)");
   std::vector<std::byte> bad = good;
-  bad[8] = std::byte{3};  // version
-  EXPECT_EQ(message(bad), "/ckpt/job-1-6.ckpt: version: unknown; got 3, expected 2");
+  bad[8] = std::byte{2};  // version
+  EXPECT_EQ(message(bad),
+            "/ckpt/job-1-6.ckpt: version: persisted format 2, which this version does not read; got 2, expected 3 "
+            "(format 2 has another checksum function; restore with the Cupcake that wrote it, or remove the files "
+            "to start afresh)");
+  bad[8] = std::byte{4};
+  EXPECT_EQ(message(bad),
+            "/ckpt/job-1-6.ckpt: version: persisted format 4, which this version does not read; got 4, expected 3 "
+            "(restore with the Cupcake that wrote it, or remove the files to start afresh)");
   bad = good;
   bad[40] = std::byte{5};  // share_offset: 5 where rank 1's share of 19 bytes among 3 begins at 6
   EXPECT_EQ(message(bad),
@@ -1273,10 +1296,23 @@ TEST_F(CheckpointTest, SharesOfAnotherWorldOrFormatAreRefused) {
   EXPECT_EQ(points[0].status().message(),
             (dir_ / (name_ + "-0-2.ckpt")).string() +
                 ": magic: a whole snapshot of persisted format 1, which this version does not read; got 'CUPCKSN1', "
-                "expected 'CUPCKPER' (format 2: each rank's share; restore with the Cupcake that wrote it, or remove "
+                "expected 'CUPCKPER' (format 3: each rank's share; restore with the Cupcake that wrote it, or remove "
                 "the files to start afresh)");
   ASSERT_FALSE(points[1].ok());
   EXPECT_EQ(points[1].status().message(), Segment(1) + ": restore: failed on rank 0 (see its message)");
+  // A share of format 2 (its trailer's checksum from format 2's function, which a restore cannot
+  // verify): refused by its version before the checksum.
+  std::string share = ReadBytes(dir_ / (name_ + "-1-2.ckpt"));
+  share[8] = 2;  // ShareHeader.version
+  WriteBytes(dir_ / (name_ + "-1-2.ckpt"), share);
+  Start(options, Scope::kShared);
+  points = Restore();
+  ASSERT_FALSE(points[1].ok());
+  EXPECT_EQ(points[1].status().message(),
+            (dir_ / (name_ + "-1-2.ckpt")).string() +
+                ": version: persisted format 2, which this version does not read; got 2, expected 3 (format 2 has "
+                "another checksum function; restore with the Cupcake that wrote it, or remove the files to start "
+                "afresh)");
 }
 
 // The session's residuals are this rank's own state: written into the snapshot at commit and
