@@ -484,8 +484,9 @@ def gpu_gain_probe(src):
                    f"after {after[big]['us']['min']:.1f}-{after[big]['us']['max']:.1f} us at 32 Mi")
 
 
-def replay_plan_ratios(rows):
-    """A replay evaluation's plans over layer-wise and fp32 buckets, and its fidelity count."""
+def replay_plan_ratios(rows, compressors=("efsignsgd", "topk"), options="topk"):
+    """A replay evaluation's plans over layer-wise and fp32 buckets per compressor (for `options`,
+    its options plan's too), and its fidelity count."""
     ms = {(r["strategy"], r["compressor"]): r["measured_ms"] for r in rows}
     fp32 = ms[("fp32_bucket", "fp32")]
     within = sum(abs(r["measured_over_predicted"] - 1) <= 0.1 for r in rows)
@@ -493,8 +494,9 @@ def replay_plan_ratios(rows):
     def over(c, strategy):
         return f"{ms[('layerwise', c)] / ms[(strategy, c)]:.2f}x layer-wise, {fp32 / ms[(strategy, c)]:.2f}x fp32 buckets"
 
-    value = (f"efsignsgd {over('efsignsgd', 'plan')}; topk {over('topk', 'plan')} (the options plan "
-             f"{over('topk', 'options')}); {within} of {len(rows)} within 10%")
+    parts = [f"{c} {over(c, 'plan')}" + (f" (the options plan {over(c, 'options')})" if c == options else "")
+             for c in compressors]
+    value = "; ".join(parts) + f"; {within} of {len(rows)} within 10%"
     return value, f"one evaluation, 2 rounds; {inside_spread(rows)}"
 
 
@@ -521,6 +523,7 @@ def chained_over_spaced(src):
 
 CHAINED4 = "bench/results/chained-4hosts-2026-11-27/results.json"
 REPLAY200 = "bench/results/replay-200mbit-2026-11-28/results.json"
+REPLAY200B = "bench/results/replay-200mbit-2026-11-28b/results.json"
 
 
 def chained_fidelity(rows):
@@ -603,6 +606,7 @@ CHECKS = {
     "R50": lambda s: replay_plan_ratios(s.json(REPLAY200)["resnet50"]),
     "R51": lambda s: replay_plan_ratios(s.json(REPLAY200)["bert_base"]),
     "R52": lambda s: replay_plan_ratios(s.json(REPLAY200)["gpt2"]),
+    "R53": lambda s: replay_plan_ratios(s.json(REPLAY200B)["resnet50"], ("dgc", "fp16"), "dgc"),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
