@@ -680,6 +680,13 @@ constexpr SessionEntry kSessionEntries[] = {
 
 // The entry's bytes as `session` holds them now (Session::ReadControlState, ReadState,
 // iteration()).
+// A float per model element (error feedback, momentum): an entry of every snapshot,
+// empty when no plan keeps the plane (its zeros are no state).
+bool PerElementPlane(const SessionEntry& e) {
+  return e.part == SessionPart::kCompressor &&
+         (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum);
+}
+
 StatusOr<std::vector<std::byte>> ReadSessionEntry(const Session& session, const SessionEntry& e) {
   const auto bytes = [](const auto& values) {
     std::vector<std::byte> out(values.size() * sizeof(values[0]));
@@ -692,6 +699,7 @@ StatusOr<std::vector<std::byte>> ReadSessionEntry(const Session& session, const 
       return bytes(values);
     }
     case SessionPart::kCompressor: {
+      if (PerElementPlane(e) && !session.KeepsState(e.state)) return std::vector<std::byte>();
       CUPCAKE_ASSIGN_OR_RETURN(std::vector<float> values, session.ReadState(e.state));
       return bytes(values);
     }
@@ -709,6 +717,7 @@ Status WriteSessionEntry(Session& session, const SessionEntry& e, std::span<cons
       return session.WriteControlState(values, e.control);
     }
     case SessionPart::kCompressor: {
+      if (bytes.empty() && PerElementPlane(e) && !session.KeepsState(e.state)) return Status::Ok();
       std::vector<float> values(bytes.size() / sizeof(float));
       std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
       return session.WriteState(values, e.state);
@@ -721,14 +730,8 @@ Status WriteSessionEntry(Session& session, const SessionEntry& e, std::span<cons
 }
 
 // Whether a snapshot of `session` has the entry, `bytes` its size now: the per-element planes
-// and the counter always; the plan with several plans; PowerSGD's parts and GraVAC's window when
-// there are some (other snapshots keep their layout without them).
-// A float per model element (error feedback, momentum): present whether or not a plan keeps it.
-bool PerElementPlane(const SessionEntry& e) {
-  return e.part == SessionPart::kCompressor &&
-         (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum);
-}
-
+// (empty when no plan keeps them) and the counter always; the plan with several plans; PowerSGD's parts and GraVAC's
+// window when there are some (other snapshots keep their layout without them).
 bool HasEntry(const Session& session, const SessionEntry& e, size_t bytes) {
   if (e.part == SessionPart::kControl && e.control == ControlState::kPlan) return session.plan_count() > 1;
   if (PerElementPlane(e)) return true;
@@ -792,9 +795,6 @@ struct Entry {
   Scope scope = Scope::kRank;
   std::vector<std::byte> staged;  // kAtCommit: the copy made in Commit
   int session_plane = -1;  // kSessionEntries[i] (memory is `staged`)
-  // A per-element plane no plan keeps, read once since AttachSession or the last restore: its
-  // zeros are in `staged` and the session cannot change them (no AddPlan after AttachSession).
-  bool unkept_read = false;
 };
 
 // One shared-memory segment of two slots (checkpoint_format.h) that holds the snapshots of rank
@@ -1283,7 +1283,7 @@ class Checkpointer::Impl {
         const SessionEntry& d = kSessionEntries[e.session_plane];
         e.scope = SessionScope(*session_, d);
         if (d.part == SessionPart::kCompressor) {
-          if (e.unkept_read) continue;
+          if (e.staged.empty()) continue;  // a plane no plan keeps (ReadSessionEntry)
           // Per element: straight into the staged copy (no vector of the model's size per step).
           Status read = session_->ReadState(
               std::span(reinterpret_cast<float*>(e.staged.data()), e.staged.size() / sizeof(float)), d.state);
@@ -1291,7 +1291,6 @@ class Checkpointer::Impl {
             return FailedPreconditionError(where_ + ": " + e.name + ": " + read.message() +
                                            " (at AttachSession; attach the session after its last AddPlan and "
                                            "EnableGravac)");
-          e.unkept_read = PerElementPlane(d) && !session_->KeepsState(d.state);
           continue;
         }
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session_, d));
@@ -1568,7 +1567,6 @@ class Checkpointer::Impl {
       Entry& e = entries_[i];
       const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
       std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
-      e.unkept_read = false;
       if (e.session_plane >= 0)
         CUPCAKE_RETURN_IF_ERROR(WriteSessionEntry(*session_, kSessionEntries[e.session_plane], e.staged));
     }

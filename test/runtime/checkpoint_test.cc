@@ -1348,7 +1348,10 @@ TEST_F(CheckpointTest, SessionErrorFeedbackIsPartOfTheSnapshot) {
         auto point = ckpt->Restore();
         ASSERT_TRUE(point.ok()) << point.status().ToString();
         EXPECT_EQ(point->step, 1);
-        EXPECT_EQ(point->entries[0].first, "session.error_feedback");
+        // Each plane's floats, none for the momentum topk does not keep.
+        const std::vector<std::pair<std::string, int64_t>> entries = {
+            {"session.error_feedback", 4 * elements}, {"session.momentum", 0}, {"session.iteration", 8}};
+        EXPECT_EQ(point->entries, entries);
         EXPECT_EQ(s.ReadState().value(), residual(1, r));
       }
     });
@@ -1535,10 +1538,10 @@ class TrackedCommunicator final : public comm::Communicator {
 // restart must restore `restored` (rank 1 from rank 0's replica and rank 0's weights) and run on
 // to iteration 9, whose gradients on every rank must be bitwise the uninterrupted 10-iteration
 // run's. The snapshot: a 'weights' entry of 1e6 floats, the same on every rank (kShared), and
-// the session's state (SmallModel: 435 elements), whose momentum topk does not keep (zeros:
-// shared too). The snapshot is 4003654 bytes: the directory (40, 16 per entry, the names
+// the session's state (SmallModel: 435 elements), whose momentum topk does not keep (an empty
+// entry, shared). The snapshot is 4001914 bytes: the directory (40, 16 per entry, the names
 // 'weights', 'session.error_feedback', 'session.momentum', 'session.iteration': 166) + 4000000 +
-// 2 x 1740 + 8. Its replica is 1922 bytes: the directory, the residual (1740), the iteration (8)
+// 1740 + 8. Its replica is 1922 bytes: the directory, the residual (1740), the iteration (8)
 // and the snapshot's checksum (8). Per rank: `transfers` adds the gate's transfers, `during` its
 // transfers_during_collectives; `trackers` count both sides' collectives.
 void RunSessionReplicas(const std::string& name, CheckpointOptions options, int64_t restored,
