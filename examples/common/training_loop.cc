@@ -300,6 +300,14 @@ void PrintDurable(const std::vector<Durable>& durable) {
               static_cast<long long>(durable.back().step), apart, after.back(), after[after.size() / 2]);
 }
 
+// Collective: each element's maximum over the ranks.
+StatusOr<std::vector<double>> SlowestRank(comm::Communicator& comm, const std::vector<double>& mine) {
+  std::vector<double> out(mine.size());
+  CUPCAKE_RETURN_IF_ERROR(comm.Allreduce(mine.data(), out.data(), static_cast<int64_t>(mine.size()),
+                                         comm::DataType::kFloat64, comm::ReduceOp::kMax));
+  return out;
+}
+
 // After training: the timeline, the job's after-training step, the agreement, every
 // iteration's slowest-rank time, the body's report, and rank 0's files and lines.
 int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& iteration_us,
@@ -319,40 +327,29 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
   }
   auto agree = body.RanksAgree(*s.report);
   if (!agree.ok()) return Fail(s.job, "ranks agree", agree.status(), s.rank);
-  // Each iteration's time is the slowest rank's.
-  std::vector<double> slowest(iteration_us.size());
-  if (Status a = s.report->Allreduce(iteration_us.data(), slowest.data(), static_cast<int64_t>(iteration_us.size()),
-                                     comm::DataType::kFloat64, comm::ReduceOp::kMax);
-      !a.ok()) {
-    return Fail(s.job, "timing", a, s.rank);
-  }
-  // Each phase's too, on its own: the rank slowest in one phase need not be the slowest overall.
-  std::vector<double> phase_max(phase_us.size());
-  if (Status a = s.report->Allreduce(phase_us.data(), phase_max.data(), static_cast<int64_t>(phase_us.size()),
-                                     comm::DataType::kFloat64, comm::ReduceOp::kMax);
-      !a.ok()) {
-    return Fail(s.job, "timing", a, s.rank);
-  }
+  // Each iteration's time is the slowest rank's; so is each phase's, on its own (the rank slowest
+  // in one phase need not be the slowest overall), and each durable step's.
+  auto slowest = SlowestRank(*s.report, iteration_us);
+  if (!slowest.ok()) return Fail(s.job, "timing", slowest.status(), s.rank);
+  auto phase_max = SlowestRank(*s.report, phase_us);
+  if (!phase_max.ok()) return Fail(s.job, "timing", phase_max.status(), s.rank);
   PhaseTimes phases;
   for (size_t p = 0; p < kPhases; ++p)
-    for (size_t i = 0; i < iteration_us.size(); ++i) phases[p].push_back(phase_max[i * kPhases + p]);
-  // The slowest rank's: every rank notes the same steps (the flags decide them).
+    for (size_t i = 0; i < iteration_us.size(); ++i) phases[p].push_back((*phase_max)[i * kPhases + p]);
+  // Every rank notes the same steps (the flags decide them).
   if (!durable.empty()) {
-    std::vector<double> after(durable.size()), latest(durable.size());
-    for (size_t i = 0; i < durable.size(); ++i) after[i] = durable[i].after_us;
-    if (Status a = s.report->Allreduce(after.data(), latest.data(), static_cast<int64_t>(after.size()),
-                                       comm::DataType::kFloat64, comm::ReduceOp::kMax);
-        !a.ok()) {
-      return Fail(s.job, "timing", a, s.rank);
-    }
-    for (size_t i = 0; i < durable.size(); ++i) durable[i].after_us = latest[i];
+    std::vector<double> after;
+    for (const Durable& d : durable) after.push_back(d.after_us);
+    auto latest = SlowestRank(*s.report, after);
+    if (!latest.ok()) return Fail(s.job, "timing", latest.status(), s.rank);
+    for (size_t i = 0; i < durable.size(); ++i) durable[i].after_us = (*latest)[i];
   }
   auto extra = body.Report(*s.report);
   if (!extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
   if (s.rank == 0) {
     if (!flags.timing_path.empty()) {
       const std::string out =
-          TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, slowest, phases, durable);
+          TimingJson(s, session.world_size(), loss_first, loss_last, *agree, *extra, *slowest, phases, durable);
       if (Status w = WriteFileAtomic(flags.timing_path, out); !w.ok()) return Fail(s.job, "--timing", w, s.rank);
     }
     if (!timeline.empty()) {
@@ -363,9 +360,9 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
       std::printf("gravac: steps %llu-%llu sent ratio %g (gain %.3f at %g, %.3f at %g), next %g\n",
                   static_cast<unsigned long long>(d.step), static_cast<unsigned long long>(d.step + d.steps - 1),
                   d.ratio, d.gain_min, d.ratio_min, d.gain_c, d.ratio_c, d.next_ratio);
-    const size_t timed = slowest.size() - std::min<size_t>(static_cast<size_t>(flags.warmup), slowest.size());
+    const size_t timed = slowest->size() - std::min<size_t>(static_cast<size_t>(flags.warmup), slowest->size());
     std::printf("%s: %zu timed iterations, median %.1f ms (slowest rank), ranks agree: %s\n", s.job.c_str(), timed,
-                TimedMedian(slowest, flags.warmup) / 1e3, *agree ? "yes" : "NO");
+                TimedMedian(*slowest, flags.warmup) / 1e3, *agree ? "yes" : "NO");
     std::string line;
     for (size_t p = 0; p < kPhases; ++p) {
       char part[64];
