@@ -607,6 +607,7 @@ CHECKS = {
     "R51": lambda s: replay_plan_ratios(s.json(REPLAY200)["bert_base"]),
     "R52": lambda s: replay_plan_ratios(s.json(REPLAY200)["gpt2"]),
     "R53": lambda s: replay_plan_ratios(s.json(REPLAY200B)["resnet50"], ("dgc", "fp16"), "dgc"),
+    "R54": lambda s: replay_plan_ratios(s.json(REPLAY200B)["vgg16"]),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
