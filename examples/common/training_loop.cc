@@ -157,15 +157,28 @@ struct IterationError {
 };
 
 // A step written to storage durably (training_loop.h): how long after the end of its iteration
-// the loop knew it durable.
+// the loop knew it durable. While its file is still being written (`pending`), after_us holds
+// the end of its iteration instead.
 struct Durable {
   int64_t step = 0;
   double after_us = 0;
 };
 
-// `marks` holds the previous iteration's on entry; `durable` gets the steps found durable here.
+// The pending steps whose files the checkpointer has written by `now_us` (persists run in step
+// order), moved to `durable`.
+void NoteDurable(const runtime::Checkpointer& ckpt, double now_us, std::vector<Durable>& pending,
+                 std::vector<Durable>& durable) {
+  const int64_t written = ckpt.persisted_step();
+  auto first_unwritten = pending.begin();
+  for (; first_unwritten != pending.end() && first_unwritten->step <= written; ++first_unwritten)
+    durable.push_back({first_unwritten->step, now_us - first_unwritten->after_us});
+  pending.erase(pending.begin(), first_unwritten);
+}
+
+// `marks` holds the previous iteration's on entry; `pending` gets the step persisted at the
+// previous commit, and `durable` the steps found durable here.
 std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, int it, IterationMarks& marks,
-                                           std::vector<Durable>& durable) {
+                                           std::vector<Durable>& pending, std::vector<Durable>& durable) {
   const double previous_end_us = marks.end_us;
   const bool recording = s.flags->recording();
   runtime::Recorder* recorder = s.runtime->recorder.get();
@@ -194,14 +207,12 @@ std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, i
   }
   marks.synchronized_us = s.clock->NowUs();
   if (s.checkpoint != nullptr) {
-    // Step `it` (the previous iteration's) persisted: its file is written once local_step() reaches it.
+    // Step `it` (the previous iteration's) persisted: durable once persisted_step() reaches it.
     const int every = s.flags->persist_every;
-    const bool persisted = every > 0 && it > s.start && it % every == 0;
-    const bool known = persisted && s.checkpoint->local_step() >= it;
-    if (known) durable.push_back({it, marks.synchronized_us - previous_end_us});
+    if (every > 0 && it > s.start && it % every == 0) pending.push_back({it, previous_end_us});
+    NoteDurable(*s.checkpoint, marks.synchronized_us, pending, durable);
     // It reads what the update writes.
     if (Status w = s.checkpoint->WaitForCopy(); !w.ok()) return IterationError{"--checkpoint", w};
-    if (persisted && !known) durable.push_back({it, s.clock->NowUs() - previous_end_us});
   }
   marks.copied_us = s.clock->NowUs();
   if (Status u = body.Step(it); !u.ok()) return IterationError{"step", u};
@@ -530,13 +541,13 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
   const int iterations = flags.iterations();
   const int steps_per_epoch = flags.steps_per_epoch();
   std::vector<double> iteration_us, phase_us;  // phase_us: kPhases per iteration
-  std::vector<Durable> durable;
+  std::vector<Durable> pending, durable;
   IterationMarks marks;
   const std::optional<double> loss_first = body.EvalLoss();
   std::optional<double> loss_last = loss_first;
   if (s.rank == 0 && !recording && loss_first) std::printf("epoch 0 loss %.6f\n", *loss_first);
   for (int it = s.start; it < iterations; ++it) {
-    if (auto error = RunIteration(s, body, it, marks, durable))
+    if (auto error = RunIteration(s, body, it, marks, pending, durable))
       return Fail(s.job, error->what, error->status, s.rank);
     iteration_us.push_back(marks.end_us - marks.forward_start_us);
     for (double t : PhasesOf(marks)) phase_us.push_back(t);
@@ -556,6 +567,10 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
     // The body's own results (printed; record mode writes no timing file).
     if (auto extra = body.Report(*s.report); !extra.ok()) return Fail(s.job, "report", extra.status(), s.rank);
     return WriteRecording(s);
+  }
+  if (!pending.empty()) {  // files still being written: every rank notes the same steps
+    if (Status w = s.checkpoint->WaitForPersist(); !w.ok()) return Fail(s.job, "--checkpoint", w, s.rank);
+    NoteDurable(*s.checkpoint, s.clock->NowUs(), pending, durable);
   }
   return WriteReport(s, body, iteration_us, phase_us, marks, loss_first, loss_last, std::move(durable));
 }

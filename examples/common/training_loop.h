@@ -35,11 +35,11 @@
 // Durable checkpoints (--persist-every, --blocking-save): the loop notes, per step written to
 // storage, how long after the end of that step's iteration it knew the write durable. A blocking
 // save is durable before its iteration ends (0). The Checkpointer writes step s's file in the
-// background after Commit(s), and its Checkpointer::local_step() reaches s once the file is
-// written: the loop looks at the synchronized mark of iteration s + 1 (an upper bound: it was
-// durable earlier) and, if not yet, at the end of that iteration's wait for the copy. The
-// timing file lists them (`durable_steps`, `durable_after_ms`, the slowest rank's) and rank 0
-// prints a summary line.
+// background after Commit(s), possibly into later iterations, and its
+// Checkpointer::persisted_step() reaches s once the file is written: the loop looks at the
+// synchronized mark of each later iteration (an upper bound: it was durable earlier) and, for
+// files still being written after the last iteration, waits for them. The timing file lists them (`durable_steps`,
+// `durable_after_ms`, the slowest rank's) and rank 0 prints a summary line.
 #pragma once
 
 #include <functional>

@@ -890,16 +890,25 @@ class SlotSegment {
     return Status::Ok();
   }
 
-  // The slot that does not hold the newest valid snapshot, marked kSlotWriting: its bytes change now.
-  int BeginWrite() {
+  // The slot that does not hold the newest valid snapshot: the one BeginWrite takes.
+  int TargetSlot() {
     SegmentHeader& h = header();
     int target = 0;
     for (int i = 0; i < 2; ++i)
       if (LoadState(h.slots[i]) != internal::kSlotValid) target = i;
     if (LoadState(h.slots[0]) == internal::kSlotValid && LoadState(h.slots[1]) == internal::kSlotValid)
       target = h.slots[0].step < h.slots[1].step ? 0 : 1;
-    StoreState(h.slots[target], internal::kSlotWriting);
     return target;
+  }
+  // TargetSlot, marked kSlotWriting: its bytes change now.
+  int BeginWrite() {
+    const int target = TargetSlot();
+    StoreState(header().slots[target], internal::kSlotWriting);
+    return target;
+  }
+  // Whether a payload of `payload` bytes fits the mapped slots (else Ensure maps anew).
+  bool Fits(int64_t payload) const {
+    return base_ != nullptr && header().slot_capacity >= static_cast<uint64_t>(payload);
   }
   // The slot's payload is in: its step, size and checksum, then the flip to kSlotValid (last).
   uint64_t FinishWrite(int target, int64_t step, int64_t payload_bytes) {
@@ -1151,6 +1160,7 @@ class Checkpointer::Impl {
   ~Impl() {
     DetachGaps();
     if (copy_.joinable()) copy_.join();
+    if (persist_.joinable()) persist_.join();
     {
       std::lock_guard lock(exchange_mu_);
       exchange_stop_ = true;
@@ -1251,6 +1261,7 @@ class Checkpointer::Impl {
       payload += static_cast<int64_t>(e.memory.size());
     }
     payload += internal::DirectoryBytes(names, metadata.size());
+    if (!own_.Fits(payload)) KeepPersistError(TakePersist(/*wait=*/true));  // it reads the mapping Ensure replaces
     const Status ensured = own_.Ensure(payload);
     if (ensured.ok() && !history_started_) {
       DropNewerThan(-1);  // another run's snapshots (no restore): never mixed with ours
@@ -1311,6 +1322,7 @@ class Checkpointer::Impl {
   // Waits for the copy and the replica exchanges requested so far; the first error of those.
   Status WaitForCopy() {
     if (copy_.joinable()) copy_.join();
+    KeepPersistError(TakePersist(/*wait=*/false));
     std::unique_lock lock(exchange_mu_);
     exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
     Status s = copy_status_.ok() ? exchange_status_ : copy_status_;
@@ -1318,11 +1330,18 @@ class Checkpointer::Impl {
     return s;
   }
 
+  Status WaitForPersist() {
+    if (copy_.joinable()) copy_.join();
+    KeepPersistError(TakePersist(/*wait=*/true));
+    return WaitForCopy();
+  }
+
   int64_t agreed_step() const { return agreed_step_; }
   int64_t local_step() const { return local_step_; }
+  int64_t persisted_step() const { return persisted_step_.load(std::memory_order_acquire); }
 
   StatusOr<RestorePoint> Find() {
-    Status local = WaitForCopy();
+    Status local = WaitForPersist();  // the files it lists are complete
     SweepTemporaries();
     const Status replica_comm = EnsureReplicaComm();  // collective: every rank makes it
     if (local.ok()) local = replica_comm;
@@ -1586,6 +1605,7 @@ class Checkpointer::Impl {
   // Waits for the copy and the exchanges (their errors stay for the next WaitForCopy).
   Status CheckIdle(const char* call) {
     if (copy_.joinable()) copy_.join();
+    KeepPersistError(TakePersist(/*wait=*/true));
     std::unique_lock lock(exchange_mu_);
     exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
     (void)call;
@@ -1692,11 +1712,15 @@ class Checkpointer::Impl {
   }
 
   // The background copy: into the slot that does not hold the newest valid snapshot (SlotSegment:
-  // kSlotWriting while the bytes change, kSlotValid once they and their checksum are in); then the
-  // file when persisting is due. One pass over the bytes: each block is copied and then, while
-  // still in the cache, hashed into the slot's checksum and (a kShared entry) into the entry's
-  // fingerprint, which the next Commit's agreement compares across the ranks (CheckShared).
+  // kSlotWriting while the bytes change, kSlotValid once they and their checksum are in); then,
+  // when persisting is due, the persist of that slot on a thread of its own (StartPersist). One
+  // pass over the bytes: each block is copied and then, while still in the cache, hashed into
+  // the slot's checksum and (a kShared entry) into the entry's fingerprint, which the next
+  // Commit's agreement compares across the ranks (CheckShared). Returns the copy's error, or an
+  // earlier persist's that it waited for.
   Status Copy(int64_t step, int64_t payload_bytes, const std::string& metadata) {
+    // A persist still reading the slot this copy overwrites (two commits ago) ends first.
+    Status persisted = persist_slot_ == own_.TargetSlot() ? TakePersist(/*wait=*/true) : Status::Ok();
     const int target = own_.BeginWrite();
     std::byte* out = own_.slot(target);
     internal::Hasher checksum;
@@ -1747,12 +1771,45 @@ class Checkpointer::Impl {
     const uint64_t sum = checksum.Final();
     own_.FinishCopy(target, step, payload_bytes, sum);
     const std::span<const std::byte> payload(own_.slot(target), static_cast<size_t>(payload_bytes));
-    Status status = Status::Ok();
-    if (options_.persist_every > 0 && step % options_.persist_every == 0)
-      status = Persist(step, payload, sum, prints.Combined());
+    if (options_.persist_every > 0 && step % options_.persist_every == 0) {
+      const Status previous = TakePersist(/*wait=*/true);  // one persist at a time
+      if (persisted.ok()) persisted = previous;
+      StartPersist(step, target, payload, sum, prints.Combined());
+    }
     shared_prints_ = std::move(prints);
     local_step_ = step;
-    return status;
+    return persisted;
+  }
+
+  // The persist of `step` from slot `slot` (`payload`), on persist_ until it ends: the slot is
+  // not written again before the copy two commits later, which waits for it (Copy), as does a
+  // replaced mapping (Commit) or dropped snapshots (DropNewerThan). The thread object and the
+  // slot are the copy thread's while a copy runs and the training thread's otherwise.
+  void StartPersist(int64_t step, int slot, std::span<const std::byte> payload, uint64_t checksum,
+                    uint64_t shared_print) {
+    persist_slot_ = slot;
+    persist_done_.store(false, std::memory_order_relaxed);
+    persist_ = std::thread([this, step, payload, checksum, shared_print] {
+      persist_status_ = Persist(step, payload, checksum, shared_print);
+      if (persist_status_.ok()) persisted_step_.store(step, std::memory_order_release);
+      persist_done_.store(true, std::memory_order_release);
+    });
+  }
+
+  // The persist's error once it has ended (`wait`: waits for it), Ok while it runs or when none
+  // ran.
+  Status TakePersist(bool wait) {
+    if (!persist_.joinable() || (!wait && !persist_done_.load(std::memory_order_acquire))) return Status::Ok();
+    persist_.join();
+    persist_slot_ = -1;
+    Status s = std::move(persist_status_);
+    persist_status_ = Status::Ok();
+    return s;
+  }
+
+  // A persist's error taken outside WaitForCopy, for its next call to return.
+  void KeepPersistError(Status s) {
+    if (copy_status_.ok()) copy_status_ = std::move(s);
   }
 
   // The fingerprints of the kShared entries of the snapshot each rank completed last (`rows`:
@@ -2230,6 +2287,7 @@ class Checkpointer::Impl {
   // dropped, so the resumed run's snapshots never sit beside the lost run's. Step -1: all of them
   // (a first commit without a restore starts a new history).
   void DropNewerThan(int64_t step) {
+    KeepPersistError(TakePersist(/*wait=*/true));  // its file may be one of them
     own_.DropNewerThan(step);
     for (const auto& [source, segment] : replicas_) segment->DropNewerThan(step);
     if (outgoing_ != nullptr) outgoing_->DropNewerThan(step);
@@ -2251,6 +2309,13 @@ class Checkpointer::Impl {
   std::vector<Entry> entries_;
   std::thread copy_;
   Status copy_status_;  // written by copy_, read after joining it
+  // The persist of a snapshot (StartPersist): persist_status_ written by persist_ before
+  // persist_done_; persisted_step_ the newest step it wrote.
+  std::thread persist_;
+  int persist_slot_ = -1;
+  Status persist_status_;
+  std::atomic<bool> persist_done_{true};
+  std::atomic<int64_t> persisted_step_{0};
   // The replica exchanges (ExchangeLoop) and their state, written by exchange_thread_ and read
   // by the training thread once none is requested (exchange_mu_).
   std::thread exchange_thread_;  // started with replica_comm_
@@ -2361,6 +2426,8 @@ Status Checkpointer::Commit(int64_t step, std::string_view metadata) { return im
 Status Checkpointer::WaitForCopy() { return impl_->WaitForCopy(); }
 int64_t Checkpointer::agreed_step() const { return impl_->agreed_step(); }
 int64_t Checkpointer::local_step() const { return impl_->local_step(); }
+int64_t Checkpointer::persisted_step() const { return impl_->persisted_step(); }
+Status Checkpointer::WaitForPersist() { return impl_->WaitForPersist(); }
 StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }
 Status Checkpointer::Apply(const Status& job_status) { return impl_->Apply(job_status); }
 StatusOr<RestorePoint> Checkpointer::Restore() {

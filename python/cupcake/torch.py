@@ -809,12 +809,20 @@ class Checkpointer:
         """The newest step every rank had completed at the last commit or restore."""
         return self._cpp.agreed_step
 
+    @property
+    def persisted_step(self):
+        """The newest step whose persisted share this process has written (0: none yet); a persist
+        may end during a later step."""
+        return self._cpp.persisted_step
+
     def wait(self):
-        """Waits for the background copy of the last commit (raises its error, if any)."""
+        """Waits for the background copy of the last commit (raises its error, if any); not for a
+        persist still writing its file."""
         self._cpp.wait_for_copy()
 
     def close(self):
-        """Waits for the copy in progress and frees the checkpointer; the segment stays."""
+        """Waits for the copy and the persist in progress and frees the checkpointer; the segment
+        stays."""
         self._cpp.close()
 
     @staticmethod

@@ -594,7 +594,7 @@ class PyCheckpointer {
   }
   void Close() {
     if (ckpt_ != nullptr) {
-      Status s = ckpt_->WaitForCopy();
+      Status s = ckpt_->WaitForPersist();
       ckpt_.reset();
       comm_.reset();
       Check(s);
@@ -688,11 +688,12 @@ void BindCheckpointer(py::module_& m) {
           "entries (every rank then fails, nothing is written).")
       .def_property_readonly("agreed_step", [](PyCheckpointer& c) { return c.Get().agreed_step(); })
       .def_property_readonly("local_step", [](PyCheckpointer& c) { return c.Get().local_step(); })
-      .def("close", &PyCheckpointer::Close, "Waits for the copy in progress and frees the checkpointer.")
+      .def_property_readonly("persisted_step", [](PyCheckpointer& c) { return c.Get().persisted_step(); })
+      .def("close", &PyCheckpointer::Close,
+           "Waits for the copy and the persist in progress and frees the checkpointer.")
       .def_property_readonly("closed", &PyCheckpointer::closed)
       .def_static("segment_name", &runtime::Checkpointer::SegmentName, py::arg("name"), py::arg("rank"))
-      .def_static("replica_segment_name", &runtime::Checkpointer::ReplicaSegmentName, py::arg("name"),
-                  py::arg("rank"),
+      .def_static("replica_segment_name", &runtime::Checkpointer::ReplicaSegmentName, py::arg("name"), py::arg("rank"),
                   "The prefix of the segments in which rank `rank` keeps other ranks' snapshots (replicate=True); "
                   "each is the prefix followed by the source rank.")
       .def_static(

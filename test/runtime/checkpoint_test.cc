@@ -172,7 +172,7 @@ class CheckpointTest : public ::testing::Test {
         Status c = job.ckpt->Commit(s, "m" + std::to_string(s));
         ASSERT_TRUE(c.ok()) << c.ToString();
       }
-      ASSERT_TRUE(job.ckpt->WaitForCopy().ok());
+      ASSERT_TRUE(job.ckpt->WaitForPersist().ok());  // the job's end: its files written too
     });
   }
   std::vector<StatusOr<RestorePoint>> Restore() {
@@ -807,6 +807,8 @@ TEST_F(CheckpointTest, PersistedFilesRestoreWhenNoSegmentSurvives) {
   options.persist_every = 2;
   Start(options);
   Train(1, 5);  // persisted: 2 and 4 (5 only in memory)
+  EXPECT_EQ(jobs_[0].ckpt->local_step(), 5);
+  EXPECT_EQ(jobs_[0].ckpt->persisted_step(), 4);
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_TRUE(std::filesystem::exists(dir_ / (name_ + "-" + std::to_string(r) + "-4.ckpt")));
     EXPECT_TRUE(std::filesystem::exists(dir_ / (name_ + "-" + std::to_string(r) + "-2.ckpt")));

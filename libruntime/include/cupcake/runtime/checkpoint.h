@@ -18,9 +18,10 @@
 //   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
 //   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
 //      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
-//      and flips the slot's header to valid; every `persist_every` steps it also writes this
-//      rank's share of the snapshot to `persist_dir` (its kRank entries and 1/W of the kShared
-//      entries' bytes; temporary file, fsync, rename, fsync of the directory).
+//      and flips the slot's header to valid; every `persist_every` steps it then starts a thread
+//      that writes this rank's share of the slot's snapshot to `persist_dir` (its kRank entries
+//      and 1/W of the kShared entries' bytes; temporary file, fsync, rename, fsync of the
+//      directory), which may run into later steps: WaitForCopy does not wait for it.
 // Two slots: the copy never touches the newest valid snapshot, so a process killed mid-copy
 // leaves that one intact, and a torn slot is never valid (its header flips last, and restore
 // checks the checksum anyway).
@@ -238,13 +239,19 @@ class Checkpointer {
   // reaches it and no restore takes it. The last snapshot before the job ends or crashes is
   // never checked (no later Commit).
   Status Commit(int64_t step, std::string_view metadata = {});
-  // Waits for the background copy; its error, if any.
+  // Waits for the background copy (not for a persist still writing its file); its error, or a
+  // persist's that has ended, if any.
   Status WaitForCopy();
+  // Waits for the background copy and the persist in progress; their errors, if any.
+  Status WaitForPersist();
   // The newest step every rank had completed at the last Commit or restore (0: none yet).
   int64_t agreed_step() const;
-  // The newest step this rank has completed: its valid slot and, when that step is persisted,
-  // its file (written, or failed: then the next Commit or WaitForCopy returns the error).
+  // The newest step this rank has completed in its memory (its valid slot).
   int64_t local_step() const;
+  // The newest step whose persisted share this process has written (0: none yet). A persist runs
+  // on a thread of its own after its step's copy and may end during a later step; the copy two
+  // commits later waits for it, and a later Commit or WaitForCopy returns its error.
+  int64_t persisted_step() const;
 
   // Collective: Find() then Apply(). Returns the step restored (0: nothing to restore, the spans
   // are untouched).

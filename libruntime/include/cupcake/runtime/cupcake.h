@@ -221,13 +221,14 @@ int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* nam
  * detaches. */
 int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session);
 int cupcake_checkpointer_commit(cupcake_checkpointer* checkpointer, int64_t step);
-/* Waits for the background copy of the last commit. */
+/* Waits for the background copy of the last commit (not for a persist still writing its file). */
 int cupcake_checkpointer_wait(cupcake_checkpointer* checkpointer);
 /* *step: the step restored, 0 for a fresh job (nothing written). */
 int cupcake_checkpointer_restore(cupcake_checkpointer* checkpointer, int64_t* step);
 /* Deletes rank `rank`'s segment of job `name`; 0 when there is none. */
 int cupcake_checkpointer_remove_segment(const char* name, int rank);
-/* Waits for the copy in progress and destroys the checkpointer (the segment stays); NULL is ignored. */
+/* Waits for the copy and the persist in progress and destroys the checkpointer (the segment stays);
+ * NULL is ignored. */
 void cupcake_checkpointer_destroy(cupcake_checkpointer* checkpointer);
 
 /* The message of the last failed call on this thread ("" if none); valid until the next call. */
