@@ -1312,7 +1312,7 @@ class Checkpointer::Impl {
                                          " (at AttachSession; attach the session after its last AddPlan and "
                                          "EnableGravac)");
         std::memcpy(e.staged.data(), bytes.data(), e.staged.size());
-      } else if (e.capture == Capture::kAtCommit) {
+      } else if (e.capture == Capture::kAtCommit && !e.memory.empty()) {
         std::memcpy(e.staged.data(), e.memory.data(), e.memory.size());
       }
     }
@@ -1585,7 +1585,8 @@ class Checkpointer::Impl {
     for (size_t i = 0; i < entries_.size(); ++i) {
       Entry& e = entries_[i];
       const internal::SnapshotEntry& s = loaded_.parsed.entries[i];
-      std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
+      if (!e.memory.empty())  // an empty entry's data() may be null
+        std::memcpy(e.memory.data(), loaded_.payload.data() + s.offset, e.memory.size());
       if (e.session_plane >= 0)
         CUPCAKE_RETURN_IF_ERROR(WriteSessionEntry(*session_, kSessionEntries[e.session_plane], e.staged));
     }
