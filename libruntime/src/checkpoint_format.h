@@ -90,13 +90,14 @@ struct Trailer {
 };
 
 // A fast 64-bit checksum of the bytes: it catches torn and corrupted copies, not adversaries.
-// Striped: 8 lanes of uint64; the bytes in blocks of 1 KiB, each of 16 stripes of 8 native
-// words w_0..w_7; stripe s adds w_i + lo32(k) * hi32(k), k = w_i ^ key[s + i], to lane i
-// (key: 23 words of splitmix64 from 0x9E3779B185EBCA87); each block ends with lane_i =
-// (lane_i ^ lane_i >> 47 ^ key[i]) * 0xC2B2AE3D27D4EB4F. The last partial block is zero-padded;
-// then h = length * 0x9E3779B185EBCA87, mixed with each lane in order (rotl(h + lane * P2, 31)
-// * P1), and avalanched. Lanes start at key[22 - i]. Its 32-bit multiplies vectorize, so it hashes
-// several times faster than a copy moves the bytes (bench/runtime/checkpoint_bench).
+// P1 = 0x9E3779B185EBCA87, P2 = 0xC2B2AE3D27D4EB4F; key: 23 words of splitmix64 seeded with P1.
+// Striped: 8 lanes of uint64, lane i starting at key[22 - i]; the bytes in blocks of 1 KiB, each
+// of 16 stripes of 8 native words w_0..w_7; stripe s adds w_i + lo32(k) * hi32(k), k = w_i ^
+// key[s + i], to lane i; each block ends with lane_i = (lane_i ^ lane_i >> 47 ^ key[i]) * P2.
+// The last partial block is zero-padded. Then h = length * P1, h = rotl(h + lane * P2, 31) * P1
+// for each lane in order, and h ^= h >> 33, h *= P2, h ^= h >> 29. Its 32-bit multiplies
+// vectorize (AVX2, SSE2): the copy hashes each block it has just copied, and should not be held
+// up by the hash.
 uint64_t Checksum(const std::byte* data, size_t bytes);
 
 // The implementations of the blocks' arithmetic, the same result each (Checksum takes the fastest
