@@ -43,8 +43,8 @@
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
 # DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round:
 # median, mean, p10, p90 in ms; each phase's median (examples/common/training_loop.h: forward,
-# backward, synchronize, copy_wait, step, commit); for persist and blocking the durable checkpoints; with
-# --recovery, each restart) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
+# backward, synchronize, copy_wait, step, commit); for persist and blocking the durable
+# checkpoints; with --recovery, each restart) and DIR/machine.txt. STORE/ARM.rK holds a run's files while
 # it runs and is removed after it.
 # Exit: 0; 1 a stage failed (its log is named); 2 usage; 77 the machine refuses the testbed.
 set -euo pipefail

@@ -157,28 +157,33 @@ struct IterationError {
 };
 
 // A step written to storage durably (training_loop.h): how long after the end of its iteration
-// the loop knew it durable. While its file is still being written (`pending`), after_us holds
-// the end of its iteration instead.
+// the loop knew it durable.
 struct Durable {
   int64_t step = 0;
   double after_us = 0;
 };
 
+// A step whose file the checkpointer may still be writing, and when its iteration ended.
+struct Pending {
+  int64_t step = 0;
+  double iteration_end_us = 0;
+};
+
 // The pending steps whose files the checkpointer has written by `now_us` (persists run in step
 // order), moved to `durable`.
-void NoteDurable(const runtime::Checkpointer& ckpt, double now_us, std::vector<Durable>& pending,
+void NoteDurable(const runtime::Checkpointer& ckpt, double now_us, std::vector<Pending>& pending,
                  std::vector<Durable>& durable) {
   const int64_t written = ckpt.persisted_step();
   auto first_unwritten = pending.begin();
   for (; first_unwritten != pending.end() && first_unwritten->step <= written; ++first_unwritten)
-    durable.push_back({first_unwritten->step, now_us - first_unwritten->after_us});
+    durable.push_back({first_unwritten->step, now_us - first_unwritten->iteration_end_us});
   pending.erase(pending.begin(), first_unwritten);
 }
 
 // `marks` holds the previous iteration's on entry; `pending` gets the step persisted at the
 // previous commit, and `durable` the steps found durable here.
 std::optional<IterationError> RunIteration(const LoopSetup& s, LoopBody& body, int it, IterationMarks& marks,
-                                           std::vector<Durable>& pending, std::vector<Durable>& durable) {
+                                           std::vector<Pending>& pending, std::vector<Durable>& durable) {
   const double previous_end_us = marks.end_us;
   const bool recording = s.flags->recording();
   runtime::Recorder* recorder = s.runtime->recorder.get();
@@ -541,7 +546,8 @@ int RunLoop(const LoopSetup& s, LoopBody& body) {
   const int iterations = flags.iterations();
   const int steps_per_epoch = flags.steps_per_epoch();
   std::vector<double> iteration_us, phase_us;  // phase_us: kPhases per iteration
-  std::vector<Durable> pending, durable;
+  std::vector<Pending> pending;
+  std::vector<Durable> durable;
   IterationMarks marks;
   const std::optional<double> loss_first = body.EvalLoss();
   std::optional<double> loss_last = loss_first;

@@ -4,9 +4,9 @@
 # tensors with gaps no shorter than the file's times the compute scale; an fp32 plan trains
 # with the ranks agreeing and the average checked against the exact one; a topk plan (error
 # feedback) trains with the ranks agreeing, the timing file's phases of each iteration summing to
-# no less than its time and its backward no shorter than the file's; and ranks that fill their gradients with different
-# seeds (so each rank's idea of the exact average is wrong) fail the exact check with exit 1,
-# which shows the check can fail. Correctness only: no time is checked against a target.
+# no less than its time and its backward no shorter than the file's; and ranks that fill their
+# gradients with different seeds (so each rank's idea of the exact average is wrong) fail the
+# exact check with exit 1, which shows the check can fail. Correctness only: no time is checked against a target.
 # With --sgd, a run killed after a commit and restarted with --checkpoint ends bitwise equal to an
 # uninterrupted one. Also evaluate.sh's usage errors for --replay and --compute-scale (they come before its testbed),
 # and errors every rank finds alike printed once per job.

@@ -678,8 +678,6 @@ constexpr SessionEntry kSessionEntries[] = {
     {"session.iteration", SessionPart::kIteration},
 };
 
-// The entry's bytes as `session` holds them now (Session::ReadControlState, ReadState,
-// iteration()).
 // A float per model element (error feedback, momentum): an entry of every snapshot,
 // empty when no plan keeps the plane (its zeros are no state).
 bool PerElementPlane(const SessionEntry& e) {
@@ -687,6 +685,8 @@ bool PerElementPlane(const SessionEntry& e) {
          (e.state == CompressorState::kErrorFeedback || e.state == CompressorState::kMomentum);
 }
 
+// The entry's bytes as `session` holds them now (Session::ReadControlState, ReadState,
+// iteration()).
 StatusOr<std::vector<std::byte>> ReadSessionEntry(const Session& session, const SessionEntry& e) {
   const auto bytes = [](const auto& values) {
     std::vector<std::byte> out(values.size() * sizeof(values[0]));
@@ -730,8 +730,9 @@ Status WriteSessionEntry(Session& session, const SessionEntry& e, std::span<cons
 }
 
 // Whether a snapshot of `session` has the entry, `bytes` its size now: the per-element planes
-// (empty when no plan keeps them) and the counter always; the plan with several plans; PowerSGD's parts and GraVAC's
-// window when there are some (other snapshots keep their layout without them).
+// (empty when no plan keeps them) and the counter always; the plan with several plans;
+// PowerSGD's parts and GraVAC's window when there are some (other snapshots keep their layout
+// without them).
 bool HasEntry(const Session& session, const SessionEntry& e, size_t bytes) {
   if (e.part == SessionPart::kControl && e.control == ControlState::kPlan) return session.plan_count() > 1;
   if (PerElementPlane(e)) return true;
