@@ -6,11 +6,12 @@
 #   python   bench/gpu/python.sh: the Python module built there, PyTorch on CUDA through NCCL;
 #   run      bench/gpu/run.sh: every GPU suite under CUPCAKE_REQUIRE_GPU=1, the kernel and runtime benches;
 #   nccl     bench/gpu/mpi.sh nccl: the script-driven GPU ctests, under the pack's Open MPI;
-#   testbed  bench/gpu/mpi.sh testbed: the testbed evaluation on that machine's cores.
+#   testbed  bench/gpu/mpi.sh testbed: the testbed evaluation on that machine's cores;
+#   checkpoint  bench/gpu/mpi.sh checkpoint: a checkpoint every iteration, on that machine's cores.
 # PACK is bench/gpu/pack.sh's folder, or a tarball of it (which is unpacked first). The logs go
 # into OUT_DIR as logs.tgz (everything: gpu-all/STEP/ and gpu-all/STEP.log) and summary.txt (each
 # step's exit and the suites' lines); the testbed's report also as testbed-README.md and
-# testbed-results.json.
+# testbed-results.json, the checkpoint's as checkpoint-results.json.
 # Usage: bench/gpu/all.sh PACK OUT_DIR [STEP=SECONDS]...   (default python=200 run=300)
 set -u
 pack="$1" out="$2"
@@ -18,8 +19,8 @@ shift 2
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(python=200 run=300)
 for s in "${steps[@]}"; do
-  [[ "$s" =~ ^(python|run|nccl|testbed)=[0-9]+$ ]] ||
-    { echo "all.sh: step '$s': expected python, run, nccl or testbed =SECONDS" >&2; exit 2; }
+  [[ "$s" =~ ^(python|run|nccl|testbed|checkpoint)=[0-9]+$ ]] ||
+    { echo "all.sh: step '$s': expected python, run, nccl, testbed or checkpoint =SECONDS" >&2; exit 2; }
 done
 if [ -f "$pack" ]; then
   tar -xf "$pack" -C /tmp && pack=/tmp/$(tar -tf "$pack" | head -1 | cut -d/ -f1)
@@ -60,6 +61,10 @@ for s in "${steps[@]}"; do
              for f in README.md results.json; do
                [ -f "$work/testbed/eval/$f" ] && cp "$work/testbed/eval/$f" "$out/testbed-$f"
              done ;;
+    checkpoint) step checkpoint "$seconds" bash bench/gpu/mpi.sh "$pack" "$work/checkpoint" checkpoint
+                grep -E "^checkpoint: exit|(median of rounds|phases, median|durable checkpoints)" "$work/checkpoint.log" >> "$summary"
+                [ -f "$work/checkpoint/checkpoint/results.json" ] &&
+                  cp "$work/checkpoint/checkpoint/results.json" "$out/checkpoint-results.json" ;;
   esac
 done
 cp "$summary" "$work/"

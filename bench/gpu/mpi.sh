@@ -7,7 +7,11 @@
 #   testbed  bench/testbed/evaluate.sh on a testbed of that machine's namespaces, EVALUATE_ARGS
 #            (default below: 4 hosts x 2 ranks, so that every rank has cores of its own), into
 #            OUT_DIR/eval.
-# Usage: bench/gpu/mpi.sh PACK OUT_DIR nccl|testbed [EVALUATE_ARGS...]
+#   checkpoint  bench/testbed/checkpoint.sh (docs/CHECKPOINT.md) with CHECKPOINT_ARGS (default below:
+#            resnet50's replay, 2 hosts x 1 rank at 1 Gbit/s, every arm but blocking, 2 rounds), into
+#            OUT_DIR/checkpoint: what a snapshot every iteration costs where the copy threads have
+#            cores of their own.
+# Usage: bench/gpu/mpi.sh PACK OUT_DIR nccl|testbed|checkpoint [EVALUATE_ARGS... | CHECKPOINT_ARGS...]
 set -uo pipefail
 pack="$(cd "$1" && pwd)" out="$(mkdir -p "$2" && cd "$2" && pwd)" step="$3"
 shift 3
@@ -31,13 +35,22 @@ case "$step" in
       > "$out/tools_profile_comm_nccl_failure_leaves_no_db.txt" 2>&1; then test -s "$db"; else test ! -e "$db"; fi
     r=$?; echo "tools_profile_comm_nccl_failure_leaves_no_db: exit $r"; [ $r = 0 ] || rc=1
     ;;
-  testbed)
+  testbed | checkpoint)
     export PATH="$pack/netprobe:$PATH" LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$pack/netprobe/lib"
     export CUPCAKE_BUILD_DIR="$pack/build"
     # The testbed's TCP is cubic where the kernel has it, else the kernel's default.
     if ! grep -qw cubic /proc/sys/net/ipv4/tcp_available_congestion_control; then
       export CUPCAKE_TESTBED_TCP_CC="$(cat /proc/sys/net/ipv4/tcp_congestion_control)"
     fi
+    ;;&
+  checkpoint)
+    [ $# -gt 0 ] || set -- --hosts 2 --rate 1gbit --replay examples/models/resnet50.json --compute-scale 6.75 \
+      --arms none,snapshot,replicas,persist --iterations 20 --warmup 3 --rounds 2
+    echo "checkpoint.sh $*" > "$out/command.txt"
+    bench/testbed/checkpoint.sh "$@" --out "$out/checkpoint"
+    rc=$?; echo "checkpoint: exit $rc"
+    ;;
+  testbed)
     [ $# -gt 0 ] || set -- --hosts 4 --ranks-per-host 2 --rate 5gbit \
       --replay examples/models/resnet50.json --compute-scale 4.5 --compressors efsignsgd,topk \
       --iterations 6 --warmup 2 --rounds 2 --record-iterations 5 --quick \
@@ -46,6 +59,6 @@ case "$step" in
     bench/testbed/evaluate.sh "$@" --out "$out/eval"
     rc=$?; echo "evaluate: exit $rc"
     ;;
-  *) echo "mpi.sh: unknown step '$step'; expected nccl or testbed" >&2; exit 2 ;;
+  *) echo "mpi.sh: unknown step '$step'; expected nccl, testbed or checkpoint" >&2; exit 2 ;;
 esac
 exit $rc
