@@ -678,6 +678,10 @@ constexpr SessionEntry kSessionEntries[] = {
     {"session.iteration", SessionPart::kIteration},
 };
 
+// What a session entry whose size changed since AttachSession asks of the job.
+constexpr const char* kAttachAfterPlans =
+    " (at AttachSession; attach the session after its last AddPlan and EnableGravac)";
+
 // A float per model element (error feedback, momentum): an entry of every snapshot,
 // empty when no plan keeps the plane (its zeros are no state).
 bool PerElementPlane(const SessionEntry& e) {
@@ -1281,43 +1285,54 @@ class Checkpointer::Impl {
     CUPCAKE_RETURN_IF_ERROR(ensured);
     // 5. What the next iteration writes before its optimizer step, copied now; then the copy on
     // its own thread.
-    CUPCAKE_RETURN_IF_ERROR(CaptureAtCommit());
+    CUPCAKE_ASSIGN_OR_RETURN(std::unique_ptr<StateReader> reader, CaptureAtCommit());
     last_step_ = step;
-    copy_ =
-        std::thread([this, step, payload, meta = std::string(metadata)] { copy_status_ = Copy(step, payload, meta); });
+    copy_ = std::thread([this, step, payload, meta = std::string(metadata), reader = std::move(reader)] {
+      copy_status_ = Copy(reader.get(), step, payload, meta);
+    });
     return Status::Ok();
   }
 
-  // The kAtCommit entries and the session's state, into the entries' own copies.
-  Status CaptureAtCommit() {
+  // The kAtCommit entries and the session's state that is not per element, into the entries'
+  // own copies; the per-element planes (error feedback, momentum: the model's size) are read
+  // into theirs by the returned reader on the copy thread, while the next step runs (the
+  // session's encodes wait for it group by group; Session::BeginStateRead). nullptr: no session
+  // or no such plane kept.
+  StatusOr<std::unique_ptr<StateReader>> CaptureAtCommit() {
+    std::vector<StateTarget> planes;
+    std::string plane_names;
     for (Entry& e : entries_) {
       if (e.session_plane >= 0) {
         const SessionEntry& d = kSessionEntries[e.session_plane];
         e.scope = SessionScope(*session_, d);
         if (d.part == SessionPart::kCompressor) {
           if (e.staged.empty()) continue;  // a plane no plan keeps (ReadSessionEntry)
-          // Per element: straight into the staged copy (no vector of the model's size per step).
-          Status read = session_->ReadState(
-              std::span(reinterpret_cast<float*>(e.staged.data()), e.staged.size() / sizeof(float)), d.state);
-          if (!read.ok())
-            return FailedPreconditionError(where_ + ": " + e.name + ": " + read.message() +
-                                           " (at AttachSession; attach the session after its last AddPlan and "
-                                           "EnableGravac)");
+          const std::span<float> staged(reinterpret_cast<float*>(e.staged.data()), e.staged.size() / sizeof(float));
+          if (PerElementPlane(d)) {
+            planes.push_back({d.state, staged});
+            plane_names += (plane_names.empty() ? "" : ", ") + e.name;
+            continue;
+          }
+          if (Status read = session_->ReadState(staged, d.state); !read.ok())
+            return FailedPreconditionError(where_ + ": " + e.name + ": " + read.message() + kAttachAfterPlans);
           continue;
         }
         CUPCAKE_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadSessionEntry(*session_, d));
         if (bytes.size() != e.staged.size())
           return FailedPreconditionError(where_ + ": " + e.name + ": size changed; got " +
                                          std::to_string(bytes.size()) + " bytes, expected " +
-                                         std::to_string(e.staged.size()) +
-                                         " (at AttachSession; attach the session after its last AddPlan and "
-                                         "EnableGravac)");
+                                         std::to_string(e.staged.size()) + kAttachAfterPlans);
         std::memcpy(e.staged.data(), bytes.data(), e.staged.size());
       } else if (e.capture == Capture::kAtCommit && !e.memory.empty()) {
         std::memcpy(e.staged.data(), e.memory.data(), e.memory.size());
       }
     }
-    return Status::Ok();
+    if (planes.empty()) return std::unique_ptr<StateReader>();
+    StatusOr<std::unique_ptr<StateReader>> reader = session_->BeginStateRead(std::move(planes));
+    if (!reader.ok())
+      return FailedPreconditionError(where_ + ": " + plane_names + ": " + reader.status().message() +
+                                     kAttachAfterPlans);
+    return reader;
   }
 
   // Waits for the copy and the replica exchanges requested so far; the first error of those.
@@ -1718,9 +1733,11 @@ class Checkpointer::Impl {
   // when persisting is due, the persist of that slot on a thread of its own (StartPersist). One
   // pass over the bytes: each block is copied and then, while still in the cache, hashed into
   // the slot's checksum and (a kShared entry) into the entry's fingerprint, which the next
-  // Commit's agreement compares across the ranks (CheckShared). Returns the copy's error, or an
-  // earlier persist's that it waited for.
-  Status Copy(int64_t step, int64_t payload_bytes, const std::string& metadata) {
+  // Commit's agreement compares across the ranks (CheckShared). First of all `reader` (may be
+  // nullptr) reads the session's per-element state, which the next step's encodes wait for.
+  // Returns the copy's error, or an earlier persist's that it waited for.
+  Status Copy(StateReader* reader, int64_t step, int64_t payload_bytes, const std::string& metadata) {
+    if (reader != nullptr) CUPCAKE_RETURN_IF_ERROR(reader->Run().WithPrefix(where_));
     // A persist still reading the slot this copy overwrites (two commits ago) ends first.
     Status persisted = persist_slot_ == own_.TargetSlot() ? TakePersist(/*wait=*/true) : Status::Ok();
     const int target = own_.BeginWrite();

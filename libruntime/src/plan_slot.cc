@@ -142,17 +142,21 @@ PlaneRun RunOf(const Group& g, int rank, StatePlane plane, int64_t next) {
   return {at, covered.end - covered.begin, gl.offset + covered.begin};
 }
 
-// For every group that keeps `plane`: apply(values, count, out) with the `count` floats of the
-// plane this rank holds, which are the slot's ReadState floats from `out` on. Host memory is
-// passed in place; device memory through a host copy, written back with `write_back`.
+// For every group of [first, last) that keeps `plane`: apply(values, count, out) with the
+// `count` floats of the plane this rank holds, which are the slot's ReadState floats from `out`
+// on. Host memory is passed in place; device memory through a host copy, written back with
+// `write_back`.
 template <typename Apply>
-Status ForEachStateRun(const std::vector<Group>& groups, int rank, StatePlane plane, bool write_back, Apply apply) {
+Status ForEachStateRun(const std::vector<Group>& groups, int rank, StatePlane plane, bool write_back, Apply apply,
+                       int first = 0, int last = -1) {
+  if (last < 0) last = static_cast<int>(groups.size());
   std::vector<float> host;
   int64_t next = 0;
-  for (const Group& g : groups) {
+  for (int k = 0; k < last; ++k) {
+    const Group& g = groups[static_cast<size_t>(k)];
     const PlaneRun run = RunOf(g, rank, plane, next);
     next += run.count;  // only PowerSGD's parts are placed by it
-    if (run.count == 0) continue;
+    if (run.count == 0 || k < first) continue;
     kernels::Buffer* state = g.runner->state();
     if (state->backend() == kernels::Backend::kCpu) {
       apply(state->as<float>() + run.at, run.count, run.out);
@@ -168,15 +172,18 @@ Status ForEachStateRun(const std::vector<Group>& groups, int rank, StatePlane pl
 
 }  // namespace
 
-// Called at every checkpoint commit with `out` the size of the model: one pass over it, the
-// floats no group keeps set to zero.
-Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
-  std::vector<std::pair<int64_t, int64_t>> written;  // [begin, end) of `out`
-  CUPCAKE_RETURN_IF_ERROR(ForEachStateRun(groups_, comm_.rank(), plane, /*write_back=*/false,
-                                          [&](const float* values, int64_t count, int64_t at) {
-                                            std::copy_n(values, count, out.begin() + at);
-                                            written.emplace_back(at, at + count);
-                                          }));
+Status PlanSlot::ReadGroupsState(StatePlane plane, int first, int last, std::span<float> out,
+                                 std::vector<std::pair<int64_t, int64_t>>* written) const {
+  return ForEachStateRun(
+      groups_, comm_.rank(), plane, /*write_back=*/false,
+      [&](const float* values, int64_t count, int64_t at) {
+        std::copy_n(values, count, out.begin() + at);
+        written->emplace_back(at, at + count);
+      },
+      first, last);
+}
+
+void PlanSlot::ZeroUnwritten(std::span<float> out, std::vector<std::pair<int64_t, int64_t>> written) {
   std::sort(written.begin(), written.end());
   int64_t done = 0;
   for (const auto& [begin, end] : written) {
@@ -184,6 +191,14 @@ Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
     done = std::max(done, end);
   }
   std::fill(out.begin() + done, out.end(), 0.0f);
+}
+
+// Called at every checkpoint commit with `out` the size of the model: one pass over it, the
+// floats no group keeps set to zero.
+Status PlanSlot::ReadState(StatePlane plane, std::span<float> out) const {
+  std::vector<std::pair<int64_t, int64_t>> written;  // [begin, end) of `out`
+  CUPCAKE_RETURN_IF_ERROR(ReadGroupsState(plane, 0, static_cast<int>(groups_.size()), out, &written));
+  ZeroUnwritten(out, std::move(written));
   return Status::Ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine.h"
@@ -54,6 +55,12 @@ class PlanSlot {
   // Host or device memory; not during a step.
   Status ReadState(StatePlane plane, std::span<float> out) const;
   Status WriteState(StatePlane plane, std::span<const float> in);
+  // ReadState in parts: groups [first, last)'s floats of `plane` into `out` (ReadState's size and
+  // layout), the ranges of `out` they wrote ([begin, end) floats) appended to `written`; then
+  // ZeroUnwritten(out, written) of every part's ranges sets the rest as ReadState does.
+  Status ReadGroupsState(StatePlane plane, int first, int last, std::span<float> out,
+                         std::vector<std::pair<int64_t, int64_t>>* written) const;
+  static void ZeroUnwritten(std::span<float> out, std::vector<std::pair<int64_t, int64_t>> written);
   // Every group's SchemeRunner::RestartWarmStart (a plan becoming active). Not during a step.
   Status RestartWarmStart();
   int64_t StateFloats(StatePlane plane) const;

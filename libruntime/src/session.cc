@@ -4,9 +4,13 @@
 #include "cupcake/runtime/session.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "cupcake/proto/fingerprint.h"
@@ -82,7 +86,65 @@ struct GravacVote {
   int32_t probe_every = 0;
 };
 
+// A StateReader's progress, shared with its session: the groups it has copied; `ended` once Run
+// has ended or the reader was destroyed unrun.
+struct StateReadProgress {
+  std::mutex mu;
+  std::condition_variable cv;
+  int groups_read = 0;  // guarded by mu
+  bool ended = false;  // guarded by mu
+};
+
 }  // namespace
+
+class StateReader::Impl {
+ public:
+  // `slot` nullptr: the read was made at BeginStateRead (GPU memory); Run does nothing.
+  Impl(const PlanSlot* slot, std::vector<std::pair<StatePlane, std::span<float>>> targets,
+       std::shared_ptr<StateReadProgress> progress)
+      : slot_(slot), targets_(std::move(targets)), progress_(std::move(progress)) {}
+  ~Impl() { End(); }
+
+  Status Run() {
+    if (ran_) return FailedPreconditionError("StateReader::Run: called twice; expected one Run per BeginStateRead");
+    ran_ = true;
+    if (slot_ == nullptr) return Status::Ok();
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> written(targets_.size());
+    Status s;
+    const int groups = static_cast<int>(slot_->groups().size());
+    for (int k = 0; k < groups && s.ok(); ++k) {
+      for (size_t t = 0; t < targets_.size() && s.ok(); ++t)
+        s = slot_->ReadGroupsState(targets_[t].first, k, k + 1, targets_[t].second, &written[t]);
+      std::lock_guard lock(progress_->mu);
+      progress_->groups_read = k + 1;
+      progress_->cv.notify_all();
+    }
+    End();
+    if (!s.ok()) return s.WithPrefix("StateReader::Run");
+    for (size_t t = 0; t < targets_.size(); ++t) PlanSlot::ZeroUnwritten(targets_[t].second, std::move(written[t]));
+    return Status::Ok();
+  }
+
+ private:
+  void End() {
+    if (progress_ == nullptr) return;
+    {
+      std::lock_guard lock(progress_->mu);
+      progress_->ended = true;
+    }
+    progress_->cv.notify_all();
+    progress_.reset();
+  }
+
+  const PlanSlot* slot_;
+  std::vector<std::pair<StatePlane, std::span<float>>> targets_;
+  std::shared_ptr<StateReadProgress> progress_;
+  bool ran_ = false;
+};
+
+StateReader::StateReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StateReader::~StateReader() = default;
+Status StateReader::Run() { return impl_->Run(); }
 
 class Session::Impl {
  public:
@@ -98,10 +160,12 @@ class Session::Impl {
                      &after_collective_};
     spans_.reserve(static_cast<size_t>(std::max(options.drift_window, 1)));
   }
+  ~Impl() { WaitForStateRead(); }
 
   // Checks the plan, agrees on it with the other ranks (also when this rank's checks failed),
   // then allocates it. The first plan's tensors become the session's.
   StatusOr<int> AddSlot(const pb::Plan& plan, const std::string& origin, Status local) {
+    WaitForStateRead();  // the reader walks the active plan's slot
     internal::LayoutContext context{origin, comm_->size(), comm_->rank(), on_device(), "", ""};
     if (slots_.empty()) {
       context.compressor = options_.compressor;
@@ -212,6 +276,7 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("ReadState"));
     CUPCAKE_RETURN_IF_ERROR(CheckStateSize("ReadState", out.size(), which));
+    WaitForStateRead();
     for (const PlanSlot* slot : StateSlots(which)) {
       const auto floats = static_cast<size_t>(slot->StateFloats(PlaneOf(which)));
       CUPCAKE_RETURN_IF_ERROR(slot->ReadState(PlaneOf(which), out.first(floats)).WithPrefix("ReadState"));
@@ -224,12 +289,35 @@ class Session::Impl {
     CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
     CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("WriteState"));
     CUPCAKE_RETURN_IF_ERROR(CheckStateSize("WriteState", values.size(), which));
+    WaitForStateRead();
     for (PlanSlot* slot : StateSlots(which)) {
       const auto floats = static_cast<size_t>(slot->StateFloats(PlaneOf(which)));
       CUPCAKE_RETURN_IF_ERROR(slot->WriteState(PlaneOf(which), values.first(floats)).WithPrefix("WriteState"));
       values = values.subspan(floats);
     }
     return Status::Ok();
+  }
+
+  StatusOr<std::unique_ptr<StateReader>> BeginStateRead(std::vector<StateTarget> targets) {
+    CUPCAKE_RETURN_IF_ERROR(CheckNotFailed());
+    CUPCAKE_RETURN_IF_ERROR(CheckBetweenSteps("BeginStateRead"));
+    std::vector<std::pair<StatePlane, std::span<float>>> planes;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      const StateTarget& t = targets[i];
+      if (!internal::PerElement(PlaneOf(t.which)))
+        return InvalidArgumentError("BeginStateRead: targets[" + std::to_string(i) +
+                                    "].which: not per element; expected kErrorFeedback or kMomentum");
+      CUPCAKE_RETURN_IF_ERROR(CheckStateSize("BeginStateRead", t.out.size(), t.which));
+      planes.emplace_back(PlaneOf(t.which), t.out);
+    }
+    if (on_device()) {
+      for (const StateTarget& t : targets) CUPCAKE_RETURN_IF_ERROR(ReadState(t.out, t.which));
+      return std::make_unique<StateReader>(std::make_unique<StateReader::Impl>(nullptr, std::move(planes), nullptr));
+    }
+    WaitForStateRead();  // one read at a time
+    state_read_ = std::make_shared<StateReadProgress>();
+    return std::make_unique<StateReader>(
+        std::make_unique<StateReader::Impl>(&active(), std::move(planes), state_read_));
   }
 
   // A state buffer of `floats` for `which`: the size StateFloats gives, else an error.
@@ -375,6 +463,7 @@ class Session::Impl {
     const int k = active().layout().tensors[static_cast<size_t>(i)].group;
     internal::Group& g = active().groups()[static_cast<size_t>(k)];
     if (--g.pending > 0) return Status::Ok();
+    WaitForStateRead(k + 1);  // the encode writes the group's state
     return Fail(active().engine().GroupReady(k));
   }
 
@@ -479,6 +568,7 @@ class Session::Impl {
   // per element (PowerSGD's Q) restarts in the new plan (SchemeRunner::RestartWarmStart), so a
   // rung runs after a switch as a fresh session of its plan given the carried state would.
   Status Activate(int index, const char* call) {
+    WaitForStateRead();
     if (index == active_) return Status::Ok();
     std::vector<float> values(static_cast<size_t>(active().layout().total_elements));
     PlanSlot& next = *slots_[static_cast<size_t>(index)];
@@ -695,6 +785,17 @@ class Session::Impl {
                                    std::to_string(registered_) + ", expected " + std::to_string(tensor_count()) +
                                    " (model " + model_name_ + ")");
   }
+  // Until the pending BeginStateRead's reader has copied `groups` groups of the active plan (by
+  // default: until it has ended).
+  void WaitForStateRead(int groups = INT_MAX) const {
+    if (state_read_ == nullptr) return;
+    std::unique_lock lock(state_read_->mu);
+    state_read_->cv.wait(lock, [&] { return state_read_->ended || state_read_->groups_read >= groups; });
+    const bool ended = state_read_->ended;
+    lock.unlock();
+    if (ended) state_read_.reset();
+  }
+
   Status CheckBetweenSteps(const char* call) const {
     for (const internal::Tensor& t : tensors_)
       if (t.ready)
@@ -732,6 +833,8 @@ class Session::Impl {
   std::vector<std::string> warnings_;
   std::unique_ptr<Adaptive> gravac_;
   internal::GainProbe* gain_ = nullptr;  // the engines read it (PlanSlot::Options::gain)
+  // The pending BeginStateRead's progress (nullptr: none); the job's thread only.
+  mutable std::shared_ptr<StateReadProgress> state_read_;
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -829,6 +932,9 @@ StatusOr<std::vector<float>> Session::ReadState(CompressorState which) const { r
 Status Session::ReadState(std::span<float> out, CompressorState which) const { return impl_->ReadState(out, which); }
 Status Session::WriteState(std::span<const float> values, CompressorState which) {
   return impl_->WriteState(values, which);
+}
+StatusOr<std::unique_ptr<StateReader>> Session::BeginStateRead(std::vector<StateTarget> targets) {
+  return impl_->BeginStateRead(std::move(targets));
 }
 StatusOr<std::vector<double>> Session::ReadControlState(ControlState which) const {
   return impl_->ReadControlState(which);

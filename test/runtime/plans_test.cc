@@ -6,6 +6,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -496,6 +498,74 @@ TEST(SessionState, ElementsNoGroupKeepsReadAsZeros) {
     ASSERT_TRUE(s.ReadState(std::span<float>(into)).ok());
     EXPECT_EQ(into, want) << "rank " << r;
   });
+}
+
+// BeginStateRead: the reader gives the state of the call even while the next step runs, and
+// that step cannot encode (so cannot finish) before the reader has copied its groups; the step
+// then changes the state it read.
+TEST(SessionState, DeferredReadGivesTheCallsStateAndHoldsBackTheNextStep) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "topk", kWorld);
+  comm::InProcessGroup group(kWorld);
+  std::vector<Rank> ranks = MakeRanks(group, plan, kWorld);
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kWorld));
+  Step(ranks, 0);
+  std::vector<Floats> want(kWorld), read(kWorld, Floats(kElements, 9.0f));
+  std::vector<std::unique_ptr<StateReader>> readers(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    Session& s = *ranks[static_cast<size_t>(r)].session;
+    want[static_cast<size_t>(r)] = s.ReadState().value();
+    auto reader = s.BeginStateRead({{CompressorState::kErrorFeedback, read[static_cast<size_t>(r)]}});
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    readers[static_cast<size_t>(r)] = std::move(reader).value();
+  }
+  ASSERT_NE(want[0], Floats(kElements, 0.0f));  // topk left residuals after step 0
+  std::atomic<bool> stepped{false};
+  std::thread next([&] {
+    Step(ranks, 1);
+    stepped = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(stepped.load()) << "the next step finished before the reader copied the state";
+  for (auto& reader : readers) EXPECT_TRUE(reader->Run().ok());
+  next.join();
+  EXPECT_TRUE(stepped.load());
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(read[static_cast<size_t>(r)], want[static_cast<size_t>(r)]) << "rank " << r;
+    EXPECT_NE(ranks[static_cast<size_t>(r)].session->ReadState().value(), want[static_cast<size_t>(r)]) << "rank " << r;
+  }
+  EXPECT_EQ(readers[0]->Run().message(), "StateReader::Run: called twice; expected one Run per BeginStateRead");
+}
+
+// While a read is pending WriteState waits; a reader destroyed unrun releases it and reads
+// nothing. Targets that are not per element, or of the wrong size, are refused.
+TEST(SessionState, PendingReadHoldsBackWriteStateUntilTheReaderGoes) {
+  const pb::Model model = SmallModel();
+  const pb::Plan plan = MakePlan(model, testing::Planned(), "topk", 1);
+  comm::InProcessGroup group(1);
+  std::vector<Rank> ranks = MakeRanks(group, plan, 1);
+  ASSERT_EQ(ranks.size(), 1u);
+  Session& s = *ranks[0].session;
+  Floats into(kElements, 9.0f), written(kElements, 2.0f);
+  auto reader = s.BeginStateRead({{CompressorState::kErrorFeedback, into}});
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  std::atomic<bool> wrote{false};
+  std::thread writer([&] {
+    EXPECT_TRUE(s.WriteState(written).ok());
+    wrote = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(wrote.load()) << "WriteState did not wait for the pending read";
+  reader->reset();
+  writer.join();
+  EXPECT_EQ(into, Floats(kElements, 9.0f));
+  EXPECT_EQ(s.ReadState().value(), written);
+  Floats short_buffer(3);
+  EXPECT_EQ(s.BeginStateRead({{CompressorState::kErrorFeedback, short_buffer}}).status().message(),
+            "BeginStateRead: wrong size; got 3 floats, expected 435 (elements of model tiny)");
+  EXPECT_EQ(
+      s.BeginStateRead({{CompressorState::kMomentum, into}, {CompressorState::kPowerSgdQ, into}}).status().message(),
+      "BeginStateRead: targets[1].which: not per element; expected kErrorFeedback or kMomentum");
 }
 
 // PowerSGD's state (kernels/powersgd.h, the runner's own) is every plan's, in plan order, and

@@ -15,9 +15,12 @@
 //      next chunk of this rank's stream, its own state, to the ranks that keep its replicas,
 //      options below; with `replica_gaps` the session's communication thread requests more, in
 //      the idle gaps between its collectives);
-//   4. copies the spans marked kAtCommit (and the session's state) into memory it owns;
+//   4. copies the spans marked kAtCommit (and the session's state but its per-element planes)
+//      into memory it owns;
 //   5. starts the copy of everything into the inactive slot of this rank's POSIX shared-memory
-//      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which then checksums it
+//      segment (/dev/shm/cupcake-<name>-<rank>) on a background thread, which first reads the
+//      session's per-element planes while the next step starts (Session::BeginStateRead: that
+//      step's encodes wait for it group by group), then copies and checksums the snapshot
 //      and flips the slot's header to valid; every `persist_every` steps it then starts a thread
 //      that writes this rank's share of the slot's snapshot to `persist_dir` (its kRank entries
 //      and 1/W of the kShared entries' bytes; temporary file, fsync, rename, fsync of the

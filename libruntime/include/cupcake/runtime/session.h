@@ -155,6 +155,31 @@ struct GradientBuffer {
   int64_t numel = 0;
 };
 
+// One per-element plane of state (kErrorFeedback or kMomentum) and the buffer that
+// Session::BeginStateRead reads it into: ReadState's size for it.
+struct StateTarget {
+  CompressorState which = CompressorState::kErrorFeedback;
+  std::span<float> out;
+};
+
+// Session::BeginStateRead's read, made by another thread. Run it once, on any one thread, and
+// run or destroy it before the session is destroyed (whose destructor waits for it).
+class StateReader {
+ public:
+  class Impl;
+  explicit StateReader(std::unique_ptr<Impl> impl);
+  // Without Run: the session's waits end, and nothing is read.
+  ~StateReader();
+  StateReader(const StateReader&) = delete;
+  StateReader& operator=(const StateReader&) = delete;
+  // Copies the state group by group, in group order, into the targets (each as ReadState would
+  // have read it at BeginStateRead); the session's waits for each group end as it is copied.
+  Status Run();
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 class Session {
  public:
   // Loads `plan_path` (validated by ReadPlanFile) and checks it against the communicator
@@ -291,6 +316,17 @@ class Session {
   // false: ReadState gives zeros (PowerSGD's: nothing), on every rank.
   bool KeepsState(CompressorState which) const;
   Status WriteState(std::span<const float> values, CompressorState which = CompressorState::kErrorFeedback);
+  // A read of per-element state that another thread makes while the job goes on with its next
+  // step: a checkpoint's copy thread takes the error feedback off the training thread. Between
+  // steps, like ReadState; each target's plane per element (else InvalidArgument) and its buffer
+  // ReadState's size (else the same error as ReadState's), valid until Run ends. On host memory
+  // the returned reader's Run copies the active plan's state, and until it has, the session holds
+  // back what would change it: the GradientReady that encodes group k waits until Run has copied
+  // group k, and ReadState, WriteState, AddPlan, SwitchPlan, EnableGravac, WriteControlState and
+  // the destructor wait until Run has ended (or the reader is destroyed unrun). Synchronize's
+  // GraVAC switch follows every group's encode. On GPU memory the read is made here,
+  // synchronously (ReadState), and Run has nothing left to do.
+  StatusOr<std::unique_ptr<StateReader>> BeginStateRead(std::vector<StateTarget> targets);
   // State `which` (ControlState), for checkpoints; its size is fixed by the plans added and
   // whether GraVAC is enabled. Write sets it (the same size): kPlan makes its plan active as
   // SwitchPlan does but without the agreement (every rank writes the same values: a snapshot's
