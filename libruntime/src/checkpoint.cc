@@ -768,7 +768,7 @@ Scope SessionScope(const Session& session, const SessionEntry& e) {
   }
   return Scope::kRank;
 }
-constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, chunk
+constexpr int kStreamRow = 5;  // a replica exchange's row per rank: step, bytes, checksum, offset, most
 // Commit's agreement, per rank: the step committed, the newest step completed, ok, of that
 // snapshot's kShared entries (SharedPrints) the step, the count and the combined fingerprint,
 // and the replica gaps' fingerprint (GapsPrint).
@@ -1355,6 +1355,7 @@ class Checkpointer::Impl {
   int64_t agreed_step() const { return agreed_step_; }
   int64_t local_step() const { return local_step_; }
   int64_t persisted_step() const { return persisted_step_.load(std::memory_order_acquire); }
+  int64_t replica_gaps_skipped() const { return gaps_skipped_.load(std::memory_order_relaxed); }
 
   StatusOr<RestorePoint> Find() {
     Status local = WaitForPersist();  // the files it lists are complete
@@ -1661,9 +1662,9 @@ class Checkpointer::Impl {
     relay_ = std::make_shared<GapRelay>();
     relay_->impl = this;
     return session
-        ->SetAfterCollective([relay = relay_](int p, int group) {
+        ->SetAfterCollective([relay = relay_](int p, int group, bool next_waiting) {
           std::lock_guard lock(relay->mutex);
-          if (relay->impl != nullptr) relay->impl->AfterCollective(p, group);
+          if (relay->impl != nullptr) relay->impl->AfterCollective(p, group, next_waiting);
         })
         .WithPrefix("Checkpointer: replica_gaps");
   }
@@ -1677,10 +1678,12 @@ class Checkpointer::Impl {
 
   // The session's hook, on its communication thread: group `group` of plan `plan` has finished its
   // collective and the next has not started. The gap after it gets its chunk when the gaps are
-  // that plan's and a Commit has armed them.
-  void AfterCollective(int plan, int group) {
+  // that plan's and a Commit has armed them, unless some rank's next collective is already
+  // waiting (`next_waiting` here: the exchange's agreement then sends nothing, SendChunk).
+  void AfterCollective(int plan, int group, bool next_waiting) {
     if (!gaps_armed_.load() || plan != gaps_plan_ || group < 0 || group >= static_cast<int>(gap_bytes_.size())) return;
-    if (const int64_t bytes = gap_bytes_[static_cast<size_t>(group)]; bytes > 0) RequestExchange({false, {}, bytes});
+    if (const int64_t bytes = gap_bytes_[static_cast<size_t>(group)]; bytes > 0)
+      RequestExchange({false, {}, bytes, next_waiting});
   }
 
   // Commit's chunk: gap -1's while the gaps' plan is active, else replica_chunk_bytes (0: all).
@@ -1942,6 +1945,9 @@ class Checkpointer::Impl {
     bool commit = false;  // Commit's: new streams start, from `source`, when every one has ended
     std::optional<SlotSegment::ValidSlot> source;
     int64_t chunk_bytes = 0;  // the most this rank sends; 0: no chunk (Commit's may still freeze)
+    // A gap's whose network is not idle on this rank (its next collective waits): every rank
+    // sends nothing in this exchange (SendChunk).
+    bool behind = false;
   };
 
   // On the caller's thread (Commit's, or the session's communication thread): the gate closes
@@ -1990,14 +1996,16 @@ class Checkpointer::Impl {
       streams_done_ = false;
     }
     if (request.chunk_bytes == 0 || streams_done_) return status;
-    const Status sent = SendChunk(request.chunk_bytes);
+    const Status sent = SendChunk(request.behind ? 0 : request.chunk_bytes);
     return status.ok() ? sent : status;
   }
 
   // The chunk's exchange, on the exchange thread's communicator:
-  //   1. one allgather of each rank's (step, bytes, checksum, offset, chunk);
+  //   1. one allgather of each rank's (step, bytes, checksum, offset, most): every rank's chunk is
+  //      then the rest of its stream, at most the smallest `most` of any rank, so a gap that has
+  //      closed on one rank (`most` 0) carries no chunk on any (counted in gaps_skipped());
   //   2. one alltoallv through two bounded buffers (a copy of the chunk per holder; the sources'
-  //      chunks side by side): this rank's next chunk, at most `most` bytes, to each of its
+  //      chunks side by side): this rank's next chunk to each of its
   //      holders (the placement), each source's chunk into its replica segment's slot that does
   //      not hold the newest complete replica (kSlotWriting from the first chunk on, so a torn
   //      replica is never restored);
@@ -2007,15 +2015,22 @@ class Checkpointer::Impl {
   // segment failed (it then sends nothing or drops what it receives), so no rank waits alone.
   Status SendChunk(int64_t most) {
     Status status = Status::Ok();
-    const int64_t left = stream_.bytes - stream_.offset;
-    const int64_t chunk = std::min(left, most);
     const int world = comm_->size();
     const int64_t mine[kStreamRow] = {stream_.step, stream_.bytes, static_cast<int64_t>(stream_.checksum),
-                                      stream_.offset, chunk};
+                                      stream_.offset, most};
     std::vector<int64_t> rows(static_cast<size_t>(kStreamRow * world));
     const std::string where = where_ + ": replica";
     CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, rows.data(), sizeof(mine)).WithPrefix(where));
+    int64_t cap = most;
+    for (int r = 0; r < world; ++r) cap = std::min(cap, rows[static_cast<size_t>(kStreamRow * r + 4)]);
+    if (cap == 0) gaps_skipped_.fetch_add(1, std::memory_order_relaxed);
+    // Every rank's chunk in its row's place of `most`: the rest of its stream, at most `cap`.
+    for (int r = 0; r < world; ++r) {
+      int64_t* row = &rows[static_cast<size_t>(kStreamRow * r)];
+      row[4] = std::max<int64_t>(0, std::min(row[1] - row[3], cap));
+    }
     const int rank = comm_->rank();
+    const int64_t chunk = rows[static_cast<size_t>(kStreamRow * rank + 4)];
     // 2. The bounded buffers: the chunk once per holder, the sources' chunks side by side.
     std::vector<int64_t> send(static_cast<size_t>(world), 0), recv(static_cast<size_t>(world), 0);
     const std::vector<int>& holders = placement_.holders[static_cast<size_t>(rank)];
@@ -2357,6 +2372,7 @@ class Checkpointer::Impl {
   // Set by the first Commit whose agreement every rank passed with these gaps; before it the
   // hook requests nothing (the exchange thread may not exist yet).
   std::atomic<bool> gaps_armed_{false};
+  std::atomic<int64_t> gaps_skipped_{0};  // exchanges whose agreed chunk was 0 (SendChunk)
   struct Stream {  // of rank_part_
     int64_t step = 0, bytes = 0;
     uint64_t checksum = 0;
@@ -2446,6 +2462,7 @@ Status Checkpointer::WaitForCopy() { return impl_->WaitForCopy(); }
 int64_t Checkpointer::agreed_step() const { return impl_->agreed_step(); }
 int64_t Checkpointer::local_step() const { return impl_->local_step(); }
 int64_t Checkpointer::persisted_step() const { return impl_->persisted_step(); }
+int64_t Checkpointer::replica_gaps_skipped() const { return impl_->replica_gaps_skipped(); }
 Status Checkpointer::WaitForPersist() { return impl_->WaitForPersist(); }
 StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }
 Status Checkpointer::Apply(const Status& job_status) { return impl_->Apply(job_status); }

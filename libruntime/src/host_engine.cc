@@ -131,8 +131,12 @@ class HostEngine final : public Engine {
       }
       // Before the group is marked exchanged: Synchronize (and the job's collectives after it)
       // cannot pass this group until the hook has returned.
-      if (s.ok() && state_.after_collective != nullptr && *state_.after_collective)
-        (*state_.after_collective)(state_.plan, k);
+      if (s.ok() && state_.after_collective != nullptr && *state_.after_collective) {
+        lock.lock();
+        const bool next_waiting = k + 1 < state_.group_count() && state_.group(k + 1).stage == Stage::kEncoded;
+        lock.unlock();
+        (*state_.after_collective)(state_.plan, k, next_waiting);
+      }
       lock.lock();
       in_collective_ = false;
       if (!s.ok()) {

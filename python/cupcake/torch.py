@@ -815,6 +815,12 @@ class Checkpointer:
         may end during a later step."""
         return self._cpp.persisted_step
 
+    @property
+    def replica_gaps_skipped(self):
+        """With replica_gaps: the gaps that carried no chunk because some rank's next collective
+        was already waiting there (its step behind the plan), so far."""
+        return self._cpp.replica_gaps_skipped
+
     def wait(self):
         """Waits for the background copy of the last commit (raises its error, if any); not for a
         persist still writing its file."""

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <map>
 #include <span>
 #include <sstream>
+#include <thread>
 
 #include "c_api_internal.h"
 #include "checkpoint_format.h"
@@ -1545,10 +1547,17 @@ class TrackedCommunicator final : public comm::Communicator {
 // 'weights', 'session.error_feedback', 'session.momentum', 'session.iteration': 166) + 4000000 +
 // 1740 + 8. Its replica is 1922 bytes: the directory, the residual (1740), the iteration (8)
 // and the snapshot's checksum (8). Per rank: `transfers` adds the gate's transfers, `during` its
-// transfers_during_collectives; `trackers` count both sides' collectives.
+// transfers_during_collectives, `skipped` the checkpointer's replica_gaps_skipped; `trackers`
+// count both sides' collectives. With `idle_gaps` the job makes each group's gradients ready
+// only once the gap before it has been requested (the gate's transfers grew; from the first
+// Commit of a run on, where options.replica_gaps has a gap after the previous group), so that
+// gap's network is idle there (no collective of the next group waits), as in a job whose
+// backward outlasts its collectives. Without it the job holds the gate (a transfer of its own)
+// until every group is encoded, so after each group's collective but the last the next one is
+// already waiting, on every rank (a job running behind its plan).
 void RunSessionReplicas(const std::string& name, CheckpointOptions options, int64_t restored,
                         std::array<NetworkTracker, kWorld>& trackers, std::vector<int64_t>& transfers,
-                        std::vector<int64_t>& during) {
+                        std::vector<int64_t>& during, bool idle_gaps = true, std::vector<int64_t>* skipped = nullptr) {
   const pb::Model model = testing::SmallModel();
   const pb::Plan plan = testing::MakePlan(model, testing::Planned(), "topk", kWorld);
   constexpr int kIterations = 10, kCrashAfter = 8;
@@ -1606,9 +1615,16 @@ void RunSessionReplicas(const std::string& name, CheckpointOptions options, int6
           first = static_cast<int>(restored);
         }
       }
+      const auto gap_after = [&](int group) {
+        return std::ranges::any_of(o.replica_gaps, [&](const ReplicaGap& g) { return g.after_group == group; });
+      };
+      NetworkGate& gate = *gates[static_cast<size_t>(r)];
       for (int it = first; it <= last; ++it) {
         testing::FillGradients(grads, r, it);
-        for (int i = 0; i < static_cast<int>(grads.size()); ++i) ASSERT_TRUE(s.GradientReady(i).ok());
+        if (!idle_gaps) gate.BeginTransfer();
+        const bool paced = idle_gaps && ckpt != nullptr && it > first;  // the gaps armed by a Commit
+        ASSERT_TRUE(testing::ReadyGroupByGroup(s, plan, paced ? &gate : nullptr, gap_after).ok());
+        if (!idle_gaps) gate.EndTransfer();
         ASSERT_TRUE(s.Synchronize().ok());
         if (ckpt == nullptr) continue;
         ASSERT_TRUE(ckpt->WaitForCopy().ok());  // the job's contract before it writes `weights`
@@ -1620,6 +1636,7 @@ void RunSessionReplicas(const std::string& name, CheckpointOptions options, int6
         ASSERT_TRUE(ckpt->WaitForCopy().ok());
       }
       transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
+      if (skipped != nullptr && ckpt != nullptr) (*skipped)[static_cast<size_t>(r)] += ckpt->replica_gaps_skipped();
       during[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers_during_collectives();
       if (run == 0) {
         for (auto g : grads) want[static_cast<size_t>(r)].emplace_back(g.begin(), g.end());
@@ -1676,6 +1693,23 @@ TEST_F(CheckpointTest, ReplicaInTheGapsBetweenCollectivesCompletesInFewerCommits
     EXPECT_EQ(transfers[static_cast<size_t>(r)], (8 + 7 * 3) + (5 + 4 * 3));
     EXPECT_EQ(trackers[static_cast<size_t>(r)].overlaps.load(), 0);
     EXPECT_EQ(during[static_cast<size_t>(r)], 0);
+  }
+  // A job behind its plan: the gaps after groups 0 and 1 (whose next collective waits) carry no
+  // chunk, so a replica takes Commit's 300 bytes and the last gap's 300 per iteration, 4 commits:
+  // Commit 2 starts step 1's, Commit 5 completes it, Commit 6 starts step 5's, still partial at the
+  // crash, and the restart restores step 1.
+  std::array<NetworkTracker, kWorld> behind_trackers;
+  std::vector<int64_t> skipped(kWorld, 0);
+  const std::string behind = name_ + "-behind";
+  RunSessionReplicas(behind, gaps, 1, behind_trackers, transfers, during, /*idle_gaps=*/false, &skipped);
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    // Skipped: two gaps in each iteration while a stream has bytes left (with none left the gaps
+    // make no exchange): run 1's iterations 2-4 and 6-7, run 2's (streams from Commits 2 and 6)
+    // 2-4 and 6-8.
+    EXPECT_EQ(skipped[static_cast<size_t>(r)], 2 * 5 + 2 * 6);
+    EXPECT_EQ(behind_trackers[static_cast<size_t>(r)].overlaps.load(), 0);
+    EXPECT_TRUE(Checkpointer::RemoveSegment(behind, r).ok());
   }
   // One chunk of 300 bytes per Commit: 7 commits per replica.
   std::array<NetworkTracker, kWorld> per_commit_trackers;

@@ -121,8 +121,10 @@ struct CheckpointOptions {
   // gap -1 (none without such an entry) in place of replica_chunk_bytes, and the session's
   // communication thread hands each listed gap after a group to the exchange thread
   // (Session::SetAfterCollective), which sends that gap's chunk; while another plan is active
-  // (SwitchPlan, GraVAC, a restore's), only Commit sends, replica_chunk_bytes. Every rank passes
-  // the same gaps (Commit checks). Empty: replica_chunk_bytes at every Commit.
+  // (SwitchPlan, GraVAC, a restore's), only Commit sends, replica_chunk_bytes. A gap in which
+  // some rank's next collective already waits (Session::AfterCollective's next_waiting) carries
+  // nothing on any rank (replica_gaps_skipped). Every rank passes the same gaps (Commit checks).
+  // Empty: replica_chunk_bytes at every Commit.
   std::vector<ReplicaGap> replica_gaps;
   // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
   int replica_group_hosts = 2;
@@ -255,6 +257,10 @@ class Checkpointer {
   // on a thread of its own after its step's copy and may end during a later step; the copy two
   // commits later waits for it, and a later Commit or WaitForCopy returns its error.
   int64_t persisted_step() const;
+  // With replica_gaps: the gaps after a group that carried no chunk because some rank's next
+  // collective was already waiting there (its step behind the plan's timeline), so far. Their
+  // bytes go in later gaps: the replica takes more iterations.
+  int64_t replica_gaps_skipped() const;
 
   // Collective: Find() then Apply(). Returns the step restored (0: nothing to restore, the spans
   // are untouched).

@@ -264,9 +264,11 @@ class Session {
   // and before the thread starts the next group's, and before Synchronize can see the group
   // done. So when it runs, no other collective of this session is in flight on this rank, and
   // every rank calls it at the same point of the same plan's group order (checkpoint replicas in
-  // the idle gaps between collectives, docs/CHECKPOINT.md). It must return at once (hand work to
-  // a thread of its own) and call nothing of the session.
-  using AfterCollective = std::function<void(int plan, int group)>;
+  // the idle gaps between collectives, docs/CHECKPOINT.md). `next_waiting`: this rank's next
+  // group of the step is already encoded and waits for the network (the step runs behind its
+  // plan: the gap after `group` has closed); false after the step's last group. It must return at
+  // once (hand work to a thread of its own) and call nothing of the session.
+  using AfterCollective = std::function<void(int plan, int group, bool next_waiting)>;
   // Sets the hook (an empty function removes it). Between steps. Host sessions only: on GPU
   // memory the collectives are queued on CUDA streams, with no thread between them
   // (FailedPrecondition).
