@@ -498,7 +498,8 @@ TEST(GpuGainProbe, MatchesTheHostProbe) {
 }
 
 // Sums add over groups and steps until Take, which zeroes them; a group that is not finite is
-// left out; the window's sums survive ReadState and WriteState (a restored session).
+// left out and counted (GainSums::skipped, from the device's totals); the window's sums survive
+// ReadState and WriteState (a restored session), whose count starts at its restore.
 TEST(GpuGainProbe, AddsUntilTakeLeavesOutWhatIsNotFiniteAndRestores) {
   SKIP_WITHOUT_GPU();
   StillClock clock;
@@ -524,6 +525,7 @@ TEST(GpuGainProbe, AddsUntilTakeLeavesOutWhatIsNotFiniteAndRestores) {
     EXPECT_EQ(s.input, 60);
     EXPECT_EQ(s.min, 50);
     EXPECT_EQ(s.cand, 32);
+    EXPECT_EQ(s.skipped, p == &probe ? 1 : 0);  // `bad`, observed by `probe` alone
     EXPECT_EQ(p->Take(&cost).value().input, 0);
   }
   (void)cudaFree(g);
