@@ -1945,8 +1945,8 @@ class Checkpointer::Impl {
     bool commit = false;  // Commit's: new streams start, from `source`, when every one has ended
     std::optional<SlotSegment::ValidSlot> source;
     int64_t chunk_bytes = 0;  // the most this rank sends; 0: no chunk (Commit's may still freeze)
-    // A gap's whose network is not idle on this rank (its next collective waits): every rank
-    // sends nothing in this exchange (SendChunk).
+    // A gap's request whose network is not idle on this rank (its next collective waits):
+    // every rank sends nothing in this exchange (SendChunk).
     bool behind = false;
   };
 

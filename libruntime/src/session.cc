@@ -312,7 +312,7 @@ class Session::Impl {
     }
     if (on_device()) {
       for (const StateTarget& t : targets) CUPCAKE_RETURN_IF_ERROR(ReadState(t.out, t.which));
-      return std::make_unique<StateReader>(std::make_unique<StateReader::Impl>(nullptr, std::move(planes), nullptr));
+      return std::make_unique<StateReader>(std::make_unique<StateReader::Impl>(nullptr, decltype(planes){}, nullptr));
     }
     WaitForStateRead();  // one read at a time
     state_read_ = std::make_shared<StateReadProgress>();
