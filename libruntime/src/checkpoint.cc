@@ -1655,6 +1655,7 @@ class Checkpointer::Impl {
     }
     if (!problems.empty()) return InvalidArgumentError(problems);
     gap_bytes_.assign(static_cast<size_t>(groups), 0);
+    gap_history_.assign(static_cast<size_t>(groups), {});
     for (const ReplicaGap& g : options_.replica_gaps)
       (g.after_group < 0 ? commit_gap_bytes_ : gap_bytes_[static_cast<size_t>(g.after_group)]) = g.bytes;
     gaps_plan_ = plan;
@@ -1679,11 +1680,12 @@ class Checkpointer::Impl {
   // The session's hook, on its communication thread: group `group` of plan `plan` has finished its
   // collective and the next has not started. The gap after it gets its chunk when the gaps are
   // that plan's and a Commit has armed them, unless some rank's next collective is already
-  // waiting (`next_waiting` here: the exchange's agreement then sends nothing, SendChunk).
+  // waiting (`next_waiting` here: the exchange's agreement then sends nothing, SendChunk) or the
+  // gap is resting (GapResting).
   void AfterCollective(int plan, int group, bool next_waiting) {
     if (!gaps_armed_.load() || plan != gaps_plan_ || group < 0 || group >= static_cast<int>(gap_bytes_.size())) return;
     if (const int64_t bytes = gap_bytes_[static_cast<size_t>(group)]; bytes > 0)
-      RequestExchange({false, {}, bytes, next_waiting});
+      RequestExchange({false, {}, bytes, next_waiting, group});
   }
 
   // Commit's chunk: gap -1's while the gaps' plan is active, else replica_chunk_bytes (0: all).
@@ -1948,6 +1950,7 @@ class Checkpointer::Impl {
     // A gap's request whose network is not idle on this rank (its next collective waits):
     // every rank sends nothing in this exchange (SendChunk).
     bool behind = false;
+    int gap = -1;  // the group the gap follows; -1: Commit's
   };
 
   // On the caller's thread (Commit's, or the session's communication thread): the gate closes
@@ -1985,8 +1988,8 @@ class Checkpointer::Impl {
   //   1. Commit's, after every rank's stream has ended: this rank starts a new one from
   //      `source` (none: an empty one), and the next exchange with a chunk runs whatever it finds;
   //   2. while some stream has bytes left, SendChunk sends this rank's next chunk of at most
-  //      request.chunk_bytes. A gap's request when every stream has ended makes no collective:
-  //      every rank knows that alike, from the last exchange's rows.
+  //      request.chunk_bytes. A gap's request makes no collective when every stream has ended or
+  //      the gap rests (GapResting): every rank knows both alike, from the exchanges before.
   Status Exchange(const ExchangeRequest& request) {
     Status status = Status::Ok();
     if (request.commit && streams_done_) {
@@ -1995,25 +1998,52 @@ class Checkpointer::Impl {
       if (request.source) status = Freeze(*request.source);
       streams_done_ = false;
     }
+    const bool resting = request.gap >= 0 && GapResting(request.gap);
     if (request.chunk_bytes == 0 || streams_done_) return status;
-    const Status sent = SendChunk(request.behind ? 0 : request.chunk_bytes);
+    if (resting) {
+      gaps_skipped_.fetch_add(1, std::memory_order_relaxed);
+      return status;
+    }
+    bool closed = false;
+    const Status sent = SendChunk(request.behind ? 0 : request.chunk_bytes, &closed);
+    if (request.gap >= 0) AgreeGap(request.gap, closed);  // also after a rank's own error: see SendChunk
     return status.ok() ? sent : status;
   }
 
-  // The chunk's exchange, on the exchange thread's communicator:
+  // A gap that the agreement found closed (some rank's next collective waiting) rests: its next
+  // 2^n - 1 requests make no exchange, n the exchanges in a row that found it closed, at most
+  // kGapMaxClosed. So a gap that stays closed costs one agreement in 16 steps in place of one per
+  // step, and one that has opened again is tried within 15 steps. Every rank keeps the same
+  // history: it runs the same exchanges, each with the same agreed cap.
+  static constexpr int kGapMaxClosed = 4;
+  bool GapResting(int gap) {
+    GapHistory& h = gap_history_[static_cast<size_t>(gap)];
+    if (h.rest == 0) return false;
+    --h.rest;
+    return true;
+  }
+  void AgreeGap(int gap, bool closed) {
+    GapHistory& h = gap_history_[static_cast<size_t>(gap)];
+    h.closed = closed ? std::min(h.closed + 1, kGapMaxClosed) : 0;
+    h.rest = (1 << h.closed) - 1;
+  }
+
+  // The chunk's exchange, on the exchange thread's communicator; `closed`: whether the agreed cap
+  // was 0 (the same on every rank once the allgather returned, whatever this rank's status):
   //   1. one allgather of each rank's (step, bytes, checksum, offset, most): every rank's chunk is
   //      then the rest of its stream, at most the smallest `most` of any rank, so a gap that has
   //      closed on one rank (`most` 0) carries no chunk on any (counted in gaps_skipped());
-  //   2. one alltoallv through two bounded buffers (a copy of the chunk per holder; the sources'
+  //   2. unless every chunk is empty (every rank knows that alike from the rows),
+  //      one alltoallv through two bounded buffers (a copy of the chunk per holder; the sources'
   //      chunks side by side): this rank's next chunk to each of its
   //      holders (the placement), each source's chunk into its replica segment's slot that does
   //      not hold the newest complete replica (kSlotWriting from the first chunk on, so a torn
   //      replica is never restored);
   //   3. after a source's last chunk the slot's checksum is computed and compared with the
   //      sender's, and the slot flips to valid.
-  // Every rank makes both collectives in every exchange, also when its own stream is empty or a
-  // segment failed (it then sends nothing or drops what it receives), so no rank waits alone.
-  Status SendChunk(int64_t most) {
+  // Every rank makes the same collectives in every exchange, also when its own stream is empty or
+  // a segment failed (it then sends nothing or drops what it receives), so no rank waits alone.
+  Status SendChunk(int64_t most, bool* closed) {
     Status status = Status::Ok();
     const int world = comm_->size();
     const int64_t mine[kStreamRow] = {stream_.step, stream_.bytes, static_cast<int64_t>(stream_.checksum),
@@ -2023,12 +2053,20 @@ class Checkpointer::Impl {
     CUPCAKE_RETURN_IF_ERROR(replica_comm_->Allgather(mine, rows.data(), sizeof(mine)).WithPrefix(where));
     int64_t cap = most;
     for (int r = 0; r < world; ++r) cap = std::min(cap, rows[static_cast<size_t>(kStreamRow * r + 4)]);
+    *closed = cap == 0;
     if (cap == 0) gaps_skipped_.fetch_add(1, std::memory_order_relaxed);
     // Every rank's chunk in its row's place of `most`: the rest of its stream, at most `cap`.
+    // Every rank computes the same: whether some chunk has bytes, whether every stream has then
+    // been sent to its end.
+    bool any = false, done = true;
     for (int r = 0; r < world; ++r) {
       int64_t* row = &rows[static_cast<size_t>(kStreamRow * r)];
       row[4] = std::max<int64_t>(0, std::min(row[1] - row[3], cap));
+      any = any || row[4] > 0;
+      done = done && row[3] + row[4] >= row[1];
     }
+    streams_done_ = done;
+    if (!any) return status;
     const int rank = comm_->rank();
     const int64_t chunk = rows[static_cast<size_t>(kStreamRow * rank + 4)];
     // 2. The bounded buffers: the chunk once per holder, the sources' chunks side by side.
@@ -2081,13 +2119,6 @@ class Checkpointer::Impl {
                                  Hex(in_checksum));
       }
     }
-    // Every rank computes the same: whether every stream has now been sent to its end.
-    bool done = true;
-    for (int r = 0; r < world; ++r) {
-      const int64_t* row = &rows[static_cast<size_t>(kStreamRow * r)];
-      done = done && row[3] + row[4] >= row[1];
-    }
-    streams_done_ = done;
     return status;
   }
 
@@ -2372,7 +2403,14 @@ class Checkpointer::Impl {
   // Set by the first Commit whose agreement every rank passed with these gaps; before it the
   // hook requests nothing (the exchange thread may not exist yet).
   std::atomic<bool> gaps_armed_{false};
-  std::atomic<int64_t> gaps_skipped_{0};  // exchanges whose agreed chunk was 0 (SendChunk)
+  // Gap requests that carried nothing while a stream had bytes left: agreed closed (SendChunk)
+  // or resting (GapResting).
+  std::atomic<int64_t> gaps_skipped_{0};
+  struct GapHistory {  // per group of gaps_plan_; the exchange thread's (AgreeGap)
+    int closed = 0;  // exchanges in a row that found the gap closed, at most kGapMaxClosed
+    int rest = 0;  // requests left that make no exchange
+  };
+  std::vector<GapHistory> gap_history_;
   struct Stream {  // of rank_part_
     int64_t step = 0, bytes = 0;
     uint64_t checksum = 0;

@@ -1474,18 +1474,21 @@ TEST_F(CheckpointTest, RestoredSessionContinuesBitwise) {
 }
 
 // One rank's network as the test sees it: which collectives are in flight on the session's
-// communicator and on the checkpointer's (and every communicator split off them).
+// communicator and on the checkpointer's (and every communicator split off them); the allgathers
+// and alltoallvs on communicators split off the checkpointer's (its replica exchanges').
 struct NetworkTracker {
   std::atomic<int> session{0}, checkpoint{0};
   std::atomic<int64_t> overlaps{0}, checkpoint_calls{0};
+  std::atomic<int64_t> replica_allgathers{0}, replica_alltoallvs{0};
 };
 
 // Forwards to `inner`, counting its collectives on `tracker` as the session's or the
 // checkpointer's; a collective that starts while one of the other side is in flight is an overlap.
 class TrackedCommunicator final : public comm::Communicator {
  public:
-  TrackedCommunicator(std::unique_ptr<comm::Communicator> inner, NetworkTracker* tracker, bool checkpoint)
-      : inner_(std::move(inner)), tracker_(tracker), checkpoint_(checkpoint) {}
+  TrackedCommunicator(std::unique_ptr<comm::Communicator> inner, NetworkTracker* tracker, bool checkpoint,
+                      bool split = false)
+      : inner_(std::move(inner)), tracker_(tracker), checkpoint_(checkpoint), split_(checkpoint && split) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   const std::string& host() const override { return inner_->host(); }
@@ -1500,6 +1503,7 @@ class TrackedCommunicator final : public comm::Communicator {
     return Track([&] { return inner_->Allreduce(send, recv, count, type, op); });
   }
   Status Allgather(const void* send, void* recv, int64_t bytes_per_rank) override {
+    if (split_) ++tracker_->replica_allgathers;
     return Track([&] { return inner_->Allgather(send, recv, bytes_per_rank); });
   }
   Status ReduceScatter(const void* send, void* recv, int64_t count, comm::DataType type, comm::ReduceOp op) override {
@@ -1510,13 +1514,14 @@ class TrackedCommunicator final : public comm::Communicator {
   }
   Status Alltoallv(const void* send, std::span<const int64_t> send_bytes, void* recv,
                    std::span<const int64_t> recv_bytes) override {
+    if (split_) ++tracker_->replica_alltoallvs;
     return Track([&] { return inner_->Alltoallv(send, send_bytes, recv, recv_bytes); });
   }
   StatusOr<std::unique_ptr<comm::Communicator>> Split(int color, int key) override {
     auto split = inner_->Split(color, key);
     if (!split.ok() || *split == nullptr) return split;
     return std::unique_ptr<comm::Communicator>(
-        std::make_unique<TrackedCommunicator>(std::move(split).value(), tracker_, checkpoint_));
+        std::make_unique<TrackedCommunicator>(std::move(split).value(), tracker_, checkpoint_, /*split=*/true));
   }
   void Abort(const std::string& reason) override { inner_->Abort(reason); }
 
@@ -1534,7 +1539,7 @@ class TrackedCommunicator final : public comm::Communicator {
   }
   std::unique_ptr<comm::Communicator> inner_;
   NetworkTracker* tracker_;
-  bool checkpoint_;
+  bool checkpoint_, split_;
 };
 
 // A topk session's residuals replicated in chunks between its collectives (options: the
@@ -1705,9 +1710,18 @@ TEST_F(CheckpointTest, ReplicaInTheGapsBetweenCollectivesCompletesInFewerCommits
   for (int r = 0; r < kWorld; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     // Skipped: two gaps in each iteration while a stream has bytes left (with none left the gaps
-    // make no exchange): run 1's iterations 2-4 and 6-7, run 2's (streams from Commits 2 and 6)
-    // 2-4 and 6-8.
+    // make no exchange): run 1's iterations 2-4 and 6-7 (streams from Commits 2 and 6), run 2's
+    // 3-5 and 7-9 (streams from Commits 3 and 7: its first Commit's streams are empty, as the
+    // restored step is not among its own snapshots).
     EXPECT_EQ(skipped[static_cast<size_t>(r)], 2 * 5 + 2 * 6);
+    // Of those, the agreement ran (an allgather, no alltoallv) in the gap's first request with
+    // bytes left and then after each rest (1, then 3 requests, with or without bytes left): run
+    // 1's iterations 2 and 4, run 2's 3, 5 and 9; 2 x 5 in all. The other exchanges make both
+    // collectives: the gap after group 2 (run 1: 5, run 2: 6) and every Commit's (8 and 9), but
+    // for each run's first Commit, whose streams are empty: an allgather alone.
+    const NetworkTracker& t = behind_trackers[static_cast<size_t>(r)];
+    EXPECT_EQ(t.replica_allgathers.load(), 2 * 5 + (5 + 6) + (8 + 9));
+    EXPECT_EQ(t.replica_alltoallvs.load(), (5 + 6) + (8 + 9) - 2);
     EXPECT_EQ(behind_trackers[static_cast<size_t>(r)].overlaps.load(), 0);
     EXPECT_TRUE(Checkpointer::RemoveSegment(behind, r).ok());
   }

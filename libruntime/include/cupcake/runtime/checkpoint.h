@@ -123,7 +123,9 @@ struct CheckpointOptions {
   // (Session::SetAfterCollective), which sends that gap's chunk; while another plan is active
   // (SwitchPlan, GraVAC, a restore's), only Commit sends, replica_chunk_bytes. A gap in which
   // some rank's next collective already waits (Session::AfterCollective's next_waiting) carries
-  // nothing on any rank (replica_gaps_skipped). Every rank passes the same gaps (Commit checks).
+  // nothing on any rank (replica_gaps_skipped), and then rests: its next 1, 3, 7 or 15 requests
+  // (after 1, 2, 3, 4 or more such exchanges in a row) make no exchange. Every rank passes the
+  // same gaps (Commit checks).
   // Empty: replica_chunk_bytes at every Commit.
   std::vector<ReplicaGap> replica_gaps;
   // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
@@ -258,8 +260,9 @@ class Checkpointer {
   // commits later waits for it, and a later Commit or WaitForCopy returns its error.
   int64_t persisted_step() const;
   // With replica_gaps: the gaps after a group that carried no chunk because some rank's next
-  // collective was already waiting there (its step behind the plan's timeline), so far. Their
-  // bytes go in later gaps: the replica takes more iterations.
+  // collective was already waiting there (its step behind the plan's timeline) or the gap was
+  // resting after that (replica_gaps), so far. Their bytes go in later gaps: the replica takes
+  // more iterations.
   int64_t replica_gaps_skipped() const;
 
   // Collective: Find() then Apply(). Returns the step restored (0: nothing to restore, the spans
