@@ -35,14 +35,20 @@ def report(out, arms):
             rest = [t["iteration_us"][i] / 1e3 for i in range(t["warmup"], len(t["iteration_us"])) if i not in carry]
             row["carrying_iterations_mean_ms"] = statistics.mean(carried) if carried else None
             row["other_iterations_mean_ms"] = statistics.mean(rest) if rest else None
+        exchange = replica_line(os.path.join(out, "logs", f"train-{arm}.r{rnd}.log"))
+        if exchange is not None:
+            row["replica"] = exchange
         rows.append(row)
     summary = {}
     for arm in arms:
         med = [r["median_ms"] for r in rows if r["arm"] == arm]
+        replica = [r["replica"] for r in rows if r["arm"] == arm and "replica" in r]
         mean = [r["mean_ms"] for r in rows if r["arm"] == arm]
         summary[arm] = {"median_of_round_medians_ms": statistics.median(med), "round_medians_ms": med,
                         "median_of_round_means_ms": statistics.median(mean), "round_means_ms": mean,
                         "round_phase_medians_ms": [r["phase_medians_ms"] for r in rows if r["arm"] == arm]}
+        if replica:
+            summary[arm]["round_replica"] = replica
         periods = [r["achieved_period_steps"] for r in rows if r["arm"] == arm and "durable_steps" in r]
         if periods:
             summary[arm]["round_achieved_period_steps"] = periods
@@ -81,6 +87,26 @@ def report(out, arms):
     return {"runs": rows, "summary": summary, "recovery": recovery, "recovery_summary": recovery_summary}
 
 
+REPLICA_LINE = re.compile(r"^checkpoint: rank 0: (\d+) replica exchanges; (\d+) collectives waited for one; "
+                          r"(\d+) gaps skipped(?:; the newest replica sent in full is of step (\d+), of (\d+) committed)?$",
+                          re.M)
+
+
+def replica_line(path):
+    """A run's replica exchanges from the training loop's line in its log (None: no such line):
+    exchanges, collectives that waited, gaps skipped and, where the line has them, the newest
+    replica sent in full and the steps committed."""
+    if not os.path.exists(path):
+        return None
+    m = REPLICA_LINE.search(open(path).read())
+    if m is None:
+        return None
+    got = {"exchanges": int(m[1]), "collectives_waited": int(m[2]), "gaps_skipped": int(m[3])}
+    if m[4] is not None:
+        got.update({"replicated_step": int(m[4]), "committed": int(m[5])})
+    return got
+
+
 def print_lines(result, arms):
     """Per arm: the overhead, the phases and, for persist and blocking, the durable checkpoints; each
     restart."""
@@ -93,6 +119,11 @@ def print_lines(result, arms):
         phases = s["round_phase_medians_ms"]
         print(f"{'':9s} phases, median of round medians: " +
               ", ".join(f"{name} {statistics.median(p[name] for p in phases):.1f}" for name in phases[0]) + " ms")
+        if "round_replica" in s:
+            print(f"{'':9s} replica exchanges per round (rank 0): " + "; ".join(
+                f"{x['exchanges']} requested, {x['gaps_skipped']} gaps skipped, {x['collectives_waited']} collectives "
+                f"waited" + (f", newest replica step {x['replicated_step']} of {x['committed']}" if "committed" in x else "")
+                for x in s["round_replica"]))
         if "round_achieved_period_steps" in s:
             print(f"{'':9s} durable checkpoints per round {s['round_durable_checkpoints']}, achieved period "
                   f"{s['round_achieved_period_steps']} steps, known durable at most "

@@ -388,10 +388,13 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
     }
     std::printf("%s: phases, ms (medians; each phase's slowest rank):%s\n", s.job.c_str(), line.c_str());
     PrintDurable(durable);
-    if (const runtime::NetworkGate* gate = s.runtime->gate.get(); gate != nullptr)
-      std::printf("checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one; %lld gaps skipped\n",
-                  static_cast<long long>(gate->transfers()), static_cast<long long>(gate->collectives_waited()),
-                  static_cast<long long>(s.checkpoint != nullptr ? s.checkpoint->replica_gaps_skipped() : 0));
+    if (const runtime::NetworkGate* gate = s.runtime->gate.get(); gate != nullptr && s.checkpoint != nullptr)
+      std::printf(
+          "checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one; %lld gaps skipped; "
+          "the newest replica sent in full is of step %lld, of %d committed\n",
+          static_cast<long long>(gate->transfers()), static_cast<long long>(gate->collectives_waited()),
+          static_cast<long long>(s.checkpoint->replica_gaps_skipped()),
+          static_cast<long long>(s.checkpoint->replicated_step()), flags.iterations());
   }
   if (!*agree) {
     if (s.rank == 0) std::fprintf(stderr, "%s: the ranks ended with different state\n", s.job.c_str());

@@ -1355,6 +1355,7 @@ class Checkpointer::Impl {
   int64_t agreed_step() const { return agreed_step_; }
   int64_t local_step() const { return local_step_; }
   int64_t persisted_step() const { return persisted_step_.load(std::memory_order_acquire); }
+  int64_t replicated_step() const { return replicated_step_.load(std::memory_order_acquire); }
   int64_t replica_gaps_skipped() const { return gaps_skipped_.load(std::memory_order_relaxed); }
 
   StatusOr<RestorePoint> Find() {
@@ -2097,6 +2098,7 @@ class Checkpointer::Impl {
     inbox_.resize(static_cast<size_t>(inbox_bytes));
     CUPCAKE_RETURN_IF_ERROR(replica_comm_->Alltoallv(outbox_.data(), send, inbox_.data(), recv).WithPrefix(where));
     stream_.offset += chunk;
+    if (chunk > 0 && stream_.offset == stream_.bytes) replicated_step_.store(stream_.step, std::memory_order_release);
     // 3. Each source's chunk into its replica slot; a complete replica checked and made valid.
     const std::byte* at = inbox_.data();
     for (int q : sources) {
@@ -2406,6 +2408,7 @@ class Checkpointer::Impl {
   // Gap requests that carried nothing while a stream had bytes left: agreed closed (SendChunk)
   // or resting (GapResting).
   std::atomic<int64_t> gaps_skipped_{0};
+  std::atomic<int64_t> replicated_step_{0};  // the step of this rank's newest stream sent to its end
   struct GapHistory {  // per group of gaps_plan_; the exchange thread's (AgreeGap)
     int closed = 0;  // exchanges in a row that found the gap closed, at most kGapMaxClosed
     int rest = 0;  // requests left that make no exchange
@@ -2500,6 +2503,7 @@ Status Checkpointer::WaitForCopy() { return impl_->WaitForCopy(); }
 int64_t Checkpointer::agreed_step() const { return impl_->agreed_step(); }
 int64_t Checkpointer::local_step() const { return impl_->local_step(); }
 int64_t Checkpointer::persisted_step() const { return impl_->persisted_step(); }
+int64_t Checkpointer::replicated_step() const { return impl_->replicated_step(); }
 int64_t Checkpointer::replica_gaps_skipped() const { return impl_->replica_gaps_skipped(); }
 Status Checkpointer::WaitForPersist() { return impl_->WaitForPersist(); }
 StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }

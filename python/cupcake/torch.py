@@ -816,9 +816,16 @@ class Checkpointer:
         return self._cpp.persisted_step
 
     @property
+    def replicated_step(self):
+        """With replicas: the newest step whose replica of this rank's own state this process has
+        sent in full to its peers (0: none yet)."""
+        return self._cpp.replicated_step
+
+    @property
     def replica_gaps_skipped(self):
         """With replica_gaps: the gaps that carried no chunk because some rank's next collective
-        was already waiting there (its step behind the plan), so far."""
+        was already waiting there (its step behind the plan) or the gap rested after that, so
+        far."""
         return self._cpp.replica_gaps_skipped
 
     def wait(self):

@@ -689,6 +689,7 @@ void BindCheckpointer(py::module_& m) {
       .def_property_readonly("agreed_step", [](PyCheckpointer& c) { return c.Get().agreed_step(); })
       .def_property_readonly("local_step", [](PyCheckpointer& c) { return c.Get().local_step(); })
       .def_property_readonly("persisted_step", [](PyCheckpointer& c) { return c.Get().persisted_step(); })
+      .def_property_readonly("replicated_step", [](PyCheckpointer& c) { return c.Get().replicated_step(); })
       .def_property_readonly("replica_gaps_skipped", [](PyCheckpointer& c) { return c.Get().replica_gaps_skipped(); })
       .def("close", &PyCheckpointer::Close,
            "Waits for the copy and the persist in progress and frees the checkpointer.")

@@ -13,7 +13,8 @@ for --steps steps, committing a snapshot after every optimizer step, and
                   naming the argument, then exits (0: as expected);
   --check-gate    (with --replicate and a plan) at the end: the Checkpointer's gate is the session's, one
                   exchange per commit went through it, the session's collectives entered it (at least one
-                  per step) and no exchange started during one, else exit 1;
+                  per step), no exchange started during one and the last commit sent the whole replica
+                  of the step before it (replicated_step), else exit 1;
   --diverge-at K  rank 1 flips one bit of conv1.weight after the optimizer step of K (its parameters then
                   differ from rank 0's): commit(K + 1) must raise cupcake.Error on every rank naming that
                   entry and step K, else exit 1.
@@ -134,7 +135,7 @@ def main():
             print("ok: %s: restarted at step %d, %d tensors bitwise equal to the uninterrupted run after %d steps"
                   % (a.plan, start, len(reference), a.steps), flush=True)
     if a.check_gate:
-        check_gate(ckpt, opt, rank, a.steps - start, collectives)
+        check_gate(ckpt, opt, rank, a.steps, a.steps - start, collectives)
     if ckpt is not None:
         ckpt.close()
         if a.remove:
@@ -167,8 +168,9 @@ def check_diverged(ckpt, opt, rank, a):
              % (rank, a.diverge_at + 1))
 
 
-def check_gate(ckpt, opt, rank, commits, collectives):
-    """The replica exchanges and the session's collectives went through one gate, never at once."""
+def check_gate(ckpt, opt, rank, steps, commits, collectives):
+    """The replica exchanges and the session's collectives went through one gate, never at once;
+    the last commit (of `steps`) sent the whole replica of the step before it."""
     gate = ckpt.gate
     if gate is None or opt._cupcake.session.gate is None:
         sys.exit("FAIL: rank %d: Checkpointer(replicate=True) with a DistributedOptimizer has no gate" % rank)
@@ -184,6 +186,10 @@ def check_gate(ckpt, opt, rank, commits, collectives):
     if gate.transfers_during_collectives != 0:
         sys.exit("FAIL: rank %d: %d exchanges started during a collective, expected 0"
                  % (rank, gate.transfers_during_collectives))
+    ckpt.wait()  # the last commit's exchange too
+    if ckpt.replicated_step != steps - 1:
+        sys.exit("FAIL: rank %d: replicated_step %d after commit(%d), expected %d (each commit sends the whole "
+                 "replica of the step before it)" % (rank, ckpt.replicated_step, steps, steps - 1))
     if rank == 0:
         print("ok: gated: %d exchanges, %d session collectives, %d waited" % (
             gate.transfers, gate.collectives - collectives, gate.collectives_waited), flush=True)

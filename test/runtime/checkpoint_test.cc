@@ -1546,7 +1546,8 @@ class TrackedCommunicator final : public comm::Communicator {
 // chunks; name and gate set here), killed after 8 commits, rank 1's host lost, restarted: the
 // restart must restore `restored` (rank 1 from rank 0's replica and rank 0's weights) and run on
 // to iteration 9, whose gradients on every rank must be bitwise the uninterrupted 10-iteration
-// run's. The snapshot: a 'weights' entry of 1e6 floats, the same on every rank (kShared), and
+// run's, and each rank's replicated_step() at the crash must be `restored`. The snapshot: a
+// 'weights' entry of 1e6 floats, the same on every rank (kShared), and
 // the session's state (SmallModel: 435 elements), whose momentum topk does not keep (an empty
 // entry, shared). The snapshot is 4001914 bytes: the directory (40, 16 per entry, the names
 // 'weights', 'session.error_feedback', 'session.momentum', 'session.iteration': 166) + 4000000 +
@@ -1639,6 +1640,8 @@ void RunSessionReplicas(const std::string& name, CheckpointOptions options, int6
       }
       if (ckpt != nullptr) {
         ASSERT_TRUE(ckpt->WaitForCopy().ok());
+        // At the crash: the newest replica sent in full, the step the restart takes.
+        if (run == 1) EXPECT_EQ(ckpt->replicated_step(), restored) << "rank " << r;
       }
       transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
       if (skipped != nullptr && ckpt != nullptr) (*skipped)[static_cast<size_t>(r)] += ckpt->replica_gaps_skipped();

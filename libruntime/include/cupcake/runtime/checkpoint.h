@@ -259,6 +259,10 @@ class Checkpointer {
   // on a thread of its own after its step's copy and may end during a later step; the copy two
   // commits later waits for it, and a later Commit or WaitForCopy returns its error.
   int64_t persisted_step() const;
+  // With `replicate`: the newest step whose replica of this rank's own entries this process has
+  // sent in full to its holders (0: none yet). Each holder checks it on arrival (a failed check
+  // fails that holder's exchange). How stale a restore of this rank from its peers would be.
+  int64_t replicated_step() const;
   // With replica_gaps: the gaps after a group that carried no chunk because some rank's next
   // collective was already waiting there (its step behind the plan's timeline) or the gap was
   // resting after that (replica_gaps), so far. Their bytes go in later gaps: the replica takes
