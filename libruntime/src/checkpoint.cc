@@ -1186,7 +1186,7 @@ class Checkpointer::Impl {
   }
 
   void Clear() {
-    (void)WaitForCopy();
+    (void)WaitForExchanges();
     std::erase_if(entries_, [](const Entry& e) { return e.session_plane < 0; });
   }
 
@@ -1211,8 +1211,9 @@ class Checkpointer::Impl {
   }
 
   Status Commit(int64_t step, std::string_view metadata) {
-    // 1. The previous copy first (with the wait before the optimizer step, the only waits).
-    Status local = WaitForCopy();
+    // 1. The previous copy and the exchanges first (with the wait before the optimizer step, the
+    //    only waits): this Commit reads the streams' state and starts a new one from its own slot.
+    Status local = WaitForExchanges();
     SweepTemporaries();
     if (local.ok() && (step < 1 || step <= last_step_))
       local = InvalidArgumentError(where_ + ": step: not after the last commit; got " + std::to_string(step) +
@@ -1336,20 +1337,30 @@ class Checkpointer::Impl {
   }
 
   // Waits for the copy and the replica exchanges requested so far; the first error of those.
+  // Not for the queued replica exchanges: they read only their own frozen copy (Freeze), never
+  // the job's spans, so the job's next writes need not wait for them (Commit does).
   Status WaitForCopy() {
     if (copy_.joinable()) copy_.join();
     KeepPersistError(TakePersist(/*wait=*/false));
-    std::unique_lock lock(exchange_mu_);
-    exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
+    std::lock_guard lock(exchange_mu_);
     Status s = copy_status_.ok() ? exchange_status_ : copy_status_;
     copy_status_ = exchange_status_ = Status::Ok();
     return s;
   }
 
+  // WaitForCopy, after every queued replica exchange.
+  Status WaitForExchanges() {
+    {
+      std::unique_lock lock(exchange_mu_);
+      exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
+    }
+    return WaitForCopy();
+  }
+
   Status WaitForPersist() {
     if (copy_.joinable()) copy_.join();
     KeepPersistError(TakePersist(/*wait=*/true));
-    return WaitForCopy();
+    return WaitForExchanges();
   }
 
   int64_t agreed_step() const { return agreed_step_; }

@@ -830,8 +830,13 @@ class Checkpointer:
 
     def wait(self):
         """Waits for the background copy of the last commit (raises its error, if any); not for a
-        persist still writing its file."""
+        persist still writing its file nor for the replica exchanges in flight (see flush)."""
         self._cpp.wait_for_copy()
+
+    def flush(self):
+        """Waits for everything in flight: the copy, the persist and the replica exchanges (raises
+        the first error, if any)."""
+        self._cpp.wait_for_persist()
 
     def close(self):
         """Waits for the copy and the persist in progress and frees the checkpointer; the segment

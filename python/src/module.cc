@@ -666,6 +666,11 @@ void BindCheckpointer(py::module_& m) {
              runtime::Checkpointer& ckpt = c.Get();
              CheckWithoutGil([&] { return ckpt.WaitForCopy(); });
            })
+      .def("wait_for_persist",
+           [](PyCheckpointer& c) {
+             runtime::Checkpointer& ckpt = c.Get();
+             CheckWithoutGil([&] { return ckpt.WaitForPersist(); });
+           })
       .def("find",
            [](PyCheckpointer& c) {
              runtime::Checkpointer& ckpt = c.Get();

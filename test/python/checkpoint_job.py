@@ -2,7 +2,8 @@
 for --steps steps, committing a snapshot after every optimizer step, and
   --no-ckpt       trains without a Checkpointer (the uninterrupted reference) and saves the weights;
   --kill-at K     ends the process with os._exit right after commit(K), mid-copy or not, as a crash
-                  (--wait-before-kill: once the copy of step K is done, so the restart must resume from K);
+                  (--wait-before-kill: once the copy of step K and the replica exchanges are done, so the
+                  restart must resume from K);
   --compare REF   after restore() and the remaining steps, compares every parameter with REF's bit for
                   bit and exits 1 naming the first that differs (the test's verdict);
   --expect-start  the step restore() must return (a set: "6,7"), else exit 1;
@@ -117,7 +118,7 @@ def main():
             ckpt.commit(step)
         if step == a.kill_at:
             if a.wait_before_kill:
-                ckpt.wait()
+                ckpt.flush()
             os._exit(3)  # a crash: no cleanup, no MPI_Finalize, the copy of this step maybe half done
     weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
     path = "%s-rank%d.pt" % (a.out, rank)
@@ -186,7 +187,7 @@ def check_gate(ckpt, opt, rank, steps, commits, collectives):
     if gate.transfers_during_collectives != 0:
         sys.exit("FAIL: rank %d: %d exchanges started during a collective, expected 0"
                  % (rank, gate.transfers_during_collectives))
-    ckpt.wait()  # the last commit's exchange too
+    ckpt.flush()  # the last commit's exchange too
     if ckpt.replicated_step != steps - 1:
         sys.exit("FAIL: rank %d: replicated_step %d after commit(%d), expected %d (each commit sends the whole "
                  "replica of the step before it)" % (rank, ckpt.replicated_step, steps, steps - 1))

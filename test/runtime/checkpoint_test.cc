@@ -1639,7 +1639,7 @@ void RunSessionReplicas(const std::string& name, CheckpointOptions options, int6
         ASSERT_TRUE(c.ok()) << c.ToString();
       }
       if (ckpt != nullptr) {
-        ASSERT_TRUE(ckpt->WaitForCopy().ok());
+        ASSERT_TRUE(ckpt->WaitForPersist().ok());  // the exchanges too
         // At the crash: the newest replica sent in full, the step the restart takes.
         if (run == 1) EXPECT_EQ(ckpt->replicated_step(), restored) << "rank " << r;
       }

@@ -246,10 +246,12 @@ class Checkpointer {
   // reaches it and no restore takes it. The last snapshot before the job ends or crashes is
   // never checked (no later Commit).
   Status Commit(int64_t step, std::string_view metadata = {});
-  // Waits for the background copy (not for a persist still writing its file); its error, or a
-  // persist's that has ended, if any.
+  // Waits for the background copy (not for a persist still writing its file, nor for the queued
+  // replica exchanges, which read only their own copy; Commit waits for those); its error, or a
+  // persist's or an exchange's that has ended, if any.
   Status WaitForCopy();
-  // Waits for the background copy and the persist in progress; their errors, if any.
+  // Waits for the background copy, the persist in progress and the queued replica exchanges;
+  // their errors, if any.
   Status WaitForPersist();
   // The newest step every rank had completed at the last Commit or restore (0: none yet).
   int64_t agreed_step() const;

@@ -221,7 +221,8 @@ int cupcake_checkpointer_add(cupcake_checkpointer* checkpointer, const char* nam
  * detaches. */
 int cupcake_checkpointer_attach_session(cupcake_checkpointer* checkpointer, cupcake_session* session);
 int cupcake_checkpointer_commit(cupcake_checkpointer* checkpointer, int64_t step);
-/* Waits for the background copy of the last commit (not for a persist still writing its file). */
+/* Waits for the background copy of the last commit (not for a persist still writing its file,
+ * nor for the replica exchanges, which the next commit waits for). */
 int cupcake_checkpointer_wait(cupcake_checkpointer* checkpointer);
 /* *step: the step restored, 0 for a fresh job (nothing written). */
 int cupcake_checkpointer_restore(cupcake_checkpointer* checkpointer, int64_t* step);
