@@ -1336,7 +1336,7 @@ class Checkpointer::Impl {
     return reader;
   }
 
-  // Waits for the copy and the replica exchanges requested so far; the first error of those.
+  // Waits for the copy; the first error of the copy, of an ended persist or of an ended exchange.
   // Not for the queued replica exchanges: they read only their own frozen copy (Freeze), never
   // the job's spans, so the job's next writes need not wait for them (Commit does).
   Status WaitForCopy() {
@@ -1368,6 +1368,7 @@ class Checkpointer::Impl {
   int64_t persisted_step() const { return persisted_step_.load(std::memory_order_acquire); }
   int64_t replicated_step() const { return replicated_step_.load(std::memory_order_acquire); }
   int64_t replica_gaps_skipped() const { return gaps_skipped_.load(std::memory_order_relaxed); }
+  int64_t replica_gaps_requested() const { return gap_requests_.load(std::memory_order_relaxed); }
 
   StatusOr<RestorePoint> Find() {
     Status local = WaitForPersist();  // the files it lists are complete
@@ -1692,12 +1693,27 @@ class Checkpointer::Impl {
   // The session's hook, on its communication thread: group `group` of plan `plan` has finished its
   // collective and the next has not started. The gap after it gets its chunk when the gaps are
   // that plan's and a Commit has armed them, unless some rank's next collective is already
-  // waiting (`next_waiting` here: the exchange's agreement then sends nothing, SendChunk) or the
-  // gap is resting (GapResting).
+  // waiting (`next_waiting` here: the exchange's agreement then sends nothing, SendChunk). A gap
+  // that rests (GapResting) or finds every stream ended requests no exchange: decided here, once
+  // the exchanges queued before have ended (with the gate there are none: the collective that
+  // just ended waited for them), so every rank decides alike from the same history, and the
+  // next collective does not wait for the exchange thread.
   void AfterCollective(int plan, int group, bool next_waiting) {
     if (!gaps_armed_.load() || plan != gaps_plan_ || group < 0 || group >= static_cast<int>(gap_bytes_.size())) return;
-    if (const int64_t bytes = gap_bytes_[static_cast<size_t>(group)]; bytes > 0)
-      RequestExchange({false, {}, bytes, next_waiting, group});
+    const int64_t bytes = gap_bytes_[static_cast<size_t>(group)];
+    if (bytes == 0) return;
+    gap_requests_.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::unique_lock lock(exchange_mu_);
+      exchange_cv_.wait(lock, [&] { return exchanges_.empty(); });
+      const bool resting = GapResting(group);
+      if (streams_done_) return;
+      if (resting) {
+        gaps_skipped_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+    RequestExchange({false, {}, bytes, next_waiting, group});
   }
 
   // Commit's chunk: gap -1's while the gaps' plan is active, else replica_chunk_bytes (0: all).
@@ -1987,11 +2003,12 @@ class Checkpointer::Impl {
       const ExchangeRequest request = exchanges_.front();
       lock.unlock();
       const Status status = Exchange(request);
-      if (options_.gate) options_.gate->EndTransfer();
       lock.lock();
       exchanges_.pop_front();
       if (exchange_status_.ok()) exchange_status_ = status;
       exchange_cv_.notify_all();
+      // Only now: a collective the gate held finds the queue empty at its hook (AfterCollective).
+      if (options_.gate) options_.gate->EndTransfer();
     }
   }
 
@@ -2000,8 +2017,7 @@ class Checkpointer::Impl {
   //   1. Commit's, after every rank's stream has ended: this rank starts a new one from
   //      `source` (none: an empty one), and the next exchange with a chunk runs whatever it finds;
   //   2. while some stream has bytes left, SendChunk sends this rank's next chunk of at most
-  //      request.chunk_bytes. A gap's request makes no collective when every stream has ended or
-  //      the gap rests (GapResting): every rank knows both alike, from the exchanges before.
+  //      request.chunk_bytes (a gap's request comes only then: AfterCollective).
   Status Exchange(const ExchangeRequest& request) {
     Status status = Status::Ok();
     if (request.commit && streams_done_) {
@@ -2010,12 +2026,7 @@ class Checkpointer::Impl {
       if (request.source) status = Freeze(*request.source);
       streams_done_ = false;
     }
-    const bool resting = request.gap >= 0 && GapResting(request.gap);
     if (request.chunk_bytes == 0 || streams_done_) return status;
-    if (resting) {
-      gaps_skipped_.fetch_add(1, std::memory_order_relaxed);
-      return status;
-    }
     bool closed = false;
     const Status sent = SendChunk(request.behind ? 0 : request.chunk_bytes, &closed);
     if (request.gap >= 0) AgreeGap(request.gap, closed);  // also after a rank's own error: see SendChunk
@@ -2026,7 +2037,8 @@ class Checkpointer::Impl {
   // 2^n - 1 requests make no exchange, n the exchanges in a row that found it closed, at most
   // kGapMaxClosed. So a gap that stays closed costs one agreement in 16 steps in place of one per
   // step, and one that has opened again is tried within 15 steps. Every rank keeps the same
-  // history: it runs the same exchanges, each with the same agreed cap.
+  // history: it runs the same exchanges, each with the same agreed cap. The history is the
+  // exchange thread's while an exchange is queued, the hook's (under exchange_mu_) otherwise.
   static constexpr int kGapMaxClosed = 4;
   bool GapResting(int gap) {
     GapHistory& h = gap_history_[static_cast<size_t>(gap)];
@@ -2420,7 +2432,8 @@ class Checkpointer::Impl {
   // or resting (GapResting).
   std::atomic<int64_t> gaps_skipped_{0};
   std::atomic<int64_t> replicated_step_{0};  // the step of this rank's newest stream sent to its end
-  struct GapHistory {  // per group of gaps_plan_; the exchange thread's (AgreeGap)
+  std::atomic<int64_t> gap_requests_{0};  // the hook's calls for a gap with bytes (AfterCollective)
+  struct GapHistory {  // per group of gaps_plan_ (GapResting, AgreeGap)
     int closed = 0;  // exchanges in a row that found the gap closed, at most kGapMaxClosed
     int rest = 0;  // requests left that make no exchange
   };
@@ -2516,6 +2529,7 @@ int64_t Checkpointer::local_step() const { return impl_->local_step(); }
 int64_t Checkpointer::persisted_step() const { return impl_->persisted_step(); }
 int64_t Checkpointer::replicated_step() const { return impl_->replicated_step(); }
 int64_t Checkpointer::replica_gaps_skipped() const { return impl_->replica_gaps_skipped(); }
+int64_t Checkpointer::replica_gaps_requested() const { return impl_->replica_gaps_requested(); }
 Status Checkpointer::WaitForPersist() { return impl_->WaitForPersist(); }
 StatusOr<RestorePoint> Checkpointer::Find() { return impl_->Find(); }
 Status Checkpointer::Apply(const Status& job_status) { return impl_->Apply(job_status); }

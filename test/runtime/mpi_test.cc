@@ -467,7 +467,7 @@ void ReplicasInTheGapsOverMpi(MpiProcess& mpi, Checks& check, int rank, int worl
     for (int it = 0; it < 8; ++it) {
       FillGradients(grads, rank, it);
       // The gaps after groups idle from the first Commit on (it > 0): each group waits for them.
-      check(testing::ReadyGroupByGroup(s, plan, it > 0 ? gate.get() : nullptr, [](int) { return true; }).ok(),
+      check(testing::ReadyGroupByGroup(s, plan, it > 0 ? &ckpt : nullptr, [](int) { return true; }).ok(),
             "gaps: ready");
       check(s.Synchronize().ok(), "gaps: synchronize");
       check(ckpt.WaitForCopy().ok(), "gaps: wait");
@@ -476,7 +476,10 @@ void ReplicasInTheGapsOverMpi(MpiProcess& mpi, Checks& check, int rank, int worl
       check(committed.ok(), "gaps: commit: " + committed.ToString());
     }
     check(ckpt.WaitForCopy().ok(), "gaps: wait");
-    check(gate->transfers() == 8 + 7 * 3, "gaps: transfers " + std::to_string(gate->transfers()) + ", expected 29");
+    // One exchange per Commit and per gap while a stream has bytes left: not in iteration 1's three
+    // gaps (Commit 1's streams are empty) nor in the last gap of iterations 3, 5 and 7 (the stream
+    // ended in the gap before), as in checkpoint_test's ReplicaInTheGapsBetweenCollectives...
+    check(gate->transfers() == 8 + 7 * 3 - 6, "gaps: transfers " + std::to_string(gate->transfers()) + ", expected 23");
     check(gate->transfers_during_collectives() == 0,
           "gaps: transfers during collectives: " + std::to_string(gate->transfers_during_collectives()));
     made->reset();

@@ -157,18 +157,18 @@ inline Status RegisterAll(Session& session, const pb::Model& m, const Gradients&
   return Status::Ok();
 }
 
-// Makes every gradient of `plan` ready, group by group. With `gate` (a checkpointer's, whose
-// replica gaps follow the groups `paced` names), group k only once the gate's transfers grew
-// after group k - 1 was made ready: the checkpointer has requested the gap after k - 1 while
+// Makes every gradient of `plan` ready, group by group. With `ckpt` (a Checkpointer, whose
+// replica gaps follow the groups `paced` names), group k only once its replica_gaps_requested()
+// grew after group k - 1 was made ready: the checkpointer has taken the gap after k - 1 while
 // group k was not yet encoded, so that gap's network is idle (Session::AfterCollective's
 // next_waiting false), as in a job whose backward outlasts its collectives.
-template <typename Gate, typename Paced>
-Status ReadyGroupByGroup(Session& session, const pb::Plan& plan, const Gate* gate, Paced paced) {
-  int64_t requested = 0;  // the gate's transfers before group k - 1 was made ready
+template <typename Ckpt, typename Paced>
+Status ReadyGroupByGroup(Session& session, const pb::Plan& plan, const Ckpt* ckpt, Paced paced) {
+  int64_t requested = 0;  // the gaps requested before group k - 1 was made ready
   for (int k = 0; k < plan.groups_size(); ++k) {
-    if (gate != nullptr && k > 0 && paced(k - 1))
-      while (gate->transfers() == requested) std::this_thread::yield();
-    if (gate != nullptr) requested = gate->transfers();
+    if (ckpt != nullptr && k > 0 && paced(k - 1))
+      while (ckpt->replica_gaps_requested() == requested) std::this_thread::yield();
+    if (ckpt != nullptr) requested = ckpt->replica_gaps_requested();
     for (int i = plan.groups(k).first_tensor(); i <= plan.groups(k).last_tensor(); ++i)
       CUPCAKE_RETURN_IF_ERROR(session.GradientReady(i));
   }

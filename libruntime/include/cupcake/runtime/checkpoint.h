@@ -270,6 +270,10 @@ class Checkpointer {
   // resting after that (replica_gaps), so far. Their bytes go in later gaps: the replica takes
   // more iterations.
   int64_t replica_gaps_skipped() const;
+  // With replica_gaps: the gaps after a group whose collective has ended while their plan was
+  // active, from the first Commit on, so far; each then made an exchange or none (skipped, or
+  // every stream had ended).
+  int64_t replica_gaps_requested() const;
 
   // Collective: Find() then Apply(). Returns the step restored (0: nothing to restore, the spans
   // are untouched).
