@@ -81,6 +81,8 @@ std::optional<std::string> ParseSharedFlag(const std::string& arg, const char* v
     }
   } else if (arg == "--replica-group-hosts") {
     return integer(f.replica_group_hosts, 2, 1 << 20);
+  } else if (arg == "--replica-max-commits") {
+    return integer(f.replica_max_commits, 1, 1000000);
   } else if (arg == "--weights") {
     f.weights_path = value;
   } else if (arg == "--blocking-save") {
@@ -432,8 +434,9 @@ std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, Loo
     return "expected either --plan PLAN.pb or CUPCAKE_RECORD in the environment";
   if (f.checkpoint.empty() && (!f.persist_dir.empty() || f.persist_every > 0 || f.crash_at > 0 || f.replicate))
     return "--persist, --persist-every, --crash-at and --replicate need --checkpoint NAME";
-  if (!f.replicate && (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2 || !f.replica_gaps.empty()))
-    return "--replica-chunk-bytes, --replica-gaps and --replica-group-hosts need --replicate";
+  if (!f.replicate &&
+      (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2 || !f.replica_gaps.empty() || f.replica_max_commits > 0))
+    return "--replica-chunk-bytes, --replica-gaps, --replica-group-hosts and --replica-max-commits need --replicate";
   if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
   if (!f.blocking_save_dir.empty() && f.save_every == 0) return "--blocking-save: needs --save-every N";
   if (f.blocking_save_dir.empty() && f.save_every > 0) return "--save-every: needs --blocking-save DIR";
@@ -458,7 +461,8 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
   if (has("--checkpoint"))
     usage +=
         "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
-        "            [--replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]]]";
+        "            [--replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]\n"
+        "                         [--replica-max-commits K]]]";
   if (has("--weights")) usage += " [--weights FILE]";
   if (has("--blocking-save")) usage += "\n           [--blocking-save DIR --save-every N]";
   if (!job_flags.usage.empty()) usage += "\n           " + job_flags.usage;
@@ -482,6 +486,7 @@ runtime::CheckpointOptions CheckpointOptionsOf(const LoopFlags& flags, std::shar
   options.replica_chunk_bytes = flags.replica_chunk_bytes;
   options.replica_group_hosts = flags.replica_group_hosts;
   options.replica_gaps = flags.replica_gaps;
+  options.replica_max_commits = flags.replica_max_commits;
   options.gate = std::move(gate);
   return options;
 }

@@ -76,14 +76,16 @@ struct LoopFlags {
   std::string persist_dir;  // --persist DIR
   int persist_every = 0;  // --persist-every N
   int crash_at = 0;  // --crash-at STEP: the process ends (_Exit(3)) right after commit(STEP), a crash for tests
-  // --replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]:
-  // replicas on other hosts, streamed in chunks between the session's collectives (a NetworkGate
-  // on its communicator): one per commit, or one in each listed idle gap of the plan (after group
-  // G, -1 before the first; CheckpointOptions::replica_gaps).
+  // --replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]
+  // [--replica-max-commits K]: replicas on other hosts, streamed in chunks between the session's
+  // collectives (a NetworkGate on its communicator): one per commit, or one in each listed idle
+  // gap of the plan (after group G, -1 before the first; CheckpointOptions::replica_gaps); each
+  // within K commits (CheckpointOptions::replica_max_commits; 0: no bound).
   bool replicate = false;
   int replica_chunk_bytes = 0;
   std::vector<runtime::ReplicaGap> replica_gaps;
   int replica_group_hosts = 2;
+  int replica_max_commits = 0;
   std::string weights_path;  // --weights FILE: each rank writes its parameters' bytes to FILE-rank<r>
   // --blocking-save DIR --save-every N: the baseline --persist-every is measured against
   // (docs/CHECKPOINT.md): every N steps, after the update, rank 0 writes the whole state to one

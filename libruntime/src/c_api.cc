@@ -70,6 +70,7 @@ int CreateCCheckpointer(const cupcake_checkpoint_options& o, std::unique_ptr<com
   options.replicate = o.replicate != 0;
   options.replica_chunk_bytes = o.replica_chunk_bytes;
   if (o.replica_group_hosts != 0) options.replica_group_hosts = o.replica_group_hosts;
+  options.replica_max_commits = o.replica_max_commits;
   if (o.replica_gap_count < 0 || (o.replica_gap_count > 0 && o.replica_gaps == nullptr))
     return Report(InvalidArgumentError(
         "cupcake_checkpointer_create: options.replica_gaps: not an array of replica_gap_count gaps; got " +

@@ -1281,7 +1281,7 @@ class Checkpointer::Impl {
       // iteration's collectives, and opens when the exchange has ended.
       std::optional<SlotSegment::ValidSlot> source;
       if (ensured.ok() && streams_done_) source = NewestOwnSlot();
-      RequestExchange({true, source, CommitChunkBytes()});
+      RequestExchange({true, source, CommitChunkBytes(step, source)});
     }
     CUPCAKE_RETURN_IF_ERROR(ensured);
     // 5. What the next iteration writes before its optimizer step, copied now; then the copy on
@@ -1716,10 +1716,16 @@ class Checkpointer::Impl {
     RequestExchange({false, {}, bytes, next_waiting, group});
   }
 
-  // Commit's chunk: gap -1's while the gaps' plan is active, else replica_chunk_bytes (0: all).
-  int64_t CommitChunkBytes() const {
+  // Commit(step)'s chunk: all that is left once the stream (in flight, or starting from `source`)
+  // is replica_max_commits steps old; else gap -1's while the gaps' plan is active, else
+  // replica_chunk_bytes (0: all). A rank whose stream is of another step (its copy failed) asks
+  // less, and the exchange's agreement sends the least any rank asks (SendChunk).
+  int64_t CommitChunkBytes(int64_t step, const std::optional<SlotSegment::ValidSlot>& source) const {
+    constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
+    const int64_t of = streams_done_ ? (source ? source->step : -1) : stream_.step;
+    if (options_.replica_max_commits > 0 && of >= 0 && step >= of + options_.replica_max_commits) return kAll;
     if (gaps_plan_ >= 0 && session_ != nullptr && session_->active_plan() == gaps_plan_) return commit_gap_bytes_;
-    return options_.replica_chunk_bytes > 0 ? options_.replica_chunk_bytes : std::numeric_limits<int64_t>::max();
+    return options_.replica_chunk_bytes > 0 ? options_.replica_chunk_bytes : kAll;
   }
 
   // What the ranks must agree on for their exchanges to pair up: the gaps and their plan.
@@ -2482,6 +2488,9 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
   if (options.replica_chunk_bytes < 0)
     problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
             ", expected >= 0 (0: whole replicas)");
+  if (options.replica_max_commits < 0)
+    problem("Checkpointer: replica_max_commits: out of range; got " + std::to_string(options.replica_max_commits) +
+            ", expected >= 0 (0: no bound)");
   for (size_t i = 0; i < options.replica_gaps.size(); ++i) {
     const ReplicaGap& g = options.replica_gaps[i];
     const std::string field = "Checkpointer: replica_gaps[" + std::to_string(i) + "]";

@@ -697,8 +697,9 @@ class Checkpointer:
     `replica_gaps` in every idle gap of the session's plan: a list of (after_group, bytes) pairs or
     of `cupcake-plan show --format json`'s replica_schedule.gaps (after_group, chunk_bytes), -1 the
     gap before the first collective, k the gap after group k's (a DistributedOptimizer's session,
-    its plan active now; docs/CHECKPOINT.md). So a
-    rank whose host lost its memory restores from that copy and another rank's shared state
+    its plan active now; docs/CHECKPOINT.md). replica_max_commits (>= 0; 0: no bound): a replica
+    takes at most that many commits, the last sending all it has left, even when the job runs
+    behind its plan and the gaps carry nothing. So a rank whose host lost its memory restores from that copy and another rank's shared state
     (docs/CHECKPOINT.md). shared_state: whether the parameters and the optimizer's state are the
     same on every rank at every commit (data parallelism), so that replicas leave them out; None:
     True with a DistributedOptimizer (it averages the gradients), else False (each rank's own, as
@@ -721,7 +722,8 @@ class Checkpointer:
     """
 
     def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False,
-                 replica_chunk_bytes=0, replica_group_hosts=2, shared_state=None, replica_gaps=None):
+                 replica_chunk_bytes=0, replica_group_hosts=2, shared_state=None, replica_gaps=None,
+                 replica_max_commits=0):
         self.model = model
         self.optimizer = optimizer
         self.name = name
@@ -733,6 +735,9 @@ class Checkpointer:
         if isinstance(replica_group_hosts, bool) or not isinstance(replica_group_hosts, int) or replica_group_hosts < 2:
             raise UsageError("Checkpointer: replica_group_hosts: out of range; got %r, expected an int >= 2 (a host "
                              "and at least one that keeps its replicas)" % (replica_group_hosts,))
+        if isinstance(replica_max_commits, bool) or not isinstance(replica_max_commits, int) or replica_max_commits < 0:
+            raise UsageError("Checkpointer: replica_max_commits: out of range; got %r, expected an int >= 0 (0: no "
+                             "bound)" % (replica_max_commits,))
         gaps = _replica_gaps(replica_gaps)
         if shared_state not in (None, True, False):
             raise UsageError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
@@ -743,7 +748,7 @@ class Checkpointer:
         self.gate = self._session.gate if replicate and self._session is not None else None
         self._cpp = cupcake.track(cupcake.Checkpointer(launched, name, persist_dir or "", int(persist_every),
                                                        bool(replicate), replica_chunk_bytes, replica_group_hosts,
-                                                       self.gate, gaps))
+                                                       self.gate, gaps, replica_max_commits))
         if self._session is not None:
             self._cpp.attach_session(self._session)
         self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)

@@ -559,7 +559,8 @@ class PyCheckpointer {
  public:
   PyCheckpointer(Launch& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
                  bool replicate, int64_t replica_chunk_bytes, int replica_group_hosts,
-                 std::shared_ptr<runtime::NetworkGate> gate, const std::vector<std::pair<int, int64_t>>& replica_gaps)
+                 std::shared_ptr<runtime::NetworkGate> gate, const std::vector<std::pair<int, int64_t>>& replica_gaps,
+                 int replica_max_commits)
       : comm_(mpi.World()) {
     runtime::CheckpointOptions options;
     options.name = name;
@@ -568,6 +569,7 @@ class PyCheckpointer {
     options.replicate = replicate;
     options.replica_chunk_bytes = replica_chunk_bytes;
     options.replica_group_hosts = replica_group_hosts;
+    options.replica_max_commits = replica_max_commits;
     options.gate = std::move(gate);
     for (const auto& [after_group, bytes] : replica_gaps) options.replica_gaps.push_back({after_group, bytes});
     ckpt_ = Take(runtime::Checkpointer::Create(options, comm_.get()));
@@ -636,11 +638,11 @@ void BindCheckpointer(py::module_& m) {
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
       .def(py::init<Launch&, const std::string&, const std::string&, int, bool, int64_t, int,
-                    std::shared_ptr<runtime::NetworkGate>, const std::vector<std::pair<int, int64_t>>&>(),
+                    std::shared_ptr<runtime::NetworkGate>, const std::vector<std::pair<int, int64_t>>&, int>(),
            py::arg("mpi"), py::arg("name"), py::arg("persist_dir") = "", py::arg("persist_every") = 0,
            py::arg("replicate") = false, py::arg("replica_chunk_bytes") = 0, py::arg("replica_group_hosts") = 2,
            py::arg("gate").none(true) = nullptr, py::arg("replica_gaps") = std::vector<std::pair<int, int64_t>>{},
-           py::keep_alive<1, 2>(),
+           py::arg("replica_max_commits") = 0, py::keep_alive<1, 2>(),
            "gate: a host Session's `gate`, so that replica exchanges and that session's collectives never overlap "
            "(None: not coordinated). replica_gaps: (after_group, bytes) per idle gap of the attached session's "
            "plan, the chunks sent between its collectives (CheckpointOptions::replica_gaps).")

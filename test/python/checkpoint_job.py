@@ -2,8 +2,8 @@
 for --steps steps, committing a snapshot after every optimizer step, and
   --no-ckpt       trains without a Checkpointer (the uninterrupted reference) and saves the weights;
   --kill-at K     ends the process with os._exit right after commit(K), mid-copy or not, as a crash
-                  (--wait-before-kill: once the copy of step K and the replica exchanges are done, so the
-                  restart must resume from K);
+                  (--wait-before-kill: once the copy of step K, the persist and the replica exchanges in
+                  flight are done (ckpt.flush()), so the restart must resume from K or its newest file);
   --compare REF   after restore() and the remaining steps, compares every parameter with REF's bit for
                   bit and exits 1 naming the first that differs (the test's verdict);
   --expect-start  the step restore() must return (a set: "6,7"), else exit 1;
@@ -197,7 +197,8 @@ def check_gate(ckpt, opt, rank, steps, commits, collectives):
 
 
 def check_bad_options(model, opt, name):
-    """replica_chunk_bytes and replica_group_hosts out of range: ValueError naming the argument."""
+    """replica_chunk_bytes, replica_group_hosts and replica_max_commits out of range: ValueError naming the
+    argument."""
     cases = [
         ({"replica_chunk_bytes": -1}, "Checkpointer: replica_chunk_bytes: out of range; got -1, expected an int >= 0 "
                                       "(0: whole replicas)"),
@@ -207,6 +208,8 @@ def check_bad_options(model, opt, name):
                                      "(a host and at least one that keeps its replicas)"),
         ({"replica_group_hosts": True}, "Checkpointer: replica_group_hosts: out of range; got True, expected an int "
                                         ">= 2 (a host and at least one that keeps its replicas)"),
+        ({"replica_max_commits": -1}, "Checkpointer: replica_max_commits: out of range; got -1, expected an int >= 0 "
+                                      "(0: no bound)"),
         ({"shared_state": "yes"}, "Checkpointer: shared_state: got 'yes', expected None, True or False"),
     ]
     for kwargs, want in cases:

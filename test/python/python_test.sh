@@ -146,11 +146,14 @@ case "$stage" in
     # commit(5) raises on every rank naming the entry and step 4.
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-diverge" --steps 6 --name "$tag-diverge" \
       --diverge-at 4 --remove
-    # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted).
+    # Persisted: every 4 steps; the hosts' memory is lost after the kill (segments deleted). The
+    # kill comes once step 8's file is written (--wait-before-kill: ckpt.flush()), which a loaded
+    # machine may not have done two steps later on its own.
     rm -rf "$work/ckpt-persist" && mkdir -p "$work/ckpt-persist"
     name="$tag-persist"
     if "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-persist" --steps 12 --name "$name" \
-        --persist "$work/ckpt-persist" --persist-every 4 --kill-at 10 >"$work/ckpt-persist-killed.log" 2>&1; then
+        --persist "$work/ckpt-persist" --persist-every 4 --kill-at 10 --wait-before-kill \
+        >"$work/ckpt-persist-killed.log" 2>&1; then
       echo "FAIL: persist: the run killed at step 10 exited 0"; exit 1
     fi
     rm -f /dev/shm/cupcake-"$name"-*

@@ -1730,6 +1730,19 @@ TEST_F(CheckpointTest, ReplicaInTheGapsBetweenCollectivesCompletesInFewerCommits
     EXPECT_EQ(behind_trackers[static_cast<size_t>(r)].overlaps.load(), 0);
     EXPECT_TRUE(Checkpointer::RemoveSegment(behind, r).ok());
   }
+  // The same job behind its plan with replica_max_commits 3: a stream's third Commit sends all it
+  // has left, so Commit 4 completes step 1's replica (Commit 5 without the bound: 300 bytes short)
+  // and Commit 7 step 4's (Commit 5 starts it); the restart restores 4. Run 2's streams start at
+  // Commits 6 and 9 (Commit 5's are empty, after the restore): step 5's completes at Commit 8.
+  std::array<NetworkTracker, kWorld> bounded_trackers;
+  CheckpointOptions bounded = gaps;
+  bounded.replica_max_commits = 3;
+  const std::string bounded_name = name_ + "-bounded";
+  RunSessionReplicas(bounded_name, bounded, 4, bounded_trackers, transfers, during, /*idle_gaps=*/false);
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(bounded_trackers[static_cast<size_t>(r)].overlaps.load(), 0) << "rank " << r;
+    EXPECT_TRUE(Checkpointer::RemoveSegment(bounded_name, r).ok());
+  }
   // One chunk of 300 bytes per Commit: 7 commits per replica.
   std::array<NetworkTracker, kWorld> per_commit_trackers;
   CheckpointOptions per_commit;
@@ -1880,12 +1893,14 @@ TEST_F(CheckpointTest, CApiCommitsAndRestores) {
   chunks.replicate = 1;
   chunks.replica_chunk_bytes = -1;
   chunks.replica_group_hosts = 1;
+  chunks.replica_max_commits = -2;
   comm::InProcessGroup two(2);
   EXPECT_EQ(internal::CreateCCheckpointer(chunks, two.Rank(0), &c), CUPCAKE_INVALID_ARGUMENT);
   EXPECT_STREQ(cupcake_last_error(),
                "cupcake_checkpointer_create: Checkpointer: replica_chunk_bytes: out of range; got -1, expected >= 0 "
-               "(0: whole replicas)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host "
-               "and at least one that keeps its replicas)");
+               "(0: whole replicas)\nCheckpointer: replica_max_commits: out of range; got -2, expected >= 0 (0: no "
+               "bound)\nCheckpointer: replica_group_hosts: out of range; got 1, expected >= 2 (a host and at least "
+               "one that keeps its replicas)");
 }
 
 // CUPCAKE_CHECKPOINT_SHARED reaches the Checkpointer: a data-parallel job's lost host (rank 1's,

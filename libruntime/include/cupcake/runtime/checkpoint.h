@@ -128,6 +128,12 @@ struct CheckpointOptions {
   // same gaps (Commit checks).
   // Empty: replica_chunk_bytes at every Commit.
   std::vector<ReplicaGap> replica_gaps;
+  // The most Commits a replica stream may take (with `replicate`): the stream of step s sends all
+  // it has left in Commit(s + replica_max_commits)'s exchange, whatever the chunks and gaps, so a
+  // job that runs behind its plan (its gaps carrying nothing) still completes a replica every that
+  // many steps, at the price of that exchange's time on the network. 0: no bound; 1: the whole
+  // replica at each stream's first Commit. >= 0.
+  int replica_max_commits = 0;
   // Gemini's m: hosts per group, >= 2; a group survives m - 1 lost hosts.
   int replica_group_hosts = 2;
   // Shared with the communicator of the job's Session (GateCommunicator), so that the session's

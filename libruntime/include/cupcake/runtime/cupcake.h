@@ -201,6 +201,7 @@ typedef struct cupcake_checkpoint_options {
    * collectives (replicate; attach the session before the first commit); NULL and 0: none. */
   const cupcake_replica_gap* replica_gaps;
   int replica_gap_count;
+  int replica_max_commits; /* the most commits a replica stream may take; 0: no bound */
 } cupcake_checkpoint_options;
 int cupcake_checkpointer_create(const cupcake_checkpoint_options* options, cupcake_checkpointer** out);
 /* cupcake_checkpointer_add's flags, or'ed. */
