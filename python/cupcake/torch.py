@@ -699,8 +699,8 @@ class Checkpointer:
     gap before the first collective, k the gap after group k's (a DistributedOptimizer's session,
     its plan active now; docs/CHECKPOINT.md). replica_max_commits (>= 0; 0: no bound): a replica
     takes at most that many commits, the last sending all it has left, even when the job runs
-    behind its plan and the gaps carry nothing. So a rank whose host lost its memory restores from that copy and another rank's shared state
-    (docs/CHECKPOINT.md). shared_state: whether the parameters and the optimizer's state are the
+    behind its plan and the gaps carry nothing. So a rank whose host lost its memory restores
+    from that copy and another rank's shared state (docs/CHECKPOINT.md). shared_state: whether the parameters and the optimizer's state are the
     same on every rank at every commit (data parallelism), so that replicas leave them out; None:
     True with a DistributedOptimizer (it averages the gradients), else False (each rank's own, as
     for a job whose ranks train apart). Buffers (batch-norm statistics, computed from each rank's
