@@ -120,8 +120,8 @@ def print_lines(result, arms):
         print(f"{'':9s} phases, median of round medians: " +
               ", ".join(f"{name} {statistics.median(p[name] for p in phases):.1f}" for name in phases[0]) + " ms")
         if "round_replica" in s:
-            print(f"{'':9s} replica exchanges per round (rank 0): " + "; ".join(
-                f"{x['exchanges']} requested, {x['gaps_skipped']} gaps skipped, {x['collectives_waited']} collectives "
+            print(f"{'':9s} replicas per round (rank 0): " + "; ".join(
+                f"{x['exchanges']} exchanges, {x['gaps_skipped']} gaps skipped, {x['collectives_waited']} collectives "
                 f"waited" + (f", newest replica step {x['replicated_step']} of {x['committed']}" if "committed" in x else "")
                 for x in s["round_replica"]))
         if "round_achieved_period_steps" in s:

@@ -700,12 +700,13 @@ class Checkpointer:
     its plan active now; docs/CHECKPOINT.md). replica_max_commits (>= 0; 0: no bound): a replica
     takes at most that many commits, the last sending all it has left, even when the job runs
     behind its plan and the gaps carry nothing. So a rank whose host lost its memory restores
-    from that copy and another rank's shared state (docs/CHECKPOINT.md). shared_state: whether the parameters and the optimizer's state are the
-    same on every rank at every commit (data parallelism), so that replicas leave them out; None:
-    True with a DistributedOptimizer (it averages the gradients), else False (each rank's own, as
-    for a job whose ranks train apart). Buffers (batch-norm statistics, computed from each rank's
-    batches) and the session's state are always this rank's own. A restore from a replica checks
-    the rebuilt snapshot against the lost rank's checksum, so shared state that differed fails it.
+    from that copy and another rank's shared state (docs/CHECKPOINT.md). shared_state: whether
+    the parameters and the optimizer's state are the same on every rank at every commit (data
+    parallelism), so that replicas leave them out; None: True with a DistributedOptimizer (it
+    averages the gradients), else False (each rank's own, as for a job whose ranks train apart).
+    Buffers (batch-norm statistics, computed from each rank's batches) and the session's state
+    are always this rank's own. A restore from a replica checks the rebuilt snapshot against the
+    lost rank's checksum, so shared state that differed fails it.
     Earlier than that, each commit() compares the shared state of the previous snapshot across the
     ranks (fingerprints the background copy computes) and raises cupcake.Error on every rank
     naming the first entry that differs and its step; that snapshot is dropped. With replicate and
