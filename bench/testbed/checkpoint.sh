@@ -12,7 +12,8 @@
 #   replicas    the same with --replicate and the schedule's chunks: the per-rank state also
 #               streams to the other host between the collectives, in every gap
 #               (--replica-gaps) where the gaps carry more per iteration than the gap after
-#               Commit, else in that one (--replica-chunk-bytes);
+#               Commit, else in that one (--replica-chunk-bytes); --replica-max-commits K
+#               passes the training loop's bound on a replica's age (0: none);
 #   persist     the snapshot with --persist --persist-every N (--save-every): every N steps each
 #               rank also writes its snapshot to a file in STORE, after the copy, in the background;
 #   blocking    --blocking-save --save-every N: every N steps, after the update, rank 0 gathers
@@ -39,6 +40,7 @@
 #       [--model wide | --replay MODEL.json [--compute-scale 1]] [--ratio 0.01] [--iterations 30]
 #       [--warmup 5] [--rounds 3]
 #       [--arms none,snapshot,replicas] [--save-every 5] [--store DIR/store] [--recovery 0]
+#       [--replica-max-commits K]
 #
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
 # DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round:
@@ -53,7 +55,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd) me=checkpoint
 . "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate=1gbit out="" model=wide ratio=0.01 iterations=30 warmup=5 rounds=3
-arms_flag=none,snapshot,replicas save_every=5 store="" replay="" scale=1 recovery=0
+arms_flag=none,snapshot,replicas save_every=5 store="" replay="" scale=1 recovery=0 max_commits=0
 usage() { sed -n '/^#   bench\/testbed\/checkpoint.sh/,/^#$/p' "$0" | sed 's/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -72,12 +74,13 @@ while [ $# -gt 0 ]; do
     --save-every) save_every=${2:-}; shift 2 ;;
     --store) store=${2:-}; shift 2 ;;
     --recovery) recovery=${2:-}; shift 2 ;;
+    --replica-max-commits) max_commits=${2:-}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "checkpoint: unknown flag $1" >&2; usage ;;
   esac
 done
 [ -n "$out" ] || { echo "checkpoint: --out DIR is required" >&2; usage; }
-for n in hosts rph iterations warmup rounds save_every recovery; do
+for n in hosts rph iterations warmup rounds save_every recovery max_commits; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "checkpoint: $n: got '${!n}', expected an integer" >&2; exit 2; }
 done
 [ "$save_every" -ge 1 ] || { echo "checkpoint: --save-every: got '$save_every', expected >= 1" >&2; exit 2; }
@@ -114,7 +117,7 @@ trap 'testbed down >/dev/null 2>&1 || true; rm -f /dev/shm/cupcake-$tag-*' EXIT
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
   machine_header "$hosts" "$rph" "$rate"
-  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate $([ -n "$replay" ] && echo "--replay $replay --compute-scale $scale" || echo "--model $model") --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every"
+  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate $([ -n "$replay" ] && echo "--replay $replay --compute-scale $scale" || echo "--model $model") --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every$([ "$max_commits" = 0 ] || echo " --replica-max-commits $max_commits")"
   echo "store=$store ($(df -PT "$store" | awk 'NR == 2 {print $2 " on " $1}'))"
 } >"$out/machine.txt"
 
@@ -147,6 +150,7 @@ elif [ "$chunk" -gt 0 ]; then
   replica=(--replicate --replica-chunk-bytes "$chunk")
   log "replicas in the gap after Commit: $chunk bytes per iteration"
 fi
+[ ${#replica[@]} = 0 ] || [ "$max_commits" = 0 ] || replica+=(--replica-max-commits "$max_commits")
 if [ ${#replica[@]} = 0 ] && [[ " ${arms[*]} " == *" replicas "* ]]; then
   log "no gap fits a chunk: the replicas arm is left out"
   read -r -a arms <<<"$(printf '%s ' "${arms[@]}" | sed 's/replicas //')"
