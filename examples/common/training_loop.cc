@@ -59,6 +59,8 @@ std::optional<std::string> ParseSharedFlag(const std::string& arg, const char* v
     f.persist_dir = value;
   } else if (arg == "--persist-every") {
     return integer(f.persist_every, 1, 1000000);
+  } else if (arg == "--persist-chunk-bytes") {
+    return integer(f.persist_chunk_bytes, 1, 1 << 30);
   } else if (arg == "--crash-at") {
     return integer(f.crash_at, 1, 1000000);
   } else if (arg == "--replica-chunk-bytes") {
@@ -390,7 +392,12 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
     }
     std::printf("%s: phases, ms (medians; each phase's slowest rank):%s\n", s.job.c_str(), line.c_str());
     PrintDurable(durable);
-    if (const runtime::NetworkGate* gate = s.runtime->gate.get(); gate != nullptr && s.checkpoint != nullptr)
+    const runtime::NetworkGate* gate = s.runtime->gate.get();
+    if (gate != nullptr && s.checkpoint != nullptr && flags.persist_chunk_bytes > 0)
+      std::printf("checkpoint: rank 0: %lld persist pieces in the network's idle time; %lld collectives waited for a "
+                  "piece or an exchange\n",
+                  static_cast<long long>(gate->idle_transfers()), static_cast<long long>(gate->collectives_waited()));
+    if (gate != nullptr && s.checkpoint != nullptr && flags.replicate)
       std::printf(
           "checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one; %lld gaps skipped; "
           "the newest replica sent in full is of step %lld, of %d committed\n",
@@ -437,6 +444,7 @@ std::string ParseLoopFlags(int argc, char** argv, const JobFlags& job_flags, Loo
   if (!f.replicate &&
       (f.replica_chunk_bytes > 0 || f.replica_group_hosts != 2 || !f.replica_gaps.empty() || f.replica_max_commits > 0))
     return "--replica-chunk-bytes, --replica-gaps, --replica-group-hosts and --replica-max-commits need --replicate";
+  if (f.persist_chunk_bytes > 0 && f.persist_every == 0) return "--persist-chunk-bytes: needs --persist-every N";
   if (!f.checkpoint.empty() && f.plan.empty()) return "--checkpoint: needs --plan (not in record mode)";
   if (!f.blocking_save_dir.empty() && f.save_every == 0) return "--blocking-save: needs --save-every N";
   if (f.blocking_save_dir.empty() && f.save_every > 0) return "--save-every: needs --blocking-save DIR";
@@ -460,7 +468,7 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
   if (has("--batches")) usage += " [--batches N]";
   if (has("--checkpoint"))
     usage +=
-        "\n           [--checkpoint NAME [--persist DIR --persist-every N] [--crash-at STEP]\n"
+        "\n           [--checkpoint NAME [--persist DIR --persist-every N [--persist-chunk-bytes B]] [--crash-at STEP]\n"
         "            [--replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]\n"
         "                         [--replica-max-commits K]]]";
   if (has("--weights")) usage += " [--weights FILE]";
@@ -482,6 +490,7 @@ runtime::CheckpointOptions CheckpointOptionsOf(const LoopFlags& flags, std::shar
   options.name = flags.checkpoint;
   options.persist_dir = flags.persist_dir;
   options.persist_every = flags.persist_every;
+  options.persist_chunk_bytes = flags.persist_chunk_bytes;
   options.replicate = flags.replicate;
   options.replica_chunk_bytes = flags.replica_chunk_bytes;
   options.replica_group_hosts = flags.replica_group_hosts;
@@ -522,7 +531,7 @@ int MakeLoopRuntime(const std::string& job, const LoopFlags& flags, std::unique_
   runtime::SessionOptions options;
   options.clock = clock;
   options.record_timeline = record_timeline;
-  if (flags.replicate) {
+  if (flags.replicate || flags.persist_chunk_bytes > 0) {
     out.gate = std::make_shared<runtime::NetworkGate>();
     world = runtime::GateCommunicator(out.gate, std::move(world));
   }

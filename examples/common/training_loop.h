@@ -75,6 +75,9 @@ struct LoopFlags {
   std::string checkpoint;
   std::string persist_dir;  // --persist DIR
   int persist_every = 0;  // --persist-every N
+  // --persist-chunk-bytes B: each persist written in pieces of B bytes in the idle time between the
+  // session's collectives (a NetworkGate on its communicator; CheckpointOptions::persist_chunk_bytes).
+  int persist_chunk_bytes = 0;
   int crash_at = 0;  // --crash-at STEP: the process ends (_Exit(3)) right after commit(STEP), a crash for tests
   // --replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]
   // [--replica-max-commits K]: replicas on other hosts, streamed in chunks between the session's

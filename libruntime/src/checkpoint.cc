@@ -569,19 +569,42 @@ bool WriteAll(int fd, const std::byte* bytes, size_t n) {
 }
 
 // Durable replace (the contract of proto's WriteFileAtomic, plus the directory's fsync so the
-// rename itself survives a power loss): `<path>.tmp.<pid>`, written (the payload's pieces in
-// order, then the trailer), fsync'd, renamed over `path`, then the directory fsync'd. A reader
-// sees no file, the old one or the whole new one; the loader ignores *.tmp.* names.
-Status WriteDurably(const std::string& dir, const std::string& file,
-                    std::span<const std::span<const std::byte>> payload, const internal::Trailer& trailer) {
+// rename itself survives a power loss): `<path>.tmp.<pid>`, written (the pieces in order, then
+// their trailer: checksum, size, magic), fsync'd, renamed over `path`, then the directory
+// fsync'd. A reader sees no file, the old one or the whole new one; the loader ignores *.tmp.*
+// names. With `gate` and `block_bytes` > 0 (CheckpointOptions::persist_chunk_bytes) each block of
+// at most that many bytes is written and fdatasync'd inside one gate transfer that begins when
+// the network is idle (NetworkGate::BeginTransferWhenIdle); its checksum is taken before, outside
+// the transfer.
+Status WriteDurably(const std::string& dir, const std::string& file, std::span<const std::span<const std::byte>> pieces,
+                    NetworkGate* gate, int64_t block_bytes) {
   const std::string path = dir + "/" + file;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return UnavailableError(tmp + ": " + Errno("open", errno));
+  const bool paced = gate != nullptr && block_bytes > 0;
+  const size_t block = paced ? static_cast<size_t>(block_bytes) : std::numeric_limits<size_t>::max();
+  internal::Hasher hasher;
+  uint64_t total = 0;
   bool ok = true;
-  for (const std::span<const std::byte>& piece : payload) ok = ok && WriteAll(fd, piece.data(), piece.size());
-  ok = ok && WriteAll(fd, reinterpret_cast<const std::byte*>(&trailer), sizeof(trailer));  // NOLINT: POD bytes
-  int err = errno;
+  int err = 0;
+  for (const std::span<const std::byte>& piece : pieces) {
+    for (size_t done = 0; ok && done < piece.size();) {
+      const size_t n = std::min(piece.size() - done, block);
+      const std::byte* bytes = piece.data() + done;
+      hasher.Update(bytes, n);
+      if (paced) gate->BeginTransferWhenIdle();
+      ok = WriteAll(fd, bytes, n) && (!paced || ::fdatasync(fd) == 0);
+      if (!ok) err = errno;
+      if (paced) gate->EndTransfer();
+      done += n;
+      total += n;
+    }
+  }
+  internal::Trailer trailer{hasher.Final(), total, {}};
+  std::memcpy(trailer.magic, internal::kTrailerMagic, 8);
+  if (ok && !WriteAll(fd, reinterpret_cast<const std::byte*>(&trailer), sizeof(trailer)))  // NOLINT: POD bytes
+    ok = false, err = errno;
   if (ok && ::fsync(fd) != 0) ok = false, err = errno;
   ::close(fd);
   if (!ok) {
@@ -2163,15 +2186,8 @@ class Checkpointer::Impl {
                              internal::ParseSnapshot(payload, where_ + ": persist of step " + std::to_string(step)));
     internal::ShareFile share;
     internal::MakeShare(payload, parsed, checksum, shared_print, comm_->rank(), comm_->size(), &share);
-    internal::Hasher hasher;
-    uint64_t bytes = 0;
-    for (const std::span<const std::byte>& piece : share.pieces) {
-      hasher.Update(piece.data(), piece.size());
-      bytes += piece.size();
-    }
-    internal::Trailer t{hasher.Final(), bytes, {}};
-    std::memcpy(t.magic, internal::kTrailerMagic, 8);
-    CUPCAKE_RETURN_IF_ERROR(WriteDurably(options_.persist_dir, file, share.pieces, t));
+    CUPCAKE_RETURN_IF_ERROR(
+        WriteDurably(options_.persist_dir, file, share.pieces, options_.gate.get(), options_.persist_chunk_bytes));
     std::map<int64_t, std::string> files = PersistedFiles(options_.persist_dir, options_.name, comm_->rank());
     while (files.size() > 2) {
       ::unlink((options_.persist_dir + "/" + files.begin()->second).c_str());
@@ -2488,6 +2504,16 @@ StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const CheckpointOpt
   if (options.replica_chunk_bytes < 0)
     problem("Checkpointer: replica_chunk_bytes: out of range; got " + std::to_string(options.replica_chunk_bytes) +
             ", expected >= 0 (0: whole replicas)");
+  if (options.persist_chunk_bytes < 0)
+    problem("Checkpointer: persist_chunk_bytes: out of range; got " + std::to_string(options.persist_chunk_bytes) +
+            ", expected >= 0 (0: the whole file in one write)");
+  else if (options.persist_chunk_bytes > 0 && options.persist_every == 0)
+    problem("Checkpointer: persist_chunk_bytes: given without persist_every; got " +
+            std::to_string(options.persist_chunk_bytes) + ", expected persist_every > 0 (the pieces are a persist's)");
+  else if (options.persist_chunk_bytes > 0 && options.gate == nullptr)
+    problem("Checkpointer: persist_chunk_bytes: given without a gate; got " +
+            std::to_string(options.persist_chunk_bytes) +
+            ", expected the gate of the session's communicator (GateCommunicator), whose idle time the pieces take");
   if (options.replica_max_commits < 0)
     problem("Checkpointer: replica_max_commits: out of range; got " + std::to_string(options.replica_max_commits) +
             ", expected >= 0 (0: no bound)");

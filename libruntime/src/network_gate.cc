@@ -12,6 +12,13 @@ void NetworkGate::BeginTransfer() {
   ++transfers_;
 }
 
+void NetworkGate::BeginTransferWhenIdle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return collectives_in_flight_ == 0 && collectives_waiting_ == 0; });
+  ++transfers_in_flight_;
+  ++idle_transfers_;
+}
+
 void NetworkGate::EndTransfer() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -23,19 +30,28 @@ void NetworkGate::EndTransfer() {
 void NetworkGate::EnterCollective() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (transfers_in_flight_ > 0) ++waited_;
+  ++collectives_waiting_;
   idle_.wait(lock, [&] { return transfers_in_flight_ == 0; });
+  --collectives_waiting_;
   ++collectives_in_flight_;
   ++collectives_;
 }
 
 void NetworkGate::LeaveCollective() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  --collectives_in_flight_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --collectives_in_flight_;
+  }
+  idle_.notify_all();  // a transfer waiting for the network to be idle
 }
 
 int64_t NetworkGate::transfers() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return transfers_;
+}
+int64_t NetworkGate::idle_transfers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return idle_transfers_;
 }
 int64_t NetworkGate::collectives() const {
   std::lock_guard<std::mutex> lock(mutex_);

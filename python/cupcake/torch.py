@@ -699,7 +699,10 @@ class Checkpointer:
     gap before the first collective, k the gap after group k's (a DistributedOptimizer's session,
     its plan active now; docs/CHECKPOINT.md). replica_max_commits (>= 0; 0: no bound): a replica
     takes at most that many commits, the last sending all it has left, even when the job runs
-    behind its plan and the gaps carry nothing. So a rank whose host lost its memory restores
+    behind its plan and the gaps carry nothing. persist_chunk_bytes (>= 0; 0: one write): each
+    persist written in pieces of that many bytes, each synced to storage in the network's idle time
+    between the session's collectives (a DistributedOptimizer's host session; docs/CHECKPOINT.md).
+    So a rank whose host lost its memory restores
     from that copy and another rank's shared state (docs/CHECKPOINT.md). shared_state: whether
     the parameters and the optimizer's state are the same on every rank at every commit (data
     parallelism), so that replicas leave them out; None: True with a DistributedOptimizer (it
@@ -724,7 +727,7 @@ class Checkpointer:
 
     def __init__(self, model, optimizer, name="job", persist_dir=None, persist_every=0, replicate=False,
                  replica_chunk_bytes=0, replica_group_hosts=2, shared_state=None, replica_gaps=None,
-                 replica_max_commits=0):
+                 replica_max_commits=0, persist_chunk_bytes=0):
         self.model = model
         self.optimizer = optimizer
         self.name = name
@@ -739,17 +742,24 @@ class Checkpointer:
         if isinstance(replica_max_commits, bool) or not isinstance(replica_max_commits, int) or replica_max_commits < 0:
             raise UsageError("Checkpointer: replica_max_commits: out of range; got %r, expected an int >= 0 (0: no "
                              "bound)" % (replica_max_commits,))
+        if isinstance(persist_chunk_bytes, bool) or not isinstance(persist_chunk_bytes, int) or persist_chunk_bytes < 0:
+            raise UsageError("Checkpointer: persist_chunk_bytes: out of range; got %r, expected an int >= 0 (0: the "
+                             "whole file in one write)" % (persist_chunk_bytes,))
         gaps = _replica_gaps(replica_gaps)
         if shared_state not in (None, True, False):
             raise UsageError("Checkpointer: shared_state: got %r, expected None, True or False" % (shared_state,))
         self._shared = state is not None if shared_state is None else shared_state
         self._session = state.session if state is not None else None
-        # The replica exchanges behind the session's gate, as GateCommunicator does in C++; None
-        # without replicas or a host session (record mode, NCCL).
-        self.gate = self._session.gate if replicate and self._session is not None else None
+        # The replica exchanges and persist pieces behind the session's gate, as GateCommunicator
+        # does in C++; None without either or without a host session (record mode, NCCL).
+        gated = (replicate or persist_chunk_bytes > 0) and self._session is not None
+        self.gate = self._session.gate if gated else None
+        if persist_chunk_bytes > 0 and self.gate is None:
+            raise UsageError("Checkpointer: persist_chunk_bytes: got %d without a gate; expected a DistributedOptimizer "
+                             "whose host session's collectives the pieces wait for" % persist_chunk_bytes)
         self._cpp = cupcake.track(cupcake.Checkpointer(launched, name, persist_dir or "", int(persist_every),
                                                        bool(replicate), replica_chunk_bytes, replica_group_hosts,
-                                                       self.gate, gaps, replica_max_commits))
+                                                       self.gate, gaps, replica_max_commits, persist_chunk_bytes))
         if self._session is not None:
             self._cpp.attach_session(self._session)
         self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)

@@ -560,7 +560,7 @@ class PyCheckpointer {
   PyCheckpointer(Launch& mpi, const std::string& name, const std::string& persist_dir, int persist_every,
                  bool replicate, int64_t replica_chunk_bytes, int replica_group_hosts,
                  std::shared_ptr<runtime::NetworkGate> gate, const std::vector<std::pair<int, int64_t>>& replica_gaps,
-                 int replica_max_commits)
+                 int replica_max_commits, int64_t persist_chunk_bytes)
       : comm_(mpi.World()) {
     runtime::CheckpointOptions options;
     options.name = name;
@@ -570,6 +570,7 @@ class PyCheckpointer {
     options.replica_chunk_bytes = replica_chunk_bytes;
     options.replica_group_hosts = replica_group_hosts;
     options.replica_max_commits = replica_max_commits;
+    options.persist_chunk_bytes = persist_chunk_bytes;
     options.gate = std::move(gate);
     for (const auto& [after_group, bytes] : replica_gaps) options.replica_gaps.push_back({after_group, bytes});
     ckpt_ = Take(runtime::Checkpointer::Create(options, comm_.get()));
@@ -625,27 +626,30 @@ py::dict PointDict(const runtime::RestorePoint& p) {
 void BindCheckpointer(py::module_& m) {
   py::class_<runtime::NetworkGate, std::shared_ptr<runtime::NetworkGate>>(
       m, "NetworkGate",
-      "One rank's network shared by a session's collectives and a Checkpointer's replica exchanges "
-      "(runtime::NetworkGate): a collective waits while an exchange is in flight. A host Session's "
+      "One rank's network shared by a session's collectives and a Checkpointer's replica exchanges and "
+      "persist pieces (runtime::NetworkGate): a collective waits while one is in flight. A host Session's "
       "`gate`; counters only.")
       .def_property_readonly("transfers", &runtime::NetworkGate::transfers, "Replica exchanges started.")
+      .def_property_readonly("idle_transfers", &runtime::NetworkGate::idle_transfers,
+                             "Persist pieces written (each when no collective was in flight or waiting).")
       .def_property_readonly("collectives", &runtime::NetworkGate::collectives, "Collectives that entered the gate.")
       .def_property_readonly("collectives_waited", &runtime::NetworkGate::collectives_waited,
-                             "Collectives that waited for an exchange.")
+                             "Collectives that waited for an exchange or a piece.")
       .def_property_readonly("transfers_during_collectives", &runtime::NetworkGate::transfers_during_collectives,
                              "Exchanges started while a collective was in flight (0 when commits follow the "
                              "session's synchronize).");
   py::class_<PyCheckpointer>(m, "Checkpointer",
                              "Every-iteration snapshots in host memory (runtime::Checkpointer, docs/CHECKPOINT.md).")
       .def(py::init<Launch&, const std::string&, const std::string&, int, bool, int64_t, int,
-                    std::shared_ptr<runtime::NetworkGate>, const std::vector<std::pair<int, int64_t>>&, int>(),
+                    std::shared_ptr<runtime::NetworkGate>, const std::vector<std::pair<int, int64_t>>&, int, int64_t>(),
            py::arg("mpi"), py::arg("name"), py::arg("persist_dir") = "", py::arg("persist_every") = 0,
            py::arg("replicate") = false, py::arg("replica_chunk_bytes") = 0, py::arg("replica_group_hosts") = 2,
            py::arg("gate").none(true) = nullptr, py::arg("replica_gaps") = std::vector<std::pair<int, int64_t>>{},
-           py::arg("replica_max_commits") = 0, py::keep_alive<1, 2>(),
+           py::arg("replica_max_commits") = 0, py::arg("persist_chunk_bytes") = 0, py::keep_alive<1, 2>(),
            "gate: a host Session's `gate`, so that replica exchanges and that session's collectives never overlap "
            "(None: not coordinated). replica_gaps: (after_group, bytes) per idle gap of the attached session's "
-           "plan, the chunks sent between its collectives (CheckpointOptions::replica_gaps).")
+           "plan, the chunks sent between its collectives (CheckpointOptions::replica_gaps). persist_chunk_bytes: "
+           "each persist in pieces of that many bytes, in the gate's idle time (CheckpointOptions::persist_chunk_bytes).")
       .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
            py::arg("at_commit") = false, py::arg("shared") = false,
            "Registers the next entry: `nbytes` bytes of host memory at `address`; at_commit: copied inside "

@@ -10,6 +10,8 @@ for --steps steps, committing a snapshot after every optimizer step, and
   --wrong-model   builds the model with 4 channels instead of 8: restore() must raise cupcake.Error naming
                   the first entry whose size differs (and write nothing), else exit 1;
   --replica-chunk-bytes N, --replica-group-hosts M  the Checkpointer's options of those names;
+  --persist-chunk-bytes B  persists in pieces of B bytes in the session's idle time; at the end, the
+                  gate counted at least a piece per B bytes of the last file written, else exit 1;
   --bad-options   checks that out-of-range replica_chunk_bytes and replica_group_hosts raise ValueError
                   naming the argument, then exits (0: as expected);
   --check-gate    (with --replicate and a plan) at the end: the Checkpointer's gate is the session's, one
@@ -23,7 +25,7 @@ PLAN: a plan file (DistributedOptimizer over SGD with momentum: its error feedba
 snapshot), or "-" for no DistributedOptimizer (each rank's own Adam: tensor state, tuple betas; and a
 StepLR scheduler made after the Checkpointer, its state added with add_state).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K [--wait-before-kill]]
-       [--persist DIR --persist-every P] [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]
+       [--persist DIR --persist-every P [--persist-chunk-bytes B]] [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]
        [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model] [--bad-options]
        [--check-gate] [--diverge-at K]"""
 
@@ -55,6 +57,7 @@ def main():
     p.add_argument("--replicate", action="store_true")
     p.add_argument("--replica-chunk-bytes", type=int, default=0)
     p.add_argument("--replica-group-hosts", type=int, default=2)
+    p.add_argument("--persist-chunk-bytes", type=int, default=0)
     p.add_argument("--bad-options", action="store_true")
     p.add_argument("--check-gate", action="store_true")
     p.add_argument("--diverge-at", type=int, default=0)
@@ -75,7 +78,8 @@ def main():
     if not a.no_ckpt:
         ckpt = cupcake.torch.Checkpointer(model, opt, name=a.name, persist_dir=a.persist, persist_every=a.persist_every,
                                           replicate=a.replicate, replica_chunk_bytes=a.replica_chunk_bytes,
-                                          replica_group_hosts=a.replica_group_hosts)
+                                          replica_group_hosts=a.replica_group_hosts,
+                                          persist_chunk_bytes=a.persist_chunk_bytes)
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5) if a.plan == "-" else None
     if ckpt is not None and scheduler is not None:
         ckpt.add_state("scheduler", scheduler)
@@ -137,12 +141,29 @@ def main():
                   % (a.plan, start, len(reference), a.steps), flush=True)
     if a.check_gate:
         check_gate(ckpt, opt, rank, a.steps, a.steps - start, collectives)
+    if a.persist_chunk_bytes > 0:
+        check_pieces(ckpt, rank, a)
     if ckpt is not None:
         ckpt.close()
         if a.remove:
             cupcake.torch.Checkpointer.remove(a.name)
     if a.plan != "-":
         opt.close()
+
+
+def check_pieces(ckpt, rank, a):
+    """Every byte of the newest file before its 24-byte trailer went out in a piece of at most
+    --persist-chunk-bytes through the session's gate (the gate counts the pieces of every persist)."""
+    ckpt.flush()
+    step = ckpt.persisted_step
+    path = os.path.join(a.persist, "%s-%d-%d.ckpt" % (a.name, rank, step))
+    least = -(-(os.path.getsize(path) - 24) // a.persist_chunk_bytes)
+    if step == 0 or ckpt.gate is None or ckpt.gate.idle_transfers < least:
+        sys.exit("FAIL: rank %d: persist pieces: got %s through the gate for step %d's file, expected at least %d"
+                 % (rank, ckpt.gate.idle_transfers if ckpt.gate is not None else "no gate", step, least))
+    if rank == 0:
+        print("ok: persist pieces: %d through the gate, at least %d for step %d's file"
+              % (ckpt.gate.idle_transfers, least, step), flush=True)
 
 
 def check_diverged(ckpt, opt, rank, a):
@@ -210,6 +231,8 @@ def check_bad_options(model, opt, name):
                                         ">= 2 (a host and at least one that keeps its replicas)"),
         ({"replica_max_commits": -1}, "Checkpointer: replica_max_commits: out of range; got -1, expected an int >= 0 "
                                       "(0: no bound)"),
+        ({"persist_chunk_bytes": -1}, "Checkpointer: persist_chunk_bytes: out of range; got -1, expected an int >= 0 "
+                                      "(0: the whole file in one write)"),
         ({"shared_state": "yes"}, "Checkpointer: shared_state: got 'yes', expected None, True or False"),
     ]
     for kwargs, want in cases:
@@ -220,8 +243,18 @@ def check_bad_options(model, opt, name):
                 sys.exit("FAIL: Checkpointer(%s): got '%s', expected '%s'" % (kwargs, e, want))
             continue
         sys.exit("FAIL: Checkpointer(%s) did not raise ValueError" % (kwargs,))
+    # Pieces wait for a session's collectives: without a DistributedOptimizer there are none.
+    want = ("Checkpointer: persist_chunk_bytes: got 64 without a gate; expected a DistributedOptimizer whose host "
+            "session's collectives the pieces wait for")
+    try:
+        cupcake.torch.Checkpointer(model, torch.optim.SGD(model.parameters(), lr=0.1), name=name,
+                                   persist_dir="/tmp", persist_every=2, persist_chunk_bytes=64)
+        sys.exit("FAIL: Checkpointer(persist_chunk_bytes=64) without a DistributedOptimizer did not raise")
+    except ValueError as e:
+        if str(e) != want:
+            sys.exit("FAIL: Checkpointer(persist_chunk_bytes=64): got '%s', expected '%s'" % (e, want))
     if cupcake.torch.rank() == 0:
-        print("ok: %d out-of-range Checkpointer options refused naming the argument" % len(cases), flush=True)
+        print("ok: %d out-of-range Checkpointer options refused naming the argument" % (len(cases) + 1), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@
 #               out-of-range replica options are refused; the replicas' exchanges and the session's
 #               collectives share the session's gate; rank 1's parameters changed by one bit fail the
 #               next commit on every rank naming the entry; then topk persisted every 4 steps, killed at
-#               10, its segments deleted: restored from step 8
+#               10, its segments deleted: restored from step 8, then step 12 persisted in pieces
+#               between the session's collectives
 #   launch      launch_job.py under mpirun and under torchrun_like.py (torchrun's variables, no MPI; Debian's
 #               torchrun itself fails at start): the same plans (fp32, fp32 layer-wise, topk) train to the
 #               same parameters on every rank, bit for bit; also with torch.distributed initialized by
@@ -157,8 +158,10 @@ case "$stage" in
       echo "FAIL: persist: the run killed at step 10 exited 0"; exit 1
     fi
     rm -f /dev/shm/cupcake-"$name"-*
+    # The restart persists step 12 in pieces of 4096 bytes between the session's collectives.
     "${mpirun[@]}" "${job[@]}" "$work/pycnn-topk.pb" "$work/ckpt-persist" --steps 12 --name "$name" \
-      --persist "$work/ckpt-persist" --persist-every 4 --compare "$work/ckpt-topk-ref" --expect-start 8 --remove
+      --persist "$work/ckpt-persist" --persist-every 4 --persist-chunk-bytes 4096 --compare "$work/ckpt-topk-ref" \
+      --expect-start 8 --remove
     ;;
   launch)
     torchrun=("$python" "$here/torchrun_like.py" --nproc_per_node 2 --timeout 100 --)

@@ -1113,6 +1113,88 @@ TEST_F(CheckpointTest, PersistedFilesHoldOneShareOfTheSharedEntries) {
   }
 }
 
+// persist_chunk_bytes: while a session collective is in flight (the test holds the gate) no
+// piece goes out and the persist of step 2 waits; once the network is idle the pieces go out,
+// one per byte with 1-byte pieces: the two persists (steps 2 and 4) of the three shares of
+// PersistedFilesHoldOneShareOfTheSharedEntries, whose files are unchanged and restore. The files
+// go to tmpfs, where each piece's fdatasync costs nothing.
+TEST_F(CheckpointTest, PersistPiecesGoOutOnlyWhileTheNetworkIsIdle) {
+  hosts_ = {"a", "b", "c"};
+  const std::filesystem::path files = "/dev/shm/" + name_ + "-files";
+  std::filesystem::create_directories(files);
+  auto gate = std::make_shared<NetworkGate>();
+  CheckpointOptions options;
+  options.persist_dir = files.string();
+  options.persist_every = 2;
+  options.persist_chunk_bytes = 1;
+  options.gate = gate;
+  Start(options, Scope::kShared);
+  Train(1, 1);
+  gate->EnterCollective();
+  OnEveryRank(world_, [&](int r) {
+    RankJob& job = jobs_[static_cast<size_t>(r)];
+    ASSERT_TRUE(job.ckpt->WaitForCopy().ok());
+    job.Fill(2, r);
+    ASSERT_TRUE(job.ckpt->Commit(2, "m2").ok());
+    ASSERT_TRUE(job.ckpt->WaitForCopy().ok());  // the copy is done; its persist has begun
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(gate->idle_transfers(), 0);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(jobs_[static_cast<size_t>(r)].ckpt->persisted_step(), 0) << "rank " << r;
+  gate->LeaveCollective();
+  Train(3, 4);
+  const std::vector<int64_t> share = {405, 406, 406};
+  int64_t bytes = 0;
+  for (int r = 0; r < 3; ++r) {
+    const int64_t body = static_cast<int64_t>(kShareHeaderBytes) + (103 + 2 + 20 + 8) + share[static_cast<size_t>(r)];
+    const auto path = files / (name_ + "-" + std::to_string(r) + "-4.ckpt");
+    EXPECT_EQ(std::filesystem::file_size(path), static_cast<uintmax_t>(body + 24)) << path;
+    bytes += body;
+  }
+  EXPECT_EQ(gate->idle_transfers(), 2 * bytes);
+  EXPECT_EQ(gate->transfers(), 0);
+  LoseEveryHostsMemory();
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
+  }
+  jobs_.clear();
+  std::filesystem::remove_all(files);
+}
+
+// A piece never passes a collective that waits to enter: with an exchange in flight and a
+// collective waiting for it, a piece asked for waits until that collective has entered and left.
+TEST(NetworkGate, APieceWaitsForTheCollectivesAlreadyWaiting) {
+  NetworkGate gate;
+  std::atomic<int> order{0};
+  int entered = 0, pieced = 0;
+  gate.BeginTransfer();  // a replica exchange in flight
+  std::thread collective([&] {
+    gate.EnterCollective();
+    entered = ++order;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.LeaveCollective();
+  });
+  while (gate.collectives_waited() == 0) std::this_thread::yield();  // the collective waits
+  std::thread piece([&] {
+    gate.BeginTransferWhenIdle();
+    pieced = ++order;
+    gate.EndTransfer();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(order.load(), 0);  // neither passes the exchange
+  gate.EndTransfer();
+  collective.join();
+  piece.join();
+  EXPECT_EQ(entered, 1);
+  EXPECT_EQ(pieced, 2);
+  EXPECT_EQ(gate.idle_transfers(), 1);
+  EXPECT_EQ(gate.transfers(), 1);
+}
+
 // Rank 1's host lost, rank 0's memory intact: rank 1 rebuilds step 4 from its own file and the
 // shared entries of rank 0's slot of step 4 (rank 0's slots hold 5 and 4).
 TEST_F(CheckpointTest, PersistedShareAndAPeersMemoryRestoreALostHost) {
@@ -1621,8 +1703,8 @@ void RunSessionReplicas(const std::string& name, CheckpointOptions options, int6
           first = static_cast<int>(restored);
         }
       }
-      const auto gap_after = [&](int group) {
-        return std::ranges::any_of(o.replica_gaps, [&](const ReplicaGap& g) { return g.after_group == group; });
+      const auto gap_after = [&](int after) {
+        return std::ranges::any_of(o.replica_gaps, [&](const ReplicaGap& g) { return g.after_group == after; });
       };
       NetworkGate& gate = *gates[static_cast<size_t>(r)];
       for (int it = first; it <= last; ++it) {
@@ -1641,7 +1723,9 @@ void RunSessionReplicas(const std::string& name, CheckpointOptions options, int6
       if (ckpt != nullptr) {
         ASSERT_TRUE(ckpt->WaitForPersist().ok());  // the exchanges too
         // At the crash: the newest replica sent in full, the step the restart takes.
-        if (run == 1) EXPECT_EQ(ckpt->replicated_step(), restored) << "rank " << r;
+        if (run == 1) {
+          EXPECT_EQ(ckpt->replicated_step(), restored) << "rank " << r;
+        }
       }
       transfers[static_cast<size_t>(r)] += gates[static_cast<size_t>(r)]->transfers();
       if (skipped != nullptr && ckpt != nullptr) (*skipped)[static_cast<size_t>(r)] += ckpt->replica_gaps_skipped();
@@ -1812,6 +1896,34 @@ TEST_F(CheckpointTest, ReplicaGapsApplyOnlyWhileTheirPlanIsActive) {
   for (const internal::SlotHeader& slot : replica->header().slots)
     if (slot.state == internal::kSlotValid) newest = std::max(newest, slot.step);
   EXPECT_EQ(newest, 2);
+}
+
+// persist_chunk_bytes refused naming the field: below 0; without persist_every; without a gate.
+TEST_F(CheckpointTest, BadPersistChunkBytesAreRefusedNamingTheField) {
+  comm::InProcessGroup one(1);
+  auto comm = one.Rank(0);
+  CheckpointOptions bad;
+  bad.name = name_;
+  bad.persist_chunk_bytes = -1;
+  auto made = Checkpointer::Create(bad, comm.get());
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().message(),
+            "Checkpointer: persist_chunk_bytes: out of range; got -1, expected >= 0 (0: the whole file in one write)");
+  bad.persist_chunk_bytes = 64;
+  made = Checkpointer::Create(bad, comm.get());
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().message(),
+            "Checkpointer: persist_chunk_bytes: given without persist_every; got 64, expected persist_every > 0 (the "
+            "pieces are a persist's)");
+  bad.persist_dir = dir_.string();
+  bad.persist_every = 2;
+  made = Checkpointer::Create(bad, comm.get());
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.status().message(),
+            "Checkpointer: persist_chunk_bytes: given without a gate; got 64, expected the gate of the session's "
+            "communicator (GateCommunicator), whose idle time the pieces take");
+  bad.gate = std::make_shared<NetworkGate>();
+  EXPECT_TRUE(Checkpointer::Create(bad, comm.get()).ok());
 }
 
 // The gaps refused, each naming the field: at Create (out of range, out of order, without

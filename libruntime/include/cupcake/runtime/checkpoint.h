@@ -140,6 +140,13 @@ struct CheckpointOptions {
   // collectives wait while a chunk is on the network and chunks never overlap them; nullptr:
   // chunks are not coordinated with the session.
   std::shared_ptr<NetworkGate> gate;
+  // A persist writes its file in pieces of at most this many bytes, each written and synced to
+  // storage (fdatasync) as a transfer of `gate` that begins only when the session has no
+  // collective in flight or waiting (NetworkGate::BeginTransferWhenIdle): persist traffic to
+  // storage behind the job's network then takes only the idle time between the collectives, and
+  // a collective waits at most one piece. Needs persist_every and a gate. 0: the whole file in one
+  // write, beside the collectives. >= 0.
+  int64_t persist_chunk_bytes = 0;
 };
 
 // NetworkGate: one rank's network shared by its training collectives and its checkpoint
@@ -151,17 +158,24 @@ struct CheckpointOptions {
 // Transfers are collectives of their own among the ranks' checkpointers, requested at the same
 // points on every rank (a Commit, the end of the same group's collective) and run in that order,
 // so no rank's transfer waits for a training collective and the two cannot deadlock.
+// A persist's piece (persist_chunk_bytes) is a transfer of this rank alone: it begins only when
+// no collective is in flight or waiting to enter (BeginTransferWhenIdle), so it takes only the
+// idle time between collectives and a collective that arrives meanwhile waits at most one piece.
 // Thread-safety: every member from any thread.
 class NetworkGate {
  public:
   void BeginTransfer();
+  // Waits until no collective is in flight or waiting to enter, then as BeginTransfer.
+  void BeginTransferWhenIdle();
   void EndTransfer();
   void EnterCollective();
   void LeaveCollective();
-  // Transfers started; collectives that entered the gate; collectives that waited for a
-  // transfer; transfers started while a collective was in flight (0 when the session's
-  // communicator is gated and commits follow the session's Synchronize).
+  // Transfers started by BeginTransfer (replica exchanges) and by BeginTransferWhenIdle (persist
+  // pieces); collectives that entered the gate; collectives that waited for a transfer of either
+  // kind; transfers started while a collective was in flight (0 when the session's communicator is
+  // gated and commits follow the session's Synchronize).
   int64_t transfers() const;
+  int64_t idle_transfers() const;
   int64_t collectives() const;
   int64_t collectives_waited() const;
   int64_t transfers_during_collectives() const;
@@ -169,8 +183,8 @@ class NetworkGate {
  private:
   mutable std::mutex mutex_;
   std::condition_variable idle_;
-  int transfers_in_flight_ = 0, collectives_in_flight_ = 0;
-  int64_t transfers_ = 0, collectives_ = 0, waited_ = 0, overlapping_ = 0;
+  int transfers_in_flight_ = 0, collectives_in_flight_ = 0, collectives_waiting_ = 0;
+  int64_t transfers_ = 0, idle_transfers_ = 0, collectives_ = 0, waited_ = 0, overlapping_ = 0;
 };
 
 // `inner` (host memory) behind `gate`: each collective (and each communicator Split off it)
