@@ -16,6 +16,8 @@
 #               passes the training loop's bound on a replica's age (0: none);
 #   persist     the snapshot with --persist --persist-every N (--save-every): every N steps each
 #               rank also writes its snapshot to a file in STORE, after the copy, in the background;
+#   pieces      persist, written in pieces of --persist-chunk-bytes B (default 4 MiB), each synced
+#               in the network's idle time between the session's collectives;
 #   blocking    --blocking-save --save-every N: every N steps, after the update, rank 0 gathers
 #               the ranks' own state and writes the whole state to one file in STORE durably
 #               while the others wait (no checkpointer).
@@ -40,7 +42,7 @@
 #       [--model wide | --replay MODEL.json [--compute-scale 1]] [--ratio 0.01] [--iterations 30]
 #       [--warmup 5] [--rounds 3]
 #       [--arms none,snapshot,replicas] [--save-every 5] [--store DIR/store] [--recovery 0]
-#       [--replica-max-commits K]
+#       [--replica-max-commits K] [--persist-chunk-bytes 4194304]
 #
 # Writes DIR/profile.db, DIR/plan.pb, DIR/schedule.json, DIR/runs/ARM.rK.json (iteration times),
 # DIR/logs/ (recovery: DIR/logs/recovery-CLASS.rK.log), DIR/results.json (per arm and round:
@@ -55,7 +57,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd) me=checkpoint
 . "$repo/bench/testbed/common.sh"
 build=${CUPCAKE_BUILD_DIR:-$repo/build}
 hosts=2 rph=1 rate=1gbit out="" model=wide ratio=0.01 iterations=30 warmup=5 rounds=3
-arms_flag=none,snapshot,replicas save_every=5 store="" replay="" scale=1 recovery=0 max_commits=0
+arms_flag=none,snapshot,replicas save_every=5 store="" replay="" scale=1 recovery=0 max_commits=0 piece_bytes=4194304
 usage() { sed -n '/^#   bench\/testbed\/checkpoint.sh/,/^#$/p' "$0" | sed 's/^# *//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -75,19 +77,21 @@ while [ $# -gt 0 ]; do
     --store) store=${2:-}; shift 2 ;;
     --recovery) recovery=${2:-}; shift 2 ;;
     --replica-max-commits) max_commits=${2:-}; shift 2 ;;
+    --persist-chunk-bytes) piece_bytes=${2:-}; shift 2 ;;
     -h|--help) usage ;;
     *) echo "checkpoint: unknown flag $1" >&2; usage ;;
   esac
 done
 [ -n "$out" ] || { echo "checkpoint: --out DIR is required" >&2; usage; }
-for n in hosts rph iterations warmup rounds save_every recovery max_commits; do
+for n in hosts rph iterations warmup rounds save_every recovery max_commits piece_bytes; do
   [[ "${!n}" =~ ^[0-9]+$ ]] || { echo "checkpoint: $n: got '${!n}', expected an integer" >&2; exit 2; }
 done
 [ "$save_every" -ge 1 ] || { echo "checkpoint: --save-every: got '$save_every', expected >= 1" >&2; exit 2; }
+[ "$piece_bytes" -ge 1 ] || { echo "checkpoint: --persist-chunk-bytes: got '$piece_bytes', expected >= 1" >&2; exit 2; }
 IFS=, read -r -a arms <<<"$arms_flag"
 for arm in "${arms[@]}"; do
-  case "$arm" in none | snapshot | replicas | persist | blocking) ;;
-    *) echo "checkpoint: --arms: got '$arm', expected none, snapshot, replicas, persist or blocking" >&2; exit 2 ;;
+  case "$arm" in none | snapshot | replicas | persist | pieces | blocking) ;;
+    *) echo "checkpoint: --arms: got '$arm', expected none, snapshot, replicas, persist, pieces or blocking" >&2; exit 2 ;;
   esac
 done
 [ "${arms[0]:-}" = none ] ||
@@ -117,7 +121,7 @@ trap 'testbed down >/dev/null 2>&1 || true; rm -f /dev/shm/cupcake-$tag-*' EXIT
 stage testbed-up testbed up --hosts "$hosts" --ranks-per-host "$rph" --rate "$rate"
 {
   machine_header "$hosts" "$rph" "$rate"
-  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate $([ -n "$replay" ] && echo "--replay $replay --compute-scale $scale" || echo "--model $model") --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every$([ "$max_commits" = 0 ] || echo " --replica-max-commits $max_commits")"
+  echo "command=bench/testbed/checkpoint.sh --out DIR --hosts $hosts --ranks-per-host $rph --rate $rate $([ -n "$replay" ] && echo "--replay $replay --compute-scale $scale" || echo "--model $model") --ratio $ratio --iterations $iterations --warmup $warmup --rounds $rounds --arms $arms_flag --save-every $save_every$([ "$max_commits" = 0 ] || echo " --replica-max-commits $max_commits")$([[ " ${arms[*]} " != *" pieces "* ]] || echo " --persist-chunk-bytes $piece_bytes")"
   echo "store=$store ($(df -PT "$store" | awk 'NR == 2 {print $2 " on " $1}'))"
 } >"$out/machine.txt"
 
@@ -164,6 +168,8 @@ for ((round = 1; round <= rounds; round++)); do
       snapshot) flags=(--checkpoint "$tag-$arm-r$round") ;;
       replicas) flags=(--checkpoint "$tag-$arm-r$round" "${replica[@]}") ;;
       persist) flags=(--checkpoint "$tag-$arm-r$round" --persist "$files" --persist-every "$save_every") ;;
+      pieces) flags=(--checkpoint "$tag-$arm-r$round" --persist "$files" --persist-every "$save_every"
+        --persist-chunk-bytes "$piece_bytes") ;;
       blocking) flags=(--blocking-save "$files" --save-every "$save_every") ;;
     esac
     mkdir -p "$files"

@@ -35,9 +35,13 @@ def report(out, arms):
             rest = [t["iteration_us"][i] / 1e3 for i in range(t["warmup"], len(t["iteration_us"])) if i not in carry]
             row["carrying_iterations_mean_ms"] = statistics.mean(carried) if carried else None
             row["other_iterations_mean_ms"] = statistics.mean(rest) if rest else None
-        exchange = replica_line(os.path.join(out, "logs", f"train-{arm}.r{rnd}.log"))
+        log = os.path.join(out, "logs", f"train-{arm}.r{rnd}.log")
+        exchange = replica_line(log)
         if exchange is not None:
             row["replica"] = exchange
+        pieces = pieces_line(log)
+        if pieces is not None:
+            row["pieces"] = pieces
         rows.append(row)
     summary = {}
     for arm in arms:
@@ -49,6 +53,9 @@ def report(out, arms):
                         "round_phase_medians_ms": [r["phase_medians_ms"] for r in rows if r["arm"] == arm]}
         if replica:
             summary[arm]["round_replica"] = replica
+        pieces = [r["pieces"] for r in rows if r["arm"] == arm and "pieces" in r]
+        if pieces:
+            summary[arm]["round_pieces"] = pieces
         periods = [r["achieved_period_steps"] for r in rows if r["arm"] == arm and "durable_steps" in r]
         if periods:
             summary[arm]["round_achieved_period_steps"] = periods
@@ -107,6 +114,19 @@ def replica_line(path):
     return got
 
 
+PIECES_LINE = re.compile(r"^checkpoint: rank 0: (\d+) persist pieces in the network's idle time; (\d+) collectives "
+                         r"waited for a piece or an exchange$", re.M)
+
+
+def pieces_line(path):
+    """A run's persist pieces (--persist-chunk-bytes) from the training loop's line in its log (None:
+    no such line): the pieces written and the collectives that waited for one."""
+    if not os.path.exists(path):
+        return None
+    m = PIECES_LINE.search(open(path).read())
+    return None if m is None else {"pieces": int(m[1]), "collectives_waited": int(m[2])}
+
+
 def print_lines(result, arms):
     """Per arm: the overhead, the phases and, for persist and blocking, the durable checkpoints; each
     restart."""
@@ -124,6 +144,9 @@ def print_lines(result, arms):
                 f"{x['exchanges']} exchanges, {x['gaps_skipped']} gaps skipped, {x['collectives_waited']} collectives "
                 f"waited" + (f", newest replica step {x['replicated_step']} of {x['committed']}" if "committed" in x else "")
                 for x in s["round_replica"]))
+        if "round_pieces" in s:
+            print(f"{'':9s} persist pieces per round (rank 0): " + "; ".join(
+                f"{x['pieces']} pieces, {x['collectives_waited']} collectives waited" for x in s["round_pieces"]))
         if "round_achieved_period_steps" in s:
             print(f"{'':9s} durable checkpoints per round {s['round_durable_checkpoints']}, achieved period "
                   f"{s['round_achieved_period_steps']} steps, known durable at most "
