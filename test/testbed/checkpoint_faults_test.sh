@@ -16,7 +16,8 @@
 #       the process stopped there first, then killed). Afterwards the slot is still writing. The
 #       restart refuses it (its line names the slot) and restores on every rank the step that
 #       rank 1's other slot holds.
-#   (d) rank 1 killed inside a persist (kill_during.py --persist: its temporary file of step s
+#   (d) rank 1 killed inside a persist written in pieces between the session's collectives
+#       (--persist-chunk-bytes 16384; kill_during.py --persist: its temporary file of step s
 #       exists, the process stopped there, then killed), then every segment deleted so that the
 #       files are the only copy. Every rank restores its file of s - 10 (with the shared entries
 #       from both ranks' files of s - 10); the half-written file is
@@ -190,7 +191,7 @@ case_c() {
 # (d) rank 1 killed inside a persist, then every host's memory gone; restored from the files
 # before it.
 case_d() {
-  local run landed tmp step s extra=(--persist "$work/persist-@" --persist-every 10)
+  local run landed tmp step s extra=(--persist "$work/persist-@" --persist-every 10 --persist-chunk-bytes 16384)
   mkdir -p "$work"/persist-d{1,2,3,4,5}
   land d --persist "$work/persist-@" "$tag-@" 1 --min-step 30 --timeout 120 ||
     { fail d "the kill did not land inside a persist in 5 runs"; return; }
