@@ -170,10 +170,10 @@ class NetworkGate {
   void EndTransfer();
   void EnterCollective();
   void LeaveCollective();
-  // Transfers started by BeginTransfer (replica exchanges) and by BeginTransferWhenIdle (persist
-  // pieces); collectives that entered the gate; collectives that waited for a transfer of either
-  // kind; transfers started while a collective was in flight (0 when the session's communicator is
-  // gated and commits follow the session's Synchronize).
+  // In order: transfers begun by BeginTransfer (replica exchanges); transfers begun by
+  // BeginTransferWhenIdle (persist pieces); collectives that entered the gate; collectives that
+  // waited for a transfer of either kind; BeginTransfer's transfers begun while a collective was in
+  // flight (0 when the session's communicator is gated and commits follow its Synchronize).
   int64_t transfers() const;
   int64_t idle_transfers() const;
   int64_t collectives() const;
