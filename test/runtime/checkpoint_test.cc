@@ -1165,6 +1165,62 @@ TEST_F(CheckpointTest, PersistPiecesGoOutOnlyWhileTheNetworkIsIdle) {
   std::filesystem::remove_all(files);
 }
 
+// The slot a persist reads is not written again until the persist has ended: step 2's persist,
+// held at its first piece by a collective in flight, still reads its slot when commit(4)'s copy
+// targets that slot (commit(3)'s took the other); that copy waits, so WaitForCopy does not
+// return while the persist is held. Once released, step 2's file holds step 2: with step 4's
+// files removed and every segment gone, the ranks restore step 2 bitwise.
+TEST_F(CheckpointTest, ACopyWaitsForThePersistReadingItsSlot) {
+  const std::filesystem::path files = "/dev/shm/" + name_ + "-files";
+  std::filesystem::create_directories(files);
+  auto gate = std::make_shared<NetworkGate>();
+  CheckpointOptions options;
+  options.persist_dir = files.string();
+  options.persist_every = 2;
+  options.persist_chunk_bytes = 64;
+  options.gate = gate;
+  Start(options, Scope::kShared);
+  Train(1, 1);
+  gate->EnterCollective();
+  std::vector<std::atomic<bool>> committed(static_cast<size_t>(world_)), copied(static_cast<size_t>(world_));
+  std::thread ranks([&] {
+    OnEveryRank(world_, [&](int r) {
+      RankJob& job = jobs_[static_cast<size_t>(r)];
+      for (int64_t step = 2; step <= 4; ++step) {
+        ASSERT_TRUE(job.ckpt->WaitForCopy().ok());
+        job.Fill(step, r);
+        ASSERT_TRUE(job.ckpt->Commit(step, "m" + std::to_string(step)).ok());
+      }
+      committed[static_cast<size_t>(r)] = true;
+      ASSERT_TRUE(job.ckpt->WaitForCopy().ok());
+      copied[static_cast<size_t>(r)] = true;
+      ASSERT_TRUE(job.ckpt->WaitForPersist().ok());
+    });
+  });
+  for (int r = 0; r < world_; ++r)
+    while (!committed[static_cast<size_t>(r)]) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int r = 0; r < world_; ++r) EXPECT_FALSE(copied[static_cast<size_t>(r)]) << "rank " << r;
+  EXPECT_EQ(gate->idle_transfers(), 0);
+  gate->LeaveCollective();
+  ranks.join();
+  for (int r = 0; r < world_; ++r) {
+    EXPECT_EQ(jobs_[static_cast<size_t>(r)].ckpt->persisted_step(), 4) << "rank " << r;
+    std::filesystem::remove(files / (name_ + "-" + std::to_string(r) + "-4.ckpt"));
+  }
+  LoseEveryHostsMemory();
+  Start(options, Scope::kShared);
+  auto points = Restore();
+  for (int r = 0; r < world_; ++r) {
+    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
+    EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m2");
+    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
+  }
+  jobs_.clear();
+  std::filesystem::remove_all(files);
+}
+
 // A piece never passes a collective that waits to enter: with an exchange in flight and a
 // collective waiting for it, a piece asked for waits until that collective has entered and left.
 TEST(NetworkGate, APieceWaitsForTheCollectivesAlreadyWaiting) {
