@@ -718,7 +718,10 @@ class Checkpointer:
     restore() puts back the newest step every rank holds, bit for bit.
 
     Contract: the job writes parameters and optimizer state only in optimizer.step(), which this
-    object wraps to wait for the background copy first; CPU tensors only (GPU: not built yet).
+    object wraps to wait for the background copy first. A CUDA tensor or a strided one goes through
+    a contiguous host copy of its own (pinned for CUDA) that commit() fills on the calling thread (a
+    device-to-host copy, which waits for the GPU's work on it) and restore() copies back; the
+    background copy then reads the host copy.
     Same world, same name, same model and optimizer (adapt included) on restart. The session's
     iteration counter (randk's, qsgd's and terngrad's random choices) is in the snapshot, and
     GraVAC goes on from the restored window (the step across the restart is not timed); the
@@ -766,7 +769,8 @@ class Checkpointer:
         self.refused = []  # the snapshots the last restore() refused on this rank, one line each (torn, corrupt)
         self._states = {}  # add_state's objects (LR schedulers): their state_dict() in the metadata
         self._registered = None  # (name, address, bytes, at_commit, shared) per entry, as registered
-        self._tensors = []  # the registered tensors, kept alive while the copy may read them
+        self._tensors = []  # the registered tensors and host copies, kept alive while the copy may read them
+        self._staged = []  # (tensor, its host copy) per entry registered through a host copy (_register)
         original = optimizer.step
         cpp = self._cpp
 
@@ -786,6 +790,7 @@ class Checkpointer:
         between the ranks (naming the entry and that step), or when its background copy failed;
         the snapshot of `step` is then not taken."""
         self._register()
+        self._stage()
         self._cpp.commit(int(step), json.dumps(self._metadata(), sort_keys=True).encode())
 
     def restore(self):
@@ -810,6 +815,9 @@ class Checkpointer:
             self.optimizer.load_state_dict(saved)  # a refused restore leaves the optimizer as it was
             self._registered = None
             raise
+        with torch.no_grad():
+            for t, host in self._staged:
+                t.copy_(host)
         return int(point["step"])
 
     def add_state(self, name, obj):
@@ -879,22 +887,38 @@ class Checkpointer:
             for key in sorted(state, key=str):
                 if torch.is_tensor(state[key]):
                     out.append(("optimizer.%d.%s" % (i, key), state[key], False, self._shared))
-        for name, t, _, _ in out:
-            if t.device.type != "cpu" or not t.is_contiguous():
-                raise UsageError("Checkpointer: '%s': got a %s%s tensor, expected a contiguous CPU tensor (GPU "
-                                 "tensors: not built yet)" % (name, t.device, "" if t.is_contiguous() else " strided"))
         return out
 
     def _register(self):
+        """Registers the entries anew when one moved or changed. A tensor that is not a contiguous
+        CPU tensor (a CUDA tensor, a strided one) is registered through a host copy of its own,
+        contiguous and, for CUDA, pinned, which commit() fills (_stage) and restore() copies back."""
         entries = self._entries()
-        signature = [(n, t.data_ptr(), t.numel() * t.element_size(), c, s) for n, t, c, s in entries]
+        signature = [(n, t.data_ptr(), t.numel() * t.element_size(), str(t.device), t.stride(), c, s)
+                     for n, t, c, s in entries]
         if signature == self._registered:
             return
         self._cpp.clear()
-        for n, address, nbytes, at_commit, shared in signature:
-            self._cpp.add(n, address, nbytes, at_commit, shared)
+        self._tensors, self._staged = [], []
+        for n, t, at_commit, shared in entries:
+            host = t
+            if t.device.type != "cpu" or not t.is_contiguous():
+                host = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
+                self._staged.append((t, host))
+            self._cpp.add(n, host.data_ptr(), host.numel() * host.element_size(), at_commit, shared)
+            self._tensors += [t, host]
         self._registered = signature
-        self._tensors = [t for _, t, _, _ in entries]
+
+    def _stage(self):
+        """The host copies of the staged entries, from their tensors (a device-to-host copy for CUDA,
+        which waits for the work that writes them). After the previous commit's background copy,
+        which reads them."""
+        if not self._staged:
+            return
+        self._cpp.wait_for_copy()
+        with torch.no_grad():
+            for t, host in self._staged:
+                host.copy_(t)
 
     def _parameters(self):
         return [p for g in self.optimizer.param_groups for p in g["params"]]

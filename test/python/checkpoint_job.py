@@ -10,6 +10,8 @@ for --steps steps, committing a snapshot after every optimizer step, and
   --wrong-model   builds the model with 4 channels instead of 8: restore() must raise cupcake.Error naming
                   the first entry whose size differs (and write nothing), else exit 1;
   --replica-chunk-bytes N, --replica-group-hosts M  the Checkpointer's options of those names;
+  --strided       fc1.weight laid out transposed (the same values; Adam's state for it too): the
+                  Checkpointer registers it through a host copy, as it does a CUDA tensor;
   --persist-chunk-bytes B  persists in pieces of B bytes in the session's idle time; at the end, the
                   gate counted at least a piece per B bytes of the last file written, else exit 1;
   --bad-options   checks that out-of-range replica_chunk_bytes and replica_group_hosts raise ValueError
@@ -27,7 +29,7 @@ StepLR scheduler made after the Checkpointer, its state added with add_state).
 Usage: checkpoint_job.py PLAN OUT --steps N [--name NAME] [--kill-at K [--wait-before-kill]]
        [--persist DIR --persist-every P [--persist-chunk-bytes B]] [--replicate [--replica-chunk-bytes N] [--replica-group-hosts M]]
        [--no-ckpt] [--compare REF] [--expect-start S,...] [--remove] [--wrong-model] [--bad-options]
-       [--check-gate] [--diverge-at K]"""
+       [--check-gate] [--diverge-at K] [--strided]"""
 
 import argparse
 import os
@@ -58,6 +60,7 @@ def main():
     p.add_argument("--replica-chunk-bytes", type=int, default=0)
     p.add_argument("--replica-group-hosts", type=int, default=2)
     p.add_argument("--persist-chunk-bytes", type=int, default=0)
+    p.add_argument("--strided", action="store_true")
     p.add_argument("--bad-options", action="store_true")
     p.add_argument("--check-gate", action="store_true")
     p.add_argument("--diverge-at", type=int, default=0)
@@ -65,6 +68,8 @@ def main():
     torch.set_num_threads(1)
     rank = cupcake.torch.rank()
     model = cnn.make_model(channels=4) if a.wrong_model else cnn.make_model()
+    if a.strided:
+        model.fc1.weight = torch.nn.Parameter(model.fc1.weight.detach().t().contiguous().t())
     if a.plan == "-":
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
@@ -124,6 +129,8 @@ def main():
             if a.wait_before_kill:
                 ckpt.flush()
             os._exit(3)  # a crash: no cleanup, no MPI_Finalize, the copy of this step maybe half done
+    if a.strided and model.fc1.weight.is_contiguous():
+        sys.exit("FAIL: rank %d: --strided: fc1.weight is contiguous at the end; expected the transposed layout" % rank)
     weights = {n: t.detach().clone() for n, t in model.state_dict().items()}
     path = "%s-rank%d.pt" % (a.out, rank)
     torch.save(weights, path)

@@ -9,6 +9,9 @@ machine; one GPU holds one NCCL rank, so one worker is what one GPU can check).
   falls by at least a quarter.
 - GraVAC over a topk ladder (adapt=GraVAC, window 10): one decision per window, each naming the
   ladder's rungs, gains in (0, 1], a compressed rung sent, and the loss falling by a quarter.
+- a Checkpointer over the topk plan (on cuda its tensors go through pinned host copies): 5 steps
+  committed, then a new model, optimizer and Checkpointer restore step 5 and train to step 8,
+  ending bit for bit with an uninterrupted run's weights (the residuals are in the snapshot).
 - parameters on two devices (cuda only): the ValueError of docs/PYTHON.md.
 Usage: device_job.py PLAN_DIR (the plans pycnn-<name>.pb of test/python/device_test.sh)"""
 
@@ -111,6 +114,40 @@ def adaptive(plan_dir):
                                                                              first, last))
 
 
+def checkpoint(plan_dir):
+    name = "device-job-%d" % os.getpid()
+    plan = os.path.join(plan_dir, "pycnn-topk.pb")
+
+    def train(first, last, ckpt_name=None):
+        model = cnn.make_model()
+        opt = cupcake.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                                 model.named_parameters(), plan=plan)
+        ckpt = cupcake.torch.Checkpointer(model, opt, name=ckpt_name) if ckpt_name else None
+        start = ckpt.restore() if ckpt else 0
+        if start != first - 1:
+            fail("checkpoint: restore() returned step %d, expected %d" % (start, first - 1))
+        for step in range(first, last + 1):
+            x, y = cnn.batch(0, step)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            if ckpt:
+                ckpt.commit(step)
+        if ckpt:
+            ckpt.close()
+        opt.close()
+        return [p.detach().cpu() for p in model.parameters()]
+
+    want = train(1, 8)
+    train(1, 5, name)
+    got = train(6, 8, name)
+    cupcake.torch.Checkpointer.remove(name)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not torch.equal(g.view(torch.int32), w.view(torch.int32)):
+            fail("checkpoint: parameter %d after a restore at step 5 differs from the uninterrupted run's" % i)
+    print("ok: checkpoint on %s: restored step 5, %d parameters bitwise equal after step 8" % (cnn.DEVICE, len(got)))
+
+
 def two_devices(plan_dir):
     model = cnn.make_model()
     model.fc2.to("cpu")
@@ -140,6 +177,7 @@ def main():
     for plan in COMPRESSED_PLANS:
         compressed(plan_dir, plan)
     adaptive(plan_dir)
+    checkpoint(plan_dir)
     if cnn.DEVICE.type == "cuda":
         two_devices(plan_dir)
 

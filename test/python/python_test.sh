@@ -10,7 +10,8 @@
 #   ladder      ladder_job.py: a topk ladder, the fp32 rung then use_ratio(0.01)
 #   gravac      gravac_job.py: the topk ladder with adapt=GraVAC(...), its decisions and log
 #   checkpoint  checkpoint_job.py (docs/CHECKPOINT.md): per plan (fp32, topk with error feedback, PowerSGD
-#               with its error feedback and Q, and no DistributedOptimizer with Adam) an uninterrupted run,
+#               with its error feedback and Q, no DistributedOptimizer with Adam, and that with fc1.weight
+#               laid out transposed, which goes through a host copy as a CUDA tensor does) an uninterrupted run,
 #               a run killed right after commit(7) (topk, PowerSGD: once that copy is done) and its restart,
 #               whose final weights must equal the uninterrupted run's bit for bit;
 #               then topk with replicas, killed at 7, rank 1's segments deleted: restored from rank 0's
@@ -93,16 +94,17 @@ case "$stage" in
     tag="ckpt-test-$$"
     trap 'rm -f /dev/shm/cupcake-$tag-* ; rm -rf "$work/ckpt-persist"' EXIT
     job=("$python" "$here/checkpoint_job.py")
-    for variant in fp32 topk powersgd local; do
-      plan="$work/pycnn-$variant.pb"
-      if [ "$variant" = local ]; then plan=-; fi
+    for variant in fp32 topk powersgd local strided; do
+      plan="$work/pycnn-$variant.pb" extra=()
+      if [ "$variant" = local ] || [ "$variant" = strided ]; then plan=-; fi
+      if [ "$variant" = strided ]; then extra=(--strided); fi
       name="$tag-$variant"
       # topk, powersgd: killed once the copy of step 7 is done, so the restart must resume from exactly 7.
       wait_flag=() starts=6,7
       if [ "$variant" = topk ] || [ "$variant" = powersgd ]; then wait_flag=(--wait-before-kill) starts=7; fi
-      "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant-ref" --steps 12 --no-ckpt
+      "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant-ref" --steps 12 --no-ckpt "${extra[@]}"
       if "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" --kill-at 7 \
-          "${wait_flag[@]}" >"$work/ckpt-$variant-killed.log" 2>&1; then
+          "${wait_flag[@]}" "${extra[@]}" >"$work/ckpt-$variant-killed.log" 2>&1; then
         echo "FAIL: $variant: the run killed at step 7 exited 0"; exit 1
       fi
       ls /dev/shm/cupcake-"$name"-0 /dev/shm/cupcake-"$name"-1 >/dev/null  # the snapshots outlived the processes
@@ -111,7 +113,7 @@ case "$stage" in
       fi
       # Step 7 when both copies finished before the kill, else 6 (a torn slot is never restored).
       "${mpirun[@]}" "${job[@]}" "$plan" "$work/ckpt-$variant" --steps 12 --name "$name" \
-        --compare "$work/ckpt-$variant-ref" --expect-start "$starts" --remove
+        --compare "$work/ckpt-$variant-ref" --expect-start "$starts" --remove "${extra[@]}"
     done
     # Replicas: rank 1's host loses its memory after the kill (its own, outgoing and replica
     # segments). Commit(7) sent step 6, the newest complete copy (step 7's goes at Commit(8)), so
