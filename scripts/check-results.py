@@ -528,6 +528,7 @@ REPLAY200C = "bench/results/replay-200mbit-2026-11-28c/results.json"
 REPLAY200_4H = "bench/results/replay-200mbit-4hosts-2026-11-28/results.json"
 REPLAY200D = "bench/results/replay-200mbit-2026-11-28d/results.json"
 REPLAY200E = "bench/results/replay-200mbit-2026-11-28e/results.json"
+REPLAY200_4H_VGG = "bench/results/replay-200mbit-4hosts-2026-11-28b/results.json"
 
 
 def chained_fidelity(rows):
@@ -616,6 +617,7 @@ CHECKS = {
     "R56": lambda s: replay_plan_ratios(s.json(REPLAY200_4H)),
     "R57": lambda s: replay_plan_ratios(s.json(REPLAY200D), ("dgc", "fp16"), "dgc"),
     "R58": lambda s: replay_plan_ratios(s.json(REPLAY200E), ("dgc", "fp16"), "dgc"),
+    "R59": lambda s: replay_plan_ratios(s.json(REPLAY200_4H_VGG)),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
