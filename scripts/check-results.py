@@ -529,6 +529,7 @@ REPLAY200_4H = "bench/results/replay-200mbit-4hosts-2026-11-28/results.json"
 REPLAY200D = "bench/results/replay-200mbit-2026-11-28d/results.json"
 REPLAY200E = "bench/results/replay-200mbit-2026-11-28e/results.json"
 REPLAY200_4H_VGG = "bench/results/replay-200mbit-4hosts-2026-11-28b/results.json"
+REPLAY200_4H_GPT2 = "bench/results/replay-200mbit-4hosts-2026-11-28c/results.json"
 
 
 def chained_fidelity(rows):
@@ -618,6 +619,7 @@ CHECKS = {
     "R57": lambda s: replay_plan_ratios(s.json(REPLAY200D), ("dgc", "fp16"), "dgc"),
     "R58": lambda s: replay_plan_ratios(s.json(REPLAY200E), ("dgc", "fp16"), "dgc"),
     "R59": lambda s: replay_plan_ratios(s.json(REPLAY200_4H_VGG)),
+    "R60": lambda s: replay_plan_ratios(s.json(REPLAY200_4H_GPT2)),
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
