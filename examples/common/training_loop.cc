@@ -394,9 +394,10 @@ int WriteReport(const LoopSetup& s, LoopBody& body, const std::vector<double>& i
     PrintDurable(durable);
     const runtime::NetworkGate* gate = s.runtime->gate.get();
     if (gate != nullptr && s.checkpoint != nullptr && flags.persist_chunk_bytes > 0)
-      std::printf("checkpoint: rank 0: %lld persist pieces in the network's idle time; %lld collectives waited for a "
-                  "piece or an exchange\n",
-                  static_cast<long long>(gate->idle_transfers()), static_cast<long long>(gate->collectives_waited()));
+      std::printf(
+          "checkpoint: rank 0: %lld persist pieces in the network's idle time; %lld collectives waited for a "
+          "piece or an exchange\n",
+          static_cast<long long>(gate->idle_transfers()), static_cast<long long>(gate->collectives_waited()));
     if (gate != nullptr && s.checkpoint != nullptr && flags.replicate)
       std::printf(
           "checkpoint: rank 0: %lld replica exchanges; %lld collectives waited for one; %lld gaps skipped; "
@@ -468,7 +469,8 @@ int UsageError(const std::string& job, const std::string& problem, const JobFlag
   if (has("--batches")) usage += " [--batches N]";
   if (has("--checkpoint"))
     usage +=
-        "\n           [--checkpoint NAME [--persist DIR --persist-every N [--persist-chunk-bytes B]] [--crash-at STEP]\n"
+        "\n           [--checkpoint NAME [--persist DIR --persist-every N [--persist-chunk-bytes B]]\n"
+        "            [--crash-at STEP]\n"
         "            [--replicate [--replica-chunk-bytes N | --replica-gaps G:B,...] [--replica-group-hosts M]\n"
         "                         [--replica-max-commits K]]]";
   if (has("--weights")) usage += " [--weights FILE]";

@@ -649,7 +649,8 @@ void BindCheckpointer(py::module_& m) {
            "gate: a host Session's `gate`, so that replica exchanges and that session's collectives never overlap "
            "(None: not coordinated). replica_gaps: (after_group, bytes) per idle gap of the attached session's "
            "plan, the chunks sent between its collectives (CheckpointOptions::replica_gaps). persist_chunk_bytes: "
-           "each persist in pieces of that many bytes, in the gate's idle time (CheckpointOptions::persist_chunk_bytes).")
+           "each persist in pieces of that many bytes, in the gate's idle time "
+           "(CheckpointOptions::persist_chunk_bytes).")
       .def("add", &PyCheckpointer::Add, py::arg("name"), py::arg("address"), py::arg("nbytes"),
            py::arg("at_commit") = false, py::arg("shared") = false,
            "Registers the next entry: `nbytes` bytes of host memory at `address`; at_commit: copied inside "
