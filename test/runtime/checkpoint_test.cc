@@ -127,6 +127,7 @@ class CheckpointTest : public ::testing::Test {
     jobs_.clear();
     for (int r = 0; r < world_; ++r) EXPECT_TRUE(Checkpointer::RemoveSegment(name_, r).ok());
     std::filesystem::remove_all(dir_);
+    if (!shm_files_.empty()) std::filesystem::remove_all(shm_files_);
   }
 
   // RunCJob on every rank twice with `o`: a fresh job committing `steps`, then, with rank 1's
@@ -192,6 +193,35 @@ class CheckpointTest : public ::testing::Test {
     Train(1, last);
     return options;
   }
+  // The paced persists' run: files every 2 steps into tmpfs (where a piece's fdatasync costs
+  // nothing), in pieces of `piece_bytes` behind gate_; step 1 committed, then a session collective
+  // held in the gate. Returns the options, for the restart.
+  CheckpointOptions StartPacedPersist(int64_t piece_bytes) {
+    shm_files_ = "/dev/shm/" + name_ + "-files";
+    std::filesystem::create_directories(shm_files_);
+    gate_ = std::make_shared<NetworkGate>();
+    CheckpointOptions options;
+    options.persist_dir = shm_files_.string();
+    options.persist_every = 2;
+    options.persist_chunk_bytes = piece_bytes;
+    options.gate = gate_;
+    Start(options, Scope::kShared);
+    Train(1, 1);
+    gate_->EnterCollective();
+    return options;
+  }
+  // Every host's memory lost, then a restart with `options` restores `step` bitwise on every rank.
+  void ExpectRestartAt(const CheckpointOptions& options, int64_t step) {
+    LoseEveryHostsMemory();
+    Start(options, Scope::kShared);
+    auto points = Restore();
+    for (int r = 0; r < world_; ++r) {
+      ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
+      EXPECT_EQ(points[static_cast<size_t>(r)]->step, step);
+      EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m" + std::to_string(step));
+      EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(step, r)) << "rank " << r;
+    }
+  }
   // Every rank's process and host memory gone: the jobs ended, every segment removed.
   void LoseEveryHostsMemory() {
     jobs_.clear();
@@ -203,6 +233,8 @@ class CheckpointTest : public ::testing::Test {
 
   std::string name_;
   std::filesystem::path dir_;
+  std::filesystem::path shm_files_;  // StartPacedPersist's persist_dir
+  std::shared_ptr<NetworkGate> gate_;
   int world_ = kWorld;
   std::vector<std::string> hosts_;
   std::unique_ptr<comm::InProcessGroup> group_;
@@ -1120,17 +1152,7 @@ TEST_F(CheckpointTest, PersistedFilesHoldOneShareOfTheSharedEntries) {
 // go to tmpfs, where each piece's fdatasync costs nothing.
 TEST_F(CheckpointTest, PersistPiecesGoOutOnlyWhileTheNetworkIsIdle) {
   hosts_ = {"a", "b", "c"};
-  const std::filesystem::path files = "/dev/shm/" + name_ + "-files";
-  std::filesystem::create_directories(files);
-  auto gate = std::make_shared<NetworkGate>();
-  CheckpointOptions options;
-  options.persist_dir = files.string();
-  options.persist_every = 2;
-  options.persist_chunk_bytes = 1;
-  options.gate = gate;
-  Start(options, Scope::kShared);
-  Train(1, 1);
-  gate->EnterCollective();
+  const CheckpointOptions options = StartPacedPersist(1);
   OnEveryRank(world_, [&](int r) {
     RankJob& job = jobs_[static_cast<size_t>(r)];
     ASSERT_TRUE(job.ckpt->WaitForCopy().ok());
@@ -1139,30 +1161,21 @@ TEST_F(CheckpointTest, PersistPiecesGoOutOnlyWhileTheNetworkIsIdle) {
     ASSERT_TRUE(job.ckpt->WaitForCopy().ok());  // the copy is done; its persist has begun
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(gate->idle_transfers(), 0);
+  EXPECT_EQ(gate_->idle_transfers(), 0);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(jobs_[static_cast<size_t>(r)].ckpt->persisted_step(), 0) << "rank " << r;
-  gate->LeaveCollective();
+  gate_->LeaveCollective();
   Train(3, 4);
   const std::vector<int64_t> share = {405, 406, 406};
   int64_t bytes = 0;
   for (int r = 0; r < 3; ++r) {
     const int64_t body = static_cast<int64_t>(kShareHeaderBytes) + (103 + 2 + 20 + 8) + share[static_cast<size_t>(r)];
-    const auto path = files / (name_ + "-" + std::to_string(r) + "-4.ckpt");
+    const auto path = shm_files_ / (name_ + "-" + std::to_string(r) + "-4.ckpt");
     EXPECT_EQ(std::filesystem::file_size(path), static_cast<uintmax_t>(body + 24)) << path;
     bytes += body;
   }
-  EXPECT_EQ(gate->idle_transfers(), 2 * bytes);
-  EXPECT_EQ(gate->transfers(), 0);
-  LoseEveryHostsMemory();
-  Start(options, Scope::kShared);
-  auto points = Restore();
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
-    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 4);
-    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(4, r)) << "rank " << r;
-  }
-  jobs_.clear();
-  std::filesystem::remove_all(files);
+  EXPECT_EQ(gate_->idle_transfers(), 2 * bytes);
+  EXPECT_EQ(gate_->transfers(), 0);
+  ExpectRestartAt(options, 4);
 }
 
 // The slot a persist reads is not written again until the persist has ended: step 2's persist,
@@ -1171,17 +1184,7 @@ TEST_F(CheckpointTest, PersistPiecesGoOutOnlyWhileTheNetworkIsIdle) {
 // return while the persist is held. Once released, step 2's file holds step 2: with step 4's
 // files removed and every segment gone, the ranks restore step 2 bitwise.
 TEST_F(CheckpointTest, ACopyWaitsForThePersistReadingItsSlot) {
-  const std::filesystem::path files = "/dev/shm/" + name_ + "-files";
-  std::filesystem::create_directories(files);
-  auto gate = std::make_shared<NetworkGate>();
-  CheckpointOptions options;
-  options.persist_dir = files.string();
-  options.persist_every = 2;
-  options.persist_chunk_bytes = 64;
-  options.gate = gate;
-  Start(options, Scope::kShared);
-  Train(1, 1);
-  gate->EnterCollective();
+  const CheckpointOptions options = StartPacedPersist(64);
   std::vector<std::atomic<bool>> committed(static_cast<size_t>(world_)), copied(static_cast<size_t>(world_));
   std::thread ranks([&] {
     OnEveryRank(world_, [&](int r) {
@@ -1201,24 +1204,14 @@ TEST_F(CheckpointTest, ACopyWaitsForThePersistReadingItsSlot) {
     while (!committed[static_cast<size_t>(r)]) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   for (int r = 0; r < world_; ++r) EXPECT_FALSE(copied[static_cast<size_t>(r)]) << "rank " << r;
-  EXPECT_EQ(gate->idle_transfers(), 0);
-  gate->LeaveCollective();
+  EXPECT_EQ(gate_->idle_transfers(), 0);
+  gate_->LeaveCollective();
   ranks.join();
   for (int r = 0; r < world_; ++r) {
     EXPECT_EQ(jobs_[static_cast<size_t>(r)].ckpt->persisted_step(), 4) << "rank " << r;
-    std::filesystem::remove(files / (name_ + "-" + std::to_string(r) + "-4.ckpt"));
+    std::filesystem::remove(shm_files_ / (name_ + "-" + std::to_string(r) + "-4.ckpt"));
   }
-  LoseEveryHostsMemory();
-  Start(options, Scope::kShared);
-  auto points = Restore();
-  for (int r = 0; r < world_; ++r) {
-    ASSERT_TRUE(points[static_cast<size_t>(r)].ok()) << points[static_cast<size_t>(r)].status().ToString();
-    EXPECT_EQ(points[static_cast<size_t>(r)]->step, 2);
-    EXPECT_EQ(points[static_cast<size_t>(r)]->metadata, "m2");
-    EXPECT_TRUE(jobs_[static_cast<size_t>(r)].Holds(2, r)) << "rank " << r;
-  }
-  jobs_.clear();
-  std::filesystem::remove_all(files);
+  ExpectRestartAt(options, 2);
 }
 
 // A piece never passes a collective that waits to enter: with an exchange in flight and a
