@@ -8,7 +8,8 @@
 #            (default below: 4 hosts x 2 ranks, so that every rank has cores of its own), into
 #            OUT_DIR/eval.
 #   checkpoint  bench/testbed/checkpoint.sh (docs/CHECKPOINT.md) with CHECKPOINT_ARGS (default below:
-#            resnet50's replay, 2 hosts x 1 rank at 1 Gbit/s, every arm but blocking, 2 rounds), into
+#            resnet50's replay, 2 hosts x 1 rank at 1 Gbit/s, every arm but blocking, replicas within 5
+#            commits, 2 rounds), into
 #            OUT_DIR/checkpoint: what a snapshot every iteration costs where the copy threads have
 #            cores of their own.
 # Usage: bench/gpu/mpi.sh PACK OUT_DIR nccl|testbed|checkpoint [EVALUATE_ARGS... | CHECKPOINT_ARGS...]
@@ -45,7 +46,7 @@ case "$step" in
     ;;&
   checkpoint)
     [ $# -gt 0 ] || set -- --hosts 2 --rate 1gbit --replay examples/models/resnet50.json --compute-scale 6.75 \
-      --arms none,snapshot,replicas,persist --iterations 20 --warmup 3 --rounds 2
+      --arms none,snapshot,replicas,persist,pieces --replica-max-commits 5 --iterations 20 --warmup 3 --rounds 2
     echo "checkpoint.sh $*" > "$out/command.txt"
     bench/testbed/checkpoint.sh "$@" --out "$out/checkpoint"
     rc=$?; echo "checkpoint: exit $rc"
