@@ -768,7 +768,7 @@ class Checkpointer:
         self.source = None  # where the last restore() read this rank's snapshot (a segment slot or a file)
         self.refused = []  # the snapshots the last restore() refused on this rank, one line each (torn, corrupt)
         self._states = {}  # add_state's objects (LR schedulers): their state_dict() in the metadata
-        self._registered = None  # (name, address, bytes, at_commit, shared) per entry, as registered
+        self._registered = None  # (name, address, bytes, device, strides, at_commit, shared) per entry
         self._tensors = []  # the registered tensors and host copies, kept alive while the copy may read them
         self._staged = []  # (tensor, its host copy) per entry registered through a host copy (_register)
         original = optimizer.step
@@ -898,6 +898,7 @@ class Checkpointer:
                      for n, t, c, s in entries]
         if signature == self._registered:
             return
+        self._cpp.wait_for_copy()  # a copy in flight reads the entries (and host copies) replaced here
         self._cpp.clear()
         self._tensors, self._staged = [], []
         for n, t, at_commit, shared in entries:
