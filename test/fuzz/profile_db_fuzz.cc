@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -57,7 +58,15 @@ const Files& Paths() {
                                                                                   : std::filesystem::temp_directory_path();
     std::string tmpl = (base / "cupcake-fuzz-XXXXXX").string();
     Files f;
-    f.dir = ::mkdtemp(tmpl.data());
+    const char* made_dir = ::mkdtemp(tmpl.data());
+    CUPCAKE_FUZZ_CHECK(made_dir != nullptr, tmpl + ": mkdtemp failed");
+    f.dir = made_dir;
+    // libFuzzer ends with exit(): the directory goes then, not left in /dev/shm run after run.
+    static const std::string dir = f.dir;
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    });
     f.db = f.dir + "/fuzz.db";
     const std::string seed_db = f.dir + "/seed.db";
     auto profile = profile::ParseProfileJson(kSeedProfile, "seed.json");
