@@ -36,10 +36,11 @@ def report(out, arms):
             row["carrying_iterations_mean_ms"] = statistics.mean(carried) if carried else None
             row["other_iterations_mean_ms"] = statistics.mean(rest) if rest else None
         log = os.path.join(out, "logs", f"train-{arm}.r{rnd}.log")
-        exchange = replica_line(log)
+        text = open(log).read() if os.path.exists(log) else ""
+        exchange = replica_line(text)
         if exchange is not None:
             row["replica"] = exchange
-        pieces = pieces_line(log)
+        pieces = pieces_line(text)
         if pieces is not None:
             row["pieces"] = pieces
         rows.append(row)
@@ -99,13 +100,11 @@ REPLICA_LINE = re.compile(r"^checkpoint: rank 0: (\d+) replica exchanges; (\d+) 
                           re.M)
 
 
-def replica_line(path):
-    """A run's replica exchanges from the training loop's line in its log (None: no such line):
-    exchanges, collectives that waited, gaps skipped and, where the line has them, the newest
-    replica sent in full and the steps committed."""
-    if not os.path.exists(path):
-        return None
-    m = REPLICA_LINE.search(open(path).read())
+def replica_line(log):
+    """A run's replica exchanges from the training loop's line in its log's text (None: no such
+    line): exchanges, collectives that waited, gaps skipped and, where the line has them, the
+    newest replica sent in full and the steps committed."""
+    m = REPLICA_LINE.search(log)
     if m is None:
         return None
     got = {"exchanges": int(m[1]), "collectives_waited": int(m[2]), "gaps_skipped": int(m[3])}
@@ -118,12 +117,10 @@ PIECES_LINE = re.compile(r"^checkpoint: rank 0: (\d+) persist pieces in the netw
                          r"waited for a piece or an exchange$", re.M)
 
 
-def pieces_line(path):
-    """A run's persist pieces (--persist-chunk-bytes) from the training loop's line in its log (None:
-    no such line): the pieces written and the collectives that waited for one."""
-    if not os.path.exists(path):
-        return None
-    m = PIECES_LINE.search(open(path).read())
+def pieces_line(log):
+    """A run's persist pieces (--persist-chunk-bytes) from the training loop's line in its log's
+    text (None: no such line): the pieces written and the collectives that waited for one."""
+    m = PIECES_LINE.search(log)
     return None if m is None else {"pieces": int(m[1]), "collectives_waited": int(m[2])}
 
 
