@@ -699,11 +699,11 @@ class Checkpointer:
     gap before the first collective, k the gap after group k's (a DistributedOptimizer's session,
     its plan active now; docs/CHECKPOINT.md). replica_max_commits (>= 0; 0: no bound): a replica
     takes at most that many commits, the last sending all it has left, even when the job runs
-    behind its plan and the gaps carry nothing. persist_chunk_bytes (>= 0; 0: one write): each
-    persist written in pieces of that many bytes, each synced to storage in the network's idle time
-    between the session's collectives (a DistributedOptimizer's host session; docs/CHECKPOINT.md).
-    So a rank whose host lost its memory restores
-    from that copy and another rank's shared state (docs/CHECKPOINT.md). shared_state: whether
+    behind its plan and the gaps carry nothing. So a rank whose host lost its memory restores
+    from that copy and another rank's shared state (docs/CHECKPOINT.md). persist_chunk_bytes (>= 0;
+    0: one write): each persist written in pieces of that many bytes, each synced to storage in the
+    network's idle time between the session's collectives (a DistributedOptimizer's host session;
+    docs/CHECKPOINT.md). shared_state: whether
     the parameters and the optimizer's state are the same on every rank at every commit (data
     parallelism), so that replicas leave them out; None: True with a DistributedOptimizer (it
     averages the gradients), else False (each rank's own, as for a job whose ranks train apart).
@@ -907,7 +907,7 @@ class Checkpointer:
                 host = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
                 self._staged.append((t, host))
             self._cpp.add(n, host.data_ptr(), host.numel() * host.element_size(), at_commit, shared)
-            self._tensors += [t, host]
+            self._tensors.append(host)  # a staged tensor itself is kept by _staged
         self._registered = signature
 
     def _stage(self):
