@@ -4,12 +4,15 @@ bench/results, and fails when the page and the results disagree.
 
 Usage: check-results.py [--root DIR]   (DIR: a tree with docs/RESULTS.md and bench/results;
                                          default: this repository)
+       check-results.py --headline       (prints the headline tables as the page must have them)
 
 The page's headlines are the table rows whose first cell is an id (`| R7 | ...`); this script
 has one function per id that recomputes the row's `value` and `spread` cells from results.json,
 a summary or a raw text file (for one check, plan files read out of an experiment's raw.tar.xz),
 and formats them as the page must state them. Each row's last cell names its raw files (under
-bench/results/, with {a,b} alternatives and globs); each must exist. And the reference pages
+bench/results/, with {a,b} alternatives and globs); each must exist. The headline tables (one
+per compressor pair, each after its `<!-- headline ... -->` line) must be the lines
+headline_table() computes. And the reference pages
 (REFERENCE_PAGES below) must carry no dates: dated changes go to docs/CHANGELOG.md.
 
 Exit 0 when every row matches, every id on either side has its counterpart, every raw file
@@ -530,6 +533,89 @@ REPLAY200D = "bench/results/replay-200mbit-2026-11-28d/results.json"
 REPLAY200E = "bench/results/replay-200mbit-2026-11-28e/results.json"
 REPLAY200_4H_VGG = "bench/results/replay-200mbit-4hosts-2026-11-28b/results.json"
 REPLAY200_4H_GPT2 = "bench/results/replay-200mbit-4hosts-2026-11-28c/results.json"
+REPLAY200_4H_BERT = "bench/results/replay-200mbit-4hosts-2026-11-28d/results.json"
+
+# --- The headline table: every recorded model on every testbed at the paper's ratio ---
+# Per (model, testbed), the evaluation whose runs the table reads; dgc and fp16 ran at 2 hosts only.
+HEADLINE_TESTBEDS = ("2 x 1 Gbit/s", "4 x 1 Gbit/s", "2 x 200 Mbit/s", "4 x 200 Mbit/s")
+HEADLINE_MODELS = ("resnet50", "bert_base", "gpt2", "vgg16")
+HEADLINE = {
+    ("efsignsgd", "topk"): {
+        "2 x 1 Gbit/s": {"resnet50": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
+                         "bert_base": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
+                         "gpt2": f"{REPLAY_B}/gpt2-2hosts-1gbit-startup1000us-cold/results.json",
+                         "vgg16": f"{REPLAY_B}/vgg16-2hosts-1gbit-startup1000us-cold/results.json"},
+        "4 x 1 Gbit/s": dict.fromkeys(HEADLINE_MODELS, CHAINED4),
+        "2 x 200 Mbit/s": {"resnet50": REPLAY200, "bert_base": REPLAY200, "gpt2": REPLAY200, "vgg16": REPLAY200B},
+        "4 x 200 Mbit/s": {"resnet50": REPLAY200_4H, "bert_base": REPLAY200_4H_BERT, "gpt2": REPLAY200_4H_GPT2,
+                           "vgg16": REPLAY200_4H_VGG},
+    },
+    ("dgc", "fp16"): {
+        "2 x 1 Gbit/s": {"resnet50": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
+                         "bert_base": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
+                         "gpt2": f"{REPLAY_B}/gpt2-2hosts-1gbit-startup1000us-cold/results.json",
+                         "vgg16": f"{REPLAY_B}/vgg16-2hosts-1gbit-startup1000us-cold/results.json"},
+        "2 x 200 Mbit/s": {"resnet50": REPLAY200B, "bert_base": REPLAY200C, "gpt2": REPLAY200D, "vgg16": REPLAY200E},
+    },
+}
+HEADLINE_BASES = (("layerwise", "plan over layer-wise"), ("one_group", "over one group"),
+                  ("bucket", "over 25 MiB buckets"), ("fp32_bucket", "over fp32 buckets"))
+
+
+def headline_table(src, compressors):
+    """The markdown table of docs/RESULTS.md's headline section for `compressors` (two of them):
+    per model and testbed, the plan's speed-ups and the options plan's over layer-wise, each as
+    'first / second' compressor; how many of the two plans' p10-p90 ranges are apart from
+    layer-wise's and fp32 buckets'; and the runs within 10% of their predictions (those
+    compressors' five strategies each, and the two fp32 runs)."""
+    a, b = compressors
+    head = (f"| model | testbed | {HEADLINE_BASES[0][1]} ({a} / {b}) | options plan over layer-wise | "
+            + " | ".join(label for _, label in HEADLINE_BASES[1:]) + " | p10-p90 apart | within 10% |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for model in HEADLINE_MODELS:
+        for testbed, files in HEADLINE[compressors].items():
+            data = src.json(files[model])
+            runs = [r for r in (data[model] if isinstance(data, dict) else data) if r["model"] == model]
+            cells = []
+            for strategy in ("plan", "options"):
+                cells.append(" / ".join(f"{run(runs, model, 'layerwise', c)['measured_ms'] / run(runs, model, strategy, c)['measured_ms']:.2f}"
+                                        for c in compressors))
+            for base, _ in HEADLINE_BASES[1:]:
+                cells.append(" / ".join(f"{run(runs, model, base, 'fp32' if base == 'fp32_bucket' else c)['measured_ms'] / run(runs, model, 'plan', c)['measured_ms']:.2f}"
+                                        for c in compressors))
+            plans = [run(runs, model, "plan", c) for c in compressors]
+            layer = sum(apart(p, run(runs, model, "layerwise", c)) or apart(run(runs, model, "layerwise", c), p)
+                        for p, c in zip(plans, compressors))
+            fp32 = sum(apart(p, run(runs, model, "fp32_bucket", "fp32")) for p in plans)
+            counted = [r for r in runs if r["compressor"] in compressors + ("fp32",)]
+            lines.append(f"| {model} | {testbed} | " + " | ".join(cells)
+                         + f" | layer-wise {layer} of 2, fp32 buckets {fp32} of 2 | {within10(counted)} of {len(counted)} |")
+    return lines
+
+
+def headline_problems(root, text):
+    """The headline section's tables as the page has them against the committed results."""
+    problems = []
+    for compressors in HEADLINE:
+        marker = f"<!-- headline {'/'.join(compressors)}: scripts/check-results.py --headline -->"
+        if marker not in text:
+            problems.append(f"docs/RESULTS.md: headline: no line '{marker}' before the table")
+            continue
+        got = text.split(marker, 1)[1].lstrip("\n").splitlines()
+        src = Source(root)
+        try:
+            expected = headline_table(src, compressors)
+        except (OSError, KeyError, ValueError) as e:
+            problems.append(f"docs/RESULTS.md: headline {'/'.join(compressors)}: cannot recompute from "
+                            f"{', '.join(dict.fromkeys(src.used))}: {type(e).__name__}: {e}")
+            continue
+        for n, line in enumerate(expected):
+            if n >= len(got) or got[n] != line:
+                problems.append(f"docs/RESULTS.md: headline {'/'.join(compressors)} line {n + 1}: got "
+                                f"'{got[n] if n < len(got) else ''}'; expected '{line}' (recomputed from "
+                                f"{', '.join(dict.fromkeys(src.used))})")
+                break
+    return problems
 
 
 def chained_fidelity(rows):
@@ -558,6 +644,22 @@ def held_tail(src):
     value += (f" of {len(models['vgg16'])} within 10%; vgg16's fp32 buckets {fp32['measured_over_predicted']:.2f}x -> "
               f"{fp32['measured_over_held_tail']:.2f}x their prediction")
     return value, "the same runs as R45-R48, re-priced (`cupcake-plan simulate`)"
+
+
+FIXED_COST = "bench/results/fixed-cost-2026-11-28/results.json"
+
+
+def fixed_cost(src):
+    """The search's predicted plan over layer-wise on the sample V100 cluster, per model over the
+    four compressors, as shipped and with the GPU codecs' fixed costs removed."""
+    rows = src.json(FIXED_COST)
+    parts = []
+    for profile, label in (("shipped", "as shipped"), ("no-fixed-cost", "without the GPU codecs' fixed costs")):
+        ratios = {m: [r["speedup"]["layerwise"] for r in rows if (r["profile"], r["model"]) == (profile, m)]
+                  for m in HEADLINE_MODELS}
+        parts.append(f"{label}: " + ", ".join(f"{m} {span(v)}" for m, v in ratios.items()))
+    proven = sum(r["optimal"] for r in rows)
+    return "; ".join(parts), f"predictions, not measurements; {proven} of {len(rows)} searches proven optimal"
 
 
 QUIET_TTA = "tta-quiet-2026-11-27"
@@ -620,6 +722,8 @@ CHECKS = {
     "R58": lambda s: replay_plan_ratios(s.json(REPLAY200E), ("dgc", "fp16"), "dgc"),
     "R59": lambda s: replay_plan_ratios(s.json(REPLAY200_4H_VGG)),
     "R60": lambda s: replay_plan_ratios(s.json(REPLAY200_4H_GPT2)),
+    "R61": lambda s: replay_plan_ratios(s.json(REPLAY200_4H_BERT)),
+    "R62": fixed_cost,
     "R34": lambda s: replay_model_plan(s, "gpt2"),
     "R35": lambda s: replay_model_within_ten(s, "gpt2"),
     "R36": replay_selection_content,
@@ -690,6 +794,11 @@ def main(argv):
     args = argv[1:]
     if args[:1] == ["--root"] and len(args) == 2:
         root = args[1]
+    elif args == ["--headline"]:
+        for compressors in HEADLINE:
+            print(f"<!-- headline {'/'.join(compressors)}: scripts/check-results.py --headline -->")
+            print("\n".join(headline_table(Source(root), compressors)) + "\n")
+        return 0
     elif args:
         print(__doc__, file=sys.stderr)
         return 2
@@ -721,6 +830,8 @@ def main(argv):
             if got != expected:
                 problems.append(f"docs/RESULTS.md: {rid} {field}: got '{got}'; expected '{expected}' "
                                 f"(recomputed from {sources})")
+    with open(page) as f:
+        problems += headline_problems(root, f.read())
     problems += dated_lines(root)
     for p in problems:
         print("check-results: " + p, file=sys.stderr)

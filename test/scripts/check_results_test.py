@@ -2,7 +2,8 @@
 """scripts/check-results.py against doctored copies of the committed results: the tree as
 committed passes, and each change below (a measured time in a results.json, a number or spread
 on the page, a row removed, a row the script does not know, a raw file named that does not
-exist, a date on a reference page, a raw file's point) must fail naming what is wrong.
+exist, a date on a reference page, a cell of the headline table or its marker, a raw file's
+point) must fail naming what is wrong.
 Usage: check_results_test.py SOURCE_DIR"""
 
 import json
@@ -76,6 +77,13 @@ CASES = [
     ("a date on a reference page",
      lambda r: open(os.path.join(r, "docs", "FORMATS.md"), "w").write("# Formats\n\nChanged on 2026-11-26.\n"),
      ["docs/FORMATS.md:3: a date (2026-11-26) on a reference page"]),
+    ("a cell of the headline table",
+     lambda r: edit(page(r), "| bert_base | 4 x 200 Mbit/s | 0.99 / 1.00 |", "| bert_base | 4 x 200 Mbit/s | 1.99 / 1.00 |"),
+     ["headline efsignsgd/topk line 10: got '| bert_base | 4 x 200 Mbit/s | 1.99 / 1.00",
+      "expected '| bert_base | 4 x 200 Mbit/s | 0.99 / 1.00"]),
+    ("the headline table's marker removed",
+     lambda r: edit(page(r), "<!-- headline dgc/fp16: scripts/check-results.py --headline -->", ""),
+     ["headline: no line '<!-- headline dgc/fp16"]),
     ("a point of a raw text file",
      lambda r: edit(os.path.join(r, "bench/results/busy-2026-11-26/allreduce-pinned.txt"),
                     "spin2: 0.029 10 8.05 8.01 10", "spin2: 0.029 10 8.05 8.01 0.05"),
