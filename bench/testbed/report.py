@@ -37,6 +37,9 @@ def percentile(sorted_values, q):
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def load(path):
     with open(path) as f:
         return json.load(f)
@@ -144,7 +147,14 @@ def replay_lines(d, machine, results):
              "sleep late us | hand-off us | hand-back us |",
              "|---|---|---|---|---|---|---|"]
     for f in machine["replay"].split(","):
-        m = load(f)
+        # machine.txt keeps --replay as given, relative to where evaluate.sh ran: usually the
+        # repository's root, which is also where the shipped models are when the report is drawn
+        # again elsewhere (from an experiment's archive).
+        found = [p for p in (f, os.path.join(REPO, f)) if os.path.isfile(p)]
+        if not found:
+            lines.append(f"| {f} | (the model file is not found here nor under {REPO}: no row) |")
+            continue
+        m = load(found[0])
         rec = recorded.get(m["name"], {})
         rows = [r for r in results if r["model"] == m["name"] and "replay_wake_late_median_us" in r]
         def span(key):
