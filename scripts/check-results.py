@@ -536,57 +536,54 @@ REPLAY200_4H_GPT2 = "bench/results/replay-200mbit-4hosts-2026-11-28c/results.jso
 REPLAY200_4H_BERT = "bench/results/replay-200mbit-4hosts-2026-11-28d/results.json"
 
 # --- The headline table: every recorded model on every testbed at the paper's ratio ---
-# Per (model, testbed), the evaluation whose runs the table reads; dgc and fp16 ran at 2 hosts only.
-HEADLINE_TESTBEDS = ("2 x 1 Gbit/s", "4 x 1 Gbit/s", "2 x 200 Mbit/s", "4 x 200 Mbit/s")
+# Per compressor pair, testbed and model, the evaluation whose runs the table reads; dgc and fp16
+# ran at 2 hosts only.
 HEADLINE_MODELS = ("resnet50", "bert_base", "gpt2", "vgg16")
+TWO_HOSTS_1GBIT = {"resnet50": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
+                   "bert_base": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
+                   "gpt2": f"{REPLAY_B}/gpt2-2hosts-1gbit-startup1000us-cold/results.json",
+                   "vgg16": f"{REPLAY_B}/vgg16-2hosts-1gbit-startup1000us-cold/results.json"}
 HEADLINE = {
     ("efsignsgd", "topk"): {
-        "2 x 1 Gbit/s": {"resnet50": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
-                         "bert_base": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
-                         "gpt2": f"{REPLAY_B}/gpt2-2hosts-1gbit-startup1000us-cold/results.json",
-                         "vgg16": f"{REPLAY_B}/vgg16-2hosts-1gbit-startup1000us-cold/results.json"},
+        "2 x 1 Gbit/s": TWO_HOSTS_1GBIT,
         "4 x 1 Gbit/s": dict.fromkeys(HEADLINE_MODELS, CHAINED4),
         "2 x 200 Mbit/s": {"resnet50": REPLAY200, "bert_base": REPLAY200, "gpt2": REPLAY200, "vgg16": REPLAY200B},
         "4 x 200 Mbit/s": {"resnet50": REPLAY200_4H, "bert_base": REPLAY200_4H_BERT, "gpt2": REPLAY200_4H_GPT2,
                            "vgg16": REPLAY200_4H_VGG},
     },
     ("dgc", "fp16"): {
-        "2 x 1 Gbit/s": {"resnet50": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
-                         "bert_base": f"{REPLAY}/2hosts-1gbit-startup1000us-cold/results.json",
-                         "gpt2": f"{REPLAY_B}/gpt2-2hosts-1gbit-startup1000us-cold/results.json",
-                         "vgg16": f"{REPLAY_B}/vgg16-2hosts-1gbit-startup1000us-cold/results.json"},
+        "2 x 1 Gbit/s": TWO_HOSTS_1GBIT,
         "2 x 200 Mbit/s": {"resnet50": REPLAY200B, "bert_base": REPLAY200C, "gpt2": REPLAY200D, "vgg16": REPLAY200E},
     },
 }
-HEADLINE_BASES = (("layerwise", "plan over layer-wise"), ("one_group", "over one group"),
-                  ("bucket", "over 25 MiB buckets"), ("fp32_bucket", "over fp32 buckets"))
+
+
+def headline_marker(compressors):
+    return f"<!-- headline {'/'.join(compressors)}: scripts/check-results.py --headline -->"
 
 
 def headline_table(src, compressors):
     """The markdown table of docs/RESULTS.md's headline section for `compressors` (two of them):
-    per model and testbed, the plan's speed-ups and the options plan's over layer-wise, each as
-    'first / second' compressor; how many of the two plans' p10-p90 ranges are apart from
-    layer-wise's and fp32 buckets'; and the runs within 10% of their predictions (those
-    compressors' five strategies each, and the two fp32 runs)."""
-    a, b = compressors
-    head = (f"| model | testbed | {HEADLINE_BASES[0][1]} ({a} / {b}) | options plan over layer-wise | "
-            + " | ".join(label for _, label in HEADLINE_BASES[1:]) + " | p10-p90 apart | within 10% |")
+    per model and testbed, the plan's speed-ups over layer-wise, one group, 25 MiB buckets and
+    fp32 buckets and the options plan's over layer-wise, each as 'first / second' compressor; how
+    many of the two plans' p10-p90 ranges are apart from layer-wise's and fp32 buckets'; and the
+    runs within 10% of their predictions (those compressors' five strategies each, and the two
+    fp32 runs)."""
+    head = (f"| model | testbed | plan over layer-wise ({' / '.join(compressors)}) | options plan over layer-wise | "
+            "over one group | over 25 MiB buckets | over fp32 buckets | p10-p90 apart | within 10% |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for model in HEADLINE_MODELS:
         for testbed, files in HEADLINE[compressors].items():
             data = src.json(files[model])
             runs = [r for r in (data[model] if isinstance(data, dict) else data) if r["model"] == model]
-            cells = []
-            for strategy in ("plan", "options"):
-                cells.append(" / ".join(f"{run(runs, model, 'layerwise', c)['measured_ms'] / run(runs, model, strategy, c)['measured_ms']:.2f}"
-                                        for c in compressors))
-            for base, _ in HEADLINE_BASES[1:]:
-                cells.append(" / ".join(f"{run(runs, model, base, 'fp32' if base == 'fp32_bucket' else c)['measured_ms'] / run(runs, model, 'plan', c)['measured_ms']:.2f}"
-                                        for c in compressors))
-            plans = [run(runs, model, "plan", c) for c in compressors]
-            layer = sum(apart(p, run(runs, model, "layerwise", c)) or apart(run(runs, model, "layerwise", c), p)
-                        for p, c in zip(plans, compressors))
-            fp32 = sum(apart(p, run(runs, model, "fp32_bucket", "fp32")) for p in plans)
+            of = lambda strategy, c: run(runs, model, strategy, "fp32" if strategy == "fp32_bucket" else c)
+            pairs = [("layerwise", "plan"), ("layerwise", "options"), ("one_group", "plan"), ("bucket", "plan"),
+                     ("fp32_bucket", "plan")]
+            cells = [" / ".join(f"{of(slow, c)['measured_ms'] / of(fast, c)['measured_ms']:.2f}" for c in compressors)
+                     for slow, fast in pairs]
+            layer = sum(apart(of("plan", c), of("layerwise", c)) or apart(of("layerwise", c), of("plan", c))
+                        for c in compressors)
+            fp32 = sum(apart(of("plan", c), of("fp32_bucket", c)) for c in compressors)
             counted = [r for r in runs if r["compressor"] in compressors + ("fp32",)]
             lines.append(f"| {model} | {testbed} | " + " | ".join(cells)
                          + f" | layer-wise {layer} of 2, fp32 buckets {fp32} of 2 | {within10(counted)} of {len(counted)} |")
@@ -597,7 +594,7 @@ def headline_problems(root, text):
     """The headline section's tables as the page has them against the committed results."""
     problems = []
     for compressors in HEADLINE:
-        marker = f"<!-- headline {'/'.join(compressors)}: scripts/check-results.py --headline -->"
+        name, marker = "/".join(compressors), headline_marker(compressors)
         if marker not in text:
             problems.append(f"docs/RESULTS.md: headline: no line '{marker}' before the table")
             continue
@@ -606,12 +603,12 @@ def headline_problems(root, text):
         try:
             expected = headline_table(src, compressors)
         except (OSError, KeyError, ValueError) as e:
-            problems.append(f"docs/RESULTS.md: headline {'/'.join(compressors)}: cannot recompute from "
+            problems.append(f"docs/RESULTS.md: headline {name}: cannot recompute from "
                             f"{', '.join(dict.fromkeys(src.used))}: {type(e).__name__}: {e}")
             continue
         for n, line in enumerate(expected):
             if n >= len(got) or got[n] != line:
-                problems.append(f"docs/RESULTS.md: headline {'/'.join(compressors)} line {n + 1}: got "
+                problems.append(f"docs/RESULTS.md: headline {name} line {n + 1}: got "
                                 f"'{got[n] if n < len(got) else ''}'; expected '{line}' (recomputed from "
                                 f"{', '.join(dict.fromkeys(src.used))})")
                 break
@@ -796,7 +793,7 @@ def main(argv):
         root = args[1]
     elif args == ["--headline"]:
         for compressors in HEADLINE:
-            print(f"<!-- headline {'/'.join(compressors)}: scripts/check-results.py --headline -->")
+            print(headline_marker(compressors))
             print("\n".join(headline_table(Source(root), compressors)) + "\n")
         return 0
     elif args:
