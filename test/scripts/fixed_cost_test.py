@@ -19,17 +19,20 @@ SRC, BUILD = map(os.path.abspath, sys.argv[1:])
 SCRIPT = os.path.join(SRC, "bench", "planner", "fixed_cost.sh")
 failures = []
 
+
+def curves(path):
+    """A profile's curves: their points by their other fields (as sorted JSON)."""
+    with open(path) as f:
+        return {json.dumps({k: v for k, v in c.items() if k != "points"}, sort_keys=True): c["points"]
+                for c in json.load(f)["curves"]}
+
 with tempfile.TemporaryDirectory() as out:
     p = subprocess.run(["bash", SCRIPT, out, "--build", BUILD, "--models", "resnet50", "--compressors", "efsignsgd"],
                        capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"FAIL: fixed_cost.sh: exit {p.returncode}:\n{p.stdout}{p.stderr}")
-    with open(os.path.join(SRC, "examples", "profiles", "v100-8x8-pcie-25g.json")) as f:
-        shipped = {json.dumps({k: v for k, v in c.items() if k != "points"}, sort_keys=True): c["points"]
-                   for c in json.load(f)["curves"]}
-    with open(os.path.join(out, "no-fixed-cost.json")) as f:
-        changed = {json.dumps({k: v for k, v in c.items() if k != "points"}, sort_keys=True): c["points"]
-                   for c in json.load(f)["curves"]}
+    shipped = curves(os.path.join(SRC, "examples", "profiles", "v100-8x8-pcie-25g.json"))
+    changed = curves(os.path.join(out, "no-fixed-cost.json"))
     enc = json.dumps({"kind": "encode", "compressor": "efsignsgd", "device": "gpu"}, sort_keys=True)
     dec = json.dumps({"kind": "decode", "compressor": "efsignsgd", "device": "gpu"}, sort_keys=True)
     if changed[enc][0] != [1, 1.0]:
